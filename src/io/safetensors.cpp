@@ -1,0 +1,175 @@
+#include "io/safetensors.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "util/error.hpp"
+
+namespace neuron::io {
+
+using nlohmann::json;
+
+namespace {
+
+[[noreturn]] void bad(const std::string& what, const std::string& msg) { fail(errc::bad_model, what + ": " + msg); }
+
+std::uint64_t checked_mul(std::uint64_t a, std::uint64_t b, const std::string& what, const std::string& name) {
+  if (a != 0 && b > std::numeric_limits<std::uint64_t>::max() / a) bad(what, "tensor '" + name + "': shape overflows");
+  return a * b;
+}
+
+}  // namespace
+
+std::map<std::string, TensorView> parse_safetensors(std::span<const std::byte> file, const std::string& what) {
+  if (file.size() < 8) bad(what, "file too short for a safetensors header (" + std::to_string(file.size()) + " bytes)");
+  std::uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | static_cast<std::uint8_t>(file[static_cast<std::size_t>(i)]);
+  if (header_len > kMaxSafetensorsHeader) bad(what, "header length " + std::to_string(header_len) + " exceeds the 100 MiB limit");
+  if (header_len > file.size() - 8)
+    bad(what, "header length " + std::to_string(header_len) + " runs past the end of the file (" + std::to_string(file.size()) + " bytes)");
+
+  const char* hdr = reinterpret_cast<const char*>(file.data() + 8);
+  json j = json::parse(hdr, hdr + header_len, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) bad(what, "header is not valid JSON");
+  if (!j.is_object()) bad(what, "header is not a JSON object");
+
+  const std::byte* data = file.data() + 8 + header_len;
+  const std::uint64_t data_len = file.size() - 8 - header_len;
+
+  std::map<std::string, TensorView> out;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;
+  std::vector<std::string> range_names;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string& name = it.key();
+    if (name == "__metadata__") {
+      if (!it->is_object()) bad(what, "__metadata__ is not an object");
+      continue;
+    }
+    const json& e = *it;
+    if (!e.is_object()) bad(what, "tensor '" + name + "': entry is not an object");
+    auto dt = e.find("dtype");
+    auto sh = e.find("shape");
+    auto off = e.find("data_offsets");
+    if (dt == e.end() || !dt->is_string()) bad(what, "tensor '" + name + "': missing or non-string dtype");
+    if (sh == e.end() || !sh->is_array()) bad(what, "tensor '" + name + "': missing or non-array shape");
+    if (off == e.end() || !off->is_array() || off->size() != 2 || !(*off)[0].is_number_unsigned() ||
+        !(*off)[1].is_number_unsigned())
+      bad(what, "tensor '" + name + "': data_offsets must be two non-negative integers");
+    DType dtype;
+    if (!parse_dtype(dt->get<std::string>(), dtype))
+      bad(what, "tensor '" + name + "': unsupported dtype " + dt->get<std::string>() + " (supported: F32, BF16, F16)");
+    if (sh->size() > 8) bad(what, "tensor '" + name + "': rank " + std::to_string(sh->size()) + " is too high");
+    std::vector<std::int64_t> shape;
+    std::uint64_t numel = 1;
+    for (const auto& d : *sh) {
+      if (!d.is_number_unsigned()) bad(what, "tensor '" + name + "': shape entries must be non-negative integers");
+      std::uint64_t v = d.get<std::uint64_t>();
+      if (v > (1ull << 40)) bad(what, "tensor '" + name + "': dimension " + std::to_string(v) + " is too large");
+      numel = checked_mul(numel, v, what, name);
+      shape.push_back(static_cast<std::int64_t>(v));
+    }
+    std::uint64_t nbytes = checked_mul(numel, dtype_size(dtype), what, name);
+    std::uint64_t b = (*off)[0].get<std::uint64_t>(), en = (*off)[1].get<std::uint64_t>();
+    if (en < b) bad(what, "tensor '" + name + "': data_offsets end before they begin");
+    if (en > data_len)
+      bad(what, "tensor '" + name + "': data range [" + std::to_string(b) + ", " + std::to_string(en) +
+                    ") lies outside the data section (" + std::to_string(data_len) + " bytes)");
+    if (en - b != nbytes)
+      bad(what, "tensor '" + name + "': shape and dtype need " + std::to_string(nbytes) + " bytes but data_offsets span " +
+                    std::to_string(en - b));
+    ranges.emplace_back(b, en);
+    range_names.push_back(name);
+    out.emplace(name, TensorView(dtype, std::move(shape), data + b));
+  }
+  std::vector<std::size_t> order(ranges.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](auto a, auto b) { return ranges[a] < ranges[b]; });
+  for (std::size_t i = 1; i < order.size(); ++i) {
+    const auto& prev = ranges[order[i - 1]];
+    const auto& cur = ranges[order[i]];
+    if (cur.first < prev.second && cur.second > cur.first && prev.second > prev.first)
+      bad(what, "tensors '" + range_names[order[i - 1]] + "' and '" + range_names[order[i]] + "' overlap");
+  }
+  return out;
+}
+
+SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : file_(path) {
+  tensors_ = parse_safetensors(file_.bytes(), path.string());
+}
+
+const TensorView* SafetensorsFile::find(const std::string& name) const noexcept {
+  auto it = tensors_.find(name);
+  return it == tensors_.end() ? nullptr : &it->second;
+}
+
+std::vector<std::filesystem::path> checkpoint_files(const std::filesystem::path& dir) {
+  namespace fs = std::filesystem;
+  fs::path single = dir / "model.safetensors";
+  fs::path index = dir / "model.safetensors.index.json";
+  if (fs::exists(index)) {
+    std::ifstream in(index);
+    json j = json::parse(in, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+      fail(errc::bad_model, index.string() + ": not a valid index (needs a weight_map object)");
+    std::set<std::string> names;
+    for (const auto& [tensor, file] : j["weight_map"].items()) {
+      if (!file.is_string()) fail(errc::bad_model, index.string() + ": weight_map['" + tensor + "'] is not a string");
+      std::string f = file.get<std::string>();
+      // Shard names are plain file names: nothing may point outside the model directory.
+      if (f.empty() || f.find('/') != std::string::npos || f.find('\\') != std::string::npos || f == "." || f == "..")
+        fail(errc::bad_model, index.string() + ": shard name '" + f + "' is not a plain file name");
+      names.insert(f);
+    }
+    if (names.empty()) fail(errc::bad_model, index.string() + ": weight_map is empty");
+    std::vector<fs::path> files;
+    for (const auto& n : names) files.push_back(dir / n);
+    return files;
+  }
+  if (fs::exists(single)) return {single};
+  fail(errc::not_found, "no model.safetensors or model.safetensors.index.json in " + dir.string());
+}
+
+Checkpoint Checkpoint::open_dir(const std::filesystem::path& dir) { return open_files(checkpoint_files(dir)); }
+
+Checkpoint Checkpoint::open_files(const std::vector<std::filesystem::path>& files) {
+  if (files.empty()) fail(errc::invalid_argument, "a checkpoint needs at least one safetensors file");
+  Checkpoint c;
+  for (const auto& f : files) {
+    c.files_.push_back(std::make_unique<SafetensorsFile>(f));
+    for (const auto& [name, view] : c.files_.back()->tensors()) {
+      if (!c.index_.emplace(name, &view).second)
+        fail(errc::bad_model, "tensor '" + name + "' appears in more than one shard (again in " + f.string() + ")");
+    }
+  }
+  return c;
+}
+
+const TensorView* Checkpoint::find(const std::string& name) const noexcept {
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : it->second;
+}
+
+const TensorView& Checkpoint::tensor(const std::string& name) const {
+  const TensorView* v = find(name);
+  if (!v) fail(errc::not_found, "tensor '" + name + "' is missing from the checkpoint");
+  return *v;
+}
+
+std::vector<std::filesystem::path> Checkpoint::files() const {
+  std::vector<std::filesystem::path> out;
+  for (const auto& f : files_) out.push_back(f->path());
+  return out;
+}
+
+std::vector<std::string> Checkpoint::names() const {
+  std::vector<std::string> out;
+  for (const auto& [n, _] : index_) out.push_back(n);
+  return out;
+}
+
+}  // namespace neuron::io

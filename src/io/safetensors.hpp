@@ -1,0 +1,64 @@
+#pragma once
+// safetensors files and checkpoints made of them.
+//
+// Layout: u64 little-endian header length N, N bytes of JSON
+// {name: {dtype, shape, data_offsets: [begin, end]}, "__metadata__": {...}},
+// then the data section. Nothing in the header is trusted: its length is
+// bounded, every entry's dtype, shape and byte range are checked, and ranges
+// must lie inside the data section without overlapping.
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "io/tensor_view.hpp"
+#include "util/mapped_file.hpp"
+
+namespace neuron::io {
+
+inline constexpr std::uint64_t kMaxSafetensorsHeader = 100ull << 20;  // 100 MiB, as the reference reader
+
+// Parses and validates a header over `file` bytes (the whole file). Throws
+// Error{bad_model} naming the tensor and the problem. Exposed for fuzzing.
+std::map<std::string, TensorView> parse_safetensors(std::span<const std::byte> file, const std::string& what);
+
+class SafetensorsFile {
+ public:
+  explicit SafetensorsFile(const std::filesystem::path& path);  // throws not_found / io / bad_model
+
+  const std::map<std::string, TensorView>& tensors() const noexcept { return tensors_; }
+  const TensorView* find(const std::string& name) const noexcept;
+  const std::filesystem::path& path() const noexcept { return file_.path(); }
+
+ private:
+  MappedFile file_;
+  std::map<std::string, TensorView> tensors_;  // views into file_
+};
+
+// All tensors of a model: one model.safetensors, or the shards listed by
+// model.safetensors.index.json. Tensor names must be unique across shards.
+class Checkpoint {
+ public:
+  // A directory with model.safetensors or model.safetensors.index.json.
+  static Checkpoint open_dir(const std::filesystem::path& dir);
+  // An explicit file list (what the TP wire protocol carries).
+  static Checkpoint open_files(const std::vector<std::filesystem::path>& files);
+
+  // Throws Error{not_found} naming the tensor.
+  const TensorView& tensor(const std::string& name) const;
+  const TensorView* find(const std::string& name) const noexcept;
+  std::vector<std::filesystem::path> files() const;
+  std::size_t tensor_count() const noexcept { return index_.size(); }
+  std::vector<std::string> names() const;
+
+ private:
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::string, const TensorView*> index_;  // into files_
+};
+
+// Files a checkpoint directory is made of, in a stable order (for the wire protocol).
+std::vector<std::filesystem::path> checkpoint_files(const std::filesystem::path& dir);
+
+}  // namespace neuron::io

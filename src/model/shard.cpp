@@ -1,0 +1,45 @@
+#include "model/shard.hpp"
+
+#include <string>
+
+#include "util/error.hpp"
+
+namespace neuron::model {
+
+ShardPlan ShardPlan::make(const Qwen3Config& cfg, int rank, int world) {
+  auto bad = [&](const std::string& why) {
+    fail(errc::bad_tensor_parallel, "cannot split the model " + std::to_string(world) + " ways: " + why);
+  };
+  if (world < 1) bad("tensor_parallel must be at least 1");
+  if (rank < 0 || rank >= world) bad("rank " + std::to_string(rank) + " is outside [0, " + std::to_string(world) + ")");
+  const std::int64_t H = cfg.num_attention_heads, KV = cfg.num_key_value_heads;
+  if (H % world != 0) bad("num_attention_heads " + std::to_string(H) + " is not divisible by " + std::to_string(world));
+  if (cfg.intermediate_size % world != 0)
+    bad("intermediate_size " + std::to_string(cfg.intermediate_size) + " is not divisible by " + std::to_string(world));
+  if (KV >= world ? KV % world != 0 : world % KV != 0)
+    bad("num_key_value_heads " + std::to_string(KV) + " and " + std::to_string(world) +
+        " ranks: one must divide the other");
+  ShardPlan p;
+  p.rank = rank;
+  p.world = world;
+  p.q_heads = H / world;
+  p.q_head_begin = rank * p.q_heads;
+  if (KV >= world) {
+    p.kv_heads = KV / world;
+    p.kv_head_begin = rank * p.kv_heads;
+  } else {
+    // Fewer KV heads than ranks: each rank's query heads all read one KV head, replicated.
+    p.kv_heads = 1;
+    p.kv_head_begin = p.q_head_begin / (H / KV);
+  }
+  p.ff_size = cfg.intermediate_size / world;
+  p.ff_begin = rank * p.ff_size;
+  return p;
+}
+
+std::int64_t ShardPlan::kv_of_q(std::int64_t local_q, const Qwen3Config& cfg) const {
+  const std::int64_t group = cfg.num_attention_heads / cfg.num_key_value_heads;
+  return (q_head_begin + local_q) / group - kv_head_begin;
+}
+
+}  // namespace neuron::model
