@@ -47,9 +47,10 @@ class ModelRunner {
 };
 
 // Builds rank plan.rank's shard on `device`. `checkpoint` null means random
-// weights (benchmarks). `comm` must outlive the runner.
+// weights (benchmarks); the runner copies what it needs, so the checkpoint may
+// be closed afterwards. The runner shares ownership of `comm`.
 std::unique_ptr<ModelRunner> make_runner(const model::Qwen3Config& cfg, const io::Checkpoint* checkpoint,
                                          const model::ShardPlan& plan, const Device& device,
-                                         dist::Communicator& comm, const RunnerOptions& options);
+                                         std::shared_ptr<dist::Communicator> comm, const RunnerOptions& options);
 
 }  // namespace neuron::backend

@@ -1,0 +1,19 @@
+#pragma once
+// Entry points of the CUDA backend, in plain C++ so that callers build with
+// g++ alone. Only compiled when NEURON_HAVE_CUDA is defined.
+#include <memory>
+
+#include "backend/model_runner.hpp"
+
+namespace neuron::backend::cuda {
+
+// Throws Error{cuda|out_of_memory|invalid_argument}.
+std::unique_ptr<ModelRunner> make_cuda_runner(const model::Qwen3Config& cfg, const io::Checkpoint* checkpoint,
+                                              const model::ShardPlan& plan, const Device& device,
+                                              std::shared_ptr<dist::Communicator> comm, const RunnerOptions& options);
+
+int device_count() noexcept;  // 0 when no driver or device
+// Device-to-device copy bandwidth in GB/s (1e9 bytes/s), measured now.
+double measure_copy_bandwidth_gbs(int device);
+
+}  // namespace neuron::backend::cuda
