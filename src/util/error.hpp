@@ -28,6 +28,12 @@ inline constexpr const char* unknown_op = "unknown_op";
 inline constexpr const char* template_error = "template_error";
 inline constexpr const char* context_length_exceeded = "context_length_exceeded";
 inline constexpr const char* cancelled = "cancelled";
+inline constexpr const char* overloaded = "overloaded";      // queue full: retry later
+inline constexpr const char* conflict = "conflict";          // e.g. model id already loaded
+inline constexpr const char* busy = "busy";                  // e.g. unload with requests in flight
+inline constexpr const char* loading = "loading";            // model not ready yet
+inline constexpr const char* model_failed = "model_failed";  // runner state unknown after a failure
+inline constexpr const char* shutting_down = "shutting_down";
 inline constexpr const char* internal = "internal";
 }  // namespace errc
 

@@ -1,0 +1,58 @@
+#pragma once
+// One engine per loaded model: a thread that owns the model's runner (and so
+// its device state and, for TP, its WorkerPool) and serves requests from a
+// bounded FIFO queue, one step at a time. HTTP threads never touch tensors.
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "backend/model_runner.hpp"
+#include "engine/request.hpp"
+#include "model/config.hpp"
+#include "tokenizer/tokenizer.hpp"
+
+namespace neuron::engine {
+
+struct EngineOptions {
+  std::size_t queue_depth = 64;  // waiting requests beyond the running one; full -> overloaded
+};
+
+struct EngineStats {
+  std::uint64_t queue_depth = 0;        // waiting now
+  std::uint64_t running = 0;            // 0 or 1
+  std::uint64_t requests_done = 0;
+  std::uint64_t requests_cancelled = 0;
+  std::uint64_t requests_failed = 0;
+  std::uint64_t prompt_tokens = 0;
+  std::uint64_t generated_tokens = 0;
+  bool failed = false;                  // runner in an unknown state (e.g. a TP worker died)
+  std::string failure;                  // why
+};
+
+class Engine {
+ public:
+  // Takes ownership of the runner; the tokenizer must outlive the engine.
+  Engine(std::string model_id, std::unique_ptr<backend::ModelRunner> runner, std::shared_ptr<const tokenizer::Tokenizer> tok,
+         model::ModelConfigs configs, EngineOptions options);
+  ~Engine();  // cancels queued and running requests (they end with an error event), joins the thread
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Queues a request; its events arrive on the returned channel.
+  // Throws Error{"overloaded"} when the queue is full, Error{context_length_exceeded}
+  // when the prompt plus max_tokens exceeds the context, Error{"model_failed"} after a failure.
+  std::shared_ptr<Channel> submit(CompletionRequest request);
+
+  EngineStats stats() const;
+  const std::string& model_id() const noexcept;
+  std::int32_t max_context() const noexcept;
+  backend::MemoryStats memory() const;
+  bool idle() const;  // nothing queued or running (unload may proceed)
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace neuron::engine

@@ -1,0 +1,80 @@
+#pragma once
+// The daemon's loaded models. Each entry is a LoadedHandle: Single (one
+// runner in this process) or Tp (a leader runner driving worker processes);
+// both sit behind an Engine, so every route walks them alike. Loads run in
+// the background: an entry is visible as "loading" at once.
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backend/device.hpp"
+#include "engine/engine.hpp"
+
+namespace neuron::engine {
+
+// POST /models/load body (the seed's ModelSpec).
+struct ModelSpec {
+  std::string model_id;            // HF id resolved in the local cache, or a directory; the name clients use
+  int tensor_parallel = 1;
+  std::vector<int> devices;        // CUDA ordinals, one per rank (or one shared by all ranks)
+  std::optional<std::string> device;  // "cpu" | "cuda" | "cuda:N"
+  std::optional<std::string> quant;   // only null / "none" / "bf16" accepted today
+  std::int32_t max_context = 0;
+};
+
+enum class ModelStatus { loading, loaded, failed };
+std::string_view to_string(ModelStatus s) noexcept;
+
+struct ModelInfo {
+  std::string model_id;
+  ModelStatus status = ModelStatus::loading;
+  std::string error_kind, error_message;  // when failed
+  std::string kind;                        // "single" | "tp"
+  int tensor_parallel = 1;
+  std::vector<std::string> devices;        // per rank: "cpu", "cuda:0", ...
+  std::int32_t max_context = 0;
+  backend::MemoryStats memory;
+  std::filesystem::path path;
+  std::chrono::system_clock::time_point created;
+  double load_ms = 0;
+};
+
+struct RegistryOptions {
+  std::vector<std::filesystem::path> model_roots;  // directories model ids may resolve into (besides the HF cache)
+  bool allow_any_directory = false;                // CLI/--model may name any directory; HTTP may not
+  EngineOptions engine;
+  std::chrono::milliseconds step_timeout{30000};
+  std::filesystem::path worker_binary;             // default /proc/self/exe
+};
+
+class Registry {
+ public:
+  explicit Registry(RegistryOptions options);
+  ~Registry();  // unloads everything (joins loads, engines, reaps workers)
+
+  // Validates the spec synchronously (bad ids, bad tensor_parallel, unknown device:
+  // Error{invalid_argument|not_found|bad_tensor_parallel|unsupported_arch}), refuses an id
+  // already present (Error{"conflict"}), then loads in the background.
+  // `wait` blocks until the load ends and rethrows its error.
+  ModelInfo load(const ModelSpec& spec, bool wait);
+  // Error{not_found} for unknown ids; Error{"busy"} when requests are in flight after `drain` ms.
+  void unload(const std::string& model_id, std::chrono::milliseconds drain = std::chrono::milliseconds{0});
+  std::vector<ModelInfo> list() const;
+  std::optional<ModelInfo> info(const std::string& model_id) const;
+  // The engine of a loaded model; Error{not_found} unknown, Error{"loading"} still loading,
+  // Error{"model_failed"} failed. The shared_ptr keeps it alive for the request's duration.
+  std::shared_ptr<Engine> engine(const std::string& model_id) const;
+  // Tokenizer and chat format of a loaded model.
+  std::shared_ptr<const struct ModelAssets> assets(const std::string& model_id) const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace neuron::engine

@@ -1,0 +1,64 @@
+#pragma once
+// What the HTTP layer hands an engine, and what comes back. A request's
+// results flow through its own Channel, so streaming and non-streaming
+// responses share one path, and the HTTP side can cancel between steps.
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/sampler.hpp"
+
+namespace neuron::engine {
+
+struct CompletionRequest {
+  std::vector<std::int32_t> prompt;   // token ids, already templated and encoded
+  std::int32_t max_tokens = 0;        // > 0; the engine clamps to the context and reports "length"
+  model::SamplingParams sampling;
+  std::vector<std::string> stop;      // stop strings: matched across token boundaries, never emitted
+  bool ignore_eos = false;
+  bool split_reasoning = false;       // route <think>...</think> text to reasoning deltas (Qwen3 chat)
+  bool prompt_in_reasoning = false;   // the prompt already opened <think> (template ended inside it)
+};
+
+struct Usage {
+  std::int32_t prompt_tokens = 0;
+  std::int32_t completion_tokens = 0;
+};
+
+// One step's output, or the end of the request.
+struct Event {
+  enum class Kind { delta, done, error };
+  Kind kind = Kind::delta;
+  std::string text;             // delta: visible content (complete UTF-8, stop strings held back)
+  std::string reasoning;        // delta: reasoning content (<think> body) when split_reasoning
+  std::vector<std::int32_t> tokens;  // delta: the token ids this event covers
+  std::string finish_reason;    // done: "stop" | "length" | "cancelled"
+  Usage usage;                  // done: final counts
+  std::string error_kind;       // error: an errc kind
+  std::string error_message;    // error
+  double time_to_first_token_ms = 0;  // done
+};
+
+// Single-producer (engine thread) / single-consumer (HTTP thread) queue of events.
+class Channel {
+ public:
+  void push(Event e);
+  // Waits up to `timeout` for the next event; nullopt on timeout.
+  std::optional<Event> next(std::chrono::milliseconds timeout);
+  // Asks the engine to stop this request at its next step (client went away).
+  void cancel() noexcept;
+  bool cancelled() const noexcept;
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Event> events_;
+  bool cancelled_ = false;
+};
+
+}  // namespace neuron::engine
