@@ -1,0 +1,49 @@
+// Device discovery and the copy-bandwidth probe that `neuron bench` divides by.
+#include <algorithm>
+#include <vector>
+
+#include "backend/cuda/cuda_runner.hpp"
+#include "backend/cuda/device_buffer.hpp"
+#include "util/error.hpp"
+
+namespace neuron::backend::cuda {
+
+int device_count() noexcept {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();  // no driver / no device: not an error for the caller
+    return 0;
+  }
+  return n;
+}
+
+// Convention (METHOD.md, and DESIGN.md's 4301 GB/s): a copy of S bytes moves
+// 2*S bytes through HBM (S read + S written). The median of 20 timed 1 GiB
+// copies after warm-up, so one slow copy does not move the figure.
+double measure_copy_bandwidth_gbs(int device) {
+  if (device < 0 || device >= device_count())
+    throw Error(errc::invalid_argument, "measure_copy_bandwidth_gbs: no CUDA device " + std::to_string(device));
+  DeviceGuard guard(device);
+  constexpr std::size_t bytes = std::size_t{1} << 30;
+  DeviceBuffer src(bytes), dst(bytes);
+  Stream stream;
+  NEURON_CUDA_CHECK(cudaMemsetAsync(src.data(), 0x5a, bytes, stream.get()));
+  for (int i = 0; i < 3; ++i)
+    NEURON_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), bytes, cudaMemcpyDeviceToDevice, stream.get()));
+  Event start(cudaEventDefault), stop(cudaEventDefault);
+  std::vector<float> ms;
+  for (int i = 0; i < 20; ++i) {
+    NEURON_CUDA_CHECK(cudaEventRecord(start.get(), stream.get()));
+    NEURON_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), bytes, cudaMemcpyDeviceToDevice, stream.get()));
+    NEURON_CUDA_CHECK(cudaEventRecord(stop.get(), stream.get()));
+    NEURON_CUDA_CHECK(cudaEventSynchronize(stop.get()));
+    float t = 0;
+    NEURON_CUDA_CHECK(cudaEventElapsedTime(&t, start.get(), stop.get()));
+    ms.push_back(t);
+  }
+  std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
+  const double seconds = ms[ms.size() / 2] * 1e-3;
+  return 2.0 * static_cast<double>(bytes) / seconds / 1e9;
+}
+
+}  // namespace neuron::backend::cuda
