@@ -31,6 +31,7 @@ struct Qwen3Config {
   // Error{unsupported_arch} for valid but unimplemented features.
   static Qwen3Config parse(const std::string& json_text);
   std::string to_json() const;  // round-trips through parse (the TP wire carries it)
+  bool operator==(const Qwen3Config&) const = default;
 };
 
 struct GenerationDefaults {

@@ -1,0 +1,339 @@
+#include "model/config.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "util/error.hpp"
+
+namespace neuron::model {
+
+using nlohmann::json;
+
+namespace {
+
+// Bounds that no real checkpoint comes near but that keep every product of
+// two dimensions far from int64 overflow, so later size arithmetic is safe.
+constexpr std::int64_t kMaxDim = std::int64_t{1} << 20;
+constexpr std::int64_t kMaxLayers = 1024;
+constexpr std::int64_t kMaxPositions = std::int64_t{1} << 24;
+constexpr std::size_t kMaxConfigBytes = 16u << 20;
+
+[[noreturn]] void bad(const std::string& msg) { fail(errc::bad_model, msg); }
+
+json parse_object(const std::string& text, const char* what) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) bad(std::string(what) + " is not valid JSON");
+  if (!j.is_object()) bad(std::string(what) + " is not a JSON object");
+  return j;
+}
+
+// A present, non-null field; null counts as absent, as transformers treats it.
+const json* field(const json& j, const char* name) {
+  auto it = j.find(name);
+  return it == j.end() || it->is_null() ? nullptr : &*it;
+}
+
+std::int64_t to_int(const json& v, const std::string& name) {
+  if (v.is_number_unsigned()) {
+    auto u = v.get<std::uint64_t>();
+    if (u > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) bad("config field '" + name + "' is too large");
+    return static_cast<std::int64_t>(u);
+  }
+  if (v.is_number_integer()) return v.get<std::int64_t>();
+  bad("config field '" + name + "' must be an integer");
+}
+
+std::int64_t dim_field(const json& j, const char* name, std::int64_t max, std::optional<std::int64_t> fallback = {}) {
+  const json* v = field(j, name);
+  if (!v) {
+    if (fallback) return *fallback;
+    bad("config field '" + std::string(name) + "' is missing");
+  }
+  std::int64_t n = to_int(*v, name);
+  if (n <= 0 || n > max)
+    bad("config field '" + std::string(name) + "' = " + std::to_string(n) + " is outside [1, " + std::to_string(max) + "]");
+  return n;
+}
+
+double number_field(const json& j, const char* name, double fallback) {
+  const json* v = field(j, name);
+  if (!v) return fallback;
+  if (!v->is_number()) bad("config field '" + std::string(name) + "' must be a number");
+  return v->get<double>();
+}
+
+bool bool_field(const json& j, const char* name, bool fallback) {
+  const json* v = field(j, name);
+  if (!v) return fallback;
+  if (!v->is_boolean()) bad("config field '" + std::string(name) + "' must be true or false");
+  return v->get<bool>();
+}
+
+std::int32_t token_id(const json& v, const std::string& name) {
+  std::int64_t id = to_int(v, name);
+  if (id < 0 || id > std::numeric_limits<std::int32_t>::max())
+    bad("field '" + name + "' = " + std::to_string(id) + " is not a valid token id");
+  return static_cast<std::int32_t>(id);
+}
+
+// eos_token_id is an int or a list of ints in both config files.
+std::vector<std::int32_t> token_ids(const json& j, const char* name) {
+  const json* v = field(j, name);
+  if (!v) return {};
+  std::vector<std::int32_t> out;
+  if (v->is_array()) {
+    for (const auto& e : *v) out.push_back(token_id(e, name));
+  } else {
+    out.push_back(token_id(*v, name));
+  }
+  return out;
+}
+
+void reject_if_true(const json& j, const char* name, const char* what) {
+  if (bool_field(j, name, false)) fail(errc::unsupported_arch, std::string("config field '") + name + "' is true: " + what + " are not implemented");
+}
+
+// rope_scaling (older transformers) or rope_parameters (newer) may only ask
+// for plain RoPE; anything else changes the math and must not run silently.
+void check_rope(const json& j, const char* name, double& rope_theta) {
+  const json* v = field(j, name);
+  if (!v) return;
+  if (!v->is_object()) bad("config field '" + std::string(name) + "' must be an object or null");
+  std::string type = "default";
+  for (const char* key : {"rope_type", "type"}) {
+    if (const json* t = field(*v, key)) {
+      if (!t->is_string()) bad("config field '" + std::string(name) + "." + key + "' must be a string");
+      type = t->get<std::string>();
+    }
+  }
+  if (type != "default")
+    fail(errc::unsupported_arch, "config field '" + std::string(name) + "' asks for rope type '" + type +
+                                     "'; only plain RoPE is implemented");
+  if (const json* t = field(*v, "rope_theta")) {
+    if (!t->is_number()) bad("config field '" + std::string(name) + ".rope_theta' must be a number");
+    rope_theta = t->get<double>();
+  }
+}
+
+std::string read_text(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(errc::io, "cannot read " + path.string());
+  std::string text;
+  char buf[65536];
+  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
+    text.append(buf, static_cast<std::size_t>(in.gcount()));
+    if (text.size() > kMaxConfigBytes) bad(path.string() + " is larger than " + std::to_string(kMaxConfigBytes >> 20) + " MiB");
+  }
+  if (in.bad()) fail(errc::io, "error reading " + path.string());
+  return text;
+}
+
+void append_unique(std::vector<std::int32_t>& to, const std::vector<std::int32_t>& from) {
+  for (auto id : from)
+    if (std::find(to.begin(), to.end(), id) == to.end()) to.push_back(id);
+}
+
+}  // namespace
+
+Qwen3Config Qwen3Config::parse(const std::string& json_text) {
+  const json j = parse_object(json_text, "config.json");
+
+  const json* model_type = field(j, "model_type");
+  if (!model_type) bad("config field 'model_type' is missing");
+  if (!model_type->is_string()) bad("config field 'model_type' must be a string");
+  if (model_type->get<std::string>() != "qwen3")
+    fail(errc::unsupported_arch, "config field 'model_type' is '" + model_type->get<std::string>() + "'; only 'qwen3' is supported");
+
+  reject_if_true(j, "attention_bias", "attention biases");
+  reject_if_true(j, "mlp_bias", "MLP biases");
+  reject_if_true(j, "use_sliding_window", "sliding-window attention");
+  if (const json* act = field(j, "hidden_act")) {
+    if (!act->is_string()) bad("config field 'hidden_act' must be a string");
+    if (act->get<std::string>() != "silu")
+      fail(errc::unsupported_arch, "config field 'hidden_act' is '" + act->get<std::string>() + "'; only 'silu' is implemented");
+  }
+  if (const json* lt = field(j, "layer_types")) {
+    if (!lt->is_array()) bad("config field 'layer_types' must be a list");
+    for (const auto& t : *lt) {
+      if (!t.is_string()) bad("config field 'layer_types' must hold strings");
+      if (t.get<std::string>() != "full_attention")
+        fail(errc::unsupported_arch, "config field 'layer_types' holds '" + t.get<std::string>() + "'; only full attention is implemented");
+    }
+  }
+  if (field(j, "quantization_config"))
+    fail(errc::unsupported_arch, "config field 'quantization_config' is set; quantized checkpoints are not implemented");
+
+  Qwen3Config c;
+  c.vocab_size = dim_field(j, "vocab_size", kMaxDim);
+  c.hidden_size = dim_field(j, "hidden_size", kMaxDim);
+  c.intermediate_size = dim_field(j, "intermediate_size", kMaxDim);
+  c.num_hidden_layers = dim_field(j, "num_hidden_layers", kMaxLayers);
+  c.num_attention_heads = dim_field(j, "num_attention_heads", kMaxDim);
+  c.num_key_value_heads = dim_field(j, "num_key_value_heads", kMaxDim);
+  if (c.num_key_value_heads > c.num_attention_heads || c.num_attention_heads % c.num_key_value_heads != 0)
+    bad("config field 'num_attention_heads' (" + std::to_string(c.num_attention_heads) +
+        ") is not a multiple of 'num_key_value_heads' (" + std::to_string(c.num_key_value_heads) + ")");
+  if (!field(j, "head_dim") && c.hidden_size % c.num_attention_heads != 0)
+    bad("config field 'head_dim' is missing and 'hidden_size' is not divisible by 'num_attention_heads'");
+  c.head_dim = dim_field(j, "head_dim", kMaxDim, c.hidden_size / c.num_attention_heads);
+  if (c.num_attention_heads * c.head_dim > kMaxDim)
+    bad("config fields 'num_attention_heads' * 'head_dim' = " + std::to_string(c.num_attention_heads * c.head_dim) +
+        " exceed " + std::to_string(kMaxDim));
+  // RoPE rotates pairs of lanes (rotate-half), so head_dim must be even.
+  if (c.head_dim % 2 != 0) bad("config field 'head_dim' = " + std::to_string(c.head_dim) + " must be even for RoPE");
+
+  // Absent values take transformers' Qwen3Config defaults, so both read the same file the same way.
+  c.rope_theta = number_field(j, "rope_theta", 10000.0);
+  check_rope(j, "rope_scaling", c.rope_theta);
+  check_rope(j, "rope_parameters", c.rope_theta);
+  if (!std::isfinite(c.rope_theta) || c.rope_theta <= 1.0) bad("config field 'rope_theta' must be a finite number above 1");
+  c.rms_norm_eps = number_field(j, "rms_norm_eps", 1e-6);
+  if (!std::isfinite(c.rms_norm_eps) || c.rms_norm_eps <= 0 || c.rms_norm_eps >= 1)
+    bad("config field 'rms_norm_eps' must be in (0, 1)");
+  c.max_position_embeddings = dim_field(j, "max_position_embeddings", kMaxPositions, 32768);
+  c.tie_word_embeddings = bool_field(j, "tie_word_embeddings", false);
+  if (const json* bos = field(j, "bos_token_id")) c.bos_token_id = token_id(*bos, "bos_token_id");
+  c.eos_token_ids = token_ids(j, "eos_token_id");
+  // Newer transformers write "dtype", older "torch_dtype"; it is only a hint for the default load dtype.
+  for (const char* key : {"torch_dtype", "dtype"}) {
+    if (const json* d = field(j, key)) {
+      if (!d->is_string()) bad("config field '" + std::string(key) + "' must be a string");
+      c.torch_dtype = d->get<std::string>();
+      break;
+    }
+  }
+  return c;
+}
+
+std::string Qwen3Config::to_json() const {
+  json j = {
+      {"architectures", {"Qwen3ForCausalLM"}},
+      {"model_type", "qwen3"},
+      {"vocab_size", vocab_size},
+      {"hidden_size", hidden_size},
+      {"intermediate_size", intermediate_size},
+      {"num_hidden_layers", num_hidden_layers},
+      {"num_attention_heads", num_attention_heads},
+      {"num_key_value_heads", num_key_value_heads},
+      {"head_dim", head_dim},
+      {"hidden_act", "silu"},
+      {"rope_theta", rope_theta},
+      {"rope_scaling", nullptr},
+      {"rms_norm_eps", rms_norm_eps},
+      {"max_position_embeddings", max_position_embeddings},
+      {"tie_word_embeddings", tie_word_embeddings},
+      {"attention_bias", false},
+      {"attention_dropout", 0.0},
+      {"use_sliding_window", false},
+      {"sliding_window", nullptr},
+      {"max_window_layers", num_hidden_layers},
+      {"initializer_range", 0.02},
+      {"use_cache", true},
+      {"torch_dtype", torch_dtype},
+  };
+  j["bos_token_id"] = bos_token_id ? json(*bos_token_id) : json(nullptr);
+  if (eos_token_ids.empty())
+    j["eos_token_id"] = nullptr;
+  else if (eos_token_ids.size() == 1)
+    j["eos_token_id"] = eos_token_ids.front();
+  else
+    j["eos_token_id"] = eos_token_ids;
+  return j.dump(2);
+}
+
+GenerationDefaults GenerationDefaults::parse(const std::string& json_text) {
+  const json j = parse_object(json_text, "generation_config.json");
+  GenerationDefaults g;
+  g.eos_token_ids = token_ids(j, "eos_token_id");
+  auto prob = [&](const char* name, double lo, double hi) -> std::optional<float> {
+    const json* v = field(j, name);
+    if (!v) return std::nullopt;
+    if (!v->is_number()) bad("generation_config field '" + std::string(name) + "' must be a number");
+    double d = v->get<double>();
+    if (!(d >= lo && d <= hi))
+      bad("generation_config field '" + std::string(name) + "' = " + std::to_string(d) + " is outside [" + std::to_string(lo) +
+          ", " + std::to_string(hi) + "]");
+    return static_cast<float>(d);
+  };
+  g.temperature = prob("temperature", 0.0, 1e4);
+  g.top_p = prob("top_p", 0.0, 1.0);
+  g.min_p = prob("min_p", 0.0, 1.0);
+  g.repetition_penalty = prob("repetition_penalty", 1e-6, 1e4);
+  if (const json* v = field(j, "top_k")) {
+    std::int64_t k = to_int(*v, "top_k");
+    if (k < 0 || k > std::numeric_limits<std::int32_t>::max()) bad("generation_config field 'top_k' = " + std::to_string(k) + " is out of range");
+    g.top_k = static_cast<std::int32_t>(k);
+  }
+  return g;
+}
+
+std::vector<std::int32_t> ModelConfigs::stop_ids() const {
+  std::vector<std::int32_t> ids = generation.eos_token_ids;
+  append_unique(ids, model.eos_token_ids);
+  return ids;
+}
+
+ModelConfigs load_model_configs(const std::filesystem::path& dir) {
+  namespace fs = std::filesystem;
+  const fs::path config = dir / "config.json";
+  if (!fs::is_regular_file(config)) fail(errc::not_found, "no config.json in " + dir.string());
+  ModelConfigs out;
+  try {
+    out.model = Qwen3Config::parse(read_text(config));
+  } catch (const Error& e) {
+    throw Error(e.kind(), config.string() + ": " + e.what());
+  }
+  const fs::path gen = dir / "generation_config.json";
+  if (fs::is_regular_file(gen)) {
+    try {
+      out.generation = GenerationDefaults::parse(read_text(gen));
+    } catch (const Error& e) {
+      throw Error(e.kind(), gen.string() + ": " + e.what());
+    }
+  }
+  append_unique(out.model.eos_token_ids, out.generation.eos_token_ids);
+  return out;
+}
+
+Qwen3Config preset_config(const std::string& name) {
+  struct Shape {
+    const char* name;
+    std::int64_t hidden, inter, layers, heads, kv;
+    bool tied;
+  };
+  // Shapes of the released Qwen/Qwen3-* config.json files.
+  static constexpr Shape kShapes[] = {
+      {"qwen3-0.6b", 1024, 3072, 28, 16, 8, true},   {"qwen3-1.7b", 2048, 6144, 28, 16, 8, true},
+      {"qwen3-4b", 2560, 9728, 36, 32, 8, true},     {"qwen3-8b", 4096, 12288, 36, 32, 8, false},
+      {"qwen3-14b", 5120, 17408, 40, 40, 8, false},  {"qwen3-32b", 5120, 25600, 64, 64, 8, false},
+  };
+  std::string known;
+  for (const auto& s : kShapes) {
+    known += (known.empty() ? "" : ", ") + std::string(s.name);
+    if (name != s.name) continue;
+    Qwen3Config c;
+    c.vocab_size = 151936;
+    c.hidden_size = s.hidden;
+    c.intermediate_size = s.inter;
+    c.num_hidden_layers = s.layers;
+    c.num_attention_heads = s.heads;
+    c.num_key_value_heads = s.kv;
+    c.head_dim = 128;
+    c.rope_theta = 1e6;
+    c.rms_norm_eps = 1e-6;
+    c.max_position_embeddings = 40960;
+    c.tie_word_embeddings = s.tied;
+    c.bos_token_id = 151643;
+    c.eos_token_ids = {151645, 151643};
+    c.torch_dtype = "bfloat16";
+    return c;
+  }
+  fail(errc::invalid_argument, "unknown model preset '" + name + "' (known: " + known + ")");
+}
+
+}  // namespace neuron::model

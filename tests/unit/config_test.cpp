@@ -1,0 +1,311 @@
+// config.json / generation_config.json parsing: what neuron accepts, and
+// that everything it cannot run is refused with the offending field named.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "model/config.hpp"
+#include "util/error.hpp"
+
+namespace neuron::model {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const fs::path kTinyDir = fs::path(NEURON_REPO_ROOT) / "models" / "qwen3-tiny-a";
+
+std::string read(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+json tiny_json() { return json::parse(read(kTinyDir / "config.json")); }
+
+// Parses `j` and expects an Error of `kind` whose message mentions `needle`.
+void expect_rejected(const json& j, const std::string& kind, const std::string& needle) {
+  try {
+    Qwen3Config::parse(j.dump());
+    FAIL() << "accepted: " << j.dump();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), kind) << e.what();
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << "message '" << e.what() << "' lacks '" << needle << "'";
+  }
+}
+
+TEST(Config, ParsesBundledTinyModel) {
+  Qwen3Config c = Qwen3Config::parse(read(kTinyDir / "config.json"));
+  EXPECT_EQ(c.vocab_size, 151936);
+  EXPECT_EQ(c.hidden_size, 32);
+  EXPECT_EQ(c.intermediate_size, 96);
+  EXPECT_EQ(c.num_hidden_layers, 2);
+  EXPECT_EQ(c.num_attention_heads, 4);
+  EXPECT_EQ(c.num_key_value_heads, 2);
+  EXPECT_EQ(c.head_dim, 16);  // != hidden / heads (8): must come from the file
+  EXPECT_DOUBLE_EQ(c.rope_theta, 1e6);
+  EXPECT_DOUBLE_EQ(c.rms_norm_eps, 1e-6);
+  EXPECT_EQ(c.max_position_embeddings, 40960);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_EQ(c.bos_token_id, 151643);
+  EXPECT_EQ(c.eos_token_ids, std::vector<std::int32_t>{151645});
+  EXPECT_EQ(c.torch_dtype, "bfloat16");
+}
+
+TEST(Config, ToJsonRoundTrips) {
+  Qwen3Config c = Qwen3Config::parse(read(kTinyDir / "config.json"));
+  EXPECT_EQ(Qwen3Config::parse(c.to_json()), c);
+  c.eos_token_ids = {1, 2, 3};
+  c.bos_token_id.reset();
+  c.tie_word_embeddings = false;
+  c.rope_theta = 123456.789;
+  c.rms_norm_eps = 1e-5;
+  EXPECT_EQ(Qwen3Config::parse(c.to_json()), c);
+  c.eos_token_ids.clear();
+  EXPECT_EQ(Qwen3Config::parse(c.to_json()), c);
+}
+
+TEST(Config, DefaultsForAbsentOptionalFields) {
+  json j = tiny_json();
+  for (const char* k : {"head_dim", "tie_word_embeddings", "rope_theta", "rms_norm_eps", "max_position_embeddings",
+                        "bos_token_id", "eos_token_id", "torch_dtype", "hidden_act", "attention_bias", "rope_scaling"})
+    j.erase(k);
+  Qwen3Config c = Qwen3Config::parse(j.dump());
+  EXPECT_EQ(c.head_dim, 8);  // hidden / heads
+  EXPECT_FALSE(c.tie_word_embeddings);
+  EXPECT_DOUBLE_EQ(c.rope_theta, 10000.0);  // transformers' default
+  EXPECT_EQ(c.max_position_embeddings, 32768);
+  EXPECT_FALSE(c.bos_token_id.has_value());
+  EXPECT_TRUE(c.eos_token_ids.empty());
+}
+
+TEST(Config, EosMayBeAList) {
+  json j = tiny_json();
+  j["eos_token_id"] = {151645, 151643};
+  EXPECT_EQ(Qwen3Config::parse(j.dump()).eos_token_ids, (std::vector<std::int32_t>{151645, 151643}));
+  j["eos_token_id"] = {151645, "x"};
+  expect_rejected(j, errc::bad_model, "eos_token_id");
+  j["eos_token_id"] = -1;
+  expect_rejected(j, errc::bad_model, "eos_token_id");
+}
+
+TEST(Config, PlainRopeParametersAccepted) {
+  json j = tiny_json();
+  j["rope_scaling"] = {{"rope_type", "default"}};
+  EXPECT_NO_THROW(Qwen3Config::parse(j.dump()));
+  j.erase("rope_scaling");
+  j.erase("rope_theta");
+  j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 5e5}};
+  EXPECT_DOUBLE_EQ(Qwen3Config::parse(j.dump()).rope_theta, 5e5);
+}
+
+TEST(Config, RejectsUnimplementedFeaturesNamingTheField) {
+  struct Case {
+    const char* field;
+    json value;
+  };
+  const Case cases[] = {
+      {"model_type", "llama"},
+      {"model_type", "qwen3_moe"},
+      {"attention_bias", true},
+      {"mlp_bias", true},
+      {"use_sliding_window", true},
+      {"rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}}},
+      {"rope_scaling", {{"type", "linear"}, {"factor", 2.0}}},
+      {"rope_parameters", {{"rope_type", "llama3"}}},
+      {"hidden_act", "gelu"},
+      {"layer_types", {"full_attention", "sliding_attention"}},
+      {"quantization_config", {{"quant_method", "awq"}}},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.field);
+    json j = tiny_json();
+    j[c.field] = c.value;
+    expect_rejected(j, errc::unsupported_arch, c.field);
+  }
+}
+
+TEST(Config, RejectsMissingSizes) {
+  for (const char* f : {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                        "num_key_value_heads", "model_type"}) {
+    SCOPED_TRACE(f);
+    json j = tiny_json();
+    j.erase(f);
+    expect_rejected(j, errc::bad_model, f);
+  }
+}
+
+TEST(Config, RejectsBadValuesNamingTheField) {
+  struct Case {
+    const char* field;
+    json value;
+  };
+  const Case cases[] = {
+      {"hidden_size", 0},
+      {"hidden_size", -32},
+      {"hidden_size", 1 << 21},
+      {"vocab_size", 1ll << 40},
+      {"vocab_size", 18446744073709551615ull},
+      {"num_hidden_layers", 5000},
+      {"num_key_value_heads", 3},  // 4 heads are not a multiple of 3
+      {"num_key_value_heads", 8},  // more KV heads than query heads
+      {"head_dim", 0},
+      {"head_dim", 15},  // RoPE needs an even head_dim
+      {"intermediate_size", 96.5},
+      {"hidden_size", "32"},
+      {"num_attention_heads", true},
+      {"tie_word_embeddings", "yes"},
+      {"rope_theta", "big"},
+      {"rope_theta", -1},
+      {"rms_norm_eps", 0},
+      {"rms_norm_eps", 2},
+      {"max_position_embeddings", 0},
+      {"bos_token_id", 1.5},
+      {"torch_dtype", 16},
+      {"model_type", 3},
+      {"attention_bias", "false"},
+      {"rope_scaling", "yarn"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(std::string(c.field) + " = " + c.value.dump());
+    json j = tiny_json();
+    j[c.field] = c.value;
+    expect_rejected(j, errc::bad_model, c.field);
+  }
+}
+
+TEST(Config, HeadDimWithoutDivisibleHiddenIsRejected) {
+  json j = tiny_json();
+  j.erase("head_dim");
+  j["hidden_size"] = 30;  // 30 / 4 heads
+  expect_rejected(j, errc::bad_model, "head_dim");
+}
+
+TEST(Config, RejectsMalformedJson) {
+  for (const char* text : {"", "{", "[1,2]", "null", "{\"model_type\": \"qwen3\",}", "\"qwen3\""}) {
+    SCOPED_TRACE(text);
+    try {
+      Qwen3Config::parse(text);
+      FAIL();
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), errc::bad_model);
+      EXPECT_NE(std::string(e.what()).find("config.json"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(GenerationDefaults, ParsesQwenStyleFile) {
+  auto g = GenerationDefaults::parse(R"({"bos_token_id": 151643, "do_sample": true, "eos_token_id": [151645, 151643],
+      "pad_token_id": 151643, "temperature": 0.6, "top_k": 20, "top_p": 0.95, "transformers_version": "4.51.0"})");
+  EXPECT_EQ(g.eos_token_ids, (std::vector<std::int32_t>{151645, 151643}));
+  EXPECT_FLOAT_EQ(*g.temperature, 0.6f);
+  EXPECT_FLOAT_EQ(*g.top_p, 0.95f);
+  EXPECT_EQ(*g.top_k, 20);
+  EXPECT_FALSE(g.min_p.has_value());
+  EXPECT_FALSE(g.repetition_penalty.has_value());
+}
+
+TEST(GenerationDefaults, EmptyObjectLeavesEverythingUnset) {
+  auto g = GenerationDefaults::parse("{}");
+  EXPECT_TRUE(g.eos_token_ids.empty());
+  EXPECT_FALSE(g.temperature || g.top_p || g.min_p || g.repetition_penalty || g.top_k);
+  EXPECT_EQ(GenerationDefaults::parse(R"({"eos_token_id": 7})").eos_token_ids, std::vector<std::int32_t>{7});
+}
+
+TEST(GenerationDefaults, RejectsBadFields) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"temperature": "hot"})", "temperature"}, {R"({"temperature": -1})", "temperature"},
+      {R"({"top_p": 1.5})", "top_p"},               {R"({"top_k": 2.5})", "top_k"},
+      {R"({"top_k": -1})", "top_k"},                {R"({"min_p": -0.1})", "min_p"},
+      {R"({"repetition_penalty": 0})", "repetition_penalty"}, {R"({"eos_token_id": "2"})", "eos_token_id"},
+      {"[]", "generation_config.json"},
+  };
+  for (const auto& [text, field] : cases) {
+    SCOPED_TRACE(text);
+    try {
+      GenerationDefaults::parse(text);
+      FAIL();
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), errc::bad_model);
+      EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(LoadModelConfigs, MergesEosIdsOfBothFiles) {
+  ModelConfigs m = load_model_configs(kTinyDir);
+  EXPECT_EQ(m.model.hidden_size, 32);
+  EXPECT_EQ(m.generation.eos_token_ids, (std::vector<std::int32_t>{151645, 151643}));
+  auto stops = m.stop_ids();
+  std::sort(stops.begin(), stops.end());
+  EXPECT_EQ(stops, (std::vector<std::int32_t>{151643, 151645}));
+  EXPECT_NE(std::find(m.model.eos_token_ids.begin(), m.model.eos_token_ids.end(), 151643), m.model.eos_token_ids.end());
+}
+
+TEST(LoadModelConfigs, MissingDirectoryAndBadFilesAreNamed) {
+  const fs::path dir = fs::temp_directory_path() / ("neuron-config-test-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  try {
+    load_model_configs(dir);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), errc::not_found);
+    EXPECT_NE(std::string(e.what()).find("config.json"), std::string::npos);
+  }
+  fs::copy_file(kTinyDir / "config.json", dir / "config.json");
+  EXPECT_NO_THROW(load_model_configs(dir));  // generation_config.json is optional
+  std::ofstream(dir / "generation_config.json") << R"({"top_p": "x"})";
+  try {
+    load_model_configs(dir);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), errc::bad_model);
+    EXPECT_NE(std::string(e.what()).find("generation_config.json"), std::string::npos) << e.what();
+  }
+  fs::remove_all(dir);
+}
+
+TEST(PresetConfig, RealQwen3Shapes) {
+  Qwen3Config s = preset_config("qwen3-0.6b");
+  EXPECT_EQ(s.hidden_size, 1024);
+  EXPECT_EQ(s.intermediate_size, 3072);
+  EXPECT_EQ(s.num_hidden_layers, 28);
+  EXPECT_EQ(s.num_attention_heads, 16);
+  EXPECT_EQ(s.num_key_value_heads, 8);
+  EXPECT_EQ(s.head_dim, 128);
+  EXPECT_EQ(s.vocab_size, 151936);
+  EXPECT_TRUE(s.tie_word_embeddings);
+  Qwen3Config m = preset_config("qwen3-8b");
+  EXPECT_EQ(m.hidden_size, 4096);
+  EXPECT_EQ(m.intermediate_size, 12288);
+  EXPECT_EQ(m.num_hidden_layers, 36);
+  EXPECT_EQ(m.num_attention_heads, 32);
+  EXPECT_FALSE(m.tie_word_embeddings);
+  Qwen3Config l = preset_config("qwen3-32b");
+  EXPECT_EQ(l.hidden_size, 5120);
+  EXPECT_EQ(l.intermediate_size, 25600);
+  EXPECT_EQ(l.num_hidden_layers, 64);
+  EXPECT_EQ(l.num_attention_heads, 64);
+  EXPECT_EQ(l.num_key_value_heads, 8);
+  for (const auto& p : {s, m, l}) EXPECT_EQ(Qwen3Config::parse(p.to_json()), p);  // presets are valid configs
+  try {
+    preset_config("qwen3-9000b");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), errc::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("qwen3-9000b"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace neuron::model
