@@ -1,0 +1,161 @@
+#include "dist/gloo_communicator.hpp"
+
+#include <cstdint>
+#include <cstring>
+#include <system_error>
+#include <vector>
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/common/error.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/file_store.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/transport/tcp/device.h>
+#include <spdlog/spdlog.h>
+
+#include "util/error.hpp"
+
+namespace neuron::dist {
+
+namespace {
+
+// Sums 16-bit floats through f32, rounding once per pairwise step as NCCL does.
+template <float (*to_f32)(std::uint16_t) noexcept, std::uint16_t (*from_f32)(float) noexcept>
+void sum_half(void* c_, const void* a_, const void* b_, std::size_t n) {
+  auto* c = static_cast<std::uint16_t*>(c_);
+  const auto* a = static_cast<const std::uint16_t*>(a_);
+  const auto* b = static_cast<const std::uint16_t*>(b_);
+  for (std::size_t i = 0; i < n; ++i) c[i] = from_f32(to_f32(a[i]) + to_f32(b[i]));
+}
+
+}  // namespace
+
+GlooCommunicator::GlooCommunicator(const std::filesystem::path& store_dir, const std::string& session, int rank,
+                                   int world, std::chrono::milliseconds timeout)
+    : rank_(rank), world_(world), timeout_(timeout) {
+  if (world < 1 || rank < 0 || rank >= world)
+    fail(errc::invalid_argument,
+         "gloo communicator: rank " + std::to_string(rank) + " is outside [0, " + std::to_string(world) + ")");
+  if (rank == 0) owned_store_dir_ = store_dir;
+  std::error_code ec;
+  if (!std::filesystem::is_directory(store_dir, ec))
+    fail(errc::comm, "gloo rendezvous directory " + store_dir.string() + " does not exist");
+  try {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = "127.0.0.1";
+    auto device = gloo::transport::tcp::CreateDevice(attr);
+    gloo::rendezvous::FileStore file_store(store_dir.string());
+    gloo::rendezvous::PrefixStore store(session, file_store);
+    auto context = std::make_shared<gloo::rendezvous::Context>(rank, world);
+    context->setTimeout(timeout);
+    context->connectFullMesh(store, device);
+    context_ = std::move(context);
+  } catch (const std::exception& e) {
+    // Rank 0 keeps owning the directory so a failed group leaves nothing behind.
+    fail(errc::comm, "gloo rendezvous of rank " + std::to_string(rank) + " of " + std::to_string(world) +
+                         " failed (a peer did not join within " + std::to_string(timeout.count()) +
+                         " ms?): " + e.what());
+  }
+  spdlog::debug("gloo: rank {} of {} connected", rank, world);
+}
+
+GlooCommunicator::~GlooCommunicator() {
+  context_.reset();
+  if (!owned_store_dir_.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(owned_store_dir_, ec);
+  }
+}
+
+void GlooCommunicator::poison(const std::string& why) noexcept {
+  {
+    std::lock_guard lock(reason_mu_);
+    if (poison_reason_.empty()) poison_reason_ = why;
+  }
+  poisoned_.store(true);
+}
+
+void GlooCommunicator::check_usable(const char* op) const {
+  if (!poisoned_.load()) return;
+  std::lock_guard lock(reason_mu_);
+  fail(errc::comm, std::string("gloo ") + op + " on rank " + std::to_string(rank_) +
+                       ": the communicator is unusable after an earlier failure (" + poison_reason_ + ")");
+}
+
+template <typename F>
+void GlooCommunicator::guarded(const char* op, F&& f) {
+  check_usable(op);
+  try {
+    f();
+  } catch (const std::exception& e) {
+    std::string why = std::string("gloo ") + op + " on rank " + std::to_string(rank_) + " of " +
+                      std::to_string(world_) + " failed (peer died or missed the " +
+                      std::to_string(timeout_.count()) + " ms timeout): " + e.what();
+    poison(why);
+    fail(errc::comm, why);
+  }
+}
+
+void GlooCommunicator::all_reduce_sum(void* data, std::size_t count, DType dtype, void*) {
+  if (count == 0 || world_ == 1) return check_usable("all_reduce");
+  guarded("all_reduce", [&] {
+    gloo::AllreduceOptions opts(context_);
+    opts.setTimeout(timeout_);
+    switch (dtype) {
+      case DType::f32:
+        opts.setOutput(static_cast<float*>(data), count);
+        opts.setReduceFunction(
+            static_cast<void (*)(void*, const void*, const void*, std::size_t)>(&gloo::sum<float>));
+        break;
+      case DType::bf16:
+        opts.setOutput(static_cast<std::uint16_t*>(data), count);
+        opts.setReduceFunction(&sum_half<bf16_to_f32, f32_to_bf16>);
+        break;
+      case DType::f16:
+        opts.setOutput(static_cast<std::uint16_t*>(data), count);
+        opts.setReduceFunction(&sum_half<f16_to_f32, f32_to_f16>);
+        break;
+    }
+    gloo::allreduce(opts);
+  });
+}
+
+void GlooCommunicator::all_gather(const void* in, void* out, std::size_t count, DType dtype, void*) {
+  const std::size_t bytes = count * dtype_size(dtype);
+  if (world_ == 1 || bytes == 0) {
+    check_usable("all_gather");
+    if (in != out && bytes != 0) std::memmove(out, in, bytes);
+    return;
+  }
+  guarded("all_gather", [&] {
+    gloo::AllgatherOptions opts(context_);
+    opts.setTimeout(timeout_);
+    auto* out_bytes = static_cast<std::uint8_t*>(out);
+    // Gloo reads but never writes the input; it gathers in place when in == our slot of out.
+    std::vector<std::uint8_t> staged;
+    const std::uint8_t* src = static_cast<const std::uint8_t*>(in);
+    if (src >= out_bytes && src < out_bytes + bytes * world_) {
+      staged.assign(src, src + bytes);
+      src = staged.data();
+    }
+    opts.setInput(const_cast<std::uint8_t*>(src), bytes);
+    opts.setOutput(out_bytes, bytes * static_cast<std::size_t>(world_));
+    gloo::allgather(opts);
+  });
+}
+
+void GlooCommunicator::barrier() {
+  if (world_ == 1) return check_usable("barrier");
+  guarded("barrier", [&] {
+    gloo::BarrierOptions opts(context_);
+    opts.setTimeout(timeout_);
+    gloo::barrier(opts);
+  });
+}
+
+void GlooCommunicator::abort() noexcept { poison("aborted by this rank after a peer failed"); }
+
+}  // namespace neuron::dist
