@@ -1,0 +1,348 @@
+// Causal attention over the bf16 KV cache: a flash-style prefill kernel on
+// tensor cores (WMMA) and a split-KV decode kernel. Softmax runs in the exp2
+// domain in f32; the score matrix never leaves shared memory.
+#include <cuda_bf16.h>
+#include <mma.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cuda/cuda_check.hpp"
+#include "backend/cuda/kernels.hpp"
+#include "util/error.hpp"
+
+namespace neuron::backend::cuda::kernels {
+namespace {
+
+namespace wmma = nvcuda::wmma;
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+__device__ __forceinline__ float bf(bf16_t v) { return __uint_as_float(static_cast<unsigned>(v) << 16); }
+__device__ __forceinline__ bf16_t to_bf(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
+
+// ---- prefill -------------------------------------------------------------
+
+constexpr int kBr = 64;             // query rows per block (16 per warp)
+constexpr int kBc = 64;             // keys per tile
+constexpr int kWarps = kBr / 16;
+constexpr int kThreads = kWarps * 32;
+
+template <int D>
+struct PrefillSmem {
+  static constexpr int ld_qkv = D + 8;  // bf16 elements; padding breaks bank conflicts, keeps 32-byte fragment alignment
+  static constexpr int ld_s = kBc + 4;  // f32
+  static constexpr int ld_p = kBc + 8;  // bf16
+  static constexpr int ld_o = D + 4;    // f32
+  static constexpr std::size_t align(std::size_t b) { return (b + 127) / 128 * 128; }
+  static constexpr std::size_t q = 0;
+  static constexpr std::size_t k = q + align(sizeof(bf16_t) * kBr * ld_qkv);
+  static constexpr std::size_t v = k + align(sizeof(bf16_t) * kBc * ld_qkv);
+  static constexpr std::size_t s = v + align(sizeof(bf16_t) * kBc * ld_qkv);
+  static constexpr std::size_t p = s + align(sizeof(float) * kWarps * 16 * ld_s);
+  static constexpr std::size_t o = p + align(sizeof(bf16_t) * kWarps * 16 * ld_p);
+  static constexpr std::size_t ml = o + align(sizeof(float) * kWarps * 16 * ld_o);
+  static constexpr std::size_t bytes = ml + align(sizeof(float) * kWarps * 16 * 2);
+};
+
+// Copies `rows` rows of D bf16 (row stride src_ld elements) into shared memory
+// with stride L; rows at or past `valid` are zero (the cache past the written
+// positions may hold anything, and 0 * NaN would poison the product).
+template <int D, int L>
+__device__ __forceinline__ void load_tile(bf16_t* dst, const bf16_t* src, int src_ld, int rows, int valid) {
+  constexpr int chunks = D / 8;
+  for (int i = threadIdx.x; i < rows * chunks; i += kThreads) {
+    const int r = i / chunks, c = (i % chunks) * 8;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (r < valid) v = *reinterpret_cast<const uint4*>(src + static_cast<std::size_t>(r) * src_ld + c);
+    *reinterpret_cast<uint4*>(dst + r * L + c) = v;
+  }
+}
+
+template <int D>
+__global__ void __launch_bounds__(kThreads) attention_prefill_kernel(const bf16_t* q, const bf16_t* k_cache,
+                                                                     const bf16_t* v_cache, int n, int hq, int hkv,
+                                                                     int max_ctx, const std::int32_t* offset_ptr,
+                                                                     float scale, bf16_t* out) {
+  using S = PrefillSmem<D>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  bf16_t* qs = reinterpret_cast<bf16_t*>(smem + S::q);
+  bf16_t* ks = reinterpret_cast<bf16_t*>(smem + S::k);
+  bf16_t* vs = reinterpret_cast<bf16_t*>(smem + S::v);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  float* ss = reinterpret_cast<float*>(smem + S::s) + warp * 16 * S::ld_s;
+  bf16_t* ps = reinterpret_cast<bf16_t*>(smem + S::p) + warp * 16 * S::ld_p;
+  float* os = reinterpret_cast<float*>(smem + S::o) + warp * 16 * S::ld_o;
+  float* row_m = reinterpret_cast<float*>(smem + S::ml) + warp * 32;
+  float* row_l = row_m + 16;
+
+  const int head = blockIdx.y, kv_head = head / (hq / hkv);
+  const int r0 = blockIdx.x * kBr;
+  const int offset = *offset_ptr;
+  const int kv_end = offset + min(r0 + kBr, n);  // exclusive: one past the last position any row here sees
+
+  load_tile<D, S::ld_qkv>(qs, q + (static_cast<std::size_t>(r0) * hq + head) * D, hq * D, kBr, n - r0);
+  for (int i = lane; i < 16 * S::ld_o; i += 32) os[i] = 0.f;
+  if (lane < 16) {
+    row_m[lane] = -INFINITY;
+    row_l[lane] = 0.f;
+  }
+  const bf16_t* kh = k_cache + static_cast<std::size_t>(kv_head) * max_ctx * D;
+  const bf16_t* vh = v_cache + static_cast<std::size_t>(kv_head) * max_ctx * D;
+  const float scale_log2 = scale * kLog2e;
+  // Lanes 2r and 2r+1 own row r of this warp's 16, each half of the key tile.
+  const int my_row = lane >> 1, my_half = lane & 1;
+  const int my_pos = offset + r0 + warp * 16 + my_row;
+
+  for (int t0 = 0; t0 < kv_end; t0 += kBc) {
+    __syncthreads();  // previous tile fully consumed
+    load_tile<D, S::ld_qkv>(ks, kh + static_cast<std::size_t>(t0) * D, D, kBc, kv_end - t0);
+    load_tile<D, S::ld_qkv>(vs, vh + static_cast<std::size_t>(t0) * D, D, kBc, kv_end - t0);
+    __syncthreads();
+
+    // S = Q K^T for this warp's 16 rows.
+#pragma unroll
+    for (int j = 0; j < kBc / 16; ++j) {
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+      wmma::fill_fragment(acc, 0.f);
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b;
+        wmma::load_matrix_sync(a, reinterpret_cast<const __nv_bfloat16*>(qs + warp * 16 * S::ld_qkv + kk * 16),
+                               S::ld_qkv);
+        wmma::load_matrix_sync(b, reinterpret_cast<const __nv_bfloat16*>(ks + j * 16 * S::ld_qkv + kk * 16),
+                               S::ld_qkv);
+        wmma::mma_sync(acc, a, b, acc);
+      }
+      wmma::store_matrix_sync(ss + j * 16, acc, S::ld_s, wmma::mem_row_major);
+    }
+    __syncwarp();
+
+    // Online softmax on this lane's half row.
+    constexpr int half = kBc / 2;
+    float* srow = ss + my_row * S::ld_s + my_half * half;
+    float tile_max = -INFINITY;
+#pragma unroll 8
+    for (int c = 0; c < half; ++c) {
+      const int key = t0 + my_half * half + c;
+      const float sv = key <= my_pos ? srow[c] * scale_log2 : -INFINITY;
+      srow[c] = sv;
+      tile_max = fmaxf(tile_max, sv);
+    }
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+    const float m_old = row_m[my_row];
+    const float m_new = fmaxf(m_old, tile_max);
+    // A row sees key 0 in the first tile, so m_new is finite from then on.
+    const float alpha = m_old == -INFINITY ? 0.f : exp2f(m_old - m_new);
+    float sum = 0.f;
+    bf16_t* prow = ps + my_row * S::ld_p + my_half * half;
+#pragma unroll 8
+    for (int c = 0; c < half; ++c) {
+      const float p = srow[c] == -INFINITY ? 0.f : exp2f(srow[c] - m_new);
+      const bf16_t pb = to_bf(p);
+      prow[c] = pb;
+      sum += bf(pb);
+    }
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    float* orow = os + my_row * S::ld_o + my_half * (D / 2);
+#pragma unroll 8
+    for (int c = 0; c < D / 2; ++c) orow[c] *= alpha;
+    __syncwarp();
+    if (my_half == 0) {
+      row_m[my_row] = m_new;
+      row_l[my_row] = row_l[my_row] * alpha + sum;
+    }
+    __syncwarp();
+
+    // O += P V.
+#pragma unroll
+    for (int jd = 0; jd < D / 16; ++jd) {
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+      wmma::load_matrix_sync(acc, os + jd * 16, S::ld_o, wmma::mem_row_major);
+#pragma unroll
+      for (int kk = 0; kk < kBc / 16; ++kk) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> b;
+        wmma::load_matrix_sync(a, reinterpret_cast<const __nv_bfloat16*>(ps + kk * 16), S::ld_p);
+        wmma::load_matrix_sync(b, reinterpret_cast<const __nv_bfloat16*>(vs + kk * 16 * S::ld_qkv + jd * 16),
+                               S::ld_qkv);
+        wmma::mma_sync(acc, a, b, acc);
+      }
+      wmma::store_matrix_sync(os + jd * 16, acc, S::ld_o, wmma::mem_row_major);
+    }
+    __syncwarp();
+  }
+
+  // out = O / l for the rows that exist.
+  const int row = r0 + warp * 16 + my_row;
+  if (row < n) {
+    const float inv_l = 1.f / row_l[my_row];
+    const float* orow = os + my_row * S::ld_o + my_half * (D / 2);
+    bf16_t* dst = out + (static_cast<std::size_t>(row) * hq + head) * D + my_half * (D / 2);
+    for (int c = 0; c < D / 2; ++c) dst[c] = to_bf(orow[c] * inv_l);
+  }
+}
+
+template <int D>
+void launch_prefill(const bf16_t* q, const bf16_t* k_cache, const bf16_t* v_cache, int n, int hq, int hkv, int max_ctx,
+                    const std::int32_t* offset, float scale, bf16_t* out, cudaStream_t stream) {
+  constexpr std::size_t bytes = PrefillSmem<D>::bytes;
+  static const bool configured = [] {
+    NEURON_CUDA_CHECK(cudaFuncSetAttribute(attention_prefill_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(bytes)));
+    return true;
+  }();
+  (void)configured;
+  const dim3 grid(static_cast<unsigned>((n + kBr - 1) / kBr), static_cast<unsigned>(hq));
+  attention_prefill_kernel<D><<<grid, kThreads, bytes, stream>>>(q, k_cache, v_cache, n, hq, hkv, max_ctx, offset,
+                                                                 scale, out);
+  check_launch("attention_prefill");
+}
+
+// ---- decode --------------------------------------------------------------
+
+constexpr int kDecodeThreads = 128;
+
+// Threads of a group of D/8 lanes share one key; each holds 8 of its D values.
+template <int D>
+__global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const bf16_t* q, const bf16_t* k_cache,
+                                                                          const bf16_t* v_cache, int hq, int hkv,
+                                                                          int max_ctx, const std::int32_t* offset_ptr,
+                                                                          float scale, int splits, float* scratch) {
+  constexpr int tpk = D / 8;                    // threads per key
+  constexpr int groups = kDecodeThreads / tpk;  // keys in flight per block
+  __shared__ float g_m[groups], g_l[groups];
+  __shared__ float g_acc[groups][D];
+
+  const int head = blockIdx.x, split = blockIdx.y;
+  const int kv_head = head / (hq / hkv);
+  const int kv_len = *offset_ptr + 1;
+  const int chunk = (kv_len + splits - 1) / splits;
+  const int begin = split * chunk, end = min(kv_len, begin + chunk);
+  const int group = threadIdx.x / tpk, sub = threadIdx.x % tpk;
+
+  float qv[8];
+  {
+    const uint4 raw = *reinterpret_cast<const uint4*>(q + static_cast<std::size_t>(head) * D + sub * 8);
+    const bf16_t* e = reinterpret_cast<const bf16_t*>(&raw);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) qv[i] = bf(e[i]) * scale * kLog2e;
+  }
+  const bf16_t* kh = k_cache + static_cast<std::size_t>(kv_head) * max_ctx * D + sub * 8;
+  const bf16_t* vh = v_cache + static_cast<std::size_t>(kv_head) * max_ctx * D + sub * 8;
+  float m = -INFINITY, l = 0.f, acc[8] = {};
+  for (int key = begin + group; key < end; key += groups) {
+    const uint4 kr = *reinterpret_cast<const uint4*>(kh + static_cast<std::size_t>(key) * D);
+    const uint4 vr = *reinterpret_cast<const uint4*>(vh + static_cast<std::size_t>(key) * D);
+    const bf16_t* ke = reinterpret_cast<const bf16_t*>(&kr);
+    const bf16_t* ve = reinterpret_cast<const bf16_t*>(&vr);
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) s = fmaf(qv[i], bf(ke[i]), s);
+#pragma unroll
+    for (int o = tpk / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    const float m_new = fmaxf(m, s);
+    const float alpha = exp2f(m - m_new);  // m = -inf on the first key: alpha = 0
+    const float p = exp2f(s - m_new);
+    l = l * alpha + p;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[i] = fmaf(p, bf(ve[i]), acc[i] * alpha);
+    m = m_new;
+  }
+  if (sub == 0) {
+    g_m[group] = m;
+    g_l[group] = l;
+  }
+#pragma unroll
+  for (int i = 0; i < 8; ++i) g_acc[group][sub * 8 + i] = acc[i];
+  __syncthreads();
+
+  float* part = scratch + (static_cast<std::size_t>(head) * splits + split) * (D + 2);
+  float big = -INFINITY;
+  for (int g = 0; g < groups; ++g) big = fmaxf(big, g_m[g]);
+  for (int d = threadIdx.x; d < D; d += kDecodeThreads) {
+    float a = 0.f;
+    for (int g = 0; g < groups; ++g)
+      if (g_m[g] != -INFINITY) a += g_acc[g][d] * exp2f(g_m[g] - big);
+    part[2 + d] = a;
+  }
+  if (threadIdx.x == 0) {
+    float total = 0.f;
+    for (int g = 0; g < groups; ++g)
+      if (g_m[g] != -INFINITY) total += g_l[g] * exp2f(g_m[g] - big);
+    part[0] = big;
+    part[1] = total;
+  }
+}
+
+__global__ void attention_decode_merge_kernel(const float* scratch, int d, int splits, bf16_t* out) {
+  const int head = blockIdx.x;
+  const float* parts = scratch + static_cast<std::size_t>(head) * splits * (d + 2);
+  float big = -INFINITY;
+  for (int s = 0; s < splits; ++s) big = fmaxf(big, parts[s * (d + 2)]);
+  float total = 0.f;
+  for (int s = 0; s < splits; ++s) {
+    const float m = parts[s * (d + 2)];
+    if (m != -INFINITY) total += parts[s * (d + 2) + 1] * exp2f(m - big);
+  }
+  for (int c = threadIdx.x; c < d; c += blockDim.x) {
+    float a = 0.f;
+    for (int s = 0; s < splits; ++s) {
+      const float m = parts[s * (d + 2)];
+      if (m != -INFINITY) a += parts[s * (d + 2) + 2 + c] * exp2f(m - big);
+    }
+    out[static_cast<std::size_t>(head) * d + c] = to_bf(a / total);
+  }
+}
+
+template <int D>
+void launch_decode(const bf16_t* q, const bf16_t* k_cache, const bf16_t* v_cache, int hq, int hkv, int max_ctx,
+                   const std::int32_t* offset, float scale, int splits, float* scratch, bf16_t* out,
+                   cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(hq), static_cast<unsigned>(splits));
+  attention_decode_kernel<D><<<grid, kDecodeThreads, 0, stream>>>(q, k_cache, v_cache, hq, hkv, max_ctx, offset, scale,
+                                                                  splits, scratch);
+  check_launch("attention_decode");
+  attention_decode_merge_kernel<<<hq, std::min(D, 256), 0, stream>>>(scratch, D, splits, out);
+  check_launch("attention_decode_merge");
+}
+
+}  // namespace
+
+bool attention_supports_head_dim(int d) noexcept { return d == 16 || d == 64 || d == 128 || d == 256; }
+
+void attention_prefill(const bf16_t* q, const bf16_t* k_cache, const bf16_t* v_cache, int n, int hq, int hkv, int d,
+                       int max_ctx, const std::int32_t* offset, float scale, bf16_t* out, cudaStream_t stream) {
+  if (n <= 0) return;
+#define NEURON_CALL(D) launch_prefill<D>(q, k_cache, v_cache, n, hq, hkv, max_ctx, offset, scale, out, stream)
+  switch (d) {
+    case 16: NEURON_CALL(16); break;
+    case 64: NEURON_CALL(64); break;
+    case 128: NEURON_CALL(128); break;
+    case 256: NEURON_CALL(256); break;
+    default: NEURON_ASSERT(!"attention_prefill: head_dim not instantiated (checked at load)");
+  }
+#undef NEURON_CALL
+}
+
+std::size_t decode_scratch_floats(int hq, int d, int splits) noexcept {
+  return static_cast<std::size_t>(hq) * splits * (d + 2);
+}
+
+void attention_decode(const bf16_t* q, const bf16_t* k_cache, const bf16_t* v_cache, int hq, int hkv, int d,
+                      int max_ctx, const std::int32_t* offset, float scale, int splits, float* scratch, bf16_t* out,
+                      cudaStream_t stream) {
+#define NEURON_CALL(D) \
+  launch_decode<D>(q, k_cache, v_cache, hq, hkv, max_ctx, offset, scale, splits, scratch, out, stream)
+  switch (d) {
+    case 16: NEURON_CALL(16); break;
+    case 64: NEURON_CALL(64); break;
+    case 128: NEURON_CALL(128); break;
+    case 256: NEURON_CALL(256); break;
+    default: NEURON_ASSERT(!"attention_decode: head_dim not instantiated (checked at load)");
+  }
+#undef NEURON_CALL
+}
+
+}  // namespace neuron::backend::cuda::kernels

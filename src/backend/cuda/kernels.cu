@@ -1,0 +1,271 @@
+// Elementwise, normalisation, RoPE and GEMV kernels (attention lives in attention.cu).
+#include <cuda_bf16.h>
+
+#include <algorithm>
+
+#include "backend/cuda/cuda_check.hpp"
+#include "backend/cuda/kernels.hpp"
+
+namespace neuron::backend::cuda::kernels {
+namespace {
+
+__device__ __forceinline__ float bf(bf16_t v) { return __uint_as_float(static_cast<unsigned>(v) << 16); }
+__device__ __forceinline__ bf16_t to_bf(float f) {
+  return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Sum over the block; every thread gets the result. blockDim.x is a multiple of 32, at most 1024.
+__device__ float block_sum(float v) {
+  __shared__ float partial[32];
+  __shared__ float total;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = warp_sum(v);
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    float s = lane < static_cast<int>(blockDim.x >> 5) ? partial[lane] : 0.f;
+    s = warp_sum(s);
+    if (lane == 0) total = s;
+  }
+  __syncthreads();
+  return total;
+}
+
+__device__ __forceinline__ std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+__global__ void fill_random_kernel(bf16_t* out, std::size_t count, std::uint64_t seed, float scale) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < count;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    const std::uint64_t h = splitmix64(seed ^ splitmix64(i));
+    const float u = static_cast<float>(h >> 40) * (1.0f / 16777216.0f);  // [0, 1)
+    out[i] = to_bf((2.f * u - 1.f) * scale);
+  }
+}
+
+__global__ void fill_kernel(bf16_t* out, std::size_t count, bf16_t value) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < count;
+       i += std::size_t{gridDim.x} * blockDim.x)
+    out[i] = value;
+}
+
+__global__ void embed_kernel(const std::int32_t* tokens, const bf16_t* table, int hidden, int vocab, float* x) {
+  const int row = blockIdx.x;
+  int t = tokens[row];
+  t = t < 0 ? 0 : (t >= vocab ? vocab - 1 : t);
+  const bf16_t* src = table + static_cast<std::size_t>(t) * hidden;
+  float* dst = x + static_cast<std::size_t>(row) * hidden;
+  for (int c = threadIdx.x; c < hidden; c += blockDim.x) dst[c] = bf(src[c]);
+}
+
+__global__ void add_rmsnorm_kernel(float* x, const float* delta, const bf16_t* w, bf16_t* out, int hidden, float eps) {
+  const std::size_t base = static_cast<std::size_t>(blockIdx.x) * hidden;
+  float* xr = x + base;
+  float ss = 0.f;
+  for (int c = threadIdx.x; c < hidden; c += blockDim.x) {
+    float v = xr[c];
+    if (delta) {
+      v += delta[base + c];
+      xr[c] = v;
+    }
+    ss += v * v;
+  }
+  const float inv = rsqrtf(block_sum(ss) / static_cast<float>(hidden) + eps);
+  for (int c = threadIdx.x; c < hidden; c += blockDim.x) out[base + c] = to_bf(bf(to_bf(xr[c] * inv)) * bf(w[c]));
+}
+
+// One block per (token, head slot): slots [0, hq) are query heads, [hq, hq + hkv)
+// key heads, [hq + hkv, hq + 2 hkv) value heads.
+__global__ void qk_norm_rope_kernel(const bf16_t* qkv, int hq, int hkv, int d, const bf16_t* q_norm,
+                                    const bf16_t* k_norm, const float* inv_freq, const std::int32_t* offset,
+                                    float eps, bf16_t* q_out, bf16_t* k_cache, bf16_t* v_cache, int max_ctx) {
+  extern __shared__ float row[];  // [d]
+  const int token = blockIdx.x, slot = blockIdx.y;
+  const int width = (hq + 2 * hkv) * d;
+  const bf16_t* src = qkv + static_cast<std::size_t>(token) * width + static_cast<std::size_t>(slot) * d;
+  const int pos = *offset + token;
+  if (slot >= hq + hkv) {  // value head: straight into the cache
+    const int kv = slot - hq - hkv;
+    bf16_t* dst = v_cache + (static_cast<std::size_t>(kv) * max_ctx + pos) * d;
+    for (int c = threadIdx.x; c < d; c += blockDim.x) dst[c] = src[c];
+    return;
+  }
+  const bool is_q = slot < hq;
+  const bf16_t* w = is_q ? q_norm : k_norm;
+  float ss = 0.f;
+  for (int c = threadIdx.x; c < d; c += blockDim.x) {
+    const float v = bf(src[c]);
+    row[c] = v;
+    ss += v * v;
+  }
+  const float inv = rsqrtf(block_sum(ss) / static_cast<float>(d) + eps);  // block_sum synchronises
+  bf16_t* dst = is_q ? q_out + (static_cast<std::size_t>(token) * hq + slot) * d
+                     : k_cache + (static_cast<std::size_t>(slot - hq) * max_ctx + pos) * d;
+  const int half = d / 2;
+  for (int j = threadIdx.x; j < half; j += blockDim.x) {
+    // Normalised values are rounded to bf16 as the reference model does before RoPE.
+    const float a = bf(to_bf(bf(to_bf(row[j] * inv)) * bf(w[j])));
+    const float b = bf(to_bf(bf(to_bf(row[j + half] * inv)) * bf(w[j + half])));
+    float s, c;
+    sincosf(static_cast<float>(pos) * inv_freq[j], &s, &c);
+    dst[j] = to_bf(a * c - b * s);
+    dst[j + half] = to_bf(b * c + a * s);
+  }
+}
+
+__global__ void swiglu_kernel(const bf16_t* gate_up, int f, bf16_t* out) {
+  const int row = blockIdx.y;
+  const bf16_t* g = gate_up + static_cast<std::size_t>(row) * 2 * f;
+  const bf16_t* u = g + f;
+  bf16_t* o = out + static_cast<std::size_t>(row) * f;
+  for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < f; c += gridDim.x * blockDim.x) {
+    const float gv = bf(g[c]);
+    const float act = bf(to_bf(gv / (1.f + __expf(-gv))));
+    o[c] = to_bf(act * bf(u[c]));
+  }
+}
+
+__device__ __forceinline__ float dot8(uint4 w, uint4 x) {
+  const __nv_bfloat162* wp = reinterpret_cast<const __nv_bfloat162*>(&w);
+  const __nv_bfloat162* xp = reinterpret_cast<const __nv_bfloat162*>(&x);
+  float acc = 0.f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 a = __bfloat1622float2(wp[i]);
+    const float2 b = __bfloat1622float2(xp[i]);
+    acc = fmaf(a.x, b.x, acc);
+    acc = fmaf(a.y, b.y, acc);
+  }
+  return acc;
+}
+
+__device__ __forceinline__ void store(float* y, int r, float v) { y[r] = v; }
+__device__ __forceinline__ void store(bf16_t* y, int r, float v) { y[r] = to_bf(v); }
+
+constexpr int kGemvRowsPerWarp = 4;
+constexpr int kGemvWarps = 4;
+
+// Each warp owns kGemvRowsPerWarp rows; lanes stride the row in 16-byte
+// chunks so a warp reads 512 contiguous bytes per row per step, and the
+// unrolled loop keeps several independent loads per row in flight.
+template <class OutT>
+__global__ void __launch_bounds__(kGemvWarps * 32) gemv_vec_kernel(const bf16_t* w, const bf16_t* x, int rows,
+                                                                   int cols, OutT* y) {
+  const int lane = threadIdx.x & 31;
+  const int row0 = (blockIdx.x * kGemvWarps + (threadIdx.x >> 5)) * kGemvRowsPerWarp;
+  if (row0 >= rows) return;
+  const int chunks = cols / 8;
+  const uint4* x4 = reinterpret_cast<const uint4*>(x);
+  const uint4* wr[kGemvRowsPerWarp];
+#pragma unroll
+  for (int r = 0; r < kGemvRowsPerWarp; ++r)
+    wr[r] = reinterpret_cast<const uint4*>(w + static_cast<std::size_t>(min(row0 + r, rows - 1)) * cols);
+  float acc[kGemvRowsPerWarp] = {};
+#pragma unroll 4
+  for (int c = lane; c < chunks; c += 32) {
+    const uint4 xv = __ldg(x4 + c);
+#pragma unroll
+    for (int r = 0; r < kGemvRowsPerWarp; ++r) acc[r] += dot8(__ldcs(wr[r] + c), xv);
+  }
+#pragma unroll
+  for (int r = 0; r < kGemvRowsPerWarp; ++r) {
+    const float s = warp_sum(acc[r]);
+    if (lane == 0 && row0 + r < rows) store(y, row0 + r, s);
+  }
+}
+
+// Any shape or alignment: one warp per row, scalar loads.
+template <class OutT>
+__global__ void gemv_scalar_kernel(const bf16_t* w, const bf16_t* x, int rows, int cols, OutT* y) {
+  const int lane = threadIdx.x & 31;
+  const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (row >= rows) return;
+  const bf16_t* wr = w + static_cast<std::size_t>(row) * cols;
+  float acc = 0.f;
+  for (int c = lane; c < cols; c += 32) acc = fmaf(bf(wr[c]), bf(x[c]), acc);
+  acc = warp_sum(acc);
+  if (lane == 0) store(y, row, acc);
+}
+
+template <class OutT>
+void gemv_impl(const bf16_t* w, const bf16_t* x, int rows, int cols, OutT* y, cudaStream_t stream) {
+  if (rows <= 0) return;
+  const bool aligned = cols % 8 == 0 && reinterpret_cast<std::uintptr_t>(w) % 16 == 0 &&
+                       reinterpret_cast<std::uintptr_t>(x) % 16 == 0;
+  if (aligned) {
+    const int per_block = kGemvWarps * kGemvRowsPerWarp;
+    gemv_vec_kernel<OutT><<<(rows + per_block - 1) / per_block, kGemvWarps * 32, 0, stream>>>(w, x, rows, cols, y);
+  } else {
+    gemv_scalar_kernel<OutT><<<(rows + 3) / 4, 128, 0, stream>>>(w, x, rows, cols, y);
+  }
+  check_launch("gemv");
+}
+
+unsigned grid_for(std::size_t count, int threads) {
+  return static_cast<unsigned>(std::min<std::size_t>((count + threads - 1) / threads, 65535u * 16));
+}
+
+}  // namespace
+
+void fill_random_bf16(bf16_t* out, std::size_t count, std::uint64_t seed, float scale, cudaStream_t stream) {
+  if (count == 0) return;
+  fill_random_kernel<<<grid_for(count, 256), 256, 0, stream>>>(out, count, seed, scale);
+  check_launch("fill_random_bf16");
+}
+
+void fill_bf16(bf16_t* out, std::size_t count, float value, cudaStream_t stream) {
+  if (count == 0) return;
+  fill_kernel<<<grid_for(count, 256), 256, 0, stream>>>(out, count, __bfloat16_as_ushort(__float2bfloat16_rn(value)));
+  check_launch("fill_bf16");
+}
+
+void embed(const std::int32_t* tokens, int n, const bf16_t* table, int hidden, int vocab, float* x,
+           cudaStream_t stream) {
+  if (n <= 0) return;
+  embed_kernel<<<n, 256, 0, stream>>>(tokens, table, hidden, vocab, x);
+  check_launch("embed");
+}
+
+void add_rmsnorm(float* x, const float* delta, const bf16_t* w, bf16_t* out, int n, int hidden, float eps,
+                 cudaStream_t stream) {
+  if (n <= 0) return;
+  const int threads = hidden >= 4096 ? 1024 : (hidden >= 1024 ? 256 : 128);
+  add_rmsnorm_kernel<<<n, threads, 0, stream>>>(x, delta, w, out, hidden, eps);
+  check_launch("add_rmsnorm");
+}
+
+void qk_norm_rope(const bf16_t* qkv, int n, int hq, int hkv, int d, const bf16_t* q_norm, const bf16_t* k_norm,
+                  const float* inv_freq, const std::int32_t* offset, float eps, bf16_t* q_out, bf16_t* k_cache,
+                  bf16_t* v_cache, int max_ctx, cudaStream_t stream) {
+  if (n <= 0) return;
+  const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(hq + 2 * hkv));
+  qk_norm_rope_kernel<<<grid, 64, d * sizeof(float), stream>>>(qkv, hq, hkv, d, q_norm, k_norm, inv_freq, offset,
+                                                              eps, q_out, k_cache, v_cache, max_ctx);
+  check_launch("qk_norm_rope");
+}
+
+void swiglu(const bf16_t* gate_up, int n, int f, bf16_t* out, cudaStream_t stream) {
+  if (n <= 0 || f <= 0) return;
+  const dim3 grid(static_cast<unsigned>(std::min((f + 255) / 256, 64)), static_cast<unsigned>(n));
+  swiglu_kernel<<<grid, 256, 0, stream>>>(gate_up, f, out);
+  check_launch("swiglu");
+}
+
+void gemv(const bf16_t* w, const bf16_t* x, int rows, int cols, float* y, cudaStream_t stream) {
+  gemv_impl(w, x, rows, cols, y, stream);
+}
+void gemv(const bf16_t* w, const bf16_t* x, int rows, int cols, bf16_t* y, cudaStream_t stream) {
+  gemv_impl(w, x, rows, cols, y, stream);
+}
+
+}  // namespace neuron::backend::cuda::kernels
