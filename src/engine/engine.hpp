@@ -8,6 +8,7 @@
 #include <string>
 
 #include "backend/model_runner.hpp"
+#include "engine/histogram.hpp"
 #include "engine/request.hpp"
 #include "model/config.hpp"
 #include "tokenizer/tokenizer.hpp"
@@ -26,8 +27,11 @@ struct EngineStats {
   std::uint64_t requests_failed = 0;
   std::uint64_t prompt_tokens = 0;
   std::uint64_t generated_tokens = 0;
+  std::uint64_t prompt_tokens_reused = 0;  // prompt tokens whose KV was kept from the previous request
   bool failed = false;                  // runner in an unknown state (e.g. a TP worker died)
   std::string failure;                  // why
+  HistogramSnapshot time_to_first_token;  // seconds, submit to first sampled token
+  HistogramSnapshot inter_token_latency;  // seconds between consecutive sampled tokens
 };
 
 class Engine {
@@ -35,13 +39,16 @@ class Engine {
   // Takes ownership of the runner; the tokenizer must outlive the engine.
   Engine(std::string model_id, std::unique_ptr<backend::ModelRunner> runner, std::shared_ptr<const tokenizer::Tokenizer> tok,
          model::ModelConfigs configs, EngineOptions options);
-  ~Engine();  // cancels queued and running requests (they end with an error event), joins the thread
+  ~Engine();  // shutdown()
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // Queues a request; its events arrive on the returned channel.
-  // Throws Error{"overloaded"} when the queue is full, Error{context_length_exceeded}
-  // when the prompt plus max_tokens exceeds the context, Error{"model_failed"} after a failure.
+  // Queues a request; its events arrive on the returned channel. Throws
+  // Error{invalid_argument} for an empty prompt, ids outside the vocabulary,
+  // max_tokens < 1 or bad sampling parameters (naming the field),
+  // Error{context_length_exceeded} when prompt + max_tokens > max_context(),
+  // Error{overloaded} when queue_depth requests already wait, Error{model_failed}
+  // after a runner failure, Error{shutting_down} after shutdown().
   std::shared_ptr<Channel> submit(CompletionRequest request);
 
   EngineStats stats() const;
@@ -49,6 +56,10 @@ class Engine {
   std::int32_t max_context() const noexcept;
   backend::MemoryStats memory() const;
   bool idle() const;  // nothing queued or running (unload may proceed)
+  // Ends queued and running requests with an error event (shutting_down), joins the
+  // thread and frees the runner (weights, KV cache, TP workers) even while other
+  // owners still hold the Engine; later submits throw Error{shutting_down}. Idempotent.
+  void shutdown();
 
  private:
   struct State;

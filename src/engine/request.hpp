@@ -30,18 +30,23 @@ struct Usage {
   std::int32_t completion_tokens = 0;
 };
 
-// One step's output, or the end of the request.
+// One step's output, or the end of the request. Each request gets deltas
+// (only ones with non-empty text or reasoning), then exactly one done or one
+// error event, which is the last.
 struct Event {
   enum class Kind { delta, done, error };
   Kind kind = Kind::delta;
   std::string text;             // delta: visible content (complete UTF-8, stop strings held back)
   std::string reasoning;        // delta: reasoning content (<think> body) when split_reasoning
-  std::vector<std::int32_t> tokens;  // delta: the token ids this event covers
+  // delta: the ids generated since the previous delta (a token whose text is held back,
+  // or decodes to nothing, rides with the next delta); done: every generated id, in order
+  // (an EOS that ended the request excluded, tokens of a matched stop string included).
+  std::vector<std::int32_t> tokens;
   std::string finish_reason;    // done: "stop" | "length" | "cancelled"
   Usage usage;                  // done: final counts
   std::string error_kind;       // error: an errc kind
   std::string error_message;    // error
-  double time_to_first_token_ms = 0;  // done
+  double time_to_first_token_ms = 0;  // done: from submit to the first sampled token (queue wait included)
 };
 
 // Single-producer (engine thread) / single-consumer (HTTP thread) queue of events.
