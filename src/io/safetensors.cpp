@@ -4,6 +4,7 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -66,13 +67,18 @@ std::map<std::string, TensorView> parse_safetensors(std::span<const std::byte> f
     if (sh->size() > 8) bad(what, "tensor '" + name + "': rank " + std::to_string(sh->size()) + " is too high");
     std::vector<std::int64_t> shape;
     std::uint64_t numel = 1;
+    // With a zero dimension numel is 0 whatever the others are, yet views still
+    // multiply the other dimensions (row strides): bound their product too.
+    std::uint64_t extent = 1;
     for (const auto& d : *sh) {
       if (!d.is_number_unsigned()) bad(what, "tensor '" + name + "': shape entries must be non-negative integers");
       std::uint64_t v = d.get<std::uint64_t>();
       if (v > (1ull << 40)) bad(what, "tensor '" + name + "': dimension " + std::to_string(v) + " is too large");
       numel = checked_mul(numel, v, what, name);
+      extent = checked_mul(extent, std::max<std::uint64_t>(v, 1), what, name);
       shape.push_back(static_cast<std::int64_t>(v));
     }
+    if (extent > (1ull << 58)) bad(what, "tensor '" + name + "': shape " + sh->dump() + " is too large");
     std::uint64_t nbytes = checked_mul(numel, dtype_size(dtype), what, name);
     std::uint64_t b = (*off)[0].get<std::uint64_t>(), en = (*off)[1].get<std::uint64_t>();
     if (en < b) bad(what, "tensor '" + name + "': data_offsets end before they begin");
@@ -89,11 +95,16 @@ std::map<std::string, TensorView> parse_safetensors(std::span<const std::byte> f
   std::vector<std::size_t> order(ranges.size());
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::sort(order.begin(), order.end(), [&](auto a, auto b) { return ranges[a] < ranges[b]; });
-  for (std::size_t i = 1; i < order.size(); ++i) {
-    const auto& prev = ranges[order[i - 1]];
-    const auto& cur = ranges[order[i]];
-    if (cur.first < prev.second && cur.second > cur.first && prev.second > prev.first)
-      bad(what, "tensors '" + range_names[order[i - 1]] + "' and '" + range_names[order[i]] + "' overlap");
+  // Empty ranges own no bytes and overlap nothing; every other range must
+  // start at or after the furthest end seen so far (not just its neighbour's:
+  // an empty range between two overlapping ones must not hide the overlap).
+  std::optional<std::size_t> furthest;
+  for (std::size_t i : order) {
+    const auto& cur = ranges[i];
+    if (cur.second == cur.first) continue;
+    if (furthest && cur.first < ranges[*furthest].second)
+      bad(what, "tensors '" + range_names[*furthest] + "' and '" + range_names[i] + "' overlap");
+    if (!furthest || cur.second > ranges[*furthest].second) furthest = i;
   }
   return out;
 }
@@ -121,7 +132,8 @@ std::vector<std::filesystem::path> checkpoint_files(const std::filesystem::path&
       if (!file.is_string()) fail(errc::bad_model, index.string() + ": weight_map['" + tensor + "'] is not a string");
       std::string f = file.get<std::string>();
       // Shard names are plain file names: nothing may point outside the model directory.
-      if (f.empty() || f.find('/') != std::string::npos || f.find('\\') != std::string::npos || f == "." || f == "..")
+      const bool control = std::any_of(f.begin(), f.end(), [](char ch) { return static_cast<unsigned char>(ch) < 0x20; });
+      if (f.empty() || control || f.find('/') != std::string::npos || f.find('\\') != std::string::npos || f == "." || f == "..")
         fail(errc::bad_model, index.string() + ": shard name '" + f + "' is not a plain file name");
       names.insert(f);
     }
