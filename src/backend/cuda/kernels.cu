@@ -44,10 +44,14 @@ __device__ __forceinline__ std::uint64_t splitmix64(std::uint64_t x) {
   return x ^ (x >> 31);
 }
 
-__global__ void fill_random_kernel(bf16_t* out, std::size_t count, std::uint64_t seed, float scale) {
+__global__ void fill_random_kernel(bf16_t* out, std::int64_t rows, std::int64_t cols, std::int64_t row_begin,
+                                   std::int64_t col_begin, std::int64_t full_cols, std::uint64_t seed, float scale) {
+  const std::size_t count = static_cast<std::size_t>(rows) * cols;
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < count;
        i += std::size_t{gridDim.x} * blockDim.x) {
-    const std::uint64_t h = splitmix64(seed ^ splitmix64(i));
+    const std::uint64_t r = i / cols, c = i % cols;
+    const std::uint64_t global = (row_begin + r) * full_cols + col_begin + c;
+    const std::uint64_t h = splitmix64(seed ^ splitmix64(global));
     const float u = static_cast<float>(h >> 40) * (1.0f / 16777216.0f);  // [0, 1)
     out[i] = to_bf((2.f * u - 1.f) * scale);
   }
@@ -217,9 +221,13 @@ unsigned grid_for(std::size_t count, int threads) {
 
 }  // namespace
 
-void fill_random_bf16(bf16_t* out, std::size_t count, std::uint64_t seed, float scale, cudaStream_t stream) {
+void fill_random_bf16(bf16_t* out, std::int64_t rows, std::int64_t cols, std::int64_t row_begin,
+                      std::int64_t col_begin, std::int64_t full_cols, std::uint64_t seed, float scale,
+                      cudaStream_t stream) {
+  const std::size_t count = static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols);
   if (count == 0) return;
-  fill_random_kernel<<<grid_for(count, 256), 256, 0, stream>>>(out, count, seed, scale);
+  fill_random_kernel<<<grid_for(count, 256), 256, 0, stream>>>(out, rows, cols, row_begin, col_begin, full_cols, seed,
+                                                               scale);
   check_launch("fill_random_bf16");
 }
 

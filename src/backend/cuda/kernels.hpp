@@ -20,9 +20,13 @@ namespace neuron::backend::cuda::kernels {
 
 using bf16_t = std::uint16_t;
 
-// Uniform values in [-scale, scale) from a counter hash of (seed, index):
-// the same seed gives the same tensor on every run and device.
-void fill_random_bf16(bf16_t* out, std::size_t count, std::uint64_t seed, float scale, cudaStream_t stream);
+// Uniform values in [-scale, scale) for the block [row_begin, +rows) x
+// [col_begin, +cols) of a [*, full_cols] tensor, each element a hash of (seed,
+// its global index): the ranks of a sharded random model hold slices of one
+// model, and a seed gives the same tensor on every run and device. out is [rows, cols].
+void fill_random_bf16(bf16_t* out, std::int64_t rows, std::int64_t cols, std::int64_t row_begin,
+                      std::int64_t col_begin, std::int64_t full_cols, std::uint64_t seed, float scale,
+                      cudaStream_t stream);
 void fill_bf16(bf16_t* out, std::size_t count, float value, cudaStream_t stream);
 
 // x[i, :] = table[tokens[i], :] as f32. Token ids are validated by the caller;
