@@ -1,0 +1,194 @@
+#include "tokenizer/tokenizer.hpp"
+
+#include <algorithm>
+#include <deque>
+
+#include <nlohmann/json.hpp>
+
+#include "tokenizer/added_vocabulary.hpp"
+#include "tokenizer/bpe.hpp"
+#include "tokenizer/byte_level.hpp"
+#include "tokenizer/normalizer.hpp"
+#include "tokenizer/pre_tokenizer.hpp"
+#include "tokenizer/utf8.hpp"
+#include "util/error.hpp"
+#include "util/mapped_file.hpp"
+
+namespace neuron::tokenizer {
+
+struct Tokenizer::Impl {
+  Bpe bpe;
+  Normalizer normalizer;
+  PreTokenizer pre_tokenizer;
+  AddedVocabulary added;
+  // Indexed by id over [0, max id]; holes (ids neither in the vocab nor added) are unknown.
+  std::vector<std::string> text;   // [n_ids] tokenizer.json spelling
+  std::vector<std::string> bytes;  // [n_ids] raw bytes the ByteLevel decoder yields
+  std::vector<std::uint8_t> kind;  // [n_ids] kUnknown / kNormal / kSpecial
+  std::size_t distinct = 0;
+
+  static constexpr std::uint8_t kUnknown = 0, kNormal = 1, kSpecial = 2;
+
+  void encode_plain(std::string_view text, std::vector<std::int32_t>& ids) const;
+};
+
+namespace {
+
+[[noreturn]] void bad(const std::string& msg) { fail(errc::bad_model, "tokenizer.json: " + msg); }
+
+const nlohmann::json& field_or_null(const nlohmann::json& root, const char* key) {
+  static const nlohmann::json null_json;
+  const auto it = root.find(key);
+  return it == root.end() ? null_json : *it;
+}
+
+void check_decoder(const nlohmann::json& d) {
+  if (d.is_object() && d.contains("type") && d["type"] == "ByteLevel") return;
+  if (d.is_object() && d.contains("type") && d["type"] == "Sequence" && d.contains("decoders") &&
+      d["decoders"].is_array() && d["decoders"].size() == 1) {
+    check_decoder(d["decoders"][0]);
+    return;
+  }
+  bad("decoder must be ByteLevel (neuron serves byte-level BPE tokenizers), got " +
+      (d.is_null() ? std::string("null") : d.dump().substr(0, 80)));
+}
+
+}  // namespace
+
+Tokenizer Tokenizer::from_file(const std::filesystem::path& tokenizer_json) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(tokenizer_json, ec))
+    fail(errc::not_found, "tokenizer file not found: " + tokenizer_json.string());
+  const MappedFile file(tokenizer_json);
+  const auto b = file.bytes();
+  try {
+    return from_json(std::string_view(reinterpret_cast<const char*>(b.data()), b.size()));
+  } catch (const Error& e) {
+    if (e.kind() != errc::bad_model) throw;
+    fail(errc::bad_model, tokenizer_json.string() + ": " + e.what());
+  }
+}
+
+Tokenizer Tokenizer::from_json(std::string_view json_text) {
+  nlohmann::json root;
+  try {
+    root = nlohmann::json::parse(json_text.begin(), json_text.end());
+  } catch (const nlohmann::json::exception& e) {
+    bad(std::string("not valid JSON: ") + e.what());
+  }
+  if (!root.is_object()) bad("top level must be an object");
+  if (!root.contains("model")) bad("\"model\" is missing");
+
+  auto impl = std::make_shared<Impl>();
+  impl->bpe = Bpe::from_json(root["model"]);
+  impl->normalizer = Normalizer::from_json(field_or_null(root, "normalizer"));
+  impl->pre_tokenizer = PreTokenizer::from_json(field_or_null(root, "pre_tokenizer"));
+  if (!impl->pre_tokenizer.has_byte_level())
+    bad("pre_tokenizer has no ByteLevel step (neuron serves byte-level BPE tokenizers)");
+  check_decoder(field_or_null(root, "decoder"));
+  impl->added = AddedVocabulary::from_json(field_or_null(root, "added_tokens"), impl->normalizer);
+
+  std::int32_t max_id = impl->bpe.max_id();
+  for (const auto& t : impl->added.tokens()) max_id = std::max(max_id, t.id);
+  const auto n = static_cast<std::size_t>(max_id) + 1;
+  impl->text.resize(n);
+  impl->bytes.resize(n);
+  impl->kind.assign(n, Impl::kUnknown);
+  for (std::int32_t id = 0; id <= impl->bpe.max_id(); ++id) {
+    if (const std::string* t = impl->bpe.id_to_token(id)) {
+      impl->text[id] = *t;
+      impl->kind[id] = Impl::kNormal;
+    }
+  }
+  for (const auto& t : impl->added.tokens()) {
+    impl->text[t.id] = t.content;
+    impl->kind[t.id] = t.special ? Impl::kSpecial : Impl::kNormal;
+  }
+  for (std::size_t id = 0; id < n; ++id) {
+    if (impl->kind[id] == Impl::kUnknown) continue;
+    ++impl->distinct;
+    // The ByteLevel decoder maps a token's characters back to bytes; a token
+    // with a character outside the byte alphabet (an added token such as
+    // "<think>\n"... or " ") is emitted as its UTF-8 text instead.
+    auto raw = from_byte_level(impl->text[id]);
+    impl->bytes[id] = raw ? std::move(*raw) : impl->text[id];
+  }
+  return Tokenizer(std::move(impl));
+}
+
+void Tokenizer::Impl::encode_plain(std::string_view plain, std::vector<std::int32_t>& ids) const {
+  std::string normalized;
+  const std::string_view text = normalizer.normalize(plain, normalized) ? std::string_view(normalized) : plain;
+  std::vector<Segment> segments;
+  if (added.normalized_matcher().empty())
+    segments.push_back({text, -1});
+  else
+    added.normalized_matcher().split(text, segments);
+  std::vector<std::string_view> words;
+  std::deque<std::string> arena;
+  for (const Segment& s : segments) {
+    if (s.id >= 0) {
+      ids.push_back(s.id);
+      continue;
+    }
+    words.clear();
+    pre_tokenizer.split(s.text, words, arena);
+    for (std::string_view w : words) bpe.tokenize(w, ids);
+  }
+}
+
+std::vector<std::int32_t> Tokenizer::encode(std::string_view text) const {
+  std::string repaired;
+  if (!is_valid_utf8(text)) {
+    repaired = utf8_lossy(text);
+    text = repaired;
+  }
+  std::vector<std::int32_t> ids;
+  ids.reserve(text.size() / 3 + 1);
+  std::vector<Segment> segments;
+  impl_->added.raw_matcher().split(text, segments);
+  for (const Segment& s : segments) {
+    if (s.id >= 0)
+      ids.push_back(s.id);
+    else
+      impl_->encode_plain(s.text, ids);
+  }
+  return ids;
+}
+
+bool Tokenizer::is_known(std::int32_t id) const noexcept {
+  return id >= 0 && static_cast<std::size_t>(id) < impl_->kind.size() && impl_->kind[id] != Impl::kUnknown;
+}
+
+std::string_view Tokenizer::token_bytes(std::int32_t id) const {
+  if (!is_known(id)) fail(errc::invalid_argument, "unknown token id " + std::to_string(id));
+  return impl_->bytes[id];
+}
+
+std::string Tokenizer::decode(std::span<const std::int32_t> ids, bool skip_special_tokens) const {
+  std::string raw;
+  for (std::int32_t id : ids) {
+    const std::string_view b = token_bytes(id);
+    if (skip_special_tokens && impl_->kind[id] == Impl::kSpecial) continue;
+    raw.append(b);
+  }
+  if (is_valid_utf8(raw)) return raw;
+  return utf8_lossy(raw);
+}
+
+std::optional<std::int32_t> Tokenizer::token_to_id(std::string_view token) const {
+  for (const auto& t : impl_->added.tokens())
+    if (t.content == token) return t.id;
+  return impl_->bpe.token_to_id(token);
+}
+
+std::string Tokenizer::id_to_token(std::int32_t id) const {
+  if (!is_known(id)) fail(errc::invalid_argument, "unknown token id " + std::to_string(id));
+  return impl_->text[id];
+}
+
+std::size_t Tokenizer::vocab_size() const { return impl_->distinct; }
+
+bool Tokenizer::is_special(std::int32_t id) const { return is_known(id) && impl_->kind[id] == Impl::kSpecial; }
+
+}  // namespace neuron::tokenizer
