@@ -1,0 +1,282 @@
+#include "server/openai_request.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include "server/api_error.hpp"
+
+namespace neuron::server {
+namespace {
+
+using nlohmann::json;
+
+// Absent and null mean the same thing: the client did not set the field.
+const json* field(const json& obj, const char* key) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+std::string range_text(double lo, double hi) {
+  auto fmt = [](double v) {
+    json j = v;
+    if (v == std::floor(v) && std::fabs(v) < 1e15) j = static_cast<std::int64_t>(v);
+    return j.dump();
+  };
+  return fmt(lo) + " and " + fmt(hi);
+}
+
+std::optional<float> number_in(const json& obj, const char* key, double lo, double hi) {
+  const json* v = field(obj, key);
+  if (!v) return std::nullopt;
+  if (!v->is_number()) throw FieldError(key, std::string("'") + key + "' must be a number");
+  double d = v->get<double>();
+  if (!(d >= lo && d <= hi))
+    throw FieldError(key, std::string("'") + key + "' must be between " + range_text(lo, hi) + ", got " + v->dump());
+  return static_cast<float>(d);
+}
+
+std::optional<std::int64_t> integer_in(const json& obj, const char* key, std::int64_t lo, std::int64_t hi) {
+  const json* v = field(obj, key);
+  if (!v) return std::nullopt;
+  if (!v->is_number_integer()) throw FieldError(key, std::string("'") + key + "' must be an integer");
+  bool too_big = v->is_number_unsigned() && v->get<std::uint64_t>() > static_cast<std::uint64_t>(hi);
+  std::int64_t i = too_big ? hi : v->get<std::int64_t>();
+  if (too_big || i < lo || i > hi)
+    throw FieldError(key, std::string("'") + key + "' must be between " + std::to_string(lo) + " and " + std::to_string(hi) +
+                              ", got " + v->dump());
+  return i;
+}
+
+std::optional<bool> boolean(const json& obj, const char* key) {
+  const json* v = field(obj, key);
+  if (!v) return std::nullopt;
+  if (!v->is_boolean()) throw FieldError(key, std::string("'") + key + "' must be a boolean");
+  return v->get<bool>();
+}
+
+[[noreturn]] void unsupported(const std::string& param, const std::string& what) {
+  throw FieldError(param, what + " is not supported by neuron", http_errc::unsupported);
+}
+
+std::string parse_model(const json& body) {
+  const json* v = field(body, "model");
+  if (!v) return {};
+  if (!v->is_string()) throw FieldError("model", "'model' must be a string");
+  return v->get<std::string>();
+}
+
+std::vector<std::string> parse_stop(const json& body) {
+  const json* v = field(body, "stop");
+  if (!v) return {};
+  std::vector<std::string> out;
+  if (v->is_string()) {
+    out.push_back(v->get<std::string>());
+  } else if (v->is_array()) {
+    if (v->size() > 4) throw FieldError("stop", "'stop' may hold at most 4 sequences, got " + std::to_string(v->size()));
+    for (std::size_t i = 0; i < v->size(); ++i) {
+      if (!(*v)[i].is_string()) throw FieldError("stop[" + std::to_string(i) + "]", "'stop' entries must be strings");
+      out.push_back((*v)[i].get<std::string>());
+    }
+  } else {
+    throw FieldError("stop", "'stop' must be a string or an array of strings");
+  }
+  for (const auto& s : out)
+    if (s.empty()) throw FieldError("stop", "'stop' sequences must not be empty");
+  return out;
+}
+
+// Fields both endpoints share.
+void parse_common(const json& body, OpenAiRequest& r) {
+  r.model = parse_model(body);
+  constexpr std::int64_t kMaxTokens = std::numeric_limits<std::int32_t>::max();
+  if (auto v = integer_in(body, "max_completion_tokens", 1, kMaxTokens)) r.max_tokens = static_cast<std::int32_t>(*v);
+  if (auto v = integer_in(body, "max_tokens", 1, kMaxTokens)) {
+    if (r.max_tokens && *r.max_tokens != *v)
+      throw FieldError("max_tokens", "'max_tokens' and 'max_completion_tokens' disagree; send one of them");
+    r.max_tokens = static_cast<std::int32_t>(*v);
+  }
+  SamplingOverrides& s = r.sampling;
+  s.temperature = number_in(body, "temperature", 0, 2);
+  s.top_p = number_in(body, "top_p", 0, 1);
+  if (s.top_p && *s.top_p <= 0) throw FieldError("top_p", "'top_p' must be greater than 0");
+  s.min_p = number_in(body, "min_p", 0, 1);
+  if (auto v = integer_in(body, "top_k", -1, std::numeric_limits<std::int32_t>::max())) s.top_k = static_cast<std::int32_t>(*v);
+  s.presence_penalty = number_in(body, "presence_penalty", -2, 2);
+  s.frequency_penalty = number_in(body, "frequency_penalty", -2, 2);
+  s.repetition_penalty = number_in(body, "repetition_penalty", 0, 10);
+  if (s.repetition_penalty && *s.repetition_penalty <= 0)
+    throw FieldError("repetition_penalty", "'repetition_penalty' must be greater than 0");
+  if (auto v = integer_in(body, "seed", std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max()))
+    s.seed = static_cast<std::uint64_t>(*v);
+
+  if (auto n = integer_in(body, "n", std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max());
+      n && *n != 1)
+    throw FieldError("n", "'n' must be 1: neuron returns one choice per request, got " + std::to_string(*n));
+  r.stop = parse_stop(body);
+  r.stream = boolean(body, "stream").value_or(false);
+  if (const json* so = field(body, "stream_options")) {
+    if (!so->is_object()) throw FieldError("stream_options", "'stream_options' must be an object");
+    const json* iu = field(*so, "include_usage");
+    if (iu && !iu->is_boolean())
+      throw FieldError("stream_options.include_usage", "'stream_options.include_usage' must be a boolean");
+    r.include_usage = iu && iu->get<bool>();
+  }
+  r.ignore_eos = boolean(body, "ignore_eos").value_or(false);
+  if (const json* lb = field(body, "logit_bias")) {
+    if (!lb->is_object()) throw FieldError("logit_bias", "'logit_bias' must be an object");
+    if (!lb->empty()) unsupported("logit_bias", "'logit_bias'");
+  }
+}
+
+std::string part_text(const json& content, const std::string& where) {
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array()) throw FieldError(where, "'" + where + "' must be a string or an array of text parts");
+  std::string text;
+  for (std::size_t j = 0; j < content.size(); ++j) {
+    const json& part = content[j];
+    std::string pw = where + "[" + std::to_string(j) + "]";
+    if (!part.is_object()) throw FieldError(pw, "'" + pw + "' must be an object");
+    const json* type = field(part, "type");
+    if (!type || !type->is_string()) throw FieldError(pw + ".type", "'" + pw + ".type' must be a string");
+    if (*type != "text") unsupported(pw + ".type", "content part type '" + type->get<std::string>() + "'");
+    const json* t = field(part, "text");
+    if (!t || !t->is_string()) throw FieldError(pw + ".text", "'" + pw + ".text' must be a string");
+    text += t->get<std::string>();
+  }
+  return text;
+}
+
+std::vector<ChatMessage> parse_messages(const json& body) {
+  const json* v = field(body, "messages");
+  if (!v) throw FieldError("messages", "'messages' is required");
+  if (!v->is_array()) throw FieldError("messages", "'messages' must be an array");
+  if (v->empty()) throw FieldError("messages", "'messages' must hold at least one message");
+  std::vector<ChatMessage> out;
+  for (std::size_t i = 0; i < v->size(); ++i) {
+    const json& m = (*v)[i];
+    const std::string where = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) throw FieldError(where, "'" + where + "' must be an object");
+    ChatMessage msg;
+    const json* role = field(m, "role");
+    if (!role || !role->is_string()) throw FieldError(where + ".role", "'" + where + ".role' must be a string");
+    msg.role = role->get<std::string>();
+    if (msg.role == "developer") msg.role = "system";  // OpenAI's newer name for the system prompt
+    if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" && msg.role != "tool")
+      throw FieldError(where + ".role", "'" + where + ".role' must be one of system, developer, user, assistant, tool; got '" +
+                                            msg.role + "'");
+    if (const json* c = field(m, "content")) msg.content = part_text(*c, where + ".content");
+    else if (msg.role != "assistant") throw FieldError(where + ".content", "'" + where + ".content' is required");
+    if (const json* rc = field(m, "reasoning_content")) {
+      if (!rc->is_string()) throw FieldError(where + ".reasoning_content", "'" + where + ".reasoning_content' must be a string");
+      msg.reasoning_content = rc->get<std::string>();
+    }
+    if (const json* n = field(m, "name")) {
+      if (!n->is_string()) throw FieldError(where + ".name", "'" + where + ".name' must be a string");
+      msg.name = n->get<std::string>();
+    }
+    if (const json* id = field(m, "tool_call_id")) {
+      if (!id->is_string()) throw FieldError(where + ".tool_call_id", "'" + where + ".tool_call_id' must be a string");
+      msg.tool_call_id = id->get<std::string>();
+    }
+    if (const json* tc = field(m, "tool_calls")) {
+      if (!tc->is_array()) throw FieldError(where + ".tool_calls", "'" + where + ".tool_calls' must be an array");
+      msg.tool_calls = *tc;
+    }
+    out.push_back(std::move(msg));
+  }
+  return out;
+}
+
+std::vector<std::int32_t> token_ids(const json& arr, const std::string& where) {
+  std::vector<std::int32_t> ids;
+  ids.reserve(arr.size());
+  for (std::size_t i = 0; i < arr.size(); ++i) {
+    const json& t = arr[i];
+    if (!t.is_number_integer() || (t.is_number_unsigned() && t.get<std::uint64_t>() > 0x7fffffffu) || t.get<std::int64_t>() < 0 ||
+        t.get<std::int64_t>() > std::numeric_limits<std::int32_t>::max())
+      throw FieldError(where + "[" + std::to_string(i) + "]", "token ids must be non-negative integers");
+    ids.push_back(static_cast<std::int32_t>(t.get<std::int64_t>()));
+  }
+  return ids;
+}
+
+std::variant<std::string, std::vector<std::int32_t>> parse_prompt(const json& body) {
+  const json* v = field(body, "prompt");
+  if (!v) throw FieldError("prompt", "'prompt' is required");
+  if (v->is_string()) return v->get<std::string>();
+  if (!v->is_array()) throw FieldError("prompt", "'prompt' must be a string, an array of token ids, or an array of one string");
+  if (v->empty()) throw FieldError("prompt", "'prompt' must not be empty");
+  const json& first = v->front();
+  if (first.is_number()) return token_ids(*v, "prompt");
+  if (v->size() != 1)
+    throw FieldError("prompt", "batched prompts are not supported: send one prompt per request (got " + std::to_string(v->size()) + ")");
+  if (first.is_string()) return first.get<std::string>();
+  if (first.is_array()) {
+    if (first.empty()) throw FieldError("prompt[0]", "'prompt[0]' must not be empty");
+    return token_ids(first, "prompt[0]");
+  }
+  throw FieldError("prompt[0]", "'prompt[0]' must be a string or an array of token ids");
+}
+
+}  // namespace
+
+json parse_body(std::string_view body) {
+  json j;
+  try {
+    j = json::parse(body.begin(), body.end());
+  } catch (const json::parse_error& e) {
+    throw FieldError({}, std::string("request body is not valid JSON: ") + e.what(), http_errc::invalid_json);
+  }
+  if (!j.is_object()) throw FieldError({}, "request body must be a JSON object", http_errc::invalid_json);
+  return j;
+}
+
+OpenAiRequest parse_chat_request(const json& body) {
+  OpenAiRequest r;
+  r.kind = OpenAiRequest::Kind::chat;
+  parse_common(body, r);
+  r.messages = parse_messages(body);
+  if (auto lp = boolean(body, "logprobs"); lp && *lp) unsupported("logprobs", "'logprobs'");
+  if (field(body, "top_logprobs")) unsupported("top_logprobs", "'top_logprobs'");
+  if (const json* k = field(body, "chat_template_kwargs")) {
+    if (!k->is_object()) throw FieldError("chat_template_kwargs", "'chat_template_kwargs' must be an object");
+    r.chat_template_kwargs = *k;
+  }
+  if (const json* t = field(body, "tools")) {
+    if (!t->is_array()) throw FieldError("tools", "'tools' must be an array");
+    for (std::size_t i = 0; i < t->size(); ++i)
+      if (!(*t)[i].is_object()) throw FieldError("tools[" + std::to_string(i) + "]", "'tools' entries must be objects");
+    r.tools = *t;
+  }
+  if (const json* rf = field(body, "response_format")) {
+    if (!rf->is_object()) throw FieldError("response_format", "'response_format' must be an object");
+    const json* type = field(*rf, "type");
+    if (!type || !type->is_string()) throw FieldError("response_format.type", "'response_format.type' must be a string");
+    if (*type != "text") unsupported("response_format.type", "response_format type '" + type->get<std::string>() + "'");
+  }
+  return r;
+}
+
+OpenAiRequest parse_completion_request(const json& body) {
+  OpenAiRequest r;
+  r.kind = OpenAiRequest::Kind::completion;
+  parse_common(body, r);
+  r.prompt = parse_prompt(body);
+  if (const json* lp = field(body, "logprobs")) {
+    if (!lp->is_number_integer() && !lp->is_boolean()) throw FieldError("logprobs", "'logprobs' must be an integer");
+    if ((lp->is_boolean() && lp->get<bool>()) || (lp->is_number_integer() && lp->get<std::int64_t>() != 0))
+      unsupported("logprobs", "'logprobs'");
+  }
+  if (auto echo = boolean(body, "echo"); echo && *echo) unsupported("echo", "'echo'");
+  if (auto b = integer_in(body, "best_of", std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max());
+      b && *b != 1)
+    unsupported("best_of", "'best_of' other than 1");
+  if (const json* s = field(body, "suffix")) {
+    if (!s->is_string()) throw FieldError("suffix", "'suffix' must be a string");
+    if (!s->get<std::string>().empty()) unsupported("suffix", "'suffix'");
+  }
+  return r;
+}
+
+}  // namespace neuron::server

@@ -1,0 +1,59 @@
+#pragma once
+// Parsing and validation of OpenAI request bodies (/v1/chat/completions,
+// /v1/completions), before any model is involved. Every field is checked for
+// type and range and a failure names it in FieldError::param, so a client
+// sees exactly which field to fix. Unknown fields are ignored (as vLLM does);
+// features neuron does not have (logprobs, n > 1, ...) are refused, never
+// silently dropped.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace neuron::server {
+
+struct ChatMessage {
+  std::string role;     // system | developer | user | assistant | tool
+  std::string content;  // text parts joined
+  std::optional<std::string> reasoning_content;  // an earlier assistant turn's thinking
+  std::optional<std::string> name, tool_call_id;
+  nlohmann::json tool_calls;  // assistant turns: passed through to the template (null when absent)
+};
+
+// Request fields that override the model's generation_config.json defaults.
+struct SamplingOverrides {
+  std::optional<float> temperature, top_p, min_p;
+  std::optional<std::int32_t> top_k;
+  std::optional<float> presence_penalty, frequency_penalty, repetition_penalty;
+  std::optional<std::uint64_t> seed;
+};
+
+struct OpenAiRequest {
+  enum class Kind { chat, completion };
+  Kind kind = Kind::chat;
+  std::string model;  // empty: the client named none
+  std::vector<ChatMessage> messages;                                    // chat
+  std::variant<std::string, std::vector<std::int32_t>> prompt;          // completion: text or token ids
+  std::optional<std::int32_t> max_tokens;  // max_tokens or max_completion_tokens; absent: up to the context
+  SamplingOverrides sampling;
+  std::vector<std::string> stop;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  bool ignore_eos = false;     // vLLM extension, used by benchmarks
+  nlohmann::json chat_template_kwargs = nlohmann::json::object();
+  nlohmann::json tools;  // null or array
+};
+
+// Body text -> JSON object. Throws FieldError{invalid_json} for malformed
+// JSON (nlohmann also rejects invalid UTF-8 and lone surrogates in strings)
+// and for a body that is not an object.
+nlohmann::json parse_body(std::string_view body);
+
+OpenAiRequest parse_chat_request(const nlohmann::json& body);
+OpenAiRequest parse_completion_request(const nlohmann::json& body);
+
+}  // namespace neuron::server

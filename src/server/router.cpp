@@ -1,0 +1,48 @@
+#include "server/router.hpp"
+
+#include <exception>
+
+#include <spdlog/spdlog.h>
+
+#include "server/api_error.hpp"
+
+namespace neuron::server {
+
+void Router::add(std::string method, std::string path, Handler handler) {
+  routes_.push_back(Route{std::move(method), std::move(path), std::move(handler)});
+}
+
+HttpResponse Router::dispatch(const HttpRequest& request) const {
+  std::string allow;
+  for (const auto& route : routes_) {
+    if (route.path != request.path) continue;
+    if (route.method == request.method) {
+      try {
+        return route.handler(request);
+      } catch (const std::exception& e) {
+        ApiError err = from_exception(e);
+        if (err.status >= 500) spdlog::error("{} {}: {}", request.method, request.path, e.what());
+        return error_response(err);
+      } catch (...) {
+        spdlog::error("{} {}: unknown exception", request.method, request.path);
+        return error_response(classify(errc::internal, {}));
+      }
+    }
+    if (!allow.empty()) allow += ", ";
+    allow += route.method;
+  }
+  if (allow.empty())
+    return error_response(classify(http_errc::route_not_found, "no route for " + request.method + " " + request.path));
+  HttpResponse r = error_response(
+      classify(http_errc::method_not_allowed, request.method + " is not allowed on " + request.path + " (allowed: " + allow + ")"));
+  r.set_header("Allow", allow);
+  return r;
+}
+
+std::string Router::route_label(const std::string& path) const {
+  for (const auto& route : routes_)
+    if (route.path == path) return path;
+  return "unmatched";
+}
+
+}  // namespace neuron::server

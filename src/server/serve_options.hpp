@@ -1,0 +1,46 @@
+#pragma once
+// `neuron serve` settings from three sources with one precedence:
+// command-line flag > NEURON_* environment variable > JSON config file >
+// default. Every value is validated here and a bad one names its source
+// ("--port", "NEURON_PORT", "config file 'port'"), so the CLI can exit 2
+// with a message the operator can act on.
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace neuron::server {
+
+struct ServeOptions {
+  std::string host = "127.0.0.1";
+  int port = 13131;  // 0: any free port (tests); the bound port is logged
+  std::vector<std::string> models;  // model specs loaded at startup (see parse_model_spec_text)
+  std::string api_key;              // empty: no authentication
+  std::vector<std::filesystem::path> models_dirs;  // where /models/load may find model directories
+  std::size_t queue_depth = 64;
+  std::size_t max_body_bytes = 8u << 20;
+  std::chrono::milliseconds step_timeout{30000};
+  int threads = 64;  // HTTP connection threads: each open stream holds one
+  std::chrono::milliseconds shutdown_grace{10000};  // in-flight requests may finish this long after SIGTERM
+};
+
+// The values given on the command line (absent: not given).
+struct ServeFlags {
+  std::optional<std::string> host, api_key, config;
+  std::optional<std::string> port, queue_depth, max_body_bytes, step_timeout_ms, threads, shutdown_grace_ms;
+  std::vector<std::string> models;
+  std::vector<std::string> models_dirs;
+};
+
+using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;
+EnvLookup process_env();
+
+// Reads the config file named by --config or NEURON_CONFIG when there is one.
+// Throws Error{invalid_argument} naming the offending flag, variable or field.
+ServeOptions resolve_serve_options(const ServeFlags& flags, const EnvLookup& env);
+
+}  // namespace neuron::server

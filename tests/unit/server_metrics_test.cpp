@@ -1,0 +1,118 @@
+// Prometheus text rendering and server settings precedence.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+
+#include "server/discovery.hpp"
+#include "server/metrics.hpp"
+#include "server/serve_options.hpp"
+#include "util/error.hpp"
+
+namespace neuron::server {
+namespace {
+
+TEST(ServerMetrics, RendersCountersGaugesAndHistograms) {
+  Metrics m;
+  m.declare_counter("neuron_http_requests_total", "HTTP requests");
+  m.declare_gauge("neuron_models_loaded", "models");
+  m.declare_histogram("neuron_ttft_seconds", "ttft", {0.1, 1});
+  m.inc("neuron_http_requests_total", {{"route", "/health"}, {"status", "200"}});
+  m.inc("neuron_http_requests_total", {{"route", "/health"}, {"status", "200"}});
+  m.inc("neuron_http_requests_total", {{"route", "/x\"y"}, {"status", "404"}});
+  m.set("neuron_models_loaded", {}, 2);
+  m.observe("neuron_ttft_seconds", 0.05);
+  m.observe("neuron_ttft_seconds", 0.5);
+  m.observe("neuron_ttft_seconds", 5);
+  std::string text = m.render();
+  EXPECT_NE(text.find("# TYPE neuron_http_requests_total counter\n"), std::string::npos);
+  EXPECT_NE(text.find("neuron_http_requests_total{route=\"/health\",status=\"200\"} 2\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("route=\"/x\\\"y\""), std::string::npos);
+  EXPECT_NE(text.find("neuron_models_loaded 2\n"), std::string::npos);
+  EXPECT_NE(text.find("neuron_ttft_seconds_bucket{le=\"0.1\"} 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("neuron_ttft_seconds_bucket{le=\"1\"} 2\n"), std::string::npos);
+  EXPECT_NE(text.find("neuron_ttft_seconds_bucket{le=\"+Inf\"} 3\n"), std::string::npos);
+  EXPECT_NE(text.find("neuron_ttft_seconds_count 3\n"), std::string::npos);
+  EXPECT_NE(text.find("neuron_ttft_seconds_sum 5.55\n"), std::string::npos) << text;
+  EXPECT_EQ(m.value("neuron_http_requests_total", {{"route", "/health"}, {"status", "200"}}), 2);
+}
+
+EnvLookup env_of(std::map<std::string, std::string> vars) {
+  return [vars](const std::string& name) -> std::optional<std::string> {
+    auto it = vars.find(name);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+TEST(ServerServeOptions, DefaultsWhenNothingIsSet) {
+  ServeOptions o = resolve_serve_options({}, env_of({}));
+  EXPECT_EQ(o.host, "127.0.0.1");
+  EXPECT_EQ(o.port, 13131);
+  EXPECT_TRUE(o.api_key.empty());
+  EXPECT_TRUE(o.models.empty());
+}
+
+TEST(ServerServeOptions, FlagBeatsEnvBeatsFileBeatsDefault) {
+  std::string path = testing::TempDir() + "/neuron-serve-config.json";
+  std::ofstream(path) << R"({"port": 2000, "host": "0.0.0.0", "queue_depth": 3, "api_key": "file-key", "models": ["a", {"model_id": "b", "tensor_parallel": 2}]})";
+  ServeFlags flags;
+  flags.config = path;
+  flags.port = "4000";
+  ServeOptions o = resolve_serve_options(flags, env_of({{"NEURON_PORT", "3000"}, {"NEURON_HOST", "10.0.0.1"}}));
+  EXPECT_EQ(o.port, 4000);          // flag
+  EXPECT_EQ(o.host, "10.0.0.1");    // env over file
+  EXPECT_EQ(o.queue_depth, 3u);     // file over default
+  EXPECT_EQ(o.api_key, "file-key");
+  ASSERT_EQ(o.models.size(), 2u);
+  EXPECT_EQ(nlohmann::json::parse(o.models[1])["tensor_parallel"], 2);
+  // The config file may also come from the environment.
+  ServeOptions from_env = resolve_serve_options({}, env_of({{"NEURON_CONFIG", path}, {"NEURON_MODEL", "x;y"}}));
+  EXPECT_EQ(from_env.port, 2000);
+  EXPECT_EQ(from_env.models, (std::vector<std::string>{"x", "y"}));
+  std::remove(path.c_str());
+}
+
+TEST(ServerServeOptions, InvalidValuesNameTheirSource) {
+  auto message_of = [](const ServeFlags& f, std::map<std::string, std::string> env) {
+    try {
+      resolve_serve_options(f, env_of(env));
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), errc::invalid_argument);
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  ServeFlags bad_port;
+  bad_port.port = "99999";
+  EXPECT_NE(message_of(bad_port, {}).find("--port"), std::string::npos);
+  EXPECT_NE(message_of({}, {{"NEURON_PORT", "http"}}).find("NEURON_PORT"), std::string::npos);
+  EXPECT_NE(message_of({}, {{"NEURON_QUEUE_DEPTH", "0"}}).find("NEURON_QUEUE_DEPTH"), std::string::npos);
+  ServeFlags missing_file;
+  missing_file.config = "/nonexistent/neuron.json";
+  EXPECT_NE(message_of(missing_file, {}).find("/nonexistent/neuron.json"), std::string::npos);
+  std::string path = testing::TempDir() + "/neuron-serve-bad.json";
+  std::ofstream(path) << R"({"prot": 1})";
+  ServeFlags typo;
+  typo.config = path;
+  EXPECT_NE(message_of(typo, {}).find("prot"), std::string::npos);
+  std::remove(path.c_str());
+}
+
+TEST(ServerDiscovery, ParsesMeminfo) {
+  MemInfo m = parse_meminfo("MemTotal:       16318480 kB\nMemFree:  100 kB\nMemAvailable:   8000000 kB\n");
+  EXPECT_EQ(m.total_bytes, 16318480ull * 1024);
+  EXPECT_EQ(m.available_bytes, 8000000ull * 1024);
+  EXPECT_EQ(parse_meminfo("garbage\n").total_bytes, 0u);
+}
+
+TEST(ServerDiscovery, ReportsThisHost) {
+  nlohmann::json d = discover();
+  EXPECT_GT(d["memory"]["total_bytes"].get<std::uint64_t>(), 0u);
+  EXPECT_GT(d["cpu"]["logical_cores"].get<long>(), 0);
+  EXPECT_TRUE(d["gpus"].is_array());
+}
+
+}  // namespace
+}  // namespace neuron::server

@@ -1,0 +1,206 @@
+// Request parsing and validation for the OpenAI endpoints, without sockets:
+// each bad field must be refused with the field named in `param`.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "server/api_error.hpp"
+#include "server/openai_request.hpp"
+
+namespace neuron::server {
+namespace {
+
+using nlohmann::json;
+
+// Runs `fn`, expects a FieldError, returns it as the API would report it.
+template <class Fn>
+ApiError expect_field_error(Fn fn) {
+  try {
+    fn();
+  } catch (const FieldError& e) {
+    return from_exception(e);
+  }
+  ADD_FAILURE() << "no FieldError thrown";
+  return {};
+}
+
+json chat_body(json extra = json::object()) {
+  json body = {{"model", "m"}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}};
+  body.update(extra);
+  return body;
+}
+
+json completion_body(json extra = json::object()) {
+  json body = {{"model", "m"}, {"prompt", "Once upon"}};
+  body.update(extra);
+  return body;
+}
+
+TEST(ServerOpenAiRequest, ParsesAFullChatRequest) {
+  json body = chat_body({{"max_tokens", 16},
+                         {"temperature", 0},
+                         {"top_p", 0.9},
+                         {"top_k", 20},
+                         {"min_p", 0.05},
+                         {"seed", 7},
+                         {"stop", {"\n\n", "END"}},
+                         {"presence_penalty", 0.5},
+                         {"frequency_penalty", -0.5},
+                         {"repetition_penalty", 1.1},
+                         {"n", 1},
+                         {"stream", true},
+                         {"stream_options", {{"include_usage", true}}},
+                         {"chat_template_kwargs", {{"enable_thinking", false}}}});
+  body["messages"] = json::array({{{"role", "system"}, {"content", "be brief"}},
+                                  {{"role", "user"}, {"content", {{{"type", "text"}, {"text", "a"}}, {{"type", "text"}, {"text", "b"}}}}},
+                                  {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", json::array()}},
+                                  {{"role", "tool"}, {"content", "42"}, {"tool_call_id", "c1"}}});
+  OpenAiRequest r = parse_chat_request(body);
+  EXPECT_EQ(r.model, "m");
+  ASSERT_EQ(r.messages.size(), 4u);
+  EXPECT_EQ(r.messages[1].content, "ab");
+  EXPECT_EQ(r.messages[3].tool_call_id, "c1");
+  EXPECT_EQ(r.max_tokens, 16);
+  EXPECT_EQ(r.sampling.temperature, 0.0f);
+  EXPECT_FLOAT_EQ(*r.sampling.top_p, 0.9f);
+  EXPECT_EQ(r.sampling.top_k, 20);
+  EXPECT_EQ(r.sampling.seed, 7u);
+  EXPECT_EQ(r.stop, (std::vector<std::string>{"\n\n", "END"}));
+  EXPECT_TRUE(r.stream);
+  EXPECT_TRUE(r.include_usage);
+  EXPECT_EQ(r.chat_template_kwargs["enable_thinking"], false);
+}
+
+TEST(ServerOpenAiRequest, NullMeansUnset) {
+  OpenAiRequest r = parse_chat_request(chat_body({{"temperature", nullptr}, {"stop", nullptr}, {"max_tokens", nullptr}}));
+  EXPECT_FALSE(r.sampling.temperature);
+  EXPECT_TRUE(r.stop.empty());
+  EXPECT_FALSE(r.max_tokens);
+}
+
+TEST(ServerOpenAiRequest, MaxCompletionTokensIsAnAlias) {
+  EXPECT_EQ(parse_chat_request(chat_body({{"max_completion_tokens", 5}})).max_tokens, 5);
+  ApiError e = expect_field_error([] { parse_chat_request(chat_body({{"max_completion_tokens", 5}, {"max_tokens", 6}})); });
+  EXPECT_EQ(e.param, "max_tokens");
+}
+
+TEST(ServerOpenAiRequest, NamesTheBadField) {
+  struct Case {
+    json extra;
+    std::string param;
+  };
+  const Case cases[] = {
+      {{{"model", 3}}, "model"},
+      {{{"max_tokens", -1}}, "max_tokens"},
+      {{{"max_tokens", 0}}, "max_tokens"},
+      {{{"max_tokens", 1e12}}, "max_tokens"},
+      {{{"max_tokens", 99999999999999LL}}, "max_tokens"},
+      {{{"max_tokens", "10"}}, "max_tokens"},
+      {{{"temperature", "hot"}}, "temperature"},
+      {{{"temperature", 2.5}}, "temperature"},
+      {{{"temperature", -0.1}}, "temperature"},
+      {{{"top_p", 0}}, "top_p"},
+      {{{"top_p", 1.5}}, "top_p"},
+      {{{"top_k", -2}}, "top_k"},
+      {{{"top_k", 1.5}}, "top_k"},
+      {{{"min_p", 2}}, "min_p"},
+      {{{"presence_penalty", 3}}, "presence_penalty"},
+      {{{"frequency_penalty", -3}}, "frequency_penalty"},
+      {{{"repetition_penalty", 0}}, "repetition_penalty"},
+      {{{"seed", "x"}}, "seed"},
+      {{{"stop", 5}}, "stop"},
+      {{{"stop", {"a", "b", "c", "d", "e"}}}, "stop"},
+      {{{"stop", {"a", 1}}}, "stop[1]"},
+      {{{"stop", ""}}, "stop"},
+      {{{"stream", "yes"}}, "stream"},
+      {{{"stream_options", 1}}, "stream_options"},
+      {{{"stream_options", {{"include_usage", "y"}}}}, "stream_options.include_usage"},
+      {{{"chat_template_kwargs", "x"}}, "chat_template_kwargs"},
+      {{{"tools", {1}}}, "tools[0]"},
+  };
+  for (const auto& c : cases) {
+    ApiError e = expect_field_error([&] { parse_chat_request(chat_body(c.extra)); });
+    EXPECT_EQ(e.status, 400) << c.extra.dump();
+    EXPECT_EQ(e.param, c.param) << c.extra.dump();
+    EXPECT_EQ(e.type, "invalid_request_error");
+  }
+}
+
+TEST(ServerOpenAiRequest, RefusesMoreThanOneChoice) {
+  ApiError e = expect_field_error([] { parse_chat_request(chat_body({{"n", 2}})); });
+  EXPECT_EQ(e.param, "n");
+  EXPECT_NE(e.message.find("1"), std::string::npos);
+}
+
+TEST(ServerOpenAiRequest, RefusesUnsupportedFeaturesClearly) {
+  for (json extra : {json{{"logprobs", true}}, json{{"top_logprobs", 2}}, json{{"logit_bias", {{"1", 5}}}},
+                     json{{"response_format", {{"type", "json_object"}}}}}) {
+    ApiError e = expect_field_error([&] { parse_chat_request(chat_body(extra)); });
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.code, "unsupported_parameter") << extra.dump();
+    EXPECT_NE(e.message.find("not supported"), std::string::npos);
+  }
+  EXPECT_NO_THROW(parse_chat_request(chat_body({{"logprobs", false}, {"logit_bias", json::object()}})));
+  for (json extra : {json{{"logprobs", 3}}, json{{"echo", true}}, json{{"best_of", 2}}, json{{"suffix", "x"}}}) {
+    ApiError e = expect_field_error([&] { parse_completion_request(completion_body(extra)); });
+    EXPECT_EQ(e.code, "unsupported_parameter") << extra.dump();
+  }
+}
+
+TEST(ServerOpenAiRequest, ValidatesMessages) {
+  struct Case {
+    json messages;
+    std::string param;
+  };
+  const Case cases[] = {
+      {json(nullptr), "messages"},
+      {json("hi"), "messages"},
+      {json::array(), "messages"},
+      {json::array({1}), "messages[0]"},
+      {json::array({{{"content", "x"}}}), "messages[0].role"},
+      {json::array({{{"role", "wizard"}, {"content", "x"}}}), "messages[0].role"},
+      {json::array({{{"role", "user"}}}), "messages[0].content"},
+      {json::array({{{"role", "user"}, {"content", 5}}}), "messages[0].content"},
+      {json::array({{{"role", "user"}, {"content", {{{"type", "image_url"}, {"image_url", "x"}}}}}}), "messages[0].content[0].type"},
+      {json::array({{{"role", "user"}, {"content", {{{"type", "text"}}}}}}), "messages[0].content[0].text"},
+      {json::array({{{"role", "user"}, {"content", "a"}}, {{"role", "user"}, {"content", "b"}, {"name", 1}}}), "messages[1].name"},
+  };
+  for (const auto& c : cases) {
+    json body = chat_body();
+    body["messages"] = c.messages;
+    ApiError e = expect_field_error([&] { parse_chat_request(body); });
+    EXPECT_EQ(e.param, c.param) << c.messages.dump();
+  }
+  json body = chat_body();
+  body["messages"] = json::array({{{"role", "developer"}, {"content", "rules"}}});
+  EXPECT_EQ(parse_chat_request(body).messages[0].role, "system");
+}
+
+TEST(ServerOpenAiRequest, AcceptsEveryPromptShape) {
+  using Ids = std::vector<std::int32_t>;
+  EXPECT_EQ(std::get<std::string>(parse_completion_request(completion_body()).prompt), "Once upon");
+  EXPECT_EQ(std::get<Ids>(parse_completion_request(completion_body({{"prompt", {1, 2, 3}}})).prompt), (Ids{1, 2, 3}));
+  EXPECT_EQ(std::get<std::string>(parse_completion_request(completion_body({{"prompt", {"solo"}}})).prompt), "solo");
+  EXPECT_EQ(std::get<Ids>(parse_completion_request(completion_body({{"prompt", {{4, 5}}}})).prompt), (Ids{4, 5}));
+}
+
+TEST(ServerOpenAiRequest, RefusesBadPrompts) {
+  for (json prompt : {json(nullptr), json(5), json::array(), json::array({"a", "b"}), json::array({1, -2}),
+                      json::array({1, 1.5}), json::array({1, "a"}), json::array({json::array()}), json::array({true})}) {
+    ApiError e = expect_field_error([&] { parse_completion_request(completion_body({{"prompt", prompt}})); });
+    EXPECT_EQ(e.status, 400) << prompt.dump();
+    EXPECT_EQ(e.param.rfind("prompt", 0), 0u) << prompt.dump() << " -> " << e.param;
+  }
+}
+
+TEST(ServerOpenAiRequest, BodyMustBeAJsonObject) {
+  for (std::string body : {"", "{", "[1,2]", "\"x\"", "{\"a\":1,}", "{\"model\": \"\xff\xfe\"}", "{\"model\": \"\\ud800\"}"}) {
+    ApiError e = expect_field_error([&] { parse_body(body); });
+    EXPECT_EQ(e.status, 400) << body;
+    EXPECT_EQ(e.code, "invalid_json") << body;
+  }
+  EXPECT_EQ(parse_body("{\"model\": \"caf\xc3\xa9\"}")["model"], "caf\xc3\xa9");
+}
+
+}  // namespace
+}  // namespace neuron::server
