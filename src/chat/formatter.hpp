@@ -1,0 +1,49 @@
+#pragma once
+// A model's chat format: its chat template plus the special tokens the
+// template refers to, as transformers' tokenizer.apply_chat_template renders
+// it (variables: messages, tools, documents, add_generation_prompt,
+// bos_token, eos_token, pad_token, unk_token, additional_special_tokens,
+// and the caller's extra keyword arguments).
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "chat/template.hpp"
+
+namespace neuron::chat {
+
+class ChatFormatter {
+ public:
+  // Reads `chat_template` from tokenizer_config.json: a string, or a list of
+  // {name, template} (the "default" entry); when absent, a sibling
+  // chat_template.jinja or chat_template.json (newer transformers save it
+  // there). Special tokens are strings or {content: ...} objects.
+  // Throws Error{not_found|io} for an unreadable file, Error{bad_model} for a
+  // malformed config, Error{template_error} for a template that does not parse.
+  static ChatFormatter from_tokenizer_config(const std::filesystem::path& tokenizer_config_json);
+
+  // A formatter for a template given directly (tests, a --chat-template flag);
+  // `special_tokens` is an object like {"bos_token": "<s>", "eos_token": "</s>"}.
+  static ChatFormatter from_template(std::string source, const nlohmann::json& special_tokens = nlohmann::json::object());
+
+  // messages: array of {role, content: string | [{type: "text", text}], ...};
+  // text-part lists are joined with "\n" unless the template iterates over
+  // message content itself. tools: null or an array. extra: an object (or
+  // null) of further template variables, e.g. {"enable_thinking": false}.
+  // Throws Error{invalid_argument} for malformed messages or a non-text
+  // content part, Error{template_error} when the template fails (including
+  // its own raise_exception), Error{not_found} when the model has no template.
+  std::string apply(const nlohmann::json& messages, const nlohmann::json& tools, bool add_generation_prompt,
+                    const nlohmann::json& extra) const;
+
+  bool has_template() const { return template_.has_value(); }
+
+ private:
+  std::optional<ChatTemplate> template_;
+  nlohmann::ordered_json special_tokens_;  // bos_token, eos_token, ... present in the config
+  bool template_reads_content_parts_ = false;
+};
+
+}  // namespace neuron::chat

@@ -1,0 +1,144 @@
+#pragma once
+// The data model of the template interpreter: what a Jinja expression evaluates
+// to. It mirrors the Python objects a Hugging Face chat template sees (str, int,
+// float, bool, None, list, dict, jinja2's Undefined and namespace, macros), so
+// that printing, truthiness, equality and ordering follow Python's rules and a
+// rendering matches transformers' byte for byte.
+//
+// Lists and dicts are immutable once built (transformers renders in jinja2's
+// ImmutableSandboxedEnvironment) and shared by pointer, so copying a Value is
+// cheap. A namespace is the one mutable container (`{% set ns.x = ... %}`).
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace neuron::chat {
+
+class Value;
+class Renderer;
+
+// Dict with Python's insertion order (tojson must keep the caller's key order).
+class Dict {
+ public:
+  const Value* find(std::string_view key) const;
+  // Inserts or overwrites, keeping the first insertion's position.
+  void set(std::string key, Value value);
+  const std::vector<std::pair<std::string, Value>>& items() const { return items_; }
+  std::size_t size() const { return items_.size(); }
+
+ private:
+  std::vector<std::pair<std::string, Value>> items_;
+  std::unordered_map<std::string, std::size_t> index_;  // key -> position in items_
+};
+
+// jinja2's namespace(): attributes are assigned from anywhere in the template.
+struct Namespace {
+  Dict attributes;
+};
+
+// Arguments of a call, a filter or a test, already evaluated.
+struct CallArgs {
+  std::vector<Value> positional;
+  std::vector<std::pair<std::string, Value>> keyword;
+};
+
+// A macro or a built-in global function (range, namespace, raise_exception...).
+// The renderer is passed so a macro can render its body with the caller's limits.
+struct Callable {
+  std::string name;
+  std::function<Value(Renderer&, CallArgs&, int line)> call;
+};
+
+// jinja2.Undefined: remembers the missing name for error messages.
+struct Undefined {
+  std::string name;
+};
+
+struct None {};
+
+class Value {
+ public:
+  using List = std::vector<Value>;
+  using ListPtr = std::shared_ptr<const List>;
+  using DictPtr = std::shared_ptr<const Dict>;
+  using NamespacePtr = std::shared_ptr<Namespace>;
+  using CallablePtr = std::shared_ptr<const Callable>;
+
+  Value() : v_(Undefined{}) {}
+  Value(Undefined u) : v_(std::move(u)) {}
+  Value(None) : v_(None{}) {}
+  Value(bool b) : v_(b) {}
+  Value(int i) : v_(static_cast<std::int64_t>(i)) {}
+  Value(std::int64_t i) : v_(i) {}
+  Value(double d) : v_(d) {}
+  Value(std::string s) : v_(std::move(s)) {}
+  Value(const char* s) : v_(std::string(s)) {}
+  Value(List list) : v_(std::make_shared<const List>(std::move(list))) {}
+  Value(Dict dict) : v_(std::make_shared<const Dict>(std::move(dict))) {}
+  Value(NamespacePtr ns) : v_(std::move(ns)) {}
+  Value(CallablePtr fn) : v_(std::move(fn)) {}
+
+  // JSON in: null -> None, objects keep the iteration order of the json type
+  // (nlohmann::ordered_json keeps the caller's order; nlohmann::json sorts).
+  static Value from_json(const nlohmann::json& j);
+  static Value from_json(const nlohmann::ordered_json& j);
+
+  bool is_undefined() const { return std::holds_alternative<Undefined>(v_); }
+  bool is_none() const { return std::holds_alternative<None>(v_); }
+  bool is_bool() const { return std::holds_alternative<bool>(v_); }
+  bool is_int() const { return std::holds_alternative<std::int64_t>(v_); }
+  bool is_float() const { return std::holds_alternative<double>(v_); }
+  // Python's numbers.Number: bool counts (True + 1 == 2).
+  bool is_number() const { return is_int() || is_float() || is_bool(); }
+  bool is_string() const { return std::holds_alternative<std::string>(v_); }
+  bool is_list() const { return std::holds_alternative<ListPtr>(v_); }
+  bool is_dict() const { return std::holds_alternative<DictPtr>(v_); }
+  bool is_namespace() const { return std::holds_alternative<NamespacePtr>(v_); }
+  bool is_callable() const { return std::holds_alternative<CallablePtr>(v_); }
+
+  bool as_bool() const { return std::get<bool>(v_); }
+  std::int64_t as_int() const { return std::get<std::int64_t>(v_); }
+  double as_float() const { return std::get<double>(v_); }
+  // Numeric value of an int, float or bool.
+  double as_double() const;
+  // Integer value of an int or bool.
+  std::int64_t as_integer() const;
+  const std::string& as_string() const { return std::get<std::string>(v_); }
+  const List& as_list() const { return *std::get<ListPtr>(v_); }
+  const Dict& as_dict() const { return *std::get<DictPtr>(v_); }
+  Namespace& as_namespace() const { return *std::get<NamespacePtr>(v_); }
+  const Callable& as_callable() const { return *std::get<CallablePtr>(v_); }
+  const std::string& undefined_name() const { return std::get<Undefined>(v_).name; }
+
+  // Python's bool(): empty containers, 0, "", None and Undefined are false.
+  bool truthy() const;
+  // Python's str() as jinja2 prints it: None -> "None", True -> "True",
+  // 1.0 -> "1.0", lists and dicts in repr form, Undefined -> "".
+  std::string str() const;
+  // Python's repr() (strings quoted), used inside printed lists and dicts.
+  std::string repr() const;
+  // Python type name for error messages ("str", "list", "NoneType"...).
+  std::string type_name() const;
+
+  // Python ==: 1 == 1.0 == True, containers compare element-wise.
+  friend bool operator==(const Value& a, const Value& b);
+  // Python <: numbers, strings (code point order) and lists; false with
+  // `comparable` unset when the types cannot be ordered.
+  static bool less(const Value& a, const Value& b, bool& comparable);
+
+ private:
+  std::variant<Undefined, None, bool, std::int64_t, double, std::string, ListPtr, DictPtr, NamespacePtr, CallablePtr> v_;
+};
+
+// Python's repr() of a float: shortest round-trip digits, "1.0", "1e-05", "inf".
+std::string format_float(double d);
+
+}  // namespace neuron::chat
