@@ -1,0 +1,180 @@
+#include "tp/child_process.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <future>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+#include "util/error.hpp"
+
+namespace neuron::tp {
+
+namespace {
+
+// The one thread that forks (see the header for why).
+class Spawner {
+ public:
+  Spawner() : thread_([this] { loop(); }) {}
+  ~Spawner() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+  template <typename F>
+  auto run(F&& f) {
+    std::packaged_task<std::invoke_result_t<F>()> task(std::forward<F>(f));
+    auto result = task.get_future();
+    {
+      std::lock_guard lock(mu_);
+      jobs_.emplace_back([t = std::make_shared<decltype(task)>(std::move(task))] { (*t)(); });
+    }
+    cv_.notify_all();
+    return result.get();
+  }
+
+  static Spawner& instance() {
+    static Spawner s;
+    return s;
+  }
+
+ private:
+  void loop() {
+    // An empty signal mask, inherited by every child until exec resets nothing else.
+    sigset_t none;
+    sigemptyset(&none);
+    pthread_sigmask(SIG_SETMASK, &none, nullptr);
+    std::unique_lock lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
+      if (stop_ && jobs_.empty()) return;
+      auto job = std::move(jobs_.front());
+      jobs_.pop_front();
+      lock.unlock();
+      job();
+      lock.lock();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_;
+  bool stop_ = false;
+  std::thread thread_;  // last: starts after the members it uses exist
+};
+
+std::pair<UniqueFd, UniqueFd> make_pipe() {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) fail(errc::io, std::string("pipe2 failed: ") + std::strerror(errno));
+  return {UniqueFd(fds[0]), UniqueFd(fds[1])};
+}
+
+std::string describe(int status) {
+  if (WIFEXITED(status)) return "exit " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return "signal " + std::to_string(WTERMSIG(status));
+  return "status " + std::to_string(status);
+}
+
+}  // namespace
+
+ChildProcess ChildProcess::spawn(const std::vector<std::string>& argv) {
+  if (argv.empty()) fail(errc::invalid_argument, "spawn: empty argv");
+  auto [in_read, in_write] = make_pipe();
+  auto [out_read, out_write] = make_pipe();
+
+  // Everything the child touches is prepared before fork: only async-signal-safe calls after it.
+  std::vector<std::string> args = argv;
+  std::vector<char*> cargv;
+  for (auto& a : args) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  const pid_t parent = ::getpid();
+  const int child_in = in_read.get(), child_out = out_write.get();
+
+  const pid_t pid = Spawner::instance().run([&]() -> pid_t {
+    const pid_t p = ::fork();
+    if (p < 0) return -errno;  // errno is this thread's, not the caller's
+    if (p != 0) return p;
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(126);  // the leader died before prctl took effect
+    if (::dup2(child_in, 0) < 0 || ::dup2(child_out, 1) < 0) ::_exit(126);
+    ::execv(cargv[0], cargv.data());
+    ::_exit(127);
+  });
+  if (pid < 0) fail(errc::io, std::string("fork failed: ") + std::strerror(-pid));
+
+  ChildProcess c;
+  c.pid_ = pid;
+  c.stdin_ = std::move(in_write);
+  c.stdout_ = std::move(out_read);
+  // A stopped worker must not block the leader's write: it polls with a deadline instead.
+  const int flags = ::fcntl(c.stdin_.get(), F_GETFL);
+  ::fcntl(c.stdin_.get(), F_SETFL, flags | O_NONBLOCK);
+  return c;
+}
+
+ChildProcess::ChildProcess(ChildProcess&& o) noexcept
+    : pid_(std::exchange(o.pid_, -1)),
+      reaped_(std::exchange(o.reaped_, false)),
+      exit_(std::move(o.exit_)),
+      stdin_(std::move(o.stdin_)),
+      stdout_(std::move(o.stdout_)) {}
+
+ChildProcess& ChildProcess::operator=(ChildProcess&& o) noexcept {
+  if (this != &o) {
+    kill();
+    pid_ = std::exchange(o.pid_, -1);
+    reaped_ = std::exchange(o.reaped_, false);
+    exit_ = std::move(o.exit_);
+    stdin_ = std::move(o.stdin_);
+    stdout_ = std::move(o.stdout_);
+  }
+  return *this;
+}
+
+ChildProcess::~ChildProcess() { kill(); }
+
+bool ChildProcess::running() noexcept {
+  if (pid_ <= 0 || reaped_) return false;
+  int status = 0;
+  const pid_t r = ::waitpid(pid_, &status, WNOHANG);
+  if (r == pid_) {
+    reaped_ = true;
+    exit_ = describe(status);
+    return false;
+  }
+  return r == 0;
+}
+
+std::string ChildProcess::stop(std::chrono::milliseconds grace) noexcept {
+  if (pid_ <= 0 || reaped_) return exit_;
+  const auto deadline = std::chrono::steady_clock::now() + grace;
+  while (running() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds{5});
+  if (!reaped_) {
+    ::kill(pid_, SIGKILL);
+    int status = 0;
+    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+    }
+    reaped_ = true;
+    exit_ = describe(status);
+  }
+  stdin_.reset();
+  stdout_.reset();
+  return exit_;
+}
+
+}  // namespace neuron::tp

@@ -1,0 +1,55 @@
+#pragma once
+// A child process with its stdin and stdout on pipes to this process: how
+// the leader runs `neuron worker`.
+//
+// Workers must not outlive the leader. The child asks the kernel for SIGKILL
+// when its parent dies (PR_SET_PDEATHSIG) and sees EOF on stdin when the
+// leader's end closes. PDEATHSIG fires when the *thread* that forked exits,
+// not the process, so every fork happens on one process-lifetime spawner
+// thread: a worker spawned from a short-lived loader thread survives it.
+// Every descriptor is close-on-exec, so a worker never holds another
+// worker's pipe open (which would hide that worker's EOF).
+#include <sys/types.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "tp/unique_fd.hpp"
+
+namespace neuron::tp {
+
+class ChildProcess {
+ public:
+  // Starts argv[0] with arguments argv[1..]; stderr is inherited. Throws Error{io}.
+  static ChildProcess spawn(const std::vector<std::string>& argv);
+
+  ChildProcess() = default;
+  ChildProcess(ChildProcess&&) noexcept;
+  ChildProcess& operator=(ChildProcess&&) noexcept;
+  ~ChildProcess();  // kills and reaps a child still running
+
+  pid_t pid() const noexcept { return pid_; }
+  int stdin_fd() const noexcept { return stdin_.get(); }    // write end, non-blocking
+  int stdout_fd() const noexcept { return stdout_.get(); }  // read end
+
+  // True while the child has not exited (reaps it if it has).
+  bool running() noexcept;
+  // Closes our end of its stdin (the child sees EOF).
+  void close_stdin() noexcept { stdin_.reset(); }
+  // Waits up to `grace` for the child to exit by itself, then SIGKILLs it;
+  // always reaps. Idempotent. Returns the wait status description ("exit 0", "signal 9").
+  std::string stop(std::chrono::milliseconds grace) noexcept;
+  // SIGKILL now and reap.
+  void kill() noexcept { stop(std::chrono::milliseconds{0}); }
+  const std::string& exit_description() const noexcept { return exit_; }
+
+ private:
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+  std::string exit_;
+  UniqueFd stdin_;
+  UniqueFd stdout_;
+};
+
+}  // namespace neuron::tp

@@ -1,0 +1,103 @@
+#pragma once
+// The leader <-> worker RPC: one JSON object per line, tagged by "op"
+// (DESIGN.md section 4). One struct per op; Request and Response are closed
+// variants so a handler that forgets an op does not compile.
+//
+// Wire shapes (keys in this order, optional fields omitted when unset):
+//   {"op":"ping"}                     -> {"op":"pong","rank":R,"world_size":N,"cuda_device":D|null}
+//   {"op":"init","comm_id":"..."}     -> {"op":"init_ok"}
+//   {"op":"nccl_sanity_check"}        -> {"op":"nccl_sanity_result","observed_sum":2.0}
+//   {"op":"load_dense_shard","model_id":"...","config_json":"...","safetensors_paths":[...],"quant":null}
+//                                     -> {"op":"load_dense_shard_ok"}
+//   {"op":"generate_step","model_id":"...","tokens":[...],"offset":N}
+//                                     -> {"op":"generate_step_ok"}
+//   {"op":"clear_kv_cache","model_id":"..."} -> {"op":"kv_cache_cleared"}
+//   {"op":"unload_model","model_id":"..."}   -> {"op":"unloaded"}
+//   {"op":"shutdown"}                 -> {"op":"bye"}
+//   any failure                       -> {"op":"error","kind":"...","message":"..."}
+// Extensions (optional, ignored by a peer that does not know them):
+//   init.timeout_ms          the collectives' timeout the worker should use
+//   load_dense_shard.max_context
+//   generate_step_ok.forward_us / comm_us   the worker's step time and the part spent in collectives
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace neuron::tp {
+
+// A line longer than this is refused (bad_request) without being buffered whole.
+inline constexpr std::size_t kMaxLineBytes = 64u << 20;
+
+struct PingRequest {};
+struct InitRequest {
+  std::string comm_id;
+  std::optional<std::int64_t> timeout_ms;
+};
+struct SanityCheckRequest {};
+struct LoadDenseShardRequest {
+  std::string model_id;
+  std::string config_json;  // Qwen3Config::to_json(), parsed again by the worker
+  std::vector<std::string> safetensors_paths;
+  std::optional<std::string> quant;  // only null is implemented
+  std::int32_t max_context = 0;      // 0: the runner's default
+};
+struct GenerateStepRequest {
+  std::string model_id;
+  std::vector<std::int32_t> tokens;
+  std::int32_t offset = 0;
+};
+struct ClearKvCacheRequest {
+  std::string model_id;
+};
+struct UnloadModelRequest {
+  std::string model_id;
+};
+struct ShutdownRequest {};
+
+using Request = std::variant<PingRequest, InitRequest, SanityCheckRequest, LoadDenseShardRequest,
+                             GenerateStepRequest, ClearKvCacheRequest, UnloadModelRequest, ShutdownRequest>;
+
+struct PongResponse {
+  int rank = 0;
+  int world_size = 1;
+  std::optional<int> cuda_device;  // null on the CPU
+};
+struct InitOkResponse {};
+struct SanityResultResponse {
+  double observed_sum = 0;
+};
+struct LoadDenseShardOkResponse {};
+struct GenerateStepOkResponse {
+  std::optional<std::int64_t> forward_us;
+  std::optional<std::int64_t> comm_us;
+};
+struct KvCacheClearedResponse {};
+struct UnloadedResponse {};
+struct ByeResponse {};
+struct ErrorResponse {
+  std::string kind;  // an errc kind
+  std::string message;
+};
+
+using Response = std::variant<PongResponse, InitOkResponse, SanityResultResponse, LoadDenseShardOkResponse,
+                              GenerateStepOkResponse, KvCacheClearedResponse, UnloadedResponse, ByeResponse,
+                              ErrorResponse>;
+
+// The "op" string of a message.
+std::string_view op_name(const Request& r) noexcept;
+std::string_view op_name(const Response& r) noexcept;
+
+// One line of JSON, without the trailing newline.
+std::string to_line(const Request& r);
+std::string to_line(const Response& r);
+
+// Parse one line (a trailing "\n" or "\r\n" is allowed). Throws Error{unknown_op}
+// for a well-formed object with an op this side does not know, and
+// Error{bad_request} naming the field for anything else malformed.
+Request parse_request(std::string_view line);
+Response parse_response(std::string_view line);
+
+}  // namespace neuron::tp
