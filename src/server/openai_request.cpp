@@ -142,6 +142,7 @@ std::string part_text(const json& content, const std::string& where) {
     if (*type != "text") unsupported(pw + ".type", "content part type '" + type->get<std::string>() + "'");
     const json* t = field(part, "text");
     if (!t || !t->is_string()) throw FieldError(pw + ".text", "'" + pw + ".text' must be a string");
+    if (j > 0) text += "\n";  // as the chat formatter joins text parts
     text += t->get<std::string>();
   }
   return text;

@@ -58,7 +58,7 @@ TEST(ServerOpenAiRequest, ParsesAFullChatRequest) {
   OpenAiRequest r = parse_chat_request(body);
   EXPECT_EQ(r.model, "m");
   ASSERT_EQ(r.messages.size(), 4u);
-  EXPECT_EQ(r.messages[1].content, "ab");
+  EXPECT_EQ(r.messages[1].content, "a\nb");
   EXPECT_EQ(r.messages[3].tool_call_id, "c1");
   EXPECT_EQ(r.max_tokens, 16);
   EXPECT_EQ(r.sampling.temperature, 0.0f);

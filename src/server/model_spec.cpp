@@ -1,0 +1,116 @@
+#include "server/model_spec.hpp"
+
+#include <sstream>
+
+#include "server/api_error.hpp"
+
+namespace neuron::server {
+namespace {
+
+using nlohmann::json;
+
+const json* field(const json& obj, const char* key) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+int small_int(const json& v, const std::string& name, int lo, int hi) {
+  if (!v.is_number_integer()) throw FieldError(name, "'" + name + "' must be an integer");
+  if (v.is_number_unsigned() ? v.get<std::uint64_t>() > static_cast<std::uint64_t>(hi)
+                             : (v.get<std::int64_t>() < lo || v.get<std::int64_t>() > hi))
+    throw FieldError(name, "'" + name + "' must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ", got " + v.dump());
+  return static_cast<int>(v.get<std::int64_t>());
+}
+
+}  // namespace
+
+LoadRequest parse_load_request(const json& body) {
+  LoadRequest r;
+  const json* id = field(body, "model_id");
+  if (!id) id = field(body, "model");  // OpenAI-style name, for convenience
+  if (!id) throw FieldError("model_id", "'model_id' is required");
+  if (!id->is_string()) throw FieldError("model_id", "'model_id' must be a string");
+  r.spec.model_id = id->get<std::string>();
+  if (r.spec.model_id.empty()) throw FieldError("model_id", "'model_id' must not be empty");
+  for (char c : r.spec.model_id)
+    if (static_cast<unsigned char>(c) < 0x20) throw FieldError("model_id", "'model_id' must not contain control characters");
+  if (const json* tp = field(body, "tensor_parallel")) r.spec.tensor_parallel = small_int(*tp, "tensor_parallel", 1, 64);
+  if (const json* devices = field(body, "devices")) {
+    if (!devices->is_array()) throw FieldError("devices", "'devices' must be an array of CUDA ordinals");
+    for (std::size_t i = 0; i < devices->size(); ++i)
+      r.spec.devices.push_back(small_int((*devices)[i], "devices[" + std::to_string(i) + "]", 0, 1023));
+  }
+  if (const json* device = field(body, "device")) {
+    if (!device->is_string()) throw FieldError("device", "'device' must be a string (\"cpu\", \"cuda\" or \"cuda:N\")");
+    r.spec.device = device->get<std::string>();
+  }
+  if (const json* quant = field(body, "quant")) {
+    if (!quant->is_string()) throw FieldError("quant", "'quant' must be a string or null");
+    r.spec.quant = quant->get<std::string>();
+  }
+  if (const json* mc = field(body, "max_context")) r.spec.max_context = small_int(*mc, "max_context", 0, 1 << 24);
+  if (const json* wait = field(body, "wait")) {
+    if (!wait->is_boolean()) throw FieldError("wait", "'wait' must be a boolean");
+    r.wait = wait->get<bool>();
+  }
+  return r;
+}
+
+engine::ModelSpec parse_model_spec_text(const std::string& text) {
+  try {
+    if (!text.empty() && text.front() == '{') {
+      json j;
+      try {
+        j = json::parse(text);
+      } catch (const json::parse_error& e) {
+        fail(errc::invalid_argument, "model spec '" + text + "' is not valid JSON: " + e.what());
+      }
+      if (!j.is_object()) fail(errc::invalid_argument, "model spec JSON must be an object");
+      return parse_load_request(j).spec;
+    }
+    json j = json::object();
+    std::string id = text;
+    // Options follow the last ':' only when they look like options, so an id
+    // or path that itself contains ':' still works.
+    if (auto colon = text.rfind(':'); colon != std::string::npos && text.find('=', colon) != std::string::npos) {
+      id = text.substr(0, colon);
+      std::stringstream ss(text.substr(colon + 1));
+      for (std::string item; std::getline(ss, item, ',');) {
+        auto eq = item.find('=');
+        if (eq == std::string::npos) fail(errc::invalid_argument, "model spec option '" + item + "' must be key=value");
+        std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+        auto as_int = [&](const std::string& name) {
+          try {
+            std::size_t used = 0;
+            long v = std::stol(value, &used);
+            if (used == value.size()) return json(v);
+          } catch (const std::exception&) {
+          }
+          fail(errc::invalid_argument, "model spec option '" + name + "' must be an integer, got '" + value + "'");
+        };
+        if (key == "tp" || key == "tensor_parallel") j["tensor_parallel"] = as_int("tensor_parallel");
+        else if (key == "device") j["device"] = value;
+        else if (key == "quant") j["quant"] = value;
+        else if (key == "max_context") j["max_context"] = as_int("max_context");
+        else if (key == "devices") {
+          json list = json::array();
+          std::stringstream ds(value);
+          for (std::string d; std::getline(ds, d, '+');) {
+            value = d;
+            list.push_back(as_int("devices"));
+          }
+          j["devices"] = list;
+        } else {
+          fail(errc::invalid_argument, "unknown model spec option '" + key + "' (known: tp, device, devices, quant, max_context)");
+        }
+      }
+    }
+    j["model_id"] = id;
+    return parse_load_request(j).spec;
+  } catch (const FieldError& e) {
+    fail(errc::invalid_argument, "model spec '" + text + "': " + e.what());
+  }
+}
+
+}  // namespace neuron::server

@@ -1,0 +1,25 @@
+#pragma once
+// ModelSpec from the two places a client names a model to load: the JSON body
+// of POST /models/load, and `neuron serve --model SPEC`, where SPEC is a
+// directory or Hugging Face id, optionally with options after the last ':'
+// (`Qwen/Qwen3-8B:tp=2,device=cuda`), or a ModelSpec JSON object.
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/registry.hpp"
+
+namespace neuron::server {
+
+struct LoadRequest {
+  engine::ModelSpec spec;
+  bool wait = false;  // block the HTTP response until the load ends
+};
+
+// Throws FieldError naming the field (model_id, tensor_parallel, devices[i], ...).
+LoadRequest parse_load_request(const nlohmann::json& body);
+
+// Throws Error{invalid_argument} naming the bad option.
+engine::ModelSpec parse_model_spec_text(const std::string& text);
+
+}  // namespace neuron::server
