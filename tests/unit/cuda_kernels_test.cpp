@@ -15,6 +15,7 @@
 #include "backend/cuda/device_buffer.hpp"
 #include "backend/cuda/kernels.hpp"
 #include "tensor/dtype.hpp"
+#include "util/error.hpp"
 
 namespace neuron::backend::cuda {
 namespace {
