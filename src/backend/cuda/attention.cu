@@ -232,9 +232,15 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const 
   const bf16_t* kh = k_cache + static_cast<std::size_t>(kv_head) * max_ctx * D + sub * 8;
   const bf16_t* vh = v_cache + static_cast<std::size_t>(kv_head) * max_ctx * D + sub * 8;
   float m = -INFINITY, l = 0.f, acc[8] = {};
-  for (int key = begin + group; key < end; key += groups) {
-    const uint4 kr = *reinterpret_cast<const uint4*>(kh + static_cast<std::size_t>(key) * D);
-    const uint4 vr = *reinterpret_cast<const uint4*>(vh + static_cast<std::size_t>(key) * D);
+  // Whole warps iterate together (the shuffles need every lane); a group past the end idles.
+  for (int base = begin; base < end; base += groups) {
+    const int key = base + group;
+    const bool live = key < end;
+    uint4 kr = make_uint4(0, 0, 0, 0), vr = make_uint4(0, 0, 0, 0);
+    if (live) {
+      kr = *reinterpret_cast<const uint4*>(kh + static_cast<std::size_t>(key) * D);
+      vr = *reinterpret_cast<const uint4*>(vh + static_cast<std::size_t>(key) * D);
+    }
     const bf16_t* ke = reinterpret_cast<const bf16_t*>(&kr);
     const bf16_t* ve = reinterpret_cast<const bf16_t*>(&vr);
     float s = 0.f;
@@ -242,8 +248,9 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const 
     for (int i = 0; i < 8; ++i) s = fmaf(qv[i], bf(ke[i]), s);
 #pragma unroll
     for (int o = tpk / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (!live) continue;
     const float m_new = fmaxf(m, s);
-    const float alpha = exp2f(m - m_new);  // m = -inf on the first key: alpha = 0
+    const float alpha = exp2f(m - m_new);  // m = -inf on the group's first key: alpha = 0
     const float p = exp2f(s - m_new);
     l = l * alpha + p;
 #pragma unroll
