@@ -1,0 +1,174 @@
+// CUDA backend benchmark on random weights with full-size Qwen3 shapes:
+// load time, TTFT per prompt length, batch-1 decode tokens/s and the fraction
+// of the measured copy bandwidth that decode reaches; plus the batch-1
+// projection shapes on the GEMV kernel against cuBLAS.
+//
+//   cuda_bench --config qwen3-8b [--prompt-lens 128,2048] [--gen 128] [--gemv-shapes]
+//
+// Bytes per decode step = every weight the step reads (the embedding table
+// only as the tied LM head, never the gather) + the KV cache read at the mean
+// context of the run. Bandwidth convention: read + write bytes of a copy
+// (measure_copy_bandwidth_gbs). One JSON object per line on stdout.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/blas.hpp"
+#include "backend/cuda/cuda_runner.hpp"
+#include "backend/cuda/device_buffer.hpp"
+#include "backend/cuda/kernels.hpp"
+#include "dist/communicator.hpp"
+#include "model/config.hpp"
+#include "util/error.hpp"
+
+using namespace neuron;
+using namespace neuron::backend;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+void gemv_shapes(const model::Qwen3Config& c, double copy_gbs) {
+  using namespace neuron::backend::cuda;
+  struct Shape { const char* name; int rows, cols; };
+  const int h = static_cast<int>(c.hidden_size), hd = static_cast<int>(c.head_dim);
+  const int qkv = static_cast<int>((c.num_attention_heads + 2 * c.num_key_value_heads) * hd);
+  const int f = static_cast<int>(c.intermediate_size);
+  const Shape shapes[] = {{"qkv", qkv, h},
+                          {"o", h, static_cast<int>(c.num_attention_heads * hd)},
+                          {"gate_up", 2 * f, h},
+                          {"down", h, f},
+                          {"lm_head", static_cast<int>(c.vocab_size), h}};
+  Stream stream;
+  Blas blas(stream.get());
+  Event start(cudaEventDefault), stop(cudaEventDefault);
+  for (const Shape& s : shapes) {
+    const std::size_t bytes = 2ull * s.rows * s.cols;
+    // Enough copies that a pass over them does not fit in the 60 MB L2.
+    const int copies = static_cast<int>(std::max<std::size_t>(1, (256ull << 20) / bytes + 1));
+    std::vector<DeviceBuffer> w;
+    for (int i = 0; i < copies; ++i) {
+      w.emplace_back(bytes);
+      kernels::fill_random_bf16(w.back().data<kernels::bf16_t>(), s.rows, s.cols, 0, 0, s.cols, 7 + i, 0.03f,
+                                stream.get());
+    }
+    DeviceBuffer x(2ull * s.cols), y(4ull * s.rows);
+    kernels::fill_random_bf16(x.data<kernels::bf16_t>(), 1, s.cols, 0, 0, s.cols, 3, 1.f, stream.get());
+    auto time = [&](auto&& launch) {
+      for (int i = 0; i < 5; ++i) launch(i % copies);
+      std::vector<double> ms;
+      for (int rep = 0; rep < 50; ++rep) {
+        NEURON_CUDA_CHECK(cudaEventRecord(start.get(), stream.get()));
+        launch(rep % copies);
+        NEURON_CUDA_CHECK(cudaEventRecord(stop.get(), stream.get()));
+        NEURON_CUDA_CHECK(cudaEventSynchronize(stop.get()));
+        float t = 0;
+        NEURON_CUDA_CHECK(cudaEventElapsedTime(&t, start.get(), stop.get()));
+        ms.push_back(t);
+      }
+      return median(ms);
+    };
+    const double t_gemv = time([&](int i) {
+      kernels::gemv(w[i].data<kernels::bf16_t>(), x.data<kernels::bf16_t>(), s.rows, s.cols, y.data<float>(),
+                    stream.get());
+    });
+    const double t_blas = time([&](int i) {
+      blas.linear(x.data<kernels::bf16_t>(), 1, w[i].data<kernels::bf16_t>(), s.rows, s.cols, y.data<float>());
+    });
+    std::printf(
+        "{\"gemv_shape\":\"%s\",\"rows\":%d,\"cols\":%d,\"gemv_us\":%.2f,\"cublas_us\":%.2f,"
+        "\"gemv_bw_fraction\":%.3f,\"cublas_bw_fraction\":%.3f}\n",
+        s.name, s.rows, s.cols, t_gemv * 1e3, t_blas * 1e3, bytes / (t_gemv * 1e-3) / 1e9 / copy_gbs,
+        bytes / (t_blas * 1e-3) / 1e9 / copy_gbs);
+    std::fflush(stdout);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  std::string config = "qwen3-0.6b";
+  std::vector<int> prompt_lens = {128, 2048};
+  int gen = 128;
+  bool shapes = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--config" && i + 1 < argc) config = argv[++i];
+    else if (a == "--gen" && i + 1 < argc) gen = std::stoi(argv[++i]);
+    else if (a == "--gemv-shapes") shapes = true;
+    else if (a == "--prompt-lens" && i + 1 < argc) {
+      prompt_lens.clear();
+      std::stringstream ss(argv[++i]);
+      for (std::string t; std::getline(ss, t, ',');) prompt_lens.push_back(std::stoi(t));
+    } else {
+      std::fprintf(stderr, "usage: cuda_bench --config NAME [--prompt-lens 128,2048] [--gen 128] [--gemv-shapes]\n");
+      return 2;
+    }
+  }
+  const model::Qwen3Config cfg = model::preset_config(config);
+  const double copy_gbs = cuda::measure_copy_bandwidth_gbs(0);
+  if (shapes) gemv_shapes(cfg, copy_gbs);
+
+  RunnerOptions options;
+  options.max_context = *std::max_element(prompt_lens.begin(), prompt_lens.end()) + gen + 16;
+  auto t0 = clock_type::now();
+  auto runner = cuda::make_cuda_runner(cfg, nullptr, model::ShardPlan::make(cfg, 0, 1), Device{Device::Kind::cuda, 0},
+                                       std::make_shared<dist::LocalCommunicator>(), options);
+  const double load_s = seconds_since(t0);
+  const MemoryStats mem = runner->memory();
+  const auto vocab = static_cast<std::size_t>(cfg.vocab_size);
+  std::vector<float> logits(vocab);
+
+  for (int len : prompt_lens) {
+    std::vector<std::int32_t> prompt(static_cast<std::size_t>(len));
+    for (int i = 0; i < len; ++i) prompt[i] = (i * 7919 + 13) % static_cast<int>(cfg.vocab_size);
+    std::vector<double> ttft;
+    for (int rep = 0; rep < 6; ++rep) {  // the first is warm-up (cuBLAS heuristics, module load)
+      runner->clear_kv_cache();
+      t0 = clock_type::now();
+      runner->forward(prompt, 0, logits);
+      if (rep > 0) ttft.push_back(seconds_since(t0));
+    }
+    const double t = median(ttft);
+    // Decode from this prompt: the first step captures the graph and is not timed.
+    std::int32_t pos = len;
+    std::int32_t tok = static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    runner->forward(std::span<const std::int32_t>(&tok, 1), pos++, logits);
+    t0 = clock_type::now();
+    for (int i = 0; i < gen; ++i) {
+      tok = static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      runner->forward(std::span<const std::int32_t>(&tok, 1), pos++, logits);
+    }
+    const double decode_s = seconds_since(t0);
+    const double tps = gen / decode_s;
+    const double embed_bytes = 2.0 * cfg.vocab_size * cfg.hidden_size;
+    const double weights_read = static_cast<double>(mem.weight_bytes) - (cfg.tie_word_embeddings ? 0.0 : embed_bytes);
+    const double mean_ctx = len + 1 + gen / 2.0;
+    const double kv_read = 2.0 * 2.0 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim * mean_ctx;
+    const double step_bytes = weights_read + kv_read;
+    std::printf(
+        "{\"config\":\"%s\",\"device\":\"cuda:0\",\"copy_bandwidth_gbs\":%.1f,\"load_s\":%.3f,\"weight_gb\":%.3f,"
+        "\"prompt_len\":%d,\"ttft_ms\":%.2f,\"prefill_tok_s\":%.0f,\"gen\":%d,\"decode_tok_s\":%.1f,"
+        "\"decode_step_bytes\":%.0f,\"decode_bw_gbs\":%.1f,\"decode_bw_fraction\":%.3f}\n",
+        config.c_str(), copy_gbs, load_s, mem.weight_bytes / 1e9, len, t * 1e3, len / t, gen, tps, step_bytes,
+        step_bytes * tps / 1e9, step_bytes * tps / 1e9 / copy_gbs);
+    std::fflush(stdout);
+  }
+  return 0;
+} catch (const neuron::Error& e) {
+  std::fprintf(stderr, "cuda_bench: %s: %s\n", e.kind().c_str(), e.what());
+  return 1;
+}
