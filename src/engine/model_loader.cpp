@@ -1,0 +1,64 @@
+#include "engine/model_loader.hpp"
+
+#include "dist/communicator.hpp"
+#include "io/safetensors.hpp"
+#include "model/config.hpp"
+#include "model/shard.hpp"
+#include "tp/tp_runner.hpp"
+#include "util/error.hpp"
+
+namespace neuron::engine {
+
+std::vector<backend::Device> rank_devices(const LoadOptions& options) {
+  const int n = options.tensor_parallel;
+  std::vector<backend::Device> out(n, options.device);
+  if (options.devices.empty()) return out;
+  if (!options.device.is_cuda())
+    fail(errc::invalid_argument, "devices lists CUDA ordinals but the device is " + options.device.str());
+  if (options.devices.size() != 1 && static_cast<int>(options.devices.size()) != n)
+    fail(errc::invalid_argument, "devices has " + std::to_string(options.devices.size()) +
+                                     " entries; give one per rank (" + std::to_string(n) + ") or one shared");
+  for (int r = 0; r < n; ++r) {
+    const int ordinal = options.devices.size() == 1 ? options.devices[0] : options.devices[r];
+    if (ordinal < 0) fail(errc::invalid_argument, "devices: negative CUDA ordinal " + std::to_string(ordinal));
+    out[r] = backend::Device{backend::Device::Kind::cuda, ordinal};
+  }
+  return out;
+}
+
+std::unique_ptr<backend::ModelRunner> open_runner(const LoadOptions& options) {
+  const int n = options.tensor_parallel;
+  if (n < 1 || n > kMaxTensorParallel)
+    fail(errc::bad_tensor_parallel,
+         "tensor_parallel must be in [1, " + std::to_string(kMaxTensorParallel) + "], got " + std::to_string(n));
+  const auto configs = model::load_model_configs(options.model_dir);
+  const model::Qwen3Config& cfg = configs.model;
+  // Every rank's plan, so a bad split fails here, before a process starts.
+  for (int r = 0; r < n; ++r) (void)model::ShardPlan::make(cfg, r, n);
+  const auto devices = rank_devices(options);
+  const auto files = io::checkpoint_files(options.model_dir);
+
+  if (n == 1) {
+    const auto checkpoint = io::Checkpoint::open_files(files);
+    backend::RunnerOptions ro;
+    ro.max_context = options.max_context;
+    return backend::make_runner(cfg, &checkpoint, model::ShardPlan::make(cfg, 0, 1), devices[0],
+                                std::make_shared<dist::LocalCommunicator>(), ro);
+  }
+  tp::TpRunnerOptions to;
+  to.model_id = options.model_id;
+  if (to.model_id.empty()) {
+    const auto dir = options.model_dir.lexically_normal();
+    to.model_id = (dir.has_filename() ? dir.filename() : dir.parent_path().filename()).string();
+  }
+  to.world = n;
+  to.devices = devices;
+  to.max_context = options.max_context;
+  to.step_timeout = options.step_timeout;
+  to.load_timeout = options.load_timeout;
+  to.worker_binary = options.worker_binary;
+  to.worker_args = options.worker_args;
+  return tp::TpRunner::load(cfg, files, to);
+}
+
+}  // namespace neuron::engine

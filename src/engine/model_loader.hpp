@@ -1,0 +1,40 @@
+#pragma once
+// Opening a model directory as a runner: one device (tensor_parallel 1) or a
+// tensor-parallel group (a tp::TpRunner driving worker processes). Callers
+// (the registry, `neuron generate`, benches) get a backend::ModelRunner either way.
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/device.hpp"
+#include "backend/model_runner.hpp"
+
+namespace neuron::engine {
+
+inline constexpr int kMaxTensorParallel = 16;
+
+struct LoadOptions {
+  std::filesystem::path model_dir;  // config.json + model.safetensors[.index.json]
+  std::string model_id;             // the shards' key on TP workers; default: the directory name
+  int tensor_parallel = 1;
+  backend::Device device;           // every rank's device unless `devices` is given
+  std::vector<int> devices;         // CUDA ordinals: one per rank, or one shared by all ranks
+  std::int32_t max_context = 0;     // 0: the backend's default
+  std::chrono::milliseconds step_timeout{30000};   // TP: per-step reply deadline and collective timeout
+  std::chrono::milliseconds load_timeout{600000};  // TP: deadline for the workers' shard loads
+  std::filesystem::path worker_binary;             // TP: the neuron executable (default /proc/self/exe)
+  std::vector<std::vector<std::string>> worker_args;  // TP: extra worker arguments per rank (test hooks)
+};
+
+// Throws Error{bad_tensor_parallel} for tensor_parallel outside [1, 16] or a
+// model the ranks cannot split (checked before any worker starts), and what
+// loading throws (not_found, bad_model, unsupported_arch, worker_failed, ...).
+std::unique_ptr<backend::ModelRunner> open_runner(const LoadOptions& options);
+
+// The per-rank devices `options` asks for (size tensor_parallel). Throws Error{invalid_argument}.
+std::vector<backend::Device> rank_devices(const LoadOptions& options);
+
+}  // namespace neuron::engine

@@ -1,0 +1,95 @@
+#include "tp/tp_runner.hpp"
+
+#include <set>
+
+#include <spdlog/spdlog.h>
+
+#include "io/safetensors.hpp"
+#include "model/shard.hpp"
+#include "util/error.hpp"
+
+namespace neuron::tp {
+
+namespace {
+
+double ms(std::chrono::nanoseconds ns) { return std::chrono::duration<double, std::milli>(ns).count(); }
+
+// NCCL needs a distinct GPU per rank; anything else meets over Gloo in host memory.
+dist::CommKind comm_kind_for(const std::vector<backend::Device>& devices) {
+  std::set<int> gpus;
+  for (const auto& d : devices) {
+    if (!d.is_cuda()) return dist::CommKind::gloo;
+    gpus.insert(d.index);
+  }
+  return gpus.size() == devices.size() ? dist::CommKind::nccl : dist::CommKind::gloo;
+}
+
+}  // namespace
+
+std::unique_ptr<TpRunner> TpRunner::load(const model::Qwen3Config& cfg,
+                                         const std::vector<std::filesystem::path>& checkpoint_files,
+                                         const TpRunnerOptions& options) {
+  // Refuse an impossible split before any process starts.
+  const model::ShardPlan plan0 = model::ShardPlan::make(cfg, 0, options.world);
+  if (options.world < 2) fail(errc::bad_tensor_parallel, "TpRunner needs tensor_parallel >= 2");
+
+  PoolOptions po;
+  po.world = options.world;
+  po.devices = options.devices.empty() ? std::vector<backend::Device>(options.world) : options.devices;
+  po.worker_binary = options.worker_binary;
+  po.step_timeout = options.step_timeout;
+  po.load_timeout = options.load_timeout;
+  po.worker_args = options.worker_args;
+
+  std::unique_ptr<TpRunner> runner(new TpRunner());
+  runner->model_id_ = options.model_id;
+  runner->pool_ = std::make_unique<WorkerPool>(po);
+  WorkerPool& pool = *runner->pool_;
+  runner->comm_ = std::make_shared<dist::TimedCommunicator>(pool.init_communicator(comm_kind_for(po.devices)));
+  pool.sanity_check();
+
+  LoadDenseShardRequest req;
+  req.model_id = options.model_id;
+  req.config_json = cfg.to_json();
+  for (const auto& f : checkpoint_files) req.safetensors_paths.push_back(std::filesystem::absolute(f).string());
+  req.max_context = options.max_context;
+  pool.round(req, "load_dense_shard_ok",
+             [&] {
+               const auto checkpoint = io::Checkpoint::open_files(checkpoint_files);
+               backend::RunnerOptions ro;
+               ro.max_context = options.max_context;
+               runner->own_ = backend::make_runner(cfg, &checkpoint, plan0, pool.device_of(0), runner->comm_, ro);
+             },
+             pool.load_timeout());
+  spdlog::info("tp: \"{}\" loaded on {} ranks over {}", options.model_id, options.world, runner->comm_->backend_name());
+  return runner;
+}
+
+TpRunner::~TpRunner() {
+  // Workers free their shards when they exit; the leader's goes with own_.
+  if (pool_) pool_->shutdown();
+}
+
+void TpRunner::forward(std::span<const std::int32_t> tokens, std::int32_t offset, std::span<float> logits) {
+  GenerateStepRequest req;
+  req.model_id = model_id_;
+  req.tokens.assign(tokens.begin(), tokens.end());
+  req.offset = offset;
+  const auto comm0 = comm_->busy_ns();
+  pool_->round(req, "generate_step_ok", [&] { own_->forward(tokens, offset, logits); }, pool_->step_timeout());
+  const RoundTiming& t = pool_->last_round();
+  stats_.steps += 1;
+  stats_.send_ms += ms(t.send);
+  stats_.own_forward_ms += ms(t.own);
+  stats_.own_comm_ms += ms(std::chrono::nanoseconds(comm_->busy_ns() - comm0));
+  stats_.wait_ms += ms(t.wait);
+  stats_.worker_forward_ms += t.worker_forward_us_max / 1000.0;
+  stats_.worker_comm_ms += t.worker_comm_us_max / 1000.0;
+}
+
+void TpRunner::clear_kv_cache() {
+  pool_->round(ClearKvCacheRequest{model_id_}, "kv_cache_cleared", [&] { own_->clear_kv_cache(); },
+               pool_->step_timeout());
+}
+
+}  // namespace neuron::tp

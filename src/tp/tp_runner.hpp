@@ -1,0 +1,79 @@
+#pragma once
+// A tensor-parallel model as one backend::ModelRunner: the leader's own
+// rank-0 shard plus a WorkerPool of ranks 1..N-1. forward() and
+// clear_kv_cache() are pool rounds, so the engine drives a TP model exactly
+// like a single-device one. Only rank 0 computes logits; workers drop theirs.
+//
+// After a worker failure the runner is failed for good (every call throws
+// Error{worker_failed}); the engine marks the model failed and the registry
+// can unload it (destroying the runner reaps whatever is left).
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/model_runner.hpp"
+#include "dist/timed_communicator.hpp"
+#include "tp/worker_pool.hpp"
+
+namespace neuron::tp {
+
+struct TpRunnerOptions {
+  std::string model_id;                   // the shards' key on the workers
+  int world = 2;
+  std::vector<backend::Device> devices;   // per rank; empty: all on the CPU
+  std::int32_t max_context = 0;
+  std::chrono::milliseconds step_timeout{30000};
+  std::chrono::milliseconds load_timeout{600000};
+  std::filesystem::path worker_binary;    // empty: /proc/self/exe
+  std::vector<std::vector<std::string>> worker_args;  // per rank, test hooks
+};
+
+// Cumulative counters of where forward() time goes on the leader (bench/TP.md).
+struct TpStepStats {
+  std::uint64_t steps = 0;
+  double send_ms = 0;            // writing generate_step to the workers
+  double own_forward_ms = 0;     // rank 0's forward, collectives included
+  double own_comm_ms = 0;        // ...of which inside collectives
+  double wait_ms = 0;            // after rank 0's forward until all replies were read
+  double worker_forward_ms = 0;  // slowest worker's forward, summed over steps
+  double worker_comm_ms = 0;     // that worker's time inside collectives
+};
+
+class TpRunner final : public backend::ModelRunner {
+ public:
+  // Spawns the workers, joins the communicator (NCCL when every rank has its
+  // own GPU, else Gloo), checks it, and loads every rank's shard of
+  // `checkpoint_files` (the leader builds its own). Throws what a load throws,
+  // Error{worker_failed} when a worker misbehaves.
+  static std::unique_ptr<TpRunner> load(const model::Qwen3Config& cfg,
+                                        const std::vector<std::filesystem::path>& checkpoint_files,
+                                        const TpRunnerOptions& options);
+  ~TpRunner() override;
+
+  void forward(std::span<const std::int32_t> tokens, std::int32_t offset, std::span<float> logits) override;
+  void clear_kv_cache() override;
+  const model::Qwen3Config& config() const noexcept override { return own_->config(); }
+  std::int32_t max_context() const noexcept override { return own_->max_context(); }
+  backend::MemoryStats memory() const override { return own_->memory(); }  // rank 0's
+
+  int world() const noexcept { return pool_->world(); }
+  bool failed() const noexcept { return pool_->failed(); }
+  std::vector<pid_t> worker_pids() const { return pool_->worker_pids(); }
+  TpStepStats stats() const noexcept { return stats_; }
+
+ private:
+  TpRunner() = default;
+
+  std::string model_id_;
+  std::unique_ptr<WorkerPool> pool_;
+  std::shared_ptr<dist::TimedCommunicator> comm_;    // rank 0's
+  std::unique_ptr<backend::ModelRunner> own_;        // rank 0's shard; declared after comm_, so destroyed before it
+  TpStepStats stats_;
+};
+
+}  // namespace neuron::tp
