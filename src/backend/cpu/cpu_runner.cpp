@@ -1,0 +1,296 @@
+#include "backend/cpu/cpu_runner.hpp"
+
+#include <algorithm>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/attention.hpp"
+#include "backend/cpu/matmul.hpp"
+#include "backend/cpu/ops.hpp"
+#include "dist/communicator.hpp"
+#include "io/safetensors.hpp"
+#include "model/shard_weights.hpp"
+#include "util/error.hpp"
+
+namespace neuron::backend::cpu {
+
+namespace {
+
+using model::SliceSpec;
+
+// One decoder layer of this rank (hd = head_dim; H, KV = the rank's query and KV heads; F = its ff slice).
+struct Layer {
+  std::vector<float> input_norm;       // [hidden] f32
+  std::vector<float> q_norm;           // [hd] f32
+  std::vector<float> k_norm;           // [hd] f32
+  std::vector<float> post_norm;        // [hidden] f32
+  std::vector<std::uint16_t> qkv;      // [(H + 2 KV) * hd, hidden] bf16: q_proj, k_proj, v_proj rows stacked
+  std::vector<std::uint16_t> o;        // [hidden, H * hd] bf16: o_proj's input columns of this rank
+  std::vector<std::uint16_t> gate_up;  // [2 F, hidden] bf16: gate_proj rows, then up_proj rows
+  std::vector<std::uint16_t> down;     // [hidden, F] bf16: down_proj's input columns of this rank
+};
+
+// Reads a slice from the checkpoint, or makes stand-in weights when there is none.
+class WeightSource {
+ public:
+  explicit WeightSource(const io::Checkpoint* ckpt) : ckpt_(ckpt) {}
+
+  void bf16(const SliceSpec& spec, std::span<std::uint16_t> dst) const {
+    if (ckpt_)
+      model::slice_view(*ckpt_, spec).to_bf16(dst);
+    else
+      model::fill_dummy(spec, dst);
+  }
+  // Norm weights stay f32: they are tiny, and bf16 -> f32 is exact.
+  std::vector<float> f32(const SliceSpec& spec) const {
+    std::vector<std::uint16_t> h(static_cast<std::size_t>(spec.numel()));
+    bf16(spec, h);
+    std::vector<float> f(h.size());
+    for (std::size_t i = 0; i < h.size(); ++i) f[i] = neuron::bf16_to_f32(h[i]);
+    return f;
+  }
+  // Several slices with the same column count, stacked by rows into one matrix.
+  std::vector<std::uint16_t> stacked(std::initializer_list<const SliceSpec*> specs) const {
+    std::size_t total = 0;
+    for (const SliceSpec* s : specs) total += static_cast<std::size_t>(s->numel());
+    std::vector<std::uint16_t> out(total);
+    std::size_t at = 0;
+    for (const SliceSpec* s : specs) {
+      const auto n = static_cast<std::size_t>(s->numel());
+      bf16(*s, std::span<std::uint16_t>(out).subspan(at, n));
+      at += n;
+    }
+    return out;
+  }
+
+ private:
+  const io::Checkpoint* ckpt_;
+};
+
+template <typename T>
+std::uint64_t bytes_of(const std::vector<T>& v) {
+  return v.size() * sizeof(T);
+}
+
+class CpuRunner final : public ModelRunner {
+ public:
+  CpuRunner(const model::Qwen3Config& cfg, const io::Checkpoint* ckpt, const model::ShardPlan& plan,
+            std::shared_ptr<dist::Communicator> comm, std::int32_t max_context)
+      : cfg_(cfg),
+        plan_(plan),
+        comm_(std::move(comm)),
+        max_context_(max_context),
+        q_dim_(plan.q_heads * cfg.head_dim),
+        kv_dim_(plan.kv_heads * cfg.head_dim),
+        cache_(cfg.num_hidden_layers, plan.kv_heads, max_context, cfg.head_dim),
+        rope_(cfg.head_dim, cfg.rope_theta, max_context) {
+    if (ckpt) model::reject_unsupported_tensors(*ckpt);
+    const WeightSource src(ckpt);
+    const model::ShardSpecs specs = model::shard_specs(cfg, plan);
+    embed_.resize(static_cast<std::size_t>(specs.embed.numel()));
+    src.bf16(specs.embed, embed_);
+    final_norm_ = src.f32(specs.final_norm);
+    if (!cfg.tie_word_embeddings) {
+      lm_head_.resize(static_cast<std::size_t>(specs.lm_head.numel()));
+      src.bf16(specs.lm_head, lm_head_);
+    }
+    for (const model::LayerSpecs& ls : specs.layers) {
+      Layer l;
+      l.input_norm = src.f32(ls.input_norm);
+      l.q_norm = src.f32(ls.q_norm);
+      l.k_norm = src.f32(ls.k_norm);
+      l.post_norm = src.f32(ls.post_norm);
+      l.qkv = src.stacked({&ls.q_proj, &ls.k_proj, &ls.v_proj});
+      l.o = src.stacked({&ls.o_proj});
+      l.gate_up = src.stacked({&ls.gate_proj, &ls.up_proj});
+      l.down = src.stacked({&ls.down_proj});
+      layers_.push_back(std::move(l));
+    }
+    for (std::int64_t h = 0; h < plan.q_heads; ++h) kv_of_q_.push_back(plan.kv_of_q(h, cfg));
+  }
+
+  void forward(std::span<const std::int32_t> tokens, std::int32_t offset, std::span<float> logits) override {
+    const auto n = static_cast<std::int64_t>(tokens.size());
+    const std::int64_t vocab = cfg_.vocab_size, hidden = cfg_.hidden_size;
+    check_request(tokens, offset, logits);
+    // Positions from `offset` on are about to be overwritten; if this call
+    // fails midway they are not valid, but everything before still is.
+    cached_ = std::min<std::int64_t>(cached_, offset);
+
+    x_.resize(static_cast<std::size_t>(n * hidden));
+    for (std::int64_t i = 0; i < n; ++i)
+      bf16_to_f32(embed_.data() + static_cast<std::int64_t>(tokens[i]) * hidden, x_.data() + i * hidden, hidden);
+    for (std::size_t l = 0; l < layers_.size(); ++l) layer(static_cast<std::int64_t>(l), n, offset);
+    cached_ = offset + n;
+
+    if (logits.empty()) return;
+    const std::uint16_t* head = cfg_.tie_word_embeddings ? embed_.data() : lm_head_.data();
+    const std::int64_t rows = static_cast<std::int64_t>(logits.size()) / vocab;  // 1 (last position) or n
+    const float* first = x_.data() + (n - rows) * hidden;
+    xn_.resize(static_cast<std::size_t>(rows * hidden));
+    rms_norm(first, rows, hidden, hidden, final_norm_.data(), eps(), xn_.data(), hidden);
+    matmul_bf16(xn_.data(), rows, hidden, hidden, head, vocab, logits.data(), vocab);
+  }
+
+  void clear_kv_cache() override { cached_ = 0; }
+  const model::Qwen3Config& config() const noexcept override { return cfg_; }
+  std::int32_t max_context() const noexcept override { return max_context_; }
+
+  MemoryStats memory() const override {
+    MemoryStats m;
+    m.device = "cpu";
+    m.weight_bytes = bytes_of(embed_) + bytes_of(lm_head_) + bytes_of(final_norm_);
+    for (const Layer& l : layers_)
+      m.weight_bytes += bytes_of(l.input_norm) + bytes_of(l.q_norm) + bytes_of(l.k_norm) + bytes_of(l.post_norm) +
+                        bytes_of(l.qkv) + bytes_of(l.o) + bytes_of(l.gate_up) + bytes_of(l.down);
+    m.kv_cache_bytes = cache_.bytes();
+    return m;
+  }
+
+ private:
+  float eps() const noexcept { return static_cast<float>(cfg_.rms_norm_eps); }
+
+  void check_request(std::span<const std::int32_t> tokens, std::int32_t offset, std::span<float> logits) const {
+    const auto n = static_cast<std::int64_t>(tokens.size());
+    if (n == 0) fail(errc::invalid_argument, "forward needs at least one token");
+    if (offset < 0) fail(errc::invalid_argument, "offset " + std::to_string(offset) + " is negative");
+    if (offset > cached_)
+      fail(errc::invalid_argument, "offset " + std::to_string(offset) + " skips positions missing from the KV cache (" +
+                                       std::to_string(cached_) + " cached)");
+    if (offset + n > max_context_)
+      fail(errc::context_length_exceeded, "positions up to " + std::to_string(offset + n) +
+                                              " exceed the context of " + std::to_string(max_context_) + " tokens");
+    const auto size = static_cast<std::int64_t>(logits.size());
+    if (size != 0 && size != cfg_.vocab_size && size != n * cfg_.vocab_size)
+      fail(errc::invalid_argument, "logits buffer holds " + std::to_string(size) + " floats; expected 0, " +
+                                       std::to_string(cfg_.vocab_size) + " or " + std::to_string(n * cfg_.vocab_size));
+    for (std::int32_t t : tokens)
+      if (t < 0 || t >= cfg_.vocab_size)
+        fail(errc::invalid_argument,
+             "token id " + std::to_string(t) + " is outside the vocabulary of " + std::to_string(cfg_.vocab_size));
+  }
+
+  void layer(std::int64_t li, std::int64_t n, std::int64_t offset) {
+    const Layer& L = layers_[static_cast<std::size_t>(li)];
+    const std::int64_t hidden = cfg_.hidden_size, hd = cfg_.head_dim, ff = plan_.ff_size;
+    const std::int64_t qkv_w = q_dim_ + 2 * kv_dim_;
+    xn_.resize(static_cast<std::size_t>(n * hidden));
+    qkv_.resize(static_cast<std::size_t>(n * qkv_w));
+    attn_.resize(static_cast<std::size_t>(n * q_dim_));
+    proj_.resize(static_cast<std::size_t>(n * hidden));
+    gate_up_.resize(static_cast<std::size_t>(n * 2 * ff));
+    act_.resize(static_cast<std::size_t>(n * ff));
+
+    // Attention block.
+    rms_norm(x_.data(), n, hidden, hidden, L.input_norm.data(), eps(), xn_.data(), hidden);
+    matmul_bf16(xn_.data(), n, hidden, hidden, L.qkv.data(), qkv_w, qkv_.data(), qkv_w);
+#pragma omp parallel for schedule(static) if (n > 1)
+    for (std::int64_t i = 0; i < n; ++i) {
+      float* row = qkv_.data() + i * qkv_w;
+      const std::int64_t pos = offset + i;
+      for (std::int64_t h = 0; h < plan_.q_heads; ++h) {
+        float* q = row + h * hd;
+        rms_norm(q, 1, hd, hd, L.q_norm.data(), eps(), q, hd);
+        rope_.apply(q, pos);
+      }
+      for (std::int64_t h = 0; h < plan_.kv_heads; ++h) {
+        float* k = row + q_dim_ + h * hd;
+        rms_norm(k, 1, hd, hd, L.k_norm.data(), eps(), k, hd);
+        rope_.apply(k, pos);
+        std::copy(k, k + hd, cache_.k(li, h, pos));
+        const float* v = row + q_dim_ + kv_dim_ + h * hd;
+        std::copy(v, v + hd, cache_.v(li, h, pos));
+      }
+    }
+    attention(qkv_.data(), qkv_w, n, offset, cache_, li, kv_of_q_, attn_.data(), q_dim_);
+    matmul_bf16(attn_.data(), n, q_dim_, q_dim_, L.o.data(), hidden, proj_.data(), hidden);
+    comm_->all_reduce_sum(proj_.data(), proj_.size(), DType::f32);
+    for (std::size_t i = 0; i < proj_.size(); ++i) x_[i] += proj_[i];
+
+    // MLP block.
+    rms_norm(x_.data(), n, hidden, hidden, L.post_norm.data(), eps(), xn_.data(), hidden);
+    matmul_bf16(xn_.data(), n, hidden, hidden, L.gate_up.data(), 2 * ff, gate_up_.data(), 2 * ff);
+    for (std::int64_t i = 0; i < n; ++i) {
+      const float* g = gate_up_.data() + i * 2 * ff;
+      silu_mul(g, g + ff, act_.data() + i * ff, ff);
+    }
+    matmul_bf16(act_.data(), n, ff, ff, L.down.data(), hidden, proj_.data(), hidden);
+    comm_->all_reduce_sum(proj_.data(), proj_.size(), DType::f32);
+    for (std::size_t i = 0; i < proj_.size(); ++i) x_[i] += proj_[i];
+  }
+
+  model::Qwen3Config cfg_;
+  model::ShardPlan plan_;
+  std::shared_ptr<dist::Communicator> comm_;
+  std::int32_t max_context_;
+  std::int64_t q_dim_, kv_dim_;  // this rank's H * hd and KV * hd
+  std::int64_t cached_ = 0;      // positions [0, cached_) hold valid keys and values
+
+  std::vector<std::uint16_t> embed_;    // [vocab, hidden] bf16 (also the LM head when tied)
+  std::vector<std::uint16_t> lm_head_;  // [vocab, hidden] bf16; empty when tied
+  std::vector<float> final_norm_;       // [hidden] f32
+  std::vector<Layer> layers_;
+  std::vector<std::int64_t> kv_of_q_;   // [H] local KV head each local query head reads
+  KvCache cache_;
+  RopeTable rope_;
+
+  // Activations of the current call (n = its token count), reused between calls.
+  std::vector<float> x_;        // [n, hidden] residual stream
+  std::vector<float> xn_;       // [n, hidden] normed input of a block
+  std::vector<float> qkv_;      // [n, (H + 2 KV) * hd]
+  std::vector<float> attn_;     // [n, H * hd]
+  std::vector<float> proj_;     // [n, hidden] o_proj / down_proj output (partial sums before the all-reduce)
+  std::vector<float> gate_up_;  // [n, 2 F]
+  std::vector<float> act_;      // [n, F]
+};
+
+void check_config(const model::Qwen3Config& cfg) {
+  auto positive = [](std::int64_t v, const char* field) {
+    if (v <= 0) fail(errc::bad_model, std::string("config ") + field + " must be positive (got " + std::to_string(v) + ")");
+  };
+  positive(cfg.vocab_size, "vocab_size");
+  positive(cfg.hidden_size, "hidden_size");
+  positive(cfg.intermediate_size, "intermediate_size");
+  positive(cfg.num_hidden_layers, "num_hidden_layers");
+  positive(cfg.num_attention_heads, "num_attention_heads");
+  positive(cfg.num_key_value_heads, "num_key_value_heads");
+  positive(cfg.head_dim, "head_dim");
+  if (cfg.head_dim % 2 != 0) fail(errc::bad_model, "config head_dim must be even for RoPE (got " + std::to_string(cfg.head_dim) + ")");
+  if (cfg.num_attention_heads % cfg.num_key_value_heads != 0)
+    fail(errc::bad_model, "config num_attention_heads must be a multiple of num_key_value_heads");
+}
+
+}  // namespace
+
+std::unique_ptr<ModelRunner> make_cpu_runner(const model::Qwen3Config& cfg, const io::Checkpoint* checkpoint,
+                                             const model::ShardPlan& plan, std::shared_ptr<dist::Communicator> comm,
+                                             const RunnerOptions& options) {
+  check_config(cfg);
+  const model::ShardPlan expected = model::ShardPlan::make(cfg, plan.rank, plan.world);
+  if (plan.q_head_begin != expected.q_head_begin || plan.q_heads != expected.q_heads ||
+      plan.kv_head_begin != expected.kv_head_begin || plan.kv_heads != expected.kv_heads ||
+      plan.ff_begin != expected.ff_begin || plan.ff_size != expected.ff_size)
+    fail(errc::bad_tensor_parallel, "shard plan for rank " + std::to_string(plan.rank) + " of " +
+                                        std::to_string(plan.world) + " does not match the model config");
+  if (!comm) {
+    if (plan.world != 1)
+      fail(errc::bad_tensor_parallel, "a tensor-parallel rank (world " + std::to_string(plan.world) + ") needs a communicator");
+    comm = std::make_shared<dist::LocalCommunicator>();
+  }
+  if (comm->size() != plan.world || comm->rank() != plan.rank)
+    fail(errc::bad_tensor_parallel, "communicator is rank " + std::to_string(comm->rank()) + " of " +
+                                        std::to_string(comm->size()) + " but the shard plan is rank " +
+                                        std::to_string(plan.rank) + " of " + std::to_string(plan.world));
+  if (comm->location() != dist::MemoryLocation::host)
+    fail(errc::bad_tensor_parallel, "the CPU backend needs a host communicator, not " + comm->backend_name());
+  const std::int64_t limit = cfg.max_position_embeddings > 0 ? cfg.max_position_embeddings : kDefaultMaxContext;
+  if (options.max_context < 0 || options.max_context > limit)
+    fail(errc::invalid_argument, "max_context " + std::to_string(options.max_context) + " is outside [0, " +
+                                     std::to_string(limit) + "] (max_position_embeddings)");
+  const auto max_context = static_cast<std::int32_t>(
+      options.max_context > 0 ? options.max_context : std::min<std::int64_t>(limit, kDefaultMaxContext));
+  return std::make_unique<CpuRunner>(cfg, checkpoint, plan, std::move(comm), max_context);
+}
+
+}  // namespace neuron::backend::cpu

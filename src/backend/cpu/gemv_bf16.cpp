@@ -1,0 +1,213 @@
+#include "backend/cpu/gemv_bf16.hpp"
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+
+#include "tensor/dtype.hpp"
+#include "util/error.hpp"
+
+namespace neuron::backend::cpu {
+
+GemvOperand::GemvOperand(Isa isa, const float* x, std::int64_t n) : x_(x), n_(n) {
+  if (isa != Isa::avx512_bf16) return;
+  hi_.resize(static_cast<std::size_t>(n));
+  lo_.resize(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) {
+    hi_[i] = f32_to_bf16(x[i]);
+    lo_[i] = f32_to_bf16(x[i] - bf16_to_f32(hi_[i]));
+  }
+}
+
+namespace {
+
+// Four rows share each load of x; a row group's sums stay in registers.
+constexpr std::int64_t kRowGroup = 4;
+
+void rows_scalar(const std::uint16_t* w, std::int64_t ld, std::int64_t rows, const float* x, std::int64_t n, float* y) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::uint16_t* wr = w + r * ld;
+    float acc = 0.0f;
+    for (std::int64_t c = 0; c < n; ++c) acc += bf16_to_f32(wr[c]) * x[c];
+    y[r] = acc;
+  }
+}
+
+__attribute__((target("avx2,fma"))) inline __m256 widen8(const std::uint16_t* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+__attribute__((target("avx2,fma"))) inline float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+__attribute__((target("avx2,fma"))) void rows_avx2(const std::uint16_t* w, std::int64_t ld, std::int64_t rows,
+                                                   const float* x, std::int64_t n, float* y) {
+  const std::int64_t body = n & ~std::int64_t{7};
+  std::int64_t r = 0;
+  for (; r + kRowGroup <= rows; r += kRowGroup) {
+    const std::uint16_t* w0 = w + r * ld;
+    const std::uint16_t* w1 = w0 + ld;
+    const std::uint16_t* w2 = w1 + ld;
+    const std::uint16_t* w3 = w2 + ld;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (std::int64_t c = 0; c < body; c += 8) {
+      const __m256 xv = _mm256_loadu_ps(x + c);
+      a0 = _mm256_fmadd_ps(widen8(w0 + c), xv, a0);
+      a1 = _mm256_fmadd_ps(widen8(w1 + c), xv, a1);
+      a2 = _mm256_fmadd_ps(widen8(w2 + c), xv, a2);
+      a3 = _mm256_fmadd_ps(widen8(w3 + c), xv, a3);
+    }
+    float s0 = hsum8(a0), s1 = hsum8(a1), s2 = hsum8(a2), s3 = hsum8(a3);
+    for (std::int64_t c = body; c < n; ++c) {
+      s0 += bf16_to_f32(w0[c]) * x[c];
+      s1 += bf16_to_f32(w1[c]) * x[c];
+      s2 += bf16_to_f32(w2[c]) * x[c];
+      s3 += bf16_to_f32(w3[c]) * x[c];
+    }
+    y[r] = s0;
+    y[r + 1] = s1;
+    y[r + 2] = s2;
+    y[r + 3] = s3;
+  }
+  for (; r < rows; ++r) {
+    const std::uint16_t* wr = w + r * ld;
+    __m256 a = _mm256_setzero_ps();
+    for (std::int64_t c = 0; c < body; c += 8) a = _mm256_fmadd_ps(widen8(wr + c), _mm256_loadu_ps(x + c), a);
+    float s = hsum8(a);
+    for (std::int64_t c = body; c < n; ++c) s += bf16_to_f32(wr[c]) * x[c];
+    y[r] = s;
+  }
+}
+
+#define NEURON_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+
+NEURON_AVX512 inline __m512 widen16(const std::uint16_t* p, __mmask16 m) {
+  const __m256i h = _mm256_maskz_loadu_epi16(m, p);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+NEURON_AVX512 void rows_avx512(const std::uint16_t* w, std::int64_t ld, std::int64_t rows, const float* x,
+                               std::int64_t n, float* y) {
+  const std::int64_t body = n & ~std::int64_t{15};
+  const __mmask16 tail = static_cast<__mmask16>((1u << (n - body)) - 1u);
+  std::int64_t r = 0;
+  for (; r + kRowGroup <= rows; r += kRowGroup) {
+    const std::uint16_t* w0 = w + r * ld;
+    const std::uint16_t* w1 = w0 + ld;
+    const std::uint16_t* w2 = w1 + ld;
+    const std::uint16_t* w3 = w2 + ld;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (std::int64_t c = 0; c < body; c += 16) {
+      const __m512 xv = _mm512_loadu_ps(x + c);
+      a0 = _mm512_fmadd_ps(widen16(w0 + c, 0xffff), xv, a0);
+      a1 = _mm512_fmadd_ps(widen16(w1 + c, 0xffff), xv, a1);
+      a2 = _mm512_fmadd_ps(widen16(w2 + c, 0xffff), xv, a2);
+      a3 = _mm512_fmadd_ps(widen16(w3 + c, 0xffff), xv, a3);
+    }
+    if (tail) {
+      const __m512 xv = _mm512_maskz_loadu_ps(tail, x + body);
+      a0 = _mm512_fmadd_ps(widen16(w0 + body, tail), xv, a0);
+      a1 = _mm512_fmadd_ps(widen16(w1 + body, tail), xv, a1);
+      a2 = _mm512_fmadd_ps(widen16(w2 + body, tail), xv, a2);
+      a3 = _mm512_fmadd_ps(widen16(w3 + body, tail), xv, a3);
+    }
+    y[r] = _mm512_reduce_add_ps(a0);
+    y[r + 1] = _mm512_reduce_add_ps(a1);
+    y[r + 2] = _mm512_reduce_add_ps(a2);
+    y[r + 3] = _mm512_reduce_add_ps(a3);
+  }
+  for (; r < rows; ++r) {
+    const std::uint16_t* wr = w + r * ld;
+    __m512 a = _mm512_setzero_ps();
+    for (std::int64_t c = 0; c < body; c += 16) a = _mm512_fmadd_ps(widen16(wr + c, 0xffff), _mm512_loadu_ps(x + c), a);
+    if (tail) a = _mm512_fmadd_ps(widen16(wr + body, tail), _mm512_maskz_loadu_ps(tail, x + body), a);
+    y[r] = _mm512_reduce_add_ps(a);
+  }
+}
+
+#define NEURON_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+NEURON_AVX512_BF16 inline __m512bh load_bf16(const std::uint16_t* p, __mmask32 m) {
+  return (__m512bh)_mm512_maskz_loadu_epi16(m, p);
+}
+
+// acc += w . hi + w . lo over 32 (masked) elements.
+NEURON_AVX512_BF16 inline __m512 dot2(__m512 acc, __m512bh w, __m512bh hi, __m512bh lo) {
+  return _mm512_dpbf16_ps(_mm512_dpbf16_ps(acc, w, hi), w, lo);
+}
+
+// w . x = w . hi + w . lo: each vdpbf16ps multiplies 32 bf16 pairs exactly and
+// accumulates in f32, so one weight load feeds two dot products and no widening.
+NEURON_AVX512_BF16 void rows_avx512_bf16(const std::uint16_t* w, std::int64_t ld, std::int64_t rows,
+                                         const std::uint16_t* hi, const std::uint16_t* lo, std::int64_t n, float* y) {
+  const std::int64_t body = n & ~std::int64_t{31};
+  const __mmask32 all = ~__mmask32{0};
+  const __mmask32 tail = static_cast<__mmask32>((std::uint64_t{1} << (n - body)) - 1u);
+  std::int64_t r = 0;
+  for (; r + kRowGroup <= rows; r += kRowGroup) {
+    const std::uint16_t* w0 = w + r * ld;
+    const std::uint16_t* w1 = w0 + ld;
+    const std::uint16_t* w2 = w1 + ld;
+    const std::uint16_t* w3 = w2 + ld;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (std::int64_t c = 0; c < n; c += 32) {
+      const __mmask32 m = c < body ? all : tail;
+      const __m512bh h = load_bf16(hi + c, m), l = load_bf16(lo + c, m);
+      a0 = dot2(a0, load_bf16(w0 + c, m), h, l);
+      a1 = dot2(a1, load_bf16(w1 + c, m), h, l);
+      a2 = dot2(a2, load_bf16(w2 + c, m), h, l);
+      a3 = dot2(a3, load_bf16(w3 + c, m), h, l);
+    }
+    y[r] = _mm512_reduce_add_ps(a0);
+    y[r + 1] = _mm512_reduce_add_ps(a1);
+    y[r + 2] = _mm512_reduce_add_ps(a2);
+    y[r + 3] = _mm512_reduce_add_ps(a3);
+  }
+  for (; r < rows; ++r) {
+    const std::uint16_t* wr = w + r * ld;
+    __m512 a = _mm512_setzero_ps();
+    for (std::int64_t c = 0; c < n; c += 32) {
+      const __mmask32 m = c < body ? all : tail;
+      a = dot2(a, load_bf16(wr + c, m), load_bf16(hi + c, m), load_bf16(lo + c, m));
+    }
+    y[r] = _mm512_reduce_add_ps(a);
+  }
+}
+
+}  // namespace
+
+void gemv_bf16_rows(Isa isa, const std::uint16_t* w, std::int64_t ld, std::int64_t rows, const GemvOperand& x,
+                    float* y) {
+  switch (isa) {
+    case Isa::scalar: return rows_scalar(w, ld, rows, x.f32(), x.size(), y);
+    case Isa::avx2: return rows_avx2(w, ld, rows, x.f32(), x.size(), y);
+    case Isa::avx512: return rows_avx512(w, ld, rows, x.f32(), x.size(), y);
+    case Isa::avx512_bf16:
+      NEURON_ASSERT(x.size() == 0 || x.hi() != nullptr);  // operand prepared for this kernel
+      return rows_avx512_bf16(w, ld, rows, x.hi(), x.lo(), x.size(), y);
+  }
+}
+
+void gemv_bf16(const std::uint16_t* w, std::int64_t rows, std::int64_t cols, const float* x, float* y) {
+  const Isa isa = selected_isa();
+  const GemvOperand operand(isa, x, cols);
+  // Below ~2 MiB of weights, waking a second thread costs more than it saves.
+#pragma omp parallel if (rows * cols >= (std::int64_t{1} << 20))
+  {
+    // Contiguous row ranges, a multiple of the row group, one per thread: each
+    // thread streams its own part of W once.
+    const std::int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+    const std::int64_t groups = (rows + kRowGroup - 1) / kRowGroup;
+    const std::int64_t begin = std::min(rows, groups * t / threads * kRowGroup);
+    const std::int64_t end = std::min(rows, groups * (t + 1) / threads * kRowGroup);
+    if (end > begin) gemv_bf16_rows(isa, w + begin * cols, cols, end - begin, operand, y + begin);
+  }
+}
+
+}  // namespace neuron::backend::cpu

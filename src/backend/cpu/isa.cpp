@@ -1,0 +1,57 @@
+#include "backend/cpu/isa.hpp"
+
+#include <cstdlib>
+
+#include <spdlog/spdlog.h>
+
+namespace neuron::backend::cpu {
+
+std::string_view isa_name(Isa isa) noexcept {
+  switch (isa) {
+    case Isa::scalar: return "scalar";
+    case Isa::avx2: return "avx2";
+    case Isa::avx512: return "avx512";
+    case Isa::avx512_bf16: return "avx512_bf16";
+  }
+  return "scalar";
+}
+
+bool isa_supported(Isa isa) noexcept {
+  __builtin_cpu_init();
+  switch (isa) {
+    case Isa::scalar: return true;
+    case Isa::avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case Isa::avx512:
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl");
+    case Isa::avx512_bf16: return isa_supported(Isa::avx512) && __builtin_cpu_supports("avx512bf16");
+  }
+  return false;
+}
+
+namespace {
+constexpr Isa kAll[] = {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512_bf16};
+
+Isa choose() {
+  if (const char* forced = std::getenv("NEURON_CPU_ISA"); forced && *forced) {
+    bool known = false;
+    for (Isa isa : kAll) {
+      if (isa_name(isa) != forced) continue;
+      known = true;
+      if (isa_supported(isa)) return isa;
+      spdlog::warn("NEURON_CPU_ISA={} is not supported by this CPU; choosing automatically", forced);
+    }
+    if (!known) spdlog::warn("NEURON_CPU_ISA={} is unknown (scalar, avx2, avx512, avx512_bf16); choosing automatically", forced);
+  }
+  for (Isa isa : {Isa::avx512, Isa::avx2})
+    if (isa_supported(isa)) return isa;
+  return Isa::scalar;
+}
+}  // namespace
+
+Isa selected_isa() {
+  static const Isa isa = choose();
+  return isa;
+}
+
+}  // namespace neuron::backend::cpu

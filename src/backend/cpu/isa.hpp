@@ -1,0 +1,23 @@
+#pragma once
+// The instruction sets the CPU kernels are written for, chosen at run time
+// (the binary is built for baseline x86-64; no -march=native anywhere).
+#include <string_view>
+
+namespace neuron::backend::cpu {
+
+enum class Isa {
+  scalar,       // portable C++
+  avx2,         // AVX2 + FMA, bf16 widened to f32
+  avx512,       // AVX-512F/BW, bf16 widened to f32, masked tails
+  avx512_bf16,  // AVX-512 BF16 dot products (vdpbf16ps) on a two-term bf16 split of the f32 operand
+};
+
+std::string_view isa_name(Isa isa) noexcept;  // "scalar", "avx2", "avx512", "avx512_bf16"
+bool isa_supported(Isa isa) noexcept;          // this CPU can run it
+// The kernel the runner uses: NEURON_CPU_ISA=<name> when set and supported
+// (benchmarks and tests compare variants), else avx512 > avx2 > scalar.
+// avx512_bf16 is opt-in because its operand split gives ~1e-6 relative error
+// per product instead of f32's exact products.
+Isa selected_isa();
+
+}  // namespace neuron::backend::cpu

@@ -1,0 +1,67 @@
+#include "backend/cpu/matmul.hpp"
+
+#include <cblas.h>
+#include <immintrin.h>
+
+#include <algorithm>
+#include <mutex>
+#include <vector>
+
+#include "backend/cpu/gemv_bf16.hpp"
+#include "backend/cpu/isa.hpp"
+#include "tensor/dtype.hpp"
+
+namespace neuron::backend::cpu {
+
+namespace {
+
+// A tile's f32 copy: about 512 KiB, a quarter of this machine's L2, so the
+// sgemm streams it from cache while the next tile's bf16 arrives.
+constexpr std::int64_t kTileBytes = 512 << 10;
+constexpr std::int64_t kTileRowAlign = 16;
+
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void widen_avx512(const std::uint16_t* src, float* dst,
+                                                                       std::int64_t count) {
+  std::int64_t i = 0;
+  for (; i + 16 <= count; i += 16) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+    _mm512_storeu_ps(dst + i, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
+  }
+  for (; i < count; ++i) dst[i] = neuron::bf16_to_f32(src[i]);
+}
+
+}  // namespace
+
+void bf16_to_f32(const std::uint16_t* src, float* dst, std::int64_t count) {
+  if (selected_isa() == Isa::avx512 || selected_isa() == Isa::avx512_bf16) return widen_avx512(src, dst, count);
+  for (std::int64_t i = 0; i < count; ++i) dst[i] = neuron::bf16_to_f32(src[i]);
+}
+
+void init_blas_threads() {
+  static std::once_flag once;
+  std::call_once(once, [] { openblas_set_num_threads(1); });
+}
+
+void matmul_bf16(const float* x, std::int64_t n, std::int64_t in, std::int64_t ldx, const std::uint16_t* w,
+                 std::int64_t out, float* y, std::int64_t ldy) {
+  if (n <= 0 || out <= 0) return;
+  if (n == 1) return gemv_bf16(w, out, in, x, y);
+  init_blas_threads();
+  const std::int64_t tile_rows =
+      std::max(kTileRowAlign, kTileBytes / (in * 4) / kTileRowAlign * kTileRowAlign);
+  const std::int64_t tiles = (out + tile_rows - 1) / tile_rows;
+#pragma omp parallel if (tiles > 1)
+  {
+    std::vector<float> scratch(static_cast<std::size_t>(tile_rows * in));  // [tile_rows, in] f32
+#pragma omp for schedule(dynamic, 1)
+    for (std::int64_t t = 0; t < tiles; ++t) {
+      const std::int64_t r0 = t * tile_rows, rows = std::min(tile_rows, out - r0);
+      bf16_to_f32(w + r0 * in, scratch.data(), rows * in);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n), static_cast<int>(rows),
+                  static_cast<int>(in), 1.0f, x, static_cast<int>(ldx), scratch.data(), static_cast<int>(in), 0.0f,
+                  y + r0, static_cast<int>(ldy));
+    }
+  }
+}
+
+}  // namespace neuron::backend::cpu
