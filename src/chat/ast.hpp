@@ -27,7 +27,8 @@ struct Name {
   std::string id;
 };
 struct ListExpr {
-  std::vector<ExprPtr> items;  // also tuples: Python's (a, b) prints like a list here
+  std::vector<ExprPtr> items;
+  bool tuple = false;  // (a, b) or a bare a, b
 };
 struct DictExpr {
   std::vector<std::pair<ExprPtr, ExprPtr>> items;  // key expressions must evaluate to str

@@ -341,7 +341,7 @@ const std::unordered_map<std::string, FilterFn>& filters() {
       Value::List out;
       if (v.is_undefined()) return Value(std::move(out));
       if (!v.is_dict()) fault("items: expected a mapping, got " + v.type_name());
-      for (const auto& [key, value] : v.as_dict().items()) out.emplace_back(Value::List{Value(key), value});
+      for (const auto& [key, value] : v.as_dict().items()) out.emplace_back(Value::tuple(Value::List{Value(key), value}));
       return Value(std::move(out));
     };
     t["dictsort"] = [](const Value& v, ArgReader& a, const Limits&) {
@@ -350,7 +350,7 @@ const std::unordered_map<std::string, FilterFn>& filters() {
       const std::string by = a.string(1, "by").value_or("key");
       const bool reverse = a.boolean(2, "reverse", false);
       Value::List out;
-      for (const auto& [key, value] : v.as_dict().items()) out.emplace_back(Value::List{Value(key), value});
+      for (const auto& [key, value] : v.as_dict().items()) out.emplace_back(Value::tuple(Value::List{Value(key), value}));
       const std::size_t pos = by == "value" ? 1 : 0;
       std::stable_sort(out.begin(), out.end(), [&](const Value& x, const Value& y) {
         const Value kx = sort_key(x.as_list()[pos], case_sensitive), ky = sort_key(y.as_list()[pos], case_sensitive);
@@ -767,7 +767,7 @@ std::optional<Value> dict_method(const Dict& d, const std::string& name, CallArg
   } else if (name == "items" || name == "keys" || name == "values") {
     Value::List out;
     for (const auto& [key, value] : d.items()) {
-      if (name == "items") out.emplace_back(Value::List{Value(key), value});
+      if (name == "items") out.emplace_back(Value::tuple(Value::List{Value(key), value}));
       else if (name == "keys") out.emplace_back(key);
       else out.push_back(value);
     }

@@ -215,6 +215,7 @@ class Parser {
     if (at_op(",")) {
       // `for x in a, b`: a tuple of items.
       ListExpr tuple;
+      tuple.tuple = true;
       const int tuple_line = node.iterable->line;
       tuple.items.push_back(std::move(node.iterable));
       while (accept_op(",")) tuple.items.push_back(parse_or());
@@ -301,6 +302,7 @@ class Parser {
     ExprPtr first = parse_expression();
     if (!at_op(",")) return first;
     ListExpr tuple;
+    tuple.tuple = true;
     const int line = first->line;
     tuple.items.push_back(std::move(first));
     while (accept_op(",")) {
@@ -466,10 +468,11 @@ class Parser {
 
   ExprPtr parse_paren() {
     const int line = next().line;
-    if (accept_op(")")) return make(line, ListExpr{});
+    if (accept_op(")")) return make(line, ListExpr{{}, true});
     ExprPtr first = parse_expression();
     if (accept_op(")")) return first;
     ListExpr tuple;
+    tuple.tuple = true;
     tuple.items.push_back(std::move(first));
     while (accept_op(",")) {
       if (at_op(")")) break;

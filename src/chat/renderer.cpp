@@ -333,7 +333,7 @@ Value Renderer::eval_node(const ast::Expr& expr) {
           Value::List items;
           items.reserve(node.items.size());
           for (const auto& e : node.items) items.push_back(eval(*e));
-          return items;
+          return node.tuple ? Value::tuple(std::move(items)) : Value(std::move(items));
         } else if constexpr (std::is_same_v<T, DictExpr>) {
           Dict dict;
           for (const auto& [k, v] : node.items) {

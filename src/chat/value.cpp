@@ -98,7 +98,7 @@ bool Value::truthy() const {
         } else if constexpr (std::is_same_v<T, std::string>) {
           return !v.empty();
         } else if constexpr (std::is_same_v<T, ListPtr>) {
-          return !v->empty();
+          return !v->items.empty();
         } else if constexpr (std::is_same_v<T, DictPtr>) {
           return v->size() != 0;
         } else {
@@ -172,11 +172,12 @@ std::string Value::repr() const {
         } else if constexpr (std::is_same_v<T, std::string>) {
           return py::repr(v);
         } else if constexpr (std::is_same_v<T, ListPtr>) {
-          std::string out = "[";
-          for (std::size_t i = 0; i < v->size(); ++i) {
+          std::string out = v->tuple ? "(" : "[";
+          for (std::size_t i = 0; i < v->items.size(); ++i) {
             if (i) out += ", ";
-            out += (*v)[i].repr();
+            out += v->items[i].repr();
           }
+          if (v->tuple) return out + (v->items.size() == 1 ? ",)" : ")");
           return out + "]";
         } else if constexpr (std::is_same_v<T, DictPtr>) {
           std::string out = "{";
@@ -213,7 +214,7 @@ std::string Value::type_name() const {
         else if constexpr (std::is_same_v<T, std::int64_t>) return "int";
         else if constexpr (std::is_same_v<T, double>) return "float";
         else if constexpr (std::is_same_v<T, std::string>) return "str";
-        else if constexpr (std::is_same_v<T, ListPtr>) return "list";
+        else if constexpr (std::is_same_v<T, ListPtr>) return v->tuple ? "tuple" : "list";
         else if constexpr (std::is_same_v<T, DictPtr>) return "dict";
         else if constexpr (std::is_same_v<T, NamespacePtr>) return "Namespace";
         else return "function";

@@ -67,7 +67,12 @@ struct None {};
 class Value {
  public:
   using List = std::vector<Value>;
-  using ListPtr = std::shared_ptr<const List>;
+  // A tuple is a list that prints as (a, b); everything else treats them alike.
+  struct Sequence {
+    List items;
+    bool tuple = false;
+  };
+  using ListPtr = std::shared_ptr<const Sequence>;
   using DictPtr = std::shared_ptr<const Dict>;
   using NamespacePtr = std::shared_ptr<Namespace>;
   using CallablePtr = std::shared_ptr<const Callable>;
@@ -81,13 +86,17 @@ class Value {
   Value(double d) : v_(d) {}
   Value(std::string s) : v_(std::move(s)) {}
   Value(const char* s) : v_(std::string(s)) {}
-  Value(List list) : v_(std::make_shared<const List>(std::move(list))) {}
+  Value(List list) : v_(std::make_shared<const Sequence>(Sequence{std::move(list), false})) {}
   Value(Dict dict) : v_(std::make_shared<const Dict>(std::move(dict))) {}
   Value(NamespacePtr ns) : v_(std::move(ns)) {}
   Value(CallablePtr fn) : v_(std::move(fn)) {}
+  explicit Value(ListPtr list) : v_(std::move(list)) {}
+
+  static Value tuple(List items) { return Value(std::make_shared<const Sequence>(Sequence{std::move(items), true})); }
 
   // JSON in: null -> None, objects keep the iteration order of the json type
   // (nlohmann::ordered_json keeps the caller's order; nlohmann::json sorts).
+  // Throws Error{invalid_argument} for input nested deeper than 256 levels.
   static Value from_json(const nlohmann::json& j);
   static Value from_json(const nlohmann::ordered_json& j);
 
@@ -112,7 +121,8 @@ class Value {
   // Integer value of an int or bool.
   std::int64_t as_integer() const;
   const std::string& as_string() const { return std::get<std::string>(v_); }
-  const List& as_list() const { return *std::get<ListPtr>(v_); }
+  const List& as_list() const { return std::get<ListPtr>(v_)->items; }
+  bool is_tuple() const { return is_list() && std::get<ListPtr>(v_)->tuple; }
   const Dict& as_dict() const { return *std::get<DictPtr>(v_); }
   Namespace& as_namespace() const { return *std::get<NamespacePtr>(v_); }
   const Callable& as_callable() const { return *std::get<CallablePtr>(v_); }
