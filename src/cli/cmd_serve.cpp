@@ -1,0 +1,178 @@
+// `neuron serve`: the daemon. Settings resolve flag > NEURON_* env > config
+// file > default (server/serve_options.hpp); invalid settings exit 2. The
+// HTTP server answers at once while startup models load in the background.
+// SIGTERM/SIGINT: refuse new work, let in-flight requests finish within the
+// grace period, cancel the rest, stop HTTP, unload every model (reaping TP
+// workers), exit 0.
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <system_error>
+
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "cli/command.hpp"
+#include "engine/registry.hpp"
+#include "server/api.hpp"
+#include "server/http_server.hpp"
+#include "server/model_spec.hpp"
+#include "server/serve_options.hpp"
+#include "util/error.hpp"
+
+namespace neuron::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kBundledModel = "qwen3-tiny-a";
+
+// The bundled model, for `neuron serve` with no model: next to the binary
+// (build/neuron -> models/), or under the current directory.
+std::optional<std::string> find_bundled_model() {
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    for (const fs::path& base : {exe.parent_path().parent_path(), exe.parent_path()}) {
+      fs::path dir = base / "models" / kBundledModel;
+      if (fs::exists(dir / "config.json", ec)) return dir.lexically_normal().string();
+    }
+  }
+  fs::path rel = fs::path("models") / kBundledModel;
+  if (fs::exists(rel / "config.json", ec)) return rel.string();
+  return std::nullopt;
+}
+
+// A directory named on the command line may live anywhere: allow its parent
+// as a model root (HTTP clients still only reach configured roots).
+void allow_directory_of(const std::string& model_id, std::vector<fs::path>& roots) {
+  std::error_code ec;
+  fs::path p(model_id);
+  if (!fs::is_directory(p, ec)) return;
+  fs::path canonical = fs::canonical(p, ec);
+  if (!ec) roots.push_back(canonical.parent_path());
+}
+
+int run_serve(const server::ServeFlags& flags) {
+  server::ServeOptions opts;
+  std::vector<engine::ModelSpec> specs;
+  try {
+    opts = server::resolve_serve_options(flags, server::process_env());
+    for (const auto& text : opts.models) specs.push_back(server::parse_model_spec_text(text));
+  } catch (const Error& e) {
+    std::fprintf(stderr, "neuron serve: %s\n", e.what());
+    return 2;
+  }
+
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>("neuron", std::make_shared<spdlog::sinks::stderr_color_sink_mt>()));
+  // A client that disconnects mid-write must fail the write, not kill the daemon.
+  ::signal(SIGPIPE, SIG_IGN);
+  // Every thread started from here on inherits the blocked mask, so the
+  // signals reach only the sigwait() below.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  engine::RegistryOptions ropts;
+  ropts.model_roots = opts.models_dirs;
+  std::optional<std::string> bundled = find_bundled_model();
+  if (bundled) allow_directory_of(*bundled, ropts.model_roots);
+  if (specs.empty()) {
+    if (bundled) {
+      engine::ModelSpec spec;
+      spec.model_id = *bundled;
+      specs.push_back(spec);
+    } else {
+      spdlog::warn("no --model given and the bundled model (models/{}) was not found; serving no model", kBundledModel);
+    }
+  }
+  for (const auto& spec : specs) allow_directory_of(spec.model_id, ropts.model_roots);
+  ropts.engine.queue_depth = opts.queue_depth;
+  ropts.step_timeout = opts.step_timeout;
+
+  engine::Registry registry(ropts);
+  server::Api api(registry, server::ApiOptions{opts.api_key});
+  server::HttpServer http(server::HttpServerOptions{opts.host, opts.port, opts.max_body_bytes, opts.threads},
+                          [&api](const server::HttpRequest& r) { return api.handle(r); },
+                          [&api](const std::string& m, const std::string& p, int s, double ms) { api.record_exchange(m, p, s, ms); });
+  int port = 0;
+  try {
+    port = http.start();
+  } catch (const Error& e) {
+    spdlog::error("{}", e.what());
+    return 1;
+  }
+  spdlog::info("neuron {} listening on http://{}:{}{}", NEURON_VERSION, opts.host, port, opts.api_key.empty() ? "" : " (API key required)");
+
+  for (const auto& spec : specs) {
+    try {
+      registry.load(spec, /*wait=*/false);
+      spdlog::info("loading model {} (tensor_parallel {})", spec.model_id, spec.tensor_parallel);
+    } catch (const Error& e) {
+      spdlog::error("cannot load model {}: ({}) {}", spec.model_id, e.kind(), e.what());
+    }
+  }
+
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  spdlog::info("{} received: shutting down (grace {} ms)", sig == SIGTERM ? "SIGTERM" : "SIGINT", opts.shutdown_grace.count());
+  api.begin_shutdown();
+  if (!api.wait_idle(opts.shutdown_grace)) {
+    spdlog::warn("cancelling {} in-flight request(s) after the grace period", api.in_flight());
+    api.cancel_all();
+    api.wait_idle(std::chrono::milliseconds(5000));
+  }
+  http.stop();
+  spdlog::info("HTTP stopped; unloading models");
+  return 0;  // the registry's destructor unloads every model and reaps TP workers
+}
+
+Run setup(CLI::App& sub) {
+  auto flags = std::make_shared<server::ServeFlags>();
+  auto text = std::make_shared<std::map<std::string, std::string>>();
+  auto opt = [&sub, text](const char* name, const char* help) {
+    return sub.add_option(name, (*text)[name], help);
+  };
+  opt("--host", "Address to listen on (NEURON_HOST; default 127.0.0.1)");
+  opt("--port", "Port to listen on, 0 = any free port (NEURON_PORT; default 13131)");
+  sub.add_option("--model", flags->models,
+                 "Model to load at startup: a directory or Hugging Face id, optionally 'ID:tp=2,device=cuda', or a ModelSpec JSON "
+                 "object; repeatable (NEURON_MODEL, ';'-separated; default the bundled models/qwen3-tiny-a)");
+  opt("--config", "JSON config file with the same settings (NEURON_CONFIG)");
+  opt("--api-key", "Require 'Authorization: Bearer KEY' on every route but /health (NEURON_API_KEY)");
+  sub.add_option("--models-dir", flags->models_dirs, "Directory POST /models/load may load models from; repeatable (NEURON_MODELS_DIR)");
+  opt("--queue-depth", "Waiting requests per model before 503 (NEURON_QUEUE_DEPTH; default 64)");
+  opt("--max-body-bytes", "Largest request body accepted, else 413 (NEURON_MAX_BODY_BYTES; default 8 MiB)");
+  opt("--step-timeout-ms", "Deadline for one TP step before the model is marked failed (NEURON_STEP_TIMEOUT_MS; default 30000)");
+  opt("--threads", "HTTP connection threads (NEURON_THREADS; default 64)");
+  opt("--shutdown-grace-ms", "How long in-flight requests may finish after SIGTERM (NEURON_SHUTDOWN_GRACE_MS; default 10000)");
+  return [flags, text, &sub]() {
+    auto given = [&](const char* name) -> std::optional<std::string> {
+      if (sub.count(name) == 0) return std::nullopt;
+      return (*text)[name];
+    };
+    flags->host = given("--host");
+    flags->port = given("--port");
+    flags->config = given("--config");
+    flags->api_key = given("--api-key");
+    flags->queue_depth = given("--queue-depth");
+    flags->max_body_bytes = given("--max-body-bytes");
+    flags->step_timeout_ms = given("--step-timeout-ms");
+    flags->threads = given("--threads");
+    flags->shutdown_grace_ms = given("--shutdown-grace-ms");
+    return run_serve(*flags);
+  };
+}
+
+}  // namespace
+
+NEURON_COMMAND(serve, "Run the HTTP daemon (OpenAI-compatible API)", setup);
+
+}  // namespace neuron::cli

@@ -1,0 +1,549 @@
+#include "server/api.hpp"
+
+#include <algorithm>
+#include <thread>
+#include <variant>
+
+#include <spdlog/spdlog.h>
+
+#include "engine/model_assets.hpp"
+#include "server/api_error.hpp"
+#include "server/discovery.hpp"
+#include "server/model_spec.hpp"
+#include "server/openai_request.hpp"
+#include "server/openai_response.hpp"
+
+namespace neuron::server {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kPoll = std::chrono::milliseconds(1000);
+// An SSE comment after this much silence (e.g. while queued) both keeps
+// proxies from timing out and reveals a client that went away.
+constexpr auto kKeepAlive = std::chrono::seconds(2);
+// After cancelling, how long to wait for the engine's final event (for usage metrics).
+constexpr auto kCancelDrain = std::chrono::seconds(10);
+
+HttpResponse json_response(const json& body, int status = 200) {
+  HttpResponse r;
+  r.status = status;
+  r.body = dump(body);
+  return r;
+}
+
+bool constant_time_equals(const std::string& a, const std::string& b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (std::size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i % (b.empty() ? 1 : b.size())]);
+  return diff == 0 && !b.empty();
+}
+
+std::int64_t unix_seconds(std::chrono::system_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::seconds>(t.time_since_epoch()).count();
+}
+
+json model_info_json(const engine::ModelInfo& m) {
+  json j = {{"id", m.model_id},
+            {"status", std::string(engine::to_string(m.status))},
+            {"kind", m.kind},
+            {"tensor_parallel", m.tensor_parallel},
+            {"devices", m.devices},
+            {"max_context", m.max_context},
+            {"memory", {{"weight_bytes", m.memory.weight_bytes}, {"kv_cache_bytes", m.memory.kv_cache_bytes}}},
+            {"path", m.path.string()},
+            {"created", unix_seconds(m.created)},
+            {"load_ms", m.load_ms}};
+  if (m.status == engine::ModelStatus::failed) j["error"] = {{"kind", m.error_kind}, {"message", m.error_message}};
+  return j;
+}
+
+json messages_json(const std::vector<ChatMessage>& messages) {
+  json out = json::array();
+  for (const auto& m : messages) {
+    json j = {{"role", m.role}, {"content", m.content}};
+    if (m.reasoning_content) j["reasoning_content"] = *m.reasoning_content;
+    if (m.name) j["name"] = *m.name;
+    if (m.tool_call_id) j["tool_call_id"] = *m.tool_call_id;
+    if (!m.tool_calls.is_null()) j["tool_calls"] = m.tool_calls;
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+// The rendered prompt ends inside an opened <think> (templates that start the
+// reasoning for the model), so the first generated text is reasoning.
+bool ends_inside_think(const std::string& prompt) {
+  auto open = prompt.rfind("<think>");
+  if (open == std::string::npos) return false;
+  auto close = prompt.rfind("</think>");
+  return close == std::string::npos || close < open;
+}
+
+std::string string_field(const json& body, const char* key, bool required) {
+  auto it = body.find(key);
+  if (it == body.end() || it->is_null()) {
+    if (required) throw FieldError(key, std::string("'") + key + "' is required");
+    return {};
+  }
+  if (!it->is_string()) throw FieldError(key, std::string("'") + key + "' must be a string");
+  return it->get<std::string>();
+}
+
+model::SamplingParams sampling_for(const model::GenerationDefaults& d, const SamplingOverrides& o) {
+  model::SamplingParams p;
+  if (d.temperature) p.temperature = *d.temperature;
+  if (d.top_p) p.top_p = *d.top_p;
+  if (d.top_k) p.top_k = *d.top_k;
+  if (d.min_p) p.min_p = *d.min_p;
+  if (d.repetition_penalty) p.repetition_penalty = *d.repetition_penalty;
+  if (o.temperature) p.temperature = *o.temperature;
+  if (o.top_p) p.top_p = *o.top_p;
+  if (o.top_k) p.top_k = std::max(0, *o.top_k);  // OpenAI-style -1 means "off", as 0 does here
+  if (o.min_p) p.min_p = *o.min_p;
+  if (o.repetition_penalty) p.repetition_penalty = *o.repetition_penalty;
+  if (o.presence_penalty) p.presence_penalty = *o.presence_penalty;
+  if (o.frequency_penalty) p.frequency_penalty = *o.frequency_penalty;
+  p.seed = o.seed;
+  return p;
+}
+
+}  // namespace
+
+// Registers one in-flight generation so shutdown can wait for or cancel it.
+class Api::Tracker {
+ public:
+  Tracker(Api& api, std::shared_ptr<engine::Channel> channel) : api_(api) {
+    std::lock_guard lock(api_.mu_);
+    id_ = api_.next_tracker_id_++;
+    api_.active_.emplace(id_, channel);
+  }
+  ~Tracker() {
+    std::lock_guard lock(api_.mu_);
+    api_.active_.erase(id_);
+    if (api_.active_.empty()) api_.idle_cv_.notify_all();
+  }
+  Tracker(const Tracker&) = delete;
+  Tracker& operator=(const Tracker&) = delete;
+
+ private:
+  Api& api_;
+  std::uint64_t id_ = 0;
+};
+
+// One admitted request: its channel and what the metrics need to know about it.
+struct Api::Generation {
+  Api& api;
+  std::shared_ptr<engine::Engine> engine;  // keeps the model alive while the request runs
+  std::shared_ptr<engine::Channel> channel;
+  std::unique_ptr<Tracker> tracker;
+  ResponseMeta meta;
+  std::string model;
+  Clock::time_point last_delta = Clock::now();
+  bool seen_delta = false;
+  bool client_gone = false;
+
+  void on_delta(const engine::Event& e) {
+    auto now = Clock::now();
+    if (seen_delta && !e.tokens.empty()) {
+      double per_token = std::chrono::duration<double>(now - last_delta).count() / static_cast<double>(e.tokens.size());
+      for (std::size_t i = 0; i < e.tokens.size(); ++i) api.metrics_.observe("neuron_inter_token_latency_seconds", per_token);
+    }
+    seen_delta = true;
+    last_delta = now;
+  }
+
+  void on_end(const engine::Event& e) {
+    Labels model_label{{"model", model}};
+    if (e.kind == engine::Event::Kind::done) {
+      api.metrics_.inc("neuron_prompt_tokens_total", model_label, e.usage.prompt_tokens);
+      api.metrics_.inc("neuron_generated_tokens_total", model_label, e.usage.completion_tokens);
+      if (e.usage.completion_tokens > 0)
+        api.metrics_.observe("neuron_time_to_first_token_seconds", e.time_to_first_token_ms / 1000.0);
+    }
+    if (client_gone || (e.kind == engine::Event::Kind::done && e.finish_reason == "cancelled"))
+      api.metrics_.inc("neuron_requests_cancelled_total", model_label);
+  }
+
+  // The client went away: stop the engine at its next step, then wait
+  // (bounded) for its last event so usage and cancellation are counted.
+  void abandon() {
+    client_gone = true;
+    channel->cancel();
+    auto deadline = Clock::now() + kCancelDrain;
+    while (Clock::now() < deadline) {
+      auto e = channel->next(kPoll);
+      if (!e || e->kind == engine::Event::Kind::delta) continue;
+      on_end(*e);
+      return;
+    }
+    engine::Event lost;
+    lost.kind = engine::Event::Kind::error;
+    on_end(lost);
+  }
+};
+
+Api::Api(engine::Registry& registry, ApiOptions options) : registry_(registry), options_(std::move(options)) {
+  metrics_.declare_counter("neuron_http_requests_total", "HTTP requests by route and status");
+  metrics_.declare_counter("neuron_prompt_tokens_total", "Prompt tokens processed");
+  metrics_.declare_counter("neuron_generated_tokens_total", "Tokens generated");
+  metrics_.declare_counter("neuron_requests_cancelled_total", "Generations stopped because the client went away");
+  const std::vector<double> latency = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+  metrics_.declare_histogram("neuron_time_to_first_token_seconds", "Submit to first generated token (queue wait included)", latency);
+  metrics_.declare_histogram("neuron_inter_token_latency_seconds", "Time between generated tokens", latency);
+  metrics_.declare_gauge("neuron_queue_depth", "Requests waiting per model");
+  metrics_.declare_gauge("neuron_requests_running", "Requests generating per model");
+  metrics_.declare_gauge("neuron_models_loaded", "Models loaded and serving");
+  metrics_.declare_gauge("neuron_models_loading", "Models still loading");
+  metrics_.declare_gauge("neuron_requests_in_flight", "Generations in flight over HTTP");
+
+  auto bind = [this](HttpResponse (Api::*fn)(const HttpRequest&)) {
+    return [this, fn](const HttpRequest& r) { return (this->*fn)(r); };
+  };
+  router_.add("GET", "/health", bind(&Api::health));
+  router_.add("GET", "/discovery", bind(&Api::discovery));
+  router_.add("GET", "/models", bind(&Api::list_models));
+  router_.add("POST", "/models/load", bind(&Api::load_model));
+  router_.add("POST", "/models/unload", bind(&Api::unload_model));
+  router_.add("GET", "/v1/models", bind(&Api::openai_models));
+  router_.add("POST", "/v1/chat/completions", bind(&Api::chat_completions));
+  router_.add("POST", "/v1/completions", bind(&Api::completions));
+  router_.add("POST", "/tokenize", bind(&Api::tokenize));
+  router_.add("POST", "/detokenize", bind(&Api::detokenize));
+  router_.add("GET", "/metrics", bind(&Api::render_metrics));
+  router_.add("GET", "/version", bind(&Api::version));
+}
+
+Api::~Api() {
+  cancel_all();
+  wait_idle(std::chrono::milliseconds(5000));
+}
+
+HttpResponse Api::handle(const HttpRequest& request) {
+  const bool exempt = request.path == "/health";
+  if (!options_.api_key.empty() && !exempt) {
+    const std::string auth = request.header("Authorization");
+    const std::string prefix = "Bearer ";
+    if (auth.rfind(prefix, 0) != 0 || !constant_time_equals(auth.substr(prefix.size()), options_.api_key)) {
+      HttpResponse r = error_response(classify(http_errc::unauthorized, auth.empty() ? "missing API key: send 'Authorization: Bearer <key>'"
+                                                                                     : "invalid API key"));
+      r.set_header("WWW-Authenticate", "Bearer");
+      return r;
+    }
+  }
+  if (shutting_down_ && !exempt && request.path != "/metrics")
+    return error_response(classify(errc::shutting_down, "the server is shutting down"));
+  return router_.dispatch(request);
+}
+
+void Api::record_exchange(const std::string& method, const std::string& path, int status, double ms) {
+  metrics_.inc("neuron_http_requests_total", {{"route", router_.route_label(path)}, {"status", std::to_string(status)}});
+  spdlog::info("{} {} {} {:.1f}ms", method, path, status, ms);
+}
+
+void Api::begin_shutdown() { shutting_down_ = true; }
+
+bool Api::wait_idle(std::chrono::milliseconds deadline) {
+  std::unique_lock lock(mu_);
+  return idle_cv_.wait_for(lock, deadline, [this] { return active_.empty(); });
+}
+
+void Api::cancel_all() {
+  std::lock_guard lock(mu_);
+  for (auto& [id, weak] : active_)
+    if (auto ch = weak.lock()) ch->cancel();
+}
+
+std::size_t Api::in_flight() const {
+  std::lock_guard lock(mu_);
+  return active_.size();
+}
+
+// ---- management ----
+
+HttpResponse Api::health(const HttpRequest&) {
+  json models = json::array();
+  for (const auto& m : registry_.list()) models.push_back({{"id", m.model_id}, {"status", std::string(engine::to_string(m.status))}});
+  bool down = shutting_down_;
+  double uptime = std::chrono::duration<double>(Clock::now() - started_).count();
+  return json_response({{"status", down ? "shutting_down" : "ok"}, {"models", models}, {"uptime_s", uptime}, {"version", NEURON_VERSION}},
+                       down ? 503 : 200);
+}
+
+HttpResponse Api::discovery(const HttpRequest&) {
+  json d = discover();
+  json models = json::array();
+  for (const auto& m : registry_.list()) models.push_back(model_info_json(m));
+  d["models"] = models;
+  return json_response(d);
+}
+
+HttpResponse Api::list_models(const HttpRequest&) {
+  json models = json::array();
+  for (const auto& m : registry_.list()) {
+    json j = model_info_json(m);
+    if (m.status == engine::ModelStatus::loaded) {
+      try {
+        auto stats = registry_.engine(m.model_id)->stats();
+        j["queue_depth"] = stats.queue_depth;
+        j["running"] = stats.running;
+      } catch (const Error&) {
+        // Unloaded or failed between list() and engine(): the entry above says enough.
+      }
+    }
+    models.push_back(std::move(j));
+  }
+  return json_response({{"models", models}});
+}
+
+HttpResponse Api::load_model(const HttpRequest& request) {
+  LoadRequest load = parse_load_request(parse_body(request.body));
+  engine::ModelInfo info = registry_.load(load.spec, load.wait);
+  return json_response(model_info_json(info), info.status == engine::ModelStatus::loading ? 202 : 200);
+}
+
+HttpResponse Api::unload_model(const HttpRequest& request) {
+  json body = parse_body(request.body);
+  std::string id = string_field(body, "model_id", false);
+  if (id.empty()) id = string_field(body, "model", false);
+  if (id.empty()) throw FieldError("model_id", "'model_id' is required");
+  std::int64_t drain_ms = 0;
+  if (auto it = body.find("drain_ms"); it != body.end() && !it->is_null()) {
+    if (!it->is_number_integer() || it->get<std::int64_t>() < 0 || it->get<std::int64_t>() > 600000)
+      throw FieldError("drain_ms", "'drain_ms' must be an integer between 0 and 600000");
+    drain_ms = it->get<std::int64_t>();
+  }
+  try {
+    registry_.unload(id, std::chrono::milliseconds(drain_ms));
+  } catch (const Error& e) {
+    if (e.kind() == errc::not_found) throw FieldError("model_id", "model '" + id + "' is not loaded", errc::not_found);
+    throw;
+  }
+  return json_response({{"model_id", id}, {"status", "unloaded"}});
+}
+
+HttpResponse Api::openai_models(const HttpRequest&) {
+  json data = json::array();
+  for (const auto& m : registry_.list()) {
+    if (m.status != engine::ModelStatus::loaded) continue;
+    data.push_back({{"id", m.model_id}, {"object", "model"}, {"created", unix_seconds(m.created)}, {"owned_by", "neuron"},
+                    {"max_model_len", m.max_context}});
+  }
+  return json_response({{"object", "list"}, {"data", data}});
+}
+
+HttpResponse Api::render_metrics(const HttpRequest&) {
+  metrics_.clear("neuron_queue_depth");
+  metrics_.clear("neuron_requests_running");
+  int loaded = 0, loading = 0;
+  for (const auto& m : registry_.list()) {
+    if (m.status == engine::ModelStatus::loading) ++loading;
+    if (m.status != engine::ModelStatus::loaded) continue;
+    ++loaded;
+    try {
+      auto stats = registry_.engine(m.model_id)->stats();
+      metrics_.set("neuron_queue_depth", {{"model", m.model_id}}, static_cast<double>(stats.queue_depth));
+      metrics_.set("neuron_requests_running", {{"model", m.model_id}}, static_cast<double>(stats.running));
+    } catch (const Error&) {
+      // Gone since list(): nothing to report for it.
+    }
+  }
+  metrics_.set("neuron_models_loaded", {}, loaded);
+  metrics_.set("neuron_models_loading", {}, loading);
+  metrics_.set("neuron_requests_in_flight", {}, static_cast<double>(in_flight()));
+  HttpResponse r;
+  r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+  r.body = metrics_.render();
+  return r;
+}
+
+HttpResponse Api::version(const HttpRequest&) { return json_response({{"name", "neuron"}, {"version", NEURON_VERSION}}); }
+
+// ---- models by name ----
+
+std::string Api::resolve_model_name(const std::string& requested) const {
+  if (!requested.empty()) return requested;
+  // No model named: fine when exactly one is being served, as with `neuron serve` alone.
+  std::string only;
+  int n = 0;
+  for (const auto& m : registry_.list()) {
+    only = m.model_id;
+    ++n;
+  }
+  if (n == 1) return only;
+  throw FieldError("model", n == 0 ? "'model' is required (no model is loaded)" : "'model' is required when several models are loaded");
+}
+
+std::shared_ptr<engine::Engine> Api::engine_for(const std::string& model) const {
+  try {
+    return registry_.engine(model);
+  } catch (const Error& e) {
+    if (e.kind() == errc::not_found)
+      throw FieldError("model", "model '" + model + "' does not exist or is not loaded", http_errc::model_not_found);
+    throw;
+  }
+}
+
+std::shared_ptr<const engine::ModelAssets> Api::assets_for(const std::string& model) const {
+  try {
+    auto assets = registry_.assets(model);
+    if (!assets) throw FieldError("model", "model '" + model + "' does not exist or is not loaded", http_errc::model_not_found);
+    return assets;
+  } catch (const FieldError&) {
+    throw;
+  } catch (const Error& e) {
+    if (e.kind() == errc::not_found)
+      throw FieldError("model", "model '" + model + "' does not exist or is not loaded", http_errc::model_not_found);
+    throw;
+  }
+}
+
+// ---- tokenize ----
+
+HttpResponse Api::tokenize(const HttpRequest& request) {
+  json body = parse_body(request.body);
+  std::string model = resolve_model_name(string_field(body, "model", false));
+  auto assets = assets_for(model);
+  std::vector<std::int32_t> ids;
+  if (body.contains("messages") && !body["messages"].is_null()) {
+    OpenAiRequest chat = parse_chat_request(body);
+    if (!assets->chat) throw FieldError("messages", "model '" + model + "' has no chat template; send 'prompt' instead");
+    bool add_generation_prompt = true;
+    if (auto it = body.find("add_generation_prompt"); it != body.end() && !it->is_null()) {
+      if (!it->is_boolean()) throw FieldError("add_generation_prompt", "'add_generation_prompt' must be a boolean");
+      add_generation_prompt = it->get<bool>();
+    }
+    std::string text = assets->chat->apply(messages_json(chat.messages), chat.tools, add_generation_prompt, chat.chat_template_kwargs);
+    ids = assets->tokenizer->encode(text);
+  } else {
+    ids = assets->tokenizer->encode(string_field(body, "prompt", true));
+  }
+  json out = {{"tokens", ids}, {"count", ids.size()}};
+  if (auto info = registry_.info(model)) out["max_model_len"] = info->max_context;
+  return json_response(out);
+}
+
+HttpResponse Api::detokenize(const HttpRequest& request) {
+  json body = parse_body(request.body);
+  std::string model = resolve_model_name(string_field(body, "model", false));
+  auto assets = assets_for(model);
+  auto it = body.find("tokens");
+  if (it == body.end() || !it->is_array()) throw FieldError("tokens", "'tokens' must be an array of token ids");
+  std::vector<std::int32_t> ids;
+  for (std::size_t i = 0; i < it->size(); ++i) {
+    const json& t = (*it)[i];
+    std::string where = "tokens[" + std::to_string(i) + "]";
+    if (!t.is_number_integer() || (t.is_number_unsigned() && t.get<std::uint64_t>() > 0x7fffffffu) || t.get<std::int64_t>() < 0 ||
+        !assets->tokenizer->is_known(static_cast<std::int32_t>(t.get<std::int64_t>())))
+      throw FieldError(where, "'" + where + "' is not a token id of model '" + model + "'");
+    ids.push_back(static_cast<std::int32_t>(t.get<std::int64_t>()));
+  }
+  return json_response({{"prompt", assets->tokenizer->decode(ids)}});
+}
+
+// ---- generation ----
+
+HttpResponse Api::chat_completions(const HttpRequest& request) { return generate(request, true); }
+HttpResponse Api::completions(const HttpRequest& request) { return generate(request, false); }
+
+HttpResponse Api::generate(const HttpRequest& request, bool chat) {
+  json body = parse_body(request.body);
+  OpenAiRequest req = chat ? parse_chat_request(body) : parse_completion_request(body);
+  const std::string model = resolve_model_name(req.model);
+  auto engine = engine_for(model);
+  auto assets = assets_for(model);
+
+  engine::CompletionRequest cr;
+  const char* prompt_param = chat ? "messages" : "prompt";
+  if (chat) {
+    if (!assets->chat) throw FieldError("messages", "model '" + model + "' has no chat template; use /v1/completions");
+    std::string text = assets->chat->apply(messages_json(req.messages), req.tools, true, req.chat_template_kwargs);
+    cr.prompt = assets->tokenizer->encode(text);
+    cr.split_reasoning = assets->tokenizer->token_to_id("<think>").has_value();
+    cr.prompt_in_reasoning = cr.split_reasoning && ends_inside_think(text);
+  } else if (const auto* text = std::get_if<std::string>(&req.prompt)) {
+    cr.prompt = assets->tokenizer->encode(*text);
+  } else {
+    cr.prompt = std::get<std::vector<std::int32_t>>(req.prompt);
+    for (std::size_t i = 0; i < cr.prompt.size(); ++i)
+      if (!assets->tokenizer->is_known(cr.prompt[i]))
+        throw FieldError("prompt[" + std::to_string(i) + "]", "token id " + std::to_string(cr.prompt[i]) + " is not in the vocabulary");
+  }
+  if (cr.prompt.empty()) throw FieldError(prompt_param, std::string("'") + prompt_param + "' encodes to no tokens");
+
+  const std::int64_t context = engine->max_context();
+  const std::int64_t prompt_len = static_cast<std::int64_t>(cr.prompt.size());
+  if (prompt_len >= context)
+    throw FieldError(prompt_param,
+                     "the prompt is " + std::to_string(prompt_len) + " tokens; the model's context is " + std::to_string(context),
+                     errc::context_length_exceeded);
+  if (req.max_tokens && prompt_len + *req.max_tokens > context)
+    throw FieldError("max_tokens",
+                     "prompt (" + std::to_string(prompt_len) + " tokens) plus max_tokens (" + std::to_string(*req.max_tokens) +
+                         ") exceeds the model's context of " + std::to_string(context) + " tokens",
+                     errc::context_length_exceeded);
+  cr.max_tokens = static_cast<std::int32_t>(req.max_tokens ? *req.max_tokens : context - prompt_len);
+  cr.sampling = sampling_for(assets->configs.generation, req.sampling);
+  cr.stop = req.stop;
+  cr.ignore_eos = req.ignore_eos;
+
+  auto gen = std::make_shared<Generation>(Generation{*this, engine, nullptr, nullptr, {}, model});
+  gen->meta = ResponseMeta{chat, new_completion_id(chat), unix_now(), model};
+  gen->channel = engine->submit(std::move(cr));
+  gen->tracker = std::make_unique<Tracker>(*this, gen->channel);
+
+  if (!req.stream) {
+    std::string content, reasoning;
+    for (;;) {
+      auto e = gen->channel->next(kPoll);
+      if (!e) continue;
+      if (e->kind == engine::Event::Kind::delta) {
+        gen->on_delta(*e);
+        content += e->text;
+        reasoning += e->reasoning;
+        continue;
+      }
+      gen->on_end(*e);
+      if (e->kind == engine::Event::Kind::error) return error_response(classify(e->error_kind, e->error_message));
+      TokenUsage usage{e->usage.prompt_tokens, e->usage.completion_tokens};
+      return json_response(completion_body(gen->meta, content, reasoning, e->finish_reason, usage));
+    }
+  }
+
+  HttpResponse r;
+  r.content_type = "text/event-stream";
+  const bool include_usage = req.include_usage;
+  r.stream = [gen, include_usage](ChunkSink& sink) {
+    if (gen->meta.chat && !sink.write(sse_event(role_chunk(gen->meta)))) return gen->abandon();
+    auto last_write = Clock::now();
+    for (;;) {
+      auto e = gen->channel->next(kPoll);
+      if (!e) {
+        if (Clock::now() - last_write >= kKeepAlive) {
+          if (!sink.write(": keep-alive\n\n")) return gen->abandon();
+          last_write = Clock::now();
+        }
+        continue;
+      }
+      if (e->kind == engine::Event::Kind::delta) {
+        gen->on_delta(*e);
+        if (!sink.write(sse_event(delta_chunk(gen->meta, e->text, e->reasoning)))) return gen->abandon();
+        last_write = Clock::now();
+        continue;
+      }
+      gen->on_end(*e);
+      if (e->kind == engine::Event::Kind::error) {
+        sink.write(sse_event(envelope(classify(e->error_kind, e->error_message))));
+      } else {
+        if (!sink.write(sse_event(finish_chunk(gen->meta, e->finish_reason)))) return;
+        if (include_usage && !sink.write(sse_event(usage_chunk(gen->meta, {e->usage.prompt_tokens, e->usage.completion_tokens}))))
+          return;
+      }
+      sink.write(kSseDone);
+      return;
+    }
+  };
+  return r;
+}
+
+}  // namespace neuron::server

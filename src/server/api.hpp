@@ -1,0 +1,84 @@
+#pragma once
+// The daemon's HTTP API (DESIGN.md section 5) over an engine::Registry:
+// model management, the OpenAI-compatible endpoints with streaming,
+// tokenize/detokenize, metrics, discovery. Socket-free: handle() maps an
+// HttpRequest to an HttpResponse, so tests drive it directly and HttpServer
+// only moves bytes. Also owns graceful shutdown of in-flight generations.
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "engine/registry.hpp"
+#include "server/http_types.hpp"
+#include "server/metrics.hpp"
+#include "server/router.hpp"
+
+namespace neuron::server {
+
+struct ApiOptions {
+  std::string api_key;  // empty: no authentication; else every route but /health needs "Authorization: Bearer KEY"
+};
+
+class Api {
+ public:
+  // The registry must outlive the Api; the Api must outlive the HttpServer using it.
+  Api(engine::Registry& registry, ApiOptions options);
+  ~Api();
+  Api(const Api&) = delete;
+  Api& operator=(const Api&) = delete;
+
+  HttpResponse handle(const HttpRequest& request);
+  // Access log line and request metrics for one finished exchange.
+  void record_exchange(const std::string& method, const std::string& path, int status, double ms);
+
+  // Graceful shutdown: new requests get 503 shutting_down (/health reports it);
+  // wait_idle() waits for in-flight generations; cancel_all() stops the rest
+  // at their next step. Returns whether everything finished by the deadline.
+  void begin_shutdown();
+  bool wait_idle(std::chrono::milliseconds deadline);
+  void cancel_all();
+  std::size_t in_flight() const;
+
+  Metrics& metrics() noexcept { return metrics_; }
+
+ private:
+  class Tracker;  // one in-flight generation (RAII registration for shutdown)
+  struct Generation;
+
+  HttpResponse health(const HttpRequest&);
+  HttpResponse discovery(const HttpRequest&);
+  HttpResponse list_models(const HttpRequest&);
+  HttpResponse load_model(const HttpRequest&);
+  HttpResponse unload_model(const HttpRequest&);
+  HttpResponse openai_models(const HttpRequest&);
+  HttpResponse chat_completions(const HttpRequest&);
+  HttpResponse completions(const HttpRequest&);
+  HttpResponse tokenize(const HttpRequest&);
+  HttpResponse detokenize(const HttpRequest&);
+  HttpResponse render_metrics(const HttpRequest&);
+  HttpResponse version(const HttpRequest&);
+
+  HttpResponse generate(const HttpRequest& request, bool chat);
+  std::string resolve_model_name(const std::string& requested) const;
+  std::shared_ptr<engine::Engine> engine_for(const std::string& model) const;
+  std::shared_ptr<const engine::ModelAssets> assets_for(const std::string& model) const;
+
+  engine::Registry& registry_;
+  ApiOptions options_;
+  Router router_;
+  Metrics metrics_;
+  std::atomic<bool> shutting_down_{false};
+  const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+
+  mutable std::mutex mu_;
+  std::condition_variable idle_cv_;
+  std::uint64_t next_tracker_id_ = 0;
+  std::map<std::uint64_t, std::weak_ptr<engine::Channel>> active_;  // in-flight generations
+};
+
+}  // namespace neuron::server

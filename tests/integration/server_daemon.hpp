@@ -1,0 +1,216 @@
+#pragma once
+// Test helpers: a real `neuron serve` child process on a free loopback port
+// (the port is read from its log), an HTTP client, SSE parsing, and a raw
+// socket client for requests a well-behaved client library would not send.
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+namespace neuron::server::testing_support {
+
+using nlohmann::json;
+
+inline std::string repo_path(const std::string& rel) { return std::string(NEURON_REPO_ROOT) + "/" + rel; }
+inline std::string tiny_model_dir() { return repo_path("models/qwen3-tiny-a"); }
+
+inline std::string read_all(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class Daemon {
+ public:
+  // Starts `neuron serve --port 0 <args>` and waits until it listens and every
+  // startup model is loaded.
+  explicit Daemon(std::vector<std::string> args, bool wait_loaded = true) {
+    static int counter = 0;
+    log_path_ = ::testing::TempDir() + "/neuron-serve-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + ".log";
+    std::vector<std::string> argv = {NEURON_BINARY, "serve", "--port", "0"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      int fd = ::open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      ::dup2(fd, 2);
+      ::dup2(fd, 1);
+      std::vector<char*> cargv;
+      for (auto& a : argv) cargv.push_back(a.data());
+      cargv.push_back(nullptr);
+      ::execv(cargv[0], cargv.data());
+      ::_exit(127);
+    }
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    std::regex listening(R"(listening on http://[^:]+:(\d+))");
+    while (port_ == 0) {
+      std::smatch m;
+      std::string log = read_all(log_path_);
+      if (std::regex_search(log, m, listening)) port_ = std::stoi(m[1]);
+      else if (std::chrono::steady_clock::now() > deadline || exited()) throw std::runtime_error("daemon did not start:\n" + log);
+      else std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (wait_loaded) wait_models_loaded();
+  }
+  ~Daemon() { stop(); }
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+
+  // SIGTERM and reap; returns the exit status (or -1 if it had to be killed).
+  int stop(std::chrono::seconds grace = std::chrono::seconds(30)) {
+    if (pid_ <= 0) return exit_status_;
+    ::kill(pid_, SIGTERM);
+    auto deadline = std::chrono::steady_clock::now() + grace;
+    int status = 0;
+    while (::waitpid(pid_, &status, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        ::kill(pid_, SIGKILL);
+        ::waitpid(pid_, &status, 0);
+        pid_ = -1;
+        return exit_status_ = -1;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    pid_ = -1;
+    return exit_status_ = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+
+  bool exited() {
+    if (pid_ <= 0) return true;
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      exit_status_ = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      return true;
+    }
+    return false;
+  }
+
+  void wait_models_loaded(std::chrono::seconds timeout = std::chrono::seconds(120)) {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      auto res = client().Get("/models", auth_headers());
+      if (res && res->status == 200) {
+        bool all = true;
+        for (const auto& m : json::parse(res->body)["models"]) {
+          if (m["status"] == "failed") throw std::runtime_error("model failed to load: " + m.dump());
+          all = all && m["status"] == "loaded";
+        }
+        if (all) return;
+      }
+      if (std::chrono::steady_clock::now() > deadline) throw std::runtime_error("models did not load:\n" + log());
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+
+  httplib::Client client() const {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(std::chrono::seconds(120));
+    c.set_write_timeout(std::chrono::seconds(30));
+    return c;
+  }
+  httplib::Headers auth_headers() const {
+    if (api_key.empty()) return {};
+    return {{"Authorization", "Bearer " + api_key}};
+  }
+  httplib::Result post(const std::string& path, const json& body) const {
+    return client().Post(path.c_str(), auth_headers(), body.dump(), "application/json");
+  }
+
+  int port() const { return port_; }
+  std::string log() const { return read_all(log_path_); }
+  std::string api_key;
+
+ private:
+  pid_t pid_ = -1;
+  int port_ = 0;
+  int exit_status_ = 0;
+  std::string log_path_;
+};
+
+// The JSON payloads of a server-sent-event body, in order ("[DONE]" kept as a string).
+inline std::vector<json> sse_payloads(const std::string& body) {
+  std::vector<json> out;
+  std::istringstream in(body);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("data: ", 0) != 0) continue;
+    std::string data = line.substr(6);
+    out.push_back(data == "[DONE]" ? json("[DONE]") : json::parse(data));
+  }
+  return out;
+}
+
+// A connected loopback socket, closed on destruction.
+class RawConnection {
+ public:
+  explicit RawConnection(int port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) throw std::runtime_error("connect failed");
+    timeval tv{30, 0};
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  }
+  ~RawConnection() { close(); }
+  void send(const std::string& data) {
+    std::size_t off = 0;
+    while (off < data.size()) {
+      ssize_t n = ::send(fd_, data.data() + off, data.size() - off, MSG_NOSIGNAL);
+      if (n <= 0) return;  // the server may close early (e.g. 413); the response is still readable
+      off += static_cast<std::size_t>(n);
+    }
+  }
+  // Reads until `stop` returns true on the received text, or the peer closes.
+  std::string read_until(const std::function<bool(const std::string&)>& stop) {
+    std::string got;
+    char buf[4096];
+    while (!stop(got)) {
+      ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      got.append(buf, static_cast<std::size_t>(n));
+    }
+    return got;
+  }
+  void close() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+inline std::string http_post_text(const std::string& path, const std::string& body, const std::string& extra_headers = {}) {
+  return "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nConnection: close\r\n" + extra_headers +
+         "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+
+// A counter's value in Prometheus text (sum over every series matching the prefix), 0 when absent.
+inline double metric_sum(const std::string& text, const std::string& series_prefix) {
+  double total = 0;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#' || line.rfind(series_prefix, 0) != 0) continue;
+    auto space = line.rfind(' ');
+    total += std::stod(line.substr(space + 1));
+  }
+  return total;
+}
+
+}  // namespace neuron::server::testing_support

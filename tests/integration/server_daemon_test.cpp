@@ -1,0 +1,464 @@
+// The daemon end to end over loopback HTTP: a real `neuron serve` process
+// with the bundled tiny model, driven by an HTTP client. Greedy answers are
+// checked against the engine run in this process, so the HTTP layer can be
+// trusted to add nothing and lose nothing.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <future>
+#include <set>
+
+#include "engine/model_assets.hpp"
+#include "engine/registry.hpp"
+#include "server_daemon.hpp"
+
+namespace neuron::server {
+namespace {
+
+using namespace testing_support;
+using nlohmann::json;
+
+constexpr int kMaxTokens = 24;
+
+json chat_request(const std::string& model, const std::string& text, bool stream = false) {
+  return {{"model", model},
+          {"messages", {{{"role", "user"}, {"content", text}}}},
+          {"max_tokens", kMaxTokens},
+          {"temperature", 0},
+          {"stream", stream},
+          {"stream_options", {{"include_usage", stream}}}};
+}
+
+json completion_request(const std::string& model, const std::string& prompt, bool stream = false) {
+  return {{"model", model}, {"prompt", prompt}, {"max_tokens", kMaxTokens}, {"temperature", 0}, {"stream", stream}};
+}
+
+// What the engine itself answers, greedily, for the same prompt.
+struct Reference {
+  std::string content, reasoning, finish_reason;
+  std::int32_t prompt_tokens = 0, completion_tokens = 0;
+};
+
+class ServerDaemon : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    daemon_ = new Daemon({"--model", tiny_model_dir(), "--max-body-bytes", "65536"});
+    auto res = daemon_->client().Get("/v1/models");
+    ASSERT_TRUE(res);
+    model_ = json::parse(res->body)["data"][0]["id"];
+    engine::RegistryOptions ro;
+    ro.model_roots = {repo_path("models")};
+    registry_ = new engine::Registry(ro);
+    engine::ModelSpec spec;
+    spec.model_id = tiny_model_dir();
+    registry_->load(spec, true);
+  }
+  static void TearDownTestSuite() {
+    delete registry_;
+    registry_ = nullptr;
+    if (daemon_) EXPECT_EQ(daemon_->stop(), 0) << "the daemon must exit 0 on SIGTERM";
+    delete daemon_;
+    daemon_ = nullptr;
+  }
+
+  static Reference reference(bool chat, const std::string& text) {
+    auto assets = registry_->assets(tiny_model_dir());
+    auto eng = registry_->engine(tiny_model_dir());
+    engine::CompletionRequest cr;
+    if (chat) {
+      std::string prompt = assets->chat->apply(json::array({{{"role", "user"}, {"content", text}}}), nullptr, true, json::object());
+      cr.prompt = assets->tokenizer->encode(prompt);
+      cr.split_reasoning = true;
+    } else {
+      cr.prompt = assets->tokenizer->encode(text);
+    }
+    cr.max_tokens = kMaxTokens;
+    cr.sampling.temperature = 0;
+    auto ch = eng->submit(cr);
+    Reference ref;
+    for (;;) {
+      auto e = ch->next(std::chrono::seconds(60));
+      if (!e) throw std::runtime_error("engine timed out");
+      if (e->kind == engine::Event::Kind::delta) {
+        ref.content += e->text;
+        ref.reasoning += e->reasoning;
+        continue;
+      }
+      if (e->kind == engine::Event::Kind::error) throw std::runtime_error(e->error_message);
+      ref.finish_reason = e->finish_reason;
+      ref.prompt_tokens = e->usage.prompt_tokens;
+      ref.completion_tokens = e->usage.completion_tokens;
+      if (!chat) EXPECT_EQ(ref.content, assets->tokenizer->decode(e->tokens)) << "completion text is the decoded greedy tokens";
+      return ref;
+    }
+  }
+
+  static std::string metrics() {
+    auto res = daemon_->client().Get("/metrics");
+    return res ? res->body : std::string{};
+  }
+
+  static Daemon* daemon_;
+  static engine::Registry* registry_;
+  static std::string model_;
+};
+
+Daemon* ServerDaemon::daemon_ = nullptr;
+engine::Registry* ServerDaemon::registry_ = nullptr;
+std::string ServerDaemon::model_;
+
+TEST_F(ServerDaemon, HealthDiscoveryVersionAndModels) {
+  auto c = daemon_->client();
+  auto health = c.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  EXPECT_EQ(json::parse(health->body)["status"], "ok");
+  auto discovery = json::parse(c.Get("/discovery")->body);
+  EXPECT_GT(discovery["memory"]["total_bytes"].get<std::uint64_t>(), 0u);
+  EXPECT_TRUE(discovery["gpus"].is_array());
+  EXPECT_EQ(json::parse(c.Get("/version")->body)["name"], "neuron");
+  auto models = json::parse(c.Get("/models")->body)["models"];
+  ASSERT_EQ(models.size(), 1u);
+  EXPECT_EQ(models[0]["status"], "loaded");
+  EXPECT_EQ(models[0]["tensor_parallel"], 1);
+  EXPECT_GT(models[0]["max_context"].get<int>(), kMaxTokens);
+  auto v1 = json::parse(c.Get("/v1/models")->body);
+  EXPECT_EQ(v1["object"], "list");
+  EXPECT_EQ(v1["data"][0]["object"], "model");
+}
+
+TEST_F(ServerDaemon, ChatMatchesTheGreedyEngine) {
+  Reference ref = reference(true, "Tell me a story about a robot.");
+  auto res = daemon_->post("/v1/chat/completions", chat_request(model_, "Tell me a story about a robot."));
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  json body = json::parse(res->body);
+  EXPECT_EQ(body["object"], "chat.completion");
+  EXPECT_EQ(body["id"].get<std::string>().rfind("chatcmpl-", 0), 0u);
+  EXPECT_EQ(body["model"], model_);
+  EXPECT_EQ(body["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(body["choices"][0]["message"]["content"], ref.content);
+  EXPECT_EQ(body["choices"][0]["message"].value("reasoning_content", ""), ref.reasoning);
+  EXPECT_EQ(body["choices"][0]["finish_reason"], ref.finish_reason);
+  EXPECT_EQ(body["usage"]["prompt_tokens"], ref.prompt_tokens);
+  EXPECT_EQ(body["usage"]["completion_tokens"], ref.completion_tokens);
+  EXPECT_EQ(body["usage"]["total_tokens"], ref.prompt_tokens + ref.completion_tokens);
+}
+
+TEST_F(ServerDaemon, CompletionMatchesTheDecodedGreedyTokens) {
+  Reference ref = reference(false, "Once upon a time");
+  auto res = daemon_->post("/v1/completions", completion_request(model_, "Once upon a time"));
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  json body = json::parse(res->body);
+  EXPECT_EQ(body["object"], "text_completion");
+  EXPECT_EQ(body["id"].get<std::string>().rfind("cmpl-", 0), 0u);
+  EXPECT_EQ(body["choices"][0]["text"], ref.content);
+  EXPECT_EQ(body["choices"][0]["finish_reason"], ref.finish_reason);
+  EXPECT_EQ(body["usage"]["completion_tokens"], ref.completion_tokens);
+}
+
+TEST_F(ServerDaemon, StreamingChatHasRoleDeltasFinishUsageAndDone) {
+  Reference ref = reference(true, "Tell me a story about a robot.");
+  auto res = daemon_->post("/v1/chat/completions", chat_request(model_, "Tell me a story about a robot.", true));
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(res->get_header_value("Content-Type").rfind("text/event-stream", 0), 0u);
+  auto events = sse_payloads(res->body);
+  ASSERT_GE(events.size(), 4u) << res->body;
+  EXPECT_EQ(events.back(), "[DONE]");
+  EXPECT_EQ(events[0]["choices"][0]["delta"]["role"], "assistant");
+  std::string content, reasoning;
+  // [role, deltas..., finish, usage, [DONE]]
+  for (std::size_t i = 1; i + 3 < events.size(); ++i) {
+    const json& delta = events[i]["choices"][0]["delta"];
+    EXPECT_TRUE(events[i]["choices"][0]["finish_reason"].is_null());
+    content += delta.value("content", "");
+    reasoning += delta.value("reasoning_content", "");
+  }
+  const json& finish = events[events.size() - 3];
+  const json& usage = events[events.size() - 2];
+  EXPECT_EQ(finish["choices"][0]["finish_reason"], ref.finish_reason);
+  EXPECT_TRUE(finish["choices"][0]["delta"].empty());
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"]["completion_tokens"], ref.completion_tokens);
+  EXPECT_EQ(content, ref.content);
+  EXPECT_EQ(reasoning, ref.reasoning);
+  for (std::size_t i = 0; i + 1 < events.size(); ++i) EXPECT_EQ(events[i]["object"], "chat.completion.chunk");
+}
+
+TEST_F(ServerDaemon, StreamingCompletionConcatenatesToTheSameText) {
+  Reference ref = reference(false, "Once upon a time");
+  auto res = daemon_->post("/v1/completions", completion_request(model_, "Once upon a time", true));
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  auto events = sse_payloads(res->body);
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  std::string text;
+  std::string finish;
+  for (std::size_t i = 0; i + 1 < events.size(); ++i) {
+    text += events[i]["choices"][0]["text"].get<std::string>();
+    if (!events[i]["choices"][0]["finish_reason"].is_null()) finish = events[i]["choices"][0]["finish_reason"];
+  }
+  EXPECT_EQ(text, ref.content);
+  EXPECT_EQ(finish, ref.finish_reason);
+}
+
+TEST_F(ServerDaemon, ThirtyTwoConcurrentClientsGetTheirSoloAnswers) {
+  const std::vector<std::string> prompts = {"The weather today", "A recipe for bread", "Why is the sky blue", "Count to ten"};
+  std::map<std::string, std::string> solo;
+  for (const auto& p : prompts) {
+    auto res = daemon_->post("/v1/completions", completion_request(model_, p));
+    ASSERT_TRUE(res);
+    ASSERT_EQ(res->status, 200);
+    solo[p] = json::parse(res->body)["choices"][0]["text"];
+  }
+  std::vector<std::future<std::pair<std::string, std::string>>> futures;
+  for (int i = 0; i < 32; ++i) {
+    futures.push_back(std::async(std::launch::async, [&, i] {
+      const std::string& p = prompts[static_cast<std::size_t>(i) % prompts.size()];
+      auto res = daemon_->post("/v1/completions", completion_request(model_, p, i % 2 == 1));
+      if (!res || res->status != 200) return std::make_pair(p, std::string("<HTTP failure>"));
+      if (i % 2 == 0) return std::make_pair(p, json::parse(res->body)["choices"][0]["text"].get<std::string>());
+      std::string text;
+      for (const auto& e : sse_payloads(res->body))
+        if (e.is_object()) text += e["choices"][0]["text"].get<std::string>();
+      return std::make_pair(p, text);
+    }));
+  }
+  for (auto& f : futures) {
+    auto [p, text] = f.get();
+    EXPECT_EQ(text, solo[p]) << p;
+  }
+}
+
+TEST_F(ServerDaemon, ClientDisconnectMidStreamCancelsTheGeneration) {
+  const double cancelled_before = metric_sum(metrics(), "neuron_requests_cancelled_total");
+  const double generated_before = metric_sum(metrics(), "neuron_generated_tokens_total");
+  constexpr int kLong = 20000;
+  {
+    RawConnection conn(daemon_->port());
+    json body = {{"model", model_}, {"prompt", "Go on forever"}, {"max_tokens", kLong}, {"ignore_eos", true}, {"stream", true}};
+    conn.send(http_post_text("/v1/completions", body.dump()));
+    std::string got = conn.read_until([](const std::string& s) {
+      std::size_t n = 0;
+      for (std::size_t pos = 0; (pos = s.find("data: ", pos)) != std::string::npos; ++pos) ++n;
+      return n >= 5;
+    });
+    ASSERT_NE(got.find("200 OK"), std::string::npos) << got;
+  }  // closes the socket mid-stream
+  double cancelled = cancelled_before;
+  for (int i = 0; i < 200 && cancelled == cancelled_before; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    cancelled = metric_sum(metrics(), "neuron_requests_cancelled_total");
+  }
+  EXPECT_EQ(cancelled, cancelled_before + 1);
+  const double generated = metric_sum(metrics(), "neuron_generated_tokens_total") - generated_before;
+  EXPECT_LT(generated, kLong) << "the engine kept generating after the client left";
+  auto health = daemon_->client().Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+}
+
+TEST_F(ServerDaemon, MetricsCountRequestsTokensAndLatencies) {
+  ASSERT_EQ(daemon_->post("/v1/completions", completion_request(model_, "metrics"))->status, 200);
+  std::string text = metrics();
+  EXPECT_GT(metric_sum(text, "neuron_http_requests_total{route=\"/v1/completions\",status=\"200\"}"), 0);
+  EXPECT_GT(metric_sum(text, "neuron_prompt_tokens_total{model="), 0);
+  EXPECT_GT(metric_sum(text, "neuron_generated_tokens_total{model="), 0);
+  EXPECT_GT(metric_sum(text, "neuron_time_to_first_token_seconds_count"), 0);
+  EXPECT_GT(metric_sum(text, "neuron_inter_token_latency_seconds_count"), 0);
+  EXPECT_EQ(metric_sum(text, "neuron_models_loaded"), 1);
+  EXPECT_NE(text.find("neuron_queue_depth{model="), std::string::npos);
+}
+
+TEST_F(ServerDaemon, TokenizeAndDetokenizeRoundTrip) {
+  auto res = daemon_->post("/tokenize", {{"model", model_}, {"prompt", "Hello, world!"}});
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  json tok = json::parse(res->body);
+  EXPECT_EQ(tok["count"], tok["tokens"].size());
+  EXPECT_GT(tok["count"].get<int>(), 0);
+  auto back = daemon_->post("/detokenize", {{"model", model_}, {"tokens", tok["tokens"]}});
+  ASSERT_EQ(back->status, 200) << back->body;
+  EXPECT_EQ(json::parse(back->body)["prompt"], "Hello, world!");
+  auto chat = daemon_->post("/tokenize", {{"model", model_}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}});
+  ASSERT_EQ(chat->status, 200) << chat->body;
+  EXPECT_GT(json::parse(chat->body)["count"].get<int>(), tok["count"].get<int>() - 2);
+  auto bad = daemon_->post("/detokenize", {{"model", model_}, {"tokens", {1, 99999999}}});
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_EQ(json::parse(bad->body)["error"]["param"], "tokens[1]");
+}
+
+constexpr int kAny4xx = -1;  // where 400 (refused) and 404 (not found) are both right
+
+struct BadCase {
+  const char* name;
+  const char* method;
+  const char* path;
+  std::string body;
+  int status;
+  const char* code;   // expected error.code (nullptr: any)
+  const char* param;  // expected error.param (nullptr: any)
+};
+
+TEST_F(ServerDaemon, BadInputGetsTheRightEnvelopeAndTheDaemonKeepsServing) {
+  const std::string m = "\"model\": \"" + model_ + "\"";
+  const std::string msgs = "\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]";
+  const std::vector<BadCase> cases = {
+      {"malformed JSON", "POST", "/v1/chat/completions", "{\"model\": ", 400, "invalid_json", nullptr},
+      {"not an object", "POST", "/v1/chat/completions", "[1, 2]", 400, "invalid_json", nullptr},
+      {"empty body", "POST", "/v1/completions", "", 400, "invalid_json", nullptr},
+      {"messages wrong type", "POST", "/v1/chat/completions", "{" + m + ", \"messages\": \"hi\"}", 400, "invalid_argument", "messages"},
+      {"temperature wrong type", "POST", "/v1/chat/completions", "{" + m + ", " + msgs + ", \"temperature\": \"hot\"}", 400, "invalid_argument", "temperature"},
+      {"negative max_tokens", "POST", "/v1/chat/completions", "{" + m + ", " + msgs + ", \"max_tokens\": -5}", 400, "invalid_argument", "max_tokens"},
+      {"huge max_tokens", "POST", "/v1/chat/completions", "{" + m + ", " + msgs + ", \"max_tokens\": 1e300}", 400, "invalid_argument", "max_tokens"},
+      {"max_tokens past the context", "POST", "/v1/chat/completions", "{" + m + ", " + msgs + ", \"max_tokens\": 2000000000}", 400, "context_length_exceeded", "max_tokens"},
+      {"n = 2", "POST", "/v1/chat/completions", "{" + m + ", " + msgs + ", \"n\": 2}", 400, "invalid_argument", "n"},
+      {"logprobs", "POST", "/v1/chat/completions", "{" + m + ", " + msgs + ", \"logprobs\": true}", 400, "unsupported_parameter", "logprobs"},
+      {"batched prompts", "POST", "/v1/completions", "{" + m + ", \"prompt\": [\"a\", \"b\"]}", 400, "invalid_argument", "prompt"},
+      {"token id outside the vocabulary", "POST", "/v1/completions", "{" + m + ", \"prompt\": [1, 2000000000]}", 400, nullptr, "prompt[1]"},
+      {"unknown model", "POST", "/v1/chat/completions", "{\"model\": \"no-such-model\", " + msgs + "}", 404, "model_not_found", "model"},
+      {"invalid UTF-8", "POST", "/v1/chat/completions", "{" + m + ", \"messages\": [{\"role\": \"user\", \"content\": \"\xff\xfe\"}]}", 400, "invalid_json", nullptr},
+      {"lone surrogate", "POST", "/v1/completions", "{" + m + ", \"prompt\": \"\\ud800\"}", 400, "invalid_json", nullptr},
+      {"body over the limit", "POST", "/v1/completions", "{" + m + ", \"prompt\": \"" + std::string(70000, 'a') + "\"}", 413, "payload_too_large", nullptr},
+      {"path traversal", "POST", "/models/load", "{\"model_id\": \"../../../etc\"}", kAny4xx, nullptr, nullptr},
+      {"path traversal in an id", "POST", "/models/load", "{\"model_id\": \"org/../../secrets\"}", kAny4xx, nullptr, nullptr},
+      {"absolute path outside the roots", "POST", "/models/load", "{\"model_id\": \"/etc\"}", kAny4xx, nullptr, nullptr},
+      {"tensor_parallel wrong type", "POST", "/models/load", "{\"model_id\": \"x\", \"tensor_parallel\": \"two\"}", 400, "invalid_argument", "tensor_parallel"},
+      {"load without an id", "POST", "/models/load", "{}", 400, "invalid_argument", "model_id"},
+      {"load an id already loaded", "POST", "/models/load", "{\"model_id\": \"" + model_ + "\"}", 409, "conflict", nullptr},
+      {"unload unknown id", "POST", "/models/unload", "{\"model_id\": \"never-loaded\"}", 404, "not_found", "model_id"},
+      {"unknown route", "GET", "/v2/everything", "", 404, "route_not_found", nullptr},
+      {"wrong method", "GET", "/v1/chat/completions", "", 405, "method_not_allowed", nullptr},
+      {"wrong method on load", "DELETE", "/models/load", "", 405, "method_not_allowed", nullptr},
+  };
+  for (const auto& c : cases) {
+    RawConnection conn(daemon_->port());
+    std::string req = std::string(c.method) + " " + c.path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n" +
+                      "Content-Length: " + std::to_string(c.body.size()) + "\r\n\r\n" + c.body;
+    conn.send(req);
+    std::string raw = conn.read_until([](const std::string&) { return false; });
+    auto status_end = raw.find("\r\n");
+    ASSERT_NE(status_end, std::string::npos) << c.name;
+    int status = std::stoi(raw.substr(9, 3));
+    if (c.status == kAny4xx) EXPECT_TRUE(status >= 400 && status < 500) << c.name << "\n" << raw;
+    else EXPECT_EQ(status, c.status) << c.name << "\n" << raw;
+    auto body_start = raw.find("\r\n\r\n");
+    json err;
+    ASSERT_NO_THROW(err = json::parse(raw.substr(body_start + 4))) << c.name << "\n" << raw;
+    ASSERT_TRUE(err.contains("error")) << c.name;
+    for (const char* key : {"message", "type", "code", "param"}) EXPECT_TRUE(err["error"].contains(key)) << c.name << " lacks " << key;
+    EXPECT_FALSE(err["error"]["message"].get<std::string>().empty()) << c.name;
+    if (c.code) EXPECT_EQ(err["error"]["code"], c.code) << c.name << "\n" << raw;
+    if (c.param) EXPECT_EQ(err["error"]["param"], c.param) << c.name << "\n" << raw;
+    if (c.status == 405) EXPECT_NE(raw.find("Allow: "), std::string::npos) << c.name;
+  }
+  auto health = daemon_->client().Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  EXPECT_EQ(daemon_->post("/v1/completions", completion_request(model_, "still alive"))->status, 200);
+  EXPECT_EQ(json::parse(daemon_->client().Get("/models")->body)["models"].size(), 1u) << "a refused load left an entry behind";
+}
+
+TEST_F(ServerDaemon, TensorParallelThatDoesNotDivideTheHeadsIsRefused) {
+  // The tiny model has 4 attention heads: 3 ranks cannot split them. The
+  // directory with a trailing slash names the same files under a new id.
+  auto alias = daemon_->post("/models/load", {{"model_id", tiny_model_dir() + "/"}, {"tensor_parallel", 3}, {"wait", true}});
+  ASSERT_TRUE(alias);
+  EXPECT_EQ(alias->status, 400) << alias->body;
+  EXPECT_EQ(json::parse(alias->body)["error"]["code"], "bad_tensor_parallel") << alias->body;
+  EXPECT_EQ(daemon_->client().Get("/health")->status, 200);
+}
+
+TEST_F(ServerDaemon, LoadUnloadLoadAgain) {
+  auto unload = daemon_->post("/models/unload", {{"model_id", model_}});
+  ASSERT_EQ(unload->status, 200) << unload->body;
+  auto gone = daemon_->post("/v1/completions", completion_request(model_, "hello"));
+  EXPECT_EQ(gone->status, 404) << gone->body;
+  EXPECT_EQ(json::parse(gone->body)["error"]["code"], "model_not_found");
+  auto load = daemon_->post("/models/load", {{"model_id", model_}, {"wait", true}});
+  ASSERT_EQ(load->status, 200) << load->body;
+  EXPECT_EQ(json::parse(load->body)["status"], "loaded");
+  auto again = daemon_->post("/v1/completions", completion_request(model_, "hello"));
+  EXPECT_EQ(again->status, 200) << again->body;
+}
+
+TEST_F(ServerDaemon, TensorParallelTwoOnTheCpuAnswersLikeOneRank) {
+  const std::string tp_id = tiny_model_dir() + "/.";  // same files, a distinct model id
+  auto load = daemon_->post("/models/load", {{"model_id", tp_id}, {"tensor_parallel", 2}, {"wait", true}});
+  ASSERT_TRUE(load);
+  ASSERT_EQ(load->status, 200) << load->body;
+  EXPECT_EQ(json::parse(load->body)["tensor_parallel"], 2);
+  for (bool stream : {false, true}) {
+    auto one = daemon_->post("/v1/completions", completion_request(model_, "Once upon a time"));
+    auto two = daemon_->post("/v1/completions", completion_request(tp_id, "Once upon a time", stream));
+    ASSERT_EQ(two->status, 200) << two->body;
+    std::string text;
+    if (!stream) text = json::parse(two->body)["choices"][0]["text"];
+    else
+      for (const auto& e : sse_payloads(two->body))
+        if (e.is_object()) text += e["choices"][0]["text"].get<std::string>();
+    EXPECT_EQ(text, json::parse(one->body)["choices"][0]["text"].get<std::string>()) << "stream=" << stream;
+  }
+  auto chat = daemon_->post("/v1/chat/completions", chat_request(tp_id, "hi"));
+  EXPECT_EQ(chat->status, 200) << chat->body;
+  EXPECT_EQ(daemon_->post("/models/unload", {{"model_id", tp_id}})->status, 200);
+}
+
+TEST(ServerDaemonAdmission, FullQueueAnswers503WithRetryAfter) {
+  Daemon d({"--model", tiny_model_dir(), "--queue-depth", "1"});
+  auto model = json::parse(d.client().Get("/v1/models")->body)["data"][0]["id"].get<std::string>();
+  json slow = {{"model", model}, {"prompt", "slow"}, {"max_tokens", 4000}, {"ignore_eos", true}, {"stream", true}};
+  // Streams that hold the engine (one running, one queued) while more arrive.
+  std::vector<std::unique_ptr<RawConnection>> holders;
+  std::vector<std::string> heads;
+  for (int i = 0; i < 4; ++i) {
+    holders.push_back(std::make_unique<RawConnection>(d.port()));
+    holders.back()->send(http_post_text("/v1/completions", slow.dump()));
+    heads.push_back(holders.back()->read_until([](const std::string& s) { return s.find("\r\n\r\n") != std::string::npos; }));
+  }
+  int rejected = 0;
+  for (const auto& h : heads) {
+    if (h.find(" 503 ") == std::string::npos) continue;
+    ++rejected;
+    EXPECT_NE(h.find("Retry-After: "), std::string::npos) << h;
+  }
+  EXPECT_GE(rejected, 1) << "4 long requests with queue depth 1 must overflow";
+  auto res = d.post("/v1/completions", {{"model", model}, {"prompt", "x"}, {"max_tokens", 2}});
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 503) << res->body;
+  EXPECT_EQ(json::parse(res->body)["error"]["code"], "overloaded");
+  EXPECT_FALSE(res->get_header_value("Retry-After").empty());
+  holders.clear();  // disconnect: the engine frees up
+  EXPECT_EQ(d.stop(), 0);
+}
+
+TEST(ServerDaemonAuth, ApiKeyGuardsEveryRouteButHealth) {
+  Daemon d({"--model", tiny_model_dir(), "--api-key", "sekret"}, false);
+  auto c = d.client();
+  EXPECT_EQ(c.Get("/health")->status, 200);
+  auto missing = c.Get("/v1/models");
+  EXPECT_EQ(missing->status, 401);
+  EXPECT_EQ(json::parse(missing->body)["error"]["type"], "authentication_error");
+  EXPECT_EQ(c.Get("/metrics", {{"Authorization", "Bearer wrong"}})->status, 401);
+  EXPECT_EQ(c.Get("/v1/models", {{"Authorization", "Bearer sekret"}})->status, 200);
+  d.api_key = "sekret";
+  d.wait_models_loaded();
+  EXPECT_EQ(d.post("/v1/completions", {{"prompt", "hi"}, {"max_tokens", 2}})->status, 200);
+  EXPECT_EQ(d.stop(), 0);
+}
+
+TEST(ServerDaemonCli, InvalidSettingsExitTwo) {
+  for (std::vector<std::string> args : {std::vector<std::string>{"--port", "http"}, {"--queue-depth", "0"}, {"--config", "/nonexistent.json"}}) {
+    std::string cmd = std::string(NEURON_BINARY) + " serve";
+    for (const auto& a : args) cmd += " " + a;
+    cmd += " 2>/dev/null";
+    int status = std::system(cmd.c_str());
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << cmd;
+  }
+}
+
+}  // namespace
+}  // namespace neuron::server
