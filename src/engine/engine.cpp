@@ -84,8 +84,10 @@ struct Engine::State {
   std::thread thread;
 
   void loop();
-  void serve(Job& job);
-  void generate(Job& job);
+  // Both return the request's last event (done or error); loop() pushes it only
+  // after marking the engine idle, so a client that saw it may unload at once.
+  Event serve(Job& job);
+  Event generate(Job& job);
   bool stop_requested() {
     std::lock_guard lock(mu);
     return stopping;
@@ -114,28 +116,26 @@ void Engine::State::loop() {
       queue.pop_front();
       running = true;
     }
-    serve(job);
+    Event last = serve(job);
     {
       std::lock_guard lock(mu);
       running = false;
     }
+    job.channel->push(std::move(last));
   }
   fail_queued(errc::shutting_down, "model " + model_id + " is being unloaded");
 }
 
-void Engine::State::serve(Job& job) {
+Event Engine::State::serve(Job& job) {
   try {
-    generate(job);
-    return;
+    return generate(job);
   } catch (const ShuttingDown&) {
-    {
-      std::lock_guard lock(mu);
-      counters.requests_failed += 1;
-    }
-    job.channel->push(error_event(errc::shutting_down, "model " + model_id + " was unloaded during the request"));
-    return;
+    std::lock_guard lock(mu);
+    counters.requests_failed += 1;
+    return error_event(errc::shutting_down, "model " + model_id + " was unloaded during the request");
   } catch (const Error& e) {
-    job.channel->push(error_event(e.kind(), e.what()));
+    // A step that threw may have written part of the cache: forget what it holds.
+    cached.clear();
     const bool fatal = poisons_runner(e.kind());
     {
       std::lock_guard lock(mu);
@@ -151,21 +151,22 @@ void Engine::State::serve(Job& job) {
     } else {
       spdlog::warn("model {}: request failed ({}: {})", model_id, e.kind(), e.what());
     }
+    return error_event(e.kind(), e.what());
   } catch (const std::bad_alloc&) {
-    job.channel->push(error_event(errc::out_of_memory, "out of memory while generating"));
+    cached.clear();
     std::lock_guard lock(mu);
     counters.requests_failed += 1;
+    return error_event(errc::out_of_memory, "out of memory while generating");
   } catch (const std::exception& e) {
+    cached.clear();
     spdlog::error("model {}: unexpected error: {}", model_id, e.what());
-    job.channel->push(error_event(errc::internal, "internal error while generating"));
     std::lock_guard lock(mu);
     counters.requests_failed += 1;
+    return error_event(errc::internal, "internal error while generating");
   }
-  // A step that threw may have written part of the cache: forget what it holds.
-  cached.clear();
 }
 
-void Engine::State::generate(Job& job) {
+Event Engine::State::generate(Job& job) {
   const CompletionRequest& req = job.request;
   Channel& channel = *job.channel;
   const auto prompt_len = static_cast<std::int32_t>(req.prompt.size());
@@ -176,10 +177,9 @@ void Engine::State::generate(Job& job) {
 
   if (channel.cancelled()) {  // gave up while queued
     done.finish_reason = "cancelled";
-    channel.push(std::move(done));
     std::lock_guard lock(mu);
     counters.requests_cancelled += 1;
-    return;
+    return done;
   }
 
   model::Sampler sampler(req.sampling);
@@ -286,7 +286,7 @@ void Engine::State::generate(Job& job) {
       counters.requests_done += 1;
     }
   }
-  channel.push(std::move(done));
+  return done;
 }
 
 Engine::Engine(std::string model_id, std::unique_ptr<backend::ModelRunner> runner,
