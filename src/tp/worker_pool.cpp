@@ -140,7 +140,20 @@ std::vector<Response> WorkerPool::round(const Request& request, std::string_view
   // 3. Exactly one reply from every worker that was sent the request.
   const auto t_wait = Clock::now();
   timing.own = t_wait - t_own;
-  const auto deadline = t_wait + timeout;
+  // When rank 0's own part broke the group (a collective failed), healthy
+  // workers fail the same way at once: only a stuck one needs the deadline,
+  // and a shorter one suffices to name it.
+  bool own_poisoned = false;
+  if (own_error) {
+    try {
+      std::rethrow_exception(own_error);
+    } catch (const Error& e) {
+      own_poisoned = poisons_group(e.kind());
+    } catch (...) {
+      own_poisoned = true;
+    }
+  }
+  const auto deadline = t_wait + (own_poisoned ? std::max(timeout / 4, std::chrono::milliseconds{1}) : timeout);
   std::vector<Response> replies(workers_.size(), Response{ErrorResponse{errc::worker_failed, "no reply"}});
   std::optional<Error> reported;  // the first error a rank reported
   for (std::size_t i = 0; i < workers_.size(); ++i) {
