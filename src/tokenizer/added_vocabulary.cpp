@@ -111,7 +111,7 @@ void AddedTokenMatcher::split(std::string_view text, std::vector<Segment>& out) 
   if (emitted < text.size()) out.push_back({text.substr(emitted), -1});
 }
 
-AddedVocabulary AddedVocabulary::from_json(const nlohmann::json& j, const Normalizer& normalizer) {
+AddedVocabulary AddedVocabulary::from_json(const nlohmann::json& j, const Normalizer& normalizer, const Bpe& model) {
   AddedVocabulary av;
   if (j.is_null()) return av;
   if (!j.is_array()) fail(errc::bad_model, "tokenizer.json: added_tokens must be an array");
@@ -130,8 +130,20 @@ AddedVocabulary AddedVocabulary::from_json(const nlohmann::json& j, const Normal
     if (content == e.end() || !content->is_string() || content->get_ref<const std::string&>().empty())
       fail(errc::bad_model, "tokenizer.json: " + where + ".content must be a non-empty string");
     AddedToken t;
-    t.id = static_cast<std::int32_t>(id->get<std::int64_t>());
     t.content = content->get<std::string>();
+    const auto same = std::find_if(av.tokens_.begin(), av.tokens_.end(),
+                                   [&](const AddedToken& o) { return o.content == t.content; });
+    if (same != av.tokens_.end()) continue;
+    if (const auto in_vocab = model.token_to_id(t.content)) {
+      t.id = *in_vocab;
+    } else {
+      const auto vocab = static_cast<std::int64_t>(model.size());
+      std::int64_t max_added = -1;
+      for (const auto& o : av.tokens_) max_added = std::max<std::int64_t>(max_added, o.id);
+      const std::int64_t next = max_added >= vocab ? max_added + 1 : vocab;
+      if (next >= kMaxTokenId) fail(errc::bad_model, "tokenizer.json: " + where + " gets an id past the supported range");
+      t.id = static_cast<std::int32_t>(next);
+    }
     t.special = get_flag(e, "special", false, where);
     t.single_word = get_flag(e, "single_word", false, where);
     t.lstrip = get_flag(e, "lstrip", false, where);

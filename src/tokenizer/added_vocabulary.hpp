@@ -20,6 +20,7 @@
 
 namespace neuron::tokenizer {
 
+class Bpe;
 class Normalizer;
 
 struct AddedToken {
@@ -58,10 +59,13 @@ class AddedTokenMatcher {
 class AddedVocabulary {
  public:
   AddedVocabulary() = default;
-  // `j` is the "added_tokens" array (or null). Normalized tokens are matched
-  // in their normalized spelling, so the normalizer is needed here. Throws
-  // Error{bad_model} naming the entry.
-  static AddedVocabulary from_json(const nlohmann::json& j, const Normalizer& normalizer);
+  // `j` is the "added_tokens" array (or null). Ids are assigned the way
+  // Hugging Face does on load, whatever "id" says: a token already in the
+  // model's vocab keeps its vocab id, the others are numbered after the
+  // vocab in order; a repeated content is ignored. (For real files the two
+  // agree.) Normalized tokens are matched in their normalized spelling, so
+  // the normalizer is needed here. Throws Error{bad_model} naming the entry.
+  static AddedVocabulary from_json(const nlohmann::json& j, const Normalizer& normalizer, const Bpe& model);
 
   const std::vector<AddedToken>& tokens() const noexcept { return tokens_; }
   const AddedTokenMatcher& raw_matcher() const noexcept { return raw_; }                // normalized=false tokens

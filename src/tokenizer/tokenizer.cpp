@@ -86,7 +86,7 @@ Tokenizer Tokenizer::from_json(std::string_view json_text) {
   if (!impl->pre_tokenizer.has_byte_level())
     bad("pre_tokenizer has no ByteLevel step (neuron serves byte-level BPE tokenizers)");
   check_decoder(field_or_null(root, "decoder"));
-  impl->added = AddedVocabulary::from_json(field_or_null(root, "added_tokens"), impl->normalizer);
+  impl->added = AddedVocabulary::from_json(field_or_null(root, "added_tokens"), impl->normalizer, impl->bpe);
 
   std::int32_t max_id = impl->bpe.max_id();
   for (const auto& t : impl->added.tokens()) max_id = std::max(max_id, t.id);
