@@ -1,0 +1,342 @@
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/model_assets.hpp"
+#include "engine/registry.hpp"
+#include "model/config.hpp"
+#include "model/random_checkpoint.hpp"
+#include "util/error.hpp"
+
+namespace neuron::engine {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+const fs::path kModels = fs::path(NEURON_REPO_ROOT) / "models";
+const fs::path kTinyModel = kModels / "qwen3-tiny-a";
+
+class TempDir {
+ public:
+  TempDir() {
+    static int counter = 0;
+    path_ = fs::temp_directory_path() /
+            ("neuron-registry-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+std::uint64_t rss_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  std::uint64_t size = 0, resident = 0;
+  statm >> size >> resident;
+  return resident * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+}
+
+RegistryOptions daemon_options() {
+  RegistryOptions o;
+  o.model_roots = {kModels};
+  o.allow_any_directory = false;
+  o.worker_binary = NEURON_BINARY;
+  o.step_timeout = 20s;
+  return o;
+}
+
+ModelSpec spec_for(const fs::path& dir, int tp = 1) {
+  ModelSpec s;
+  s.model_id = dir.string();
+  s.tensor_parallel = tp;
+  return s;
+}
+
+std::string error_kind_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.kind();
+  }
+  return "no error";
+}
+
+std::vector<std::int32_t> greedy_tokens(Engine& engine, std::vector<std::int32_t> prompt, std::int32_t n) {
+  CompletionRequest r;
+  r.prompt = std::move(prompt);
+  r.max_tokens = n;
+  r.sampling.temperature = 0.0f;
+  r.ignore_eos = true;
+  auto channel = engine.submit(std::move(r));
+  for (;;) {
+    std::optional<Event> e = channel->next(120s);
+    if (!e) throw std::runtime_error("engine gave no event in time");
+    if (e->kind == Event::Kind::done) return e->tokens;
+    if (e->kind == Event::Kind::error) throw Error(e->error_kind, e->error_message);
+  }
+}
+
+class RegistryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // Hugging Face ids resolve in an empty private cache: nothing on this machine leaks in.
+    const char* old = std::getenv("HF_HUB_CACHE");
+    if (old) saved_cache_ = old;
+    ::setenv("HF_HUB_CACHE", (hub_.path() / "hub").c_str(), 1);
+  }
+  void TearDown() override {
+    if (saved_cache_) {
+      ::setenv("HF_HUB_CACHE", saved_cache_->c_str(), 1);
+    } else {
+      ::unsetenv("HF_HUB_CACHE");
+    }
+  }
+  TempDir hub_;
+  std::optional<std::string> saved_cache_;
+};
+
+TEST_F(RegistryTest, LoadUnloadLoadAgain) {
+  Registry registry(daemon_options());
+  const ModelInfo info = registry.load(spec_for(kTinyModel), /*wait=*/true);
+  EXPECT_EQ(info.status, ModelStatus::loaded);
+  EXPECT_EQ(info.kind, "single");
+  EXPECT_EQ(info.devices, std::vector<std::string>{"cpu"});
+  EXPECT_GT(info.max_context, 0);
+  EXPECT_GT(info.memory.weight_bytes, 0u);
+  EXPECT_EQ(fs::canonical(info.path), fs::canonical(kTinyModel));
+
+  auto assets = registry.assets(kTinyModel.string());
+  ASSERT_NE(assets->tokenizer, nullptr);
+  EXPECT_TRUE(assets->chat.has_value());
+  EXPECT_FALSE(assets->configs.stop_ids().empty());
+  const auto prompt = assets->tokenizer->encode("Hello there");
+  const auto first = greedy_tokens(*registry.engine(kTinyModel.string()), prompt, 8);
+  EXPECT_EQ(first.size(), 8u);
+
+  ASSERT_EQ(registry.list().size(), 1u);
+  registry.unload(kTinyModel.string());
+  EXPECT_TRUE(registry.list().empty());
+  EXPECT_FALSE(registry.info(kTinyModel.string()).has_value());
+  EXPECT_EQ(error_kind_of([&] { registry.engine(kTinyModel.string()); }), errc::not_found);
+
+  registry.load(spec_for(kTinyModel), /*wait=*/true);
+  EXPECT_EQ(greedy_tokens(*registry.engine(kTinyModel.string()), prompt, 8), first);
+}
+
+TEST_F(RegistryTest, BackgroundLoadIsVisibleAsLoadingThenLoaded) {
+  Registry registry(daemon_options());
+  const ModelInfo info = registry.load(spec_for(kTinyModel), /*wait=*/false);
+  EXPECT_NE(info.status, ModelStatus::failed);
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (registry.info(kTinyModel.string())->status == ModelStatus::loading) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline);
+    const std::string kind = error_kind_of([&] { registry.engine(kTinyModel.string()); });
+    EXPECT_TRUE(kind == errc::loading || kind == "no error") << kind;
+    std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_EQ(registry.info(kTinyModel.string())->status, ModelStatus::loaded);
+  EXPECT_NE(registry.engine(kTinyModel.string()), nullptr);
+}
+
+TEST_F(RegistryTest, DuplicateIdIsConflict) {
+  Registry registry(daemon_options());
+  registry.load(spec_for(kTinyModel), /*wait=*/false);
+  EXPECT_EQ(error_kind_of([&] { registry.load(spec_for(kTinyModel), true); }), errc::conflict);
+  // Unloading a model that is still loading is refused rather than racing the load.
+  const std::string kind = error_kind_of([&] { registry.unload(kTinyModel.string()); });
+  EXPECT_TRUE(kind == errc::busy || kind == "no error") << kind;
+}
+
+TEST_F(RegistryTest, TensorParallelMustDivideTheModelAndBeInRange) {
+  Registry registry(daemon_options());
+  // The tiny model has 4 query heads: 3 ranks cannot split them. Answered synchronously.
+  EXPECT_EQ(error_kind_of([&] { registry.load(spec_for(kTinyModel, 3), false); }), errc::bad_tensor_parallel);
+  EXPECT_EQ(error_kind_of([&] { registry.load(spec_for(kTinyModel, 0), false); }), errc::bad_tensor_parallel);
+  EXPECT_EQ(error_kind_of([&] { registry.load(spec_for(kTinyModel, 17), false); }), errc::bad_tensor_parallel);
+  EXPECT_TRUE(registry.list().empty());
+}
+
+TEST_F(RegistryTest, PathTraversalAndOutsideRootsAreRefused) {
+  TempDir outside;  // a loadable model, but not under the configured roots
+  model::write_random_checkpoint(outside.path(), model::load_model_configs(kTinyModel).model);
+  fs::copy_file(kTinyModel / "tokenizer.json", outside.path() / "tokenizer.json");
+  Registry registry(daemon_options());
+  const std::vector<std::string> ids = {
+      (kModels / ".." / "models" / "qwen3-tiny-a").string(),  // inside the roots after all, but spelled with ..
+      "../models/qwen3-tiny-a",
+      "Qwen/../../etc",
+      "org/..",
+      "..\\windows",
+      outside.path().string(),
+      "/etc",
+  };
+  for (const auto& id : ids) {
+    ModelSpec s;
+    s.model_id = id;
+    EXPECT_EQ(error_kind_of([&] { registry.load(s, true); }), errc::invalid_argument) << id;
+  }
+  ModelSpec control;
+  control.model_id = std::string("evil\n") + "id";
+  EXPECT_EQ(error_kind_of([&] { registry.load(control, true); }), errc::invalid_argument);
+  ModelSpec huge;
+  huge.model_id = std::string(5000, 'a');
+  EXPECT_EQ(error_kind_of([&] { registry.load(huge, true); }), errc::invalid_argument);
+  ModelSpec empty;
+  EXPECT_EQ(error_kind_of([&] { registry.load(empty, true); }), errc::invalid_argument);
+  EXPECT_TRUE(registry.list().empty());
+}
+
+TEST_F(RegistryTest, UnknownIdsAreNotFound) {
+  Registry registry(daemon_options());
+  ModelSpec s;
+  s.model_id = "Qwen/Qwen3-NotInThisCache";
+  EXPECT_EQ(error_kind_of([&] { registry.load(s, true); }), errc::not_found);
+  EXPECT_EQ(error_kind_of([&] { registry.unload("nothing-here"); }), errc::not_found);
+  EXPECT_EQ(error_kind_of([&] { registry.engine("nothing-here"); }), errc::not_found);
+  EXPECT_EQ(error_kind_of([&] { registry.assets("nothing-here"); }), errc::not_found);
+}
+
+TEST_F(RegistryTest, DeviceAndQuantAreValidated) {
+  Registry registry(daemon_options());
+  ModelSpec s = spec_for(kTinyModel);
+  s.device = "tpu:0";
+  EXPECT_EQ(error_kind_of([&] { registry.load(s, true); }), errc::invalid_argument);
+  s = spec_for(kTinyModel);
+  s.quant = "int4";
+  EXPECT_EQ(error_kind_of([&] { registry.load(s, true); }), errc::unsupported_arch);
+  s = spec_for(kTinyModel);
+  s.device = "cpu";
+  s.devices = {0};
+  EXPECT_EQ(error_kind_of([&] { registry.load(s, true); }), errc::invalid_argument);
+  s = spec_for(kTinyModel);
+  s.max_context = -5;
+  EXPECT_EQ(error_kind_of([&] { registry.load(s, true); }), errc::invalid_argument);
+  s = spec_for(kTinyModel);
+  s.quant = "bf16";
+  s.max_context = 64;
+  const ModelInfo info = registry.load(s, true);
+  EXPECT_EQ(info.max_context, 64);
+}
+
+TEST_F(RegistryTest, FailedLoadIsReportedAndCanBeUnloaded) {
+  TempDir dir;
+  model::Qwen3Config cfg = model::load_model_configs(kTinyModel).model;
+  model::write_random_checkpoint(dir.path(), cfg);
+  // Configs are fine (so load() accepts it), but the tokenizer is missing: the background part fails.
+  RegistryOptions options = daemon_options();
+  options.model_roots.push_back(dir.path());
+  Registry registry(options);
+  EXPECT_EQ(error_kind_of([&] { registry.load(spec_for(dir.path()), true); }), errc::not_found);
+  const auto info = registry.info(dir.path().string());
+  ASSERT_TRUE(info.has_value());
+  EXPECT_EQ(info->status, ModelStatus::failed);
+  EXPECT_EQ(info->error_kind, errc::not_found);
+  EXPECT_NE(info->error_message.find("tokenizer.json"), std::string::npos) << info->error_message;
+  EXPECT_EQ(error_kind_of([&] { registry.engine(dir.path().string()); }), errc::model_failed);
+  registry.unload(dir.path().string());
+  EXPECT_TRUE(registry.list().empty());
+}
+
+TEST_F(RegistryTest, UnloadWaitsForRequestsOrAnswersBusy) {
+  Registry registry(daemon_options());
+  registry.load(spec_for(kTinyModel), true);
+  auto engine = registry.engine(kTinyModel.string());
+  CompletionRequest r;
+  r.prompt = {1, 2, 3};
+  r.max_tokens = 3000;
+  r.sampling.temperature = 0.0f;
+  r.ignore_eos = true;
+  auto channel = engine->submit(r);
+  ASSERT_TRUE(channel->next(60s).has_value());
+  EXPECT_EQ(error_kind_of([&] { registry.unload(kTinyModel.string(), 0ms); }), errc::busy);
+  EXPECT_EQ(registry.info(kTinyModel.string())->status, ModelStatus::loaded);  // still there
+
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(50ms);
+    channel->cancel();
+  });
+  registry.unload(kTinyModel.string(), 30s);  // waits for the cancelled request to end
+  canceller.join();
+  EXPECT_TRUE(registry.list().empty());
+  // The HTTP side may still hold the engine; it no longer serves.
+  EXPECT_EQ(error_kind_of([&] { engine->submit(r); }), errc::shutting_down);
+}
+
+TEST_F(RegistryTest, UnloadReturnsTheMemory) {
+  TempDir dir;
+  model::Qwen3Config cfg = model::load_model_configs(kTinyModel).model;
+  cfg.hidden_size = 512;
+  cfg.intermediate_size = 1536;
+  cfg.num_hidden_layers = 4;
+  cfg.num_attention_heads = 8;
+  cfg.num_key_value_heads = 4;
+  cfg.head_dim = 64;
+  cfg.vocab_size = 32000;
+  cfg.tie_word_embeddings = false;
+  model::write_random_checkpoint(dir.path(), cfg);
+  fs::copy_file(kTinyModel / "tokenizer.json", dir.path() / "tokenizer.json");
+  fs::copy_file(kTinyModel / "tokenizer_config.json", dir.path() / "tokenizer_config.json");
+
+  RegistryOptions options = daemon_options();
+  options.model_roots.push_back(dir.path());
+  Registry registry(options);
+  ModelSpec s = spec_for(dir.path());
+  s.max_context = 1024;
+
+  // Warm up once so that allocator arenas and lazily loaded libraries are not counted.
+  registry.load(s, true);
+  registry.unload(s.model_id);
+
+  const std::uint64_t before = rss_bytes();
+  const ModelInfo info = registry.load(s, true);
+  greedy_tokens(*registry.engine(s.model_id), {1, 2, 3, 4}, 4);
+  const std::uint64_t loaded = rss_bytes();
+  const std::uint64_t model_bytes = info.memory.weight_bytes + info.memory.kv_cache_bytes;
+  ASSERT_GT(info.memory.weight_bytes, 50u << 20) << "the test model is meant to be ~60 MB of bf16 weights";
+  EXPECT_GT(loaded, before + model_bytes / 2) << "loading did not show in RSS";
+  registry.unload(s.model_id);
+  const std::uint64_t after = rss_bytes();
+  std::printf("RSS before load %.1f MB, loaded %.1f MB, after unload %.1f MB (model %.1f MB)\n", before / 1e6,
+              loaded / 1e6, after / 1e6, model_bytes / 1e6);
+  EXPECT_LT(after, before + model_bytes / 5)
+      << "RSS before " << before << ", loaded " << loaded << ", after unload " << after << " (model " << model_bytes
+      << " bytes)";
+}
+
+TEST_F(RegistryTest, TensorParallelTwoMatchesSingle) {
+  Registry registry(daemon_options());
+  ModelSpec single = spec_for(kTinyModel);
+  registry.load(single, true);
+  const auto prompt = registry.assets(single.model_id)->tokenizer->encode("Tensor parallel check");
+  const auto expected = greedy_tokens(*registry.engine(single.model_id), prompt, 24);
+  registry.unload(single.model_id);
+
+  ModelSpec tp = spec_for(kTinyModel, 2);
+  const ModelInfo info = registry.load(tp, true);
+  EXPECT_EQ(info.kind, "tp");
+  EXPECT_EQ(info.tensor_parallel, 2);
+  EXPECT_EQ(info.devices, (std::vector<std::string>{"cpu", "cpu"}));
+  EXPECT_EQ(greedy_tokens(*registry.engine(tp.model_id), prompt, 24), expected);
+  registry.unload(tp.model_id);
+  // And again: unloading reaped the workers, a new load spawns fresh ones.
+  registry.load(tp, true);
+  EXPECT_EQ(greedy_tokens(*registry.engine(tp.model_id), prompt, 24), expected);
+}
+
+}  // namespace
+}  // namespace neuron::engine
