@@ -1,0 +1,367 @@
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/model_runner.hpp"
+#include "dist/communicator.hpp"
+#include "engine/engine.hpp"
+#include "engine/generator.hpp"
+#include "io/safetensors.hpp"
+#include "model/config.hpp"
+#include "model/shard.hpp"
+#include "tokenizer/tokenizer.hpp"
+#include "util/error.hpp"
+
+namespace neuron::engine {
+namespace {
+
+using namespace std::chrono_literals;
+
+const std::filesystem::path kTinyModel = std::filesystem::path(NEURON_REPO_ROOT) / "models" / "qwen3-tiny-a";
+
+std::unique_ptr<backend::ModelRunner> open_tiny_runner(std::int32_t max_context = 512) {
+  const model::ModelConfigs configs = model::load_model_configs(kTinyModel);
+  const io::Checkpoint checkpoint = io::Checkpoint::open_dir(kTinyModel);
+  backend::RunnerOptions options;
+  options.max_context = max_context;
+  return backend::make_runner(configs.model, &checkpoint, model::ShardPlan::make(configs.model, 0, 1), backend::Device{},
+                              std::make_shared<dist::LocalCommunicator>(), options);
+}
+
+std::shared_ptr<const tokenizer::Tokenizer> tiny_tokenizer() {
+  static const auto tok =
+      std::make_shared<const tokenizer::Tokenizer>(tokenizer::Tokenizer::from_file(kTinyModel / "tokenizer.json"));
+  return tok;
+}
+
+// A runner that delegates to a real one and throws `kind` on the forward call
+// number `fail_at` (0-based), as a dead TP worker or a CUDA fault would.
+class FailingRunner final : public backend::ModelRunner {
+ public:
+  FailingRunner(std::unique_ptr<backend::ModelRunner> inner, int fail_at, std::string kind)
+      : inner_(std::move(inner)), fail_at_(fail_at), kind_(std::move(kind)) {}
+  void forward(std::span<const std::int32_t> tokens, std::int32_t offset, std::span<float> logits) override {
+    if (calls_++ == fail_at_) fail(kind_, "injected failure on forward " + std::to_string(fail_at_));
+    inner_->forward(tokens, offset, logits);
+  }
+  void clear_kv_cache() override { inner_->clear_kv_cache(); }
+  const model::Qwen3Config& config() const noexcept override { return inner_->config(); }
+  std::int32_t max_context() const noexcept override { return inner_->max_context(); }
+  backend::MemoryStats memory() const override { return inner_->memory(); }
+
+ private:
+  std::unique_ptr<backend::ModelRunner> inner_;
+  int fail_at_;
+  int calls_ = 0;
+  std::string kind_;
+};
+
+// decode() refuses ids past the tokenizer's vocabulary (the embedding's padding
+// rows, which a tiny random model can pick); the engine gives them no text.
+std::string decode_known(const std::vector<std::int32_t>& ids) {
+  std::vector<std::int32_t> known;
+  for (std::int32_t id : ids) {
+    if (tiny_tokenizer()->is_known(id)) known.push_back(id);
+  }
+  return tiny_tokenizer()->decode(known, /*skip_special_tokens=*/true);
+}
+
+struct Outcome {
+  std::string text, reasoning;
+  std::vector<std::int32_t> delta_tokens;
+  std::vector<Event> deltas;
+  Event last;  // done or error
+};
+
+Outcome drain(Channel& channel, std::chrono::milliseconds timeout = 60s) {
+  Outcome out;
+  for (;;) {
+    std::optional<Event> e = channel.next(timeout);
+    if (!e) throw std::runtime_error("no event within the timeout");
+    if (e->kind == Event::Kind::delta) {
+      EXPECT_FALSE(e->text.empty() && e->reasoning.empty()) << "deltas carry text or reasoning";
+      out.text += e->text;
+      out.reasoning += e->reasoning;
+      out.delta_tokens.insert(out.delta_tokens.end(), e->tokens.begin(), e->tokens.end());
+      out.deltas.push_back(*e);
+      continue;
+    }
+    out.last = std::move(*e);
+    return out;
+  }
+}
+
+CompletionRequest greedy_request(std::vector<std::int32_t> prompt, std::int32_t max_tokens) {
+  CompletionRequest r;
+  r.prompt = std::move(prompt);
+  r.max_tokens = max_tokens;
+  r.sampling.temperature = 0.0f;
+  r.ignore_eos = true;
+  return r;
+}
+
+class EngineTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<Engine> make_engine(EngineOptions options = {}, std::unique_ptr<backend::ModelRunner> runner = nullptr,
+                                      model::ModelConfigs configs = model::load_model_configs(kTinyModel)) {
+    if (!runner) runner = open_tiny_runner();
+    return std::make_unique<Engine>("tiny", std::move(runner), tiny_tokenizer(), std::move(configs), options);
+  }
+  std::vector<std::int32_t> prompt() const { return tiny_tokenizer()->encode("The capital of France is"); }
+};
+
+TEST_F(EngineTest, GreedyOutputEqualsGenerate) {
+  auto runner = open_tiny_runner();
+  GenerateRequest reference;
+  reference.prompt = prompt();
+  reference.max_tokens = 40;
+  reference.sampling.temperature = 0.0f;
+  reference.ignore_eos = true;
+  const GenerateResult expected = generate(*runner, reference);
+  ASSERT_EQ(expected.tokens.size(), 40u);
+
+  auto engine = make_engine();
+  Outcome got = drain(*engine->submit(greedy_request(prompt(), 40)));
+  ASSERT_EQ(got.last.kind, Event::Kind::done) << got.last.error_message;
+  EXPECT_EQ(got.last.tokens, expected.tokens);
+  EXPECT_EQ(got.last.finish_reason, "length");
+  EXPECT_EQ(got.last.usage.prompt_tokens, static_cast<std::int32_t>(prompt().size()));
+  EXPECT_EQ(got.last.usage.completion_tokens, 40);
+  EXPECT_GT(got.last.time_to_first_token_ms, 0.0);
+  // The deltas' text is the whole decode, and their ids a prefix of the output.
+  EXPECT_EQ(got.text, decode_known(expected.tokens));
+  ASSERT_LE(got.delta_tokens.size(), expected.tokens.size());
+  EXPECT_TRUE(std::equal(got.delta_tokens.begin(), got.delta_tokens.end(), expected.tokens.begin()));
+}
+
+TEST_F(EngineTest, LaterRequestsReuseTheCachedPrefixAndMatch) {
+  auto engine = make_engine();
+  const Outcome first = drain(*engine->submit(greedy_request(prompt(), 16)));
+  // The same prompt again, and one that extends the first request's whole sequence.
+  const Outcome again = drain(*engine->submit(greedy_request(prompt(), 16)));
+  std::vector<std::int32_t> longer = prompt();
+  longer.insert(longer.end(), first.last.tokens.begin(), first.last.tokens.begin() + 8);
+  const Outcome extended = drain(*engine->submit(greedy_request(longer, 8)));
+  EXPECT_EQ(again.last.tokens, first.last.tokens);
+  EXPECT_EQ(std::vector<std::int32_t>(first.last.tokens.begin() + 8, first.last.tokens.end()), extended.last.tokens);
+  const EngineStats stats = engine->stats();
+  EXPECT_GE(stats.prompt_tokens_reused, prompt().size() - 1 + longer.size() - 1);
+  EXPECT_EQ(stats.requests_done, 3u);
+  EXPECT_EQ(stats.generated_tokens, 40u);
+
+  // A fresh engine (cold cache) gives the extended request the same tokens.
+  auto cold = make_engine();
+  EXPECT_EQ(drain(*cold->submit(greedy_request(longer, 8))).last.tokens, extended.last.tokens);
+}
+
+TEST_F(EngineTest, SeededSamplingIsReproducible) {
+  auto engine = make_engine();
+  CompletionRequest r = greedy_request(prompt(), 24);
+  r.sampling.temperature = 0.9f;
+  r.sampling.top_p = 0.95f;
+  r.sampling.seed = 1234;
+  const auto a = drain(*engine->submit(r)).last.tokens;
+  const auto b = drain(*engine->submit(r)).last.tokens;
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(a.size(), 24u);
+}
+
+TEST_F(EngineTest, FullQueueIsOverloaded) {
+  auto engine = make_engine(EngineOptions{.queue_depth = 1});
+  auto running = engine->submit(greedy_request(prompt(), 400));
+  auto waiting = engine->submit(greedy_request(prompt(), 400));
+  try {
+    engine->submit(greedy_request(prompt(), 4));
+    FAIL() << "a third request fits a queue of depth 1";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.kind().c_str(), errc::overloaded);
+  }
+  running->cancel();
+  waiting->cancel();
+  EXPECT_EQ(drain(*running).last.finish_reason, "cancelled");
+  EXPECT_EQ(drain(*waiting).last.finish_reason, "cancelled");
+  // Once drained, the queue admits again.
+  EXPECT_EQ(drain(*engine->submit(greedy_request(prompt(), 2))).last.finish_reason, "length");
+}
+
+TEST_F(EngineTest, CancellationStopsGeneration) {
+  auto engine = make_engine();
+  auto channel = engine->submit(greedy_request(prompt(), 450));
+  std::optional<Event> first = channel->next(60s);
+  ASSERT_TRUE(first.has_value());
+  channel->cancel();
+  Outcome rest = drain(*channel);
+  ASSERT_EQ(rest.last.kind, Event::Kind::done);
+  EXPECT_EQ(rest.last.finish_reason, "cancelled");
+  EXPECT_LT(rest.last.usage.completion_tokens, 450);
+  EXPECT_EQ(engine->stats().requests_cancelled, 1u);
+  EXPECT_TRUE(engine->idle());
+}
+
+TEST_F(EngineTest, ContextExceededNamesTheNumbers) {
+  auto engine = make_engine();
+  const std::int32_t ctx = engine->max_context();
+  ASSERT_EQ(ctx, 512);
+  const auto p = prompt();
+  try {
+    engine->submit(greedy_request(p, ctx - static_cast<std::int32_t>(p.size()) + 1));
+    FAIL() << "prompt + max_tokens past the context was accepted";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.kind().c_str(), errc::context_length_exceeded);
+    EXPECT_NE(std::string(e.what()).find("512"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(std::to_string(p.size())), std::string::npos) << e.what();
+  }
+  // Exactly at the limit is fine and ends with "length".
+  Outcome full = drain(*engine->submit(greedy_request(p, ctx - static_cast<std::int32_t>(p.size()))));
+  EXPECT_EQ(full.last.finish_reason, "length");
+  EXPECT_EQ(full.last.usage.completion_tokens, ctx - static_cast<std::int32_t>(p.size()));
+}
+
+TEST_F(EngineTest, InvalidRequestsAreRefusedUpFront) {
+  auto engine = make_engine();
+  auto expect_invalid = [&](CompletionRequest r, const char* what) {
+    try {
+      engine->submit(std::move(r));
+      ADD_FAILURE() << what << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_STREQ(e.kind().c_str(), errc::invalid_argument) << what;
+    }
+  };
+  expect_invalid(greedy_request({}, 4), "an empty prompt");
+  expect_invalid(greedy_request({1, 2, -1}, 4), "a negative token id");
+  expect_invalid(greedy_request({1, 151936}, 4), "a token id past the vocabulary");
+  expect_invalid(greedy_request({1, 2}, 0), "max_tokens 0");
+  CompletionRequest bad_sampling = greedy_request({1, 2}, 4);
+  bad_sampling.sampling.top_p = 1.5f;
+  expect_invalid(bad_sampling, "top_p 1.5");
+  EXPECT_TRUE(engine->idle());
+}
+
+TEST_F(EngineTest, StopStringAcrossTokensEndsWithStopAndIsNotEmitted) {
+  auto engine = make_engine();
+  const Outcome full = drain(*engine->submit(greedy_request(prompt(), 40)));
+  // A stop string made of two consecutive tokens' text straddles a token boundary.
+  tokenizer::StreamDecoder decoder(*tiny_tokenizer(), true);
+  std::vector<std::string> pieces;
+  for (std::int32_t t : full.last.tokens) pieces.push_back(tiny_tokenizer()->is_known(t) ? decoder.push(t) : "");
+  std::string stop;
+  for (std::size_t i = 4; i + 1 < pieces.size() && stop.empty(); ++i) {
+    if (!pieces[i].empty() && !pieces[i + 1].empty()) stop = pieces[i] + pieces[i + 1];
+  }
+  ASSERT_FALSE(stop.empty()) << "no two consecutive non-empty pieces in: " << full.text;
+  const std::string expected = full.text.substr(0, full.text.find(stop));
+
+  CompletionRequest r = greedy_request(prompt(), 40);
+  r.stop = {"never appears \x01", stop};
+  const Outcome got = drain(*engine->submit(r));
+  ASSERT_EQ(got.last.kind, Event::Kind::done);
+  EXPECT_EQ(got.last.finish_reason, "stop");
+  EXPECT_EQ(got.text, expected);
+  EXPECT_LT(got.last.usage.completion_tokens, 40);
+  for (const Event& d : got.deltas) EXPECT_EQ(d.text.find(stop), std::string::npos);
+}
+
+TEST_F(EngineTest, EosEndsWithStopUnlessIgnored) {
+  auto engine = make_engine();
+  const auto tokens = drain(*engine->submit(greedy_request(prompt(), 12))).last.tokens;
+  // Declare the 6th greedy token an EOS id: the request must stop before it.
+  model::ModelConfigs configs = model::load_model_configs(kTinyModel);
+  configs.generation.eos_token_ids.push_back(tokens[5]);
+  auto eos_engine = make_engine({}, nullptr, configs);
+  CompletionRequest r = greedy_request(prompt(), 12);
+  r.ignore_eos = false;
+  const Outcome stopped = drain(*eos_engine->submit(r));
+  EXPECT_EQ(stopped.last.finish_reason, "stop");
+  const auto first = std::find(tokens.begin(), tokens.end(), tokens[5]);
+  EXPECT_EQ(stopped.last.tokens, std::vector<std::int32_t>(tokens.begin(), first));
+  EXPECT_EQ(stopped.last.usage.completion_tokens, static_cast<std::int32_t>(first - tokens.begin()));
+
+  r.ignore_eos = true;
+  EXPECT_EQ(drain(*eos_engine->submit(r)).last.tokens, tokens);
+}
+
+TEST_F(EngineTest, ReasoningSplitRoutesThinkBody) {
+  // The tiny model will not write <think> by itself; a prompt that ends inside
+  // <think> makes every generated character reasoning.
+  auto engine = make_engine();
+  CompletionRequest r = greedy_request(prompt(), 20);
+  const Outcome plain = drain(*engine->submit(r));
+  r.split_reasoning = true;
+  r.prompt_in_reasoning = true;
+  const Outcome split = drain(*engine->submit(r));
+  EXPECT_EQ(split.last.tokens, plain.last.tokens);
+  const auto close = plain.text.find("</think>");
+  if (close == std::string::npos) {
+    EXPECT_EQ(split.reasoning, plain.text);
+    EXPECT_EQ(split.text, "");
+  } else {
+    EXPECT_EQ(split.reasoning, plain.text.substr(0, close));
+  }
+}
+
+TEST_F(EngineTest, RunnerFailureMarksTheEngineFailed) {
+  // Forward 0 is the prefill, so the failure lands mid-generation.
+  auto engine = make_engine({}, std::make_unique<FailingRunner>(open_tiny_runner(), 3, errc::worker_failed));
+  const Outcome got = drain(*engine->submit(greedy_request(prompt(), 10)));
+  ASSERT_EQ(got.last.kind, Event::Kind::error);
+  EXPECT_EQ(got.last.error_kind, errc::worker_failed);
+  const EngineStats stats = engine->stats();
+  EXPECT_TRUE(stats.failed);
+  EXPECT_NE(stats.failure.find("injected"), std::string::npos);
+  EXPECT_EQ(stats.requests_failed, 1u);
+  try {
+    engine->submit(greedy_request(prompt(), 2));
+    FAIL() << "a failed engine accepted a request";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.kind().c_str(), errc::model_failed);
+  }
+}
+
+TEST_F(EngineTest, OrdinaryRunnerErrorFailsOnlyThatRequest) {
+  auto engine = make_engine({}, std::make_unique<FailingRunner>(open_tiny_runner(), 2, errc::out_of_memory));
+  const Outcome bad = drain(*engine->submit(greedy_request(prompt(), 10)));
+  ASSERT_EQ(bad.last.kind, Event::Kind::error);
+  EXPECT_EQ(bad.last.error_kind, errc::out_of_memory);
+  EXPECT_FALSE(engine->stats().failed);
+  // The next request recomputes the cache it can no longer trust and matches a clean engine.
+  const Outcome good = drain(*engine->submit(greedy_request(prompt(), 10)));
+  ASSERT_EQ(good.last.kind, Event::Kind::done);
+  auto clean = make_engine();
+  EXPECT_EQ(good.last.tokens, drain(*clean->submit(greedy_request(prompt(), 10))).last.tokens);
+}
+
+TEST_F(EngineTest, ShutdownEndsQueuedAndRunningRequests) {
+  auto engine = make_engine();
+  auto a = engine->submit(greedy_request(prompt(), 450));
+  auto b = engine->submit(greedy_request(prompt(), 450));
+  ASSERT_TRUE(a->next(60s).has_value());  // a is running
+  engine->shutdown();
+  EXPECT_EQ(drain(*a).last.error_kind, errc::shutting_down);
+  EXPECT_EQ(drain(*b).last.error_kind, errc::shutting_down);
+  try {
+    engine->submit(greedy_request(prompt(), 2));
+    FAIL() << "a shut-down engine accepted a request";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.kind().c_str(), errc::shutting_down);
+  }
+  engine->shutdown();  // idempotent
+}
+
+TEST_F(EngineTest, StatsRecordLatencies) {
+  auto engine = make_engine();
+  drain(*engine->submit(greedy_request(prompt(), 8)));
+  const EngineStats stats = engine->stats();
+  EXPECT_EQ(stats.time_to_first_token.count, 1u);
+  EXPECT_EQ(stats.inter_token_latency.count, 7u);
+  EXPECT_EQ(stats.prompt_tokens, prompt().size());
+  EXPECT_EQ(stats.queue_depth, 0u);
+  EXPECT_EQ(stats.running, 0u);
+}
+
+}  // namespace
+}  // namespace neuron::engine
