@@ -153,7 +153,8 @@ std::vector<Response> WorkerPool::round(const Request& request, std::string_view
       own_poisoned = true;
     }
   }
-  const auto deadline = t_wait + (own_poisoned ? std::max(timeout / 4, std::chrono::milliseconds{1}) : timeout);
+  const auto reply_wait = own_poisoned ? std::max(timeout / 4, std::chrono::milliseconds{1}) : timeout;
+  const auto deadline = t_wait + reply_wait;
   std::vector<Response> replies(workers_.size(), Response{ErrorResponse{errc::worker_failed, "no reply"}});
   std::optional<Error> reported;  // the first error a rank reported
   for (std::size_t i = 0; i < workers_.size(); ++i) {
@@ -178,7 +179,8 @@ std::vector<Response> WorkerPool::round(const Request& request, std::string_view
         continue;
       }
       case LineReader::Status::timeout:
-        note_hard(w.rank, "no reply to " + std::string(op) + " within " + ms_string(timeout));
+        note_hard(w.rank, "no reply to " + std::string(op) + " within " +
+                              ms_string(hard_failure.empty() ? reply_wait : timeout / 10) + " after rank 0's part");
         continue;
       case LineReader::Status::too_long:
         note_hard(w.rank, "answered garbage: a line longer than " + std::to_string(kMaxLineBytes) + " bytes");

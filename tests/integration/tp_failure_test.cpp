@@ -1,0 +1,196 @@
+// A TP worker that dies, stops answering or answers garbage in the middle of
+// generation must end the step with Error{worker_failed} naming its rank,
+// within the step deadline, with every worker process reaped and the runner
+// failed for good (later calls refuse at once instead of hanging).
+#include <gtest/gtest.h>
+
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "engine/model_loader.hpp"
+#include "model/random_checkpoint.hpp"
+#include "tp/tp_runner.hpp"
+#include "util/error.hpp"
+
+namespace {
+
+using namespace neuron;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kDeadline = 2000ms;
+
+bool gone(pid_t pid) { return ::kill(pid, 0) != 0 && errno == ESRCH; }
+
+class TpFailure : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = std::filesystem::temp_directory_path() / ("neuron-tp-failure-" + std::to_string(::getpid()));
+    model::Qwen3Config c;
+    c.vocab_size = 256;
+    c.hidden_size = 32;
+    c.intermediate_size = 96;
+    c.num_hidden_layers = 2;
+    c.num_attention_heads = 12;  // splits 2, 3 and 4 ways
+    c.num_key_value_heads = 12;
+    c.head_dim = 8;
+    c.max_position_embeddings = 512;
+    c.eos_token_ids = {1};
+    model::write_random_checkpoint(dir_, c, {.seed = 5});
+  }
+  static void TearDownTestSuite() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+
+  std::unique_ptr<tp::TpRunner> open(int world, int faulty_rank = 0, const std::string& fault = {}) {
+    engine::LoadOptions o;
+    o.model_dir = dir_;
+    o.model_id = "failing";
+    o.tensor_parallel = world;
+    o.max_context = 128;
+    o.step_timeout = kDeadline;
+    o.worker_binary = NEURON_BINARY;
+    if (!fault.empty()) {
+      o.worker_args.resize(world);
+      o.worker_args[faulty_rank] = {"--fault", fault};
+    }
+    auto runner = engine::open_runner(o);
+    auto* tp = dynamic_cast<tp::TpRunner*>(runner.get());
+    EXPECT_NE(tp, nullptr);
+    runner.release();
+    return std::unique_ptr<tp::TpRunner>(tp);
+  }
+
+  // Decodes until a step throws (or `max_steps` pass); returns the error and how long the failing step took.
+  struct Outcome {
+    std::optional<Error> error;
+    Clock::duration failing_step{};
+    int steps_ok = 0;
+  };
+  static Outcome generate_until_failure(tp::TpRunner& runner, int max_steps) {
+    Outcome out;
+    std::vector<float> logits(256);
+    std::int32_t token = 7;
+    for (int s = 0; s < max_steps; ++s) {
+      const std::int32_t one[] = {token};
+      const auto t0 = Clock::now();
+      try {
+        runner.forward(one, s % 100, logits);  // positions wrap: earlier ones are overwritten
+      } catch (const Error& e) {
+        out.failing_step = Clock::now() - t0;
+        out.error = e;
+        return out;
+      }
+      token = static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      ++out.steps_ok;
+    }
+    return out;
+  }
+
+  static void expect_failed_and_reaped(tp::TpRunner& runner, const std::vector<pid_t>& pids) {
+    EXPECT_TRUE(runner.failed());
+    for (pid_t p : pids) EXPECT_TRUE(gone(p)) << "worker pid " << p << " still exists";
+    // The runner refuses further work at once.
+    std::vector<float> logits(256);
+    const std::int32_t one[] = {3};
+    const auto t0 = Clock::now();
+    try {
+      runner.forward(one, 0, logits);
+      ADD_FAILURE() << "a failed runner ran a step";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), errc::worker_failed);
+    }
+    EXPECT_THROW(runner.clear_kv_cache(), Error);
+    EXPECT_LT(Clock::now() - t0, 200ms);
+  }
+
+  static void expect_worker_failed(const Outcome& o, int rank, const std::string& phrase) {
+    ASSERT_TRUE(o.error.has_value()) << "no step failed";
+    EXPECT_EQ(o.error->kind(), errc::worker_failed) << o.error->what();
+    const std::string what = o.error->what();
+    EXPECT_NE(what.find("rank " + std::to_string(rank)), std::string::npos) << what;
+    EXPECT_NE(what.find(phrase), std::string::npos) << what;
+  }
+
+  inline static std::filesystem::path dir_;
+};
+
+TEST_F(TpFailure, WorkerThatExitsMidGenerationFailsTheStepNamingItsRank) {
+  auto runner = open(2, 1, "exit-after=5");
+  const auto pids = runner->worker_pids();
+  const auto o = generate_until_failure(*runner, 50);
+  EXPECT_EQ(o.steps_ok, 5);
+  expect_worker_failed(o, 1, "exited");
+  EXPECT_LT(o.failing_step, kDeadline + 1s);
+  expect_failed_and_reaped(*runner, pids);
+}
+
+TEST_F(TpFailure, WorkerThatAnswersGarbageFailsTheStepNamingItsRank) {
+  auto runner = open(3, 2, "garbage-after=4");
+  const auto pids = runner->worker_pids();
+  const auto o = generate_until_failure(*runner, 50);
+  EXPECT_EQ(o.steps_ok, 4);
+  expect_worker_failed(o, 2, "garbage");
+  EXPECT_LT(o.failing_step, kDeadline + 1s);
+  expect_failed_and_reaped(*runner, pids);
+}
+
+TEST_F(TpFailure, WorkerThatStopsAnsweringFailsTheStepWithinTheDeadline) {
+  auto runner = open(2, 1, "hang-after=3");
+  const auto pids = runner->worker_pids();
+  const auto o = generate_until_failure(*runner, 50);
+  EXPECT_EQ(o.steps_ok, 3);
+  expect_worker_failed(o, 1, "no reply");
+  // Rank 0 waits at most the collective timeout inside its forward, then a quarter deadline for the reply.
+  EXPECT_LT(o.failing_step, 2 * kDeadline);
+  expect_failed_and_reaped(*runner, pids);
+}
+
+TEST_F(TpFailure, WorkerKilledWithSigkillMidGeneration) {
+  auto runner = open(3);
+  const auto pids = runner->worker_pids();
+  std::thread killer([&] {
+    std::this_thread::sleep_for(300ms);
+    ::kill(pids[0], SIGKILL);  // rank 1, while steps are running
+  });
+  const auto o = generate_until_failure(*runner, 1'000'000);
+  killer.join();
+  EXPECT_GT(o.steps_ok, 0);
+  expect_worker_failed(o, 1, "rank 1");
+  EXPECT_LT(o.failing_step, kDeadline + 1s);
+  expect_failed_and_reaped(*runner, pids);
+}
+
+TEST_F(TpFailure, WorkerStoppedWithSigstopMidGeneration) {
+  auto runner = open(3);
+  const auto pids = runner->worker_pids();
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(300ms);
+    ::kill(pids[1], SIGSTOP);  // rank 2
+  });
+  const auto o = generate_until_failure(*runner, 1'000'000);
+  stopper.join();
+  EXPECT_GT(o.steps_ok, 0);
+  expect_worker_failed(o, 2, "no reply");
+  EXPECT_LT(o.failing_step, 2 * kDeadline);
+  expect_failed_and_reaped(*runner, pids);
+}
+
+TEST_F(TpFailure, DestroyingAHealthyRunnerReapsItsWorkers) {
+  std::vector<pid_t> pids;
+  {
+    auto runner = open(4);
+    pids = runner->worker_pids();
+    ASSERT_EQ(pids.size(), 3u);
+    const auto o = generate_until_failure(*runner, 3);
+    EXPECT_FALSE(o.error.has_value());
+  }
+  for (pid_t p : pids) EXPECT_TRUE(gone(p)) << "worker pid " << p << " outlived its runner";
+}
+
+}  // namespace
