@@ -102,15 +102,7 @@ int run_serve(const server::ServeFlags& flags) {
   server::HttpServer http(server::HttpServerOptions{opts.host, opts.port, opts.max_body_bytes, opts.threads},
                           [&api](const server::HttpRequest& r) { return api.handle(r); },
                           [&api](const std::string& m, const std::string& p, int s, double ms) { api.record_exchange(m, p, s, ms); });
-  int port = 0;
-  try {
-    port = http.start();
-  } catch (const Error& e) {
-    spdlog::error("{}", e.what());
-    return 1;
-  }
-  spdlog::info("neuron {} listening on http://{}:{}{}", NEURON_VERSION, opts.host, port, opts.api_key.empty() ? "" : " (API key required)");
-
+  // Queued before the socket opens, so the first /health already lists them as loading.
   for (const auto& spec : specs) {
     try {
       registry.load(spec, /*wait=*/false);
@@ -119,6 +111,15 @@ int run_serve(const server::ServeFlags& flags) {
       spdlog::error("cannot load model {}: ({}) {}", spec.model_id, e.kind(), e.what());
     }
   }
+
+  int port = 0;
+  try {
+    port = http.start();
+  } catch (const Error& e) {
+    spdlog::error("{}", e.what());
+    return 1;
+  }
+  spdlog::info("neuron {} listening on http://{}:{}{}", NEURON_VERSION, opts.host, port, opts.api_key.empty() ? "" : " (API key required)");
 
   int sig = 0;
   sigwait(&stop_signals, &sig);

@@ -105,8 +105,9 @@ class Daemon {
     for (;;) {
       auto res = client().Get("/models", auth_headers());
       if (res && res->status == 200) {
-        bool all = true;
-        for (const auto& m : json::parse(res->body)["models"]) {
+        json models = json::parse(res->body)["models"];
+        bool all = !models.empty();
+        for (const auto& m : models) {
           if (m["status"] == "failed") throw std::runtime_error("model failed to load: " + m.dump());
           all = all && m["status"] == "loaded";
         }

@@ -56,7 +56,9 @@ class ServerDaemon : public ::testing::Test {
   static void TearDownTestSuite() {
     delete registry_;
     registry_ = nullptr;
-    if (daemon_) EXPECT_EQ(daemon_->stop(), 0) << "the daemon must exit 0 on SIGTERM";
+    if (daemon_) {
+      EXPECT_EQ(daemon_->stop(), 0) << "the daemon must exit 0 on SIGTERM";
+    }
     delete daemon_;
     daemon_ = nullptr;
   }
@@ -88,7 +90,9 @@ class ServerDaemon : public ::testing::Test {
       ref.finish_reason = e->finish_reason;
       ref.prompt_tokens = e->usage.prompt_tokens;
       ref.completion_tokens = e->usage.completion_tokens;
-      if (!chat) EXPECT_EQ(ref.content, assets->tokenizer->decode(e->tokens)) << "completion text is the decoded greedy tokens";
+      if (!chat) {
+        EXPECT_EQ(ref.content, assets->tokenizer->decode(e->tokens)) << "completion text is the decoded greedy tokens";
+      }
       return ref;
     }
   }
@@ -236,7 +240,7 @@ TEST_F(ServerDaemon, ThirtyTwoConcurrentClientsGetTheirSoloAnswers) {
 TEST_F(ServerDaemon, ClientDisconnectMidStreamCancelsTheGeneration) {
   const double cancelled_before = metric_sum(metrics(), "neuron_requests_cancelled_total");
   const double generated_before = metric_sum(metrics(), "neuron_generated_tokens_total");
-  constexpr int kLong = 20000;
+  constexpr int kLong = 4000;  // within the 4096-token context; far more than arrive before the disconnect
   {
     RawConnection conn(daemon_->port());
     json body = {{"model", model_}, {"prompt", "Go on forever"}, {"max_tokens", kLong}, {"ignore_eos", true}, {"stream", true}};
@@ -343,7 +347,9 @@ TEST_F(ServerDaemon, BadInputGetsTheRightEnvelopeAndTheDaemonKeepsServing) {
     auto status_end = raw.find("\r\n");
     ASSERT_NE(status_end, std::string::npos) << c.name;
     int status = std::stoi(raw.substr(9, 3));
-    if (c.status == kAny4xx) EXPECT_TRUE(status >= 400 && status < 500) << c.name << "\n" << raw;
+    if (c.status == kAny4xx) {
+      EXPECT_TRUE(status >= 400 && status < 500) << c.name << "\n" << raw;
+    }
     else EXPECT_EQ(status, c.status) << c.name << "\n" << raw;
     auto body_start = raw.find("\r\n\r\n");
     json err;
@@ -351,9 +357,15 @@ TEST_F(ServerDaemon, BadInputGetsTheRightEnvelopeAndTheDaemonKeepsServing) {
     ASSERT_TRUE(err.contains("error")) << c.name;
     for (const char* key : {"message", "type", "code", "param"}) EXPECT_TRUE(err["error"].contains(key)) << c.name << " lacks " << key;
     EXPECT_FALSE(err["error"]["message"].get<std::string>().empty()) << c.name;
-    if (c.code) EXPECT_EQ(err["error"]["code"], c.code) << c.name << "\n" << raw;
-    if (c.param) EXPECT_EQ(err["error"]["param"], c.param) << c.name << "\n" << raw;
-    if (c.status == 405) EXPECT_NE(raw.find("Allow: "), std::string::npos) << c.name;
+    if (c.code) {
+      EXPECT_EQ(err["error"]["code"], c.code) << c.name << "\n" << raw;
+    }
+    if (c.param) {
+      EXPECT_EQ(err["error"]["param"], c.param) << c.name << "\n" << raw;
+    }
+    if (c.status == 405) {
+      EXPECT_NE(raw.find("Allow: "), std::string::npos) << c.name;
+    }
   }
   auto health = daemon_->client().Get("/health");
   ASSERT_TRUE(health);
