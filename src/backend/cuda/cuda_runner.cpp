@@ -26,6 +26,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -149,7 +150,7 @@ class CudaRunner final : public ModelRunner {
   };
 
   void load_weights(const io::Checkpoint* checkpoint);
-  void place(const model::SliceSpec& spec, const io::Checkpoint* checkpoint, Uploader& up, bf16_t* dst);
+  void place(const model::SliceSpec& spec, const io::Checkpoint* checkpoint, std::optional<Uploader>& up, bf16_t* dst);
   // Runs n tokens whose ids and start position already sit in meta_ on the device.
   void run_layers(int n);
   void lm_head(const bf16_t* h_rows, int rows, float* out);
@@ -266,9 +267,11 @@ CudaRunner::~CudaRunner() {
   cudaStreamSynchronize(stream_.get());
 }
 
-void CudaRunner::place(const model::SliceSpec& spec, const io::Checkpoint* checkpoint, Uploader& up, bf16_t* dst) {
+void CudaRunner::place(const model::SliceSpec& spec, const io::Checkpoint* checkpoint, std::optional<Uploader>& up,
+                       bf16_t* dst) {
   if (checkpoint) {
-    up.upload(model::slice_view(*checkpoint, spec), dst);
+    if (!up) up.emplace();
+    up->upload(model::slice_view(*checkpoint, spec), dst);
     return;
   }
   const std::int64_t full_cols = spec.shape.size() == 2 ? spec.shape[1] : 1;
@@ -285,7 +288,7 @@ void CudaRunner::place(const model::SliceSpec& spec, const io::Checkpoint* check
 void CudaRunner::load_weights(const io::Checkpoint* checkpoint) {
   if (checkpoint) model::reject_unsupported_tensors(*checkpoint);
   const model::ShardSpecs specs = model::shard_specs(cfg_, plan_);
-  Uploader up;
+  std::optional<Uploader> up;  // pinned staging only when there is a checkpoint to read
   auto alloc = [&](const std::vector<const model::SliceSpec*>& parts) {
     std::size_t count = 0;
     for (const auto* p : parts) count += static_cast<std::size_t>(p->numel());
@@ -325,7 +328,7 @@ void CudaRunner::load_weights(const io::Checkpoint* checkpoint) {
     kv_bytes_ += 2 * cache_bytes;
     layers_.push_back(std::move(l));
   }
-  up.finish();
+  if (up) up->finish();
 }
 
 void CudaRunner::clear_kv_cache() {
