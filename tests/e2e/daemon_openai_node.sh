@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The official `openai` npm client against the daemon, at tensor_parallel 1
+# and 2 on the CPU.   Usage: daemon_openai_node.sh BUILD/neuron
+source "$(dirname "${BASH_SOURCE[0]}")/daemon_lib.sh"
+bin="$1"
+
+if ! command -v npm >/dev/null || ! command -v node >/dev/null; then
+  echo "SKIP: node/npm not installed (the openai client test needs them)"
+  exit 77
+fi
+(cd "$E2E_DIR/node" && npm ci --no-audit --no-fund --loglevel=error) || die "npm ci (is the npm registry reachable?)"
+
+start_daemon "$bin" --model "$TINY_MODEL"
+wait_loaded
+NEURON_MODEL="$TINY_MODEL" node "$E2E_DIR/node/openai_client_test.mjs" || die "openai client at tensor_parallel 1"
+
+tp_id="$TINY_MODEL/."   # the same files under a second id
+load=$(curl -s "$NEURON_BASE_URL/models/load" -d "{\"model_id\":\"$tp_id\",\"tensor_parallel\":2,\"wait\":true}")
+echo "$load" | grep -q '"status":"loaded"' || die "load at tensor_parallel 2: $load"
+echo "$load" | grep -q '"tensor_parallel":2' || die "tensor_parallel 2 not reported: $load"
+NEURON_MODEL="$tp_id" node "$E2E_DIR/node/openai_client_test.mjs" || die "openai client at tensor_parallel 2"
+stop_daemon
