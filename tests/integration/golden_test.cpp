@@ -141,5 +141,28 @@ TEST_F(Golden, TopFiveAtEveryRecordedPosition) {
   }
 }
 
+// What the "done when" runs: the real binary, greedy, --json.
+TEST_F(Golden, GenerateCommandPrintsTheGreedyTokens) {
+  const GoldenPrompt& g = golden_.at(0);
+  std::string ids;
+  for (auto id : g.ids) ids += (ids.empty() ? "" : ",") + std::to_string(id);
+  const std::string cmd = std::string(NEURON_BINARY) + " generate --model " + kModelDir + " --prompt-ids " + ids +
+                          " --max-tokens 32 --temperature 0 --ignore-eos --json";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string out, last;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, pipe)) out += buf;
+  ASSERT_EQ(pclose(pipe), 0) << out;
+  std::size_t end = out.find_last_not_of('\n');
+  ASSERT_NE(end, std::string::npos);
+  last = out.substr(out.rfind('\n', end) == std::string::npos ? 0 : out.rfind('\n', end) + 1);
+  const auto j = nlohmann::json::parse(last);
+  EXPECT_EQ(j.at("prompt_tokens").get<std::vector<std::int32_t>>(), g.ids);
+  EXPECT_EQ(j.at("tokens").get<std::vector<std::int32_t>>(), g.greedy);
+  EXPECT_EQ(j.at("finish_reason"), "length");
+  EXPECT_GT(j.at("timings").at("decode_tok_s").get<double>(), 0.0);
+}
+
 }  // namespace
 }  // namespace neuron

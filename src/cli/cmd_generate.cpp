@@ -1,0 +1,134 @@
+// `neuron generate`: one request through the library, no HTTP.
+//   neuron generate --model M --prompt-ids 1,2,3 --max-tokens N --temperature T
+//                   [--top-p P] [--top-k K] [--min-p P] [--seed S] [--ignore-eos]
+//                   [--json] [--device cpu|cuda:N] [--max-context N]
+// Prints the generated ids (space separated), or with --json one object on the
+// last line: {"prompt_tokens", "tokens", "finish_reason", "timings"}.
+// Sampling flags left out fall back to the model's generation_config.json.
+#include <charconv>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "backend/device.hpp"
+#include "cli/command.hpp"
+#include "engine/generator.hpp"
+#include "engine/model_loader.hpp"
+#include "io/model_resolver.hpp"
+#include "model/config.hpp"
+#include "util/error.hpp"
+
+namespace neuron::cli {
+namespace {
+
+struct GenerateArgs {
+  std::string model;
+  std::string prompt_ids;
+  std::int32_t max_tokens = 16;
+  std::optional<float> temperature, top_p, min_p, repetition_penalty;
+  std::optional<int> top_k;
+  std::optional<std::uint64_t> seed;
+  bool ignore_eos = false;
+  bool json = false;
+  std::string device = "cpu";
+  std::int32_t max_context = 0;
+};
+
+// "1, 2,3" -> {1, 2, 3}; anything else is refused with the offending piece named.
+std::vector<std::int32_t> parse_ids(const std::string& text) {
+  std::vector<std::int32_t> ids;
+  std::size_t at = 0;
+  while (at <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', at), text.size());
+    std::string piece = text.substr(at, comma - at);
+    const auto first = piece.find_first_not_of(" \t"), last = piece.find_last_not_of(" \t");
+    piece = first == std::string::npos ? "" : piece.substr(first, last - first + 1);
+    std::int32_t id = -1;
+    const auto [end, ec] = std::from_chars(piece.data(), piece.data() + piece.size(), id);
+    if (piece.empty() || ec != std::errc{} || end != piece.data() + piece.size() || id < 0)
+      fail(errc::invalid_argument, "--prompt-ids: '" + piece + "' is not a token id (expected e.g. 1,2,3)");
+    ids.push_back(id);
+    at = comma + 1;
+  }
+  return ids;
+}
+
+model::SamplingParams sampling_params(const GenerateArgs& a, const model::GenerationDefaults& d) {
+  model::SamplingParams p;
+  if (auto v = a.temperature.has_value() ? a.temperature : d.temperature) p.temperature = *v;
+  if (auto v = a.top_p.has_value() ? a.top_p : d.top_p) p.top_p = *v;
+  if (auto v = a.min_p.has_value() ? a.min_p : d.min_p) p.min_p = *v;
+  if (auto v = a.repetition_penalty.has_value() ? a.repetition_penalty : d.repetition_penalty)
+    p.repetition_penalty = *v;
+  if (auto v = a.top_k.has_value() ? a.top_k : d.top_k) p.top_k = *v;
+  p.seed = a.seed;
+  p.validate();
+  return p;
+}
+
+int run(const GenerateArgs& a) {
+  engine::LoadOptions load;
+  load.model_dir = io::resolve_model(a.model);
+  load.device = backend::Device::parse(a.device);
+  load.max_context = a.max_context;
+  const model::ModelConfigs configs = model::load_model_configs(load.model_dir);
+
+  engine::GenerateRequest req;
+  req.prompt = parse_ids(a.prompt_ids);
+  req.max_tokens = a.max_tokens;
+  req.sampling = sampling_params(a, configs.generation);
+  req.stop_ids = configs.stop_ids();
+  req.ignore_eos = a.ignore_eos;
+
+  const auto runner = engine::open_runner(load);
+  const engine::GenerateResult r = engine::generate(*runner, req);
+
+  if (a.json) {
+    const nlohmann::json out = {
+        {"prompt_tokens", req.prompt},
+        {"tokens", r.tokens},
+        {"finish_reason", r.finish_reason},
+        {"timings",
+         {{"prefill_ms", r.timings.prefill_ms},
+          {"prefill_tok_s", r.timings.prefill_tok_s},
+          {"decode_ms", r.timings.decode_ms},
+          {"decode_tok_s", r.timings.decode_tok_s}}},
+    };
+    std::printf("%s\n", out.dump().c_str());
+  } else {
+    std::string ids;
+    for (std::int32_t t : r.tokens) ids += (ids.empty() ? "" : " ") + std::to_string(t);
+    std::printf("%s\n", ids.c_str());
+    std::fprintf(stderr, "%zu tokens (%s); prefill %.1f ms (%.1f tok/s), decode %.2f tok/s\n", r.tokens.size(),
+                 r.finish_reason.c_str(), r.timings.prefill_ms, r.timings.prefill_tok_s, r.timings.decode_tok_s);
+  }
+  return 0;
+}
+
+Run setup(CLI::App& sub) {
+  auto a = std::make_shared<GenerateArgs>();
+  sub.add_option("--model", a->model, "Model directory or Hugging Face id in the local cache")->required();
+  sub.add_option("--prompt-ids", a->prompt_ids, "Prompt token ids, comma separated")->required();
+  sub.add_option("--max-tokens", a->max_tokens, "Most tokens to generate")->check(CLI::PositiveNumber);
+  sub.add_option("--temperature", a->temperature, "0 = greedy (default: generation_config.json, else 1)");
+  sub.add_option("--top-p", a->top_p, "Nucleus sampling mass in (0, 1]");
+  sub.add_option("--top-k", a->top_k, "Keep the K most likely tokens (0 = all)");
+  sub.add_option("--min-p", a->min_p, "Drop tokens below min_p times the top probability");
+  sub.add_option("--repetition-penalty", a->repetition_penalty, "Penalise tokens already seen (> 0, 1 = off)");
+  sub.add_option("--seed", a->seed, "Seed for reproducible sampling");
+  sub.add_flag("--ignore-eos", a->ignore_eos, "Keep generating through end-of-sequence tokens");
+  sub.add_flag("--json", a->json, "Print one JSON object on the last line");
+  sub.add_option("--device", a->device, "cpu, cuda or cuda:N");
+  sub.add_option("--max-context", a->max_context, "KV cache positions (0 = the backend's default)")
+      ->check(CLI::NonNegativeNumber);
+  return [a] { return run(*a); };
+}
+
+NEURON_COMMAND(generate, "Generate tokens from a prompt of token ids", setup);
+
+}  // namespace
+}  // namespace neuron::cli
