@@ -71,6 +71,8 @@ void copy_tokenizer(const fs::path& from, const fs::path& to) {
     std::error_code ec;
     fs::copy_file(from / name, to / name, fs::copy_options::overwrite_existing, ec);
     if (ec) fail(errc::io, "cannot copy " + (from / name).string() + ": " + ec.message());
+    // Copies keep the source's mode; a read-only source would make the next overwrite fail.
+    fs::permissions(to / name, fs::perms::owner_read | fs::perms::owner_write, fs::perm_options::add, ec);
   }
 }
 
