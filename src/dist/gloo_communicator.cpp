@@ -54,7 +54,8 @@ GlooCommunicator::GlooCommunicator(const std::filesystem::path& store_dir, const
     context->connectFullMesh(store, device);
     context_ = std::move(context);
   } catch (const std::exception& e) {
-    // Rank 0 keeps owning the directory so a failed group leaves nothing behind.
+    // No destructor runs for a constructor that throws: rank 0 removes its directory here.
+    if (!owned_store_dir_.empty()) std::filesystem::remove_all(owned_store_dir_, ec);
     fail(errc::comm, "gloo rendezvous of rank " + std::to_string(rank) + " of " + std::to_string(world) +
                          " failed (a peer did not join within " + std::to_string(timeout.count()) +
                          " ms?): " + e.what());

@@ -109,6 +109,9 @@ TEST(GlooCommunicator, PeerThatNeverJoinsFailsRendezvousWithinTimeout) {
     EXPECT_EQ(e.kind(), errc::comm);
   }
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+  const std::string prefix = "gloo:file:";
+  EXPECT_FALSE(std::filesystem::exists(id.substr(prefix.size(), id.rfind(':') - prefix.size())))
+      << "a failed rendezvous left its directory behind";
 }
 
 TEST(GlooCommunicator, SilentPeerFailsCollectiveWithinTimeoutAndPoisons) {
