@@ -57,8 +57,12 @@ model::Qwen3Config build_config(const GenModelArgs& a) {
   if (a.kv_heads) c.num_key_value_heads = *a.kv_heads;
   if (a.head_dim)
     c.head_dim = *a.head_dim;
-  else if (a.preset.empty() && c.num_attention_heads > 0)
+  else if (a.preset.empty() && c.num_attention_heads > 0) {
+    if (c.hidden_size % c.num_attention_heads != 0)
+      fail(errc::invalid_argument, "--hidden " + std::to_string(c.hidden_size) + " is not divisible by --heads " +
+                                       std::to_string(c.num_attention_heads) + "; give --head-dim");
     c.head_dim = c.hidden_size / c.num_attention_heads;
+  }
   if (a.untied) c.tie_word_embeddings = false;
   else if (a.preset.empty()) c.tie_word_embeddings = true;
   return c;
