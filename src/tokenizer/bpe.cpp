@@ -20,16 +20,16 @@ std::string short_json(const nlohmann::json& j) {
 }
 
 // A merge rule as its two tokens: "a b" (older files) or ["a", "b"].
-std::pair<std::string, std::string> parse_merge(const nlohmann::json& m, std::size_t i) {
+std::pair<std::string_view, std::string_view> parse_merge(const nlohmann::json& m, std::size_t i) {
   if (m.is_string()) {
-    const std::string& s = m.get_ref<const std::string&>();
+    const std::string_view s = m.get_ref<const std::string&>();
     const auto sp = s.find(' ');
     if (sp == std::string::npos || sp == 0 || sp + 1 == s.size() || s.find(' ', sp + 1) != std::string::npos)
       bad("model.merges[" + std::to_string(i) + "] must be two tokens separated by one space, got " + short_json(m));
     return {s.substr(0, sp), s.substr(sp + 1)};
   }
   if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string())
-    return {m[0].get<std::string>(), m[1].get<std::string>()};
+    return {m[0].get_ref<const std::string&>(), m[1].get_ref<const std::string&>()};
   bad("model.merges[" + std::to_string(i) + "] must be \"a b\" or [\"a\", \"b\"], got " + short_json(m));
 }
 
@@ -66,12 +66,10 @@ Bpe Bpe::from_json(const nlohmann::json& model) {
     max_id = std::max(max_id, id.get<std::int64_t>());
     bpe.vocab_.emplace(token, static_cast<std::int32_t>(id.get<std::int64_t>()));
   }
-  bpe.tokens_.resize(static_cast<std::size_t>(max_id + 1));
-  bpe.present_.assign(static_cast<std::size_t>(max_id + 1), false);
+  bpe.tokens_.assign(static_cast<std::size_t>(max_id + 1), nullptr);
   for (const auto& [token, id] : bpe.vocab_) {
-    if (bpe.present_[id]) bad("model.vocab gives id " + std::to_string(id) + " to two tokens");
-    bpe.tokens_[id] = token;
-    bpe.present_[id] = true;
+    if (bpe.tokens_[id] != nullptr) bad("model.vocab gives id " + std::to_string(id) + " to two tokens");
+    bpe.tokens_[id] = &token;
   }
   for (int b = 0; b < 256; ++b) {
     const auto it = bpe.vocab_.find(byte_level_char(static_cast<unsigned char>(b)));
@@ -82,12 +80,14 @@ Bpe Bpe::from_json(const nlohmann::json& model) {
   if (m != model.end() && !m->is_null() && !m->is_array()) bad("model.merges must be an array");
   const std::size_t n_merges = (m == model.end() || m->is_null()) ? 0 : m->size();
   bpe.merges_ = MergeTable(n_merges);
-  std::string joined;
+  std::string joined, left, right;
   for (std::size_t i = 0; i < n_merges; ++i) {
     const auto [a, b] = parse_merge((*m)[i], i);
-    const auto ia = bpe.vocab_.find(a), ib = bpe.vocab_.find(b);
+    left.assign(a);
+    right.assign(b);
+    const auto ia = bpe.vocab_.find(left), ib = bpe.vocab_.find(right);
     if (ia == bpe.vocab_.end() || ib == bpe.vocab_.end())
-      bad("model.merges[" + std::to_string(i) + "] names token '" + (ia == bpe.vocab_.end() ? a : b) +
+      bad("model.merges[" + std::to_string(i) + "] names token '" + (ia == bpe.vocab_.end() ? left : right) +
           "' which is not in model.vocab");
     joined.assign(a).append(b);
     const auto ij = bpe.vocab_.find(joined);
@@ -105,8 +105,8 @@ std::optional<std::int32_t> Bpe::token_to_id(std::string_view token) const {
 }
 
 const std::string* Bpe::id_to_token(std::int32_t id) const {
-  if (id < 0 || static_cast<std::size_t>(id) >= tokens_.size() || !present_[id]) return nullptr;
-  return &tokens_[id];
+  if (id < 0 || static_cast<std::size_t>(id) >= tokens_.size()) return nullptr;
+  return tokens_[id];
 }
 
 void Bpe::tokenize(std::string_view word, std::vector<std::int32_t>& out) const {

@@ -46,8 +46,9 @@ class Bpe {
   void merge_word(std::string_view word, std::vector<std::int32_t>& out) const;
 
   std::unordered_map<std::string, std::int32_t> vocab_;  // byte-level token -> id
-  std::vector<std::string> tokens_;                      // [max id + 1] id -> byte-level token
-  std::vector<bool> present_;                            // [max id + 1] whether the id is in the vocab
+  // [max id + 1] id -> its key in vocab_ (nodes never move, even when the
+  // map does), nullptr for ids the vocab skips.
+  std::vector<const std::string*> tokens_;
   std::array<std::int32_t, 256> byte_ids_{};             // byte -> id of its one-character token, -1 if absent
   MergeTable merges_;
   bool ignore_merges_ = false;  // look the whole word up before merging (Llama 3 style)

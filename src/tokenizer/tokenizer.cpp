@@ -22,7 +22,7 @@ struct Tokenizer::Impl {
   PreTokenizer pre_tokenizer;
   AddedVocabulary added;
   // Indexed by id over [0, max id]; holes (ids neither in the vocab nor added) are unknown.
-  std::vector<std::string> text;   // [n_ids] tokenizer.json spelling
+  std::vector<std::string_view> text;  // [n_ids] tokenizer.json spelling, viewing bpe's vocab or added's tokens
   std::vector<std::string> bytes;  // [n_ids] raw bytes the ByteLevel decoder yields
   std::vector<std::uint8_t> kind;  // [n_ids] kUnknown / kNormal / kSpecial
   std::size_t distinct = 0;
@@ -96,7 +96,7 @@ Tokenizer Tokenizer::from_json(std::string_view json_text) {
   impl->kind.assign(n, Impl::kUnknown);
   for (std::int32_t id = 0; id <= impl->bpe.max_id(); ++id) {
     if (const std::string* t = impl->bpe.id_to_token(id)) {
-      impl->text[id] = *t;
+      impl->text[id] = *t;  // a view of the vocab key
       impl->kind[id] = Impl::kNormal;
     }
   }
@@ -111,7 +111,7 @@ Tokenizer Tokenizer::from_json(std::string_view json_text) {
     // with a character outside the byte alphabet (an added token such as
     // "<think>\n"... or " ") is emitted as its UTF-8 text instead.
     auto raw = from_byte_level(impl->text[id]);
-    impl->bytes[id] = raw ? std::move(*raw) : impl->text[id];
+    impl->bytes[id] = raw ? std::move(*raw) : std::string(impl->text[id]);
   }
   return Tokenizer(std::move(impl));
 }
@@ -184,7 +184,7 @@ std::optional<std::int32_t> Tokenizer::token_to_id(std::string_view token) const
 
 std::string Tokenizer::id_to_token(std::int32_t id) const {
   if (!is_known(id)) fail(errc::invalid_argument, "unknown token id " + std::to_string(id));
-  return impl_->text[id];
+  return std::string(impl_->text[id]);
 }
 
 std::size_t Tokenizer::vocab_size() const { return impl_->distinct; }
