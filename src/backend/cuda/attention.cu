@@ -200,6 +200,235 @@ void launch_prefill(const bf16_t* q, const bf16_t* k_cache, const bf16_t* v_cach
   check_launch("attention_prefill");
 }
 
+// ---- prefill on mma.sync (FlashAttention-2 layout) -------------------------
+//
+// Head dims 64 and 128. A block is 4 warps x 16 query rows; Q stays in
+// registers, K/V tiles of 64 keys stream through shared memory with cp.async
+// (double-buffered), S and P never leave registers: the S accumulator of two
+// adjacent n8 tiles is exactly the A operand of the P V product.
+
+constexpr int kFlashRows = 64, kFlashKeys = 64, kFlashThreads = 128;
+
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  const int bytes = valid ? 16 : 0;  // 0: zero-fill, nothing read
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* p) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* p) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const unsigned*>(&v);
+}
+
+// rows x D bf16 from global (row stride src_ld) into shared (stride LD); rows >= valid become zeros.
+template <int D, int LD>
+__device__ __forceinline__ void flash_load(bf16_t* dst, const bf16_t* src, int src_ld, int valid) {
+  constexpr int chunks = D / 8;
+  for (int i = threadIdx.x; i < kFlashKeys * chunks; i += kFlashThreads) {
+    const int r = i / chunks, c = (i % chunks) * 8;
+    const bool ok = r < valid;
+    cp_async16(dst + r * LD + c, src + static_cast<std::size_t>(ok ? r : 0) * src_ld + c, ok);
+  }
+}
+
+template <int D>
+__global__ void __launch_bounds__(kFlashThreads) flash_prefill_kernel(const bf16_t* q, const bf16_t* k_cache,
+                                                                      const bf16_t* v_cache, int n, int hq, int hkv,
+                                                                      int max_ctx, const std::int32_t* offset_ptr,
+                                                                      float scale, bf16_t* out) {
+  constexpr int LD = D + 8;  // 16-byte row padding: the 8 rows of an ldmatrix hit 8 different bank groups
+  constexpr int KS = D / 16; // k-steps of Q K^T
+  constexpr int NT = kFlashKeys / 8;  // n8 tiles of S
+  constexpr int DT = D / 8;           // n8 tiles of O
+  extern __shared__ __align__(128) unsigned char smem[];
+  bf16_t* qs = reinterpret_cast<bf16_t*>(smem);  // [64][LD]
+  bf16_t* ks = qs + kFlashRows * LD;             // [2][64][LD]
+  bf16_t* vs = ks + 2 * kFlashKeys * LD;         // [2][64][LD]
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int head = blockIdx.y, kv_head = head / (hq / hkv);
+  // Longest query tiles first, so the short ones fill the tail.
+  const int r0 = (gridDim.x - 1 - blockIdx.x) * kFlashRows;
+  const int offset = *offset_ptr;
+  const int kv_end = offset + min(r0 + kFlashRows, n);
+  const bf16_t* kh = k_cache + static_cast<std::size_t>(kv_head) * max_ctx * D;
+  const bf16_t* vh = v_cache + static_cast<std::size_t>(kv_head) * max_ctx * D;
+
+  flash_load<D, LD>(qs, q + (static_cast<std::size_t>(r0) * hq + head) * D, hq * D, n - r0);
+  flash_load<D, LD>(ks, kh, D, kv_end);
+  flash_load<D, LD>(vs, vh, D, kv_end);
+  cp_async_commit();
+
+  const int pos0 = offset + r0 + warp * 16 + g;  // this thread's two rows: pos0 and pos0 + 8
+  const int warp_last = offset + r0 + warp * 16 + 15;
+  const float scale_log2 = scale * kLog2e;
+  unsigned qf[KS][4];
+  float o[DT][4];
+#pragma unroll
+  for (int i = 0; i < DT; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+
+  const int tiles = (kv_end + kFlashKeys - 1) / kFlashKeys;
+  for (int tile = 0; tile < tiles; ++tile) {
+    const int t0 = tile * kFlashKeys;
+    const int buf = tile & 1;
+    if (tile + 1 < tiles) {
+      const int t1 = t0 + kFlashKeys;
+      flash_load<D, LD>(ks + (buf ^ 1) * kFlashKeys * LD, kh + static_cast<std::size_t>(t1) * D, D, kv_end - t1);
+      flash_load<D, LD>(vs + (buf ^ 1) * kFlashKeys * LD, vh + static_cast<std::size_t>(t1) * D, D, kv_end - t1);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    if (tile == 0) {
+#pragma unroll
+      for (int kk = 0; kk < KS; ++kk) {
+        const int row = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+        ldmatrix_x4(qf[kk], qs + row * LD + kk * 16 + (lane >> 4) * 8);
+      }
+    }
+    const bf16_t* kt = ks + buf * kFlashKeys * LD;
+    const bf16_t* vt = vs + buf * kFlashKeys * LD;
+    if (t0 <= warp_last) {  // otherwise every key of the tile is in this warp's future
+      float s[NT][4];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+#pragma unroll
+      for (int kk = 0; kk < KS; ++kk) {
+#pragma unroll
+        for (int nt = 0; nt < NT; nt += 2) {
+          unsigned b[4];
+          const int key = (nt + (lane >> 4)) * 8 + (lane & 7);
+          ldmatrix_x4(b, kt + key * LD + kk * 16 + ((lane >> 3) & 1) * 8);
+          mma_bf16(s[nt], qf[kk], b[0], b[1]);
+          mma_bf16(s[nt + 1], qf[kk], b[2], b[3]);
+        }
+      }
+      // Causal mask (only the tiles that reach past this warp's first row need it), then online softmax.
+      const bool need_mask = t0 + kFlashKeys - 1 > offset + r0 + warp * 16;
+      float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int key = t0 + nt * 8 + 2 * t + e;
+          float a = s[nt][e] * scale_log2, b = s[nt][2 + e] * scale_log2;
+          if (need_mask) {
+            if (key > pos0) a = -INFINITY;
+            if (key > pos0 + 8) b = -INFINITY;
+          }
+          s[nt][e] = a;
+          s[nt][2 + e] = b;
+          mx0 = fmaxf(mx0, a);
+          mx1 = fmaxf(mx1, b);
+        }
+      }
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+      // Key 0 is in the first tile and never masked, so the maxima are finite from tile 0 on.
+      const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+      const float alpha0 = exp2f(m0 - mn0), alpha1 = exp2f(m1 - mn1);
+      m0 = mn0;
+      m1 = mn1;
+      unsigned pf[NT / 2][4];
+      float sum0 = 0.f, sum1 = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const float p0 = exp2f(s[nt][0] - mn0), p1 = exp2f(s[nt][1] - mn0);
+        const float p2 = exp2f(s[nt][2] - mn1), p3 = exp2f(s[nt][3] - mn1);
+        const unsigned lo = pack_bf16(p0, p1), hi = pack_bf16(p2, p3);
+        const float2 flo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&lo));
+        const float2 fhi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&hi));
+        sum0 += flo.x + flo.y;
+        sum1 += fhi.x + fhi.y;
+        pf[nt / 2][(nt & 1) * 2 + 0] = lo;
+        pf[nt / 2][(nt & 1) * 2 + 1] = hi;
+      }
+      l0 = l0 * alpha0 + sum0;
+      l1 = l1 * alpha1 + sum1;
+#pragma unroll
+      for (int dt = 0; dt < DT; ++dt) {
+        o[dt][0] *= alpha0;
+        o[dt][1] *= alpha0;
+        o[dt][2] *= alpha1;
+        o[dt][3] *= alpha1;
+      }
+#pragma unroll
+      for (int kk = 0; kk < NT / 2; ++kk) {
+#pragma unroll
+        for (int dt = 0; dt < DT; dt += 2) {
+          unsigned b[4];
+          const int key = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+          ldmatrix_x4_trans(b, vt + key * LD + (dt + (lane >> 4)) * 8);
+          mma_bf16(o[dt], pf[kk], b[0], b[1]);
+          mma_bf16(o[dt + 1], pf[kk], b[2], b[3]);
+        }
+      }
+    }
+    __syncthreads();  // the next prefetch overwrites this buffer
+  }
+
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  const int row0 = r0 + warp * 16 + g;
+  const float inv0 = 1.f / l0, inv1 = 1.f / l1;
+#pragma unroll
+  for (int dt = 0; dt < DT; ++dt) {
+    const int c = dt * 8 + 2 * t;
+    if (row0 < n)
+      *reinterpret_cast<unsigned*>(out + (static_cast<std::size_t>(row0) * hq + head) * D + c) =
+          pack_bf16(o[dt][0] * inv0, o[dt][1] * inv0);
+    if (row0 + 8 < n)
+      *reinterpret_cast<unsigned*>(out + (static_cast<std::size_t>(row0 + 8) * hq + head) * D + c) =
+          pack_bf16(o[dt][2] * inv1, o[dt][3] * inv1);
+  }
+}
+
+template <int D>
+void launch_flash_prefill(const bf16_t* q, const bf16_t* k_cache, const bf16_t* v_cache, int n, int hq, int hkv,
+                          int max_ctx, const std::int32_t* offset, float scale, bf16_t* out, cudaStream_t stream) {
+  constexpr std::size_t bytes = sizeof(bf16_t) * (kFlashRows + 4 * kFlashKeys) * (D + 8);
+  static const bool configured = [] {
+    NEURON_CUDA_CHECK(cudaFuncSetAttribute(flash_prefill_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(bytes)));
+    return true;
+  }();
+  (void)configured;
+  const dim3 grid(static_cast<unsigned>((n + kFlashRows - 1) / kFlashRows), static_cast<unsigned>(hq));
+  flash_prefill_kernel<D><<<grid, kFlashThreads, bytes, stream>>>(q, k_cache, v_cache, n, hq, hkv, max_ctx, offset,
+                                                                  scale, out);
+  check_launch("attention_prefill (flash)");
+}
+
 // ---- decode --------------------------------------------------------------
 
 constexpr int kDecodeThreads = 128;
@@ -232,30 +461,39 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const 
   const bf16_t* kh = k_cache + static_cast<std::size_t>(kv_head) * max_ctx * D + sub * 8;
   const bf16_t* vh = v_cache + static_cast<std::size_t>(kv_head) * max_ctx * D + sub * 8;
   float m = -INFINITY, l = 0.f, acc[8] = {};
-  // Whole warps iterate together (the shuffles need every lane); a group past the end idles.
-  for (int base = begin; base < end; base += groups) {
-    const int key = base + group;
-    const bool live = key < end;
-    uint4 kr = make_uint4(0, 0, 0, 0), vr = make_uint4(0, 0, 0, 0);
-    if (live) {
-      kr = *reinterpret_cast<const uint4*>(kh + static_cast<std::size_t>(key) * D);
-      vr = *reinterpret_cast<const uint4*>(vh + static_cast<std::size_t>(key) * D);
+  // Whole warps iterate together (the shuffles need every lane); a group past
+  // the end idles. Each group takes kUnroll keys per pass, all loads issued
+  // before the first use, so a block keeps many cache lines in flight.
+  constexpr int kUnroll = 4;
+  for (int base = begin; base < end; base += groups * kUnroll) {
+    uint4 kr[kUnroll], vr[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int key = base + u * groups + group;
+      kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
+      if (key < end) {
+        kr[u] = *reinterpret_cast<const uint4*>(kh + static_cast<std::size_t>(key) * D);
+        vr[u] = *reinterpret_cast<const uint4*>(vh + static_cast<std::size_t>(key) * D);
+      }
     }
-    const bf16_t* ke = reinterpret_cast<const bf16_t*>(&kr);
-    const bf16_t* ve = reinterpret_cast<const bf16_t*>(&vr);
-    float s = 0.f;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) s = fmaf(qv[i], bf(ke[i]), s);
+    for (int u = 0; u < kUnroll; ++u) {
+      const bf16_t* ke = reinterpret_cast<const bf16_t*>(&kr[u]);
+      const bf16_t* ve = reinterpret_cast<const bf16_t*>(&vr[u]);
+      float s = 0.f;
 #pragma unroll
-    for (int o = tpk / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if (!live) continue;
-    const float m_new = fmaxf(m, s);
-    const float alpha = exp2f(m - m_new);  // m = -inf on the group's first key: alpha = 0
-    const float p = exp2f(s - m_new);
-    l = l * alpha + p;
+      for (int i = 0; i < 8; ++i) s = fmaf(qv[i], bf(ke[i]), s);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) acc[i] = fmaf(p, bf(ve[i]), acc[i] * alpha);
-    m = m_new;
+      for (int o = tpk / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+      if (base + u * groups + group >= end) continue;
+      const float m_new = fmaxf(m, s);
+      const float alpha = exp2f(m - m_new);  // m = -inf on the group's first key: alpha = 0
+      const float p = exp2f(s - m_new);
+      l = l * alpha + p;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[i] = fmaf(p, bf(ve[i]), acc[i] * alpha);
+      m = m_new;
+    }
   }
   if (sub == 0) {
     g_m[group] = m;
@@ -325,8 +563,8 @@ void attention_prefill(const bf16_t* q, const bf16_t* k_cache, const bf16_t* v_c
 #define NEURON_CALL(D) launch_prefill<D>(q, k_cache, v_cache, n, hq, hkv, max_ctx, offset, scale, out, stream)
   switch (d) {
     case 16: NEURON_CALL(16); break;
-    case 64: NEURON_CALL(64); break;
-    case 128: NEURON_CALL(128); break;
+    case 64: launch_flash_prefill<64>(q, k_cache, v_cache, n, hq, hkv, max_ctx, offset, scale, out, stream); break;
+    case 128: launch_flash_prefill<128>(q, k_cache, v_cache, n, hq, hkv, max_ctx, offset, scale, out, stream); break;
     case 256: NEURON_CALL(256); break;
     default: NEURON_ASSERT(!"attention_prefill: head_dim not instantiated (checked at load)");
   }

@@ -235,7 +235,8 @@ CudaRunner::CudaRunner(const model::Qwen3Config& cfg, const io::Checkpoint* chec
 
   cudaDeviceProp prop{};
   NEURON_CUDA_CHECK(cudaGetDeviceProperties(&prop, device.index));
-  decode_splits_ = std::clamp((2 * prop.multiProcessorCount + hq_ - 1) / hq_, 1, 32);
+  // About four blocks per SM for the split-KV decode attention.
+  decode_splits_ = std::clamp((4 * prop.multiProcessorCount + hq_ - 1) / hq_, 1, 64);
 
   const auto t0 = std::chrono::steady_clock::now();
   load_weights(checkpoint);

@@ -156,35 +156,46 @@ __device__ __forceinline__ float dot8(uint4 w, uint4 x) {
 __device__ __forceinline__ void store(float* y, int r, float v) { y[r] = v; }
 __device__ __forceinline__ void store(bf16_t* y, int r, float v) { y[r] = to_bf(v); }
 
-constexpr int kGemvRowsPerWarp = 4;
-constexpr int kGemvWarps = 4;
+constexpr int kGemvRows = 4;  // rows per block
 
-// Each warp owns kGemvRowsPerWarp rows; lanes stride the row in 16-byte
-// chunks so a warp reads 512 contiguous bytes per row per step, and the
-// unrolled loop keeps several independent loads per row in flight.
-template <class OutT>
-__global__ void __launch_bounds__(kGemvWarps * 32) gemv_vec_kernel(const bf16_t* w, const bf16_t* x, int rows,
-                                                                   int cols, OutT* y) {
-  const int lane = threadIdx.x & 31;
-  const int row0 = (blockIdx.x * kGemvWarps + (threadIdx.x >> 5)) * kGemvRowsPerWarp;
-  if (row0 >= rows) return;
+// A block owns kGemvRows rows and its threads split the columns in 16-byte
+// chunks, so even a matrix of few rows puts enough warps on every SM and each
+// thread has kGemvRows x 2 independent loads in flight; partial sums meet
+// through warp shuffles and one shared-memory step.
+template <int Threads, class OutT>
+__global__ void __launch_bounds__(Threads) gemv_vec_kernel(const bf16_t* w, const bf16_t* x, int rows, int cols,
+                                                           OutT* y) {
+  constexpr int warps = Threads / 32;
+  __shared__ float part[warps][kGemvRows];
+  const int row0 = blockIdx.x * kGemvRows;
   const int chunks = cols / 8;
   const uint4* x4 = reinterpret_cast<const uint4*>(x);
-  const uint4* wr[kGemvRowsPerWarp];
+  const uint4* wr[kGemvRows];
 #pragma unroll
-  for (int r = 0; r < kGemvRowsPerWarp; ++r)
+  for (int r = 0; r < kGemvRows; ++r)
     wr[r] = reinterpret_cast<const uint4*>(w + static_cast<std::size_t>(min(row0 + r, rows - 1)) * cols);
-  float acc[kGemvRowsPerWarp] = {};
-#pragma unroll 4
-  for (int c = lane; c < chunks; c += 32) {
+  float acc[kGemvRows] = {};
+#pragma unroll 2
+  for (int c = threadIdx.x; c < chunks; c += Threads) {
     const uint4 xv = __ldg(x4 + c);
+    uint4 wv[kGemvRows];
 #pragma unroll
-    for (int r = 0; r < kGemvRowsPerWarp; ++r) acc[r] += dot8(__ldcs(wr[r] + c), xv);
+    for (int r = 0; r < kGemvRows; ++r) wv[r] = __ldcs(wr[r] + c);
+#pragma unroll
+    for (int r = 0; r < kGemvRows; ++r) acc[r] += dot8(wv[r], xv);
   }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
-  for (int r = 0; r < kGemvRowsPerWarp; ++r) {
-    const float s = warp_sum(acc[r]);
-    if (lane == 0 && row0 + r < rows) store(y, row0 + r, s);
+  for (int r = 0; r < kGemvRows; ++r) {
+    const float v = warp_sum(acc[r]);
+    if (lane == 0) part[warp][r] = v;
+  }
+  __syncthreads();
+  if (threadIdx.x < kGemvRows && row0 + threadIdx.x < rows) {
+    float sum = 0.f;
+#pragma unroll
+    for (int i = 0; i < warps; ++i) sum += part[i][threadIdx.x];
+    store(y, row0 + threadIdx.x, sum);
   }
 }
 
@@ -207,8 +218,15 @@ void gemv_impl(const bf16_t* w, const bf16_t* x, int rows, int cols, OutT* y, cu
   const bool aligned = cols % 8 == 0 && reinterpret_cast<std::uintptr_t>(w) % 16 == 0 &&
                        reinterpret_cast<std::uintptr_t>(x) % 16 == 0;
   if (aligned) {
-    const int per_block = kGemvWarps * kGemvRowsPerWarp;
-    gemv_vec_kernel<OutT><<<(rows + per_block - 1) / per_block, kGemvWarps * 32, 0, stream>>>(w, x, rows, cols, y);
+    // Threads per block: at least two chunks each, between 64 and 256.
+    const int chunks = cols / 8;
+    const unsigned blocks = static_cast<unsigned>((rows + kGemvRows - 1) / kGemvRows);
+    if (chunks >= 512)
+      gemv_vec_kernel<256, OutT><<<blocks, 256, 0, stream>>>(w, x, rows, cols, y);
+    else if (chunks >= 256)
+      gemv_vec_kernel<128, OutT><<<blocks, 128, 0, stream>>>(w, x, rows, cols, y);
+    else
+      gemv_vec_kernel<64, OutT><<<blocks, 64, 0, stream>>>(w, x, rows, cols, y);
   } else {
     gemv_scalar_kernel<OutT><<<(rows + 3) / 4, 128, 0, stream>>>(w, x, rows, cols, y);
   }
