@@ -2,10 +2,12 @@
 //   neuron generate --model M --prompt-ids 1,2,3 --max-tokens N --temperature T
 //                   [--top-p P] [--top-k K] [--min-p P] [--seed S] [--ignore-eos]
 //                   [--json] [--device cpu|cuda:N] [--max-context N]
+//                   [--tensor-parallel N [--devices 0,1,...] [--step-timeout-ms MS]]
 // Prints the generated ids (space separated), or with --json one object on the
 // last line: {"prompt_tokens", "tokens", "finish_reason", "timings"}.
 // Sampling flags left out fall back to the model's generation_config.json.
 #include <charconv>
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -36,6 +38,9 @@ struct GenerateArgs {
   bool json = false;
   std::string device = "cpu";
   std::int32_t max_context = 0;
+  int tensor_parallel = 1;
+  std::string devices;  // CUDA ordinals per rank, comma separated
+  long long step_timeout_ms = 30000;
 };
 
 // "1, 2,3" -> {1, 2, 3}; anything else is refused with the offending piece named.
@@ -75,6 +80,10 @@ int run(const GenerateArgs& a) {
   load.model_dir = io::resolve_model(a.model);
   load.device = backend::Device::parse(a.device);
   load.max_context = a.max_context;
+  load.tensor_parallel = a.tensor_parallel;
+  load.step_timeout = std::chrono::milliseconds(a.step_timeout_ms);
+  if (!a.devices.empty())
+    for (std::int32_t d : parse_ids(a.devices)) load.devices.push_back(d);
   const model::ModelConfigs configs = model::load_model_configs(load.model_dir);
 
   engine::GenerateRequest req;
@@ -125,6 +134,11 @@ Run setup(CLI::App& sub) {
   sub.add_option("--device", a->device, "cpu, cuda or cuda:N");
   sub.add_option("--max-context", a->max_context, "KV cache positions (0 = the backend's default)")
       ->check(CLI::NonNegativeNumber);
+  sub.add_option("--tensor-parallel", a->tensor_parallel, "Ranks (processes) to split the model over")
+      ->check(CLI::Range(1, engine::kMaxTensorParallel));
+  sub.add_option("--devices", a->devices, "CUDA ordinals, one per rank or one shared (e.g. 0,1)");
+  sub.add_option("--step-timeout-ms", a->step_timeout_ms, "TP: deadline for a worker's reply to a step")
+      ->check(CLI::PositiveNumber);
   return [a] { return run(*a); };
 }
 

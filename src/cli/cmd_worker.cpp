@@ -43,7 +43,8 @@ cli::Run setup(CLI::App& sub) {
     const int protocol_out = ::fcntl(1, F_DUPFD_CLOEXEC, 3);
     if (protocol_out < 0 || ::dup2(2, 1) < 0) fail(errc::io, "worker: cannot set up its protocol descriptor");
     std::signal(SIGPIPE, SIG_IGN);
-    auto logger = spdlog::stderr_color_mt("rank" + std::to_string(args->rank));
+    auto logger = std::make_shared<spdlog::logger>(
+        "rank" + std::to_string(args->rank), std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
     spdlog::set_default_logger(logger);
 
     if (args->tp_size < 2 || args->rank < 1 || args->rank >= args->tp_size)

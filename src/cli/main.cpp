@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <exception>
 
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include "cli/command.hpp"
@@ -24,6 +25,9 @@ bool register_command(Command command) {
 
 int main(int argc, char** argv) {
   using namespace neuron;
+  // stdout carries results (generated ids, JSON, the worker protocol); logs go to stderr.
+  spdlog::set_default_logger(
+      std::make_shared<spdlog::logger>("neuron", std::make_shared<spdlog::sinks::stderr_color_sink_mt>()));
   CLI::App app{"neuron: an LLM node daemon for Qwen3-family models"};
   app.set_version_flag("--version", std::string("neuron ") + NEURON_VERSION);
   app.require_subcommand(1);

@@ -170,4 +170,19 @@ TEST(TpSmokeCli, RejectsABadSize) {
   EXPECT_EQ(out.find("status=ok"), std::string::npos);
 }
 
+TEST(GenerateCli, TensorParallelPrintsTheSameTokensOnCleanStdout) {
+  const std::string base = "generate --model " + std::string(NEURON_REPO_ROOT) +
+                           "/models/qwen3-tiny-a --prompt-ids 1,2,3,4 --max-tokens 24 --temperature 0";
+  const auto [rc1, single] = run_cli(base);
+  ASSERT_EQ(rc1, 0) << single;
+  ASSERT_FALSE(single.empty());
+  for (int n : {2, 4}) {
+    const auto [rc, out] = run_cli(base + " --tensor-parallel " + std::to_string(n));
+    EXPECT_EQ(rc, 0) << out;
+    EXPECT_EQ(out, single) << "TP=" << n << " (stdout must hold only the ids; logs go to stderr)";
+  }
+  const auto [rc3, bad] = run_cli(base + " --tensor-parallel 3");
+  EXPECT_NE(rc3, 0);
+}
+
 }  // namespace
