@@ -47,7 +47,7 @@ class WeightSource {
     std::vector<std::uint16_t> h(static_cast<std::size_t>(spec.numel()));
     bf16(spec, h);
     std::vector<float> f(h.size());
-    for (std::size_t i = 0; i < h.size(); ++i) f[i] = neuron::bf16_to_f32(h[i]);
+    for (std::size_t i = 0; i < h.size(); ++i) f[i] = bf16_to_f32(h[i]);
     return f;
   }
   // Several slices with the same column count, stacked by rows into one matrix.
@@ -120,7 +120,7 @@ class CpuRunner final : public ModelRunner {
 
     x_.resize(static_cast<std::size_t>(n * hidden));
     for (std::int64_t i = 0; i < n; ++i)
-      bf16_to_f32(embed_.data() + static_cast<std::int64_t>(tokens[i]) * hidden, x_.data() + i * hidden, hidden);
+      widen_bf16(embed_.data() + static_cast<std::int64_t>(tokens[i]) * hidden, x_.data() + i * hidden, hidden);
     for (std::size_t l = 0; l < layers_.size(); ++l) layer(static_cast<std::int64_t>(l), n, offset);
     cached_ = offset + n;
 

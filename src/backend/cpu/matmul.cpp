@@ -32,7 +32,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void widen_avx512(const std
 
 }  // namespace
 
-void bf16_to_f32(const std::uint16_t* src, float* dst, std::int64_t count) {
+void widen_bf16(const std::uint16_t* src, float* dst, std::int64_t count) {
   if (selected_isa() == Isa::avx512 || selected_isa() == Isa::avx512_bf16) return widen_avx512(src, dst, count);
   for (std::int64_t i = 0; i < count; ++i) dst[i] = neuron::bf16_to_f32(src[i]);
 }
@@ -56,7 +56,7 @@ void matmul_bf16(const float* x, std::int64_t n, std::int64_t in, std::int64_t l
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t t = 0; t < tiles; ++t) {
       const std::int64_t r0 = t * tile_rows, rows = std::min(tile_rows, out - r0);
-      bf16_to_f32(w + r0 * in, scratch.data(), rows * in);
+      widen_bf16(w + r0 * in, scratch.data(), rows * in);
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n), static_cast<int>(rows),
                   static_cast<int>(in), 1.0f, x, static_cast<int>(ldx), scratch.data(), static_cast<int>(in), 0.0f,
                   y + r0, static_cast<int>(ldy));

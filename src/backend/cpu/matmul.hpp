@@ -16,7 +16,7 @@ void matmul_bf16(const float* x, std::int64_t n, std::int64_t in, std::int64_t l
                  std::int64_t out, float* y, std::int64_t ldy);
 
 // Widens bf16 to f32 (SIMD when the CPU has it).
-void bf16_to_f32(const std::uint16_t* src, float* dst, std::int64_t count);
+void widen_bf16(const std::uint16_t* src, float* dst, std::int64_t count);
 
 // OpenBLAS runs single-threaded inside our OpenMP regions; call before any BLAS use.
 void init_blas_threads();

@@ -1,0 +1,209 @@
+// The CPU kernels against double-precision references on awkward sizes
+// (rows and columns that are not multiples of the SIMD widths or tiles).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/attention.hpp"
+#include "backend/cpu/gemv_bf16.hpp"
+#include "backend/cpu/isa.hpp"
+#include "backend/cpu/matmul.hpp"
+#include "backend/cpu/ops.hpp"
+#include "tensor/dtype.hpp"
+
+namespace neuron::backend::cpu {
+namespace {
+
+std::vector<float> random_floats(std::size_t n, std::uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(-scale, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+std::vector<std::uint16_t> random_bf16(std::size_t n, std::uint32_t seed) {
+  const auto f = random_floats(n, seed);
+  std::vector<std::uint16_t> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = f32_to_bf16(f[i]);
+  return v;
+}
+
+struct Shape {
+  std::int64_t rows, cols, ld;
+};
+
+// Sizes around the row group (4), the vector widths (8, 16, 32) and padding (ld > cols).
+const Shape kShapes[] = {{1, 1, 1},    {3, 7, 7},     {5, 17, 20},  {13, 33, 33},  {17, 100, 101},
+                         {7, 1000, 1000}, {33, 31, 64}, {4, 32, 32}, {64, 4097, 4100}, {9, 15, 15}};
+
+// Returns |error| bounds relative to sum |w x| per row.
+void check_gemv(Isa isa, double tolerance) {
+  if (!isa_supported(isa)) GTEST_SKIP() << isa_name(isa) << " not supported here";
+  std::uint32_t seed = 1;
+  for (const Shape& s : kShapes) {
+    const auto w = random_bf16(static_cast<std::size_t>(s.rows * s.ld), seed++);
+    const auto x = random_floats(static_cast<std::size_t>(s.cols), seed++);
+    std::vector<float> y(static_cast<std::size_t>(s.rows), NAN);
+    const GemvOperand op(isa, x.data(), s.cols);
+    gemv_bf16_rows(isa, w.data(), s.ld, s.rows, op, y.data());
+    for (std::int64_t r = 0; r < s.rows; ++r) {
+      double exact = 0, magnitude = 0;
+      for (std::int64_t c = 0; c < s.cols; ++c) {
+        const double p = double(bf16_to_f32(w[r * s.ld + c])) * x[c];
+        exact += p;
+        magnitude += std::abs(p);
+      }
+      EXPECT_LE(std::abs(y[r] - exact), tolerance * magnitude + 1e-30)
+          << isa_name(isa) << " rows " << s.rows << " cols " << s.cols << " row " << r;
+    }
+  }
+}
+
+TEST(CpuGemv, ScalarMatchesReference) { check_gemv(Isa::scalar, 1e-6 * 8); }
+TEST(CpuGemv, Avx2MatchesReference) { check_gemv(Isa::avx2, 1e-6 * 8); }
+TEST(CpuGemv, Avx512MatchesReference) { check_gemv(Isa::avx512, 1e-6 * 8); }
+// The bf16 split leaves up to 2^-17 relative error per product.
+TEST(CpuGemv, Avx512Bf16MatchesReference) { check_gemv(Isa::avx512_bf16, 2e-5); }
+
+TEST(CpuGemv, VariantsAgreeWithScalar) {
+  const Shape s{23, 517, 520};
+  const auto w = random_bf16(static_cast<std::size_t>(s.rows * s.ld), 99);
+  const auto x = random_floats(static_cast<std::size_t>(s.cols), 100);
+  std::vector<float> ref(static_cast<std::size_t>(s.rows));
+  gemv_bf16_rows(Isa::scalar, w.data(), s.ld, s.rows, GemvOperand(Isa::scalar, x.data(), s.cols), ref.data());
+  for (Isa isa : {Isa::avx2, Isa::avx512, Isa::avx512_bf16}) {
+    if (!isa_supported(isa)) continue;
+    std::vector<float> y(ref.size());
+    gemv_bf16_rows(isa, w.data(), s.ld, s.rows, GemvOperand(isa, x.data(), s.cols), y.data());
+    for (std::size_t r = 0; r < y.size(); ++r) EXPECT_NEAR(y[r], ref[r], 1e-3) << isa_name(isa) << " row " << r;
+  }
+}
+
+TEST(CpuGemv, ThreadedProductCoversEveryRow) {
+  // Large enough to run on every OpenMP thread, with a row count that splits unevenly.
+  const std::int64_t rows = 1027, cols = 1031;
+  const auto w = random_bf16(static_cast<std::size_t>(rows * cols), 5);
+  const auto x = random_floats(static_cast<std::size_t>(cols), 6);
+  std::vector<float> y(static_cast<std::size_t>(rows), NAN), ref(y.size());
+  gemv_bf16(w.data(), rows, cols, x.data(), y.data());
+  gemv_bf16_rows(Isa::scalar, w.data(), cols, rows, GemvOperand(Isa::scalar, x.data(), cols), ref.data());
+  for (std::int64_t r = 0; r < rows; ++r) EXPECT_NEAR(y[r], ref[r], 2e-3) << r;
+}
+
+TEST(CpuMatmul, MatchesReferenceAcrossTilesAndTokenCounts) {
+  // in = 1000 makes 128-row tiles; out = 300 ends in a partial one.
+  const std::int64_t in = 1000, out = 300, ldx = 1003, ldy = 305;
+  const auto w = random_bf16(static_cast<std::size_t>(out * in), 7);
+  for (std::int64_t n : {1, 2, 5, 70}) {
+    const auto x = random_floats(static_cast<std::size_t>(n * ldx), 8 + static_cast<std::uint32_t>(n));
+    std::vector<float> y(static_cast<std::size_t>(n * ldy), -7.0f);
+    matmul_bf16(x.data(), n, in, ldx, w.data(), out, y.data(), ldy);
+    for (std::int64_t i = 0; i < n; ++i) {
+      for (std::int64_t o = 0; o < out; ++o) {
+        double exact = 0;
+        for (std::int64_t c = 0; c < in; ++c) exact += double(bf16_to_f32(w[o * in + c])) * x[i * ldx + c];
+        ASSERT_NEAR(y[i * ldy + o], exact, 1e-3) << "n " << n << " token " << i << " out " << o;
+      }
+      for (std::int64_t o = out; o < ldy; ++o) ASSERT_EQ(y[i * ldy + o], -7.0f) << "wrote past the row";
+    }
+  }
+}
+
+TEST(CpuOps, Bf16WideningIsExact) {
+  const auto h = random_bf16(37, 11);
+  std::vector<float> f(h.size());
+  widen_bf16(h.data(), f.data(), static_cast<std::int64_t>(h.size()));
+  for (std::size_t i = 0; i < h.size(); ++i) EXPECT_EQ(f[i], bf16_to_f32(h[i]));
+}
+
+TEST(CpuOps, RmsNormMatchesDefinition) {
+  const std::int64_t n = 3, dim = 19, ld = 21;
+  const auto x = random_floats(static_cast<std::size_t>(n * ld), 12, 3.0f);
+  const auto w = random_floats(static_cast<std::size_t>(dim), 13);
+  std::vector<float> out(static_cast<std::size_t>(n * dim));
+  rms_norm(x.data(), n, dim, ld, w.data(), 1e-6f, out.data(), dim);
+  for (std::int64_t r = 0; r < n; ++r) {
+    double ss = 0;
+    for (std::int64_t i = 0; i < dim; ++i) ss += double(x[r * ld + i]) * x[r * ld + i];
+    const double inv = 1.0 / std::sqrt(ss / dim + 1e-6);
+    for (std::int64_t i = 0; i < dim; ++i) EXPECT_NEAR(out[r * dim + i], w[i] * x[r * ld + i] * inv, 1e-5);
+  }
+}
+
+TEST(CpuOps, SiluMul) {
+  const float g[] = {-3.0f, 0.0f, 0.5f, 4.0f}, u[] = {2.0f, 5.0f, -1.0f, 0.25f};
+  float out[4];
+  silu_mul(g, u, out, 4);
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(out[i], g[i] / (1 + std::exp(-g[i])) * u[i], 1e-6);
+}
+
+TEST(CpuOps, RopeRotatesHalvesByPositionTimesFrequency) {
+  const std::int64_t hd = 8;
+  const double theta = 10000.0;
+  RopeTable rope(hd, theta, 50);
+  const auto v = random_floats(hd, 14);
+  auto at0 = v;
+  rope.apply(at0.data(), 0);
+  EXPECT_EQ(at0, v);  // position 0 is the identity
+  auto at37 = v;
+  rope.apply(at37.data(), 37);
+  for (std::int64_t i = 0; i < hd / 2; ++i) {
+    const double a = 37.0 * std::pow(theta, -2.0 * i / hd);
+    EXPECT_NEAR(at37[i], v[i] * std::cos(a) - v[i + hd / 2] * std::sin(a), 1e-5);
+    EXPECT_NEAR(at37[i + hd / 2], v[i + hd / 2] * std::cos(a) + v[i] * std::sin(a), 1e-5);
+  }
+}
+
+// Naive causal GQA over the same cache.
+std::vector<float> reference_attention(const std::vector<float>& q, std::int64_t n, std::int64_t offset,
+                                       const KvCache& cache, const std::vector<std::int64_t>& kv_of_q) {
+  const std::int64_t hd = cache.head_dim(), heads = static_cast<std::int64_t>(kv_of_q.size());
+  std::vector<float> out(static_cast<std::size_t>(n * heads * hd));
+  for (std::int64_t i = 0; i < n; ++i)
+    for (std::int64_t h = 0; h < heads; ++h) {
+      const std::int64_t visible = offset + i + 1;
+      std::vector<double> s(static_cast<std::size_t>(visible));
+      double mx = -1e300, sum = 0;
+      for (std::int64_t j = 0; j < visible; ++j) {
+        double d = 0;
+        for (std::int64_t c = 0; c < hd; ++c) d += double(q[(i * heads + h) * hd + c]) * cache.k(0, kv_of_q[h], j)[c];
+        s[j] = d / std::sqrt(double(hd));
+        mx = std::max(mx, s[j]);
+      }
+      for (auto& e : s) sum += (e = std::exp(e - mx));
+      for (std::int64_t c = 0; c < hd; ++c) {
+        double o = 0;
+        for (std::int64_t j = 0; j < visible; ++j) o += s[j] / sum * cache.v(0, kv_of_q[h], j)[c];
+        out[(i * heads + h) * hd + c] = static_cast<float>(o);
+      }
+    }
+  return out;
+}
+
+TEST(CpuAttention, CausalGqaMatchesReference) {
+  const std::int64_t hd = 12, kv_heads = 2, ctx = 160;
+  const std::vector<std::int64_t> kv_of_q{0, 0, 1, 1, 1, 0};  // any mapping, not just contiguous groups
+  KvCache cache(1, kv_heads, ctx, hd);
+  const auto kv = random_floats(static_cast<std::size_t>(ctx * hd * 2), 15, 2.0f);
+  for (std::int64_t h = 0; h < kv_heads; ++h)
+    for (std::int64_t p = 0; p < ctx; ++p)
+      for (std::int64_t c = 0; c < hd; ++c) {
+        cache.k(0, h, p)[c] = kv[static_cast<std::size_t>((p * hd + c) * 2 + h) % kv.size()];
+        cache.v(0, h, p)[c] = kv[static_cast<std::size_t>((p * hd + c) * 2 + 1 - h) % kv.size()] * 0.5f;
+      }
+  const auto heads = static_cast<std::int64_t>(kv_of_q.size());
+  // n = 70 crosses the 64-query block; offsets 0 and 11 exercise prefill and resumed prefill.
+  for (auto [n, offset] : {std::pair<std::int64_t, std::int64_t>{1, 0}, {1, 40}, {5, 3}, {70, 0}, {70, 11}}) {
+    const auto q = random_floats(static_cast<std::size_t>(n * heads * hd), 16 + static_cast<std::uint32_t>(n));
+    std::vector<float> out(q.size());
+    attention(q.data(), heads * hd, n, offset, cache, 0, kv_of_q, out.data(), heads * hd);
+    const auto ref = reference_attention(q, n, offset, cache, kv_of_q);
+    for (std::size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], ref[i], 1e-5) << "n " << n << " offset " << offset;
+  }
+}
+
+}  // namespace
+}  // namespace neuron::backend::cpu
