@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <utf8proc.h>
 
+#include "tokenizer/utf8.hpp"
 #include "util/error.hpp"
 
 namespace neuron::tokenizer {
@@ -36,15 +37,60 @@ void parse_into(const nlohmann::json& j, std::vector<NormalForm>& forms, const s
   }
 }
 
-// Text whose code points are all below U+0300 is already NFC: every such
-// character has NFC_Quick_Check=Yes and none composes with a predecessor (the
-// first combining marks start at U+0300). Most prompts are like that, so NFC
-// costs one byte scan for them. (NFD/NFKC/NFKD have no such shortcut: é
-// decomposes, U+00A0 has a compatibility mapping.)
-bool trivially_nfc(std::string_view text) {
-  for (char c : text)
-    if (static_cast<unsigned char>(c) >= 0xCC) return false;  // 0xCC 0x80 is U+0300
+// Whether `c` passes through NFC unchanged *and* separates its neighbours:
+// a starter (ccc 0) without a canonical decomposition that never composes
+// with a preceding character. NFC(x + c + y) == NFC(x) + c + NFC(y) for such
+// a c, so only the short runs around other characters need utf8proc.
+bool nfc_inert(char32_t c) {
+  if (c < 0x300) return true;                       // Latin-1 and friends: no combining marks, no seconds
+  if (c >= 0xAC00 && c <= 0xD7A3) return true;      // Hangul syllables (a following T jamo is not inert)
+  if (c >= 0x1100 && c <= 0x11FF) return false;     // conjoining jamo compose algorithmically
+  const utf8proc_property_t* p = utf8proc_get_property(static_cast<utf8proc_int32_t>(c));
+  if (p->combining_class != 0) return false;
+  if (p->decomp_seqindex != UINT16_MAX && p->decomp_type == 0) return false;  // has a canonical decomposition
+  if (p->comb_index != UINT16_MAX && p->comb_index >= 0x8000) return false;    // second half of a composition
   return true;
+}
+
+// NFC that hands utf8proc only the runs that may change: from the inert
+// character before a non-inert one up to the next inert character. Most text
+// (ASCII, CJK, emoji) has none, and then costs one scan and no copy.
+bool nfc(std::string_view text, std::string& out) {
+  std::size_t copied = 0;      // text[0, copied) is already in `out`
+  std::size_t seg_start = 0;   // start of the current run (an inert character or the text start)
+  bool dirty = false;          // the current run holds a non-inert character
+  bool changed = false;
+  auto flush = [&](std::size_t end) {
+    if (!changed) {
+      out.clear();
+      out.reserve(text.size() + 16);
+    }
+    out.append(text.substr(copied, seg_start - copied));
+    out += normalize_form(text.substr(seg_start, end - seg_start), NormalForm::nfc);
+    copied = end;
+    changed = true;
+  };
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const auto b = static_cast<unsigned char>(text[i]);
+    std::size_t len = 1;
+    bool inert = true;
+    if (b >= 0xCC)
+      inert = nfc_inert(decode_utf8(text, i, len));
+    else if (b >= 0x80)
+      len = 2;  // a lead byte below 0xCC starts a two-byte character below U+0300
+    if (inert) {
+      if (dirty) flush(i);
+      dirty = false;
+      seg_start = i;
+    } else {
+      dirty = true;
+    }
+    i += len;
+  }
+  if (dirty) flush(text.size());
+  if (changed) out.append(text.substr(copied));
+  return changed;
 }
 
 }  // namespace
@@ -81,8 +127,12 @@ bool Normalizer::normalize(std::string_view text, std::string& out) const {
   std::string buf;
   for (NormalForm f : forms_) {
     const std::string_view cur = changed ? std::string_view(buf) : text;
-    if (f == NormalForm::nfc && trivially_nfc(cur)) continue;
-    std::string next = normalize_form(cur, f);
+    std::string next;
+    if (f == NormalForm::nfc) {
+      if (!nfc(cur, next)) continue;
+    } else {
+      next = normalize_form(cur, f);
+    }
     if (!changed && next == text) continue;
     buf = std::move(next);
     changed = true;
