@@ -87,6 +87,9 @@ HttpServer::HttpServer(HttpServerOptions options, std::function<HttpResponse(con
   // httplib owns and deletes the queue it gets from this factory.
   svr.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<std::size_t>(threads)); };
   svr.set_payload_max_length(impl_->options.max_body_bytes);
+  // Headers and body (and each SSE event) go out as separate writes; with
+  // Nagle on, each response waits ~40 ms for the peer's delayed ACK.
+  svr.set_tcp_nodelay(true);
   svr.set_pre_routing_handler([](const httplib::Request&, httplib::Response&) {
     t_request_start = std::chrono::steady_clock::now();
     return httplib::Server::HandlerResponse::Unhandled;
