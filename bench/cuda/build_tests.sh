@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Links the CUDA tests alone (cuda_*_test.cpp objects + neuron_lib) into
+# $build/cuda_tests, so a GPU run does not wait on unrelated test files.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+build=${1:-$root/build-cuda}
+cd "$build"
+objs=()
+for f in "$root"/tests/unit/cuda_*_test.cpp; do
+  o=tests/CMakeFiles/neuron_tests.dir/unit/$(basename "$f").o
+  ninja -j2 "$o" >/dev/null
+  objs+=("$o")
+done
+libs=$(awk '/^build tests\/neuron_tests /{f=1} f && /LINK_LIBRARIES/{sub(/^ *LINK_LIBRARIES = /,""); print; exit}' build.ninja)
+path=$(awk '/^build tests\/neuron_tests /{f=1} f && /LINK_PATH/{sub(/^ *LINK_PATH = /,""); print; exit}' build.ninja)
+eval g++ -fopenmp -o cuda_tests "${objs[@]}" $path $libs
+echo "built $build/cuda_tests"
