@@ -16,7 +16,7 @@ struct Limits {
   // Nested macro calls (a recursive macro without a base case).
   int max_call_depth = 64;
   // Statements executed plus loop iterations plus items processed by filters.
-  std::uint64_t max_steps = 20'000'000;
+  std::uint64_t max_steps = 5'000'000;
 };
 
 }  // namespace neuron::chat
