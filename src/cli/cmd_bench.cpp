@@ -1,0 +1,215 @@
+// `neuron bench`: prefill and decode speed of a full-size Qwen3 shape on
+// random weights, against the device's memory bandwidth measured in the same run.
+//   neuron bench --config qwen3-0.6b|qwen3-8b|qwen3-32b|<config.json> --dummy-weights
+//                --device cpu|cuda:N --prompt-len 128,2048 --gen 128 [--batch 1] [--json]
+//
+// Batch-1 decode reads every weight once per token plus the KV cache so far,
+// so its floor is (weight bytes + KV bytes) per step / bandwidth. Bytes per
+// step count what a step must read: every projection and norm, the LM head
+// (the embedding table when tied), one embedding row, and the keys and values
+// of every cached position at the KV cache's element size.
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "backend/cpu/bandwidth.hpp"
+#include "backend/cpu/isa.hpp"
+#include "backend/device.hpp"
+#include "backend/model_runner.hpp"
+#include "cli/command.hpp"
+#include "dist/communicator.hpp"
+#include "model/config.hpp"
+#include "model/shard.hpp"
+#include "util/error.hpp"
+
+#ifdef NEURON_HAVE_CUDA
+#include "backend/cuda/cuda_runner.hpp"
+#endif
+
+namespace neuron::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+struct BenchArgs {
+  std::string config;
+  bool dummy_weights = false;
+  std::string device = "cpu";
+  std::vector<std::int32_t> prompt_lens{128};
+  std::int32_t gen = 32;
+  int batch = 1;
+  bool json = false;
+};
+
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+model::Qwen3Config load_config(const std::string& ref) {
+  if (!fs::is_regular_file(ref)) return model::preset_config(ref);
+  std::ifstream in(ref);
+  std::stringstream text;
+  text << in.rdbuf();
+  return model::Qwen3Config::parse(text.str());
+}
+
+double copy_bandwidth_gbs(const backend::Device& device) {
+  if (!device.is_cuda()) return backend::cpu::measure_copy_bandwidth_gbs();
+#ifdef NEURON_HAVE_CUDA
+  return backend::cuda::measure_copy_bandwidth_gbs(device.index);
+#else
+  fail(errc::invalid_argument, "this build has no CUDA support");
+#endif
+}
+
+struct StepBytes {
+  double weights = 0;       // read once per decode step
+  double kv_per_position = 0;  // keys + values of one position, all layers
+};
+
+StepBytes step_bytes(const model::Qwen3Config& cfg, const backend::ModelRunner& runner) {
+  const backend::MemoryStats m = runner.memory();
+  StepBytes b;
+  b.weights = static_cast<double>(m.weight_bytes);
+  // An untied model holds its embedding table but reads one row of it per step.
+  if (!cfg.tie_word_embeddings) b.weights -= 2.0 * static_cast<double>((cfg.vocab_size - 1) * cfg.hidden_size);
+  const double kv_elems = 2.0 * static_cast<double>(cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim);
+  const double elem_bytes = static_cast<double>(m.kv_cache_bytes) / (kv_elems * runner.max_context());
+  b.kv_per_position = kv_elems * elem_bytes;
+  return b;
+}
+
+int run(const BenchArgs& a) {
+  if (!a.dummy_weights)
+    fail(errc::invalid_argument, "bench runs on random weights: pass --dummy-weights (real checkpoints: neuron generate)");
+  if (a.batch != 1) fail(errc::invalid_argument, "--batch " + std::to_string(a.batch) + ": only batch 1 is implemented");
+  if (a.prompt_lens.empty()) fail(errc::invalid_argument, "--prompt-len needs at least one length");
+  for (auto n : a.prompt_lens)
+    if (n < 1) fail(errc::invalid_argument, "--prompt-len values must be positive (got " + std::to_string(n) + ")");
+  if (a.gen < 1) fail(errc::invalid_argument, "--gen must be at least 1");
+
+  const model::Qwen3Config cfg = load_config(a.config);
+  const backend::Device device = backend::Device::parse(a.device);
+  backend::RunnerOptions ro;
+  ro.max_context = *std::max_element(a.prompt_lens.begin(), a.prompt_lens.end()) + a.gen;
+
+  auto t = Clock::now();
+  const auto runner = backend::make_runner(cfg, nullptr, model::ShardPlan::make(cfg, 0, 1), device,
+                                           std::make_shared<dist::LocalCommunicator>(), ro);
+  const double load_ms = ms_since(t);
+  const backend::MemoryStats mem = runner->memory();
+  const StepBytes bytes = step_bytes(cfg, *runner);
+  const std::string kernel = device.is_cuda() ? "cuda" : std::string(backend::cpu::isa_name(backend::cpu::selected_isa()));
+
+  std::vector<float> logits(static_cast<std::size_t>(cfg.vocab_size));
+  auto argmax = [&] {
+    return static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  };
+  nlohmann::json runs = nlohmann::json::array();
+  std::vector<double> achieved;
+  for (std::int32_t len : a.prompt_lens) {
+    std::vector<std::int32_t> prompt(static_cast<std::size_t>(len));
+    for (std::int32_t i = 0; i < len; ++i) prompt[i] = static_cast<std::int32_t>((i * 7919LL + 13) % cfg.vocab_size);
+    runner->clear_kv_cache();
+    t = Clock::now();
+    runner->forward(prompt, 0, logits);
+    const double prefill_ms = ms_since(t);
+    std::int32_t token = argmax();
+    const double ttft_ms = ms_since(t);
+
+    double kv_read = 0;
+    t = Clock::now();
+    for (std::int32_t step = 0; step < a.gen; ++step) {
+      const std::int32_t pos = len + step;
+      const std::array<std::int32_t, 1> one{token};
+      runner->forward(one, pos, logits);
+      token = argmax();
+      kv_read += bytes.kv_per_position * (pos + 1);
+    }
+    const double decode_s = ms_since(t) / 1000.0;
+    const double per_step = bytes.weights + kv_read / a.gen;
+    const double tok_s = a.gen / decode_s;
+    achieved.push_back(per_step * tok_s / 1e9);
+    runs.push_back({{"prompt_len", len},
+                    {"prefill_ms", prefill_ms},
+                    {"prefill_tok_s", len / (prefill_ms / 1000.0)},
+                    {"ttft_ms", ttft_ms},
+                    {"gen", a.gen},
+                    {"decode_tok_s", tok_s},
+                    {"decode_ms_per_token", 1000.0 / tok_s},
+                    {"bytes_per_step", per_step},
+                    {"weight_bytes_per_step", bytes.weights},
+                    {"kv_bytes_per_step", kv_read / a.gen},
+                    {"achieved_gbs", achieved.back()}});
+  }
+
+  // After the model runs, so the probe does not warm anything for it.
+  const double copy_gbs = copy_bandwidth_gbs(device);
+  const double read_gbs = device.is_cuda() ? 0.0 : backend::cpu::measure_read_bandwidth_gbs();
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    runs[i]["ratio_to_copy_bandwidth"] = achieved[i] / copy_gbs;
+    if (read_gbs > 0) runs[i]["ratio_to_read_bandwidth"] = achieved[i] / read_gbs;
+  }
+  nlohmann::json out = {{"config", a.config},
+                        {"device", device.str()},
+                        {"kernel", kernel},
+                        {"threads", device.is_cuda() ? 0 : omp_get_max_threads()},
+                        {"batch", a.batch},
+                        {"load_ms", load_ms},
+                        {"weight_bytes", mem.weight_bytes},
+                        {"kv_cache_bytes", mem.kv_cache_bytes},
+                        {"copy_bandwidth_gbs", copy_gbs},
+                        {"runs", runs}};
+  if (read_gbs > 0) out["read_bandwidth_gbs"] = read_gbs;
+
+  if (a.json) {
+    std::printf("%s\n", out.dump().c_str());
+    return 0;
+  }
+  std::printf("%s on %s (%s, %d threads), random weights, batch 1\n", a.config.c_str(), device.str().c_str(),
+              kernel.c_str(), device.is_cuda() ? 0 : omp_get_max_threads());
+  std::printf("load %.0f ms; weights %.3f GB; KV cache %.3f GB (%d positions)\n", load_ms, mem.weight_bytes / 1e9,
+              mem.kv_cache_bytes / 1e9, runner->max_context());
+  std::printf("memory bandwidth: copy %.1f GB/s", copy_gbs);
+  if (read_gbs > 0) std::printf(", read %.1f GB/s", read_gbs);
+  std::printf("\n");
+  for (const auto& r : runs) {
+    std::printf(
+        "prompt %5d: prefill %9.1f ms (%8.1f tok/s), TTFT %9.1f ms | decode %d: %8.2f tok/s, %.3f GB/step, "
+        "%.1f GB/s = %.0f%% of copy",
+        r["prompt_len"].get<int>(), r["prefill_ms"].get<double>(), r["prefill_tok_s"].get<double>(),
+        r["ttft_ms"].get<double>(), a.gen, r["decode_tok_s"].get<double>(), r["bytes_per_step"].get<double>() / 1e9,
+        r["achieved_gbs"].get<double>(), 100 * r["ratio_to_copy_bandwidth"].get<double>());
+    if (r.contains("ratio_to_read_bandwidth"))
+      std::printf(", %.0f%% of read", 100 * r["ratio_to_read_bandwidth"].get<double>());
+    std::printf("\n");
+  }
+  return 0;
+}
+
+Run setup(CLI::App& sub) {
+  auto a = std::make_shared<BenchArgs>();
+  sub.add_option("--config", a->config, "qwen3-0.6b, qwen3-8b, qwen3-32b, ... or a config.json")->required();
+  sub.add_flag("--dummy-weights", a->dummy_weights, "Random weights (the speed does not depend on their values)");
+  sub.add_option("--device", a->device, "cpu, cuda or cuda:N");
+  sub.add_option("--prompt-len", a->prompt_lens, "Prompt lengths to prefill, comma separated")->delimiter(',');
+  sub.add_option("--gen", a->gen, "Tokens to decode after each prompt");
+  sub.add_option("--batch", a->batch, "Sequences per step (only 1)");
+  sub.add_flag("--json", a->json, "Print one JSON object");
+  return [a] { return run(*a); };
+}
+
+NEURON_COMMAND(bench, "Prefill / decode speed on random weights vs memory bandwidth", setup);
+
+}  // namespace
+}  // namespace neuron::cli
