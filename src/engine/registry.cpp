@@ -2,6 +2,7 @@
 
 #include <condition_variable>
 #include <map>
+#include <mutex>
 #include <thread>
 
 #if defined(__GLIBC__)
@@ -32,6 +33,21 @@ namespace {
 constexpr std::size_t kMaxModelIdLength = 1024;
 
 using Clock = std::chrono::steady_clock;
+
+// glibc raises its mmap and trim thresholds (up to 32 and 64 MiB) each time a
+// large mmapped block is freed. After that, weights land inside per-thread
+// arena heaps whose free top malloc_trim() does not release, and an unloaded
+// model's memory stays resident. Fixed thresholds keep big buffers mmapped
+// (munmap gives them back) and keep arena tops trimmed.
+void pin_malloc_thresholds() {
+#if defined(__GLIBC__)
+  static std::once_flag once;
+  std::call_once(once, [] {
+    mallopt(M_MMAP_THRESHOLD, 8 << 20);
+    mallopt(M_TRIM_THRESHOLD, 8 << 20);
+  });
+#endif
+}
 
 void validate_model_id(const std::string& id, bool allow_any_directory) {
   if (id.empty()) fail(errc::invalid_argument, "model_id is empty");
@@ -109,12 +125,13 @@ struct Registry::State {
   std::map<std::string, std::shared_ptr<Entry>> entries;
 
   void run_load(Entry* entry, LoadOptions load);
-  void refresh(ModelInfo& info, const Entry& entry) const;
+  // A loaded model whose engine has failed since (a TP worker died) shows as failed.
+  static void refresh(ModelInfo& info, const std::shared_ptr<Engine>& engine);
 };
 
-void Registry::State::refresh(ModelInfo& info, const Entry& entry) const {
-  if (info.status == ModelStatus::loaded && entry.engine) {
-    const EngineStats stats = entry.engine->stats();
+void Registry::State::refresh(ModelInfo& info, const std::shared_ptr<Engine>& engine) {
+  if (info.status == ModelStatus::loaded && engine) {
+    const EngineStats stats = engine->stats();
     if (stats.failed) {
       info.status = ModelStatus::failed;
       info.error_kind = errc::model_failed;
@@ -171,6 +188,7 @@ void Registry::State::run_load(Entry* entry, LoadOptions load) {
 }
 
 Registry::Registry(RegistryOptions options) : state_(std::make_unique<State>()) {
+  pin_malloc_thresholds();
   state_->options = std::move(options);
   if (state_->options.worker_binary.empty()) state_->options.worker_binary = "/proc/self/exe";
 }
@@ -302,14 +320,15 @@ void Registry::unload(const std::string& model_id, std::chrono::milliseconds dra
 
 std::vector<ModelInfo> Registry::list() const {
   const State& s = *state_;
-  std::vector<std::pair<ModelInfo, std::shared_ptr<Entry>>> snapshot;
+  // Copied under the lock: unload() may reset an entry's engine right after.
+  std::vector<std::pair<ModelInfo, std::shared_ptr<Engine>>> snapshot;
   {
     std::lock_guard lock(s.mu);
-    for (const auto& [id, entry] : s.entries) snapshot.emplace_back(entry->info, entry);
+    for (const auto& [id, entry] : s.entries) snapshot.emplace_back(entry->info, entry->engine);
   }
   std::vector<ModelInfo> out;
-  for (auto& [info, entry] : snapshot) {
-    s.refresh(info, *entry);
+  for (auto& [info, engine] : snapshot) {
+    State::refresh(info, engine);
     out.push_back(std::move(info));
   }
   return out;
@@ -318,15 +337,15 @@ std::vector<ModelInfo> Registry::list() const {
 std::optional<ModelInfo> Registry::info(const std::string& model_id) const {
   const State& s = *state_;
   ModelInfo info;
-  std::shared_ptr<Entry> entry;
+  std::shared_ptr<Engine> engine;
   {
     std::lock_guard lock(s.mu);
     auto it = s.entries.find(model_id);
     if (it == s.entries.end()) return std::nullopt;
-    entry = it->second;
-    info = entry->info;
+    info = it->second->info;
+    engine = it->second->engine;
   }
-  s.refresh(info, *entry);
+  State::refresh(info, engine);
   return info;
 }
 

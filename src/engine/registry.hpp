@@ -57,19 +57,26 @@ class Registry {
   explicit Registry(RegistryOptions options);
   ~Registry();  // unloads everything (joins loads, engines, reaps workers)
 
-  // Validates the spec synchronously (bad ids, bad tensor_parallel, unknown device:
-  // Error{invalid_argument|not_found|bad_tensor_parallel|unsupported_arch}), refuses an id
-  // already present (Error{"conflict"}), then loads in the background.
-  // `wait` blocks until the load ends and rethrows its error.
+  // Validates the spec synchronously: the id (length, control characters, and with
+  // allow_any_directory off, ".." components and directories outside model_roots:
+  // invalid_argument), tensor_parallel in [1, 16] and dividing the model's heads
+  // (bad_tensor_parallel, from its config.json), device and devices (invalid_argument),
+  // quant (unsupported_arch), an id not in the local cache (not_found), an id already
+  // present in any state, failed included (conflict: unload it first). Then tokenizer,
+  // chat template, weights and engine load in the background; the entry shows as
+  // loading at once. `wait` blocks until the load ends and rethrows its error.
   ModelInfo load(const ModelSpec& spec, bool wait);
-  // Error{not_found} for unknown ids; Error{"busy"} when requests are in flight after `drain` ms.
+  // Error{not_found} for unknown ids, Error{busy} while loading or when requests are
+  // still queued or running after `drain`. Otherwise frees the model before returning:
+  // the engine thread is joined, weights and KV cache released (and given back to the
+  // OS), TP workers shut down and reaped.
   void unload(const std::string& model_id, std::chrono::milliseconds drain = std::chrono::milliseconds{0});
   std::vector<ModelInfo> list() const;
   std::optional<ModelInfo> info(const std::string& model_id) const;
   // The engine of a loaded model; Error{not_found} unknown, Error{"loading"} still loading,
   // Error{"model_failed"} failed. The shared_ptr keeps it alive for the request's duration.
   std::shared_ptr<Engine> engine(const std::string& model_id) const;
-  // Tokenizer and chat format of a loaded model.
+  // Tokenizer and chat format of a loaded model (same errors as engine()).
   std::shared_ptr<const struct ModelAssets> assets(const std::string& model_id) const;
 
  private:
