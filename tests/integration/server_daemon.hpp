@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <sstream>
@@ -133,6 +134,7 @@ class Daemon {
   }
 
   int port() const { return port_; }
+  pid_t pid() const { return pid_; }
   std::string log() const { return read_all(log_path_); }
   std::string api_key;
 
@@ -196,6 +198,22 @@ class RawConnection {
  private:
   int fd_ = -1;
 };
+
+// Child processes of `parent` whose command line contains `needle`.
+inline std::vector<pid_t> child_processes(pid_t parent, const std::string& needle) {
+  std::vector<pid_t> out;
+  // Children of any of the parent's threads (workers are spawned by loader threads).
+  for (const auto& task : std::filesystem::directory_iterator("/proc/" + std::to_string(parent) + "/task")) {
+    std::ifstream children(task.path() / "children");
+    for (pid_t child; children >> child;) {
+      std::string cmdline = read_all("/proc/" + std::to_string(child) + "/cmdline");
+      for (char& c : cmdline)
+        if (c == '\0') c = ' ';
+      if (cmdline.find(needle) != std::string::npos) out.push_back(child);
+    }
+  }
+  return out;
+}
 
 inline std::string http_post_text(const std::string& path, const std::string& body, const std::string& extra_headers = {}) {
   return "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nConnection: close\r\n" + extra_headers +

@@ -419,6 +419,41 @@ TEST_F(ServerDaemon, TensorParallelTwoOnTheCpuAnswersLikeOneRank) {
   EXPECT_EQ(daemon_->post("/models/unload", {{"model_id", tp_id}})->status, 200);
 }
 
+TEST_F(ServerDaemon, KilledTpWorkerFailsTheRequestAndTheModelCanBeReloaded) {
+  const std::string tp_id = tiny_model_dir() + "/./.";
+  auto load = daemon_->post("/models/load", {{"model_id", tp_id}, {"tensor_parallel", 2}, {"wait", true}});
+  ASSERT_EQ(load->status, 200) << load->body;
+  auto workers = child_processes(daemon_->pid(), "worker");
+  ASSERT_EQ(workers.size(), 1u) << "tensor_parallel 2 runs one worker process";
+
+  RawConnection conn(daemon_->port());
+  json body = {{"model", tp_id}, {"prompt", "long"}, {"max_tokens", 4000}, {"ignore_eos", true}, {"stream", true}};
+  conn.send(http_post_text("/v1/completions", body.dump()));
+  std::string head = conn.read_until([](const std::string& s) { return s.find("data: {") != std::string::npos; });
+  ASSERT_NE(head.find("200 OK"), std::string::npos) << head;
+  ::kill(workers[0], SIGKILL);
+  std::string rest = conn.read_until([](const std::string& s) { return s.find("data: [DONE]") != std::string::npos; });
+  EXPECT_NE(rest.find("data: {\"error\":"), std::string::npos) << "the request must end with an error event:\n" << rest.substr(rest.size() > 600 ? rest.size() - 600 : 0);
+  EXPECT_NE(rest.find("data: [DONE]"), std::string::npos);
+
+  auto models = json::parse(daemon_->client().Get("/models")->body)["models"];
+  std::string status;
+  for (const auto& m : models)
+    if (m["id"] == tp_id) status = m["status"];
+  EXPECT_EQ(status, "failed");
+  auto refused = daemon_->post("/v1/completions", completion_request(tp_id, "again"));
+  EXPECT_EQ(refused->status, 503) << refused->body;
+  EXPECT_EQ(daemon_->client().Get("/health")->status, 200);
+  EXPECT_EQ(daemon_->post("/v1/completions", completion_request(model_, "others still serve"))->status, 200);
+
+  ASSERT_EQ(daemon_->post("/models/unload", {{"model_id", tp_id}})->status, 200);
+  EXPECT_TRUE(child_processes(daemon_->pid(), "worker").empty()) << "unload reaps the dead model's workers";
+  auto reload = daemon_->post("/models/load", {{"model_id", tp_id}, {"tensor_parallel", 2}, {"wait", true}});
+  ASSERT_EQ(reload->status, 200) << reload->body;
+  EXPECT_EQ(daemon_->post("/v1/completions", completion_request(tp_id, "back"))->status, 200);
+  EXPECT_EQ(daemon_->post("/models/unload", {{"model_id", tp_id}})->status, 200);
+}
+
 TEST(ServerDaemonAdmission, FullQueueAnswers503WithRetryAfter) {
   Daemon d({"--model", tiny_model_dir(), "--queue-depth", "1"});
   auto model = json::parse(d.client().Get("/v1/models")->body)["data"][0]["id"].get<std::string>();
