@@ -10,6 +10,7 @@
 #include "chat/fault.hpp"
 #include "chat/json_dump.hpp"
 #include "chat/py_string.hpp"
+#include "chat/renderer.hpp"
 
 namespace neuron::chat::builtins {
 
@@ -596,7 +597,7 @@ Value::List slice_items(const Value::List& items, const Value& start_v, const Va
   } else {
     for (std::int64_t i = start; i > stop; i += step) {
       out.push_back(items[static_cast<std::size_t>(i)]);
-      if (-step > n) break;
+      if (step < -n) break;
     }
   }
   return out;
@@ -803,17 +804,17 @@ std::optional<Value> list_method(const Value::List& list, const std::string& nam
   return result;
 }
 
-Value make_global(std::string name, std::function<Value(CallArgs&)> fn) {
+Value make_global(std::string name, std::function<Value(CallArgs&, const Limits&)> fn) {
   auto callable = std::make_shared<Callable>();
   callable->name = name;
-  callable->call = [fn = std::move(fn)](Renderer&, CallArgs& args, int) { return fn(args); };
+  callable->call = [fn = std::move(fn)](Renderer& r, CallArgs& args, int) { return fn(args, r.limits()); };
   return Value(Value::CallablePtr(std::move(callable)));
 }
 
 const std::unordered_map<std::string, Value>& globals() {
   static const std::unordered_map<std::string, Value> table = [] {
     std::unordered_map<std::string, Value> t;
-    t.emplace("range", make_global("range", [](CallArgs& call) {
+    t.emplace("range", make_global("range", [](CallArgs& call, const Limits& limits) {
       ArgReader a("range()", call);
       if (call.positional.empty()) fault("range() expects at least 1 argument");
       std::int64_t start = 0, stop = 0, step = 1;
@@ -826,24 +827,34 @@ const std::unordered_map<std::string, Value>& globals() {
       }
       a.finish();
       if (step == 0) fault("range() arg 3 must not be zero");
-      const double count = std::ceil((static_cast<double>(stop) - static_cast<double>(start)) / static_cast<double>(step));
-      if (count > static_cast<double>(Limits{}.max_list_items)) {
-        fault("range() of " + std::to_string(static_cast<long long>(count)) + " items exceeds the template limit");
+      // Exact in 128 bits, so bounds near the int64 limits neither overflow nor round.
+      const __int128 span = static_cast<__int128>(stop) - start;
+      const __int128 count = step > 0 ? (span > 0 ? (span + step - 1) / step : 0) : (span < 0 ? (span + step + 1) / step : 0);
+      if (count > static_cast<__int128>(limits.max_list_items)) {
+        fault("range() of " + std::to_string(static_cast<long long>(std::min<__int128>(count, INT64_MAX))) +
+              " items exceeds the template limit");
       }
       Value::List out;
-      for (std::int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.emplace_back(i);
+      for (__int128 k = 0; k < count; ++k) out.emplace_back(static_cast<std::int64_t>(start + k * step));
       return Value(std::move(out));
     }));
-    t.emplace("namespace", make_global("namespace", [](CallArgs& call) {
+    t.emplace("namespace", make_global("namespace", [](CallArgs& call, const Limits&) {
+      for (const Value& v : call.positional) {
+        if (v.holds_namespace() && !v.is_dict()) fault("namespace() cannot hold another namespace");
+      }
+      for (const auto& kv : call.keyword) {
+        if (kv.second.holds_namespace()) fault("namespace() cannot hold another namespace");
+      }
       auto ns = std::make_shared<Namespace>();
       for (const Value& init : call.positional) {
         if (!init.is_dict()) fault("namespace() positional argument must be a mapping");
+        if (init.holds_namespace()) fault("namespace() cannot hold another namespace");
         for (const auto& [key, value] : init.as_dict().items()) ns->attributes.set(key, value);
       }
       for (const auto& [key, value] : call.keyword) ns->attributes.set(key, value);
       return Value(Value::NamespacePtr(std::move(ns)));
     }));
-    t.emplace("dict", make_global("dict", [](CallArgs& call) {
+    t.emplace("dict", make_global("dict", [](CallArgs& call, const Limits&) {
       Dict d;
       for (const Value& init : call.positional) {
         if (!init.is_dict()) fault("dict() positional argument must be a mapping");
@@ -852,11 +863,11 @@ const std::unordered_map<std::string, Value>& globals() {
       for (const auto& [key, value] : call.keyword) d.set(key, value);
       return Value(std::move(d));
     }));
-    t.emplace("raise_exception", make_global("raise_exception", [](CallArgs& call) -> Value {
+    t.emplace("raise_exception", make_global("raise_exception", [](CallArgs& call, const Limits&) -> Value {
       const std::string message = call.positional.empty() ? std::string("raise_exception() called") : call.positional[0].str();
       fault(message);
     }));
-    t.emplace("strftime_now", make_global("strftime_now", [](CallArgs& call) {
+    t.emplace("strftime_now", make_global("strftime_now", [](CallArgs& call, const Limits&) {
       ArgReader a("strftime_now()", call);
       const auto format = a.string(0, "format");
       a.finish();

@@ -232,6 +232,9 @@ void Renderer::exec_set(const ast::Set& node, int line) {
       runtime_error(line, "cannot assign attribute '" + node.attribute + "' on '" + node.targets[0] +
                               "': it is a " + target.type_name() + ", not a namespace()");
     }
+    if (value.holds_namespace()) {
+      runtime_error(line, "cannot store a namespace inside namespace '" + node.targets[0] + "'");
+    }
     target.as_namespace().attributes.set(node.attribute, std::move(value));
     return;
   }

@@ -1,10 +1,12 @@
 #include "chat/value.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <limits>
 
+#include "chat/fault.hpp"
 #include "chat/py_string.hpp"
 #include "util/error.hpp"
 
@@ -16,6 +18,10 @@ const Value* Dict::find(std::string_view key) const {
 }
 
 void Dict::set(std::string key, Value value) {
+  const int d = value.depth() + 1;
+  if (d > max_value_depth) fault("value nested deeper than " + std::to_string(max_value_depth) + " levels");
+  depth_ = std::max(depth_, d);
+  holds_namespace_ = holds_namespace_ || value.holds_namespace();
   const auto it = index_.find(key);
   if (it != index_.end()) {
     items_[it->second].second = std::move(value);
@@ -73,6 +79,28 @@ Value convert(const Json& j, int depth) {
 
 Value Value::from_json(const nlohmann::json& j) { return convert(j, 0); }
 Value Value::from_json(const nlohmann::ordered_json& j) { return convert(j, 0); }
+
+Value::ListPtr Value::make_sequence(List items, bool tuple) {
+  Sequence seq{std::move(items), tuple, 1, false};
+  for (const Value& item : seq.items) {
+    seq.depth = std::max(seq.depth, item.depth() + 1);
+    seq.holds_namespace = seq.holds_namespace || item.holds_namespace();
+  }
+  if (seq.depth > max_value_depth) fault("value nested deeper than " + std::to_string(max_value_depth) + " levels");
+  return std::make_shared<const Sequence>(std::move(seq));
+}
+
+int Value::depth() const {
+  if (is_list()) return std::get<ListPtr>(v_)->depth;
+  if (is_dict()) return as_dict().depth();
+  return is_namespace() ? 1 : 0;
+}
+
+bool Value::holds_namespace() const {
+  if (is_list()) return std::get<ListPtr>(v_)->holds_namespace;
+  if (is_dict()) return as_dict().holds_namespace();
+  return is_namespace();
+}
 
 double Value::as_double() const {
   if (is_float()) return as_float();

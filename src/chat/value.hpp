@@ -25,6 +25,10 @@ namespace neuron::chat {
 class Value;
 class Renderer;
 
+// Containers nest at most this deep. Templates can build nested lists in a
+// loop; printing or freeing a value recurses, so depth must stay bounded.
+inline constexpr int max_value_depth = 512;
+
 // Dict with Python's insertion order (tojson must keep the caller's key order).
 class Dict {
  public:
@@ -33,9 +37,15 @@ class Dict {
   void set(std::string key, Value value);
   const std::vector<std::pair<std::string, Value>>& items() const { return items_; }
   std::size_t size() const { return items_.size(); }
+  // Upper bound of the nesting below this dict (1 for a flat dict).
+  int depth() const { return depth_; }
+  // Whether a namespace is reachable from this dict.
+  bool holds_namespace() const { return holds_namespace_; }
 
  private:
   std::vector<std::pair<std::string, Value>> items_;
+  int depth_ = 1;
+  bool holds_namespace_ = false;
   std::unordered_map<std::string, std::size_t> index_;  // key -> position in items_
 };
 
@@ -71,6 +81,8 @@ class Value {
   struct Sequence {
     List items;
     bool tuple = false;
+    int depth = 1;
+    bool holds_namespace = false;
   };
   using ListPtr = std::shared_ptr<const Sequence>;
   using DictPtr = std::shared_ptr<const Dict>;
@@ -86,13 +98,14 @@ class Value {
   Value(double d) : v_(d) {}
   Value(std::string s) : v_(std::move(s)) {}
   Value(const char* s) : v_(std::string(s)) {}
-  Value(List list) : v_(std::make_shared<const Sequence>(Sequence{std::move(list), false})) {}
+  // Throws Fault when nesting would exceed max_value_depth.
+  Value(List list) : v_(make_sequence(std::move(list), false)) {}
   Value(Dict dict) : v_(std::make_shared<const Dict>(std::move(dict))) {}
   Value(NamespacePtr ns) : v_(std::move(ns)) {}
   Value(CallablePtr fn) : v_(std::move(fn)) {}
   explicit Value(ListPtr list) : v_(std::move(list)) {}
 
-  static Value tuple(List items) { return Value(std::make_shared<const Sequence>(Sequence{std::move(items), true})); }
+  static Value tuple(List items) { return Value(make_sequence(std::move(items), true)); }
 
   // JSON in: null -> None, objects keep the iteration order of the json type
   // (nlohmann::ordered_json keeps the caller's order; nlohmann::json sorts).
@@ -128,6 +141,12 @@ class Value {
   const Callable& as_callable() const { return *std::get<CallablePtr>(v_); }
   const std::string& undefined_name() const { return std::get<Undefined>(v_).name; }
 
+  // Container nesting: 0 for scalars, 1 for a flat list, dict or namespace.
+  int depth() const;
+  // Whether this is, or contains, a namespace (namespaces cannot nest: a
+  // namespace holding itself would be a cycle).
+  bool holds_namespace() const;
+
   // Python's bool(): empty containers, 0, "", None and Undefined are false.
   bool truthy() const;
   // Python's str() as jinja2 prints it: None -> "None", True -> "True",
@@ -145,6 +164,8 @@ class Value {
   static bool less(const Value& a, const Value& b, bool& comparable);
 
  private:
+  static ListPtr make_sequence(List items, bool tuple);
+
   std::variant<Undefined, None, bool, std::int64_t, double, std::string, ListPtr, DictPtr, NamespacePtr, CallablePtr> v_;
 };
 

@@ -122,6 +122,16 @@ TEST(JinjaErrors, DeepNestingIsASyntaxErrorNotACrash) {
   expect_message(parse_error(deep_not), "line 1", "nested deeper");
 }
 
+TEST(JinjaErrors, ValuesBuiltInLoopsCannotNestWithoutBound) {
+  // Printing or freeing a value recurses; a loop must not be able to nest one a million deep.
+  expect_message(render_error("{% set ns = namespace(x=[]) %}\n{% for i in range(100000) %}{% set ns.x = [ns.x] %}"
+                              "{% endfor %}{{ ns.x }}"),
+                 "line 2", "nested deeper than");
+  // A namespace stored in a namespace could hold itself: a cycle.
+  expect_message(render_error("{% set ns = namespace() %}\n{% set ns.self = [ns] %}"), "line 2",
+                 "cannot store a namespace");
+}
+
 TEST(JinjaErrors, DeeplyNestedInputIsRejected) {
   nlohmann::json deep = 1;
   for (int i = 0; i < 1000; ++i) deep = nlohmann::json::array({deep});
