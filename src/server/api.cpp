@@ -1,6 +1,7 @@
 #include "server/api.hpp"
 
 #include <algorithm>
+#include <filesystem>
 #include <thread>
 #include <variant>
 
@@ -362,16 +363,27 @@ HttpResponse Api::version(const HttpRequest&) { return json_response({{"name", "
 // ---- models by name ----
 
 std::string Api::resolve_model_name(const std::string& requested) const {
-  if (!requested.empty()) return requested;
-  // No model named: fine when exactly one is being served, as with `neuron serve` alone.
-  std::string only;
-  int n = 0;
-  for (const auto& m : registry_.list()) {
-    only = m.model_id;
-    ++n;
+  const auto models = registry_.list();
+  if (!requested.empty()) {
+    for (const auto& m : models)
+      if (m.model_id == requested) return requested;
+    // A directory-loaded model also answers to its folder name ("qwen3-tiny-a"
+    // for /srv/models/qwen3-tiny-a), when that name is unambiguous.
+    std::string match;
+    int n = 0;
+    for (const auto& m : models) {
+      std::filesystem::path p(m.model_id);
+      while (!p.empty() && (p.filename().empty() || p.filename() == ".")) p = p.parent_path();
+      if (p.has_parent_path() && p.filename() == requested) {
+        match = m.model_id;
+        ++n;
+      }
+    }
+    return n == 1 ? match : requested;
   }
-  if (n == 1) return only;
-  throw FieldError("model", n == 0 ? "'model' is required (no model is loaded)" : "'model' is required when several models are loaded");
+  // No model named: fine when exactly one is being served, as with `neuron serve` alone.
+  if (models.size() == 1) return models.front().model_id;
+  throw FieldError("model", models.empty() ? "'model' is required (no model is loaded)" : "'model' is required when several models are loaded");
 }
 
 std::shared_ptr<engine::Engine> Api::engine_for(const std::string& model) const {

@@ -126,6 +126,10 @@ TEST_F(ServerDaemon, HealthDiscoveryVersionAndModels) {
   EXPECT_EQ(models[0]["status"], "loaded");
   EXPECT_EQ(models[0]["tensor_parallel"], 1);
   EXPECT_GT(models[0]["max_context"].get<int>(), kMaxTokens);
+  // A directory-loaded model also answers to its folder name.
+  auto by_folder = daemon_->post("/v1/completions", completion_request("qwen3-tiny-a", "hi"));
+  ASSERT_EQ(by_folder->status, 200) << by_folder->body;
+  EXPECT_EQ(json::parse(by_folder->body)["model"], model_);
   auto v1 = json::parse(c.Get("/v1/models")->body);
   EXPECT_EQ(v1["object"], "list");
   EXPECT_EQ(v1["data"][0]["object"], "model");
