@@ -227,6 +227,25 @@ TEST_F(CudaKernels, GemvMatchesReferenceOnAwkwardShapes) {
   }
 }
 
+TEST_F(CudaKernels, GemvWithSwigluInputMatchesSwigluThenGemv) {
+  for (int f : {96, 3072, 12296}) {
+    const int rows = 37;
+    auto gu = random_bf16(2 * static_cast<std::size_t>(f), 3.f);
+    auto w = random_bf16(static_cast<std::size_t>(rows) * f);
+    std::vector<bf16_t> act(f);
+    for (int c = 0; c < f; ++c) {
+      const float g = bf16_to_f32(gu[c]);
+      act[c] = f32_to_bf16(bf16_to_f32(f32_to_bf16(g / (1 + std::exp(-g)))) * bf16_to_f32(gu[f + c]));
+    }
+    auto ref = matvec_ref(w, act, 1, rows, f);
+    auto dw = upload(w), dgu = upload(gu);
+    auto dy = poisoned(4 * rows);
+    ASSERT_TRUE(kernels::gemv_swiglu_supported(f));
+    kernels::gemv_swiglu(dw.data<bf16_t>(), dgu.data<bf16_t>(), rows, f, dy.data<float>(), s());
+    EXPECT_LT(rel_err(download<float>(dy, rows), ref), 2e-3) << "f " << f;
+  }
+}
+
 TEST_F(CudaKernels, BlasLinearMatchesReference) {
   const int n = 37, rows = 300, cols = 264;
   auto w = random_bf16(static_cast<std::size_t>(rows) * cols);

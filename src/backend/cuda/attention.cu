@@ -9,6 +9,7 @@
 
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/kernels.hpp"
+#include "backend/cuda/launch.cuh"
 #include "util/error.hpp"
 
 namespace neuron::backend::cuda::kernels {
@@ -64,6 +65,7 @@ __global__ void __launch_bounds__(kThreads) attention_prefill_kernel(const bf16_
                                                                      const bf16_t* v_cache, int n, int hq, int hkv,
                                                                      int max_ctx, const std::int32_t* offset_ptr,
                                                                      float scale, bf16_t* out) {
+  grid_dependency_wait();
   using S = PrefillSmem<D>;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16_t* qs = reinterpret_cast<bf16_t*>(smem + S::q);
@@ -195,9 +197,8 @@ void launch_prefill(const bf16_t* q, const bf16_t* k_cache, const bf16_t* v_cach
   }();
   (void)configured;
   const dim3 grid(static_cast<unsigned>((n + kBr - 1) / kBr), static_cast<unsigned>(hq));
-  attention_prefill_kernel<D><<<grid, kThreads, bytes, stream>>>(q, k_cache, v_cache, n, hq, hkv, max_ctx, offset,
-                                                                 scale, out);
-  check_launch("attention_prefill");
+  launch(attention_prefill_kernel<D>, grid, kThreads, bytes, stream, "attention_prefill", q, k_cache, v_cache, n, hq,
+         hkv, max_ctx, offset, scale, out);
 }
 
 // ---- prefill on mma.sync (FlashAttention-2 layout) -------------------------
@@ -258,6 +259,7 @@ __global__ void __launch_bounds__(kFlashThreads) flash_prefill_kernel(const bf16
                                                                       const bf16_t* v_cache, int n, int hq, int hkv,
                                                                       int max_ctx, const std::int32_t* offset_ptr,
                                                                       float scale, bf16_t* out) {
+  grid_dependency_wait();
   constexpr int LD = D + 8;  // 16-byte row padding: the 8 rows of an ldmatrix hit 8 different bank groups
   constexpr int KS = D / 16; // k-steps of Q K^T
   constexpr int NT = kFlashKeys / 8;  // n8 tiles of S
@@ -424,9 +426,8 @@ void launch_flash_prefill(const bf16_t* q, const bf16_t* k_cache, const bf16_t* 
   }();
   (void)configured;
   const dim3 grid(static_cast<unsigned>((n + kFlashRows - 1) / kFlashRows), static_cast<unsigned>(hq));
-  flash_prefill_kernel<D><<<grid, kFlashThreads, bytes, stream>>>(q, k_cache, v_cache, n, hq, hkv, max_ctx, offset,
-                                                                  scale, out);
-  check_launch("attention_prefill (flash)");
+  launch(flash_prefill_kernel<D>, grid, kFlashThreads, bytes, stream, "attention_prefill (flash)", q, k_cache, v_cache,
+         n, hq, hkv, max_ctx, offset, scale, out);
 }
 
 // ---- decode --------------------------------------------------------------
@@ -439,6 +440,7 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const 
                                                                           const bf16_t* v_cache, int hq, int hkv,
                                                                           int max_ctx, const std::int32_t* offset_ptr,
                                                                           float scale, int splits, float* scratch) {
+  grid_dependency_wait();
   constexpr int tpk = D / 8;                    // threads per key
   constexpr int groups = kDecodeThreads / tpk;  // keys in flight per block
   __shared__ float g_m[groups], g_l[groups];
@@ -522,6 +524,7 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const 
 }
 
 __global__ void attention_decode_merge_kernel(const float* scratch, int d, int splits, bf16_t* out) {
+  grid_dependency_wait();
   const int head = blockIdx.x;
   const float* parts = scratch + static_cast<std::size_t>(head) * splits * (d + 2);
   float big = -INFINITY;
@@ -546,11 +549,10 @@ void launch_decode(const bf16_t* q, const bf16_t* k_cache, const bf16_t* v_cache
                    const std::int32_t* offset, float scale, int splits, float* scratch, bf16_t* out,
                    cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(hq), static_cast<unsigned>(splits));
-  attention_decode_kernel<D><<<grid, kDecodeThreads, 0, stream>>>(q, k_cache, v_cache, hq, hkv, max_ctx, offset, scale,
-                                                                  splits, scratch);
-  check_launch("attention_decode");
-  attention_decode_merge_kernel<<<hq, std::min(D, 256), 0, stream>>>(scratch, D, splits, out);
-  check_launch("attention_decode_merge");
+  launch(attention_decode_kernel<D>, grid, kDecodeThreads, 0, stream, "attention_decode", q, k_cache, v_cache, hq, hkv,
+         max_ctx, offset, scale, splits, scratch);
+  launch(attention_decode_merge_kernel, dim3(hq), std::min(D, 256), 0, stream, "attention_decode_merge", scratch, D,
+         splits, out);
 }
 
 }  // namespace

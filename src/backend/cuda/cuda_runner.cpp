@@ -16,6 +16,7 @@
 // Tuning switches, read once at construction (for the benchmarks in bench/):
 //   NEURON_CUDA_GEMV=0    batch-1 projections on cuBLAS instead of the GEMV kernel
 //   NEURON_CUDA_GRAPHS=0  launch the decode step eagerly instead of replaying a graph
+//   NEURON_CUDA_PDL=0     no programmatic dependent launch between kernels
 #include "backend/cuda/cuda_runner.hpp"
 
 #include <spdlog/spdlog.h>
@@ -230,6 +231,7 @@ CudaRunner::CudaRunner(const model::Qwen3Config& cfg, const io::Checkpoint* chec
                                                                : std::min<std::int64_t>(kDefaultMaxContext, model_max));
   chunk_ = std::min(max_ctx_, kMaxPrefillChunk);
   use_gemv_ = env_flag("NEURON_CUDA_GEMV", true);
+  kernels::set_programmatic_launch(env_flag("NEURON_CUDA_PDL", true));
   // A host communicator cannot run inside a graph; NCCL could, but one rank is what graphs are measured on.
   use_graphs_ = env_flag("NEURON_CUDA_GRAPHS", true) && comm_->size() == 1;
 
@@ -392,8 +394,12 @@ void CudaRunner::run_layers(int n) {
     all_reduce(delta, static_cast<std::size_t>(n) * hidden_);
     kernels::add_rmsnorm(x, delta, w(l.post_norm), h, n, hidden_, eps_, s);
     linear(h, n, l.gate_up, 2 * ff_, hidden_, gate_up_.data<bf16_t>());
-    kernels::swiglu(gate_up_.data<bf16_t>(), n, ff_, act_.data<bf16_t>(), s);
-    linear(act_.data<bf16_t>(), n, l.down, hidden_, ff_, delta);
+    if (n == 1 && use_gemv_ && kernels::gemv_swiglu_supported(ff_)) {
+      kernels::gemv_swiglu(w(l.down), gate_up_.data<bf16_t>(), hidden_, ff_, delta, s);
+    } else {
+      kernels::swiglu(gate_up_.data<bf16_t>(), n, ff_, act_.data<bf16_t>(), s);
+      linear(act_.data<bf16_t>(), n, l.down, hidden_, ff_, delta);
+    }
     all_reduce(delta, static_cast<std::size_t>(n) * hidden_);
     pending = delta;
   }

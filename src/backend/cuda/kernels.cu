@@ -2,9 +2,13 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <atomic>
+#include <type_traits>
 
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/kernels.hpp"
+#include "backend/cuda/launch.cuh"
+#include "util/error.hpp"
 
 namespace neuron::backend::cuda::kernels {
 namespace {
@@ -64,6 +68,7 @@ __global__ void fill_kernel(bf16_t* out, std::size_t count, bf16_t value) {
 }
 
 __global__ void embed_kernel(const std::int32_t* tokens, const bf16_t* table, int hidden, int vocab, float* x) {
+  grid_dependency_wait();
   const int row = blockIdx.x;
   int t = tokens[row];
   t = t < 0 ? 0 : (t >= vocab ? vocab - 1 : t);
@@ -73,6 +78,7 @@ __global__ void embed_kernel(const std::int32_t* tokens, const bf16_t* table, in
 }
 
 __global__ void add_rmsnorm_kernel(float* x, const float* delta, const bf16_t* w, bf16_t* out, int hidden, float eps) {
+  grid_dependency_wait();
   const std::size_t base = static_cast<std::size_t>(blockIdx.x) * hidden;
   float* xr = x + base;
   float ss = 0.f;
@@ -93,6 +99,7 @@ __global__ void add_rmsnorm_kernel(float* x, const float* delta, const bf16_t* w
 __global__ void qk_norm_rope_kernel(const bf16_t* qkv, int hq, int hkv, int d, const bf16_t* q_norm,
                                     const bf16_t* k_norm, const float* inv_freq, const std::int32_t* offset,
                                     float eps, bf16_t* q_out, bf16_t* k_cache, bf16_t* v_cache, int max_ctx) {
+  grid_dependency_wait();
   extern __shared__ float row[];  // [d]
   const int token = blockIdx.x, slot = blockIdx.y;
   const int width = (hq + 2 * hkv) * d;
@@ -128,6 +135,7 @@ __global__ void qk_norm_rope_kernel(const bf16_t* qkv, int hq, int hkv, int d, c
 }
 
 __global__ void swiglu_kernel(const bf16_t* gate_up, int f, bf16_t* out) {
+  grid_dependency_wait();
   const int row = blockIdx.y;
   const bf16_t* g = gate_up + static_cast<std::size_t>(row) * 2 * f;
   const bf16_t* u = g + f;
@@ -162,27 +170,65 @@ constexpr int kGemvRows = 4;  // rows per block
 // chunks, so even a matrix of few rows puts enough warps on every SM and each
 // thread has kGemvRows x 2 independent loads in flight; partial sums meet
 // through warp shuffles and one shared-memory step.
-template <int Threads, class OutT>
+// How a GEMV reads its input vector: as stored, or as silu(gate) * up of a
+// fused [gate | up] activation (the SwiGLU of the MLP folded into the down projection).
+struct PlainInput {
+  __device__ static uint4 load(const bf16_t* x, int, int c) { return __ldg(reinterpret_cast<const uint4*>(x) + c); }
+};
+struct SwigluInput {
+  __device__ static uint4 load(const bf16_t* gate_up, int f, int c) {
+    const uint4 g = __ldg(reinterpret_cast<const uint4*>(gate_up) + c);
+    const uint4 u = __ldg(reinterpret_cast<const uint4*>(gate_up + f) + c);
+    const bf16_t* ge = reinterpret_cast<const bf16_t*>(&g);
+    const bf16_t* ue = reinterpret_cast<const bf16_t*>(&u);
+    uint4 out;
+    bf16_t* oe = reinterpret_cast<bf16_t*>(&out);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float gv = bf(ge[i]);
+      const float act = bf(to_bf(gv / (1.f + __expf(-gv))));
+      oe[i] = to_bf(act * bf(ue[i]));
+    }
+    return out;
+  }
+};
+
+template <int Threads, class Input, class OutT>
 __global__ void __launch_bounds__(Threads) gemv_vec_kernel(const bf16_t* w, const bf16_t* x, int rows, int cols,
                                                            OutT* y) {
   constexpr int warps = Threads / 32;
   __shared__ float part[warps][kGemvRows];
   const int row0 = blockIdx.x * kGemvRows;
   const int chunks = cols / 8;
-  const uint4* x4 = reinterpret_cast<const uint4*>(x);
   const uint4* wr[kGemvRows];
 #pragma unroll
   for (int r = 0; r < kGemvRows; ++r)
     wr[r] = reinterpret_cast<const uint4*>(w + static_cast<std::size_t>(min(row0 + r, rows - 1)) * cols);
   float acc[kGemvRows] = {};
-#pragma unroll 2
-  for (int c = threadIdx.x; c < chunks; c += Threads) {
-    const uint4 xv = __ldg(x4 + c);
-    uint4 wv[kGemvRows];
+  // Software pipeline: the next chunk's weights are in flight while this one is
+  // multiplied. The first weights are requested before waiting on the
+  // previous kernel: they do not depend on it.
+  int c = threadIdx.x;
+  uint4 wv[kGemvRows];
+  if (c < chunks) {
 #pragma unroll
     for (int r = 0; r < kGemvRows; ++r) wv[r] = __ldcs(wr[r] + c);
+  }
+  grid_dependency_wait();
+  while (c < chunks) {
+    const uint4 xv = Input::load(x, cols, c);
+    const int next = c + Threads;
+    uint4 wn[kGemvRows];
+    if (next < chunks) {
 #pragma unroll
-    for (int r = 0; r < kGemvRows; ++r) acc[r] += dot8(wv[r], xv);
+      for (int r = 0; r < kGemvRows; ++r) wn[r] = __ldcs(wr[r] + next);
+    }
+#pragma unroll
+    for (int r = 0; r < kGemvRows; ++r) {
+      acc[r] += dot8(wv[r], xv);
+      wv[r] = wn[r];
+    }
+    c = next;
   }
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
@@ -202,6 +248,7 @@ __global__ void __launch_bounds__(Threads) gemv_vec_kernel(const bf16_t* w, cons
 // Any shape or alignment: one warp per row, scalar loads.
 template <class OutT>
 __global__ void gemv_scalar_kernel(const bf16_t* w, const bf16_t* x, int rows, int cols, OutT* y) {
+  grid_dependency_wait();
   const int lane = threadIdx.x & 31;
   const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (row >= rows) return;
@@ -212,7 +259,7 @@ __global__ void gemv_scalar_kernel(const bf16_t* w, const bf16_t* x, int rows, i
   if (lane == 0) store(y, row, acc);
 }
 
-template <class OutT>
+template <class Input, class OutT>
 void gemv_impl(const bf16_t* w, const bf16_t* x, int rows, int cols, OutT* y, cudaStream_t stream) {
   if (rows <= 0) return;
   const bool aligned = cols % 8 == 0 && reinterpret_cast<std::uintptr_t>(w) % 16 == 0 &&
@@ -220,17 +267,17 @@ void gemv_impl(const bf16_t* w, const bf16_t* x, int rows, int cols, OutT* y, cu
   if (aligned) {
     // Threads per block: at least two chunks each, between 64 and 256.
     const int chunks = cols / 8;
-    const unsigned blocks = static_cast<unsigned>((rows + kGemvRows - 1) / kGemvRows);
+    const dim3 blocks(static_cast<unsigned>((rows + kGemvRows - 1) / kGemvRows));
     if (chunks >= 512)
-      gemv_vec_kernel<256, OutT><<<blocks, 256, 0, stream>>>(w, x, rows, cols, y);
+      launch(gemv_vec_kernel<256, Input, OutT>, blocks, 256, 0, stream, "gemv", w, x, rows, cols, y);
     else if (chunks >= 256)
-      gemv_vec_kernel<128, OutT><<<blocks, 128, 0, stream>>>(w, x, rows, cols, y);
+      launch(gemv_vec_kernel<128, Input, OutT>, blocks, 128, 0, stream, "gemv", w, x, rows, cols, y);
     else
-      gemv_vec_kernel<64, OutT><<<blocks, 64, 0, stream>>>(w, x, rows, cols, y);
+      launch(gemv_vec_kernel<64, Input, OutT>, blocks, 64, 0, stream, "gemv", w, x, rows, cols, y);
   } else {
-    gemv_scalar_kernel<OutT><<<(rows + 3) / 4, 128, 0, stream>>>(w, x, rows, cols, y);
+    NEURON_ASSERT((std::is_same_v<Input, PlainInput>));
+    launch(gemv_scalar_kernel<OutT>, dim3((rows + 3) / 4), 128, 0, stream, "gemv", w, x, rows, cols, y);
   }
-  check_launch("gemv");
 }
 
 unsigned grid_for(std::size_t count, int threads) {
@@ -258,16 +305,14 @@ void fill_bf16(bf16_t* out, std::size_t count, float value, cudaStream_t stream)
 void embed(const std::int32_t* tokens, int n, const bf16_t* table, int hidden, int vocab, float* x,
            cudaStream_t stream) {
   if (n <= 0) return;
-  embed_kernel<<<n, 256, 0, stream>>>(tokens, table, hidden, vocab, x);
-  check_launch("embed");
+  launch(embed_kernel, dim3(n), 256, 0, stream, "embed", tokens, table, hidden, vocab, x);
 }
 
 void add_rmsnorm(float* x, const float* delta, const bf16_t* w, bf16_t* out, int n, int hidden, float eps,
                  cudaStream_t stream) {
   if (n <= 0) return;
   const int threads = hidden >= 4096 ? 1024 : (hidden >= 1024 ? 256 : 128);
-  add_rmsnorm_kernel<<<n, threads, 0, stream>>>(x, delta, w, out, hidden, eps);
-  check_launch("add_rmsnorm");
+  launch(add_rmsnorm_kernel, dim3(n), threads, 0, stream, "add_rmsnorm", x, delta, w, out, hidden, eps);
 }
 
 void qk_norm_rope(const bf16_t* qkv, int n, int hq, int hkv, int d, const bf16_t* q_norm, const bf16_t* k_norm,
@@ -275,23 +320,34 @@ void qk_norm_rope(const bf16_t* qkv, int n, int hq, int hkv, int d, const bf16_t
                   bf16_t* v_cache, int max_ctx, cudaStream_t stream) {
   if (n <= 0) return;
   const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(hq + 2 * hkv));
-  qk_norm_rope_kernel<<<grid, 64, d * sizeof(float), stream>>>(qkv, hq, hkv, d, q_norm, k_norm, inv_freq, offset,
-                                                              eps, q_out, k_cache, v_cache, max_ctx);
-  check_launch("qk_norm_rope");
+  launch(qk_norm_rope_kernel, grid, 64, d * sizeof(float), stream, "qk_norm_rope", qkv, hq, hkv, d, q_norm, k_norm,
+         inv_freq, offset, eps, q_out, k_cache, v_cache, max_ctx);
 }
 
 void swiglu(const bf16_t* gate_up, int n, int f, bf16_t* out, cudaStream_t stream) {
   if (n <= 0 || f <= 0) return;
   const dim3 grid(static_cast<unsigned>(std::min((f + 255) / 256, 64)), static_cast<unsigned>(n));
-  swiglu_kernel<<<grid, 256, 0, stream>>>(gate_up, f, out);
-  check_launch("swiglu");
+  launch(swiglu_kernel, grid, 256, 0, stream, "swiglu", gate_up, f, out);
 }
 
 void gemv(const bf16_t* w, const bf16_t* x, int rows, int cols, float* y, cudaStream_t stream) {
-  gemv_impl(w, x, rows, cols, y, stream);
+  gemv_impl<PlainInput>(w, x, rows, cols, y, stream);
 }
 void gemv(const bf16_t* w, const bf16_t* x, int rows, int cols, bf16_t* y, cudaStream_t stream) {
-  gemv_impl(w, x, rows, cols, y, stream);
+  gemv_impl<PlainInput>(w, x, rows, cols, y, stream);
 }
+
+bool gemv_swiglu_supported(int f) noexcept { return f % 8 == 0; }
+
+void gemv_swiglu(const bf16_t* w, const bf16_t* gate_up, int rows, int f, float* y, cudaStream_t stream) {
+  NEURON_ASSERT(gemv_swiglu_supported(f));
+  gemv_impl<SwigluInput>(w, gate_up, rows, f, y, stream);
+}
+
+namespace {
+std::atomic<bool> g_programmatic{true};
+}
+void set_programmatic_launch(bool on) noexcept { g_programmatic = on; }
+bool programmatic_launch() noexcept { return g_programmatic; }
 
 }  // namespace neuron::backend::cuda::kernels

@@ -73,4 +73,13 @@ void attention_decode(const bf16_t* q, const bf16_t* k_cache, const bf16_t* v_ca
 void gemv(const bf16_t* w, const bf16_t* x, int rows, int cols, float* y, cudaStream_t stream);
 void gemv(const bf16_t* w, const bf16_t* x, int rows, int cols, bf16_t* y, cudaStream_t stream);
 
+// The MLP's down projection with SwiGLU folded into the input read:
+// y[r] = sum_c w[r, c] * silu(gate_up[c]) * gate_up[f + c], w [rows, f]. Needs f % 8 == 0.
+bool gemv_swiglu_supported(int f) noexcept;
+void gemv_swiglu(const bf16_t* w, const bf16_t* gate_up, int rows, int f, float* y, cudaStream_t stream);
+
+// Programmatic dependent launch for every forward kernel (on by default):
+// each may start while its predecessor drains. Process-wide; for benchmarks.
+void set_programmatic_launch(bool on) noexcept;
+
 }  // namespace neuron::backend::cuda::kernels
