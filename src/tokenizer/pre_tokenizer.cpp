@@ -80,99 +80,82 @@ bool PreTokenizer::has_byte_level() const noexcept {
   return false;
 }
 
-void PreTokenizer::apply_split(const Regex& re, SplitBehavior behavior, bool invert, std::string_view piece,
-                               std::vector<std::string_view>& out, std::vector<Span>& scratch) {
-  scratch.clear();
+void PreTokenizer::run(std::size_t step, std::string_view piece, const WordSink& on_word,
+                       std::deque<std::string>& arena) const {
+  if (step == steps_.size()) {
+    on_word(piece);
+    return;
+  }
+  const Step& st = steps_[step];
+  if (st.kind == Step::Kind::byte_level && st.add_prefix_space && piece.front() != ' ') {
+    arena.push_back(" ");
+    arena.back().append(piece);
+    piece = arena.back();
+  }
+  if (st.regex.empty()) {
+    run(step + 1, piece, on_word, arena);
+    return;
+  }
+  const SplitBehavior behavior = st.kind == Step::Kind::split ? st.behavior : SplitBehavior::isolated;
+  const bool invert = st.invert;
+  auto next = [&](std::size_t b, std::size_t e) {
+    if (e > b) run(step + 1, piece.substr(b, e - b), on_word, arena);
+  };
   // A pathological input may exhaust PCRE2's limits; the unmatched rest then
-  // stays one piece, which BPE still encodes losslessly.
-  re.find_all(piece, scratch);
-  // The pieces of `piece` in order, each flagged as a match or a gap, as
-  // Hugging Face's Split builds them before applying the behaviour.
+  // stays one gap, which BPE still encodes losslessly.
+  if (behavior == SplitBehavior::isolated || behavior == SplitBehavior::removed) {
+    // Matches and gaps stream straight on; Removed drops whichever side is "the match".
+    const bool keep_matches = behavior == SplitBehavior::isolated || invert;
+    const bool keep_gaps = behavior == SplitBehavior::isolated || !invert;
+    std::size_t prev = 0;
+    st.regex.front().for_each_match(piece, [&](Span m) {
+      if (keep_gaps) next(prev, m.begin);
+      if (keep_matches) next(m.begin, m.end);
+      prev = m.end;
+    });
+    if (keep_gaps) next(prev, piece.size());
+    return;
+  }
+  // The merging behaviours look at neighbours: collect the parts (each flagged
+  // match or gap, as Hugging Face's Split builds them), then merge.
   struct Part {
     std::size_t begin, end;
     bool match;
   };
-  thread_local std::vector<Part> parts;
-  parts.clear();
+  std::vector<Part> parts;
   std::size_t prev = 0;
-  for (const Span& m : scratch) {
+  st.regex.front().for_each_match(piece, [&](Span m) {
     if (m.begin > prev) parts.push_back({prev, m.begin, invert});
     parts.push_back({m.begin, m.end, !invert});
     prev = m.end;
-  }
+  });
   if (prev < piece.size()) parts.push_back({prev, piece.size(), invert});
-
-  auto emit = [&](std::size_t b, std::size_t e) {
-    if (e > b) out.push_back(piece.substr(b, e - b));
-  };
-  switch (behavior) {
-    case SplitBehavior::isolated:
-      for (const Part& p : parts) emit(p.begin, p.end);
-      break;
-    case SplitBehavior::removed:
-      for (const Part& p : parts)
-        if (!p.match) emit(p.begin, p.end);
-      break;
-    case SplitBehavior::merged_with_previous:
-    case SplitBehavior::contiguous: {
-      // Grow the last piece while the rule says the part joins it.
-      std::vector<Span> merged;
-      bool previous_match = false;
-      for (const Part& p : parts) {
-        const bool joins = behavior == SplitBehavior::contiguous ? p.match == previous_match
-                                                                 : p.match && !previous_match;
-        if (joins && !merged.empty())
-          merged.back().end = p.end;
-        else
-          merged.push_back({p.begin, p.end});
-        previous_match = p.match;
-      }
-      for (const Span& s : merged) emit(s.begin, s.end);
-      break;
+  std::vector<Span> merged;
+  bool previous_match = false;
+  if (behavior == SplitBehavior::merged_with_next) {
+    for (auto it = parts.rbegin(); it != parts.rend(); ++it) {  // built back to front
+      if (it->match && !previous_match && !merged.empty())
+        merged.back().begin = it->begin;
+      else
+        merged.push_back({it->begin, it->end});
+      previous_match = it->match;
     }
-    case SplitBehavior::merged_with_next: {
-      std::vector<Span> merged;  // built back to front
-      bool previous_match = false;
-      for (auto it = parts.rbegin(); it != parts.rend(); ++it) {
-        if (it->match && !previous_match && !merged.empty())
-          merged.back().begin = it->begin;
-        else
-          merged.push_back({it->begin, it->end});
-        previous_match = it->match;
-      }
-      for (auto it = merged.rbegin(); it != merged.rend(); ++it) emit(it->begin, it->end);
-      break;
-    }
-  }
-}
-
-void PreTokenizer::split(std::string_view text, std::vector<std::string_view>& words,
-                         std::deque<std::string>& arena) const {
-  if (text.empty()) return;
-  if (steps_.empty()) {
-    words.push_back(text);
+    for (auto it = merged.rbegin(); it != merged.rend(); ++it) next(it->begin, it->end);
     return;
   }
-  std::vector<std::string_view> cur{text};
-  std::vector<std::string_view> next;
-  std::vector<Span> scratch;
-  for (const Step& step : steps_) {
-    next.clear();
-    for (std::string_view piece : cur) {
-      if (step.kind == Step::Kind::byte_level && step.add_prefix_space && piece.front() != ' ') {
-        arena.push_back(" ");
-        arena.back().append(piece);
-        piece = arena.back();
-      }
-      if (step.regex.empty())
-        next.push_back(piece);
-      else
-        apply_split(step.regex.front(), step.kind == Step::Kind::split ? step.behavior : SplitBehavior::isolated,
-                    step.invert, piece, next, scratch);
-    }
-    cur.swap(next);
+  for (const Part& p : parts) {
+    const bool joins = behavior == SplitBehavior::contiguous ? p.match == previous_match : p.match && !previous_match;
+    if (joins && !merged.empty())
+      merged.back().end = p.end;
+    else
+      merged.push_back({p.begin, p.end});
+    previous_match = p.match;
   }
-  words.insert(words.end(), cur.begin(), cur.end());
+  for (const Span& m : merged) next(m.begin, m.end);
+}
+
+void PreTokenizer::split(std::string_view text, const WordSink& on_word, std::deque<std::string>& arena) const {
+  if (!text.empty()) run(0, text, on_word, arena);
 }
 
 }  // namespace neuron::tokenizer

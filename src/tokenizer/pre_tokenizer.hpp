@@ -5,6 +5,7 @@
 // built-in pattern) and Sequence of those. ByteLevel's byte-to-character
 // mapping itself is not applied here: BPE runs on raw bytes (see bpe.hpp).
 #include <deque>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -30,10 +31,12 @@ class PreTokenizer {
   // Whether a ByteLevel step is present (neuron serves byte-level BPE only).
   bool has_byte_level() const noexcept;
 
-  // Appends the words of `text` (valid UTF-8) to `words`, in order and never
-  // empty. Views point into `text` or into strings kept in `arena` (words that
-  // got a prefix space), so both must outlive `words`.
-  void split(std::string_view text, std::vector<std::string_view>& words, std::deque<std::string>& arena) const;
+  using WordSink = std::function<void(std::string_view word)>;
+  // Calls `on_word` with the words of `text` (valid UTF-8), in order, never
+  // empty. Words are produced as the regex finds them, so a long text needs
+  // no word list. A word views `text` or a string kept in `arena` (words that
+  // got a prefix space).
+  void split(std::string_view text, const WordSink& on_word, std::deque<std::string>& arena) const;
 
  private:
   struct Step {
@@ -44,8 +47,8 @@ class PreTokenizer {
     bool add_prefix_space = false;
   };
   static void parse_into(const nlohmann::json& j, std::vector<Step>& steps, const std::string& where);
-  static void apply_split(const Regex& re, SplitBehavior behavior, bool invert, std::string_view piece,
-                          std::vector<std::string_view>& out, std::vector<Span>& scratch);
+  // Runs steps [step, end) on `piece`.
+  void run(std::size_t step, std::string_view piece, const WordSink& on_word, std::deque<std::string>& arena) const;
 
   std::vector<Step> steps_;
 };

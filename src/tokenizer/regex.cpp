@@ -53,7 +53,7 @@ Regex Regex::literal(std::string_view literal, const std::string& what) {
   return Regex(escaped, what);
 }
 
-bool Regex::find_all(std::string_view text, std::vector<Span>& out) const {
+bool Regex::for_each_match(std::string_view text, const std::function<void(Span)>& on_match) const {
   std::unique_ptr<pcre2_match_data, MatchDataDeleter> md(pcre2_match_data_create_from_pattern(code_->code, nullptr));
   if (!md) throw std::bad_alloc();
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
@@ -66,7 +66,7 @@ bool Regex::find_all(std::string_view text, std::vector<Span>& out) const {
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md.get());
     const std::size_t b = ov[0], e = ov[1];
     if (e > b) {
-      out.push_back({b, e});
+      on_match({b, e});
       pos = e;
     } else {
       // An empty match: step over one character, as Oniguruma's iterator does.

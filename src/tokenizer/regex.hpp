@@ -5,6 +5,7 @@
 // platform allows. The compiled code is immutable, so one Regex serves any
 // number of threads; each search allocates its own match data.
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -25,11 +26,11 @@ class Regex {
   // A pattern matching `literal` exactly (Split's {"String": ...} form).
   static Regex literal(std::string_view literal, const std::string& what);
 
-  // Appends every non-empty, non-overlapping match in `text`, left to right.
-  // `text` must be valid UTF-8 (it is not re-checked). Returns false when
-  // PCRE2 gave up (match or depth limit on a pathological input); the matches
-  // found up to there are kept.
-  bool find_all(std::string_view text, std::vector<Span>& out) const;
+  // Calls `on_match` for every non-empty, non-overlapping match in `text`,
+  // left to right. `text` must be valid UTF-8 (it is not re-checked).
+  // Returns false when PCRE2 gave up (match or depth limit on a pathological
+  // input); the matches reported up to there stand.
+  bool for_each_match(std::string_view text, const std::function<void(Span)>& on_match) const;
 
   const std::string& pattern() const noexcept { return pattern_; }
 

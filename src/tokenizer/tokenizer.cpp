@@ -124,16 +124,13 @@ void Tokenizer::Impl::encode_plain(std::string_view plain, std::vector<std::int3
     segments.push_back({text, -1});
   else
     added.normalized_matcher().split(text, segments);
-  std::vector<std::string_view> words;
   std::deque<std::string> arena;
+  const PreTokenizer::WordSink to_ids = [&](std::string_view word) { bpe.tokenize(word, ids); };
   for (const Segment& s : segments) {
-    if (s.id >= 0) {
+    if (s.id >= 0)
       ids.push_back(s.id);
-      continue;
-    }
-    words.clear();
-    pre_tokenizer.split(s.text, words, arena);
-    for (std::string_view w : words) bpe.tokenize(w, ids);
+    else
+      pre_tokenizer.split(s.text, to_ids, arena);
   }
 }
 
