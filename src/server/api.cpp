@@ -134,6 +134,10 @@ class Api::Tracker {
 
 // One admitted request: its channel and what the metrics need to know about it.
 struct Api::Generation {
+  Generation(Api& a, std::shared_ptr<engine::Engine> e, std::string m) : api(a), engine(std::move(e)), model(std::move(m)) {}
+  Generation(const Generation&) = delete;
+  Generation& operator=(const Generation&) = delete;
+
   Api& api;
   std::shared_ptr<engine::Engine> engine;  // keeps the model alive while the request runs
   std::shared_ptr<engine::Channel> channel;
@@ -143,6 +147,13 @@ struct Api::Generation {
   Clock::time_point last_delta = Clock::now();
   bool seen_delta = false;
   bool client_gone = false;
+  bool ended = false;
+
+  // A stream whose body never ran (the connection failed first) still must
+  // not leave the engine generating for nobody.
+  ~Generation() {
+    if (!ended && channel) channel->cancel();
+  }
 
   void on_delta(const engine::Event& e) {
     auto now = Clock::now();
@@ -155,6 +166,8 @@ struct Api::Generation {
   }
 
   void on_end(const engine::Event& e) {
+    ended = true;
+    tracker.reset();  // no longer in flight, even while the response object lingers
     Labels model_label{{"model", model}};
     if (e.kind == engine::Event::Kind::done) {
       api.metrics_.inc("neuron_prompt_tokens_total", model_label, e.usage.prompt_tokens);
@@ -499,7 +512,7 @@ HttpResponse Api::generate(const HttpRequest& request, bool chat) {
   cr.stop = req.stop;
   cr.ignore_eos = req.ignore_eos;
 
-  auto gen = std::make_shared<Generation>(Generation{*this, engine, nullptr, nullptr, {}, model});
+  auto gen = std::make_shared<Generation>(*this, engine, model);
   gen->meta = ResponseMeta{chat, new_completion_id(chat), unix_now(), model};
   gen->channel = engine->submit(std::move(cr));
   gen->tracker = std::make_unique<Tracker>(*this, gen->channel);

@@ -1,0 +1,135 @@
+// The API without sockets: handlers take HttpRequest and return
+// HttpResponse, streams write into a ChunkSink, over an in-process registry
+// holding the bundled tiny model.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/registry.hpp"
+#include "server/api.hpp"
+
+namespace neuron::server {
+namespace {
+
+using nlohmann::json;
+
+std::string tiny_model_dir() { return std::string(NEURON_REPO_ROOT) + "/models/qwen3-tiny-a"; }
+
+// Accepts `budget` writes, then behaves like a socket whose peer has gone.
+class ClosingSink final : public ChunkSink {
+ public:
+  explicit ClosingSink(int budget) : budget_(budget) {}
+  bool write(std::string_view data) override {
+    if (budget_-- <= 0) return false;
+    received += data;
+    return true;
+  }
+  std::string received;
+
+ private:
+  int budget_;
+};
+
+class ServerApi : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    engine::RegistryOptions ro;
+    ro.model_roots = {std::string(NEURON_REPO_ROOT) + "/models"};
+    registry_ = new engine::Registry(ro);
+    engine::ModelSpec spec;
+    spec.model_id = tiny_model_dir();
+    registry_->load(spec, true);
+  }
+  static void TearDownTestSuite() {
+    delete registry_;
+    registry_ = nullptr;
+  }
+  static HttpRequest post(const std::string& path, const json& body, std::vector<std::pair<std::string, std::string>> headers = {}) {
+    return HttpRequest{"POST", path, std::move(headers), body.dump(), "test"};
+  }
+  static engine::Registry* registry_;
+};
+
+engine::Registry* ServerApi::registry_ = nullptr;
+
+TEST_F(ServerApi, AStreamWhoseClientLeftIsCancelledAndCounted) {
+  Api api(*registry_, {});
+  json body = {{"model", tiny_model_dir()}, {"prompt", "on and on"}, {"max_tokens", 3000}, {"ignore_eos", true}, {"stream", true}};
+  HttpResponse r = api.handle(post("/v1/completions", body));
+  ASSERT_EQ(r.status, 200) << r.body;
+  ASSERT_TRUE(r.stream);
+  EXPECT_EQ(r.content_type, "text/event-stream");
+  ClosingSink sink(3);
+  r.stream(sink);  // returns once the engine has stopped the request
+  EXPECT_EQ(sink.received.find("[DONE]"), std::string::npos);
+  const Labels model{{"model", tiny_model_dir()}};
+  EXPECT_EQ(api.metrics().value("neuron_requests_cancelled_total", model), 1);
+  EXPECT_LT(api.metrics().value("neuron_generated_tokens_total", model), 3000) << "generation went on after the client left";
+  EXPECT_EQ(api.in_flight(), 0u);
+  EXPECT_TRUE(registry_->engine(tiny_model_dir())->idle());
+}
+
+TEST_F(ServerApi, StreamsEndWithDoneAndBlockingAnswersMatchThem) {
+  Api api(*registry_, {});
+  json body = {{"prompt", "abc"}, {"max_tokens", 8}, {"temperature", 0}};
+  HttpResponse blocking = api.handle(post("/v1/completions", body));
+  ASSERT_EQ(blocking.status, 200) << blocking.body;
+  body["stream"] = true;
+  HttpResponse streamed = api.handle(post("/v1/completions", body));
+  ClosingSink sink(1000);
+  streamed.stream(sink);
+  std::string text;
+  std::size_t pos = 0;
+  while ((pos = sink.received.find("data: {", pos)) != std::string::npos) {
+    auto end = sink.received.find("\n\n", pos);
+    text += json::parse(sink.received.substr(pos + 6, end - pos - 6))["choices"][0]["text"].get<std::string>();
+    pos = end;
+  }
+  EXPECT_EQ(text, json::parse(blocking.body)["choices"][0]["text"].get<std::string>());
+  EXPECT_EQ(sink.received.substr(sink.received.size() - 14), "data: [DONE]\n\n");
+}
+
+TEST_F(ServerApi, ApiKeyIsRequiredEverywhereButHealth) {
+  Api api(*registry_, ApiOptions{"k3y"});
+  EXPECT_EQ(api.handle({"GET", "/health", {}, "", ""}).status, 200);
+  HttpResponse missing = api.handle({"GET", "/v1/models", {}, "", ""});
+  EXPECT_EQ(missing.status, 401);
+  EXPECT_EQ(missing.header("WWW-Authenticate"), "Bearer");
+  EXPECT_EQ(api.handle({"GET", "/v1/models", {{"Authorization", "Bearer k3"}}, "", ""}).status, 401);
+  EXPECT_EQ(api.handle({"GET", "/v1/models", {{"Authorization", "Bearer k3yy"}}, "", ""}).status, 401);
+  EXPECT_EQ(api.handle({"GET", "/v1/models", {{"authorization", "Bearer k3y"}}, "", ""}).status, 200);
+  // Unknown routes also need the key: they must not reveal which paths exist.
+  EXPECT_EQ(api.handle({"GET", "/nowhere", {}, "", ""}).status, 401);
+}
+
+TEST_F(ServerApi, ShuttingDownRefusesNewWorkButKeepsHealthAndMetrics) {
+  Api api(*registry_, {});
+  api.begin_shutdown();
+  HttpResponse r = api.handle(post("/v1/completions", {{"prompt", "x"}, {"max_tokens", 1}}));
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(json::parse(r.body)["error"]["code"], "shutting_down");
+  HttpResponse health = api.handle({"GET", "/health", {}, "", ""});
+  EXPECT_EQ(health.status, 503);
+  EXPECT_EQ(json::parse(health.body)["status"], "shutting_down");
+  EXPECT_EQ(api.handle({"GET", "/metrics", {}, "", ""}).status, 200);
+  EXPECT_TRUE(api.wait_idle(std::chrono::milliseconds(10)));
+}
+
+TEST_F(ServerApi, ChatUsesTheTemplateAndTheThinkingSwitch) {
+  Api api(*registry_, {});
+  json msgs = json::array({{{"role", "user"}, {"content", "hi"}}});
+  HttpResponse plain = api.handle(post("/tokenize", {{"messages", msgs}}));
+  HttpResponse no_think = api.handle(post("/tokenize", {{"messages", msgs}, {"chat_template_kwargs", {{"enable_thinking", false}}}}));
+  ASSERT_EQ(plain.status, 200) << plain.body;
+  ASSERT_EQ(no_think.status, 200) << no_think.body;
+  // Qwen3's template closes an empty <think></think> block when thinking is off.
+  EXPECT_GT(json::parse(no_think.body)["count"].get<int>(), json::parse(plain.body)["count"].get<int>());
+  HttpResponse chat = api.handle(post("/v1/chat/completions", {{"messages", msgs}, {"max_tokens", 4}, {"chat_template_kwargs", {{"enable_thinking", false}}}}));
+  ASSERT_EQ(chat.status, 200) << chat.body;
+  EXPECT_EQ(json::parse(chat.body)["usage"]["prompt_tokens"], json::parse(no_think.body)["count"]);
+}
+
+}  // namespace
+}  // namespace neuron::server
