@@ -79,6 +79,12 @@ struct Binary {
   BinaryOp op;
   ExprPtr lhs, rhs;
 };
+// `a < b <= c` is Python's chain `a < b and b <= c`, each operand evaluated once.
+// ops are comparison BinaryOps (equal .. not_in).
+struct Compare {
+  ExprPtr first;
+  std::vector<std::pair<BinaryOp, ExprPtr>> rest;
+};
 // `then if condition else otherwise`; without else, a false condition is Undefined.
 struct Conditional {
   ExprPtr condition, then, otherwise;
@@ -87,7 +93,7 @@ struct Conditional {
 struct Expr {
   int line = 1;
   std::variant<Literal, Name, ListExpr, DictExpr, Attribute, Subscript, Slice, Call, Filter, Test, Unary, Binary,
-               Conditional>
+               Compare, Conditional>
       node;
 };
 

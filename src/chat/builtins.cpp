@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <ctime>
 #include <functional>
 #include <limits>
@@ -986,6 +987,132 @@ Value slice(const Value& object, const Value& start, const Value& stop, const Va
   }
   if (object.is_undefined()) return object;
   fault("'" + object.type_name() + "' object is not subscriptable");
+}
+
+Value percent_format(const std::string& format, const Value& args, const Limits& limits) {
+  // A tuple supplies one value per conversion; anything else is one value
+  // (or, for a dict, the source of %(key)s lookups).
+  const bool tuple = args.is_tuple();
+  const Value::List single{args};
+  const Value::List& values = tuple ? args.as_list() : single;
+  std::size_t next = 0;
+  bool used_mapping = false;
+  std::string out;
+  for (std::size_t i = 0; i < format.size(); ++i) {
+    if (format[i] != '%') {
+      out += format[i];
+      continue;
+    }
+    if (++i >= format.size()) fault("incomplete format");
+    Value arg;
+    bool have_arg = false;
+    if (format[i] == '(') {
+      const std::size_t close = format.find(')', i);
+      if (close == std::string::npos) fault("incomplete format key");
+      if (!args.is_dict()) fault("format requires a mapping");
+      const std::string key = format.substr(i + 1, close - i - 1);
+      const Value* v = args.as_dict().find(key);
+      if (!v) fault("format key '" + key + "' not found");
+      arg = *v;
+      have_arg = used_mapping = true;
+      i = close + 1;
+    }
+    std::string flags;
+    while (i < format.size() && std::string_view("-+ 0#").find(format[i]) != std::string_view::npos) flags += format[i++];
+    auto number = [&](void) -> int {
+      if (i < format.size() && format[i] == '*') {
+        ++i;
+        if (next >= values.size()) fault("not enough arguments for format string");
+        const Value& w = values[next++];
+        if (!w.is_int()) fault("* wants int");
+        return static_cast<int>(std::clamp<std::int64_t>(w.as_int(), -4096, 4096));
+      }
+      int n = 0;
+      while (i < format.size() && format[i] >= '0' && format[i] <= '9') n = std::min(n * 10 + (format[i++] - '0'), 4096);
+      return n;
+    };
+    int width = number();
+    int precision = -1;
+    if (i < format.size() && format[i] == '.') {
+      ++i;
+      precision = number();
+    }
+    while (i < format.size() && (format[i] == 'h' || format[i] == 'l' || format[i] == 'L')) ++i;
+    if (i >= format.size()) fault("incomplete format");
+    const char type = format[i];
+    if (type == '%') {
+      out += '%';
+      continue;
+    }
+    if (!have_arg) {
+      if (next >= values.size()) fault("not enough arguments for format string");
+      arg = values[next++];
+    }
+    std::string text;
+    switch (type) {
+      case 's':
+      case 'r':
+      case 'a': {
+        text = type == 's' ? arg.str() : arg.repr();
+        if (precision >= 0) text = py::encode(py::decode(text).substr(0, static_cast<std::size_t>(precision)));
+        break;
+      }
+      case 'c': {
+        if (arg.is_string() && py::length(arg.as_string()) == 1) text = arg.as_string();
+        else if (arg.is_int() && arg.as_int() >= 0 && arg.as_int() <= 0x10FFFF) py::append_utf8(text, static_cast<char32_t>(arg.as_int()));
+        else fault("%c requires int or char");
+        break;
+      }
+      case 'd': case 'i': case 'u': case 'x': case 'X': case 'o':
+      case 'f': case 'F': case 'e': case 'E': case 'g': case 'G': {
+        if (!arg.is_number()) fault(std::string("%") + type + " format: a real number is required, not " + arg.type_name());
+        const bool integral = type == 'd' || type == 'i' || type == 'u' || type == 'x' || type == 'X' || type == 'o';
+        std::string spec = "%" + flags;
+        if (precision >= 0) spec += "." + std::to_string(std::min(precision, 512));
+        char buf[1200];
+        if (integral) {
+          const double d = arg.as_double();
+          if (arg.is_float() && (!std::isfinite(d) || std::fabs(d) >= 9.2e18)) fault("%d format: number out of range");
+          const long long v = arg.is_float() ? static_cast<long long>(d) : static_cast<long long>(arg.as_integer());
+          spec += "ll";
+          spec += type == 'u' || type == 'i' ? 'd' : type;
+          if ((type == 'x' || type == 'X' || type == 'o') && v < 0) {
+            std::snprintf(buf, sizeof buf, spec.c_str(), -static_cast<unsigned long long>(v));
+            text = std::string("-") + buf;
+          } else {
+            std::snprintf(buf, sizeof buf, spec.c_str(), v);
+            text = buf;
+          }
+        } else {
+          spec += type;
+          std::snprintf(buf, sizeof buf, spec.c_str(), arg.as_double());
+          text = buf;
+          if (text == "nan" || text == "-nan" || text == "NAN" || text == "-NAN") text = type < 'a' ? "NAN" : "nan";
+        }
+        break;
+      }
+      default:
+        fault(std::string("unsupported format character '") + type + "'");
+    }
+    const auto len = static_cast<int>(py::length(text));
+    if (width > len) {
+      const bool left = flags.find('-') != std::string::npos;
+      const bool zero = flags.find('0') != std::string::npos && type != 's' && type != 'r' && type != 'c';
+      const std::string pad(static_cast<std::size_t>(width - len), zero && !left ? '0' : ' ');
+      if (left) {
+        text += pad;
+      } else if (zero && !text.empty() && (text[0] == '-' || text[0] == '+' || text[0] == ' ')) {
+        text = text.substr(0, 1) + pad + text.substr(1);
+      } else {
+        text = pad + text;
+      }
+    }
+    out += text;
+    check_string_size(out.size(), limits);
+  }
+  if (tuple && next < values.size()) fault("not all arguments converted during string formatting");
+  if (!tuple && !used_mapping && next == 0 && !args.is_dict()) fault("not all arguments converted during string formatting");
+  return out;
 }
 
 bool contains(const Value& haystack, const Value& needle) {

@@ -38,6 +38,10 @@ Value get_item(const Value& object, const Value& index);
 // obj[start:stop:step] with Python's slice rules; absent bounds are Undefined/None.
 Value slice(const Value& object, const Value& start, const Value& stop, const Value& step);
 
+// Python's `format % args` (printf-style): %s %r %d %i %f %e %g %x %o %c %%,
+// with flags, width, precision and %(key)s for a dict argument.
+Value percent_format(const std::string& format, const Value& args, const Limits& limits);
+
 // Python's `needle in haystack` for str, list, dict (and Undefined: empty).
 bool contains(const Value& haystack, const Value& needle);
 

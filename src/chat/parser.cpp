@@ -358,7 +358,9 @@ class Parser {
   }
 
   ExprPtr parse_compare() {
-    ExprPtr lhs = parse_math1();
+    ExprPtr first = parse_math1();
+    Compare chain;
+    int line = first->line;
     while (true) {
       const Token& t = peek();
       BinaryOp op;
@@ -370,11 +372,19 @@ class Parser {
       else if (t.kind == TokenKind::op && t.text == ">=") op = BinaryOp::greater_equal;
       else if (at_name("in")) op = BinaryOp::in;
       else if (at_name("not") && at_name("in", 1)) op = BinaryOp::not_in;
-      else return lhs;
-      const int line = next().line;
+      else break;
+      if (chain.rest.empty()) line = t.line;
+      next();
       if (op == BinaryOp::not_in) next();
-      lhs = binary(line, op, std::move(lhs), parse_math1());
+      chain.rest.emplace_back(op, parse_math1());
     }
+    if (chain.rest.empty()) return first;
+    if (chain.rest.size() == 1) {
+      auto [op, rhs] = std::move(chain.rest.front());
+      return binary(line, op, std::move(first), std::move(rhs));
+    }
+    chain.first = std::move(first);
+    return make(line, std::move(chain));
   }
 
   ExprPtr parse_math1() {

@@ -376,6 +376,14 @@ Value Renderer::eval_node(const ast::Expr& expr) {
           return sub_checked(0, v.as_integer());
         } else if constexpr (std::is_same_v<T, Binary>) {
           return eval_binary(node);
+        } else if constexpr (std::is_same_v<T, Compare>) {
+          Value left = eval(*node.first);
+          for (const auto& [op, e] : node.rest) {
+            Value right = eval(*e);
+            if (!apply_operator(op, left, right).truthy()) return false;
+            left = std::move(right);
+          }
+          return true;
         } else if constexpr (std::is_same_v<T, Conditional>) {
           if (eval(*node.condition).truthy()) return eval(*node.then);
           return node.otherwise ? eval(*node.otherwise) : Value(Undefined{});
@@ -417,7 +425,12 @@ Value Renderer::eval_binary(const ast::Binary& node) {
   }
   const Value a = eval(*node.lhs);
   const Value b = eval(*node.rhs);
-  switch (node.op) {
+  return apply_operator(node.op, a, b);
+}
+
+// The comparison and arithmetic operators on evaluated operands.
+Value Renderer::apply_operator(ast::BinaryOp op, const Value& a, const Value& b) {
+  switch (op) {
     case BinaryOp::equal: return a == b;
     case BinaryOp::not_equal: return !(a == b);
     case BinaryOp::in: return builtins::contains(b, a);
@@ -427,10 +440,10 @@ Value Renderer::eval_binary(const ast::Binary& node) {
     case BinaryOp::greater:
     case BinaryOp::greater_equal: {
       static constexpr const char* names[] = {"<", "<=", ">", ">="};
-      const auto idx = static_cast<int>(node.op) - static_cast<int>(BinaryOp::less);
+      const auto idx = static_cast<int>(op) - static_cast<int>(BinaryOp::less);
       bool comparable = true;
       bool result = false;
-      switch (node.op) {
+      switch (op) {
         case BinaryOp::less: result = Value::less(a, b, comparable); break;
         case BinaryOp::greater: result = Value::less(b, a, comparable); break;
         case BinaryOp::less_equal: result = !Value::less(b, a, comparable); break;
@@ -522,7 +535,7 @@ Value Renderer::eval_binary(const ast::Binary& node) {
         }
         return py_mod(a.as_integer(), b.as_integer());
       }
-      if (a.is_string()) fault("printf-style string formatting ('%') is not supported; use ~ or format()");
+      if (a.is_string()) return builtins::percent_format(a.as_string(), b, limits_);
       bad_operands("%", a, b);
     case BinaryOp::power:
       if (a.is_number() && b.is_number()) {

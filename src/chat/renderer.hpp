@@ -48,6 +48,7 @@ class Renderer {
   Value eval(const ast::Expr& expr);
   Value eval_node(const ast::Expr& expr);
   Value eval_binary(const ast::Binary& node);
+  Value apply_operator(ast::BinaryOp op, const Value& a, const Value& b);
   Value eval_call(const ast::Call& node, int line);
   CallArgs eval_args(const ast::Args& args);
 

@@ -17,6 +17,8 @@ const Value* Dict::find(std::string_view key) const {
   return it == index_.end() ? nullptr : &items_[it->second].second;
 }
 
+std::size_t Dict::size() const { return items_.size(); }
+
 void Dict::set(std::string key, Value value) {
   const int d = value.depth() + 1;
   if (d > max_value_depth) fault("value nested deeper than " + std::to_string(max_value_depth) + " levels");

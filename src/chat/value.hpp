@@ -36,7 +36,7 @@ class Dict {
   // Inserts or overwrites, keeping the first insertion's position.
   void set(std::string key, Value value);
   const std::vector<std::pair<std::string, Value>>& items() const { return items_; }
-  std::size_t size() const { return items_.size(); }
+  std::size_t size() const;
   // Upper bound of the nesting below this dict (1 for a flat dict).
   int depth() const { return depth_; }
   // Whether a namespace is reachable from this dict.

@@ -83,6 +83,13 @@ TEST(JinjaBuiltins, DictAndListMethods) {
             R"X(1 None 5 ['a', 'b'] [1, 2] [('a', 1), ('b', 2)] 1 2)X");
 }
 
+// Python's printf-style `str % args`.
+TEST(JinjaBuiltins, PercentFormatting) {
+  EXPECT_EQ(render(R"J({{ '%s|%5s|%-5s|' % ('a', 'b', 'c') }} {{ '%d %i %05d %+d %x %X %o' % (42, -3, 7, 5, 255, 255, 8) }} {{ '%.2f %f %e %g %10.3f' % (3.14159, 1, 12345.678, 0.0001, 2.5) }})J"), R"X(a|    b|c    | 42 -3 00007 +5 ff FF 10 3.14 1.000000 1.234568e+04 0.0001      2.500)X");
+  EXPECT_EQ(render(R"J({{ '%(a)s-%(b)d' % {'a': 'x', 'b': 3} }} {{ '%r %s' % ('q', none) }} {{ '%c%c' % (65, 'b') }} {{ '100%%' % () }} {{ '%s' % [1, 2] }} {{ 'Hello %s' % name }} {{ '%*d|' % (5, 3) }})J", R"C({"name": "you"})C"),
+            R"X(x-3 'q' None Ab 100% [1, 2] Hello you     3|)X");
+}
+
 TEST(JinjaBuiltins, GlobalFunctions) {
   EXPECT_EQ(render(R"J({{ range(3) | list }} {{ range(1, 7, 2) | list }} {{ range(3, 0, -1) | list }} {{ dict(a=1, b='x') }} {{ namespace(a=1).a }})J"), R"X([0, 1, 2] [1, 3, 5] [3, 2, 1] {'a': 1, 'b': 'x'} 1)X");
 }

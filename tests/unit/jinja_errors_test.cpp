@@ -76,6 +76,8 @@ TEST(JinjaErrors, RuntimeErrorsNameTheLine) {
   expect_message(render_error("{{ 'abc'.no_such_method() }}"), "line 1", "no method 'no_such_method'");
   expect_message(render_error("{{ [1].append(2) }}"), "line 1", "immutable");
   expect_message(render_error("{{ 'a'.split('') }}"), "line 1", "empty separator");
+  expect_message(render_error("\n{{ '%s' % (1, 2) }}"), "line 2", "not all arguments converted");
+  expect_message(render_error("{{ '%s %s' % (1,) }}"), "line 1", "not enough arguments");
 }
 
 TEST(JinjaErrors, RaiseInsideAMacroReportsTheMacroLine) {

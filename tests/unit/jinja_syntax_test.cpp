@@ -117,6 +117,7 @@ TEST(JinjaSyntax, ArithmeticFollowsPython) {
 TEST(JinjaSyntax, ComparisonAndLogic) {
   EXPECT_EQ(render(R"J({{ 1 == 1.0 }} {{ true == 1 }} {{ 'a' != 'b' }} {{ [1, 2] == [1, 2] }} {{ 1 < 2 }} {{ 'a' < 'b' }} {{ 2 >= 2 }} {{ [1, 2] < [1, 3] }} {{ missing == missing }})J"), R"X(True True True True True True True True True)X");
   EXPECT_EQ(render(R"J({{ not true }} {{ true and 'x' }} {{ 0 or 'y' }} {{ none or false }} {{ '' and 1 }} {{ not missing }})J"), R"X(False x y False  True)X");
+  EXPECT_EQ(render(R"J({{ 1 == 1 == 1 }} {{ 1 < 2 < 3 }} {{ 3 > 2 > 1 }} {{ 1 < 3 < 2 }} {{ 0 < 1 in [1] }})J"), R"X(True True True False True)X");
   EXPECT_EQ(render(R"J({{ 'a' in 'cat' }} {{ 'z' not in 'cat' }} {{ 1 in [1, 2] }} {{ 'k' in {'k': 1} }} {{ 'v' in {'k': 'v'} }} {{ 1 in missing }})J"), R"X(True True True True False False)X");
 }
 
