@@ -14,7 +14,10 @@
 #include <cstdlib>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
+
+#include "dist/factory.hpp"
 
 #include "engine/model_loader.hpp"
 #include "tp/tp_runner.hpp"
@@ -79,6 +82,24 @@ void bench_rpc(const std::string& binary, int tp, int rounds) {
   std::printf("tp=%d  ping round %.3f ms  ping+all_reduce(1 float) round %.3f ms\n", tp, ping, sanity);
 }
 
+// Gloo all-reduce between threads of this process: the collective alone, no RPC, no model.
+void bench_gloo(int tp, std::size_t floats, int rounds) {
+  const std::string id = dist::new_comm_id(dist::CommKind::gloo);
+  std::vector<std::thread> ranks;
+  double per_op_ms = 0;
+  for (int r = 0; r < tp; ++r)
+    ranks.emplace_back([&, r] {
+      auto comm = dist::make_communicator(id, r, tp, {});
+      std::vector<float> buf(floats, 1.0f);
+      for (int i = 0; i < 50; ++i) comm->all_reduce_sum(buf.data(), buf.size(), DType::f32);
+      const auto t0 = Clock::now();
+      for (int i = 0; i < rounds; ++i) comm->all_reduce_sum(buf.data(), buf.size(), DType::f32);
+      if (r == 0) per_op_ms = ms_since(t0) / rounds;
+    });
+  for (auto& t : ranks) t.join();
+  std::printf("tp=%d  gloo all_reduce of %zu floats between threads: %.3f ms\n", tp, floats, per_op_ms);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -95,6 +116,11 @@ int main(int argc, char** argv) {
     for (int tp : sizes) bench_decode(dir, binary, tp, steps);
     for (int tp : sizes)
       if (tp > 1) bench_rpc(binary, tp, 500);
+    for (int tp : sizes)
+      if (tp > 1) {
+        bench_gloo(tp, 1, 500);
+        bench_gloo(tp, 1024, 500);
+      }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tp_bench: %s\n", e.what());
     return 1;
