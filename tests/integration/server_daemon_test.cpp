@@ -388,17 +388,46 @@ TEST_F(ServerDaemon, TensorParallelThatDoesNotDivideTheHeadsIsRefused) {
   EXPECT_EQ(daemon_->client().Get("/health")->status, 200);
 }
 
+long rss_kib(pid_t pid) {
+  std::istringstream in(read_all("/proc/" + std::to_string(pid) + "/status"));
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  return -1;
+}
+
 TEST_F(ServerDaemon, LoadUnloadLoadAgain) {
   auto unload = daemon_->post("/models/unload", {{"model_id", model_}});
   ASSERT_EQ(unload->status, 200) << unload->body;
   auto gone = daemon_->post("/v1/completions", completion_request(model_, "hello"));
   EXPECT_EQ(gone->status, 404) << gone->body;
   EXPECT_EQ(json::parse(gone->body)["error"]["code"], "model_not_found");
-  auto load = daemon_->post("/models/load", {{"model_id", model_}, {"wait", true}});
-  ASSERT_EQ(load->status, 200) << load->body;
-  EXPECT_EQ(json::parse(load->body)["status"], "loaded");
+  const long rss_unloaded = rss_kib(daemon_->pid());
+
+  // Without wait: 202 at once, and the model answers 503 loading (with Retry-After) until ready.
+  auto load = daemon_->post("/models/load", {{"model_id", model_}});
+  ASSERT_EQ(load->status, 202) << load->body;
+  EXPECT_EQ(json::parse(load->body)["status"], "loading");
+  auto early = daemon_->post("/v1/completions", completion_request(model_, "hello"));
+  EXPECT_EQ(early->status, 503) << early->body;
+  EXPECT_EQ(json::parse(early->body)["error"]["code"], "loading");
+  EXPECT_FALSE(early->get_header_value("Retry-After").empty());
+  EXPECT_NE(daemon_->client().Get("/health")->body.find("\"loading\""), std::string::npos);
+  daemon_->wait_models_loaded();
   auto again = daemon_->post("/v1/completions", completion_request(model_, "hello"));
   EXPECT_EQ(again->status, 200) << again->body;
+
+  // Memory comes back: a second copy of the weights, loaded and unloaded.
+  const std::string second = tiny_model_dir() + "/./././.";
+  auto extra = daemon_->post("/models/load", {{"model_id", second}, {"wait", true}});
+  ASSERT_EQ(extra->status, 200) << extra->body;
+  const long weights_kib = static_cast<long>(json::parse(extra->body)["memory"]["weight_bytes"].get<std::uint64_t>() / 1024);
+  const long rss_loaded = rss_kib(daemon_->pid());
+  ASSERT_EQ(daemon_->post("/models/unload", {{"model_id", second}})->status, 200);
+  const long rss_after = rss_kib(daemon_->pid());
+  EXPECT_GT(weights_kib, 0);
+  EXPECT_LT(rss_after, rss_loaded - weights_kib / 2)
+      << "unload must give the weights' memory back (unloaded " << rss_unloaded << " KiB, loaded " << rss_loaded << " KiB, after "
+      << rss_after << " KiB, weights " << weights_kib << " KiB)";
 }
 
 TEST_F(ServerDaemon, TensorParallelTwoOnTheCpuAnswersLikeOneRank) {
