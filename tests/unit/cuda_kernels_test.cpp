@@ -334,6 +334,7 @@ TEST_F(CudaKernels, DecodeAttentionMatchesReferenceOnLongKv) {
     const std::vector<std::int32_t> off = {c.offset};
     auto dq = upload(q), dk = upload(k), dv = upload(v), doff = upload(off);
     DeviceBuffer scratch(4 * kernels::decode_scratch_floats(c.hq, c.d, c.splits));
+    NEURON_CUDA_CHECK(cudaMemset(scratch.data(), 0, scratch.bytes()));
     auto dout = poisoned(2 * q.size());
     kernels::attention_decode(dq.data<bf16_t>(), dk.data<bf16_t>(), dv.data<bf16_t>(), c.hq, c.hkv, c.d, max_ctx,
                               doff.data<std::int32_t>(), 1.f / std::sqrt(float(c.d)), c.splits, scratch.data<float>(),
@@ -341,6 +342,12 @@ TEST_F(CudaKernels, DecodeAttentionMatchesReferenceOnLongKv) {
     auto out = download<bf16_t>(dout, q.size());
     auto ref = attention_ref(q, k, v, 1, c.hq, c.hkv, c.d, max_ctx, c.offset);
     EXPECT_LT(rel_err(out, ref), 1e-2) << "offset " << c.offset << " splits " << c.splits;
+    // A second call on the same scratch (as every decode step does) merges again.
+    NEURON_CUDA_CHECK(cudaMemset(dout.data(), 0xff, dout.bytes()));
+    kernels::attention_decode(dq.data<bf16_t>(), dk.data<bf16_t>(), dv.data<bf16_t>(), c.hq, c.hkv, c.d, max_ctx,
+                              doff.data<std::int32_t>(), 1.f / std::sqrt(float(c.d)), c.splits, scratch.data<float>(),
+                              dout.data<bf16_t>(), s());
+    EXPECT_EQ(download<bf16_t>(dout, q.size()), out) << "second call, offset " << c.offset;
   }
 }
 

@@ -439,7 +439,8 @@ template <int D>
 __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const bf16_t* q, const bf16_t* k_cache,
                                                                           const bf16_t* v_cache, int hq, int hkv,
                                                                           int max_ctx, const std::int32_t* offset_ptr,
-                                                                          float scale, int splits, float* scratch) {
+                                                                          float scale, int splits, float* scratch,
+                                                                          bf16_t* out) {
   grid_dependency_wait();
   constexpr int tpk = D / 8;                    // threads per key
   constexpr int groups = kDecodeThreads / tpk;  // keys in flight per block
@@ -521,26 +522,38 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const 
     part[0] = big;
     part[1] = total;
   }
+  // The last block of this head to finish merges all splits (no second
+  // kernel), then re-arms the head's counter for the next step.
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  unsigned* counters = reinterpret_cast<unsigned*>(scratch + static_cast<std::size_t>(gridDim.x) * splits * (D + 2));
+  if (threadIdx.x == 0) last = atomicAdd(counters + head, 1u) == static_cast<unsigned>(splits - 1);
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  merge_splits(scratch + static_cast<std::size_t>(head) * splits * (D + 2), D, splits,
+               out + static_cast<std::size_t>(head) * D);
+  if (threadIdx.x == 0) counters[head] = 0;
 }
 
-__global__ void attention_decode_merge_kernel(const float* scratch, int d, int splits, bf16_t* out) {
-  grid_dependency_wait();
-  const int head = blockIdx.x;
-  const float* parts = scratch + static_cast<std::size_t>(head) * splits * (d + 2);
+// Combines the splits' partial softmax states of one head: out = sum_s e^(m_s - M) acc_s / sum_s e^(m_s - M) l_s.
+// The parts were written by other blocks of this grid: read through L2 (ld.cg), never a stale L1 line.
+__device__ void merge_splits(const float* parts, int d, int splits, bf16_t* out) {
   float big = -INFINITY;
-  for (int s = 0; s < splits; ++s) big = fmaxf(big, parts[s * (d + 2)]);
+  for (int s = 0; s < splits; ++s) big = fmaxf(big, __ldcg(parts + s * (d + 2)));
   float total = 0.f;
   for (int s = 0; s < splits; ++s) {
-    const float m = parts[s * (d + 2)];
-    if (m != -INFINITY) total += parts[s * (d + 2) + 1] * exp2f(m - big);
+    const float m = __ldcg(parts + s * (d + 2));
+    if (m != -INFINITY) total += __ldcg(parts + s * (d + 2) + 1) * exp2f(m - big);
   }
   for (int c = threadIdx.x; c < d; c += blockDim.x) {
     float a = 0.f;
     for (int s = 0; s < splits; ++s) {
-      const float m = parts[s * (d + 2)];
-      if (m != -INFINITY) a += parts[s * (d + 2) + 2 + c] * exp2f(m - big);
+      const float m = __ldcg(parts + s * (d + 2));
+      if (m != -INFINITY) a += __ldcg(parts + s * (d + 2) + 2 + c) * exp2f(m - big);
     }
-    out[static_cast<std::size_t>(head) * d + c] = to_bf(a / total);
+    out[c] = to_bf(a / total);
   }
 }
 
@@ -550,9 +563,7 @@ void launch_decode(const bf16_t* q, const bf16_t* k_cache, const bf16_t* v_cache
                    cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(hq), static_cast<unsigned>(splits));
   launch(attention_decode_kernel<D>, grid, kDecodeThreads, 0, stream, "attention_decode", q, k_cache, v_cache, hq, hkv,
-         max_ctx, offset, scale, splits, scratch);
-  launch(attention_decode_merge_kernel, dim3(hq), std::min(D, 256), 0, stream, "attention_decode_merge", scratch, D,
-         splits, out);
+         max_ctx, offset, scale, splits, scratch, out);
 }
 
 }  // namespace
@@ -574,7 +585,7 @@ void attention_prefill(const bf16_t* q, const bf16_t* k_cache, const bf16_t* v_c
 }
 
 std::size_t decode_scratch_floats(int hq, int d, int splits) noexcept {
-  return static_cast<std::size_t>(hq) * splits * (d + 2);
+  return static_cast<std::size_t>(hq) * splits * (d + 2) + static_cast<std::size_t>(hq);  // + one counter per head
 }
 
 void attention_decode(const bf16_t* q, const bf16_t* k_cache, const bf16_t* v_cache, int hq, int hkv, int d,

@@ -255,6 +255,7 @@ CudaRunner::CudaRunner(const model::Qwen3Config& cfg, const io::Checkpoint* chec
   gate_up_ = DeviceBuffer(2 * n * 2 * ff_);
   act_ = DeviceBuffer(2 * n * ff_);
   decode_scratch_ = DeviceBuffer(4 * kernels::decode_scratch_floats(hq_, hd_, decode_splits_));
+  NEURON_CUDA_CHECK(cudaMemset(decode_scratch_.data(), 0, decode_scratch_.bytes()));
   logits_ = DeviceBuffer(4 * static_cast<std::size_t>(kLogitRows) * vocab_);
   if (comm_->size() > 1 && comm_->location() == dist::MemoryLocation::host)
     reduce_host_ = PinnedBuffer(4 * n * hidden_);

@@ -61,8 +61,10 @@ void attention_prefill(const bf16_t* q, const bf16_t* k_cache, const bf16_t* v_c
                        int max_ctx, const std::int32_t* offset, float scale, bf16_t* out, cudaStream_t stream);
 
 // One query (decode) over cache positions [0, *offset]: the KV length is split
-// across `splits` blocks per head whose partial softmax states are merged.
-// scratch holds decode_scratch_floats(hq, d, splits) floats.
+// across `splits` blocks per head, and the last block of a head to finish
+// merges their partial softmax states. scratch holds
+// decode_scratch_floats(hq, d, splits) floats and must be zeroed once before
+// first use (its per-head counters are re-armed by every call).
 std::size_t decode_scratch_floats(int hq, int d, int splits) noexcept;
 void attention_decode(const bf16_t* q, const bf16_t* k_cache, const bf16_t* v_cache, int hq, int hkv, int d,
                       int max_ctx, const std::int32_t* offset, float scale, int splits, float* scratch, bf16_t* out,
