@@ -71,6 +71,9 @@ nlohmann::json normalize_messages(const nlohmann::json& messages, bool keep_part
     if (!m.is_object()) throw Error(errc::invalid_argument, where + " must be an object");
     if (!m.contains("role") || !m["role"].is_string()) throw Error(errc::invalid_argument, where + ".role must be a string");
     nlohmann::json msg = m;
+    // OpenAI clients send content: null on assistant tool-call turns; templates
+    // written for transformers (Qwen3's `'</think>' in message.content`) expect a string.
+    if (m.contains("tool_calls") && m.contains("content") && m["content"].is_null()) msg["content"] = "";
     if (m.contains("content") && m["content"].is_array() && !keep_parts) {
       std::string text;
       const auto& parts = m["content"];

@@ -30,7 +30,7 @@ class ChatFormatter {
 
   // messages: array of {role, content: string | [{type: "text", text}], ...};
   // text-part lists are joined with "\n" unless the template iterates over
-  // message content itself. tools: null or an array. extra: an object (or
+  // message content itself; a null content beside tool_calls becomes "". tools: null or an array. extra: an object (or
   // null) of further template variables, e.g. {"enable_thinking": false}.
   // Throws Error{invalid_argument} for malformed messages or a non-text
   // content part, Error{template_error} when the template fails (including

@@ -33,7 +33,7 @@ TEST(ChatGolden, Qwen3RendersEveryCaseExactly) {
 }
 
 TEST(ChatGolden, Qwen3ToolsAndToolCalls) {
-  // Expected text follows the template's own logic with transformers' tojson
+  // The assistant turn has content null, as OpenAI clients send it. Expected text follows the template's own logic with transformers' tojson
   // (json.dumps separators ", " and ": "); dict keys come out sorted because
   // nlohmann::json sorts them.
   const auto formatter = ChatFormatter::from_tokenizer_config(model_dir / "tokenizer_config.json");
@@ -42,7 +42,7 @@ TEST(ChatGolden, Qwen3ToolsAndToolCalls) {
   const auto messages = nlohmann::json::parse(R"([
     {"role": "system", "content": "Be brief."},
     {"role": "user", "content": "Weather in Paris?"},
-    {"role": "assistant", "content": "", "tool_calls": [
+    {"role": "assistant", "content": null, "tool_calls": [
       {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
     {"role": "tool", "content": "18C, sunny"}
   ])");
