@@ -434,6 +434,26 @@ void launch_flash_prefill(const bf16_t* q, const bf16_t* k_cache, const bf16_t* 
 
 constexpr int kDecodeThreads = 128;
 
+// Combines the splits' partial softmax states of one head: out = sum_s e^(m_s - M) acc_s / sum_s e^(m_s - M) l_s.
+// The parts were written by other blocks of this grid: read through L2 (ld.cg), never a stale L1 line.
+__device__ void merge_splits(const float* parts, int d, int splits, bf16_t* out) {
+  float big = -INFINITY;
+  for (int s = 0; s < splits; ++s) big = fmaxf(big, __ldcg(parts + s * (d + 2)));
+  float total = 0.f;
+  for (int s = 0; s < splits; ++s) {
+    const float m = __ldcg(parts + s * (d + 2));
+    if (m != -INFINITY) total += __ldcg(parts + s * (d + 2) + 1) * exp2f(m - big);
+  }
+  for (int c = threadIdx.x; c < d; c += blockDim.x) {
+    float a = 0.f;
+    for (int s = 0; s < splits; ++s) {
+      const float m = __ldcg(parts + s * (d + 2));
+      if (m != -INFINITY) a += __ldcg(parts + s * (d + 2) + 2 + c) * exp2f(m - big);
+    }
+    out[c] = to_bf(a / total);
+  }
+}
+
 // Threads of a group of D/8 lanes share one key; each holds 8 of its D values.
 template <int D>
 __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const bf16_t* q, const bf16_t* k_cache,
@@ -535,26 +555,6 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const 
   merge_splits(scratch + static_cast<std::size_t>(head) * splits * (D + 2), D, splits,
                out + static_cast<std::size_t>(head) * D);
   if (threadIdx.x == 0) counters[head] = 0;
-}
-
-// Combines the splits' partial softmax states of one head: out = sum_s e^(m_s - M) acc_s / sum_s e^(m_s - M) l_s.
-// The parts were written by other blocks of this grid: read through L2 (ld.cg), never a stale L1 line.
-__device__ void merge_splits(const float* parts, int d, int splits, bf16_t* out) {
-  float big = -INFINITY;
-  for (int s = 0; s < splits; ++s) big = fmaxf(big, __ldcg(parts + s * (d + 2)));
-  float total = 0.f;
-  for (int s = 0; s < splits; ++s) {
-    const float m = __ldcg(parts + s * (d + 2));
-    if (m != -INFINITY) total += __ldcg(parts + s * (d + 2) + 1) * exp2f(m - big);
-  }
-  for (int c = threadIdx.x; c < d; c += blockDim.x) {
-    float a = 0.f;
-    for (int s = 0; s < splits; ++s) {
-      const float m = __ldcg(parts + s * (d + 2));
-      if (m != -INFINITY) a += __ldcg(parts + s * (d + 2) + 2 + c) * exp2f(m - big);
-    }
-    out[c] = to_bf(a / total);
-  }
 }
 
 template <int D>
