@@ -204,3 +204,59 @@ TEST(ServerOpenAiRequest, BodyMustBeAJsonObject) {
 
 }  // namespace
 }  // namespace neuron::server
+
+// ---- ModelSpec from /models/load bodies and --model text ----
+#include "server/model_spec.hpp"
+
+namespace neuron::server {
+namespace {
+
+TEST(ServerModelSpec, ParsesLoadBodies) {
+  LoadRequest r = parse_load_request(
+      {{"model_id", "Qwen/Qwen3-8B"}, {"tensor_parallel", 2}, {"devices", {0, 1}}, {"device", "cuda"}, {"quant", nullptr}, {"wait", true}});
+  EXPECT_EQ(r.spec.model_id, "Qwen/Qwen3-8B");
+  EXPECT_EQ(r.spec.tensor_parallel, 2);
+  EXPECT_EQ(r.spec.devices, (std::vector<int>{0, 1}));
+  EXPECT_EQ(r.spec.device, "cuda");
+  EXPECT_FALSE(r.spec.quant);
+  EXPECT_TRUE(r.wait);
+  for (auto [body, param] : std::vector<std::pair<nlohmann::json, std::string>>{
+           {nlohmann::json::object(), "model_id"},
+           {{{"model_id", 5}}, "model_id"},
+           {{{"model_id", ""}}, "model_id"},
+           {{{"model_id", "a\nb"}}, "model_id"},
+           {{{"model_id", "m"}, {"tensor_parallel", 0}}, "tensor_parallel"},
+           {{{"model_id", "m"}, {"tensor_parallel", 1e9}}, "tensor_parallel"},
+           {{{"model_id", "m"}, {"devices", {0, -1}}}, "devices[1]"},
+           {{{"model_id", "m"}, {"wait", "yes"}}, "wait"}}) {
+    ApiError e = expect_field_error([&] { parse_load_request(body); });
+    EXPECT_EQ(e.param, param) << body.dump();
+    EXPECT_EQ(e.status, 400) << body.dump();
+  }
+}
+
+TEST(ServerModelSpec, ParsesCommandLineSpecs) {
+  engine::ModelSpec plain = parse_model_spec_text("/srv/models/qwen");
+  EXPECT_EQ(plain.model_id, "/srv/models/qwen");
+  EXPECT_EQ(plain.tensor_parallel, 1);
+  engine::ModelSpec opts = parse_model_spec_text("Qwen/Qwen3-8B:tp=2,device=cuda,devices=0+1");
+  EXPECT_EQ(opts.model_id, "Qwen/Qwen3-8B");
+  EXPECT_EQ(opts.tensor_parallel, 2);
+  EXPECT_EQ(opts.device, "cuda");
+  EXPECT_EQ(opts.devices, (std::vector<int>{0, 1}));
+  // A ':' without options stays part of the id.
+  EXPECT_EQ(parse_model_spec_text("dir:with:colons").model_id, "dir:with:colons");
+  engine::ModelSpec json_spec = parse_model_spec_text(R"({"model_id": "m", "tensor_parallel": 4})");
+  EXPECT_EQ(json_spec.tensor_parallel, 4);
+  for (std::string bad : {"m:tp=two", "m:colour=red", "{\"model_id\": 1}", "{not json", "m:tp=2,oops"}) {
+    try {
+      parse_model_spec_text(bad);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), errc::invalid_argument) << bad;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace neuron::server
