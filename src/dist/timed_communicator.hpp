@@ -1,7 +1,10 @@
 #pragma once
 // A Communicator that forwards to another and adds up the wall time spent in
 // its collectives: how the TP leader and workers split a step's time into
-// compute and communication (bench/TP.md).
+// compute and communication (bench/TP.md). For a host communicator (Gloo)
+// that is the collective's whole duration, waiting for the slowest rank
+// included; for NCCL on a caller's stream it is only the enqueue, since the
+// collective runs asynchronously on the device.
 #include <atomic>
 #include <chrono>
 #include <cstdint>
