@@ -38,6 +38,15 @@ blocking=$(echo "$comp" | grep -o '"text":"[^"]*"' | sed 's/"text":"//; s/"$//')
 [ "$streamed" = "$blocking" ] || die "streamed completion '$streamed' != blocking '$blocking'"
 echo "PASS completion stream equals the blocking answer"
 
+# Temperature 0: the daemon's text is the decoded greedy tokens of `neuron generate`.
+ids=$(curl -sf "$NEURON_BASE_URL/tokenize" -d '{"prompt":"Once upon a time"}' | grep -o '"tokens":\[[0-9,]*\]' | sed 's/"tokens":\[//; s/\]//')
+[ -n "$ids" ] || die "tokenize"
+gen_tokens=$("$bin" generate --model "$TINY_MODEL" --prompt-ids "$ids" --max-tokens 12 --temperature 0 --json 2>/dev/null | tail -n1 | grep -o '"tokens":\[[0-9,]*\]' | sed 's/"tokens"://')
+[ -n "$gen_tokens" ] || die "neuron generate"
+gen_text=$(curl -sf "$NEURON_BASE_URL/detokenize" -d "{\"tokens\":$gen_tokens}" | grep -o '"prompt":"[^"]*"' | sed 's/"prompt":"//; s/"$//')
+[ "$gen_text" = "$blocking" ] || die "daemon text '$blocking' != neuron generate's decoded tokens '$gen_text'"
+echo "PASS completion equals the decoded greedy tokens of neuron generate"
+
 code=$(curl -s -o /dev/null -w '%{http_code}' "$NEURON_BASE_URL/v1/chat/completions" -d '{"messages": 5}')
 [ "$code" = 400 ] || die "bad request answered $code"
 echo "PASS bad request -> 400"
