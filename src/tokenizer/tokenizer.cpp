@@ -108,8 +108,9 @@ Tokenizer Tokenizer::from_json(std::string_view json_text) {
     if (impl->kind[id] == Impl::kUnknown) continue;
     ++impl->distinct;
     // The ByteLevel decoder maps a token's characters back to bytes; a token
-    // with a character outside the byte alphabet (an added token such as
-    // "<think>\n"... or " ") is emitted as its UTF-8 text instead.
+    // with any character outside the byte alphabet (an added token holding a
+    // space or a newline, say) is emitted as its UTF-8 text instead, exactly
+    // as Hugging Face's decoder falls back.
     auto raw = from_byte_level(impl->text[id]);
     impl->bytes[id] = raw ? std::move(*raw) : std::string(impl->text[id]);
   }
