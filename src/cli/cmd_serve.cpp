@@ -102,13 +102,16 @@ int run_serve(const server::ServeFlags& flags) {
   server::HttpServer http(server::HttpServerOptions{opts.host, opts.port, opts.max_body_bytes, opts.threads},
                           [&api](const server::HttpRequest& r) { return api.handle(r); },
                           [&api](const std::string& m, const std::string& p, int s, double ms) { api.record_exchange(m, p, s, ms); });
-  // Queued before the socket opens, so the first /health already lists them as loading.
+  // Queued before the socket opens, so the first /health already lists them
+  // as loading. A spec refused outright (missing directory, bad
+  // tensor_parallel) is an operator error: exit 2 rather than serve without it.
   for (const auto& spec : specs) {
     try {
       registry.load(spec, /*wait=*/false);
       spdlog::info("loading model {} (tensor_parallel {})", spec.model_id, spec.tensor_parallel);
     } catch (const Error& e) {
-      spdlog::error("cannot load model {}: ({}) {}", spec.model_id, e.kind(), e.what());
+      std::fprintf(stderr, "neuron serve: cannot load model %s: (%s) %s\n", spec.model_id.c_str(), e.kind().c_str(), e.what());
+      return 2;
     }
   }
 

@@ -13,10 +13,12 @@ void Router::add(std::string method, std::string path, Handler handler) {
 }
 
 HttpResponse Router::dispatch(const HttpRequest& request) const {
+  // HEAD is GET without the body (httplib drops it), e.g. load-balancer health probes.
+  const std::string& method = request.method == "HEAD" ? std::string("GET") : request.method;
   std::string allow;
   for (const auto& route : routes_) {
     if (route.path != request.path) continue;
-    if (route.method == request.method) {
+    if (route.method == method) {
       try {
         return route.handler(request);
       } catch (const std::exception& e) {

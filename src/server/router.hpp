@@ -1,5 +1,5 @@
 #pragma once
-// Method + exact-path dispatch. Unknown paths answer 404, known paths with
+// Method + exact-path dispatch (HEAD served by GET routes). Unknown paths answer 404, known paths with
 // another method 405 with Allow, and every exception a handler throws is
 // turned into the OpenAI error envelope here, so nothing escapes to the socket.
 #include <functional>

@@ -531,7 +531,8 @@ TEST(ServerDaemonAuth, ApiKeyGuardsEveryRouteButHealth) {
 }
 
 TEST(ServerDaemonCli, InvalidSettingsExitTwo) {
-  for (std::vector<std::string> args : {std::vector<std::string>{"--port", "http"}, {"--queue-depth", "0"}, {"--config", "/nonexistent.json"}}) {
+  for (std::vector<std::string> args : {std::vector<std::string>{"--port", "http"}, {"--queue-depth", "0"}, {"--config", "/nonexistent.json"},
+                                     {"--model", "/nonexistent/model"}, {"--model", "m:tp=x"}}) {
     std::string cmd = std::string(NEURON_BINARY) + " serve";
     for (const auto& a : args) cmd += " " + a;
     cmd += " 2>/dev/null";

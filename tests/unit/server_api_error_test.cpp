@@ -69,6 +69,7 @@ TEST(ServerRouter, DispatchesAnd404sAnd405s) {
   router.add("DELETE", "/boom", [](const HttpRequest&) -> HttpResponse { throw std::logic_error("bug"); });
 
   EXPECT_EQ(router.dispatch({"GET", "/health", {}, "", ""}).status, 200);
+  EXPECT_EQ(router.dispatch({"HEAD", "/health", {}, "", ""}).status, 200);
   HttpResponse missing = router.dispatch({"GET", "/nope", {}, "", ""});
   EXPECT_EQ(missing.status, 404);
   EXPECT_EQ(nlohmann::json::parse(missing.body)["error"]["code"], "route_not_found");
