@@ -3,6 +3,7 @@
 // (templates ship inside model files) must hit a limit, not exhaust the process.
 #include <gtest/gtest.h>
 
+#include <ctime>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -180,6 +181,17 @@ TEST(JinjaTemplate, RendersConcurrentlyFromOneParsedTemplate) {
     }
     EXPECT_EQ(results[static_cast<std::size_t>(k)], expected + "=" + std::to_string(total));
   }
+}
+
+TEST(JinjaTemplate, StrftimeNowFormatsTheCurrentLocalTime) {
+  // transformers exposes strftime_now for templates that print today's date (Llama 3.1).
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  const std::string year = std::to_string(local.tm_year + 1900);
+  const std::string out = ChatTemplate::parse("{{ strftime_now('%Y') }}|{{ strftime_now('%d %b %Y') }}").render(nlohmann::json::object());
+  EXPECT_EQ(out.substr(0, 5), year + "|");
+  EXPECT_EQ(out.size(), 5u + 11u) << out;
 }
 
 TEST(JinjaTemplate, OrderedContextKeepsKeyOrderForTojson) {
