@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend/model_runner.hpp"
@@ -361,6 +362,33 @@ TEST_F(EngineTest, StatsRecordLatencies) {
   EXPECT_EQ(stats.prompt_tokens, prompt().size());
   EXPECT_EQ(stats.queue_depth, 0u);
   EXPECT_EQ(stats.running, 0u);
+}
+
+TEST_F(EngineTest, ConcurrentClientsGetTheAnswersTheyGetAlone) {
+  // Prompts that share prefixes with each other exercise the cache reuse between requests.
+  const std::vector<std::string> texts = {"The capital of France is", "The capital of Spain is", "The capital",
+                                          "Once upon a time", "Once upon a time there was", "1 2 3 4 5",
+                                          "The capital of France is Paris and", "Hello"};
+  std::vector<std::vector<std::int32_t>> alone;
+  {
+    auto engine = make_engine();
+    for (const auto& t : texts) alone.push_back(drain(*engine->submit(greedy_request(tiny_tokenizer()->encode(t), 12))).last.tokens);
+  }
+  auto engine = make_engine(EngineOptions{.queue_depth = 64});
+  constexpr int kClients = 16;
+  std::vector<std::vector<std::int32_t>> got(kClients);
+  std::vector<std::thread> clients;
+  for (int c = 0; c < kClients; ++c) {
+    clients.emplace_back([&, c] {
+      const auto& text = texts[static_cast<std::size_t>(c) % texts.size()];
+      got[static_cast<std::size_t>(c)] = drain(*engine->submit(greedy_request(tiny_tokenizer()->encode(text), 12))).last.tokens;
+    });
+  }
+  for (auto& t : clients) t.join();
+  for (int c = 0; c < kClients; ++c) {
+    EXPECT_EQ(got[static_cast<std::size_t>(c)], alone[static_cast<std::size_t>(c) % texts.size()]) << "client " << c;
+  }
+  EXPECT_EQ(engine->stats().requests_done, static_cast<std::uint64_t>(kClients));
 }
 
 }  // namespace

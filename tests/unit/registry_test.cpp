@@ -350,6 +350,10 @@ TEST_F(RegistryTest, TensorParallelTwoMatchesSingle) {
   registry.load(single, true);
   const auto prompt = registry.assets(single.model_id)->tokenizer->encode("Tensor parallel check");
   const auto expected = greedy_tokens(*registry.engine(single.model_id), prompt, 24);
+  // A second request sharing the first one's prefix resumes from the ranks' caches.
+  auto extended = prompt;
+  extended.insert(extended.end(), expected.begin(), expected.begin() + 10);
+  const auto expected_extended = greedy_tokens(*registry.engine(single.model_id), extended, 12);
   registry.unload(single.model_id);
 
   ModelSpec tp = spec_for(kTinyModel, 2);
@@ -358,6 +362,8 @@ TEST_F(RegistryTest, TensorParallelTwoMatchesSingle) {
   EXPECT_EQ(info.tensor_parallel, 2);
   EXPECT_EQ(info.devices, (std::vector<std::string>{"cpu", "cpu"}));
   EXPECT_EQ(greedy_tokens(*registry.engine(tp.model_id), prompt, 24), expected);
+  EXPECT_EQ(greedy_tokens(*registry.engine(tp.model_id), extended, 12), expected_extended);
+  EXPECT_GT(registry.engine(tp.model_id)->stats().prompt_tokens_reused, 0u);
   registry.unload(tp.model_id);
   // And again: unloading reaped the workers, a new load spawns fresh ones.
   registry.load(tp, true);
