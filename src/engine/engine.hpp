@@ -1,7 +1,21 @@
 #pragma once
 // One engine per loaded model: a thread that owns the model's runner (and so
 // its device state and, for TP, its WorkerPool) and serves requests from a
-// bounded FIFO queue, one step at a time. HTTP threads never touch tensors.
+// bounded FIFO queue, one at a time, one token per step. HTTP threads never
+// touch tensors; they submit and read the request's Channel.
+//
+// Per request: prefill, then sample a token, turn it into text
+// (tokenizer::StreamDecoder, then TextStream for stop strings and <think>
+// splitting), push a delta when there is text to show, check for EOS, stop
+// strings, max_tokens, the context limit and cancellation, and feed the token.
+// The KV cache outlives requests: the engine remembers which tokens it holds
+// and the next request prefills only past the longest prefix it shares with
+// them (multi-turn chats and repeated system prompts skip most of their prefill).
+//
+// Failures: an error from the runner ends that request with an error event.
+// After worker_failed, comm, cuda or timeout the runner's state is unknown:
+// the engine is marked failed, queued requests get model_failed, and so does
+// every later submit, until the registry unloads it.
 #include <atomic>
 #include <cstdint>
 #include <memory>
