@@ -28,10 +28,10 @@ class WordCache {
   // Appends the cached ids of `word` to `out`; false on a miss.
   bool lookup(std::string_view word, std::vector<std::int32_t>& out) const {
     if (word.size() > kMaxWordBytes) return false;
-    const std::size_t h = std::hash<std::string_view>{}(word);
-    Shard& s = (*shards_)[h % kShards];
+    const Prehashed key{word, std::hash<std::string_view>{}(word)};
+    Shard& s = (*shards_)[key.hash % kShards];
     std::lock_guard lock(s.mutex);
-    const auto it = s.map.find(word);
+    const auto it = s.map.find(key);
     if (it == s.map.end()) return false;
     out.insert(out.end(), it->second.begin(), it->second.end());
     return true;
@@ -47,13 +47,25 @@ class WordCache {
   }
 
  private:
+  // A word with its hash, computed once per lookup for both the shard and the map.
+  struct Prehashed {
+    std::string_view word;
+    std::size_t hash;
+  };
   struct Hash {
     using is_transparent = void;
     std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+    std::size_t operator()(const Prehashed& p) const noexcept { return p.hash; }
+  };
+  struct Equal {
+    using is_transparent = void;
+    bool operator()(std::string_view a, std::string_view b) const noexcept { return a == b; }
+    bool operator()(const Prehashed& a, std::string_view b) const noexcept { return a.word == b; }
+    bool operator()(std::string_view a, const Prehashed& b) const noexcept { return a == b.word; }
   };
   struct Shard {
     std::mutex mutex;
-    std::unordered_map<std::string, std::vector<std::int32_t>, Hash, std::equal_to<>> map;
+    std::unordered_map<std::string, std::vector<std::int32_t>, Hash, Equal> map;
   };
   // Behind a pointer so the cache (and the tokenizer holding it) can move;
   // the shards themselves are mutated under their locks by const callers.
