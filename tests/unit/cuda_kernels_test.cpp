@@ -351,6 +351,54 @@ TEST_F(CudaKernels, DecodeAttentionMatchesReferenceOnLongKv) {
   }
 }
 
+TEST_F(CudaKernels, FusedDecodeAttentionEqualsNormRopeThenAttention) {
+  struct Case { int offset, hq, hkv, d, splits; };
+  for (Case c : {Case{700, 8, 2, 128, 16}, Case{0, 4, 2, 16, 3}, Case{129, 16, 8, 64, 40}}) {
+    const int max_ctx = c.offset + 9;
+    const int width = (c.hq + 2 * c.hkv) * c.d;
+    const std::size_t cache = static_cast<std::size_t>(c.hkv) * max_ctx * c.d;
+    auto qkv = random_bf16(width, 3.f);
+    auto qn = random_bf16(c.d), kn = random_bf16(c.d);
+    std::vector<float> inv(c.d / 2);
+    for (int j = 0; j < c.d / 2; ++j) inv[j] = static_cast<float>(1.0 / std::pow(1e6, 2.0 * j / c.d));
+    auto kc = random_bf16(cache, 2.f), vc = random_bf16(cache);
+    const std::vector<std::int32_t> off = {c.offset};
+    auto dqkv = upload(qkv), dqn = upload(qn), dkn = upload(kn), dinv = upload(inv), doff = upload(off);
+    auto dk1 = upload(kc), dv1 = upload(vc), dk2 = upload(kc), dv2 = upload(vc);
+    DeviceBuffer scratch(4 * kernels::decode_scratch_floats(c.hq, c.d, c.splits));
+    NEURON_CUDA_CHECK(cudaMemset(scratch.data(), 0, scratch.bytes()));
+    auto dq = poisoned(2 * c.hq * c.d), out1 = poisoned(2 * c.hq * c.d), out2 = poisoned(2 * c.hq * c.d);
+    const float scale = 1.f / std::sqrt(float(c.d));
+    kernels::qk_norm_rope(dqkv.data<bf16_t>(), 1, c.hq, c.hkv, c.d, dqn.data<bf16_t>(), dkn.data<bf16_t>(),
+                          dinv.data<float>(), doff.data<std::int32_t>(), 1e-6f, dq.data<bf16_t>(), dk1.data<bf16_t>(),
+                          dv1.data<bf16_t>(), max_ctx, s());
+    kernels::attention_decode(dq.data<bf16_t>(), dk1.data<bf16_t>(), dv1.data<bf16_t>(), c.hq, c.hkv, c.d, max_ctx,
+                              doff.data<std::int32_t>(), scale, c.splits, scratch.data<float>(), out1.data<bf16_t>(), s());
+    kernels::attention_decode_fused(dqkv.data<bf16_t>(), dqn.data<bf16_t>(), dkn.data<bf16_t>(), dinv.data<float>(),
+                                    1e-6f, dk2.data<bf16_t>(), dv2.data<bf16_t>(), c.hq, c.hkv, c.d, max_ctx,
+                                    doff.data<std::int32_t>(), scale, c.splits, scratch.data<float>(),
+                                    out2.data<bf16_t>(), s());
+    auto o1 = download<bf16_t>(out1, c.hq * c.d), o2 = download<bf16_t>(out2, c.hq * c.d);
+    std::vector<double> ref(o1.begin(), o1.end());
+    for (std::size_t i = 0; i < o1.size(); ++i) ref[i] = bf16_to_f32(o1[i]);
+    EXPECT_LT(rel_err(o2, ref), 4e-3) << "offset " << c.offset << " d " << c.d;
+    // The fused kernel stored the new key and value where qk_norm_rope does, and nothing else.
+    auto k1 = download<bf16_t>(dk1, cache), k2 = download<bf16_t>(dk2, cache);
+    auto v1 = download<bf16_t>(dv1, cache), v2 = download<bf16_t>(dv2, cache);
+    EXPECT_EQ(v1, v2);
+    std::vector<double> k_ref(k1.size());
+    for (std::size_t i = 0; i < k1.size(); ++i) k_ref[i] = bf16_to_f32(k1[i]);
+    EXPECT_LT(rel_err(k2, k_ref), 1e-3);
+    for (int h = 0; h < c.hkv; ++h)
+      for (int t = 0; t < max_ctx; ++t)
+        if (t != c.offset)
+          for (int e = 0; e < c.d; ++e) {
+            const std::size_t i = (static_cast<std::size_t>(h) * max_ctx + t) * c.d + e;
+            ASSERT_EQ(k2[i], kc[i]) << "fused decode wrote key position " << t;
+          }
+  }
+}
+
 TEST_F(CudaKernels, RandomFillIsDeterministicAndSliceConsistent) {
   const int rows = 300, cols = 77;
   DeviceBuffer full(2 * rows * cols), part(2 * 100 * 20), again(2 * rows * cols);

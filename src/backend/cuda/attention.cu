@@ -454,13 +454,46 @@ __device__ void merge_splits(const float* parts, int d, int splits, bf16_t* out)
   }
 }
 
+// RMSNorm over one head's D values, times w, then rotate-half RoPE at `pos`,
+// into dst (shared, f32 holding bf16-rounded values, as qk_norm_rope stores
+// them). Called by the whole block; red holds one float per warp.
+template <int D>
+__device__ void norm_rope(const bf16_t* src, const bf16_t* w, const float* inv_freq, int pos, float eps, float* dst,
+                          float* red) {
+  float ss = 0.f;
+  for (int c = threadIdx.x; c < D; c += blockDim.x) {
+    const float v = bf(src[c]);
+    dst[c] = v;
+    ss += v * v;
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
+  __syncthreads();
+  float total = 0.f;
+  for (int i = 0; i < static_cast<int>(blockDim.x >> 5); ++i) total += red[i];
+  const float inv = rsqrtf(total / static_cast<float>(D) + eps);
+  constexpr int half = D / 2;
+  for (int j = threadIdx.x; j < half; j += blockDim.x) {  // thread j alone owns entries j and j + half
+    const float a = bf(to_bf(bf(to_bf(dst[j] * inv)) * bf(w[j])));
+    const float b = bf(to_bf(bf(to_bf(dst[j + half] * inv)) * bf(w[j + half])));
+    float sn, cs;
+    sincosf(static_cast<float>(pos) * inv_freq[j], &sn, &cs);
+    dst[j] = bf(to_bf(a * cs - b * sn));
+    dst[j + half] = bf(to_bf(b * cs + a * sn));
+  }
+  __syncthreads();  // dst complete, red free for the next call
+}
+
 // Threads of a group of D/8 lanes share one key; each holds 8 of its D values.
 template <int D>
-__global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const bf16_t* q, const bf16_t* k_cache,
-                                                                          const bf16_t* v_cache, int hq, int hkv,
+__global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const bf16_t* q, bf16_t* k_cache,
+                                                                          bf16_t* v_cache, int hq, int hkv,
                                                                           int max_ctx, const std::int32_t* offset_ptr,
                                                                           float scale, int splits, float* scratch,
-                                                                          bf16_t* out) {
+                                                                          bf16_t* out, const bf16_t* qkv,
+                                                                          const bf16_t* q_norm, const bf16_t* k_norm,
+                                                                          const float* inv_freq, float eps) {
   grid_dependency_wait();
   constexpr int tpk = D / 8;                    // threads per key
   constexpr int groups = kDecodeThreads / tpk;  // keys in flight per block
@@ -475,7 +508,28 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const 
   const int group = threadIdx.x / tpk, sub = threadIdx.x % tpk;
 
   float qv[8];
-  {
+  if (qkv) {
+    // Fused q/k norm + RoPE: this block makes its head's query, and a block
+    // whose split holds the new position also makes that position's key and
+    // value and stores them in the cache (the blocks of one KV head's query
+    // heads store identical bits) before reading the cache.
+    __shared__ float q_s[D], k_s[D];
+    __shared__ float red[kDecodeThreads / 32];
+    const int pos = kv_len - 1;
+    norm_rope<D>(qkv + static_cast<std::size_t>(head) * D, q_norm, inv_freq, pos, eps, q_s, red);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) qv[i] = q_s[sub * 8 + i] * scale * kLog2e;
+    if (end == kv_len && begin < end) {
+      norm_rope<D>(qkv + static_cast<std::size_t>(hq + kv_head) * D, k_norm, inv_freq, pos, eps, k_s, red);
+      const bf16_t* v_new = qkv + static_cast<std::size_t>(hq + hkv + kv_head) * D;
+      const std::size_t at = (static_cast<std::size_t>(kv_head) * max_ctx + pos) * D;
+      for (int c = threadIdx.x; c < D; c += kDecodeThreads) {
+        k_cache[at + c] = to_bf(k_s[c]);
+        v_cache[at + c] = v_new[c];
+      }
+      __syncthreads();  // the block's own cache writes are visible to its loads below
+    }
+  } else {
     const uint4 raw = *reinterpret_cast<const uint4*>(q + static_cast<std::size_t>(head) * D + sub * 8);
     const bf16_t* e = reinterpret_cast<const bf16_t*>(&raw);
 #pragma unroll
@@ -558,12 +612,13 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const 
 }
 
 template <int D>
-void launch_decode(const bf16_t* q, const bf16_t* k_cache, const bf16_t* v_cache, int hq, int hkv, int max_ctx,
+void launch_decode(const bf16_t* q, bf16_t* k_cache, bf16_t* v_cache, int hq, int hkv, int max_ctx,
                    const std::int32_t* offset, float scale, int splits, float* scratch, bf16_t* out,
+                   const bf16_t* qkv, const bf16_t* q_norm, const bf16_t* k_norm, const float* inv_freq, float eps,
                    cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(hq), static_cast<unsigned>(splits));
   launch(attention_decode_kernel<D>, grid, kDecodeThreads, 0, stream, "attention_decode", q, k_cache, v_cache, hq, hkv,
-         max_ctx, offset, scale, splits, scratch, out);
+         max_ctx, offset, scale, splits, scratch, out, qkv, q_norm, k_norm, inv_freq, eps);
 }
 
 }  // namespace
@@ -591,14 +646,34 @@ std::size_t decode_scratch_floats(int hq, int d, int splits) noexcept {
 void attention_decode(const bf16_t* q, const bf16_t* k_cache, const bf16_t* v_cache, int hq, int hkv, int d,
                       int max_ctx, const std::int32_t* offset, float scale, int splits, float* scratch, bf16_t* out,
                       cudaStream_t stream) {
+  // The unfused path never writes the cache.
+  bf16_t* kc = const_cast<bf16_t*>(k_cache);
+  bf16_t* vc = const_cast<bf16_t*>(v_cache);
 #define NEURON_CALL(D) \
-  launch_decode<D>(q, k_cache, v_cache, hq, hkv, max_ctx, offset, scale, splits, scratch, out, stream)
+  launch_decode<D>(q, kc, vc, hq, hkv, max_ctx, offset, scale, splits, scratch, out, nullptr, nullptr, nullptr, nullptr, 0.f, stream)
   switch (d) {
     case 16: NEURON_CALL(16); break;
     case 64: NEURON_CALL(64); break;
     case 128: NEURON_CALL(128); break;
     case 256: NEURON_CALL(256); break;
     default: NEURON_ASSERT(!"attention_decode: head_dim not instantiated (checked at load)");
+  }
+#undef NEURON_CALL
+}
+
+void attention_decode_fused(const bf16_t* qkv, const bf16_t* q_norm, const bf16_t* k_norm, const float* inv_freq,
+                            float eps, bf16_t* k_cache, bf16_t* v_cache, int hq, int hkv, int d, int max_ctx,
+                            const std::int32_t* offset, float scale, int splits, float* scratch, bf16_t* out,
+                            cudaStream_t stream) {
+#define NEURON_CALL(D)                                                                                          \
+  launch_decode<D>(nullptr, k_cache, v_cache, hq, hkv, max_ctx, offset, scale, splits, scratch, out, qkv, q_norm, \
+                   k_norm, inv_freq, eps, stream)
+  switch (d) {
+    case 16: NEURON_CALL(16); break;
+    case 64: NEURON_CALL(64); break;
+    case 128: NEURON_CALL(128); break;
+    case 256: NEURON_CALL(256); break;
+    default: NEURON_ASSERT(!"attention_decode_fused: head_dim not instantiated (checked at load)");
   }
 #undef NEURON_CALL
 }

@@ -17,6 +17,7 @@
 //   NEURON_CUDA_GEMV=0    batch-1 projections on cuBLAS instead of the GEMV kernel
 //   NEURON_CUDA_GRAPHS=0  launch the decode step eagerly instead of replaying a graph
 //   NEURON_CUDA_PDL=0     no programmatic dependent launch between kernels
+//   NEURON_CUDA_FUSED_ROPE=0  decode runs q/k norm + RoPE as its own kernel
 #include "backend/cuda/cuda_runner.hpp"
 
 #include <spdlog/spdlog.h>
@@ -170,7 +171,7 @@ class CudaRunner final : public ModelRunner {
   int hidden_ = 0, hq_ = 0, hkv_ = 0, hd_ = 0, ff_ = 0, vocab_ = 0, qkv_rows_ = 0;
   int chunk_ = 0, decode_splits_ = 1;
   float eps_ = 1e-6f, scale_ = 1.f;
-  bool use_gemv_ = true, use_graphs_ = true;
+  bool use_gemv_ = true, use_graphs_ = true, fuse_decode_rope_ = true;
   DeviceGuard guard_;
   Stream stream_;
   Blas blas_;
@@ -232,6 +233,7 @@ CudaRunner::CudaRunner(const model::Qwen3Config& cfg, const io::Checkpoint* chec
   chunk_ = std::min(max_ctx_, kMaxPrefillChunk);
   use_gemv_ = env_flag("NEURON_CUDA_GEMV", true);
   kernels::set_programmatic_launch(env_flag("NEURON_CUDA_PDL", true));
+  fuse_decode_rope_ = env_flag("NEURON_CUDA_FUSED_ROPE", true);
   // A host communicator cannot run inside a graph; NCCL could, but one rank is what graphs are measured on.
   use_graphs_ = env_flag("NEURON_CUDA_GRAPHS", true) && comm_->size() == 1;
 
@@ -381,16 +383,23 @@ void CudaRunner::run_layers(int n) {
   for (Layer& l : layers_) {
     kernels::add_rmsnorm(x, pending, w(l.input_norm), h, n, hidden_, eps_, s);
     linear(h, n, l.qkv, qkv_rows_, hidden_, qkv_.data<bf16_t>());
-    kernels::qk_norm_rope(qkv_.data<bf16_t>(), n, hq_, hkv_, hd_, w(l.q_norm), w(l.k_norm), inv_freq_.data<float>(),
-                          offset, eps_, q_.data<bf16_t>(), l.k_cache.data<bf16_t>(), l.v_cache.data<bf16_t>(), max_ctx_,
-                          s);
-    if (n == 1)
-      kernels::attention_decode(q_.data<bf16_t>(), l.k_cache.data<bf16_t>(), l.v_cache.data<bf16_t>(), hq_, hkv_, hd_,
-                                max_ctx_, offset, scale_, decode_splits_, decode_scratch_.data<float>(),
-                                attn_.data<bf16_t>(), s);
-    else
-      kernels::attention_prefill(q_.data<bf16_t>(), l.k_cache.data<bf16_t>(), l.v_cache.data<bf16_t>(), n, hq_, hkv_,
-                                 hd_, max_ctx_, offset, scale_, attn_.data<bf16_t>(), s);
+    if (n == 1 && fuse_decode_rope_) {
+      kernels::attention_decode_fused(qkv_.data<bf16_t>(), w(l.q_norm), w(l.k_norm), inv_freq_.data<float>(), eps_,
+                                      l.k_cache.data<bf16_t>(), l.v_cache.data<bf16_t>(), hq_, hkv_, hd_, max_ctx_,
+                                      offset, scale_, decode_splits_, decode_scratch_.data<float>(),
+                                      attn_.data<bf16_t>(), s);
+    } else {
+      kernels::qk_norm_rope(qkv_.data<bf16_t>(), n, hq_, hkv_, hd_, w(l.q_norm), w(l.k_norm),
+                            inv_freq_.data<float>(), offset, eps_, q_.data<bf16_t>(), l.k_cache.data<bf16_t>(),
+                            l.v_cache.data<bf16_t>(), max_ctx_, s);
+      if (n == 1)
+        kernels::attention_decode(q_.data<bf16_t>(), l.k_cache.data<bf16_t>(), l.v_cache.data<bf16_t>(), hq_, hkv_,
+                                  hd_, max_ctx_, offset, scale_, decode_splits_, decode_scratch_.data<float>(),
+                                  attn_.data<bf16_t>(), s);
+      else
+        kernels::attention_prefill(q_.data<bf16_t>(), l.k_cache.data<bf16_t>(), l.v_cache.data<bf16_t>(), n, hq_,
+                                   hkv_, hd_, max_ctx_, offset, scale_, attn_.data<bf16_t>(), s);
+    }
     linear(attn_.data<bf16_t>(), n, l.o, hidden_, hq_ * hd_, delta);
     all_reduce(delta, static_cast<std::size_t>(n) * hidden_);
     kernels::add_rmsnorm(x, delta, w(l.post_norm), h, n, hidden_, eps_, s);

@@ -70,6 +70,15 @@ void attention_decode(const bf16_t* q, const bf16_t* k_cache, const bf16_t* v_ca
                       int max_ctx, const std::int32_t* offset, float scale, int splits, float* scratch, bf16_t* out,
                       cudaStream_t stream);
 
+// attention_decode with qk_norm_rope folded in: reads the raw projection
+// qkv [1, (hq + 2 hkv) * d] of the step's token, makes the query itself and
+// writes the new key and value into the cache at *offset (one kernel less per
+// layer and step). Same scratch contract as attention_decode.
+void attention_decode_fused(const bf16_t* qkv, const bf16_t* q_norm, const bf16_t* k_norm, const float* inv_freq,
+                            float eps, bf16_t* k_cache, bf16_t* v_cache, int hq, int hkv, int d, int max_ctx,
+                            const std::int32_t* offset, float scale, int splits, float* scratch, bf16_t* out,
+                            cudaStream_t stream);
+
 // Batch-1 matrix-vector product y[r] = sum_c w[r, c] * x[c] (w [rows, cols]),
 // bandwidth-bound: 16-byte loads, several rows per warp, warp reductions.
 void gemv(const bf16_t* w, const bf16_t* x, int rows, int cols, float* y, cudaStream_t stream);
