@@ -176,7 +176,11 @@ fs::path resolve_model(std::string_view ref, const ResolveOptions& opts) {
   if (has_control(ref)) fail(errc::invalid_argument, "model reference contains control characters");
   const fs::path as_path{std::string(ref)};
   std::error_code ec;
-  if (fs::is_directory(as_path, ec)) return resolve_directory(as_path, opts);
+  if (fs::is_directory(as_path, ec)) {
+    if (!opts.allow_directories)
+      fail(errc::invalid_argument, "model reference '" + std::string(ref) + "' names a directory; only Hugging Face ids are allowed here");
+    return resolve_directory(as_path, opts);
+  }
   // Something spelled like a path but absent is a missing directory, not a Hub id.
   if (ref.front() == '/' || ref.starts_with("./") || ref.starts_with("../") || ref == "." || ref == "..")
     fail(errc::not_found, "model directory " + std::string(ref) + " does not exist");

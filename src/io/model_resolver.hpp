@@ -44,6 +44,9 @@ struct ResolveOptions {
   // after resolving symlinks (a daemon serving only configured model
   // folders). Ids resolved in the Hugging Face cache are always allowed.
   std::vector<std::filesystem::path> allowed_roots;
+  // False: only Hugging Face ids; a reference that names an existing
+  // directory is refused (a daemon with no configured model roots).
+  bool allow_directories = true;
 };
 
 // Returns the model's directory (canonical for directory references, the

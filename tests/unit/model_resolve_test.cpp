@@ -182,6 +182,11 @@ TEST_F(ResolveTest, AllowedRootsConfineDirectories) {
   expect_error([&] { resolve_model((root_ / "allowed" / ".." / "allowed2" / "m").string(), o); }, errc::invalid_argument, {"outside"});
   // Cache ids stay allowed: the id check already keeps them inside the cache.
   EXPECT_EQ(resolve_model("gpt2", o), cache_ / "models--gpt2" / "snapshots" / kCommit);
+  // Directories can be refused outright while ids still resolve.
+  ResolveOptions ids_only = opts_;
+  ids_only.allow_directories = false;
+  expect_error([&] { resolve_model(inside.string(), ids_only); }, errc::invalid_argument, {"names a directory"});
+  EXPECT_EQ(resolve_model("gpt2", ids_only), cache_ / "models--gpt2" / "snapshots" / kCommit);
   // A trailing separator on the root changes nothing.
   o.allowed_roots = {root_ / "allowed" / ""};
   EXPECT_EQ(resolve_model(inside.string(), o), fs::canonical(inside));
