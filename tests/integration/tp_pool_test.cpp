@@ -11,6 +11,9 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <filesystem>
+#include <fstream>
+#include <thread>
 
 #include "tp/worker_pool.hpp"
 #include "util/error.hpp"
@@ -168,6 +171,47 @@ TEST(TpSmokeCli, RejectsABadSize) {
   const auto [rc, out] = run_cli("tp-smoke --tp-size 1 --device cpu");
   EXPECT_NE(rc, 0);
   EXPECT_EQ(out.find("status=ok"), std::string::npos);
+}
+
+// Children of every thread of `pid` (workers are forked by the leader's spawner thread).
+std::vector<pid_t> children_of(pid_t pid) {
+  std::vector<pid_t> out;
+  const std::filesystem::path tasks = "/proc/" + std::to_string(pid) + "/task";
+  std::error_code ec;
+  for (const auto& t : std::filesystem::directory_iterator(tasks, ec)) {
+    std::ifstream f(t.path() / "children");
+    for (pid_t c; f >> c;) out.push_back(c);
+  }
+  return out;
+}
+
+// Gone, or a zombie nobody reaped yet (a container's init may not): either way not running.
+bool dead(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(f, line)) return true;
+  const auto close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'Z';
+}
+
+TEST(WorkerPool, WorkersDieWithTheirLeader) {
+  // A leader busy generating at TP=2; SIGKILL gives it no chance to clean up.
+  auto leader = ChildProcess::spawn({NEURON_BINARY, "generate", "--model",
+                                     std::string(NEURON_REPO_ROOT) + "/models/qwen3-tiny-a", "--prompt-ids", "1,2,3",
+                                     "--max-tokens", "4000", "--max-context", "4096", "--temperature", "0",
+                                     "--ignore-eos", "--tensor-parallel", "2"});
+  std::vector<pid_t> workers;
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (workers.empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(50ms);
+    workers = children_of(leader.pid());
+  }
+  ASSERT_EQ(workers.size(), 1u) << "the leader never started its worker";
+  std::this_thread::sleep_for(300ms);  // let generation get going
+  leader.kill();
+  const auto until = std::chrono::steady_clock::now() + 3s;
+  while (!dead(workers[0]) && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(20ms);
+  EXPECT_TRUE(dead(workers[0])) << "worker pid " << workers[0] << " outlived its leader";
 }
 
 TEST(GenerateCli, TensorParallelPrintsTheSameTokensOnCleanStdout) {
