@@ -6,17 +6,13 @@
 #include <nlohmann/json.hpp>
 
 #include "util/error.hpp"
+#include "util/overloaded.hpp"
 
 namespace neuron::tp {
 
 namespace {
 
 using ojson = nlohmann::ordered_json;
-
-template <class... Fs>
-struct overloaded : Fs... {
-  using Fs::operator()...;
-};
 
 [[noreturn]] void bad(std::string_view op, std::string_view field, std::string_view why) {
   fail(errc::bad_request, std::string(op) + "." + std::string(field) + ": " + std::string(why));

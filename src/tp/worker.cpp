@@ -15,15 +15,11 @@
 #include "model/shard.hpp"
 #include "tp/line_channel.hpp"
 #include "util/error.hpp"
+#include "util/overloaded.hpp"
 
 namespace neuron::tp {
 
 namespace {
-
-template <class... Fs>
-struct overloaded : Fs... {
-  using Fs::operator()...;
-};
 
 std::int64_t micros_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
