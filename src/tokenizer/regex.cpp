@@ -11,26 +11,28 @@
 
 namespace neuron::tokenizer {
 
-struct Regex::Code {
-  pcre2_code* code = nullptr;
-  bool jit = false;
-  ~Code() { pcre2_code_free(code); }
-};
-
 namespace {
 
+struct CodeDeleter {
+  void operator()(pcre2_code* c) const noexcept { pcre2_code_free(c); }
+};
 struct MatchDataDeleter {
   void operator()(pcre2_match_data* m) const noexcept { pcre2_match_data_free(m); }
 };
 
 }  // namespace
 
+struct Regex::Code {
+  std::unique_ptr<pcre2_code, CodeDeleter> code;
+  bool jit = false;  // JIT-compiled: match with pcre2_jit_match
+};
+
 Regex::Regex(std::string_view pattern, const std::string& what) : pattern_(pattern) {
   int err = 0;
   PCRE2_SIZE offset = 0;
   auto code = std::make_shared<Code>();
-  code->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), PCRE2_UTF | PCRE2_UCP, &err,
-                             &offset, nullptr);
+  code->code.reset(pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), PCRE2_UTF | PCRE2_UCP,
+                                 &err, &offset, nullptr));
   if (code->code == nullptr) {
     PCRE2_UCHAR msg[256];
     pcre2_get_error_message(err, msg, sizeof msg);
@@ -38,7 +40,7 @@ Regex::Regex(std::string_view pattern, const std::string& what) : pattern_(patte
                               reinterpret_cast<const char*>(msg));
   }
   // JIT is an optimisation only: when it is unavailable the interpreter gives the same matches.
-  code->jit = pcre2_jit_compile(code->code, PCRE2_JIT_COMPLETE) == 0;
+  code->jit = pcre2_jit_compile(code->code.get(), PCRE2_JIT_COMPLETE) == 0;
   code_ = std::move(code);
 }
 
@@ -54,13 +56,13 @@ Regex Regex::literal(std::string_view literal, const std::string& what) {
 }
 
 bool Regex::for_each_match(std::string_view text, const std::function<void(Span)>& on_match) const {
-  std::unique_ptr<pcre2_match_data, MatchDataDeleter> md(pcre2_match_data_create_from_pattern(code_->code, nullptr));
+  std::unique_ptr<pcre2_match_data, MatchDataDeleter> md(pcre2_match_data_create_from_pattern(code_->code.get(), nullptr));
   if (!md) throw std::bad_alloc();
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   std::size_t pos = 0;
   while (pos <= text.size()) {
-    const int rc = code_->jit ? pcre2_jit_match(code_->code, subject, text.size(), pos, 0, md.get(), nullptr)
-                              : pcre2_match(code_->code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK, md.get(), nullptr);
+    const int rc = code_->jit ? pcre2_jit_match(code_->code.get(), subject, text.size(), pos, 0, md.get(), nullptr)
+                              : pcre2_match(code_->code.get(), subject, text.size(), pos, PCRE2_NO_UTF_CHECK, md.get(), nullptr);
     if (rc == PCRE2_ERROR_NOMATCH) return true;
     if (rc < 0) return false;
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md.get());
