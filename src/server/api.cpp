@@ -201,7 +201,7 @@ Api::Api(engine::Registry& registry, ApiOptions options) : registry_(registry), 
   metrics_.declare_counter("neuron_http_requests_total", "HTTP requests by route and status");
   metrics_.declare_counter("neuron_prompt_tokens_total", "Prompt tokens processed");
   metrics_.declare_counter("neuron_generated_tokens_total", "Tokens generated");
-  metrics_.declare_counter("neuron_requests_cancelled_total", "Generations stopped because the client went away");
+  metrics_.declare_counter("neuron_requests_cancelled_total", "Generations stopped before their end: client disconnected, or cancelled at shutdown");
   const std::vector<double> latency = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
   metrics_.declare_histogram("neuron_time_to_first_token_seconds", "Submit to first generated token (queue wait included)", latency);
   metrics_.declare_histogram("neuron_inter_token_latency_seconds", "Time between generated tokens", latency);
