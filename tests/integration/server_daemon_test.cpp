@@ -213,6 +213,53 @@ TEST_F(ServerDaemon, StreamingCompletionConcatenatesToTheSameText) {
   EXPECT_EQ(finish, ref.finish_reason);
 }
 
+TEST_F(ServerDaemon, StopSeedAndTokenLimitsReachTheEngine) {
+  json req = completion_request(model_, "In the beginning");
+  req["ignore_eos"] = true;
+  auto full = daemon_->post("/v1/completions", req);
+  ASSERT_EQ(full->status, 200) << full->body;
+  const std::string text = json::parse(full->body)["choices"][0]["text"];
+  // A stop string from the middle of the greedy text (one whole UTF-8 character).
+  std::size_t mid = text.size() / 2;
+  while (mid > 0 && (static_cast<unsigned char>(text[mid]) & 0xC0) == 0x80) --mid;
+  std::size_t len = 1;
+  while (mid + len < text.size() && (static_cast<unsigned char>(text[mid + len]) & 0xC0) == 0x80) ++len;
+  const std::string stop = text.substr(mid, len);
+  ASSERT_FALSE(stop.empty());
+  for (bool stream : {false, true}) {
+    json with_stop = req;
+    with_stop["stop"] = {stop};
+    with_stop["stream"] = stream;
+    auto res = daemon_->post("/v1/completions", with_stop);
+    ASSERT_EQ(res->status, 200) << res->body;
+    std::string got, finish;
+    if (!stream) {
+      got = json::parse(res->body)["choices"][0]["text"];
+      finish = json::parse(res->body)["choices"][0]["finish_reason"];
+    } else {
+      for (const auto& e : sse_payloads(res->body)) {
+        if (!e.is_object()) continue;
+        got += e["choices"][0]["text"].get<std::string>();
+        if (!e["choices"][0]["finish_reason"].is_null()) finish = e["choices"][0]["finish_reason"];
+      }
+    }
+    EXPECT_EQ(got, text.substr(0, text.find(stop))) << "stream=" << stream << ": stops before the stop string, never emits it";
+    EXPECT_EQ(finish, "stop");
+  }
+
+  json seeded = {{"model", model_}, {"prompt", "Random"}, {"max_tokens", 16}, {"temperature", 1.0}, {"top_p", 0.95}, {"seed", 7}, {"ignore_eos", true}};
+  auto a = daemon_->post("/v1/completions", seeded);
+  auto b = daemon_->post("/v1/completions", seeded);
+  ASSERT_EQ(a->status, 200) << a->body;
+  EXPECT_EQ(json::parse(a->body)["choices"][0]["text"], json::parse(b->body)["choices"][0]["text"]) << "same seed, same sample";
+
+  json limited = {{"model", model_}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_completion_tokens", 5}, {"ignore_eos", true}};
+  auto c = daemon_->post("/v1/chat/completions", limited);
+  ASSERT_EQ(c->status, 200) << c->body;
+  EXPECT_EQ(json::parse(c->body)["usage"]["completion_tokens"], 5);
+  EXPECT_EQ(json::parse(c->body)["choices"][0]["finish_reason"], "length");
+}
+
 TEST_F(ServerDaemon, ThirtyTwoConcurrentClientsGetTheirSoloAnswers) {
   const std::vector<std::string> prompts = {"The weather today", "A recipe for bread", "Why is the sky blue", "Count to ten"};
   std::map<std::string, std::string> solo;
