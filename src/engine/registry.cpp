@@ -235,7 +235,14 @@ ModelInfo Registry::load(const ModelSpec& spec, bool wait) {
   load.step_timeout = s.options.step_timeout;
   load.worker_binary = s.options.worker_binary;
   std::vector<std::string> devices;
-  for (const auto& d : rank_devices(load)) devices.push_back(d.str());  // validates the device list
+  for (const auto& d : rank_devices(load)) {  // validates the device list
+    if (d.is_cuda() && d.index >= backend::cuda_device_count()) {
+      fail(errc::invalid_argument, "device " + d.str() + " is not available: this host has " +
+                                       std::to_string(backend::cuda_device_count()) + " CUDA devices" +
+                                       (backend::cuda_available() ? "" : " (or this build has no CUDA support)"));
+    }
+    devices.push_back(d.str());
+  }
   {
     std::lock_guard lock(s.mu);
     if (s.entries.count(spec.model_id)) fail(errc::conflict, "model " + spec.model_id + " is already loaded");

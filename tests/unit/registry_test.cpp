@@ -249,6 +249,11 @@ TEST_F(RegistryTest, DeviceAndQuantAreValidated) {
   s = spec_for(kTinyModel);
   s.max_context = -5;
   EXPECT_EQ(error_kind_of([&] { registry.load(s, true); }), errc::invalid_argument);
+  if (backend::cuda_device_count() == 0) {
+    s = spec_for(kTinyModel);
+    s.device = "cuda";
+    EXPECT_EQ(error_kind_of([&] { registry.load(s, true); }), errc::invalid_argument);
+  }
   s = spec_for(kTinyModel);
   s.quant = "bf16";
   s.max_context = 64;
