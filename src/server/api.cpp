@@ -220,6 +220,7 @@ Api::Api(engine::Registry& registry, ApiOptions options) : registry_(registry), 
   router_.add("POST", "/models/load", bind(&Api::load_model));
   router_.add("POST", "/models/unload", bind(&Api::unload_model));
   router_.add("GET", "/v1/models", bind(&Api::openai_models));
+  router_.add_prefix("GET", "/v1/models/", "/v1/models/{id}", bind(&Api::openai_model));
   router_.add("POST", "/v1/chat/completions", bind(&Api::chat_completions));
   router_.add("POST", "/v1/completions", bind(&Api::completions));
   router_.add("POST", "/tokenize", bind(&Api::tokenize));
@@ -344,6 +345,15 @@ HttpResponse Api::openai_models(const HttpRequest&) {
                     {"max_model_len", m.max_context}});
   }
   return json_response({{"object", "list"}, {"data", data}});
+}
+
+HttpResponse Api::openai_model(const HttpRequest& request) {
+  const std::string id = resolve_model_name(request.path.substr(std::string("/v1/models/").size()));
+  auto info = registry_.info(id);
+  if (!info || info->status != engine::ModelStatus::loaded)
+    throw FieldError("model", "model '" + id + "' does not exist or is not loaded", http_errc::model_not_found);
+  return json_response({{"id", info->model_id}, {"object", "model"}, {"created", unix_seconds(info->created)}, {"owned_by", "neuron"},
+                        {"max_model_len", info->max_context}});
 }
 
 HttpResponse Api::render_metrics(const HttpRequest&) {

@@ -56,6 +56,7 @@ class Api {
   HttpResponse load_model(const HttpRequest&);
   HttpResponse unload_model(const HttpRequest&);
   HttpResponse openai_models(const HttpRequest&);
+  HttpResponse openai_model(const HttpRequest&);
   HttpResponse chat_completions(const HttpRequest&);
   HttpResponse completions(const HttpRequest&);
   HttpResponse tokenize(const HttpRequest&);

@@ -1,5 +1,6 @@
 #include "server/router.hpp"
 
+#include <algorithm>
 #include <exception>
 
 #include <spdlog/spdlog.h>
@@ -9,15 +10,22 @@
 namespace neuron::server {
 
 void Router::add(std::string method, std::string path, Handler handler) {
-  routes_.push_back(Route{std::move(method), std::move(path), std::move(handler)});
+  std::string label = path;
+  routes_.push_back(Route{std::move(method), std::move(path), std::move(handler), false, std::move(label)});
+}
+
+void Router::add_prefix(std::string method, std::string prefix, std::string label, Handler handler) {
+  routes_.push_back(Route{std::move(method), std::move(prefix), std::move(handler), true, std::move(label)});
 }
 
 HttpResponse Router::dispatch(const HttpRequest& request) const {
   // HEAD is GET without the body (httplib drops it), e.g. load-balancer health probes.
   const std::string& method = request.method == "HEAD" ? std::string("GET") : request.method;
   std::string allow;
+  // Exact routes first, so a prefix route never shadows one.
+  const bool exact_exists = std::any_of(routes_.begin(), routes_.end(), [&](const Route& r) { return !r.prefix && r.path == request.path; });
   for (const auto& route : routes_) {
-    if (route.path != request.path) continue;
+    if (!route.matches(request.path) || (route.prefix && exact_exists)) continue;
     if (route.method == method) {
       try {
         return route.handler(request);
@@ -43,7 +51,9 @@ HttpResponse Router::dispatch(const HttpRequest& request) const {
 
 std::string Router::route_label(const std::string& path) const {
   for (const auto& route : routes_)
-    if (route.path == path) return path;
+    if (!route.prefix && route.path == path) return path;
+  for (const auto& route : routes_)
+    if (route.matches(path)) return route.label;
   return "unmatched";
 }
 

@@ -10,11 +10,16 @@ if ! command -v npm >/dev/null || ! command -v node >/dev/null; then
 fi
 (cd "$E2E_DIR/node" && npm ci --no-audit --no-fund --loglevel=error) || die "npm ci (is the npm registry reachable?)"
 
-start_daemon "$bin" --model "$TINY_MODEL"
+# The tensor-parallel copy needs its own id that survives URL normalisation
+# (models.retrieve puts the id in the path): a link to the same files.
+links="$(mktemp -d /tmp/neuron-e2e-models-XXXXXX)"
+ln -s "$TINY_MODEL" "$links/qwen3-tiny-tp2"
+start_daemon "$bin" --model "$TINY_MODEL" --models-dir "$links"
+trap 'stop_daemon >/dev/null 2>&1 || true; rm -rf "$links" "$DAEMON_LOG"' EXIT
 wait_loaded
 NEURON_MODEL="$TINY_MODEL" node "$E2E_DIR/node/openai_client_test.mjs" || die "openai client at tensor_parallel 1"
 
-tp_id="$TINY_MODEL/."   # the same files under a second id
+tp_id="$links/qwen3-tiny-tp2"
 load=$(curl -s "$NEURON_BASE_URL/models/load" -d "{\"model_id\":\"$tp_id\",\"tensor_parallel\":2,\"wait\":true}")
 echo "$load" | grep -q '"status":"loaded"' || die "load at tensor_parallel 2: $load"
 echo "$load" | grep -q '"tensor_parallel":2' || die "tensor_parallel 2 not reported: $load"

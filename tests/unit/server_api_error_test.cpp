@@ -78,6 +78,21 @@ TEST(ServerRouter, DispatchesAnd404sAnd405s) {
   EXPECT_EQ(wrong.header("Allow"), "POST, DELETE");
   EXPECT_EQ(router.dispatch({"POST", "/boom", {}, "", ""}).status, 409);
   EXPECT_EQ(router.dispatch({"DELETE", "/boom", {}, "", ""}).status, 500);
+  router.add_prefix("GET", "/items/", "/items/{id}", [](const HttpRequest& r) {
+    HttpResponse out;
+    out.body = r.path.substr(7);
+    return out;
+  });
+  router.add("GET", "/items/special", [](const HttpRequest&) {
+    HttpResponse out;
+    out.body = "exact";
+    return out;
+  });
+  EXPECT_EQ(router.dispatch({"GET", "/items/a/b", {}, "", ""}).body, "a/b");
+  EXPECT_EQ(router.dispatch({"GET", "/items/special", {}, "", ""}).body, "exact");
+  EXPECT_EQ(router.dispatch({"GET", "/items/", {}, "", ""}).status, 404);
+  EXPECT_EQ(router.dispatch({"POST", "/items/x", {}, "", ""}).status, 405);
+  EXPECT_EQ(router.route_label("/items/secret-id"), "/items/{id}");
   EXPECT_EQ(router.route_label("/health"), "/health");
   EXPECT_EQ(router.route_label("/random/123"), "unmatched");
 }

@@ -33,6 +33,11 @@ await check("models.list", async () => {
   return `${models.data.length} model(s)`;
 });
 
+await check("models.retrieve", async () => {
+  const m = await client.models.retrieve(model);
+  assert(m.id === model && m.object === "model", JSON.stringify(m));
+});
+
 const messages = [{ role: "user", content: "Write a haiku about the sea." }];
 let chatText = "";
 await check("chat.completions.create", async () => {
