@@ -17,7 +17,7 @@ set -u
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 base_url="http://127.0.0.1:13131"
-model="$here/../models/qwen3-tiny-a"
+model="$(cd "$here/../models/qwen3-tiny-a" 2>/dev/null && pwd || echo "$here/../models/qwen3-tiny-a")"
 tp=1
 quant=""
 positional=()
