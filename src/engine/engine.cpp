@@ -24,6 +24,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+constexpr std::size_t kMaxStopStrings = 16;
+constexpr std::size_t kMaxStopBytes = 1024;
+
 double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
@@ -350,6 +353,17 @@ std::shared_ptr<Channel> Engine::submit(CompletionRequest request) {
              " (" + std::to_string(needed) + " in total)");
   }
   request.sampling.validate();
+  // Stop matching re-scans the held-back text each token, so bound its size.
+  if (request.stop.size() > kMaxStopStrings) {
+    fail(errc::invalid_argument, "stop has " + std::to_string(request.stop.size()) + " strings; at most " +
+                                     std::to_string(kMaxStopStrings) + " are allowed");
+  }
+  for (const auto& stop : request.stop) {
+    if (stop.size() > kMaxStopBytes) {
+      fail(errc::invalid_argument, "a stop string is " + std::to_string(stop.size()) + " bytes; at most " +
+                                       std::to_string(kMaxStopBytes) + " are allowed");
+    }
+  }
 
   auto channel = std::make_shared<Channel>();
   {

@@ -59,7 +59,8 @@ class Engine {
 
   // Queues a request; its events arrive on the returned channel. Throws
   // Error{invalid_argument} for an empty prompt, ids outside the vocabulary,
-  // max_tokens < 1 or bad sampling parameters (naming the field),
+  // max_tokens < 1, bad sampling parameters (naming the field), more than 16
+  // stop strings or one over 1024 bytes,
   // Error{context_length_exceeded} when prompt + max_tokens > max_context(),
   // Error{overloaded} when queue_depth requests already wait, Error{model_failed}
   // after a runner failure, Error{shutting_down} after shutdown().

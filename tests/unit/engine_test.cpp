@@ -240,6 +240,12 @@ TEST_F(EngineTest, InvalidRequestsAreRefusedUpFront) {
   CompletionRequest bad_sampling = greedy_request({1, 2}, 4);
   bad_sampling.sampling.top_p = 1.5f;
   expect_invalid(bad_sampling, "top_p 1.5");
+  CompletionRequest long_stop = greedy_request({1, 2}, 4);
+  long_stop.stop = {std::string(100000, 'x')};
+  expect_invalid(long_stop, "a 100 kB stop string");
+  CompletionRequest many_stops = greedy_request({1, 2}, 4);
+  many_stops.stop.assign(100, "x");
+  expect_invalid(many_stops, "100 stop strings");
   EXPECT_TRUE(engine->idle());
 }
 
