@@ -3,6 +3,7 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
 #if defined(__GLIBC__)
@@ -273,7 +274,12 @@ ModelInfo Registry::load(const ModelSpec& spec, bool wait) {
     s.entries.emplace(spec.model_id, entry);
     // The entry cannot leave the map while loading (unload refuses it; ~Registry joins
     // first), so the thread may keep a plain pointer to it.
-    entry->loader = std::thread([&s, raw = entry.get(), load] { s.run_load(raw, load); });
+    try {
+      entry->loader = std::thread([&s, raw = entry.get(), load] { s.run_load(raw, load); });
+    } catch (const std::system_error& e) {  // no thread: the entry must not stay "loading" forever
+      s.entries.erase(spec.model_id);
+      fail(errc::load_failed, std::string("cannot start the loader thread: ") + e.what());
+    }
   }
   spdlog::info("loading model {} from {} (tensor_parallel {}, {})", spec.model_id, load.model_dir.string(),
                spec.tensor_parallel, load.device.str());
