@@ -15,6 +15,9 @@ struct Limits {
   std::size_t max_list_items = 1'000'000;
   // Nested macro calls (a recursive macro without a base case).
   int max_call_depth = 64;
+  // Statements and expressions being evaluated inside one another, across
+  // macro calls: bounds the renderer's recursion, hence its stack use.
+  int max_eval_depth = 1000;
   // Statements executed plus loop iterations plus items processed by filters.
   std::uint64_t max_steps = 5'000'000;
 };

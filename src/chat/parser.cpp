@@ -14,7 +14,7 @@ using namespace ast;
 
 // Deep enough for any real template; shallow enough that the recursive
 // parser and renderer stay far from the stack limit on hostile input.
-constexpr int max_nesting = 64;
+constexpr int max_nesting = 128;
 
 [[noreturn]] void syntax_error(int line, const std::string& message) {
   throw Error(errc::template_error, "line " + std::to_string(line) + ": " + message);

@@ -80,6 +80,13 @@ void Renderer::step() {
   }
 }
 
+Renderer::DepthGuard::DepthGuard(Renderer& r) : r_(r) {
+  if (++r_.eval_depth_ > r_.limits_.max_eval_depth) {
+    --r_.eval_depth_;
+    fault("template evaluation nested deeper than " + std::to_string(r_.limits_.max_eval_depth) + " levels");
+  }
+}
+
 void Renderer::emit(const std::string& text) {
   if (out_->size() + text.size() > limits_.max_output_bytes) {
     fault("template output exceeds the limit of " + std::to_string(limits_.max_output_bytes) + " bytes");
@@ -113,6 +120,7 @@ Renderer::Flow Renderer::exec(const ast::Body& body) {
 
 Renderer::Flow Renderer::exec(const ast::Stmt& stmt) {
   try {
+    DepthGuard guard(*this);
     step();
     if (const auto* text = std::get_if<Text>(&stmt.node)) {
       emit(text->text);
@@ -314,6 +322,7 @@ CallArgs Renderer::eval_args(const ast::Args& args) {
 
 Value Renderer::eval(const ast::Expr& expr) {
   try {
+    DepthGuard guard(*this);
     Value v = eval_node(expr);
     if (v.is_string() && v.as_string().size() > limits_.max_output_bytes) {
       fault("string of " + std::to_string(v.as_string().size()) + " bytes exceeds the template output limit");

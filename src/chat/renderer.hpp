@@ -57,11 +57,24 @@ class Renderer {
   void emit(const std::string& text);
   void step();
 
+  // Counts one level of renderer recursion for as long as it lives.
+  class DepthGuard {
+   public:
+    explicit DepthGuard(Renderer& r);
+    ~DepthGuard() { --r_.eval_depth_; }
+    DepthGuard(const DepthGuard&) = delete;
+    DepthGuard& operator=(const DepthGuard&) = delete;
+
+   private:
+    Renderer& r_;
+  };
+
   const ast::Body& program_;
   const Limits& limits_;
   std::vector<Frame> frames_;  // [0] = globals; back() = innermost scope
   std::string* out_ = nullptr;  // the buffer being written (macro calls and set blocks swap it)
   int call_depth_ = 0;
+  int eval_depth_ = 0;  // exec/eval frames currently active
   std::uint64_t steps_ = 0;
 };
 

@@ -102,6 +102,19 @@ TEST(JinjaErrors, UnboundedRecursionHitsTheCallDepthLimit) {
                  "nested deeper than");
 }
 
+TEST(JinjaErrors, DeepEvaluationHitsTheEvalDepthLimit) {
+  // Recursion through deeply nested macro bodies is bounded in total, not only per macro call.
+  std::string body;
+  for (int i = 0; i < 40; ++i) body += "{% if true %}";
+  body += "{{ f(n + 1) }}";
+  for (int i = 0; i < 40; ++i) body += "{% endif %}";
+  Limits limits;
+  limits.max_call_depth = 10'000;
+  limits.max_eval_depth = 500;
+  expect_message(render_error("{% macro f(n) %}" + body + "{% endmacro %}{{ f(0) }}", {}, limits), "line 1",
+                 "evaluation nested deeper than 500");
+}
+
 TEST(JinjaErrors, HugeOutputHitsTheOutputLimit) {
   Limits limits;
   limits.max_output_bytes = 1 << 20;
