@@ -317,6 +317,7 @@ const std::unordered_map<std::string, FilterFn>& filters() {
     };
     t["round"] = [](const Value& v, ArgReader& a, const Limits&) {
       if (!v.is_number()) fault("round: bad operand type '" + v.type_name() + "'");
+      if (!v.is_float()) return Value(v.as_integer());  // Python's round(int) stays an int
       const std::int64_t precision = std::clamp<std::int64_t>(a.integer(0, "precision", 0), -20, 20);
       const std::string method = a.string(1, "method").value_or("common");
       const double scale = std::pow(10.0, static_cast<double>(precision));
@@ -528,17 +529,28 @@ const std::unordered_map<std::string, TestFn>& tests() {
     t["upper"] = [](const Value& v, ArgReader&) {
       return v.is_string() && py::upper(v.as_string()) == v.as_string() && py::lower(v.as_string()) != v.as_string();
     };
-    auto integer_of = [](const Value& v, const char* test) {
-      if (!v.is_int() && !v.is_bool()) fault(std::string(test) + ": expected an integer, got " + v.type_name());
-      return v.as_integer();
+    // jinja2 computes `value % n`, so floats work too (2.5 is odd -> False).
+    auto remainder = [](const Value& v, std::int64_t n, const char* test) -> double {
+      if (!v.is_number()) fault(std::string(test) + ": expected a number, got " + v.type_name());
+      if (v.is_float()) {
+        double r = std::fmod(v.as_float(), static_cast<double>(n));
+        if (r != 0 && ((r < 0) != (n < 0))) r += static_cast<double>(n);
+        return r;
+      }
+      if (n == -1) return 0;
+      std::int64_t r = v.as_integer() % n;
+      if (r != 0 && ((r < 0) != (n < 0))) r += n;
+      return static_cast<double>(r);
     };
-    t["even"] = [integer_of](const Value& v, ArgReader&) { return integer_of(v, "even") % 2 == 0; };
-    t["odd"] = [integer_of](const Value& v, ArgReader&) { return integer_of(v, "odd") % 2 != 0; };
-    t["divisibleby"] = [integer_of](const Value& v, ArgReader& a) {
-      const std::int64_t n = a.integer(0, "num", 0);
-      if (n == 0) fault("divisibleby: division by zero");
-      if (n == -1) return true;
-      return integer_of(v, "divisibleby") % n == 0;
+    t["even"] = [remainder](const Value& v, ArgReader&) { return remainder(v, 2, "even") == 0; };
+    t["odd"] = [remainder](const Value& v, ArgReader&) { return remainder(v, 2, "odd") == 1; };
+    t["divisibleby"] = [remainder](const Value& v, ArgReader& a) {
+      const Value num = a.value(0, "num");
+      if (!num.is_number()) fault("divisibleby: expected a number, got " + num.type_name());
+      if (num.as_double() == 0) fault("divisibleby: division by zero");
+      if (!num.is_float()) return remainder(v, num.as_integer(), "divisibleby") == 0;
+      if (!v.is_number()) fault("divisibleby: expected a number, got " + v.type_name());
+      return std::fmod(v.as_double(), num.as_float()) == 0;
     };
     t["eq"] = [](const Value& v, ArgReader& a) { return v == a.value(0, "other"); };
     t["equalto"] = t["eq"];
@@ -975,7 +987,10 @@ Value get_item(const Value& object, const Value& index) {
 }
 
 Value slice(const Value& object, const Value& start, const Value& stop, const Value& step) {
-  if (object.is_list()) return slice_items(object.as_list(), start, stop, step);
+  if (object.is_list()) {
+    Value::List items = slice_items(object.as_list(), start, stop, step);
+    return object.is_tuple() ? Value::tuple(std::move(items)) : Value(std::move(items));
+  }
   if (object.is_string()) {
     std::u32string cps = py::decode(object.as_string());
     Value::List chars;
@@ -985,8 +1000,9 @@ Value slice(const Value& object, const Value& start, const Value& stop, const Va
     for (const Value& c : slice_items(chars, start, stop, step)) out.push_back(static_cast<char32_t>(c.as_int()));
     return py::encode(out);
   }
+  // jinja2 turns a failed subscript into Undefined.
   if (object.is_undefined()) return object;
-  fault("'" + object.type_name() + "' object is not subscriptable");
+  return Undefined{"slice of " + object.type_name()};
 }
 
 Value percent_format(const std::string& format, const Value& args, const Limits& limits) {
@@ -1111,7 +1127,10 @@ Value percent_format(const std::string& format, const Value& args, const Limits&
     check_string_size(out.size(), limits);
   }
   if (tuple && next < values.size()) fault("not all arguments converted during string formatting");
-  if (!tuple && !used_mapping && next == 0 && !args.is_dict()) fault("not all arguments converted during string formatting");
+  // Python treats any non-tuple, non-str object with __getitem__ (dict, list) as a mapping.
+  if (!tuple && !used_mapping && next == 0 && !args.is_dict() && !args.is_list() && !args.is_undefined()) {
+    fault("not all arguments converted during string formatting");
+  }
   return out;
 }
 

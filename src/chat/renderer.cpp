@@ -516,7 +516,7 @@ Value Renderer::apply_operator(ast::BinaryOp op, const Value& a, const Value& b)
         }
         Value::List out;
         for (std::int64_t i = 0; i < n; ++i) out.insert(out.end(), seq.as_list().begin(), seq.as_list().end());
-        return out;
+        return seq.is_tuple() ? Value::tuple(std::move(out)) : Value(std::move(out));
       }
       bad_operands("*", a, b);
     }
