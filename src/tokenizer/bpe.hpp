@@ -22,9 +22,10 @@
 
 namespace neuron::tokenizer {
 
-// Ids at or above this are refused at load time: they would make id-indexed
-// tables absurdly large, and no real vocabulary comes near.
-inline constexpr std::int64_t kMaxTokenId = 16 * 1024 * 1024;
+// Ids at or above this are refused at load time: id-indexed tables cost
+// about 50 bytes per id, so a hostile file naming id 2^31 must not get its
+// table. Real vocabularies stay under 300k.
+inline constexpr std::int64_t kMaxTokenId = 4 * 1024 * 1024;
 
 class Bpe {
  public:
