@@ -22,7 +22,7 @@ const atoms = ["a", "b", "e", "z", "Q", "The", " the", "hello", "world", "'s", "
   // variant-only added tokens, and text around them
   "<mask>", " <mask> ", "[SW]", "a[SW]", "[SW]b", " [SW] ", "e\u0301!", "é!", "RS", "RS   x", "  <mask>"];
 
-let seed = 20261202;
+let seed = parseInt(process.env.SEED || "20261202");
 function rnd(n) {
   seed = seed + 0x6D2B79F5 | 0;
   let t = Math.imul(seed ^ seed >>> 15, 1 | seed);

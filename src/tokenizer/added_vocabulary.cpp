@@ -21,10 +21,15 @@ bool is_whitespace(char32_t c) {
          (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
-// Unicode \w as the regex crate defines it: letters, marks, decimal digits,
-// connector punctuation, joiners.
+// Unicode \w as the regex crate defines it: Alphabetic, marks, decimal
+// digits, connector punctuation, joiners. Alphabetic is the letters and Nl
+// plus Other_Alphabetic, whose only members outside the marks and letters
+// are the circled and squared Latin letters (category So).
 bool is_word_char(char32_t c) {
   if (c == 0x200C || c == 0x200D) return true;
+  if ((c >= 0x24B6 && c <= 0x24E9) || (c >= 0x1F130 && c <= 0x1F149) || (c >= 0x1F150 && c <= 0x1F169) ||
+      (c >= 0x1F170 && c <= 0x1F189))
+    return true;
   switch (utf8proc_category(static_cast<utf8proc_int32_t>(c))) {
     case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT: case UTF8PROC_CATEGORY_LM:
     case UTF8PROC_CATEGORY_LO: case UTF8PROC_CATEGORY_MN: case UTF8PROC_CATEGORY_MC: case UTF8PROC_CATEGORY_ME:

@@ -4,7 +4,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tokenizer/byte_level.hpp"
 #include "tokenizer_test_util.hpp"
 
 namespace neuron::tokenizer {
@@ -12,22 +11,7 @@ namespace {
 
 using nlohmann::json;
 
-// A small but complete byte-level BPE tokenizer: 256 byte tokens, three
-// merges (h e, l l, he ll) and one special token.
-json tiny() {
-  json vocab = json::object();
-  for (int b = 0; b < 256; ++b) vocab[byte_level_char(static_cast<unsigned char>(b))] = b;
-  vocab["he"] = 256;
-  vocab["ll"] = 257;
-  vocab["hell"] = 258;
-  return {
-      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", json::array({json::array({"h", "e"}), "l l", json::array({"he", "ll"})})}}},
-      {"normalizer", {{"type", "NFC"}}},
-      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
-      {"decoder", {{"type", "ByteLevel"}}},
-      {"added_tokens", json::array({{{"id", 259}, {"content", "<|end|>"}, {"special", true}, {"normalized", false}}})},
-  };
-}
+json tiny() { return testing::tiny_tokenizer_json(); }
 
 void expect_bad_text(const std::string& text, const std::string& needle) {
   try {

@@ -6,6 +6,9 @@
 #include <sstream>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
+#include "tokenizer/byte_level.hpp"
 #include "tokenizer/tokenizer.hpp"
 #include "util/error.hpp"
 
@@ -24,6 +27,24 @@ inline std::string read_file(const std::filesystem::path& p) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// A small but complete byte-level BPE tokenizer.json: 256 byte tokens, three
+// merges (h e, l l, he ll; one in the "a b" string form) and one special token.
+inline nlohmann::json tiny_tokenizer_json() {
+  using nlohmann::json;
+  json vocab = json::object();
+  for (int b = 0; b < 256; ++b) vocab[byte_level_char(static_cast<unsigned char>(b))] = b;
+  vocab["he"] = 256;
+  vocab["ll"] = 257;
+  vocab["hell"] = 258;
+  return {
+      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", json::array({json::array({"h", "e"}), "l l", json::array({"he", "ll"})})}}},
+      {"normalizer", {{"type", "NFC"}}},
+      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
+      {"decoder", {{"type", "ByteLevel"}}},
+      {"added_tokens", json::array({{{"id", 259}, {"content", "<|end|>"}, {"special", true}, {"normalized", false}}})},
+  };
 }
 
 }  // namespace neuron::tokenizer::testing
