@@ -2,11 +2,14 @@
 // (rows and columns that are not multiples of the SIMD widths or tiles).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
+#include <thread>
 #include <random>
 #include <vector>
 
 #include "backend/cpu/attention.hpp"
+#include "backend/cpu/chunk_pool.hpp"
 #include "backend/cpu/gemv_bf16.hpp"
 #include "backend/cpu/isa.hpp"
 #include "backend/cpu/matmul.hpp"
@@ -203,6 +206,30 @@ TEST(CpuAttention, CausalGqaMatchesReference) {
     const auto ref = reference_attention(q, n, offset, cache, kv_of_q);
     for (std::size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], ref[i], 1e-5) << "n " << n << " offset " << offset;
   }
+}
+
+TEST(CpuChunkPool, RunsEveryChunkExactlyOnceAcrossManyRuns) {
+  ChunkPool pool(3);
+  for (std::int64_t chunks : {0, 1, 2, 7, 64, 1000}) {
+    for (int rep = 0; rep < 50; ++rep) {
+      std::vector<std::atomic<int>> hits(static_cast<std::size_t>(chunks));
+      pool.run(chunks, [&](std::int64_t i) { hits[static_cast<std::size_t>(i)].fetch_add(1); });
+      for (std::int64_t i = 0; i < chunks; ++i) ASSERT_EQ(hits[i].load(), 1) << chunks << " chunks, chunk " << i;
+    }
+  }
+}
+
+TEST(CpuChunkPool, ConcurrentCallersBothComplete) {
+  // Two runners in one process (two CPU models in the daemon) share the pool.
+  ChunkPool pool(1);
+  std::atomic<std::int64_t> sum_a{0}, sum_b{0};
+  std::thread other([&] {
+    for (int rep = 0; rep < 200; ++rep) pool.run(10, [&](std::int64_t i) { sum_b += i; });
+  });
+  for (int rep = 0; rep < 200; ++rep) pool.run(10, [&](std::int64_t i) { sum_a += i; });
+  other.join();
+  EXPECT_EQ(sum_a.load(), 200 * 45);
+  EXPECT_EQ(sum_b.load(), 200 * 45);
 }
 
 }  // namespace

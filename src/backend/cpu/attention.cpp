@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backend/cpu/chunk_pool.hpp"
 #include "backend/cpu/matmul.hpp"
 
 namespace neuron::backend::cpu {
@@ -31,41 +32,34 @@ void attention(const float* q, std::int64_t ldq, std::int64_t n, std::int64_t of
   const std::int64_t hd = cache.head_dim(), heads = static_cast<std::int64_t>(kv_of_q.size());
   const std::int64_t blocks = (n + kQueryBlock - 1) / kQueryBlock;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  // A short decode step over a few keys is cheaper on one thread.
-  const bool parallel = heads * blocks > 1 && heads * (offset + n) * n * hd >= (std::int64_t{1} << 16);
-#pragma omp parallel if (parallel)
-  {
-    std::vector<float> scores;  // [block queries, keys] f32
-#pragma omp for collapse(2) schedule(dynamic, 1)
-    for (std::int64_t h = 0; h < heads; ++h) {
-      for (std::int64_t b = 0; b < blocks; ++b) {
-        const std::int64_t i0 = b * kQueryBlock, rows = std::min(kQueryBlock, n - i0);
-        const std::int64_t keys = offset + i0 + rows;  // the block's last query sees this many positions
-        scores.resize(static_cast<std::size_t>(rows * keys));
-        const float* kh = cache.k(layer, kv_of_q[h], 0);
-        const float* vh = cache.v(layer, kv_of_q[h], 0);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows), static_cast<int>(keys),
-                    static_cast<int>(hd), scale, q + i0 * ldq + h * hd, static_cast<int>(ldq), kh, static_cast<int>(hd),
-                    0.0f, scores.data(), static_cast<int>(keys));
-        for (std::int64_t r = 0; r < rows; ++r) {
-          float* s = scores.data() + r * keys;
-          const std::int64_t visible = offset + i0 + r + 1;
-          const float mx = *std::max_element(s, s + visible);
-          float sum = 0.0f;
-          for (std::int64_t j = 0; j < visible; ++j) {
-            s[j] = std::exp(s[j] - mx);
-            sum += s[j];
-          }
-          const float inv = 1.0f / sum;
-          for (std::int64_t j = 0; j < visible; ++j) s[j] *= inv;
-          std::fill(s + visible, s + keys, 0.0f);
-        }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows), static_cast<int>(hd),
-                    static_cast<int>(keys), 1.0f, scores.data(), static_cast<int>(keys), vh, static_cast<int>(hd), 0.0f,
-                    out + i0 * ld_out + h * hd, static_cast<int>(ld_out));
+  ChunkPool::shared().run(heads * blocks, [&](std::int64_t job) {
+    thread_local std::vector<float> scores;  // [block queries, keys] f32
+    const std::int64_t h = job / blocks, b = job % blocks;
+    const std::int64_t i0 = b * kQueryBlock, rows = std::min(kQueryBlock, n - i0);
+    const std::int64_t keys = offset + i0 + rows;  // the block's last query sees this many positions
+    scores.resize(static_cast<std::size_t>(rows * keys));
+    const float* kh = cache.k(layer, kv_of_q[h], 0);
+    const float* vh = cache.v(layer, kv_of_q[h], 0);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows), static_cast<int>(keys),
+                static_cast<int>(hd), scale, q + i0 * ldq + h * hd, static_cast<int>(ldq), kh, static_cast<int>(hd), 0.0f,
+                scores.data(), static_cast<int>(keys));
+    for (std::int64_t r = 0; r < rows; ++r) {
+      float* s = scores.data() + r * keys;
+      const std::int64_t visible = offset + i0 + r + 1;
+      const float mx = *std::max_element(s, s + visible);
+      float sum = 0.0f;
+      for (std::int64_t j = 0; j < visible; ++j) {
+        s[j] = std::exp(s[j] - mx);
+        sum += s[j];
       }
+      const float inv = 1.0f / sum;
+      for (std::int64_t j = 0; j < visible; ++j) s[j] *= inv;
+      std::fill(s + visible, s + keys, 0.0f);
     }
-  }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows), static_cast<int>(hd),
+                static_cast<int>(keys), 1.0f, scores.data(), static_cast<int>(keys), vh, static_cast<int>(hd), 0.0f,
+                out + i0 * ld_out + h * hd, static_cast<int>(ld_out));
+  });
 }
 
 }  // namespace neuron::backend::cpu

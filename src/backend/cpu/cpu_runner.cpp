@@ -185,7 +185,6 @@ class CpuRunner final : public ModelRunner {
     // Attention block.
     rms_norm(x_.data(), n, hidden, hidden, L.input_norm.data(), eps(), xn_.data(), hidden);
     matmul_bf16(xn_.data(), n, hidden, hidden, L.qkv.data(), qkv_w, qkv_.data(), qkv_w);
-#pragma omp parallel for schedule(static) if (n > 1)
     for (std::int64_t i = 0; i < n; ++i) {
       float* row = qkv_.data() + i * qkv_w;
       const std::int64_t pos = offset + i;

@@ -1,10 +1,10 @@
 #include "backend/cpu/gemv_bf16.hpp"
 
 #include <immintrin.h>
-#include <omp.h>
 
 #include <algorithm>
 
+#include "backend/cpu/chunk_pool.hpp"
 #include "tensor/dtype.hpp"
 #include "util/error.hpp"
 
@@ -198,16 +198,16 @@ void gemv_bf16(const std::uint16_t* w, std::int64_t rows, std::int64_t cols, con
   const Isa isa = selected_isa();
   const GemvOperand operand(isa, x, cols);
   // Below ~2 MiB of weights, waking a second thread costs more than it saves.
-#pragma omp parallel if (rows * cols >= (std::int64_t{1} << 20))
-  {
-    // Contiguous row ranges, a multiple of the row group, one per thread: each
-    // thread streams its own part of W once.
-    const std::int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
-    const std::int64_t groups = (rows + kRowGroup - 1) / kRowGroup;
-    const std::int64_t begin = std::min(rows, groups * t / threads * kRowGroup);
-    const std::int64_t end = std::min(rows, groups * (t + 1) / threads * kRowGroup);
-    if (end > begin) gemv_bf16_rows(isa, w + begin * cols, cols, end - begin, operand, y + begin);
-  }
+  if (rows * cols < (std::int64_t{1} << 20)) return gemv_bf16_rows(isa, w, cols, rows, operand, y);
+  // Chunks of ~256 KiB of weights, a multiple of the row group: small enough
+  // that a thread descheduled mid-chunk delays the step little, large enough
+  // that claiming them costs nothing.
+  const std::int64_t chunk_rows = std::max(kRowGroup, (std::int64_t{128} << 10) / cols / kRowGroup * kRowGroup);
+  const std::int64_t chunks = (rows + chunk_rows - 1) / chunk_rows;
+  ChunkPool::shared().run(chunks, [&](std::int64_t c) {
+    const std::int64_t begin = c * chunk_rows, n = std::min(chunk_rows, rows - begin);
+    gemv_bf16_rows(isa, w + begin * cols, cols, n, operand, y + begin);
+  });
 }
 
 }  // namespace neuron::backend::cpu

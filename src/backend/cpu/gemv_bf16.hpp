@@ -35,7 +35,7 @@ class GemvOperand {
 void gemv_bf16_rows(Isa isa, const std::uint16_t* w, std::int64_t ld, std::int64_t rows, const GemvOperand& x,
                     float* y);
 
-// The whole product with the runner's kernel, rows split over the OpenMP threads.
+// The whole product with the runner's kernel, rows split in chunks over ChunkPool::shared().
 void gemv_bf16(const std::uint16_t* w, std::int64_t rows, std::int64_t cols, const float* x, float* y);
 
 }  // namespace neuron::backend::cpu

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <vector>
 
+#include "backend/cpu/chunk_pool.hpp"
 #include "backend/cpu/gemv_bf16.hpp"
 #include "backend/cpu/isa.hpp"
 #include "tensor/dtype.hpp"
@@ -50,18 +51,15 @@ void matmul_bf16(const float* x, std::int64_t n, std::int64_t in, std::int64_t l
   const std::int64_t tile_rows =
       std::max(kTileRowAlign, kTileBytes / (in * 4) / kTileRowAlign * kTileRowAlign);
   const std::int64_t tiles = (out + tile_rows - 1) / tile_rows;
-#pragma omp parallel if (tiles > 1)
-  {
-    std::vector<float> scratch(static_cast<std::size_t>(tile_rows * in));  // [tile_rows, in] f32
-#pragma omp for schedule(dynamic, 1)
-    for (std::int64_t t = 0; t < tiles; ++t) {
-      const std::int64_t r0 = t * tile_rows, rows = std::min(tile_rows, out - r0);
-      widen_bf16(w + r0 * in, scratch.data(), rows * in);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n), static_cast<int>(rows),
-                  static_cast<int>(in), 1.0f, x, static_cast<int>(ldx), scratch.data(), static_cast<int>(in), 0.0f,
-                  y + r0, static_cast<int>(ldy));
-    }
-  }
+  ChunkPool::shared().run(tiles, [&](std::int64_t t) {
+    thread_local std::vector<float> scratch;  // [tile_rows, in] f32
+    scratch.resize(static_cast<std::size_t>(tile_rows * in));
+    const std::int64_t r0 = t * tile_rows, rows = std::min(tile_rows, out - r0);
+    widen_bf16(w + r0 * in, scratch.data(), rows * in);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n), static_cast<int>(rows),
+                static_cast<int>(in), 1.0f, x, static_cast<int>(ldx), scratch.data(), static_cast<int>(in), 0.0f,
+                y + r0, static_cast<int>(ldy));
+  });
 }
 
 }  // namespace neuron::backend::cpu

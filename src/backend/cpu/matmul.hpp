@@ -1,10 +1,10 @@
 #pragma once
 // Y = X W^T for n tokens at once (prefill), with W held in bf16.
 //
-// One token is a matrix-vector product (gemv_bf16). For more, each OpenMP
-// thread takes tiles of W's rows, widens a tile to f32 in a scratch buffer
-// sized to stay in its L2 cache, and multiplies it with OpenBLAS sgemm
-// (single-threaded per tile: the tiles are the parallelism). W is read from
+// One token is a matrix-vector product (gemv_bf16). For more, each thread of
+// ChunkPool::shared() takes tiles of W's rows, widens a tile to f32 in a
+// scratch buffer sized to stay in its L2 cache, and multiplies it with
+// OpenBLAS sgemm (single-threaded per tile: the tiles are the parallelism). W is read from
 // memory once per call whatever n is, and never held in f32 as a whole.
 #include <cstdint>
 
@@ -18,7 +18,7 @@ void matmul_bf16(const float* x, std::int64_t n, std::int64_t in, std::int64_t l
 // Widens bf16 to f32 (SIMD when the CPU has it).
 void widen_bf16(const std::uint16_t* src, float* dst, std::int64_t count);
 
-// OpenBLAS runs single-threaded inside our OpenMP regions; call before any BLAS use.
+// OpenBLAS runs single-threaded inside our parallel loops; call before any BLAS use.
 void init_blas_threads();
 
 }  // namespace neuron::backend::cpu
