@@ -77,7 +77,7 @@ std::int32_t Sampler::sample(std::span<float> logits, std::span<const std::int32
     return static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
   }
 
-  // Candidates, sorted by descending logit only when a filter needs the order.
+  // Candidates, sorted by descending logit only as far as a filter needs.
   order_.resize(vocab);
   std::iota(order_.begin(), order_.end(), 0);
   auto by_logit = [&](std::int32_t a, std::int32_t b) {
@@ -88,8 +88,6 @@ std::int32_t Sampler::sample(std::span<float> logits, std::span<const std::int32
   if (params_.top_k > 0 && static_cast<std::size_t>(params_.top_k) < vocab) {
     n = static_cast<std::size_t>(params_.top_k);
     std::partial_sort(order_.begin(), order_.begin() + static_cast<std::ptrdiff_t>(n), order_.end(), by_logit);
-  } else if (params_.top_p < 1.0f) {
-    std::sort(order_.begin(), order_.end(), by_logit);
   }
 
   float max_logit = -INFINITY;
@@ -98,24 +96,35 @@ std::int32_t Sampler::sample(std::span<float> logits, std::span<const std::int32
 
   // Unnormalised softmax with temperature; the top candidate has weight 1.
   const double inv_t = 1.0 / params_.temperature;
-  probs_.resize(n);
+  auto weight = [&](std::int32_t id) {
+    return std::exp((static_cast<double>(logits[static_cast<std::size_t>(id)]) - max_logit) * inv_t);
+  };
   double total = 0.0;
-  for (std::size_t i = 0; i < n; ++i) {
-    probs_[i] = std::exp((static_cast<double>(logits[static_cast<std::size_t>(order_[i])]) - max_logit) * inv_t);
-    total += probs_[i];
-  }
+  for (std::size_t i = 0; i < n; ++i) total += weight(order_[i]);
+
   if (params_.top_p < 1.0f) {
-    // Keep the shortest prefix whose mass reaches top_p (always at least one token).
+    // Keep the shortest prefix (by descending probability) whose mass reaches
+    // top_p, always at least one token. Sorting the whole vocabulary costs
+    // ~10 ms a token; the nucleus is usually a few dozen tokens, so sort a
+    // growing head until its mass reaches the target.
     const double target = static_cast<double>(params_.top_p) * total;
-    double cum = 0.0;
-    std::size_t keep = 0;
-    while (keep < n) {
-      cum += probs_[keep++];
-      if (cum >= target) break;
+    const bool sorted = n < vocab;  // top_k sorted its candidates already
+    for (std::size_t head = sorted ? n : std::min<std::size_t>(n, 64);; head = std::min(n, head * 8)) {
+      if (!sorted)
+        std::partial_sort(order_.begin(), order_.begin() + static_cast<std::ptrdiff_t>(head),
+                          order_.begin() + static_cast<std::ptrdiff_t>(n), by_logit);
+      double cum = 0.0;
+      std::size_t keep = 0;
+      while (keep < head && cum < target) cum += weight(order_[keep++]);
+      if (cum >= target || head == n) {
+        n = keep;
+        total = cum;
+        break;
+      }
     }
-    n = keep;
-    total = cum;
   }
+  probs_.resize(n);
+  for (std::size_t i = 0; i < n; ++i) probs_[i] = weight(order_[i]);
   if (params_.min_p > 0.0f) {
     // Relative to the most likely token, whose unnormalised weight is 1.
     total = 0.0;

@@ -121,6 +121,18 @@ TEST(Sampler, TopPKeepsTheSmallestSetReachingP) {
   EXPECT_NEAR(counts[0] / double(n), 3.0 / 8, 0.015);
 }
 
+TEST(Sampler, TopPNucleusLargerThanTheFirstSortedHead) {
+  // 1000 equal logits: top_p 0.5 keeps exactly 500 (ties by id), far more than
+  // the sampler's first partially sorted head.
+  std::vector<float> logits(1000, 0.25f);
+  SamplingParams p = seeded(1.0f);
+  p.top_p = 0.5f;
+  Sampler s(p);
+  auto counts = histogram(s, logits, 20000);
+  EXPECT_LT(counts.rbegin()->first, 500);
+  EXPECT_GT(counts.size(), 450u);
+}
+
 TEST(Sampler, TopPSmallerThanTheTopTokenKeepsOnlyIt) {
   std::vector<float> logits{std::log(0.3f), std::log(0.2f), std::log(0.5f)};
   SamplingParams p = seeded(1.0f);
