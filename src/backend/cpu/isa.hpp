@@ -16,8 +16,9 @@ std::string_view isa_name(Isa isa) noexcept;  // "scalar", "avx2", "avx512", "av
 bool isa_supported(Isa isa) noexcept;          // this CPU can run it
 // The kernel the runner uses: NEURON_CPU_ISA=<name> when set and supported
 // (benchmarks and tests compare variants), else avx512 > avx2 > scalar.
-// avx512_bf16 is opt-in because its operand split gives ~1e-6 relative error
-// per product instead of f32's exact products.
+// avx512_bf16 is opt-in: its operand split gives ~1e-6 relative error per
+// product instead of f32's exact products, and it is no faster, because
+// decode is memory-bound (bench/CPU.md).
 Isa selected_isa();
 
 }  // namespace neuron::backend::cpu
