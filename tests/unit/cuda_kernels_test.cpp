@@ -241,8 +241,34 @@ TEST_F(CudaKernels, GemvWithSwigluInputMatchesSwigluThenGemv) {
     auto dw = upload(w), dgu = upload(gu);
     auto dy = poisoned(4 * rows);
     ASSERT_TRUE(kernels::gemv_swiglu_supported(f));
-    kernels::gemv_swiglu(dw.data<bf16_t>(), dgu.data<bf16_t>(), rows, f, dy.data<float>(), s());
+    kernels::gemv_swiglu(dw.data<bf16_t>(), dgu.data<bf16_t>(), rows, f, dy.data<float>(), false, s());
     EXPECT_LT(rel_err(download<float>(dy, rows), ref), 2e-3) << "f " << f;
+  }
+}
+
+TEST_F(CudaKernels, GemvWithRmsNormInputAndResidualOutput) {
+  for (int cols : {1024, 4096, 96}) {
+    const int rows = 37;
+    auto x = random_f32(cols, 2.f);
+    auto nw = random_bf16(cols);
+    auto w = random_bf16(static_cast<std::size_t>(rows) * cols);
+    // Reference input: what add_rmsnorm makes of x (checked against double above).
+    auto dx = upload(x), dnw = upload(nw), dw = upload(w);
+    auto dh = poisoned(2 * cols);
+    kernels::add_rmsnorm(dx.data<float>(), nullptr, dnw.data<bf16_t>(), dh.data<bf16_t>(), 1, cols, 1e-6f, s());
+    auto h = download<bf16_t>(dh, cols);
+    auto ref = matvec_ref(w, h, 1, rows, cols);
+    auto dy = poisoned(2 * rows);
+    kernels::gemv_rmsnorm(dw.data<bf16_t>(), dx.data<float>(), dnw.data<bf16_t>(), 1e-6f, rows, cols, dy.data<bf16_t>(),
+                          s());
+    EXPECT_LT(rel_err(download<bf16_t>(dy, rows), ref), 8e-3) << "cols " << cols;
+    // Accumulating projection: y += W h on top of what y held.
+    auto base = random_f32(rows);
+    auto dacc = upload(base);
+    kernels::gemv_accumulate(dw.data<bf16_t>(), dh.data<bf16_t>(), rows, cols, dacc.data<float>(), s());
+    std::vector<double> ref_acc(rows);
+    for (int r = 0; r < rows; ++r) ref_acc[r] = base[r] + ref[r];
+    EXPECT_LT(rel_err(download<float>(dacc, rows), ref_acc), 1e-5) << "cols " << cols;
   }
 }
 

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <future>
 #include <numeric>
+#include <cstdlib>
 #include <vector>
 
 #include "backend/cuda/cuda_runner.hpp"
@@ -138,6 +139,28 @@ TEST_F(CudaRunnerTiny, DecodeStepsMatchPrefillOfTheSameSequence) {
   for (std::size_t i = 0; i < step_logits.size(); ++i) {
     std::span<const float> row(all.data() + (prompt.size() + i) * v, v);
     EXPECT_GE(cosine(row, step_logits[i]), 0.999) << "decode step " << i;
+  }
+}
+
+TEST_F(CudaRunnerTiny, FusedDecodePathMatchesTheLayeredOne) {
+  const std::vector<std::int32_t> prompt = {785, 3974, 13876, 38835};
+  auto layered = open_tiny(*ckpt_, cfg_);
+  ::setenv("NEURON_CUDA_FUSED_DECODE", "1", 1);
+  auto fused = open_tiny(*ckpt_, cfg_);
+  ::unsetenv("NEURON_CUDA_FUSED_DECODE");
+  const auto tokens = greedy(*layered, prompt, 24);
+  // Both runners decode the same token sequence; their logits agree to rounding.
+  const auto v = static_cast<std::size_t>(cfg_.vocab_size);
+  std::vector<float> a(v), b(v);
+  layered->clear_kv_cache();
+  layered->forward(prompt, 0, a);
+  fused->forward(prompt, 0, b);
+  auto pos = static_cast<std::int32_t>(prompt.size());
+  for (std::size_t i = 0; i + 1 < tokens.size(); ++i, ++pos) {
+    const std::span<const std::int32_t> one(&tokens[i], 1);
+    layered->forward(one, pos, a);
+    fused->forward(one, pos, b);
+    EXPECT_GE(cosine(a, b), 0.9999) << "decode step " << i;
   }
 }
 

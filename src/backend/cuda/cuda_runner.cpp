@@ -18,6 +18,7 @@
 //   NEURON_CUDA_GRAPHS=0  launch the decode step eagerly instead of replaying a graph
 //   NEURON_CUDA_PDL=0     no programmatic dependent launch between kernels
 //   NEURON_CUDA_FUSED_ROPE=0  decode runs q/k norm + RoPE as its own kernel
+//   NEURON_CUDA_FUSED_DECODE=1  one rank: norms inside the projections, residual adds in their epilogues
 #include "backend/cuda/cuda_runner.hpp"
 
 #include <spdlog/spdlog.h>
@@ -171,7 +172,7 @@ class CudaRunner final : public ModelRunner {
   int hidden_ = 0, hq_ = 0, hkv_ = 0, hd_ = 0, ff_ = 0, vocab_ = 0, qkv_rows_ = 0;
   int chunk_ = 0, decode_splits_ = 1;
   float eps_ = 1e-6f, scale_ = 1.f;
-  bool use_gemv_ = true, use_graphs_ = true, fuse_decode_rope_ = true;
+  bool use_gemv_ = true, use_graphs_ = true, fuse_decode_rope_ = true, fused_decode_ = false;
   DeviceGuard guard_;
   Stream stream_;
   Blas blas_;
@@ -234,6 +235,8 @@ CudaRunner::CudaRunner(const model::Qwen3Config& cfg, const io::Checkpoint* chec
   use_gemv_ = env_flag("NEURON_CUDA_GEMV", true);
   kernels::set_programmatic_launch(env_flag("NEURON_CUDA_PDL", true));
   fuse_decode_rope_ = env_flag("NEURON_CUDA_FUSED_ROPE", true);
+  fused_decode_ = env_flag("NEURON_CUDA_FUSED_DECODE", false) && comm_->size() == 1 && use_gemv_ &&
+                  fuse_decode_rope_ && kernels::gemv_swiglu_supported(ff_) && (hq_ * hd_) % 8 == 0;
   // A host communicator cannot run inside a graph; NCCL could, but one rank is what graphs are measured on.
   use_graphs_ = env_flag("NEURON_CUDA_GRAPHS", true) && comm_->size() == 1;
 
@@ -379,6 +382,23 @@ void CudaRunner::run_layers(int n) {
   bf16_t* h = h_.data<bf16_t>();
   float* delta = delta_.data<float>();
   kernels::embed(tokens, n, w(embed_), hidden_, vocab_, x, s);
+  if (n == 1 && fused_decode_) {
+    // One rank, one token: 5 kernels a layer. The norms run inside the
+    // projections that consume them, and the row-parallel projections add
+    // straight into the residual stream (no all-reduce to wait for).
+    for (Layer& l : layers_) {
+      kernels::gemv_rmsnorm(w(l.qkv), x, w(l.input_norm), eps_, qkv_rows_, hidden_, qkv_.data<bf16_t>(), s);
+      kernels::attention_decode_fused(qkv_.data<bf16_t>(), w(l.q_norm), w(l.k_norm), inv_freq_.data<float>(), eps_,
+                                      l.k_cache.data<bf16_t>(), l.v_cache.data<bf16_t>(), hq_, hkv_, hd_, max_ctx_,
+                                      offset, scale_, decode_splits_, decode_scratch_.data<float>(),
+                                      attn_.data<bf16_t>(), s);
+      kernels::gemv_accumulate(w(l.o), attn_.data<bf16_t>(), hidden_, hq_ * hd_, x, s);
+      kernels::gemv_rmsnorm(w(l.gate_up), x, w(l.post_norm), eps_, 2 * ff_, hidden_, gate_up_.data<bf16_t>(), s);
+      kernels::gemv_swiglu(w(l.down), gate_up_.data<bf16_t>(), hidden_, ff_, x, true, s);
+    }
+    kernels::add_rmsnorm(x, nullptr, w(final_norm_), h, 1, hidden_, eps_, s);
+    return;
+  }
   const float* pending = nullptr;  // the previous down projection, added at the next norm
   for (Layer& l : layers_) {
     kernels::add_rmsnorm(x, pending, w(l.input_norm), h, n, hidden_, eps_, s);
@@ -405,7 +425,7 @@ void CudaRunner::run_layers(int n) {
     kernels::add_rmsnorm(x, delta, w(l.post_norm), h, n, hidden_, eps_, s);
     linear(h, n, l.gate_up, 2 * ff_, hidden_, gate_up_.data<bf16_t>());
     if (n == 1 && use_gemv_ && kernels::gemv_swiglu_supported(ff_)) {
-      kernels::gemv_swiglu(w(l.down), gate_up_.data<bf16_t>(), hidden_, ff_, delta, s);
+      kernels::gemv_swiglu(w(l.down), gate_up_.data<bf16_t>(), hidden_, ff_, delta, false, s);
     } else {
       kernels::swiglu(gate_up_.data<bf16_t>(), n, ff_, act_.data<bf16_t>(), s);
       linear(act_.data<bf16_t>(), n, l.down, hidden_, ff_, delta);

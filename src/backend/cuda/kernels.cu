@@ -172,11 +172,18 @@ constexpr int kGemvRows = 4;  // rows per block
 // through warp shuffles and one shared-memory step.
 // How a GEMV reads its input vector: as stored, or as silu(gate) * up of a
 // fused [gate | up] activation (the SwiGLU of the MLP folded into the down projection).
-struct PlainInput {
-  __device__ static uint4 load(const bf16_t* x, int, int c) { return __ldg(reinterpret_cast<const uint4*>(x) + c); }
+// How a GEMV reads its input vector, 8 values (one 16-byte chunk) at a time.
+// prepare() runs once per block after the dependency wait.
+struct PlainInput {  // as stored, bf16
+  const bf16_t* x;
+  __device__ void prepare() {}
+  __device__ uint4 load(int c) const { return __ldg(reinterpret_cast<const uint4*>(x) + c); }
 };
-struct SwigluInput {
-  __device__ static uint4 load(const bf16_t* gate_up, int f, int c) {
+struct SwigluInput {  // silu(gate) * up of a fused [gate | up] activation: the MLP's SwiGLU
+  const bf16_t* gate_up;
+  int f;
+  __device__ void prepare() {}
+  __device__ uint4 load(int c) const {
     const uint4 g = __ldg(reinterpret_cast<const uint4*>(gate_up) + c);
     const uint4 u = __ldg(reinterpret_cast<const uint4*>(gate_up + f) + c);
     const bf16_t* ge = reinterpret_cast<const bf16_t*>(&g);
@@ -192,10 +199,53 @@ struct SwigluInput {
     return out;
   }
 };
+struct RmsNormInput {  // rmsnorm(x) * w of the f32 residual stream, rounded as add_rmsnorm rounds
+  const float* x;
+  const bf16_t* w;
+  int cols;
+  float eps;
+  float inv;
+  __device__ void prepare() {
+    __shared__ float red[32];
+    __shared__ float inv_s;
+    float ss = 0.f;
+    const float4* x4 = reinterpret_cast<const float4*>(x);
+    for (int i = threadIdx.x; i < cols / 4; i += blockDim.x) {
+      const float4 v = x4[i];
+      ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+    ss = warp_sum(ss);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      float t = 0.f;
+      for (int i = 0; i < static_cast<int>(blockDim.x >> 5); ++i) t += red[i];
+      inv_s = rsqrtf(t / static_cast<float>(cols) + eps);
+    }
+    __syncthreads();
+    inv = inv_s;
+  }
+  __device__ uint4 load(int c) const {
+    const float4 a = reinterpret_cast<const float4*>(x)[2 * c];
+    const float4 b = reinterpret_cast<const float4*>(x)[2 * c + 1];
+    const uint4 wv = __ldg(reinterpret_cast<const uint4*>(w) + c);
+    const bf16_t* we = reinterpret_cast<const bf16_t*>(&wv);
+    const float xs[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    uint4 out;
+    bf16_t* oe = reinterpret_cast<bf16_t*>(&out);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) oe[i] = to_bf(bf(to_bf(xs[i] * inv)) * bf(we[i]));
+    return out;
+  }
+};
 
-template <int Threads, class Input, class OutT>
-__global__ void __launch_bounds__(Threads) gemv_vec_kernel(const bf16_t* w, const bf16_t* x, int rows, int cols,
-                                                           OutT* y) {
+// Where a GEMV's row result goes: stored, or added to an f32 vector (the
+// residual stream: one thread owns each row, so the sum is deterministic).
+__device__ __forceinline__ void emit(float* y, int r, float v, bool accumulate) { y[r] = accumulate ? y[r] + v : v; }
+__device__ __forceinline__ void emit(bf16_t* y, int r, float v, bool) { y[r] = to_bf(v); }
+
+template <int Threads, class Input, class OutT, bool Accumulate>
+__global__ void __launch_bounds__(Threads) gemv_vec_kernel(const bf16_t* w, Input in, int rows, int cols, OutT* y) {
   constexpr int warps = Threads / 32;
   __shared__ float part[warps][kGemvRows];
   const int row0 = blockIdx.x * kGemvRows;
@@ -215,8 +265,9 @@ __global__ void __launch_bounds__(Threads) gemv_vec_kernel(const bf16_t* w, cons
     for (int r = 0; r < kGemvRows; ++r) wv[r] = __ldcs(wr[r] + c);
   }
   grid_dependency_wait();
+  in.prepare();
   while (c < chunks) {
-    const uint4 xv = Input::load(x, cols, c);
+    const uint4 xv = in.load(c);
     const int next = c + Threads;
     uint4 wn[kGemvRows];
     if (next < chunks) {
@@ -241,7 +292,7 @@ __global__ void __launch_bounds__(Threads) gemv_vec_kernel(const bf16_t* w, cons
     float sum = 0.f;
 #pragma unroll
     for (int i = 0; i < warps; ++i) sum += part[i][threadIdx.x];
-    store(y, row0 + threadIdx.x, sum);
+    emit(y, row0 + threadIdx.x, sum, Accumulate);
   }
 }
 
@@ -259,23 +310,31 @@ __global__ void gemv_scalar_kernel(const bf16_t* w, const bf16_t* x, int rows, i
   if (lane == 0) store(y, row, acc);
 }
 
-template <class Input, class OutT>
-void gemv_impl(const bf16_t* w, const bf16_t* x, int rows, int cols, OutT* y, cudaStream_t stream) {
+template <bool Accumulate, class Input, class OutT>
+void gemv_launch(const bf16_t* w, Input in, int rows, int cols, OutT* y, cudaStream_t stream) {
+  // Threads per block: at least two chunks each, between 64 and 256.
+  const int chunks = cols / 8;
+  const dim3 blocks(static_cast<unsigned>((rows + kGemvRows - 1) / kGemvRows));
+  if (chunks >= 512)
+    launch(gemv_vec_kernel<256, Input, OutT, Accumulate>, blocks, 256, 0, stream, "gemv", w, in, rows, cols, y);
+  else if (chunks >= 256)
+    launch(gemv_vec_kernel<128, Input, OutT, Accumulate>, blocks, 128, 0, stream, "gemv", w, in, rows, cols, y);
+  else
+    launch(gemv_vec_kernel<64, Input, OutT, Accumulate>, blocks, 64, 0, stream, "gemv", w, in, rows, cols, y);
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+template <class OutT>
+void gemv_plain(const bf16_t* w, const bf16_t* x, int rows, int cols, OutT* y, bool accumulate, cudaStream_t stream) {
   if (rows <= 0) return;
-  const bool aligned = cols % 8 == 0 && reinterpret_cast<std::uintptr_t>(w) % 16 == 0 &&
-                       reinterpret_cast<std::uintptr_t>(x) % 16 == 0;
-  if (aligned) {
-    // Threads per block: at least two chunks each, between 64 and 256.
-    const int chunks = cols / 8;
-    const dim3 blocks(static_cast<unsigned>((rows + kGemvRows - 1) / kGemvRows));
-    if (chunks >= 512)
-      launch(gemv_vec_kernel<256, Input, OutT>, blocks, 256, 0, stream, "gemv", w, x, rows, cols, y);
-    else if (chunks >= 256)
-      launch(gemv_vec_kernel<128, Input, OutT>, blocks, 128, 0, stream, "gemv", w, x, rows, cols, y);
+  if (cols % 8 == 0 && aligned16(w) && aligned16(x)) {
+    if (accumulate)
+      gemv_launch<true>(w, PlainInput{x}, rows, cols, y, stream);
     else
-      launch(gemv_vec_kernel<64, Input, OutT>, blocks, 64, 0, stream, "gemv", w, x, rows, cols, y);
+      gemv_launch<false>(w, PlainInput{x}, rows, cols, y, stream);
   } else {
-    NEURON_ASSERT((std::is_same_v<Input, PlainInput>));
+    NEURON_ASSERT(!accumulate);
     launch(gemv_scalar_kernel<OutT>, dim3((rows + 3) / 4), 128, 0, stream, "gemv", w, x, rows, cols, y);
   }
 }
@@ -331,17 +390,33 @@ void swiglu(const bf16_t* gate_up, int n, int f, bf16_t* out, cudaStream_t strea
 }
 
 void gemv(const bf16_t* w, const bf16_t* x, int rows, int cols, float* y, cudaStream_t stream) {
-  gemv_impl<PlainInput>(w, x, rows, cols, y, stream);
+  gemv_plain(w, x, rows, cols, y, false, stream);
 }
 void gemv(const bf16_t* w, const bf16_t* x, int rows, int cols, bf16_t* y, cudaStream_t stream) {
-  gemv_impl<PlainInput>(w, x, rows, cols, y, stream);
+  gemv_plain(w, x, rows, cols, y, false, stream);
+}
+void gemv_accumulate(const bf16_t* w, const bf16_t* x, int rows, int cols, float* y, cudaStream_t stream) {
+  NEURON_ASSERT(cols % 8 == 0);
+  gemv_plain(w, x, rows, cols, y, true, stream);
 }
 
 bool gemv_swiglu_supported(int f) noexcept { return f % 8 == 0; }
 
-void gemv_swiglu(const bf16_t* w, const bf16_t* gate_up, int rows, int f, float* y, cudaStream_t stream) {
-  NEURON_ASSERT(gemv_swiglu_supported(f));
-  gemv_impl<SwigluInput>(w, gate_up, rows, f, y, stream);
+void gemv_swiglu(const bf16_t* w, const bf16_t* gate_up, int rows, int f, float* y, bool accumulate,
+                 cudaStream_t stream) {
+  NEURON_ASSERT(gemv_swiglu_supported(f) && aligned16(w) && aligned16(gate_up));
+  if (rows <= 0) return;
+  if (accumulate)
+    gemv_launch<true>(w, SwigluInput{gate_up, f}, rows, f, y, stream);
+  else
+    gemv_launch<false>(w, SwigluInput{gate_up, f}, rows, f, y, stream);
+}
+
+void gemv_rmsnorm(const bf16_t* w, const float* x, const bf16_t* norm_w, float eps, int rows, int cols, bf16_t* y,
+                  cudaStream_t stream) {
+  NEURON_ASSERT(cols % 8 == 0 && aligned16(w) && aligned16(x) && aligned16(norm_w));
+  if (rows <= 0) return;
+  gemv_launch<false>(w, RmsNormInput{x, norm_w, cols, eps, 0.f}, rows, cols, y, stream);
 }
 
 namespace {

@@ -84,10 +84,20 @@ void attention_decode_fused(const bf16_t* qkv, const bf16_t* q_norm, const bf16_
 void gemv(const bf16_t* w, const bf16_t* x, int rows, int cols, float* y, cudaStream_t stream);
 void gemv(const bf16_t* w, const bf16_t* x, int rows, int cols, bf16_t* y, cudaStream_t stream);
 
+// y[r] += sum_c w[r, c] * x[c]: a row-parallel projection added straight into
+// the f32 residual stream (one thread owns each row: deterministic). cols % 8 == 0.
+void gemv_accumulate(const bf16_t* w, const bf16_t* x, int rows, int cols, float* y, cudaStream_t stream);
+
 // The MLP's down projection with SwiGLU folded into the input read:
-// y[r] = sum_c w[r, c] * silu(gate_up[c]) * gate_up[f + c], w [rows, f]. Needs f % 8 == 0.
+// y[r] (+)= sum_c w[r, c] * silu(gate_up[c]) * gate_up[f + c], w [rows, f]. Needs f % 8 == 0.
 bool gemv_swiglu_supported(int f) noexcept;
-void gemv_swiglu(const bf16_t* w, const bf16_t* gate_up, int rows, int f, float* y, cudaStream_t stream);
+void gemv_swiglu(const bf16_t* w, const bf16_t* gate_up, int rows, int f, float* y, bool accumulate,
+                 cudaStream_t stream);
+
+// A projection of rmsnorm(x) * norm_w (x the f32 residual stream [cols]),
+// the norm computed by every block as it starts: y = bf16(W h). cols % 8 == 0.
+void gemv_rmsnorm(const bf16_t* w, const float* x, const bf16_t* norm_w, float eps, int rows, int cols, bf16_t* y,
+                  cudaStream_t stream);
 
 // Programmatic dependent launch for every forward kernel (on by default):
 // each may start while its predecessor drains. Process-wide; for benchmarks.
