@@ -26,6 +26,8 @@ constexpr auto kPoll = std::chrono::milliseconds(1000);
 constexpr auto kKeepAlive = std::chrono::seconds(2);
 // After cancelling, how long to wait for the engine's final event (for usage metrics).
 constexpr auto kCancelDrain = std::chrono::seconds(10);
+// How often a non-streaming request checks that its client is still there.
+constexpr auto kProbeEvery = std::chrono::milliseconds(100);
 
 HttpResponse json_response(const json& body, int status = 200) {
   HttpResponse r;
@@ -529,13 +531,24 @@ HttpResponse Api::generate(const HttpRequest& request, bool chat) {
 
   if (!req.stream) {
     std::string content, reasoning;
+    auto next_probe = Clock::now() + kProbeEvery;
     for (;;) {
-      auto e = gen->channel->next(kPoll);
-      if (!e) continue;
-      if (e->kind == engine::Event::Kind::delta) {
-        gen->on_delta(*e);
-        content += e->text;
-        reasoning += e->reasoning;
+      auto e = gen->channel->next(kProbeEvery);
+      if (!e || e->kind == engine::Event::Kind::delta) {
+        if (e) {
+          gen->on_delta(*e);
+          content += e->text;
+          reasoning += e->reasoning;
+        }
+        if (request.client_gone && Clock::now() >= next_probe) {
+          if (request.client_gone()) {
+            gen->abandon();
+            ApiError gone = classify(errc::cancelled, "the client closed the connection");
+            gone.status = 499;  // nginx's "client closed request": for the access log and metrics, nobody reads it
+            return error_response(gone);
+          }
+          next_probe = Clock::now() + kProbeEvery;
+        }
         continue;
       }
       gen->on_end(*e);

@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include "server/api_error.hpp"
+#include "server/peer_probe.hpp"
 #include "util/error.hpp"
 
 namespace neuron::server {
@@ -34,6 +35,8 @@ HttpRequest to_request(const httplib::Request& req) {
   r.path = req.path;
   r.body = req.body;
   r.remote = req.remote_addr;
+  auto probe = std::make_shared<PeerProbe>(ConnectionAddress{req.local_addr, req.local_port, req.remote_addr, req.remote_port});
+  r.client_gone = [probe] { return probe->gone(); };
   for (const auto& [k, v] : req.headers) r.headers.emplace_back(k, v);
   return r;
 }

@@ -16,6 +16,10 @@ struct HttpRequest {
   std::vector<std::pair<std::string, std::string>> headers;  // names as sent
   std::string body;
   std::string remote;  // peer address, for the log
+  // True once the client has disconnected; unset where there is no
+  // connection (handlers called directly). Polled by long non-streaming
+  // requests so that an abandoned generation stops at its next step.
+  std::function<bool()> client_gone;
 
   // Case-insensitive header lookup; empty when absent.
   std::string header(std::string_view name) const;

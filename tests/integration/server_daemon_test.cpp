@@ -318,6 +318,31 @@ TEST_F(ServerDaemon, ClientDisconnectMidStreamCancelsTheGeneration) {
   EXPECT_EQ(health->status, 200);
 }
 
+TEST_F(ServerDaemon, ClientDisconnectDuringANonStreamingRequestCancelsTheGeneration) {
+  const double cancelled_before = metric_sum(metrics(), "neuron_requests_cancelled_total");
+  const double generated_before = metric_sum(metrics(), "neuron_generated_tokens_total");
+  constexpr int kLong = 4000;
+  {
+    RawConnection conn(daemon_->port());
+    json body = {{"model", model_}, {"prompt", "Go on forever"}, {"max_tokens", kLong}, {"ignore_eos", true}};
+    conn.send(http_post_text("/v1/completions", body.dump()));
+    // Until tokens are being generated for it, then hang up without reading.
+    const double deltas_before = metric_sum(metrics(), "neuron_inter_token_latency_seconds_count");
+    for (int i = 0; i < 400 && metric_sum(metrics(), "neuron_inter_token_latency_seconds_count") == deltas_before; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  double cancelled = cancelled_before;
+  for (int i = 0; i < 200 && cancelled == cancelled_before; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    cancelled = metric_sum(metrics(), "neuron_requests_cancelled_total");
+  }
+  EXPECT_EQ(cancelled, cancelled_before + 1) << "the generation ran on for a client that had left";
+  const double generated = metric_sum(metrics(), "neuron_generated_tokens_total") - generated_before;
+  EXPECT_LT(generated, kLong) << "the engine kept generating after the client left";
+  // A client that stays gets its whole answer: the probe raises no false alarm.
+  EXPECT_EQ(daemon_->post("/v1/completions", completion_request(model_, "still here"))->status, 200);
+}
+
 TEST_F(ServerDaemon, MetricsCountRequestsTokensAndLatencies) {
   ASSERT_EQ(daemon_->post("/v1/completions", completion_request(model_, "metrics"))->status, 200);
   std::string text = metrics();

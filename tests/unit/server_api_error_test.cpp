@@ -7,6 +7,13 @@
 namespace neuron::server {
 namespace {
 
+HttpRequest make_request(std::string method, std::string path) {
+  HttpRequest r;
+  r.method = std::move(method);
+  r.path = std::move(path);
+  return r;
+}
+
 TEST(ServerApiError, MapsKindsToStatuses) {
   struct Case {
     const char* kind;
@@ -68,16 +75,16 @@ TEST(ServerRouter, DispatchesAnd404sAnd405s) {
   router.add("POST", "/boom", [](const HttpRequest&) -> HttpResponse { throw Error(errc::conflict, "already loaded"); });
   router.add("DELETE", "/boom", [](const HttpRequest&) -> HttpResponse { throw std::logic_error("bug"); });
 
-  EXPECT_EQ(router.dispatch({"GET", "/health", {}, "", ""}).status, 200);
-  EXPECT_EQ(router.dispatch({"HEAD", "/health", {}, "", ""}).status, 200);
-  HttpResponse missing = router.dispatch({"GET", "/nope", {}, "", ""});
+  EXPECT_EQ(router.dispatch(make_request("GET", "/health")).status, 200);
+  EXPECT_EQ(router.dispatch(make_request("HEAD", "/health")).status, 200);
+  HttpResponse missing = router.dispatch(make_request("GET", "/nope"));
   EXPECT_EQ(missing.status, 404);
   EXPECT_EQ(nlohmann::json::parse(missing.body)["error"]["code"], "route_not_found");
-  HttpResponse wrong = router.dispatch({"GET", "/boom", {}, "", ""});
+  HttpResponse wrong = router.dispatch(make_request("GET", "/boom"));
   EXPECT_EQ(wrong.status, 405);
   EXPECT_EQ(wrong.header("Allow"), "POST, DELETE");
-  EXPECT_EQ(router.dispatch({"POST", "/boom", {}, "", ""}).status, 409);
-  EXPECT_EQ(router.dispatch({"DELETE", "/boom", {}, "", ""}).status, 500);
+  EXPECT_EQ(router.dispatch(make_request("POST", "/boom")).status, 409);
+  EXPECT_EQ(router.dispatch(make_request("DELETE", "/boom")).status, 500);
   router.add_prefix("GET", "/items/", "/items/{id}", [](const HttpRequest& r) {
     HttpResponse out;
     out.body = r.path.substr(7);
@@ -88,10 +95,10 @@ TEST(ServerRouter, DispatchesAnd404sAnd405s) {
     out.body = "exact";
     return out;
   });
-  EXPECT_EQ(router.dispatch({"GET", "/items/a/b", {}, "", ""}).body, "a/b");
-  EXPECT_EQ(router.dispatch({"GET", "/items/special", {}, "", ""}).body, "exact");
-  EXPECT_EQ(router.dispatch({"GET", "/items/", {}, "", ""}).status, 404);
-  EXPECT_EQ(router.dispatch({"POST", "/items/x", {}, "", ""}).status, 405);
+  EXPECT_EQ(router.dispatch(make_request("GET", "/items/a/b")).body, "a/b");
+  EXPECT_EQ(router.dispatch(make_request("GET", "/items/special")).body, "exact");
+  EXPECT_EQ(router.dispatch(make_request("GET", "/items/")).status, 404);
+  EXPECT_EQ(router.dispatch(make_request("POST", "/items/x")).status, 405);
   EXPECT_EQ(router.route_label("/items/secret-id"), "/items/{id}");
   EXPECT_EQ(router.route_label("/health"), "/health");
   EXPECT_EQ(router.route_label("/random/123"), "unmatched");
