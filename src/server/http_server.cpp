@@ -102,8 +102,11 @@ HttpServer::HttpServer(HttpServerOptions options, std::function<HttpResponse(con
     try {
       r = handler(to_request(req));
     } catch (const std::exception& e) {
-      spdlog::error("{} {}: {}", req.method, req.path, e.what());
-      r = error_response(from_exception(e));
+      ApiError err = from_exception(e);
+      // A client's mistake or a busy model is routine; only the daemon's own failures are errors.
+      const auto level = err.status >= 500 && err.status != 503 ? spdlog::level::err : spdlog::level::info;
+      spdlog::log(level, "{} {}: {} ({})", req.method, req.path, e.what(), err.code);
+      r = error_response(std::move(err));
     }
     write_response(std::move(r), res);
   };
