@@ -19,7 +19,7 @@ struct HttpRequest {
   // True once the client has disconnected; unset where there is no
   // connection (handlers called directly). Polled by long non-streaming
   // requests so that an abandoned generation stops at its next step.
-  std::function<bool()> client_gone;
+  std::function<bool()> client_gone = nullptr;
 
   // Case-insensitive header lookup; empty when absent.
   std::string header(std::string_view name) const;

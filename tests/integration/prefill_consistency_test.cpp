@@ -65,7 +65,9 @@ class PrefillConsistency : public ::testing::TestWithParam<Case> {
     // Through the same parsing a user's model goes through.
     cfg_ = model::load_model_configs(dir_).model;
     const auto ckpt = io::Checkpoint::open_dir(dir_);
-    if (c.shards > 1) ASSERT_GT(ckpt.files().size(), 1u);
+    if (c.shards > 1) {
+      ASSERT_GT(ckpt.files().size(), 1u);
+    }
     runner_ = backend::make_runner(cfg_, &ckpt, model::ShardPlan::make(cfg_, 0, 1), backend::Device{}, nullptr, {});
   }
   void TearDown() override {

@@ -10,9 +10,9 @@
 
 #include "engine/model_assets.hpp"
 #include "engine/registry.hpp"
-#include "model/config.hpp"
-#include "model/random_checkpoint.hpp"
 #include "server_daemon.hpp"
+#include "support/memory_test_model.hpp"
+#include "support/temp_dir.hpp"
 
 namespace neuron::server {
 namespace {
@@ -610,22 +610,9 @@ TEST(ServerDaemonMemory, UnloadGivesTheWeightsAndCacheBack) {
 #if defined(__SANITIZE_ADDRESS__)
   GTEST_SKIP() << "the ASan daemon keeps freed memory in quarantine; its RSS says nothing about neuron";
 #endif
-  const std::filesystem::path dir =
-      std::filesystem::path(::testing::TempDir()) / ("neuron-rss-" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  model::Qwen3Config cfg = model::load_model_configs(tiny_model_dir()).model;
-  cfg.hidden_size = 512;
-  cfg.intermediate_size = 1536;
-  cfg.num_hidden_layers = 4;
-  cfg.num_attention_heads = 8;
-  cfg.num_key_value_heads = 4;
-  cfg.head_dim = 64;
-  cfg.vocab_size = 32000;
-  cfg.tie_word_embeddings = false;
-  model::write_random_checkpoint(dir, cfg);
-  for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
-    std::filesystem::copy_file(std::filesystem::path(tiny_model_dir()) / f, dir / f);
+  test_support::TempDir tmp("neuron-rss");
+  const std::filesystem::path dir = tmp.path();
+  test_support::write_memory_test_model(dir, tiny_model_dir());
 
   // Started with the model, so the startup load is the warm-up: allocator
   // arenas, HTTP threads and lazily loaded code are not the model's.
@@ -654,7 +641,6 @@ TEST(ServerDaemonMemory, UnloadGivesTheWeightsAndCacheBack) {
   EXPECT_LT(after, before + model_kib / 3) << "unload must give the memory back (before " << before << " KiB, loaded "
                                            << loaded << " KiB, after " << after << " KiB, model " << model_kib << " KiB)";
   EXPECT_EQ(daemon.stop(), 0);
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 
 #include "chat/formatter.hpp"
 #include "util/error.hpp"
+#include "support/temp_dir.hpp"
 
 namespace neuron::chat {
 namespace {
@@ -208,23 +209,7 @@ const nlohmann::json conversation = nlohmann::json::parse(R"([
 const nlohmann::json special_tokens = {{"bos_token", "<s>"}, {"eos_token", "</s>"}};
 
 // A scratch model directory, removed with the test.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = std::filesystem::temp_directory_path() /
-            ("neuron-chat-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  std::filesystem::path write(const std::string& name, const std::string& text) const {
-    std::ofstream(path_ / name) << text;
-    return path_ / name;
-  }
-
- private:
-  std::filesystem::path path_;
-};
+using test_support::TempDir;
 
 template <class Fn>
 std::string error_kind(Fn&& fn) {

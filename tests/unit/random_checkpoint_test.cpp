@@ -19,28 +19,14 @@
 #include "model/config.hpp"
 #include "model/random_checkpoint.hpp"
 #include "util/error.hpp"
+#include "support/temp_dir.hpp"
 
 namespace neuron::model {
 namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    static int counter = 0;
-    path_ = fs::temp_directory_path() / ("neuron-rc-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    fs::remove_all(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using test_support::TempDir;
 
 // Small, awkward shape: head_dim != hidden / heads, GQA 3:1, untied.
 Qwen3Config small_config(bool tied = false) {

@@ -17,6 +17,8 @@
 #include "model/config.hpp"
 #include "model/random_checkpoint.hpp"
 #include "util/error.hpp"
+#include "support/memory_test_model.hpp"
+#include "support/temp_dir.hpp"
 
 namespace neuron::engine {
 namespace {
@@ -27,23 +29,7 @@ using namespace std::chrono_literals;
 const fs::path kModels = fs::path(NEURON_REPO_ROOT) / "models";
 const fs::path kTinyModel = kModels / "qwen3-tiny-a";
 
-class TempDir {
- public:
-  TempDir() {
-    static int counter = 0;
-    path_ = fs::temp_directory_path() /
-            ("neuron-registry-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using test_support::TempDir;
 
 std::uint64_t rss_bytes() {
   std::ifstream statm("/proc/self/statm");
@@ -310,18 +296,7 @@ TEST_F(RegistryTest, UnloadReturnsTheMemory) {
   GTEST_SKIP() << "ASan's allocator keeps freed memory in quarantine; RSS says nothing about neuron under it";
 #endif
   TempDir dir;
-  model::Qwen3Config cfg = model::load_model_configs(kTinyModel).model;
-  cfg.hidden_size = 512;
-  cfg.intermediate_size = 1536;
-  cfg.num_hidden_layers = 4;
-  cfg.num_attention_heads = 8;
-  cfg.num_key_value_heads = 4;
-  cfg.head_dim = 64;
-  cfg.vocab_size = 32000;
-  cfg.tie_word_embeddings = false;
-  model::write_random_checkpoint(dir.path(), cfg);
-  fs::copy_file(kTinyModel / "tokenizer.json", dir.path() / "tokenizer.json");
-  fs::copy_file(kTinyModel / "tokenizer_config.json", dir.path() / "tokenizer_config.json");
+  test_support::write_memory_test_model(dir.path(), kTinyModel);
 
   RegistryOptions options = daemon_options();
   options.model_roots.push_back(dir.path());

@@ -16,30 +16,14 @@
 #include "io/safetensors.hpp"
 #include "io/safetensors_writer.hpp"
 #include "util/error.hpp"
+#include "support/temp_dir.hpp"
 
 namespace neuron::io {
 namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    static int counter = 0;
-    path_ = fs::temp_directory_path() / ("neuron-st-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-  fs::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  fs::path path_;
-};
+using test_support::TempDir;
 
 // A file made of an 8-byte length, the header text and `data_bytes` bytes of data.
 std::vector<std::byte> raw_file(const std::string& header, std::size_t data_bytes, std::uint64_t claimed_len = ~0ull) {
