@@ -41,7 +41,7 @@ struct LoadDenseShardRequest {
   std::string model_id;
   std::string config_json;  // Qwen3Config::to_json(), parsed again by the worker
   std::vector<std::string> safetensors_paths;
-  std::optional<std::string> quant;  // only null is implemented
+  std::optional<std::string> quant = std::nullopt;  // only null is implemented
   std::int32_t max_context = 0;      // 0: the runner's default
 };
 struct GenerateStepRequest {

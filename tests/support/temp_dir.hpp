@@ -28,6 +28,7 @@ class TempDir {
   TempDir& operator=(const TempDir&) = delete;
 
   const std::filesystem::path& path() const { return path_; }
+  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
   // Writes `text` to path() / name and returns that path.
   std::filesystem::path write(const std::string& name, const std::string& text) const {
     std::ofstream(path_ / name) << text;
