@@ -62,15 +62,15 @@ bool iterates_content_parts(const std::string& source) {
   return std::regex_search(source, pattern);
 }
 
-nlohmann::json normalize_messages(const nlohmann::json& messages, bool keep_parts) {
+nlohmann::ordered_json normalize_messages(const nlohmann::ordered_json& messages, bool keep_parts) {
   if (!messages.is_array()) throw Error(errc::invalid_argument, "messages must be an array");
-  nlohmann::json out = nlohmann::json::array();
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
   for (std::size_t i = 0; i < messages.size(); ++i) {
     const auto& m = messages[i];
     const std::string where = "messages[" + std::to_string(i) + "]";
     if (!m.is_object()) throw Error(errc::invalid_argument, where + " must be an object");
     if (!m.contains("role") || !m["role"].is_string()) throw Error(errc::invalid_argument, where + ".role must be a string");
-    nlohmann::json msg = m;
+    nlohmann::ordered_json msg = m;
     // OpenAI clients send content: null on assistant tool-call turns; templates
     // written for transformers (Qwen3's `'</think>' in message.content`) expect a string.
     if (m.contains("tool_calls") && m.contains("content") && m["content"].is_null()) msg["content"] = "";
@@ -147,13 +147,13 @@ ChatFormatter ChatFormatter::from_template(std::string source, const nlohmann::j
   return f;
 }
 
-std::string ChatFormatter::apply(const nlohmann::json& messages, const nlohmann::json& tools, bool add_generation_prompt,
-                                 const nlohmann::json& extra) const {
+std::string ChatFormatter::apply(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                                 bool add_generation_prompt, const nlohmann::ordered_json& extra) const {
   if (!template_) throw Error(errc::not_found, "the model has no chat template (chat_template in tokenizer_config.json)");
   if (!tools.is_null() && !tools.is_array()) throw Error(errc::invalid_argument, "tools must be null or an array");
   if (!extra.is_null() && !extra.is_object()) throw Error(errc::invalid_argument, "extra template variables must be an object");
 
-  nlohmann::json context = special_tokens_;
+  nlohmann::ordered_json context = special_tokens_;
   if (extra.is_object()) {
     for (const auto& [key, value] : extra.items()) {
       if (key == "messages" || key == "tools" || key == "documents" || key == "add_generation_prompt") {

@@ -35,8 +35,10 @@ class ChatFormatter {
   // Throws Error{invalid_argument} for malformed messages or a non-text
   // content part, Error{template_error} when the template fails (including
   // its own raise_exception), Error{not_found} when the model has no template.
-  std::string apply(const nlohmann::json& messages, const nlohmann::json& tools, bool add_generation_prompt,
-                    const nlohmann::json& extra) const;
+  // Objects keep the order they have (as Python dicts do), so ordered_json
+  // inputs render tools and arguments exactly as transformers would.
+  std::string apply(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                    bool add_generation_prompt, const nlohmann::ordered_json& extra) const;
 
   bool has_template() const { return template_.has_value(); }
 

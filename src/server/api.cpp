@@ -61,10 +61,10 @@ json model_info_json(const engine::ModelInfo& m) {
   return j;
 }
 
-json messages_json(const std::vector<ChatMessage>& messages) {
-  json out = json::array();
+nlohmann::ordered_json messages_json(const std::vector<ChatMessage>& messages) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
   for (const auto& m : messages) {
-    json j = {{"role", m.role}, {"content", m.content}};
+    nlohmann::ordered_json j = {{"role", m.role}, {"content", m.content}};
     if (m.reasoning_content) j["reasoning_content"] = *m.reasoning_content;
     if (m.name) j["name"] = *m.name;
     if (m.tool_call_id) j["tool_call_id"] = *m.tool_call_id;
@@ -83,14 +83,15 @@ bool ends_inside_think(const std::string& prompt) {
   return close == std::string::npos || close < open;
 }
 
-std::string string_field(const json& body, const char* key, bool required) {
+template <class Json>
+std::string string_field(const Json& body, const char* key, bool required) {
   auto it = body.find(key);
   if (it == body.end() || it->is_null()) {
     if (required) throw FieldError(key, std::string("'") + key + "' is required");
     return {};
   }
   if (!it->is_string()) throw FieldError(key, std::string("'") + key + "' must be a string");
-  return it->get<std::string>();
+  return it->template get<std::string>();
 }
 
 model::SamplingParams sampling_for(const model::GenerationDefaults& d, const SamplingOverrides& o) {
@@ -438,7 +439,7 @@ std::shared_ptr<const engine::ModelAssets> Api::assets_for(const std::string& mo
 // ---- tokenize ----
 
 HttpResponse Api::tokenize(const HttpRequest& request) {
-  json body = parse_body(request.body);
+  const nlohmann::ordered_json body = parse_body(request.body);
   std::string model = resolve_model_name(string_field(body, "model", false));
   auto assets = assets_for(model);
   std::vector<std::int32_t> ids;
@@ -484,7 +485,7 @@ HttpResponse Api::chat_completions(const HttpRequest& request) { return generate
 HttpResponse Api::completions(const HttpRequest& request) { return generate(request, false); }
 
 HttpResponse Api::generate(const HttpRequest& request, bool chat) {
-  json body = parse_body(request.body);
+  const nlohmann::ordered_json body = parse_body(request.body);
   OpenAiRequest req = chat ? parse_chat_request(body) : parse_completion_request(body);
   const std::string model = resolve_model_name(req.model);
   auto engine = engine_for(model);

@@ -8,7 +8,7 @@
 namespace neuron::server {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 // Absent and null mean the same thing: the client did not set the field.
 const json* field(const json& obj, const char* key) {

@@ -21,7 +21,7 @@ struct ChatMessage {
   std::string content;  // text parts joined
   std::optional<std::string> reasoning_content;  // an earlier assistant turn's thinking
   std::optional<std::string> name, tool_call_id;
-  nlohmann::json tool_calls;  // assistant turns: passed through to the template (null when absent)
+  nlohmann::ordered_json tool_calls;  // assistant turns: passed through to the template (null when absent)
 };
 
 // Request fields that override the model's generation_config.json defaults.
@@ -44,16 +44,18 @@ struct OpenAiRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   bool ignore_eos = false;     // vLLM extension, used by benchmarks
-  nlohmann::json chat_template_kwargs = nlohmann::json::object();
-  nlohmann::json tools;  // null or array
+  // Passed to the chat template in the client's key order, as transformers renders them.
+  nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
+  nlohmann::ordered_json tools;  // null or array
 };
 
 // Body text -> JSON object. Throws FieldError{invalid_json} for malformed
 // JSON (nlohmann also rejects invalid UTF-8 and lone surrogates in strings)
 // and for a body that is not an object.
-nlohmann::json parse_body(std::string_view body);
+// Keys keep the client's order (tool schemas are rendered into the prompt).
+nlohmann::ordered_json parse_body(std::string_view body);
 
-OpenAiRequest parse_chat_request(const nlohmann::json& body);
-OpenAiRequest parse_completion_request(const nlohmann::json& body);
+OpenAiRequest parse_chat_request(const nlohmann::ordered_json& body);
+OpenAiRequest parse_completion_request(const nlohmann::ordered_json& body);
 
 }  // namespace neuron::server

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/model_assets.hpp"
 #include "engine/registry.hpp"
 #include "server/api.hpp"
 
@@ -129,6 +130,29 @@ TEST_F(ServerApi, ChatUsesTheTemplateAndTheThinkingSwitch) {
   HttpResponse chat = api.handle(post("/v1/chat/completions", {{"messages", msgs}, {"max_tokens", 4}, {"chat_template_kwargs", {{"enable_thinking", false}}}}));
   ASSERT_EQ(chat.status, 200) << chat.body;
   EXPECT_EQ(json::parse(chat.body)["usage"]["prompt_tokens"], json::parse(no_think.body)["count"]);
+}
+
+TEST_F(ServerApi, ToolsReachTheTemplateInTheClientsKeyOrder) {
+  Api api(*registry_, {});
+  // Written by hand so the order is the client's: "type" before "function", "name" before "description".
+  const std::string tools = R"([{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
+      "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}])";
+  const std::string messages = R"([{"role": "user", "content": "Weather in Paris?"}])";
+  HttpRequest req;
+  req.method = "POST";
+  req.path = "/tokenize";
+  req.body = R"({"messages": )" + messages + R"(, "tools": )" + tools + "}";
+  HttpResponse r = api.handle(req);
+  ASSERT_EQ(r.status, 200) << r.body;
+
+  auto assets = registry_->assets(tiny_model_dir());
+  const std::string ordered = assets->chat->apply(nlohmann::ordered_json::parse(messages), nlohmann::ordered_json::parse(tools),
+                                                  true, nlohmann::ordered_json::object());
+  EXPECT_NE(ordered.find(R"({"type": "function", "function": {"name": "get_weather", "description")"), std::string::npos)
+      << ordered;
+  EXPECT_EQ(json::parse(r.body)["tokens"].get<std::vector<std::int32_t>>(), assets->tokenizer->encode(ordered));
+  const std::string sorted = assets->chat->apply(json::parse(messages), json::parse(tools), true, json::object());
+  EXPECT_NE(assets->tokenizer->encode(sorted), assets->tokenizer->encode(ordered)) << "the test must tell the orders apart";
 }
 
 }  // namespace

@@ -162,10 +162,12 @@ Given the following functions, please respond with a JSON for a function call wi
 Respond in the format {"name": function name, "parameters": dictionary of argument name and its value}.Do not use variables.
 
 {
+    "type": "function",
     "function": {
-        "description": "Get weather",
         "name": "get_weather",
+        "description": "Get weather",
         "parameters": {
+            "type": "object",
             "properties": {
                 "city": {
                     "type": "string"
@@ -173,11 +175,9 @@ Respond in the format {"name": function name, "parameters": dictionary of argume
             },
             "required": [
                 "city"
-            ],
-            "type": "object"
+            ]
         }
-    },
-    "type": "function"
+    }
 }
 
 Hi there<|eot_id|><|start_header_id|>assistant<|end_header_id|>
@@ -232,8 +232,10 @@ TEST(ChatFormatter, Llama3ToolCallsRenderLikeTransformers) {
   messages.push_back(nlohmann::json::parse(
       R"({"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]})"));
   messages.push_back({{"role", "tool"}, {"content", "18C"}});
-  const auto tools = nlohmann::json::parse(R"([{"type": "function", "function": {"description": "Get weather",
-      "name": "get_weather", "parameters": {"properties": {"city": {"type": "string"}}, "required": ["city"], "type": "object"}}}])");
+  // In the order an OpenAI client writes a tool, not sorted: transformers'
+  // tojson (json.dumps without sort_keys) keeps the order it was given.
+  const auto tools = nlohmann::ordered_json::parse(R"([{"type": "function", "function": {"name": "get_weather",
+      "description": "Get weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}])");
   EXPECT_EQ(f.apply(messages, tools, true, nullptr), expected_llama3_tools);
 }
 
