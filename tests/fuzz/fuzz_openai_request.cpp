@@ -27,7 +27,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string text(reinterpret_cast<const char*>(data), size);
   using namespace neuron::server;
   expect_clean([&] {
-    const nlohmann::json body = parse_body(text);
+    const auto body = parse_body(text);  // ordered, as the daemon parses it
     expect_clean([&] { (void)parse_chat_request(body); });
     expect_clean([&] { (void)parse_completion_request(body); });
     expect_clean([&] { (void)parse_load_request(body); });
