@@ -19,7 +19,6 @@
 //   NEURON_CUDA_PDL=0     no programmatic dependent launch between kernels
 //   NEURON_CUDA_FUSED_ROPE=0  decode runs q/k norm + RoPE as its own kernel
 //   NEURON_CUDA_FUSED_DECODE=1  one rank: norms inside the projections, residual adds in their epilogues
-//   NEURON_CUDA_L2_PREFETCH_MB=N  each decode GEMV prefetches the first N MB of the next projection's weights into L2 (0: off)
 #include "backend/cuda/cuda_runner.hpp"
 
 #include <spdlog/spdlog.h>
@@ -62,21 +61,6 @@ std::uint64_t fnv1a(const std::string& s) {
   std::uint64_t h = 0xcbf29ce484222325ull;
   for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
   return h;
-}
-
-// Decode GEMVs prefetch this much of the next projection (bench/RESULTS.md, run 5).
-constexpr std::size_t kDefaultL2PrefetchMb = 0;
-
-std::size_t env_megabytes(const char* name, std::size_t fallback) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return fallback << 20;
-  char* end = nullptr;
-  const unsigned long long mb = std::strtoull(v, &end, 10);
-  if (end == v || *end != '\0' || mb > 4096) {
-    spdlog::warn("{}={} is not a size in MB (0-4096); using {}", name, v, fallback);
-    return fallback << 20;
-  }
-  return static_cast<std::size_t>(mb) << 20;
 }
 
 bool is_norm(const std::string& name) { return name.find("norm") != std::string::npos; }
@@ -174,9 +158,7 @@ class CudaRunner final : public ModelRunner {
   void run_layers(int n);
   void lm_head(const bf16_t* h_rows, int rows, float* out);
   template <class Y>
-  void linear(const bf16_t* x, int n, const DeviceBuffer& w, int rows, int cols, Y* y, const DeviceBuffer* next = nullptr);
-  // What a decode GEMV reading before `next` should ask L2 for.
-  kernels::L2Prefetch prefetch(const DeviceBuffer* next) const;
+  void linear(const bf16_t* x, int n, const DeviceBuffer& w, int rows, int cols, Y* y);
   void all_reduce(float* data, std::size_t count);
   void decode_step(bool want_logits);
 
@@ -191,7 +173,6 @@ class CudaRunner final : public ModelRunner {
   int chunk_ = 0, decode_splits_ = 1;
   float eps_ = 1e-6f, scale_ = 1.f;
   bool use_gemv_ = true, use_graphs_ = true, fuse_decode_rope_ = true, fused_decode_ = false;
-  std::size_t l2_prefetch_bytes_ = 0;  // per decode GEMV, of the next projection's weights
   DeviceGuard guard_;
   Stream stream_;
   Blas blas_;
@@ -252,7 +233,6 @@ CudaRunner::CudaRunner(const model::Qwen3Config& cfg, const io::Checkpoint* chec
                                                                : std::min<std::int64_t>(kDefaultMaxContext, model_max));
   chunk_ = std::min(max_ctx_, kMaxPrefillChunk);
   use_gemv_ = env_flag("NEURON_CUDA_GEMV", true);
-  l2_prefetch_bytes_ = env_megabytes("NEURON_CUDA_L2_PREFETCH_MB", kDefaultL2PrefetchMb);
   kernels::set_programmatic_launch(env_flag("NEURON_CUDA_PDL", true));
   fuse_decode_rope_ = env_flag("NEURON_CUDA_FUSED_ROPE", true);
   fused_decode_ = env_flag("NEURON_CUDA_FUSED_DECODE", false) && comm_->size() == 1 && use_gemv_ &&
@@ -373,15 +353,10 @@ void CudaRunner::clear_kv_cache() {
 
 MemoryStats CudaRunner::memory() const { return MemoryStats{weight_bytes_, kv_bytes_, device_.str()}; }
 
-kernels::L2Prefetch CudaRunner::prefetch(const DeviceBuffer* next) const {
-  if (!next || l2_prefetch_bytes_ == 0) return {};
-  return {next->data(), std::min(next->bytes(), l2_prefetch_bytes_)};
-}
-
 template <class Y>
-void CudaRunner::linear(const bf16_t* x, int n, const DeviceBuffer& wt, int rows, int cols, Y* y, const DeviceBuffer* next) {
+void CudaRunner::linear(const bf16_t* x, int n, const DeviceBuffer& wt, int rows, int cols, Y* y) {
   if (n == 1 && use_gemv_)
-    kernels::gemv(w(wt), x, rows, cols, y, stream_.get(), prefetch(next));
+    kernels::gemv(w(wt), x, rows, cols, y, stream_.get());
   else
     blas_.linear(x, n, w(wt), rows, cols, y);
 }
@@ -425,12 +400,9 @@ void CudaRunner::run_layers(int n) {
     return;
   }
   const float* pending = nullptr;  // the previous down projection, added at the next norm
-  const DeviceBuffer& head = cfg_.tie_word_embeddings ? embed_ : lm_head_;
-  for (std::size_t i = 0; i < layers_.size(); ++i) {
-    Layer& l = layers_[i];
-    const DeviceBuffer& after_down = i + 1 < layers_.size() ? layers_[i + 1].qkv : head;
+  for (Layer& l : layers_) {
     kernels::add_rmsnorm(x, pending, w(l.input_norm), h, n, hidden_, eps_, s);
-    linear(h, n, l.qkv, qkv_rows_, hidden_, qkv_.data<bf16_t>(), &l.o);
+    linear(h, n, l.qkv, qkv_rows_, hidden_, qkv_.data<bf16_t>());
     if (n == 1 && fuse_decode_rope_) {
       kernels::attention_decode_fused(qkv_.data<bf16_t>(), w(l.q_norm), w(l.k_norm), inv_freq_.data<float>(), eps_,
                                       l.k_cache.data<bf16_t>(), l.v_cache.data<bf16_t>(), hq_, hkv_, hd_, max_ctx_,
@@ -448,12 +420,12 @@ void CudaRunner::run_layers(int n) {
         kernels::attention_prefill(q_.data<bf16_t>(), l.k_cache.data<bf16_t>(), l.v_cache.data<bf16_t>(), n, hq_,
                                    hkv_, hd_, max_ctx_, offset, scale_, attn_.data<bf16_t>(), s);
     }
-    linear(attn_.data<bf16_t>(), n, l.o, hidden_, hq_ * hd_, delta, &l.gate_up);
+    linear(attn_.data<bf16_t>(), n, l.o, hidden_, hq_ * hd_, delta);
     all_reduce(delta, static_cast<std::size_t>(n) * hidden_);
     kernels::add_rmsnorm(x, delta, w(l.post_norm), h, n, hidden_, eps_, s);
-    linear(h, n, l.gate_up, 2 * ff_, hidden_, gate_up_.data<bf16_t>(), &l.down);
+    linear(h, n, l.gate_up, 2 * ff_, hidden_, gate_up_.data<bf16_t>());
     if (n == 1 && use_gemv_ && kernels::gemv_swiglu_supported(ff_)) {
-      kernels::gemv_swiglu(w(l.down), gate_up_.data<bf16_t>(), hidden_, ff_, delta, false, s, prefetch(&after_down));
+      kernels::gemv_swiglu(w(l.down), gate_up_.data<bf16_t>(), hidden_, ff_, delta, false, s);
     } else {
       kernels::swiglu(gate_up_.data<bf16_t>(), n, ff_, act_.data<bf16_t>(), s);
       linear(act_.data<bf16_t>(), n, l.down, hidden_, ff_, delta);

@@ -244,22 +244,8 @@ struct RmsNormInput {  // rmsnorm(x) * w of the f32 residual stream, rounded as 
 __device__ __forceinline__ void emit(float* y, int r, float v, bool accumulate) { y[r] = accumulate ? y[r] + v : v; }
 __device__ __forceinline__ void emit(bf16_t* y, int r, float v, bool) { y[r] = to_bf(v); }
 
-// This block's share of the next kernel's weights, requested into L2 line by line.
-template <int Threads>
-__device__ __forceinline__ void prefetch_share(const L2Prefetch& next) {
-  if (next.bytes == 0) return;
-  constexpr std::size_t kLine = 128;
-  const std::size_t lines = (next.bytes + kLine - 1) / kLine;
-  const std::size_t per_block = (lines + gridDim.x - 1) / gridDim.x;
-  const std::size_t first = blockIdx.x * per_block, last = min(lines, first + per_block);
-  const char* base = static_cast<const char*>(next.ptr);
-  for (std::size_t i = first + threadIdx.x; i < last; i += Threads)
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(base + i * kLine));
-}
-
 template <int Threads, class Input, class OutT, bool Accumulate>
-__global__ void __launch_bounds__(Threads)
-    gemv_vec_kernel(const bf16_t* w, Input in, int rows, int cols, OutT* y, L2Prefetch next) {
+__global__ void __launch_bounds__(Threads) gemv_vec_kernel(const bf16_t* w, Input in, int rows, int cols, OutT* y) {
   constexpr int warps = Threads / 32;
   __shared__ float part[warps][kGemvRows];
   const int row0 = blockIdx.x * kGemvRows;
@@ -282,20 +268,19 @@ __global__ void __launch_bounds__(Threads)
   in.prepare();
   while (c < chunks) {
     const uint4 xv = in.load(c);
-    const int c_next = c + Threads;
+    const int next = c + Threads;
     uint4 wn[kGemvRows];
-    if (c_next < chunks) {
+    if (next < chunks) {
 #pragma unroll
-      for (int r = 0; r < kGemvRows; ++r) wn[r] = __ldcs(wr[r] + c_next);
+      for (int r = 0; r < kGemvRows; ++r) wn[r] = __ldcs(wr[r] + next);
     }
 #pragma unroll
     for (int r = 0; r < kGemvRows; ++r) {
       acc[r] += dot8(wv[r], xv);
       wv[r] = wn[r];
     }
-    c = c_next;
+    c = next;
   }
-  prefetch_share<Threads>(next);  // this block's own weights are all requested by now
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
   for (int r = 0; r < kGemvRows; ++r) {
@@ -326,29 +311,28 @@ __global__ void gemv_scalar_kernel(const bf16_t* w, const bf16_t* x, int rows, i
 }
 
 template <bool Accumulate, class Input, class OutT>
-void gemv_launch(const bf16_t* w, Input in, int rows, int cols, OutT* y, cudaStream_t stream, L2Prefetch next = {}) {
+void gemv_launch(const bf16_t* w, Input in, int rows, int cols, OutT* y, cudaStream_t stream) {
   // Threads per block: at least two chunks each, between 64 and 256.
   const int chunks = cols / 8;
   const dim3 blocks(static_cast<unsigned>((rows + kGemvRows - 1) / kGemvRows));
   if (chunks >= 512)
-    launch(gemv_vec_kernel<256, Input, OutT, Accumulate>, blocks, 256, 0, stream, "gemv", w, in, rows, cols, y, next);
+    launch(gemv_vec_kernel<256, Input, OutT, Accumulate>, blocks, 256, 0, stream, "gemv", w, in, rows, cols, y);
   else if (chunks >= 256)
-    launch(gemv_vec_kernel<128, Input, OutT, Accumulate>, blocks, 128, 0, stream, "gemv", w, in, rows, cols, y, next);
+    launch(gemv_vec_kernel<128, Input, OutT, Accumulate>, blocks, 128, 0, stream, "gemv", w, in, rows, cols, y);
   else
-    launch(gemv_vec_kernel<64, Input, OutT, Accumulate>, blocks, 64, 0, stream, "gemv", w, in, rows, cols, y, next);
+    launch(gemv_vec_kernel<64, Input, OutT, Accumulate>, blocks, 64, 0, stream, "gemv", w, in, rows, cols, y);
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
 template <class OutT>
-void gemv_plain(const bf16_t* w, const bf16_t* x, int rows, int cols, OutT* y, bool accumulate, cudaStream_t stream,
-                L2Prefetch next = {}) {
+void gemv_plain(const bf16_t* w, const bf16_t* x, int rows, int cols, OutT* y, bool accumulate, cudaStream_t stream) {
   if (rows <= 0) return;
   if (cols % 8 == 0 && aligned16(w) && aligned16(x)) {
     if (accumulate)
-      gemv_launch<true>(w, PlainInput{x}, rows, cols, y, stream, next);
+      gemv_launch<true>(w, PlainInput{x}, rows, cols, y, stream);
     else
-      gemv_launch<false>(w, PlainInput{x}, rows, cols, y, stream, next);
+      gemv_launch<false>(w, PlainInput{x}, rows, cols, y, stream);
   } else {
     NEURON_ASSERT(!accumulate);
     launch(gemv_scalar_kernel<OutT>, dim3((rows + 3) / 4), 128, 0, stream, "gemv", w, x, rows, cols, y);
@@ -405,11 +389,11 @@ void swiglu(const bf16_t* gate_up, int n, int f, bf16_t* out, cudaStream_t strea
   launch(swiglu_kernel, grid, 256, 0, stream, "swiglu", gate_up, f, out);
 }
 
-void gemv(const bf16_t* w, const bf16_t* x, int rows, int cols, float* y, cudaStream_t stream, L2Prefetch next) {
-  gemv_plain(w, x, rows, cols, y, false, stream, next);
+void gemv(const bf16_t* w, const bf16_t* x, int rows, int cols, float* y, cudaStream_t stream) {
+  gemv_plain(w, x, rows, cols, y, false, stream);
 }
-void gemv(const bf16_t* w, const bf16_t* x, int rows, int cols, bf16_t* y, cudaStream_t stream, L2Prefetch next) {
-  gemv_plain(w, x, rows, cols, y, false, stream, next);
+void gemv(const bf16_t* w, const bf16_t* x, int rows, int cols, bf16_t* y, cudaStream_t stream) {
+  gemv_plain(w, x, rows, cols, y, false, stream);
 }
 void gemv_accumulate(const bf16_t* w, const bf16_t* x, int rows, int cols, float* y, cudaStream_t stream) {
   NEURON_ASSERT(cols % 8 == 0);
@@ -419,13 +403,13 @@ void gemv_accumulate(const bf16_t* w, const bf16_t* x, int rows, int cols, float
 bool gemv_swiglu_supported(int f) noexcept { return f % 8 == 0; }
 
 void gemv_swiglu(const bf16_t* w, const bf16_t* gate_up, int rows, int f, float* y, bool accumulate,
-                 cudaStream_t stream, L2Prefetch next) {
+                 cudaStream_t stream) {
   NEURON_ASSERT(gemv_swiglu_supported(f) && aligned16(w) && aligned16(gate_up));
   if (rows <= 0) return;
   if (accumulate)
-    gemv_launch<true>(w, SwigluInput{gate_up, f}, rows, f, y, stream, next);
+    gemv_launch<true>(w, SwigluInput{gate_up, f}, rows, f, y, stream);
   else
-    gemv_launch<false>(w, SwigluInput{gate_up, f}, rows, f, y, stream, next);
+    gemv_launch<false>(w, SwigluInput{gate_up, f}, rows, f, y, stream);
 }
 
 void gemv_rmsnorm(const bf16_t* w, const float* x, const bf16_t* norm_w, float eps, int rows, int cols, bf16_t* y,

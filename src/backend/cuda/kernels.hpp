@@ -79,19 +79,10 @@ void attention_decode_fused(const bf16_t* qkv, const bf16_t* q_norm, const bf16_
                             const std::int32_t* offset, float scale, int splits, float* scratch, bf16_t* out,
                             cudaStream_t stream);
 
-// Bytes a later kernel will read (the next projection's weights): a GEMV
-// asks L2 for them once its own loads are issued, so DRAM keeps streaming
-// through the launch gap and the tail of each kernel, and the next GEMV
-// starts on L2 hits. A hint only: results never depend on it.
-struct L2Prefetch {
-  const void* ptr = nullptr;
-  std::size_t bytes = 0;
-};
-
 // Batch-1 matrix-vector product y[r] = sum_c w[r, c] * x[c] (w [rows, cols]),
 // bandwidth-bound: 16-byte loads, several rows per warp, warp reductions.
-void gemv(const bf16_t* w, const bf16_t* x, int rows, int cols, float* y, cudaStream_t stream, L2Prefetch next = {});
-void gemv(const bf16_t* w, const bf16_t* x, int rows, int cols, bf16_t* y, cudaStream_t stream, L2Prefetch next = {});
+void gemv(const bf16_t* w, const bf16_t* x, int rows, int cols, float* y, cudaStream_t stream);
+void gemv(const bf16_t* w, const bf16_t* x, int rows, int cols, bf16_t* y, cudaStream_t stream);
 
 // y[r] += sum_c w[r, c] * x[c]: a row-parallel projection added straight into
 // the f32 residual stream (one thread owns each row: deterministic). cols % 8 == 0.
@@ -101,7 +92,7 @@ void gemv_accumulate(const bf16_t* w, const bf16_t* x, int rows, int cols, float
 // y[r] (+)= sum_c w[r, c] * silu(gate_up[c]) * gate_up[f + c], w [rows, f]. Needs f % 8 == 0.
 bool gemv_swiglu_supported(int f) noexcept;
 void gemv_swiglu(const bf16_t* w, const bf16_t* gate_up, int rows, int f, float* y, bool accumulate,
-                 cudaStream_t stream, L2Prefetch next = {});
+                 cudaStream_t stream);
 
 // A projection of rmsnorm(x) * norm_w (x the f32 residual stream [cols]),
 // the norm computed by every block as it starts: y = bf16(W h). cols % 8 == 0.
