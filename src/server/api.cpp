@@ -13,6 +13,7 @@
 #include "server/model_spec.hpp"
 #include "server/openai_request.hpp"
 #include "server/openai_response.hpp"
+#include "server/tool_calls.hpp"
 
 namespace neuron::server {
 namespace {
@@ -555,14 +556,25 @@ HttpResponse Api::generate(const HttpRequest& request, bool chat) {
       gen->on_end(*e);
       if (e->kind == engine::Event::Kind::error) return error_response(classify(e->error_kind, e->error_message));
       TokenUsage usage{e->usage.prompt_tokens, e->usage.completion_tokens};
-      return json_response(completion_body(gen->meta, content, reasoning, e->finish_reason, usage));
+      std::string finish_reason = e->finish_reason;
+      std::vector<ToolCall> calls;
+      if (req.tool_calls) {
+        ToolCallExtractor extractor;
+        content = extractor.feed(content);
+        auto rest = extractor.finish();
+        content += rest.content;
+        calls = std::move(rest.calls);
+        if (!calls.empty() && finish_reason == "stop") finish_reason = "tool_calls";
+      }
+      return json_response(completion_body(gen->meta, content, reasoning, finish_reason, usage, calls));
     }
   }
 
   HttpResponse r;
   r.content_type = "text/event-stream";
   const bool include_usage = req.include_usage;
-  r.stream = [gen, include_usage](ChunkSink& sink) {
+  auto extractor = req.tool_calls ? std::make_shared<ToolCallExtractor>() : nullptr;
+  r.stream = [gen, include_usage, extractor](ChunkSink& sink) {
     if (gen->meta.chat && !sink.write(sse_event(role_chunk(gen->meta)))) return gen->abandon();
     auto last_write = Clock::now();
     for (;;) {
@@ -576,7 +588,9 @@ HttpResponse Api::generate(const HttpRequest& request, bool chat) {
       }
       if (e->kind == engine::Event::Kind::delta) {
         gen->on_delta(*e);
-        if (!sink.write(sse_event(delta_chunk(gen->meta, e->text, e->reasoning)))) return gen->abandon();
+        const std::string text = extractor ? extractor->feed(e->text) : e->text;
+        if (text.empty() && e->reasoning.empty()) continue;  // held: may be a tool call
+        if (!sink.write(sse_event(delta_chunk(gen->meta, text, e->reasoning)))) return gen->abandon();
         last_write = Clock::now();
         continue;
       }
@@ -584,7 +598,16 @@ HttpResponse Api::generate(const HttpRequest& request, bool chat) {
       if (e->kind == engine::Event::Kind::error) {
         sink.write(sse_event(envelope(classify(e->error_kind, e->error_message))));
       } else {
-        if (!sink.write(sse_event(finish_chunk(gen->meta, e->finish_reason)))) return;
+        std::string finish_reason = e->finish_reason;
+        if (extractor) {
+          auto rest = extractor->finish();
+          if (!rest.content.empty() && !sink.write(sse_event(delta_chunk(gen->meta, rest.content, {})))) return;
+          if (!rest.calls.empty()) {
+            if (!sink.write(sse_event(tool_calls_chunk(gen->meta, rest.calls)))) return;
+            if (finish_reason == "stop") finish_reason = "tool_calls";
+          }
+        }
+        if (!sink.write(sse_event(finish_chunk(gen->meta, finish_reason)))) return;
         if (include_usage && !sink.write(sse_event(usage_chunk(gen->meta, {e->usage.prompt_tokens, e->usage.completion_tokens}))))
           return;
       }

@@ -250,6 +250,18 @@ OpenAiRequest parse_chat_request(const json& body) {
       if (!(*t)[i].is_object()) throw FieldError("tools[" + std::to_string(i) + "]", "'tools' entries must be objects");
     r.tools = *t;
   }
+  r.tool_calls = !r.tools.is_null() && !r.tools.empty();
+  if (const json* tc = field(body, "tool_choice")) {
+    // "required" and a named function need constrained decoding, which neuron
+    // does not have: refused rather than silently treated as "auto".
+    if (!tc->is_string()) unsupported("tool_choice", "'tool_choice' naming a function");
+    const std::string choice = tc->get<std::string>();
+    if (choice == "none") r.tool_calls = false;
+    else if (choice != "auto") {
+      if (choice == "required") unsupported("tool_choice", "tool_choice 'required'");
+      throw FieldError("tool_choice", "'tool_choice' must be \"none\", \"auto\" or \"required\"; got '" + choice + "'");
+    }
+  }
   if (const json* rf = field(body, "response_format")) {
     if (!rf->is_object()) throw FieldError("response_format", "'response_format' must be an object");
     const json* type = field(*rf, "type");

@@ -47,6 +47,7 @@ struct OpenAiRequest {
   // Passed to the chat template in the client's key order, as transformers renders them.
   nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
   nlohmann::ordered_json tools;  // null or array
+  bool tool_calls = false;       // tools given and tool_choice not "none": parse <tool_call> blocks out of the answer
 };
 
 // Body text -> JSON object. Throws FieldError{invalid_json} for malformed

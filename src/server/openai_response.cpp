@@ -42,12 +42,30 @@ json chunk_with(const ResponseMeta& meta, json choice) {
 
 }  // namespace
 
+namespace {
+
+json tool_calls_json(const std::vector<ToolCall>& calls, bool with_index) {
+  json out = json::array();
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    json c = {{"id", calls[i].id}, {"type", "function"}, {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}};
+    if (with_index) c["index"] = i;
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+}  // namespace
+
 json completion_body(const ResponseMeta& meta, const std::string& content, const std::string& reasoning,
-                     const std::string& finish_reason, const TokenUsage& usage) {
+                     const std::string& finish_reason, const TokenUsage& usage, const std::vector<ToolCall>& calls) {
   json j = header(meta, false);
   json choice = {{"index", 0}, {"finish_reason", finish_reason}, {"logprobs", nullptr}};
   if (meta.chat) {
     json message = {{"role", "assistant"}, {"content", content}};
+    if (!calls.empty()) {
+      if (content.find_first_not_of(" \t\r\n") == std::string::npos) message["content"] = nullptr;
+      message["tool_calls"] = tool_calls_json(calls, false);
+    }
     if (!reasoning.empty()) message["reasoning_content"] = reasoning;
     choice["message"] = std::move(message);
   } else {
@@ -80,6 +98,10 @@ json finish_chunk(const ResponseMeta& meta, const std::string& finish_reason) {
   if (meta.chat) choice["delta"] = json::object();
   else choice["text"] = "";
   return chunk_with(meta, std::move(choice));
+}
+
+json tool_calls_chunk(const ResponseMeta& meta, const std::vector<ToolCall>& calls) {
+  return chunk_with(meta, {{"index", 0}, {"delta", {{"tool_calls", tool_calls_json(calls, true)}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}});
 }
 
 json usage_chunk(const ResponseMeta& meta, const TokenUsage& usage) {

@@ -4,8 +4,11 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "server/tool_calls.hpp"
 
 namespace neuron::server {
 
@@ -27,9 +30,11 @@ std::int64_t unix_now();
 
 nlohmann::json usage_json(const TokenUsage& u);
 
-// The blocking response: one choice. `reasoning` is omitted when empty.
+// The blocking response: one choice. `reasoning` is omitted when empty; with
+// tool calls (chat), message.tool_calls is set and an empty content is null.
 nlohmann::json completion_body(const ResponseMeta& meta, const std::string& content, const std::string& reasoning,
-                               const std::string& finish_reason, const TokenUsage& usage);
+                               const std::string& finish_reason, const TokenUsage& usage,
+                               const std::vector<ToolCall>& calls = {});
 
 // Streaming chunks. A content chunk carries delta {content} and/or
 // {reasoning_content} (chat) or text (completions); the first chat chunk is
@@ -38,6 +43,8 @@ nlohmann::json completion_body(const ResponseMeta& meta, const std::string& cont
 nlohmann::json role_chunk(const ResponseMeta& meta);
 nlohmann::json delta_chunk(const ResponseMeta& meta, const std::string& content, const std::string& reasoning);
 nlohmann::json finish_chunk(const ResponseMeta& meta, const std::string& finish_reason);
+// Every call whole in one delta (index, id, type, function {name, arguments}).
+nlohmann::json tool_calls_chunk(const ResponseMeta& meta, const std::vector<ToolCall>& calls);
 nlohmann::json usage_chunk(const ResponseMeta& meta, const TokenUsage& usage);
 
 // "data: <json>\n\n", and the terminator "data: [DONE]\n\n".

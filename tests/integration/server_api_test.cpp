@@ -155,5 +155,36 @@ TEST_F(ServerApi, ToolsReachTheTemplateInTheClientsKeyOrder) {
   EXPECT_NE(assets->tokenizer->encode(sorted), assets->tokenizer->encode(ordered)) << "the test must tell the orders apart";
 }
 
+TEST_F(ServerApi, WithToolsStreamedAndBlockingAnswersCarryTheSameText) {
+  Api api(*registry_, {});
+  json body = {{"model", tiny_model_dir()},
+               {"messages", {{{"role", "user"}, {"content", "What is the weather in Paris?"}}}},
+               {"tools", {{{"type", "function"}, {"function", {{"name", "get_weather"}, {"parameters", {{"type", "object"}}}}}}}},
+               {"max_tokens", 48},
+               {"temperature", 0}};
+  HttpResponse blocking = api.handle(post("/v1/chat/completions", body));
+  ASSERT_EQ(blocking.status, 200) << blocking.body;
+  const json message = json::parse(blocking.body)["choices"][0]["message"];
+  body["stream"] = true;
+  HttpResponse streamed = api.handle(post("/v1/chat/completions", body));
+  ASSERT_TRUE(streamed.stream);
+  ClosingSink sink(1 << 20);
+  streamed.stream(sink);
+  std::string content;
+  json calls = json::array();
+  for (std::size_t pos = 0; (pos = sink.received.find("data: {", pos)) != std::string::npos;) {
+    const std::size_t end = sink.received.find("\n\n", pos);
+    const json e = json::parse(sink.received.substr(pos + 6, end - pos - 6));
+    pos = end;
+    if (e["choices"].empty()) continue;
+    const json& delta = e["choices"][0]["delta"];
+    if (delta.contains("content") && delta["content"].is_string()) content += delta["content"].get<std::string>();
+    if (delta.contains("tool_calls")) calls = delta["tool_calls"];
+  }
+  // Held text (a possible call) must come out one way or the other, the same both ways.
+  EXPECT_EQ(content, message["content"].is_null() ? "" : message["content"].get<std::string>());
+  EXPECT_EQ(calls.size(), message.contains("tool_calls") ? message["tool_calls"].size() : 0u);
+}
+
 }  // namespace
 }  // namespace neuron::server
