@@ -8,6 +8,7 @@
 #include "backend/cpu/attention.hpp"
 #include "backend/cpu/matmul.hpp"
 #include "backend/cpu/ops.hpp"
+#include "backend/cpu/weight_buffer.hpp"
 #include "dist/communicator.hpp"
 #include "io/safetensors.hpp"
 #include "model/shard_weights.hpp"
@@ -25,10 +26,10 @@ struct Layer {
   std::vector<float> q_norm;           // [hd] f32
   std::vector<float> k_norm;           // [hd] f32
   std::vector<float> post_norm;        // [hidden] f32
-  std::vector<std::uint16_t> qkv;      // [(H + 2 KV) * hd, hidden] bf16: q_proj, k_proj, v_proj rows stacked
-  std::vector<std::uint16_t> o;        // [hidden, H * hd] bf16: o_proj's input columns of this rank
-  std::vector<std::uint16_t> gate_up;  // [2 F, hidden] bf16: gate_proj rows, then up_proj rows
-  std::vector<std::uint16_t> down;     // [hidden, F] bf16: down_proj's input columns of this rank
+  WeightVector<std::uint16_t> qkv;      // [(H + 2 KV) * hd, hidden] bf16: q_proj, k_proj, v_proj rows stacked
+  WeightVector<std::uint16_t> o;        // [hidden, H * hd] bf16: o_proj's input columns of this rank
+  WeightVector<std::uint16_t> gate_up;  // [2 F, hidden] bf16: gate_proj rows, then up_proj rows
+  WeightVector<std::uint16_t> down;     // [hidden, F] bf16: down_proj's input columns of this rank
 };
 
 // Reads a slice from the checkpoint, or makes stand-in weights when there is none.
@@ -51,10 +52,10 @@ class WeightSource {
     return f;
   }
   // Several slices with the same column count, stacked by rows into one matrix.
-  std::vector<std::uint16_t> stacked(std::initializer_list<const SliceSpec*> specs) const {
+  WeightVector<std::uint16_t> stacked(std::initializer_list<const SliceSpec*> specs) const {
     std::size_t total = 0;
     for (const SliceSpec* s : specs) total += static_cast<std::size_t>(s->numel());
-    std::vector<std::uint16_t> out(total);
+    WeightVector<std::uint16_t> out(total);
     std::size_t at = 0;
     for (const SliceSpec* s : specs) {
       const auto n = static_cast<std::size_t>(s->numel());
@@ -68,8 +69,8 @@ class WeightSource {
   const io::Checkpoint* ckpt_;
 };
 
-template <typename T>
-std::uint64_t bytes_of(const std::vector<T>& v) {
+template <typename T, typename A>
+std::uint64_t bytes_of(const std::vector<T, A>& v) {
   return v.size() * sizeof(T);
 }
 
@@ -226,8 +227,8 @@ class CpuRunner final : public ModelRunner {
   std::int64_t q_dim_, kv_dim_;  // this rank's H * hd and KV * hd
   std::int64_t cached_ = 0;      // positions [0, cached_) hold valid keys and values
 
-  std::vector<std::uint16_t> embed_;    // [vocab, hidden] bf16 (also the LM head when tied)
-  std::vector<std::uint16_t> lm_head_;  // [vocab, hidden] bf16; empty when tied
+  WeightVector<std::uint16_t> embed_;    // [vocab, hidden] bf16 (also the LM head when tied)
+  WeightVector<std::uint16_t> lm_head_;  // [vocab, hidden] bf16; empty when tied
   std::vector<float> final_norm_;       // [hidden] f32
   std::vector<Layer> layers_;
   std::vector<std::int64_t> kv_of_q_;   // [H] local KV head each local query head reads
