@@ -40,6 +40,22 @@ void attention(const float* q, std::int64_t ldq, std::int64_t n, std::int64_t of
     scores.resize(static_cast<std::size_t>(rows * keys));
     const float* kh = cache.k(layer, kv_of_q[h], 0);
     const float* vh = cache.v(layer, kv_of_q[h], 0);
+    if (rows == 1) {
+      // Decode: matrix-vector products. sgemm would first pack the whole K
+      // (and V) of the head into a scratch copy, tripling the cache traffic.
+      float* s = scores.data();
+      cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(keys), static_cast<int>(hd), scale, kh,
+                  static_cast<int>(hd), q + i0 * ldq + h * hd, 1, 0.0f, s, 1);
+      const float mx = *std::max_element(s, s + keys);
+      float sum = 0.0f;
+      for (std::int64_t j = 0; j < keys; ++j) {
+        s[j] = std::exp(s[j] - mx);
+        sum += s[j];
+      }
+      cblas_sgemv(CblasRowMajor, CblasTrans, static_cast<int>(keys), static_cast<int>(hd), 1.0f / sum, vh,
+                  static_cast<int>(hd), s, 1, 0.0f, out + i0 * ld_out + h * hd, 1);
+      return;
+    }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows), static_cast<int>(keys),
                 static_cast<int>(hd), scale, q + i0 * ldq + h * hd, static_cast<int>(ldq), kh, static_cast<int>(hd), 0.0f,
                 scores.data(), static_cast<int>(keys));
