@@ -24,7 +24,7 @@ std::string read_file(const std::filesystem::path& path) {
 nlohmann::json read_json(const std::filesystem::path& path) {
   try {
     return nlohmann::json::parse(read_file(path));
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for a number that overflows
     throw Error(errc::bad_model, path.string() + " is not valid JSON: " + e.what());
   }
 }

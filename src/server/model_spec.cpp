@@ -63,7 +63,7 @@ engine::ModelSpec parse_model_spec_text(const std::string& text) {
       json j;
       try {
         j = json::parse(text);
-      } catch (const json::parse_error& e) {
+      } catch (const json::exception& e) {  // parse_error, and out_of_range for a number that overflows
         fail(errc::invalid_argument, "model spec '" + text + "' is not valid JSON: " + e.what());
       }
       if (!j.is_object()) fail(errc::invalid_argument, "model spec JSON must be an object");

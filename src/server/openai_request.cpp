@@ -226,7 +226,7 @@ json parse_body(std::string_view body) {
   json j;
   try {
     j = json::parse(body.begin(), body.end());
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number that overflows
     throw FieldError({}, std::string("request body is not valid JSON: ") + e.what(), http_errc::invalid_json);
   }
   if (!j.is_object()) throw FieldError({}, "request body must be a JSON object", http_errc::invalid_json);

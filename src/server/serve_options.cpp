@@ -89,7 +89,7 @@ json read_config_file(const std::string& path, const std::string& source) {
   json j;
   try {
     j = json::parse(ss.str());
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number that overflows
     fail(errc::invalid_argument, "config file '" + path + "' is not valid JSON: " + e.what());
   }
   if (!j.is_object()) fail(errc::invalid_argument, "config file '" + path + "' must hold a JSON object");

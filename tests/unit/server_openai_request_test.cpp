@@ -194,7 +194,8 @@ TEST(ServerOpenAiRequest, RefusesBadPrompts) {
 }
 
 TEST(ServerOpenAiRequest, BodyMustBeAJsonObject) {
-  for (std::string body : {"", "{", "[1,2]", "\"x\"", "{\"a\":1,}", "{\"model\": \"\xff\xfe\"}", "{\"model\": \"\\ud800\"}"}) {
+  for (std::string body : {"", "{", "[1,2]", "\"x\"", "{\"a\":1,}", "{\"model\": \"\xff\xfe\"}", "{\"model\": \"\\ud800\"}",
+                           "777777e77779", "{\"max_tokens\": 1e999}"}) {  // numbers that overflow a double: out_of_range, not parse_error
     ApiError e = expect_field_error([&] { parse_body(body); });
     EXPECT_EQ(e.status, 400) << body;
     EXPECT_EQ(e.code, "invalid_json") << body;
@@ -248,7 +249,7 @@ TEST(ServerModelSpec, ParsesCommandLineSpecs) {
   EXPECT_EQ(parse_model_spec_text("dir:with:colons").model_id, "dir:with:colons");
   engine::ModelSpec json_spec = parse_model_spec_text(R"({"model_id": "m", "tensor_parallel": 4})");
   EXPECT_EQ(json_spec.tensor_parallel, 4);
-  for (std::string bad : {"m:tp=two", "m:colour=red", "{\"model_id\": 1}", "{not json", "m:tp=2,oops"}) {
+  for (std::string bad : {"m:tp=two", "m:colour=red", "{\"model_id\": 1}", "{not json", "m:tp=2,oops", "{\"tensor_parallel\": 1e999}"}) {
     try {
       parse_model_spec_text(bad);
       ADD_FAILURE() << bad << " was accepted";
