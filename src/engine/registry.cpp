@@ -1,10 +1,10 @@
 #include "engine/registry.hpp"
 
 #include <condition_variable>
+#include <future>
 #include <map>
 #include <mutex>
 #include <system_error>
-#include <future>
 #include <thread>
 
 #if defined(__GLIBC__)

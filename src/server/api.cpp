@@ -536,37 +536,29 @@ HttpResponse Api::generate(const HttpRequest& request, bool chat) {
     auto next_probe = Clock::now() + kProbeEvery;
     for (;;) {
       auto e = gen->channel->next(kProbeEvery);
-      if (!e || e->kind == engine::Event::Kind::delta) {
-        if (e) {
-          gen->on_delta(*e);
-          content += e->text;
-          reasoning += e->reasoning;
-        }
-        if (request.client_gone && Clock::now() >= next_probe) {
-          if (request.client_gone()) {
-            gen->abandon();
-            ApiError gone = classify(errc::cancelled, "the client closed the connection");
-            gone.status = 499;  // nginx's "client closed request": for the access log and metrics, nobody reads it
-            return error_response(gone);
-          }
-          next_probe = Clock::now() + kProbeEvery;
-        }
-        continue;
+      if (e && e->kind != engine::Event::Kind::delta) {
+        gen->on_end(*e);
+        if (e->kind == engine::Event::Kind::error) return error_response(classify(e->error_kind, e->error_message));
+        const TokenUsage usage{e->usage.prompt_tokens, e->usage.completion_tokens};
+        if (!req.tool_calls) return json_response(completion_body(gen->meta, content, reasoning, e->finish_reason, usage));
+        const ToolCallExtractor::Result split = ToolCallExtractor::split(content);
+        return json_response(completion_body(gen->meta, split.content, reasoning, split.finish_reason(e->finish_reason),
+                                             usage, split.calls));
       }
-      gen->on_end(*e);
-      if (e->kind == engine::Event::Kind::error) return error_response(classify(e->error_kind, e->error_message));
-      TokenUsage usage{e->usage.prompt_tokens, e->usage.completion_tokens};
-      std::string finish_reason = e->finish_reason;
-      std::vector<ToolCall> calls;
-      if (req.tool_calls) {
-        ToolCallExtractor extractor;
-        content = extractor.feed(content);
-        auto rest = extractor.finish();
-        content += rest.content;
-        calls = std::move(rest.calls);
-        if (!calls.empty() && finish_reason == "stop") finish_reason = "tool_calls";
+      if (e) {
+        gen->on_delta(*e);
+        content += e->text;
+        reasoning += e->reasoning;
       }
-      return json_response(completion_body(gen->meta, content, reasoning, finish_reason, usage, calls));
+      if (request.client_gone && Clock::now() >= next_probe) {
+        if (request.client_gone()) {
+          gen->abandon();
+          ApiError gone = classify(errc::cancelled, "the client closed the connection");
+          gone.status = 499;  // nginx's "client closed request": for the access log and metrics, nobody reads it
+          return error_response(gone);
+        }
+        next_probe = Clock::now() + kProbeEvery;
+      }
     }
   }
 
@@ -600,12 +592,10 @@ HttpResponse Api::generate(const HttpRequest& request, bool chat) {
       } else {
         std::string finish_reason = e->finish_reason;
         if (extractor) {
-          auto rest = extractor->finish();
+          const ToolCallExtractor::Result rest = extractor->finish();
           if (!rest.content.empty() && !sink.write(sse_event(delta_chunk(gen->meta, rest.content, {})))) return;
-          if (!rest.calls.empty()) {
-            if (!sink.write(sse_event(tool_calls_chunk(gen->meta, rest.calls)))) return;
-            if (finish_reason == "stop") finish_reason = "tool_calls";
-          }
+          if (!rest.calls.empty() && !sink.write(sse_event(tool_calls_chunk(gen->meta, rest.calls)))) return;
+          finish_reason = rest.finish_reason(finish_reason);
         }
         if (!sink.write(sse_event(finish_chunk(gen->meta, finish_reason)))) return;
         if (include_usage && !sink.write(sse_event(usage_chunk(gen->meta, {e->usage.prompt_tokens, e->usage.completion_tokens}))))

@@ -9,13 +9,15 @@ namespace neuron::server {
 
 using nlohmann::json;
 
-std::string new_completion_id(bool chat) {
+std::string new_random_id(std::string_view prefix) {
   thread_local std::mt19937_64 rng{std::random_device{}()};
   static constexpr char kHex[] = "0123456789abcdef";
-  std::string id = chat ? "chatcmpl-" : "cmpl-";
+  std::string id(prefix);
   for (int i = 0; i < 24; ++i) id += kHex[rng() & 15];
   return id;
 }
+
+std::string new_completion_id(bool chat) { return new_random_id(chat ? "chatcmpl-" : "cmpl-"); }
 
 std::int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -39,10 +41,6 @@ json chunk_with(const ResponseMeta& meta, json choice) {
   j["choices"] = json::array({std::move(choice)});
   return j;
 }
-
-}  // namespace
-
-namespace {
 
 json tool_calls_json(const std::vector<ToolCall>& calls, bool with_index) {
   json out = json::array();

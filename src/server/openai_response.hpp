@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -24,7 +25,9 @@ struct TokenUsage {
   std::int32_t completion_tokens = 0;
 };
 
-// A fresh id with the endpoint's prefix and 24 random hex digits.
+// `prefix` and 24 random hex digits ("chatcmpl-...", "call_...").
+std::string new_random_id(std::string_view prefix);
+// A fresh id with the endpoint's prefix.
 std::string new_completion_id(bool chat);
 std::int64_t unix_now();
 

@@ -19,12 +19,6 @@ std::size_t partial_tag_suffix(std::string_view text) {
 
 bool is_blank(std::string_view s) { return s.find_first_not_of(" \t\r\n") == std::string_view::npos; }
 
-std::string call_id() {
-  // The completion id's random part, with OpenAI's prefix for calls.
-  const std::string id = new_completion_id(false);
-  return "call_" + id.substr(id.find('-') + 1);
-}
-
 }  // namespace
 
 std::string ToolCallExtractor::feed(std::string_view text) {
@@ -72,7 +66,7 @@ ToolCallExtractor::Result ToolCallExtractor::finish() {
       break;
     }
     ToolCall tc;
-    tc.id = call_id();
+    tc.id = new_random_id("call_");
     tc.name = name->get<std::string>();
     const auto args = call.find("arguments");
     if (args == call.end() || args->is_null()) tc.arguments = "{}";
@@ -85,6 +79,14 @@ ToolCallExtractor::Result ToolCallExtractor::finish() {
     return r;
   }
   r.calls = std::move(calls);
+  return r;
+}
+
+ToolCallExtractor::Result ToolCallExtractor::split(std::string_view text) {
+  ToolCallExtractor x;
+  std::string before = x.feed(text);
+  Result r = x.finish();
+  r.content.insert(0, before);
   return r;
 }
 

@@ -31,9 +31,17 @@ class ToolCallExtractor {
   struct Result {
     std::string content;  // held text that is content after all (may be empty)
     std::vector<ToolCall> calls;
+    // The engine's finish reason as the client sees it: "tool_calls" when a
+    // generation that stopped by itself ended in calls.
+    std::string finish_reason(const std::string& engine_reason) const {
+      return !calls.empty() && engine_reason == "stop" ? "tool_calls" : engine_reason;
+    }
   };
   // At the end of the generation: the rest.
   Result finish();
+
+  // A whole answer at once: all of its content, and its calls.
+  static Result split(std::string_view text);
 
  private:
   std::string held_;

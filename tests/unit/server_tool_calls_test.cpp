@@ -68,6 +68,18 @@ TEST(ToolCallExtractor, ACallBecomesToolCallsAndTheTextBeforeItStreams) {
   ASSERT_EQ(bytes.result.calls.size(), 1u);
 }
 
+TEST(ToolCallExtractor, AWholeAnswerSplitsAsTheStreamDoes) {
+  const ToolCallExtractor::Result whole = ToolCallExtractor::split(kCall);
+  EXPECT_EQ(whole.content, "Let me check.\n");
+  ASSERT_EQ(whole.calls.size(), 1u);
+  EXPECT_EQ(whole.calls[0].arguments, R"({"unit":"c","city":"Paris"})");
+  EXPECT_EQ(whole.finish_reason("stop"), "tool_calls");
+  EXPECT_EQ(whole.finish_reason("length"), "length") << "a call cut short is not a finished call";
+  const ToolCallExtractor::Result prose = ToolCallExtractor::split("just text");
+  EXPECT_EQ(prose.content, "just text");
+  EXPECT_EQ(prose.finish_reason("stop"), "stop");
+}
+
 TEST(ToolCallExtractor, SeveralCallsEachGetTheirOwnId) {
   const std::string text = "<tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n</tool_call>\n"
                            "<tool_call>\n{\"name\": \"b\", \"arguments\": \"{\\\"x\\\": 1}\"}\n</tool_call>\n";
