@@ -24,6 +24,17 @@ std::uint64_t KvCache::bytes() const noexcept {
 namespace {
 // Queries per block: bounds the score scratch to kQueryBlock x context floats.
 constexpr std::int64_t kQueryBlock = 64;
+
+// s[j] = exp(s[j] - max s) over n scores; returns their sum.
+float exp_from_max(float* s, std::int64_t n) {
+  const float mx = *std::max_element(s, s + n);
+  float sum = 0.0f;
+  for (std::int64_t j = 0; j < n; ++j) {
+    s[j] = std::exp(s[j] - mx);
+    sum += s[j];
+  }
+  return sum;
+}
 }  // namespace
 
 void attention(const float* q, std::int64_t ldq, std::int64_t n, std::int64_t offset, const KvCache& cache,
@@ -46,12 +57,7 @@ void attention(const float* q, std::int64_t ldq, std::int64_t n, std::int64_t of
       float* s = scores.data();
       cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(keys), static_cast<int>(hd), scale, kh,
                   static_cast<int>(hd), q + i0 * ldq + h * hd, 1, 0.0f, s, 1);
-      const float mx = *std::max_element(s, s + keys);
-      float sum = 0.0f;
-      for (std::int64_t j = 0; j < keys; ++j) {
-        s[j] = std::exp(s[j] - mx);
-        sum += s[j];
-      }
+      const float sum = exp_from_max(s, keys);
       cblas_sgemv(CblasRowMajor, CblasTrans, static_cast<int>(keys), static_cast<int>(hd), 1.0f / sum, vh,
                   static_cast<int>(hd), s, 1, 0.0f, out + i0 * ld_out + h * hd, 1);
       return;
@@ -62,13 +68,7 @@ void attention(const float* q, std::int64_t ldq, std::int64_t n, std::int64_t of
     for (std::int64_t r = 0; r < rows; ++r) {
       float* s = scores.data() + r * keys;
       const std::int64_t visible = offset + i0 + r + 1;
-      const float mx = *std::max_element(s, s + visible);
-      float sum = 0.0f;
-      for (std::int64_t j = 0; j < visible; ++j) {
-        s[j] = std::exp(s[j] - mx);
-        sum += s[j];
-      }
-      const float inv = 1.0f / sum;
+      const float inv = 1.0f / exp_from_max(s, visible);
       for (std::int64_t j = 0; j < visible; ++j) s[j] *= inv;
       std::fill(s + visible, s + keys, 0.0f);
     }
