@@ -1,6 +1,10 @@
 #include "backend/model_runner.hpp"
 
+#include <algorithm>
+#include <string>
+
 #include "backend/cpu/cpu_runner.hpp"
+#include "model/shard_weights.hpp"
 #include "util/error.hpp"
 
 #ifdef NEURON_HAVE_CUDA
@@ -8,6 +12,53 @@
 #endif
 
 namespace neuron::backend {
+
+namespace {
+// Held back on a GPU beyond weights and KV: activations, cuBLAS workspace, graphs, the CUDA context.
+constexpr std::uint64_t kCudaActivationReserve = 2ull << 30;
+constexpr double kDefaultDeviceFraction = 0.9;
+
+std::string gib(std::uint64_t bytes) { return std::to_string(static_cast<double>(bytes) / (1ull << 30)).substr(0, 5) + " GiB"; }
+}  // namespace
+
+std::uint64_t kv_bytes_per_block(const model::Qwen3Config& cfg, const model::ShardPlan& plan, const Device& device,
+                                 std::int32_t block_size) {
+  const std::uint64_t element = device.is_cuda() ? 2 : 4;  // CUDA keeps K/V in bf16, the CPU in f32
+  return static_cast<std::uint64_t>(model::kv_elements_per_position(cfg, plan)) * element *
+         static_cast<std::uint64_t>(block_size);
+}
+
+std::int32_t plan_kv_blocks(const model::Qwen3Config& cfg, const model::ShardPlan& plan, const Device& device,
+                            const KvBudget& budget, std::int32_t block_size, std::int32_t max_context) {
+  NEURON_ASSERT(block_size > 0 && max_context > 0);
+  const std::uint64_t per_block = kv_bytes_per_block(cfg, plan, device, block_size);
+  const std::uint64_t one_sequence = per_block * static_cast<std::uint64_t>((max_context + block_size - 1) / block_size);
+  std::uint64_t bytes = budget.bytes;
+  std::string from = "the KV budget of " + gib(bytes);
+  if (bytes == 0 && device.is_cuda()) {
+#ifdef NEURON_HAVE_CUDA
+    const double fraction = budget.device_fraction > 0 ? budget.device_fraction : kDefaultDeviceFraction;
+    const std::uint64_t total = cuda::device_total_memory(device.index);
+    const auto usable = static_cast<std::uint64_t>(static_cast<double>(total) * fraction);
+    const std::uint64_t weights = static_cast<std::uint64_t>(model::weight_elements(cfg, plan)) * 2;
+    const std::uint64_t taken = weights + kCudaActivationReserve;
+    bytes = usable > taken ? usable - taken : 0;
+    from = std::to_string(fraction) + " of " + device.str() + "'s " + gib(total) + " less " + gib(weights) +
+           " of weights and " + gib(kCudaActivationReserve) + " for activations";
+#else
+    fail(errc::invalid_argument, "device " + device.str() + ": this build has no CUDA support");
+#endif
+  } else if (bytes == 0) {
+    bytes = kDefaultCpuKvBytes;
+    from = "the default CPU KV budget of " + gib(bytes);
+  }
+  if (bytes < one_sequence)
+    fail(errc::out_of_memory, "the KV cache needs " + gib(one_sequence) + " for one sequence of " +
+                                  std::to_string(max_context) + " positions, but " + from + " leaves " + gib(bytes) +
+                                  "; lower max_context or raise the KV budget");
+  const std::uint64_t blocks = bytes / per_block;
+  return static_cast<std::int32_t>(std::min<std::uint64_t>(blocks, 1u << 30));
+}
 
 std::unique_ptr<ModelRunner> make_runner(const model::Qwen3Config& cfg, const io::Checkpoint* checkpoint,
                                          const model::ShardPlan& plan, const Device& device,

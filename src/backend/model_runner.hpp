@@ -1,6 +1,7 @@
 #pragma once
 // The backend seam. A ModelRunner is one rank's shard of a Qwen3 model on
-// one device: it owns that shard's weights and KV cache and runs the forward.
+// one device: it owns that shard's weights and its pool of KV blocks, and runs
+// batched steps over sequences whose blocks the engine assigns.
 // CPU and CUDA implement it; a tensor-parallel leader (tp::TpRunner) also
 // implements it by driving its workers, so the engine treats Single and Tp
 // models alike.
@@ -9,6 +10,7 @@
 #include <span>
 #include <string>
 
+#include "backend/batch.hpp"
 #include "backend/device.hpp"
 #include "model/config.hpp"
 #include "model/shard.hpp"
@@ -25,26 +27,51 @@ struct MemoryStats {
 };
 
 struct RunnerOptions {
-  std::int32_t max_context = 0;  // KV positions; 0 = min(max_position_embeddings, backend default)
+  std::int32_t max_context = 0;    // positions per sequence; 0 = min(max_position_embeddings, backend default)
+  std::int32_t kv_block_size = 0;  // positions per KV block; 0 = kDefaultKvBlockSize
+  std::int32_t kv_blocks = 0;      // blocks in the pool; 0 = enough for one sequence of max_context
 };
+
+inline constexpr std::int32_t kDefaultKvBlockSize = 16;
 
 class ModelRunner {
  public:
   virtual ~ModelRunner() = default;
 
-  // Runs `tokens` at positions [offset, offset + n). Positions before `offset`
-  // must already be in the KV cache from earlier calls (later ones are
-  // overwritten), so a caller may resume from any prefix it has fed. Writes
-  // logits for the last position ([vocab]) or for every position ([n, vocab])
-  // depending on logits.size(); an empty span skips the LM head (TP workers).
-  // Throws Error{context_length_exceeded} past max_context().
-  virtual void forward(std::span<const std::int32_t> tokens, std::int32_t offset, std::span<float> logits) = 0;
-  virtual void clear_kv_cache() = 0;
+  // Runs one step of a batch (backend/batch.hpp): writes the keys and values
+  // of every new token into the sequences' blocks, attends each token to its
+  // own sequence's positions [0, its own], and writes logits as the batch asks
+  // ([batch.logit_rows(), vocab] f32, sequence by sequence). Every rank of a
+  // tensor-parallel model runs the same batch; workers pass an empty span
+  // (no LM head). Validates with check_batch() before touching any memory;
+  // a step that throws leaves the new tokens' slots undefined, nothing else.
+  virtual void step(const Batch& batch, std::span<float> logits) = 0;
 
   virtual const model::Qwen3Config& config() const noexcept = 0;
-  virtual std::int32_t max_context() const noexcept = 0;
+  virtual std::int32_t max_context() const noexcept = 0;  // positions one sequence may reach
+  virtual KvPoolShape kv_pool() const noexcept = 0;
   virtual MemoryStats memory() const = 0;
 };
+
+// How much memory a model's KV pool may take on each rank.
+struct KvBudget {
+  std::uint64_t bytes = 0;       // > 0: this many bytes of KV blocks per rank
+  double device_fraction = 0;    // else, CUDA: the fraction of the device's total memory that weights, KV
+                                 // and activations together may use (vLLM's gpu_memory_utilization)
+};
+
+// Bytes of one KV block of rank plan.rank on `device` (CPU f32, CUDA bf16).
+std::uint64_t kv_bytes_per_block(const model::Qwen3Config& cfg, const model::ShardPlan& plan, const Device& device,
+                                 std::int32_t block_size);
+// Blocks of `block_size` positions that `budget` buys for rank plan.rank on
+// `device`, at least enough for one sequence of max_context. A budget of
+// neither kind gives the backend default (CPU: kDefaultCpuKvBytes; CUDA: a
+// device fraction of 0.9). Throws Error{out_of_memory} when the budget cannot
+// hold one sequence of max_context, naming needed and available bytes.
+std::int32_t plan_kv_blocks(const model::Qwen3Config& cfg, const model::ShardPlan& plan, const Device& device,
+                            const KvBudget& budget, std::int32_t block_size, std::int32_t max_context);
+
+inline constexpr std::uint64_t kDefaultCpuKvBytes = 2ull << 30;
 
 // Builds rank plan.rank's shard on `device`. `checkpoint` null means random
 // weights (benchmarks); the runner copies what it needs, so the checkpoint may

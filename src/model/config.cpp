@@ -336,4 +336,12 @@ Qwen3Config preset_config(const std::string& name) {
   fail(errc::invalid_argument, "unknown model preset '" + name + "' (known: " + known + ")");
 }
 
+std::int32_t resolve_max_context(const Qwen3Config& cfg, std::int64_t requested, std::int32_t backend_default) {
+  const std::int64_t limit = cfg.max_position_embeddings > 0 ? cfg.max_position_embeddings : backend_default;
+  if (requested < 0 || requested > limit)
+    fail(errc::invalid_argument, "max_context " + std::to_string(requested) + " is outside [0, " + std::to_string(limit) +
+                                     "] (the model's max_position_embeddings)");
+  return static_cast<std::int32_t>(requested > 0 ? requested : std::min<std::int64_t>(limit, backend_default));
+}
+
 }  // namespace neuron::model

@@ -49,6 +49,13 @@ struct ModelConfigs {
 };
 ModelConfigs load_model_configs(const std::filesystem::path& dir);
 
+// The positions one sequence may reach: `requested` when > 0, else
+// min(max_position_embeddings, backend_default) (a config without
+// max_position_embeddings counts as backend_default). Throws
+// Error{invalid_argument} for a negative request or one past
+// max_position_embeddings, naming both.
+std::int32_t resolve_max_context(const Qwen3Config& cfg, std::int64_t requested, std::int32_t backend_default);
+
 // Full-size Qwen3 shapes for benchmarks with random weights.
 Qwen3Config preset_config(const std::string& name);  // "qwen3-0.6b", "qwen3-8b", "qwen3-32b"; throws invalid_argument
 

@@ -42,4 +42,8 @@ std::int64_t ShardPlan::kv_of_q(std::int64_t local_q, const Qwen3Config& cfg) co
   return (q_head_begin + local_q) / group - kv_head_begin;
 }
 
+std::int64_t kv_elements_per_position(const Qwen3Config& cfg, const ShardPlan& plan) {
+  return 2 * cfg.num_hidden_layers * plan.kv_heads * cfg.head_dim;
+}
+
 }  // namespace neuron::model

@@ -22,4 +22,7 @@ struct ShardPlan {
   std::int64_t kv_of_q(std::int64_t local_q, const Qwen3Config& cfg) const;
 };
 
+// K and V elements one position takes on a rank: 2 * layers * kv_heads * head_dim.
+std::int64_t kv_elements_per_position(const Qwen3Config& cfg, const ShardPlan& plan);
+
 }  // namespace neuron::model

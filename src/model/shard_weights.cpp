@@ -122,4 +122,14 @@ void fill_dummy(const SliceSpec& spec, std::span<std::uint16_t> out) {
   }
 }
 
+std::int64_t weight_elements(const Qwen3Config& cfg, const ShardPlan& plan) {
+  const ShardSpecs s = shard_specs(cfg, plan);
+  std::int64_t n = s.embed.numel() + s.final_norm.numel() + (cfg.tie_word_embeddings ? 0 : s.lm_head.numel());
+  for (const LayerSpecs& l : s.layers)
+    n += l.input_norm.numel() + l.q_proj.numel() + l.k_proj.numel() + l.v_proj.numel() + l.o_proj.numel() +
+         l.q_norm.numel() + l.k_norm.numel() + l.post_norm.numel() + l.gate_proj.numel() + l.up_proj.numel() +
+         l.down_proj.numel();
+  return n;
+}
+
 }  // namespace neuron::model

@@ -1,6 +1,7 @@
 #pragma once
 // Entry points of the CUDA backend, in plain C++ so that callers build with
 // g++ alone. Only compiled when NEURON_HAVE_CUDA is defined.
+#include <cstdint>
 #include <memory>
 
 #include "backend/model_runner.hpp"
@@ -12,7 +13,9 @@ std::unique_ptr<ModelRunner> make_cuda_runner(const model::Qwen3Config& cfg, con
                                               const model::ShardPlan& plan, const Device& device,
                                               std::shared_ptr<dist::Communicator> comm, const RunnerOptions& options);
 
-int device_count() noexcept;  // 0 when no driver or device
+int device_count() noexcept;
+// The device's total memory in bytes (no context is made); throws Error{invalid_argument} for no such device.
+std::uint64_t device_total_memory(int device);  // 0 when no driver or device
 // Device-to-device copy bandwidth in GB/s (1e9 bytes/s), measured now.
 double measure_copy_bandwidth_gbs(int device);
 

@@ -17,6 +17,14 @@ int device_count() noexcept {
   return n;
 }
 
+std::uint64_t device_total_memory(int device) {
+  if (device < 0 || device >= device_count())
+    throw Error(errc::invalid_argument, "device_total_memory: no CUDA device " + std::to_string(device));
+  cudaDeviceProp prop{};
+  NEURON_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  return prop.totalGlobalMem;
+}
+
 // Convention (METHOD.md, and DESIGN.md's 4301 GB/s): a copy of S bytes moves
 // 2*S bytes through HBM (S read + S written). The median of 20 timed 1 GiB
 // copies after warm-up, so one slow copy does not move the figure.

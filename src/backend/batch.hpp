@@ -1,0 +1,75 @@
+#pragma once
+// One step of a batch of sequences: what the engine's scheduler hands a
+// ModelRunner. Each sequence brings its new tokens (one when decoding, a chunk
+// when prefilling), the position of the first, and its block table: the KV
+// blocks that hold (and will hold) its positions. Position p of a sequence
+// lives in block block_ids[block_begin + p / block_size], slot p % block_size.
+//
+// The engine owns the blocks (which sequence holds which, prefix sharing,
+// reference counts); a runner owns the memory behind them (KvPoolShape) and
+// only reads and writes where a Batch points. A step writes the keys and
+// values of every new token and reads every position before it, so:
+//   - positions [0, position) of a sequence must already be in its blocks;
+//   - no two new tokens of a step may write the same (block, slot), and no
+//     sequence may read a slot another writes in the same step (the engine
+//     shares only full blocks that earlier steps computed).
+// check_batch() verifies all of it, so a scheduler bug is an Error, never a
+// write outside the pool.
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "model/config.hpp"
+
+namespace neuron::backend {
+
+// The KV memory of one rank, in fixed-size blocks of positions.
+struct KvPoolShape {
+  std::int32_t block_size = 0;  // positions per block
+  std::int32_t num_blocks = 0;  // blocks in the pool; ids are [0, num_blocks)
+  std::uint64_t bytes_per_block = 0;  // K and V of every layer and local KV head, as held on the device
+};
+
+// Which logits a sequence wants from a step.
+enum class LogitsWanted : std::uint8_t {
+  none,  // a prefill chunk that is not the prompt's last: no LM head
+  last,  // one row: the last new token's (decode, or the prompt's last chunk)
+  all,   // num_tokens rows, one per new token (tests, prompt logprobs)
+};
+
+struct SequenceStep {
+  std::int32_t token_begin = 0;  // its new tokens: Batch::tokens[token_begin, token_begin + num_tokens)
+  std::int32_t num_tokens = 0;   // >= 1
+  std::int32_t position = 0;     // position of its first new token
+  std::int32_t block_begin = 0;  // its block table: Batch::block_ids[block_begin, block_begin + num_blocks)
+  std::int32_t num_blocks = 0;   // covers positions [0, position + num_tokens)
+  LogitsWanted logits = LogitsWanted::last;
+};
+
+struct Batch {
+  std::vector<std::int32_t> tokens;     // [T] every sequence's new tokens, in sequence order
+  std::vector<SequenceStep> seqs;       // [S]
+  std::vector<std::int32_t> block_ids;  // [sum of num_blocks] every sequence's block table, concatenated
+
+  // Appends one sequence; its logits rows follow the earlier sequences' rows.
+  void add(std::span<const std::int32_t> new_tokens, std::int32_t position, std::span<const std::int32_t> blocks,
+           LogitsWanted logits);
+  void clear();
+  bool empty() const noexcept { return seqs.empty(); }
+  std::int64_t num_tokens() const noexcept { return static_cast<std::int64_t>(tokens.size()); }
+  // Rows of the logits output: 1 per `last`, num_tokens per `all`, in sequence order.
+  std::int64_t logit_rows() const noexcept;
+};
+
+// The runner-independent checks of a step, one owner for every backend:
+// at least one sequence; every token id inside the vocabulary; positions >= 0;
+// position + num_tokens <= max_context; spans inside tokens and block_ids;
+// a block table long enough for the new positions and no longer than the
+// pool; block ids inside the pool; no (block, slot) written twice and none
+// read by one sequence while another writes it; logits.size() equal to
+// logit_rows() * vocab_size. Throws Error{invalid_argument} (or
+// context_length_exceeded) naming the sequence and the field.
+void check_batch(const Batch& batch, const model::Qwen3Config& cfg, const KvPoolShape& pool, std::int32_t max_context,
+                 std::span<const float> logits);
+
+}  // namespace neuron::backend
