@@ -48,8 +48,13 @@ void check_batch(const Batch& batch, const model::Qwen3Config& cfg, const KvPool
       fail(errc::invalid_argument, "step: token id " + std::to_string(t) + " at index " + std::to_string(i) +
                                        " is outside the vocabulary of " + std::to_string(cfg.vocab_size));
   }
-  // Which sequence writes each block this step; a written block must be in no other table.
-  std::unordered_map<std::int32_t, std::size_t> writer;
+  // Which sequence writes each block this step, and at which entry of its table; a written block must be in
+  // no other table and at no other entry of the writer's own (a repeated entry would alias two positions).
+  struct Writer {
+    std::size_t seq;
+    std::int32_t entry;
+  };
+  std::unordered_map<std::int32_t, Writer> writer;
   std::int64_t covered = 0;
   for (std::size_t si = 0; si < batch.seqs.size(); ++si) {
     const SequenceStep& s = batch.seqs[si];
@@ -84,10 +89,13 @@ void check_batch(const Batch& batch, const model::Qwen3Config& cfg, const KvPool
     const auto last_written = static_cast<std::int32_t>((end - 1) / pool.block_size);
     for (std::int32_t b = first_written; b <= last_written; ++b) {
       const std::int32_t id = batch.block_ids[static_cast<std::size_t>(s.block_begin + b)];
-      const auto [it, inserted] = writer.emplace(id, si);
-      if (!inserted && it->second != si)
+      const auto [it, inserted] = writer.emplace(id, Writer{si, b});
+      if (!inserted && it->second.seq != si)
         fail(errc::invalid_argument, who + "writes block " + std::to_string(id) + ", which sequence " +
-                                         std::to_string(it->second) + " also writes");
+                                         std::to_string(it->second.seq) + " also writes");
+      if (!inserted)
+        fail(errc::invalid_argument, who + "writes block " + std::to_string(id) + " through table entries " +
+                                         std::to_string(it->second.entry) + " and " + std::to_string(b));
     }
   }
   if (covered != n_tokens)
@@ -98,9 +106,13 @@ void check_batch(const Batch& batch, const model::Qwen3Config& cfg, const KvPool
     for (std::int32_t b = 0; b < s.num_blocks; ++b) {
       const std::int32_t id = batch.block_ids[static_cast<std::size_t>(s.block_begin + b)];
       const auto it = writer.find(id);
-      if (it != writer.end() && it->second != si)
+      if (it != writer.end() && it->second.seq != si)
         fail(errc::invalid_argument, "step: sequence " + std::to_string(si) + " reads block " + std::to_string(id) +
-                                         ", which sequence " + std::to_string(it->second) + " writes in the same step");
+                                         ", which sequence " + std::to_string(it->second.seq) + " writes in the same step");
+      if (it != writer.end() && it->second.entry != b)
+        fail(errc::invalid_argument, "step: sequence " + std::to_string(si) + " reads block " + std::to_string(id) +
+                                         " through table entry " + std::to_string(b) + " and writes it through entry " +
+                                         std::to_string(it->second.entry));
     }
   }
   const auto want = static_cast<std::uint64_t>(batch.logit_rows()) * static_cast<std::uint64_t>(cfg.vocab_size);

@@ -66,8 +66,9 @@ struct Batch {
 // position + num_tokens <= max_context; spans inside tokens and block_ids;
 // a block table long enough for the new positions and no longer than the
 // pool; block ids inside the pool; no (block, slot) written twice and none
-// read by one sequence while another writes it; logits.size() equal to
-// logit_rows() * vocab_size. Throws Error{invalid_argument} (or
+// read by one sequence while another writes it (so a block written this step
+// appears once in one table); logits.size() equal to
+// logit_rows() * vocab_size (or empty: no LM head). Throws Error{invalid_argument} (or
 // context_length_exceeded) naming the sequence and the field.
 void check_batch(const Batch& batch, const model::Qwen3Config& cfg, const KvPoolShape& pool, std::int32_t max_context,
                  std::span<const float> logits);

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/model_runner.hpp"
+#include "backend/single_sequence.hpp"
 #include "io/safetensors.hpp"
 #include "model/config.hpp"
 #include "model/shard.hpp"
@@ -76,16 +77,16 @@ TEST_F(Golden, HasTheFourPrompts) { ASSERT_EQ(golden_.size(), 4u); }
 
 TEST_F(Golden, GreedyTokensMatchExactly) {
   for (const auto& g : golden_) {
-    runner_->clear_kv_cache();
+    backend::SingleSequence seq(*runner_);
     std::vector<float> logits(static_cast<std::size_t>(vocab()));
-    runner_->forward(g.ids, 0, logits);
+    seq.forward(g.ids, 0, logits);
     std::vector<std::int32_t> got;
     auto pos = static_cast<std::int32_t>(g.ids.size());
     while (got.size() < g.greedy.size()) {
       const std::int32_t next = argmax(logits);
       got.push_back(next);
       const std::array<std::int32_t, 1> step{next};
-      runner_->forward(step, pos++, logits);
+      seq.forward(step, pos++, logits);
     }
     EXPECT_EQ(got, g.greedy) << "prompt " << g.name;
   }
@@ -98,9 +99,9 @@ TEST_F(Golden, LastPositionLogitsWithinRelativeTolerance) {
     ASSERT_NE(t, nullptr) << g.name;
     const std::vector<float> expected = t->to_f32();
     ASSERT_EQ(static_cast<std::int64_t>(expected.size()), vocab());
-    runner_->clear_kv_cache();
+    backend::SingleSequence seq(*runner_);
     std::vector<float> logits(static_cast<std::size_t>(vocab()));
-    runner_->forward(g.ids, 0, logits);
+    seq.forward(g.ids, 0, logits);
     // Relative to the logit's magnitude, floored at 1 so that logits near zero
     // are held to the same absolute 1e-4 as logits near one.
     double worst = 0;
@@ -117,16 +118,15 @@ TEST_F(Golden, LastPositionLogitsWithinRelativeTolerance) {
 
 TEST_F(Golden, TopFiveAtEveryRecordedPosition) {
   for (const auto& g : golden_) {
-    runner_->clear_kv_cache();
+    backend::SingleSequence seq(*runner_);
     const auto n = static_cast<std::int64_t>(g.ids.size());
     const auto recorded = static_cast<std::int64_t>(g.top5_ids.size());
     // Feed what precedes the recorded positions without logits, then take every
     // recorded position's logits in one call (this also exercises resuming).
     const std::int64_t first = n - recorded;
-    if (first > 0) runner_->forward(std::span(g.ids).first(static_cast<std::size_t>(first)), 0, {});
+    if (first > 0) seq.forward(std::span(g.ids).first(static_cast<std::size_t>(first)), 0, {});
     std::vector<float> logits(static_cast<std::size_t>(recorded * vocab()));
-    runner_->forward(std::span(g.ids).subspan(static_cast<std::size_t>(first)), static_cast<std::int32_t>(first),
-                     logits);
+    seq.forward(std::span(g.ids).subspan(static_cast<std::size_t>(first)), static_cast<std::int32_t>(first), logits);
     for (std::int64_t p = 0; p < recorded; ++p) {
       std::span<const float> row(logits.data() + p * vocab(), static_cast<std::size_t>(vocab()));
       std::vector<std::int32_t> ids(row.size());

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend/model_runner.hpp"
+#include "backend/single_sequence.hpp"
 #include "io/safetensors.hpp"
 #include "model/config.hpp"
 #include "model/random_checkpoint.hpp"
@@ -86,11 +87,11 @@ class PrefillConsistency : public ::testing::TestWithParam<Case> {
   std::vector<float> run_chunked(const std::vector<std::int32_t>& ids, std::size_t chunk) {
     const auto vocab = static_cast<std::size_t>(cfg_.vocab_size);
     std::vector<float> all(ids.size() * vocab);
-    runner_->clear_kv_cache();
+    backend::SingleSequence seq(*runner_);
     for (std::size_t at = 0; at < ids.size(); at += chunk) {
       const std::size_t n = std::min(chunk, ids.size() - at);
-      runner_->forward(std::span(ids).subspan(at, n), static_cast<std::int32_t>(at),
-                       std::span(all).subspan(at * vocab, n * vocab));
+      seq.forward(std::span(ids).subspan(at, n), static_cast<std::int32_t>(at),
+                  std::span(all).subspan(at * vocab, n * vocab));
     }
     return all;
   }
@@ -129,8 +130,7 @@ TEST_P(PrefillConsistency, LastPositionLogitsEqualTheLastRow) {
   const auto vocab = static_cast<std::size_t>(cfg_.vocab_size);
   const auto all = run_chunked(ids, ids.size());
   std::vector<float> last(vocab);
-  runner_->clear_kv_cache();
-  runner_->forward(ids, 0, last);
+  backend::SingleSequence(*runner_).forward(ids, 0, last);
   expect_close(last, std::vector<float>(all.end() - static_cast<std::ptrdiff_t>(vocab), all.end()), "last row");
 }
 
@@ -141,10 +141,10 @@ TEST_P(PrefillConsistency, ResumingFromAPrefixReusesTheCache) {
   std::vector<std::int32_t> mixed(a.begin(), a.begin() + 20);
   mixed.insert(mixed.end(), b.begin() + 20, b.begin() + 40);
   const auto expected = run_chunked(mixed, mixed.size());
-  runner_->clear_kv_cache();
+  backend::SingleSequence seq(*runner_);
   std::vector<float> scratch(vocab), tail(20 * vocab);
-  runner_->forward(a, 0, scratch);
-  runner_->forward(std::span(mixed).subspan(20), 20, tail);
+  seq.forward(a, 0, scratch);
+  seq.forward(std::span(mixed).subspan(20), 20, tail);
   expect_close(tail, std::vector<float>(expected.begin() + 20 * static_cast<std::ptrdiff_t>(vocab), expected.end()),
                "resumed at 20");
 }

@@ -2,7 +2,10 @@
 // (rows and columns that are not multiples of the SIMD widths or tiles).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <functional>
+#include <numeric>
 #include <cmath>
 #include <thread>
 #include <random>
@@ -160,10 +163,11 @@ TEST(CpuOps, RopeRotatesHalvesByPositionTimesFrequency) {
   }
 }
 
-// Naive causal GQA over the same cache.
-std::vector<float> reference_attention(const std::vector<float>& q, std::int64_t n, std::int64_t offset,
-                                       const KvCache& cache, const std::vector<std::int64_t>& kv_of_q) {
-  const std::int64_t hd = cache.head_dim(), heads = static_cast<std::int64_t>(kv_of_q.size());
+// Naive causal GQA of one sequence whose keys and values are read position by position.
+using KvAt = std::function<const float*(std::int64_t head, std::int64_t pos)>;
+std::vector<float> reference_attention(const float* q, std::int64_t n, std::int64_t offset, std::int64_t hd,
+                                       const KvAt& k, const KvAt& v, const std::vector<std::int64_t>& kv_of_q) {
+  const auto heads = static_cast<std::int64_t>(kv_of_q.size());
   std::vector<float> out(static_cast<std::size_t>(n * heads * hd));
   for (std::int64_t i = 0; i < n; ++i)
     for (std::int64_t h = 0; h < heads; ++h) {
@@ -172,39 +176,64 @@ std::vector<float> reference_attention(const std::vector<float>& q, std::int64_t
       double mx = -1e300, sum = 0;
       for (std::int64_t j = 0; j < visible; ++j) {
         double d = 0;
-        for (std::int64_t c = 0; c < hd; ++c) d += double(q[(i * heads + h) * hd + c]) * cache.k(0, kv_of_q[h], j)[c];
+        for (std::int64_t c = 0; c < hd; ++c) d += double(q[(i * heads + h) * hd + c]) * k(kv_of_q[h], j)[c];
         s[j] = d / std::sqrt(double(hd));
         mx = std::max(mx, s[j]);
       }
       for (auto& e : s) sum += (e = std::exp(e - mx));
       for (std::int64_t c = 0; c < hd; ++c) {
         double o = 0;
-        for (std::int64_t j = 0; j < visible; ++j) o += s[j] / sum * cache.v(0, kv_of_q[h], j)[c];
+        for (std::int64_t j = 0; j < visible; ++j) o += s[j] / sum * v(kv_of_q[h], j)[c];
         out[(i * heads + h) * hd + c] = static_cast<float>(o);
       }
     }
   return out;
 }
 
-TEST(CpuAttention, CausalGqaMatchesReference) {
-  const std::int64_t hd = 12, kv_heads = 2, ctx = 160;
+TEST(CpuAttention, CausalGqaOverBlockTablesMatchesReference) {
+  const std::int64_t hd = 12, kv_heads = 2;
+  const std::int32_t block_size = 7, num_blocks = 64;
   const std::vector<std::int64_t> kv_of_q{0, 0, 1, 1, 1, 0};  // any mapping, not just contiguous groups
-  KvCache cache(1, kv_heads, ctx, hd);
-  const auto kv = random_floats(static_cast<std::size_t>(ctx * hd * 2), 15, 2.0f);
-  for (std::int64_t h = 0; h < kv_heads; ++h)
-    for (std::int64_t p = 0; p < ctx; ++p)
-      for (std::int64_t c = 0; c < hd; ++c) {
-        cache.k(0, h, p)[c] = kv[static_cast<std::size_t>((p * hd + c) * 2 + h) % kv.size()];
-        cache.v(0, h, p)[c] = kv[static_cast<std::size_t>((p * hd + c) * 2 + 1 - h) % kv.size()] * 0.5f;
-      }
   const auto heads = static_cast<std::int64_t>(kv_of_q.size());
-  // n = 70 crosses the 64-query block; offsets 0 and 11 exercise prefill and resumed prefill.
-  for (auto [n, offset] : {std::pair<std::int64_t, std::int64_t>{1, 0}, {1, 40}, {5, 3}, {70, 0}, {70, 11}}) {
-    const auto q = random_floats(static_cast<std::size_t>(n * heads * hd), 16 + static_cast<std::uint32_t>(n));
+  KvPool pool(1, kv_heads, hd, block_size, num_blocks);
+  // Every slot of the pool gets a value; which sequence owns it is the block tables' business.
+  const auto kv = random_floats(static_cast<std::size_t>(num_blocks * block_size * hd * 2), 15, 2.0f);
+  for (std::int64_t h = 0; h < kv_heads; ++h)
+    for (std::int64_t r = 0; r < std::int64_t{num_blocks} * block_size; ++r)
+      for (std::int64_t c = 0; c < hd; ++c) {
+        pool.k(0, h)[r * hd + c] = kv[static_cast<std::size_t>((r * hd + c) * 2 + h) % kv.size()];
+        pool.v(0, h)[r * hd + c] = kv[static_cast<std::size_t>((r * hd + c) * 2 + 1 - h) % kv.size()] * 0.5f;
+      }
+  // n = 70 crosses the 64-query block; offsets exercise decode, prefill and resumed prefill.
+  const std::vector<std::pair<std::int32_t, std::int32_t>> seqs{{1, 0}, {1, 40}, {5, 3}, {70, 0}, {70, 11}};
+  for (std::uint32_t shuffle : {0u, 3u}) {  // tables of consecutive ids (one BLAS call per run), then scattered
+    std::vector<std::int32_t> ids(static_cast<std::size_t>(num_blocks));
+    std::iota(ids.begin(), ids.end(), 0);
+    if (shuffle) std::shuffle(ids.begin(), ids.end(), std::mt19937(shuffle));
+    Batch batch;
+    std::size_t next = 0;
+    for (auto [n, offset] : seqs) {
+      const std::int32_t blocks = (offset + n + block_size - 1) / block_size;
+      batch.add(std::vector<std::int32_t>(static_cast<std::size_t>(n), 0), offset,
+                std::span(ids).subspan(next, static_cast<std::size_t>(blocks)), LogitsWanted::last);
+      next += static_cast<std::size_t>(blocks);
+    }
+    const auto q = random_floats(static_cast<std::size_t>(batch.num_tokens() * heads * hd), 16 + shuffle);
     std::vector<float> out(q.size());
-    attention(q.data(), heads * hd, n, offset, cache, 0, kv_of_q, out.data(), heads * hd);
-    const auto ref = reference_attention(q, n, offset, cache, kv_of_q);
-    for (std::size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], ref[i], 1e-5) << "n " << n << " offset " << offset;
+    attention(q.data(), heads * hd, batch, pool, 0, kv_of_q, out.data(), heads * hd);
+    for (const SequenceStep& s : batch.seqs) {
+      const auto row = [&](std::int64_t pos) {
+        return std::int64_t{batch.block_ids[static_cast<std::size_t>(s.block_begin + pos / block_size)]} * block_size +
+               pos % block_size;
+      };
+      const KvAt k = [&](std::int64_t h, std::int64_t pos) { return pool.k(0, h) + row(pos) * hd; };
+      const KvAt v = [&](std::int64_t h, std::int64_t pos) { return pool.v(0, h) + row(pos) * hd; };
+      const std::int64_t at = std::int64_t{s.token_begin} * heads * hd;
+      const auto ref = reference_attention(q.data() + at, s.num_tokens, s.position, hd, k, v, kv_of_q);
+      for (std::size_t i = 0; i < ref.size(); ++i)
+        ASSERT_NEAR(out[static_cast<std::size_t>(at) + i], ref[i], 1e-5)
+            << "n " << s.num_tokens << " offset " << s.position << " shuffle " << shuffle;
+    }
   }
 }
 

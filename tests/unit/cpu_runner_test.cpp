@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/model_runner.hpp"
+#include "backend/single_sequence.hpp"
 #include "dist/communicator.hpp"
 #include "engine/generator.hpp"
 #include "io/safetensors.hpp"
@@ -63,37 +64,73 @@ TEST_F(CpuTinyModel, ContextDefaultsToTheBackendLimitAndRejectsMore) {
 
 TEST_F(CpuTinyModel, ForwardPastTheContextIsRefused) {
   auto r = open(8);
+  backend::SingleSequence seq(*r);
+  EXPECT_EQ(seq.capacity(), 8);
   std::vector<float> logits(static_cast<std::size_t>(cfg_.vocab_size));
   const std::vector<std::int32_t> nine(9, 5), four(4, 5);
-  EXPECT_EQ(error_kind([&] { r->forward(nine, 0, logits); }), errc::context_length_exceeded);
-  r->forward(four, 0, logits);
-  EXPECT_EQ(error_kind([&] { r->forward(four, 5, logits); }), errc::invalid_argument);  // skips position 4
-  r->forward(four, 4, logits);                                                          // exactly fills 8
+  EXPECT_EQ(error_kind([&] { seq.forward(nine, 0, logits); }), errc::context_length_exceeded);
+  seq.forward(four, 0, logits);
+  EXPECT_EQ(error_kind([&] { seq.forward(four, 5, logits); }), errc::invalid_argument);  // skips position 4
+  seq.forward(four, 4, logits);                                                          // exactly fills 8
   const std::vector<std::int32_t> one{5};
-  EXPECT_EQ(error_kind([&] { r->forward(one, 8, logits); }), errc::context_length_exceeded);
+  EXPECT_EQ(error_kind([&] { seq.forward(one, 8, logits); }), errc::context_length_exceeded);
+  // The runner itself refuses a batch past max_context, whatever its block table holds.
+  backend::Batch batch;
+  const std::vector<std::int32_t> blocks{0};
+  batch.add(one, 8, blocks, backend::LogitsWanted::last);
+  EXPECT_EQ(error_kind([&] { r->step(batch, logits); }), errc::context_length_exceeded);
 }
 
 TEST_F(CpuTinyModel, BadRequestsAreRefusedWithoutCrashing) {
   auto r = open(16);
+  backend::SingleSequence seq(*r);
   std::vector<float> logits(static_cast<std::size_t>(cfg_.vocab_size));
   const std::vector<std::int32_t> none, ok{1, 2}, too_big{1, static_cast<std::int32_t>(cfg_.vocab_size)}, negative{-1};
-  EXPECT_EQ(error_kind([&] { r->forward(none, 0, logits); }), errc::invalid_argument);
-  EXPECT_EQ(error_kind([&] { r->forward(ok, -1, logits); }), errc::invalid_argument);
-  EXPECT_EQ(error_kind([&] { r->forward(too_big, 0, logits); }), errc::invalid_argument);
-  EXPECT_EQ(error_kind([&] { r->forward(negative, 0, logits); }), errc::invalid_argument);
+  EXPECT_EQ(error_kind([&] { seq.forward(none, 0, logits); }), errc::invalid_argument);
+  EXPECT_EQ(error_kind([&] { seq.forward(ok, -1, logits); }), errc::invalid_argument);
+  EXPECT_EQ(error_kind([&] { seq.forward(too_big, 0, logits); }), errc::invalid_argument);
+  EXPECT_EQ(error_kind([&] { seq.forward(negative, 0, logits); }), errc::invalid_argument);
   std::vector<float> odd(static_cast<std::size_t>(cfg_.vocab_size) + 1);
-  EXPECT_EQ(error_kind([&] { r->forward(ok, 0, odd); }), errc::invalid_argument);
-  r->forward(ok, 0, logits);  // still usable
+  EXPECT_EQ(error_kind([&] { seq.forward(ok, 0, odd); }), errc::invalid_argument);
+  seq.forward(ok, 0, logits);  // still usable
+  EXPECT_EQ(error_kind([&] { r->step(backend::Batch{}, logits); }), errc::invalid_argument);  // no sequence
 }
 
-TEST_F(CpuTinyModel, MemoryCountsBf16WeightsAndTheKvCache) {
+TEST_F(CpuTinyModel, PoolOptionsShapeThePoolAndBadOnesAreRefused) {
+  backend::RunnerOptions o;
+  o.max_context = 100;
+  o.kv_block_size = 8;
+  o.kv_blocks = 40;
+  const auto plan = model::ShardPlan::make(cfg_, 0, 1);
+  const auto r = backend::make_runner(cfg_, ckpt_.get(), plan, backend::Device{}, nullptr, o);
+  const backend::KvPoolShape pool = r->kv_pool();
+  EXPECT_EQ(pool.block_size, 8);
+  EXPECT_EQ(pool.num_blocks, 40);
+  EXPECT_EQ(pool.bytes_per_block, backend::kv_bytes_per_block(cfg_, plan, backend::Device{}, 8));
+  EXPECT_EQ(r->memory().kv_cache_bytes, pool.bytes_per_block * 40);
+  EXPECT_EQ(backend::SingleSequence(*r).capacity(), 100);  // min(max_context, 40 * 8)
+  o.kv_blocks = 5;
+  EXPECT_EQ(backend::SingleSequence(*backend::make_runner(cfg_, ckpt_.get(), plan, backend::Device{}, nullptr, o)).capacity(),
+            40);
+  for (auto [size, blocks] : {std::pair{-1, 0}, std::pair{0, -1}}) {
+    o.kv_block_size = size;
+    o.kv_blocks = blocks;
+    EXPECT_EQ(error_kind([&] { backend::make_runner(cfg_, ckpt_.get(), plan, backend::Device{}, nullptr, o); }),
+              errc::invalid_argument);
+  }
+}
+
+TEST_F(CpuTinyModel, MemoryCountsBf16WeightsAndTheKvPool) {
   const auto r = open(100);
   const auto m = r->memory();
   const std::int64_t h = cfg_.hidden_size, hd = cfg_.head_dim, f = cfg_.intermediate_size, L = cfg_.num_hidden_layers;
   const std::int64_t q = cfg_.num_attention_heads * hd, kv = cfg_.num_key_value_heads * hd;
   const std::int64_t per_layer = 2 * ((q + 2 * kv) * h + h * q + 3 * f * h) + 4 * (2 * h + 2 * hd);
   EXPECT_EQ(m.weight_bytes, static_cast<std::uint64_t>(2 * cfg_.vocab_size * h + 4 * h + L * per_layer));
-  EXPECT_EQ(m.kv_cache_bytes, static_cast<std::uint64_t>(2 * L * kv * 100 * 4));
+  // By default, blocks of kDefaultKvBlockSize for one sequence of max_context: 7 blocks of 16 hold 100 positions.
+  ASSERT_EQ(backend::kDefaultKvBlockSize, 16);
+  EXPECT_EQ(r->kv_pool().num_blocks, 7);
+  EXPECT_EQ(m.kv_cache_bytes, static_cast<std::uint64_t>(2 * L * kv * 7 * 16 * 4));
   EXPECT_EQ(m.device, "cpu");
 }
 
@@ -164,8 +201,8 @@ TEST(CpuRunnerDummy, StandInWeightsAreDeterministicAndShardConsistent) {
   auto b = backend::make_runner(cfg, nullptr, plan, backend::Device{}, nullptr, {});
   const std::vector<std::int32_t> ids{3, 1, 4, 1, 5};
   std::vector<float> la(100), lb(100);
-  a->forward(ids, 0, la);
-  b->forward(ids, 0, lb);
+  backend::SingleSequence(*a).forward(ids, 0, la);
+  backend::SingleSequence(*b).forward(ids, 0, lb);
   EXPECT_EQ(la, lb);
 
   // Rank 1 of 2 holds exactly the corresponding part of the full tensors.

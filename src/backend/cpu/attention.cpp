@@ -10,19 +10,25 @@
 
 namespace neuron::backend::cpu {
 
-KvCache::KvCache(std::int64_t layers, std::int64_t kv_heads, std::int64_t max_context, std::int64_t head_dim)
-    : layers_(layers), kv_heads_(kv_heads), max_context_(max_context), head_dim_(head_dim) {
-  const auto n = static_cast<std::size_t>(layers * kv_heads * max_context * head_dim);
+KvPool::KvPool(std::int64_t layers, std::int64_t kv_heads, std::int64_t head_dim, std::int32_t block_size,
+               std::int32_t num_blocks)
+    : layers_(layers),
+      kv_heads_(kv_heads),
+      head_dim_(head_dim),
+      block_size_(block_size),
+      num_blocks_(num_blocks),
+      rows_per_head_(static_cast<std::int64_t>(num_blocks) * block_size) {
+  const auto n = static_cast<std::size_t>(layers * kv_heads * rows_per_head_ * head_dim);
   k_ = std::make_unique_for_overwrite<float[]>(n);
   v_ = std::make_unique_for_overwrite<float[]>(n);
 }
 
-std::uint64_t KvCache::bytes() const noexcept {
-  return 2ull * static_cast<std::uint64_t>(layers_ * kv_heads_ * max_context_ * head_dim_) * sizeof(float);
+std::uint64_t KvPool::bytes() const noexcept {
+  return 2ull * static_cast<std::uint64_t>(layers_ * kv_heads_ * rows_per_head_ * head_dim_) * sizeof(float);
 }
 
 namespace {
-// Queries per block: bounds the score scratch to kQueryBlock x context floats.
+// Queries per job: bounds the score scratch to kQueryBlock x keys floats.
 constexpr std::int64_t kQueryBlock = 64;
 
 // s[j] = exp(s[j] - max s) over n scores; returns their sum.
@@ -35,46 +41,87 @@ float exp_from_max(float* s, std::int64_t n) {
   }
   return sum;
 }
+
+// Calls fn(row, key, count) for each run of consecutive block ids in `table`
+// that covers positions [0, keys): positions [key, key + count) are the rows
+// [row, row + count) of a (layer, head) matrix of the pool. A table of
+// consecutive ids is one run, so a sequence whose blocks happen to be
+// contiguous costs one BLAS call, as a contiguous cache would.
+template <class Fn>
+void for_each_run(std::span<const std::int32_t> table, std::int64_t block_size, std::int64_t keys, Fn&& fn) {
+  std::size_t b = 0;
+  for (std::int64_t key = 0; key < keys;) {
+    std::size_t e = b + 1;
+    while (static_cast<std::int64_t>(e) * block_size < keys && table[e] == table[e - 1] + 1) ++e;
+    const std::int64_t count = std::min(static_cast<std::int64_t>(e) * block_size, keys) - key;
+    fn(static_cast<std::int64_t>(table[b]) * block_size, key, count);
+    key += count;
+    b = e;
+  }
+}
 }  // namespace
 
-void attention(const float* q, std::int64_t ldq, std::int64_t n, std::int64_t offset, const KvCache& cache,
-               std::int64_t layer, const std::vector<std::int64_t>& kv_of_q, float* out, std::int64_t ld_out) {
+void attention(const float* q, std::int64_t ldq, const Batch& batch, const KvPool& pool, std::int64_t layer,
+               const std::vector<std::int64_t>& kv_of_q, float* out, std::int64_t ld_out) {
   init_blas_threads();
-  const std::int64_t hd = cache.head_dim(), heads = static_cast<std::int64_t>(kv_of_q.size());
-  const std::int64_t blocks = (n + kQueryBlock - 1) / kQueryBlock;
+  const std::int64_t hd = pool.head_dim(), bs = pool.block_size(), heads = static_cast<std::int64_t>(kv_of_q.size());
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  ChunkPool::shared().run(heads * blocks, [&](std::int64_t job) {
+  // Jobs are (sequence, head, query block); jobs_before[s] counts those of the sequences before s.
+  std::vector<std::int64_t> jobs_before(batch.seqs.size() + 1, 0);  // [S + 1]
+  for (std::size_t s = 0; s < batch.seqs.size(); ++s)
+    jobs_before[s + 1] = jobs_before[s] + heads * ((batch.seqs[s].num_tokens + kQueryBlock - 1) / kQueryBlock);
+  ChunkPool::shared().run(jobs_before.back(), [&](std::int64_t job) {
     thread_local std::vector<float> scores;  // [block queries, keys] f32
-    const std::int64_t h = job / blocks, b = job % blocks;
-    const std::int64_t i0 = b * kQueryBlock, rows = std::min(kQueryBlock, n - i0);
-    const std::int64_t keys = offset + i0 + rows;  // the block's last query sees this many positions
+    const auto si = static_cast<std::size_t>(std::upper_bound(jobs_before.begin(), jobs_before.end(), job) -
+                                             jobs_before.begin() - 1);
+    const SequenceStep& seq = batch.seqs[si];
+    const std::int64_t local = job - jobs_before[si], blocks = (seq.num_tokens + kQueryBlock - 1) / kQueryBlock;
+    const std::int64_t h = local / blocks, i0 = (local % blocks) * kQueryBlock;
+    const std::int64_t rows = std::min<std::int64_t>(kQueryBlock, seq.num_tokens - i0);
+    const std::int64_t keys = seq.position + i0 + rows;  // the block's last query sees this many positions
+    const std::span<const std::int32_t> table(batch.block_ids.data() + seq.block_begin,
+                                              static_cast<std::size_t>(seq.num_blocks));
+    const float* qh = q + (seq.token_begin + i0) * ldq + h * hd;
+    float* oh = out + (seq.token_begin + i0) * ld_out + h * hd;
+    const float* kh = pool.k(layer, kv_of_q[static_cast<std::size_t>(h)]);
+    const float* vh = pool.v(layer, kv_of_q[static_cast<std::size_t>(h)]);
     scores.resize(static_cast<std::size_t>(rows * keys));
-    const float* kh = cache.k(layer, kv_of_q[h], 0);
-    const float* vh = cache.v(layer, kv_of_q[h], 0);
+    float* s = scores.data();
     if (rows == 1) {
       // Decode: matrix-vector products. sgemm would first pack the whole K
-      // (and V) of the head into a scratch copy, tripling the cache traffic.
-      float* s = scores.data();
-      cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(keys), static_cast<int>(hd), scale, kh,
-                  static_cast<int>(hd), q + i0 * ldq + h * hd, 1, 0.0f, s, 1);
-      const float sum = exp_from_max(s, keys);
-      cblas_sgemv(CblasRowMajor, CblasTrans, static_cast<int>(keys), static_cast<int>(hd), 1.0f / sum, vh,
-                  static_cast<int>(hd), s, 1, 0.0f, out + i0 * ld_out + h * hd, 1);
+      // (and V) of the run into a scratch copy, tripling the cache traffic.
+      for_each_run(table, bs, keys, [&](std::int64_t row, std::int64_t key, std::int64_t count) {
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(count), static_cast<int>(hd), scale, kh + row * hd,
+                    static_cast<int>(hd), qh, 1, 0.0f, s + key, 1);
+      });
+      const float inv = 1.0f / exp_from_max(s, keys);
+      float beta = 0.0f;
+      for_each_run(table, bs, keys, [&](std::int64_t row, std::int64_t key, std::int64_t count) {
+        cblas_sgemv(CblasRowMajor, CblasTrans, static_cast<int>(count), static_cast<int>(hd), inv, vh + row * hd,
+                    static_cast<int>(hd), s + key, 1, beta, oh, 1);
+        beta = 1.0f;
+      });
       return;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows), static_cast<int>(keys),
-                static_cast<int>(hd), scale, q + i0 * ldq + h * hd, static_cast<int>(ldq), kh, static_cast<int>(hd), 0.0f,
-                scores.data(), static_cast<int>(keys));
+    for_each_run(table, bs, keys, [&](std::int64_t row, std::int64_t key, std::int64_t count) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows), static_cast<int>(count),
+                  static_cast<int>(hd), scale, qh, static_cast<int>(ldq), kh + row * hd, static_cast<int>(hd), 0.0f,
+                  s + key, static_cast<int>(keys));
+    });
     for (std::int64_t r = 0; r < rows; ++r) {
-      float* s = scores.data() + r * keys;
-      const std::int64_t visible = offset + i0 + r + 1;
-      const float inv = 1.0f / exp_from_max(s, visible);
-      for (std::int64_t j = 0; j < visible; ++j) s[j] *= inv;
-      std::fill(s + visible, s + keys, 0.0f);
+      float* sr = s + r * keys;
+      const std::int64_t visible = seq.position + i0 + r + 1;  // causal: positions [0, its own]
+      const float inv = 1.0f / exp_from_max(sr, visible);
+      for (std::int64_t j = 0; j < visible; ++j) sr[j] *= inv;
+      std::fill(sr + visible, sr + keys, 0.0f);
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows), static_cast<int>(hd),
-                static_cast<int>(keys), 1.0f, scores.data(), static_cast<int>(keys), vh, static_cast<int>(hd), 0.0f,
-                out + i0 * ld_out + h * hd, static_cast<int>(ld_out));
+    float beta = 0.0f;
+    for_each_run(table, bs, keys, [&](std::int64_t row, std::int64_t key, std::int64_t count) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows), static_cast<int>(hd),
+                  static_cast<int>(count), 1.0f, s + key, static_cast<int>(keys), vh + row * hd, static_cast<int>(hd),
+                  beta, oh, static_cast<int>(ld_out));
+      beta = 1.0f;
+    });
   });
 }
 

@@ -1,6 +1,7 @@
 #include "backend/cpu/cpu_runner.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <span>
 #include <string>
 #include <vector>
@@ -77,15 +78,20 @@ std::uint64_t bytes_of(const std::vector<T, A>& v) {
 class CpuRunner final : public ModelRunner {
  public:
   CpuRunner(const model::Qwen3Config& cfg, const io::Checkpoint* ckpt, const model::ShardPlan& plan,
-            std::shared_ptr<dist::Communicator> comm, std::int32_t max_context)
+            std::shared_ptr<dist::Communicator> comm, std::int32_t max_context, std::int32_t block_size,
+            std::int32_t num_blocks)
       : cfg_(cfg),
         plan_(plan),
         comm_(std::move(comm)),
         max_context_(max_context),
         q_dim_(plan.q_heads * cfg.head_dim),
         kv_dim_(plan.kv_heads * cfg.head_dim),
-        cache_(cfg.num_hidden_layers, plan.kv_heads, max_context, cfg.head_dim),
+        pool_shape_{.block_size = block_size,
+                    .num_blocks = num_blocks,
+                    .bytes_per_block = kv_bytes_per_block(cfg, plan, Device{}, block_size)},
+        pool_(cfg.num_hidden_layers, plan.kv_heads, cfg.head_dim, block_size, num_blocks),
         rope_(cfg.head_dim, cfg.rope_theta, max_context) {
+    NEURON_ASSERT(pool_.bytes() == pool_shape_.bytes_per_block * static_cast<std::uint64_t>(num_blocks));
     if (ckpt) model::reject_unsupported_tensors(*ckpt);
     const WeightSource src(ckpt);
     const model::ShardSpecs specs = model::shard_specs(cfg, plan);
@@ -111,32 +117,21 @@ class CpuRunner final : public ModelRunner {
     for (std::int64_t h = 0; h < plan.q_heads; ++h) kv_of_q_.push_back(plan.kv_of_q(h, cfg));
   }
 
-  void forward(std::span<const std::int32_t> tokens, std::int32_t offset, std::span<float> logits) override {
-    const auto n = static_cast<std::int64_t>(tokens.size());
-    const std::int64_t vocab = cfg_.vocab_size, hidden = cfg_.hidden_size;
-    check_request(tokens, offset, logits);
-    // Positions from `offset` on are about to be overwritten; if this call
-    // fails midway they are not valid, but everything before still is.
-    cached_ = std::min<std::int64_t>(cached_, offset);
-
+  void step(const Batch& batch, std::span<float> logits) override {
+    check_batch(batch, cfg_, pool_shape_, max_context_, logits);
+    const std::int64_t n = batch.num_tokens(), hidden = cfg_.hidden_size;
+    place_tokens(batch);
     x_.resize(static_cast<std::size_t>(n * hidden));
     for (std::int64_t i = 0; i < n; ++i)
-      widen_bf16(embed_.data() + static_cast<std::int64_t>(tokens[i]) * hidden, x_.data() + i * hidden, hidden);
-    for (std::size_t l = 0; l < layers_.size(); ++l) layer(static_cast<std::int64_t>(l), n, offset);
-    cached_ = offset + n;
-
-    if (logits.empty()) return;
-    const std::uint16_t* head = cfg_.tie_word_embeddings ? embed_.data() : lm_head_.data();
-    const std::int64_t rows = static_cast<std::int64_t>(logits.size()) / vocab;  // 1 (last position) or n
-    const float* first = x_.data() + (n - rows) * hidden;
-    xn_.resize(static_cast<std::size_t>(rows * hidden));
-    rms_norm(first, rows, hidden, hidden, final_norm_.data(), eps(), xn_.data(), hidden);
-    matmul_bf16(xn_.data(), rows, hidden, hidden, head, vocab, logits.data(), vocab);
+      widen_bf16(embed_.data() + static_cast<std::int64_t>(batch.tokens[static_cast<std::size_t>(i)]) * hidden,
+                 x_.data() + i * hidden, hidden);
+    for (std::size_t l = 0; l < layers_.size(); ++l) layer(static_cast<std::int64_t>(l), batch);
+    if (!logits.empty()) lm_head(batch, logits);
   }
 
-  void clear_kv_cache() override { cached_ = 0; }
   const model::Qwen3Config& config() const noexcept override { return cfg_; }
   std::int32_t max_context() const noexcept override { return max_context_; }
+  KvPoolShape kv_pool() const noexcept override { return pool_shape_; }
 
   MemoryStats memory() const override {
     MemoryStats m;
@@ -145,35 +140,32 @@ class CpuRunner final : public ModelRunner {
     for (const Layer& l : layers_)
       m.weight_bytes += bytes_of(l.input_norm) + bytes_of(l.q_norm) + bytes_of(l.k_norm) + bytes_of(l.post_norm) +
                         bytes_of(l.qkv) + bytes_of(l.o) + bytes_of(l.gate_up) + bytes_of(l.down);
-    m.kv_cache_bytes = cache_.bytes();
+    m.kv_cache_bytes = pool_.bytes();
     return m;
   }
 
  private:
   float eps() const noexcept { return static_cast<float>(cfg_.rms_norm_eps); }
 
-  void check_request(std::span<const std::int32_t> tokens, std::int32_t offset, std::span<float> logits) const {
-    const auto n = static_cast<std::int64_t>(tokens.size());
-    if (n == 0) fail(errc::invalid_argument, "forward needs at least one token");
-    if (offset < 0) fail(errc::invalid_argument, "offset " + std::to_string(offset) + " is negative");
-    if (offset > cached_)
-      fail(errc::invalid_argument, "offset " + std::to_string(offset) + " skips positions missing from the KV cache (" +
-                                       std::to_string(cached_) + " cached)");
-    if (offset + n > max_context_)
-      fail(errc::context_length_exceeded, "positions up to " + std::to_string(offset + n) +
-                                              " exceed the context of " + std::to_string(max_context_) + " tokens");
-    const auto size = static_cast<std::int64_t>(logits.size());
-    if (size != 0 && size != cfg_.vocab_size && size != n * cfg_.vocab_size)
-      fail(errc::invalid_argument, "logits buffer holds " + std::to_string(size) + " floats; expected 0, " +
-                                       std::to_string(cfg_.vocab_size) + " or " + std::to_string(n * cfg_.vocab_size));
-    for (std::int32_t t : tokens)
-      if (t < 0 || t >= cfg_.vocab_size)
-        fail(errc::invalid_argument,
-             "token id " + std::to_string(t) + " is outside the vocabulary of " + std::to_string(cfg_.vocab_size));
+  // Each batch token's position and the pool row (block * block_size + slot) its K and V go to.
+  void place_tokens(const Batch& batch) {
+    const std::int64_t bs = pool_shape_.block_size;
+    pos_.resize(batch.tokens.size());
+    kv_row_.resize(batch.tokens.size());
+    for (const SequenceStep& s : batch.seqs) {
+      for (std::int32_t j = 0; j < s.num_tokens; ++j) {
+        const std::int64_t pos = static_cast<std::int64_t>(s.position) + j;
+        const auto i = static_cast<std::size_t>(s.token_begin + j);
+        pos_[i] = pos;
+        kv_row_[i] = static_cast<std::int64_t>(batch.block_ids[static_cast<std::size_t>(s.block_begin + pos / bs)]) * bs +
+                     pos % bs;
+      }
+    }
   }
 
-  void layer(std::int64_t li, std::int64_t n, std::int64_t offset) {
+  void layer(std::int64_t li, const Batch& batch) {
     const Layer& L = layers_[static_cast<std::size_t>(li)];
+    const std::int64_t n = batch.num_tokens();
     const std::int64_t hidden = cfg_.hidden_size, hd = cfg_.head_dim, ff = plan_.ff_size;
     const std::int64_t qkv_w = q_dim_ + 2 * kv_dim_;
     xn_.resize(static_cast<std::size_t>(n * hidden));
@@ -183,12 +175,12 @@ class CpuRunner final : public ModelRunner {
     gate_up_.resize(static_cast<std::size_t>(n * 2 * ff));
     act_.resize(static_cast<std::size_t>(n * ff));
 
-    // Attention block.
+    // Attention block: projections over every token of every sequence at once.
     rms_norm(x_.data(), n, hidden, hidden, L.input_norm.data(), eps(), xn_.data(), hidden);
     matmul_bf16(xn_.data(), n, hidden, hidden, L.qkv.data(), qkv_w, qkv_.data(), qkv_w);
     for (std::int64_t i = 0; i < n; ++i) {
       float* row = qkv_.data() + i * qkv_w;
-      const std::int64_t pos = offset + i;
+      const std::int64_t pos = pos_[static_cast<std::size_t>(i)], kv_row = kv_row_[static_cast<std::size_t>(i)];
       for (std::int64_t h = 0; h < plan_.q_heads; ++h) {
         float* q = row + h * hd;
         rms_norm(q, 1, hd, hd, L.q_norm.data(), eps(), q, hd);
@@ -198,12 +190,12 @@ class CpuRunner final : public ModelRunner {
         float* k = row + q_dim_ + h * hd;
         rms_norm(k, 1, hd, hd, L.k_norm.data(), eps(), k, hd);
         rope_.apply(k, pos);
-        std::copy(k, k + hd, cache_.k(li, h, pos));
+        std::copy(k, k + hd, pool_.k(li, h) + kv_row * hd);
         const float* v = row + q_dim_ + kv_dim_ + h * hd;
-        std::copy(v, v + hd, cache_.v(li, h, pos));
+        std::copy(v, v + hd, pool_.v(li, h) + kv_row * hd);
       }
     }
-    attention(qkv_.data(), qkv_w, n, offset, cache_, li, kv_of_q_, attn_.data(), q_dim_);
+    attention(qkv_.data(), qkv_w, batch, pool_, li, kv_of_q_, attn_.data(), q_dim_);
     matmul_bf16(attn_.data(), n, q_dim_, q_dim_, L.o.data(), hidden, proj_.data(), hidden);
     comm_->all_reduce_sum(proj_.data(), proj_.size(), DType::f32);
     for (std::size_t i = 0; i < proj_.size(); ++i) x_[i] += proj_[i];
@@ -220,24 +212,44 @@ class CpuRunner final : public ModelRunner {
     for (std::size_t i = 0; i < proj_.size(); ++i) x_[i] += proj_[i];
   }
 
+  // Final norm and LM head over only the rows the batch asks for, in sequence order.
+  void lm_head(const Batch& batch, std::span<float> logits) {
+    const std::int64_t vocab = cfg_.vocab_size, hidden = cfg_.hidden_size;
+    std::int64_t rows = 0;
+    xn_.resize(static_cast<std::size_t>(batch.logit_rows() * hidden));
+    for (const SequenceStep& s : batch.seqs) {
+      if (s.logits == LogitsWanted::none) continue;
+      const std::int64_t take = s.logits == LogitsWanted::all ? s.num_tokens : 1;
+      const std::int64_t first = s.token_begin + s.num_tokens - take;
+      rms_norm(x_.data() + first * hidden, take, hidden, hidden, final_norm_.data(), eps(), xn_.data() + rows * hidden,
+               hidden);
+      rows += take;
+    }
+    NEURON_ASSERT(static_cast<std::uint64_t>(rows * vocab) == logits.size());
+    const std::uint16_t* head = cfg_.tie_word_embeddings ? embed_.data() : lm_head_.data();
+    matmul_bf16(xn_.data(), rows, hidden, hidden, head, vocab, logits.data(), vocab);
+  }
+
   model::Qwen3Config cfg_;
   model::ShardPlan plan_;
   std::shared_ptr<dist::Communicator> comm_;
   std::int32_t max_context_;
   std::int64_t q_dim_, kv_dim_;  // this rank's H * hd and KV * hd
-  std::int64_t cached_ = 0;      // positions [0, cached_) hold valid keys and values
+  KvPoolShape pool_shape_;
 
   WeightVector<std::uint16_t> embed_;    // [vocab, hidden] bf16 (also the LM head when tied)
   WeightVector<std::uint16_t> lm_head_;  // [vocab, hidden] bf16; empty when tied
   std::vector<float> final_norm_;       // [hidden] f32
   std::vector<Layer> layers_;
   std::vector<std::int64_t> kv_of_q_;   // [H] local KV head each local query head reads
-  KvCache cache_;
+  KvPool pool_;
   RopeTable rope_;
 
-  // Activations of the current call (n = its token count), reused between calls.
+  // Activations of the current step (n = its token count over all sequences), reused between steps.
+  std::vector<std::int64_t> pos_;     // [n] each token's position in its sequence
+  std::vector<std::int64_t> kv_row_;  // [n] each token's pool row: block * block_size + slot
   std::vector<float> x_;        // [n, hidden] residual stream
-  std::vector<float> xn_;       // [n, hidden] normed input of a block
+  std::vector<float> xn_;       // [n, hidden] normed input of a block (the LM head's: [logit rows, hidden])
   std::vector<float> qkv_;      // [n, (H + 2 KV) * hd]
   std::vector<float> attn_;     // [n, H * hd]
   std::vector<float> proj_;     // [n, hidden] o_proj / down_proj output (partial sums before the all-reduce)
@@ -284,13 +296,17 @@ std::unique_ptr<ModelRunner> make_cpu_runner(const model::Qwen3Config& cfg, cons
                                         std::to_string(plan.rank) + " of " + std::to_string(plan.world));
   if (comm->location() != dist::MemoryLocation::host)
     fail(errc::bad_tensor_parallel, "the CPU backend needs a host communicator, not " + comm->backend_name());
-  const std::int64_t limit = cfg.max_position_embeddings > 0 ? cfg.max_position_embeddings : kDefaultMaxContext;
-  if (options.max_context < 0 || options.max_context > limit)
-    fail(errc::invalid_argument, "max_context " + std::to_string(options.max_context) + " is outside [0, " +
-                                     std::to_string(limit) + "] (max_position_embeddings)");
-  const auto max_context = static_cast<std::int32_t>(
-      options.max_context > 0 ? options.max_context : std::min<std::int64_t>(limit, kDefaultMaxContext));
-  return std::make_unique<CpuRunner>(cfg, checkpoint, plan, std::move(comm), max_context);
+  const std::int32_t max_context = model::resolve_max_context(cfg, options.max_context, kDefaultMaxContext);
+  if (options.kv_block_size < 0)
+    fail(errc::invalid_argument, "kv_block_size " + std::to_string(options.kv_block_size) + " is negative");
+  if (options.kv_blocks < 0) fail(errc::invalid_argument, "kv_blocks " + std::to_string(options.kv_blocks) + " is negative");
+  const std::int32_t block_size = options.kv_block_size > 0 ? options.kv_block_size : kDefaultKvBlockSize;
+  const std::int32_t num_blocks = options.kv_blocks > 0 ? options.kv_blocks : (max_context + block_size - 1) / block_size;
+  const std::uint64_t per_block = kv_bytes_per_block(cfg, plan, Device{}, block_size);
+  if (per_block > (std::uint64_t{1} << 62) / static_cast<std::uint64_t>(num_blocks))
+    fail(errc::out_of_memory, "a KV pool of " + std::to_string(num_blocks) + " blocks of " + std::to_string(block_size) +
+                                  " positions does not fit in memory");
+  return std::make_unique<CpuRunner>(cfg, checkpoint, plan, std::move(comm), max_context, block_size, num_blocks);
 }
 
 }  // namespace neuron::backend::cpu
