@@ -19,6 +19,7 @@
 
 #include "dist/factory.hpp"
 
+#include "backend/single_sequence.hpp"
 #include "engine/model_loader.hpp"
 #include "tp/tp_runner.hpp"
 #include "tp/worker_pool.hpp"
@@ -40,12 +41,13 @@ void bench_decode(const std::string& dir, const std::string& binary, int tp, int
   auto runner = engine::open_runner(o);
   std::vector<float> logits(static_cast<std::size_t>(runner->config().vocab_size));
   std::vector<std::int32_t> prompt = {1, 2, 3, 4, 5, 6, 7, 8};
-  runner->forward(prompt, 0, logits);
+  backend::SingleSequence seq(*runner);
+  seq.forward(prompt, 0, logits);
   std::int32_t offset = 8;
   auto step = [&] {
     const std::int32_t next = static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
     const std::int32_t one[] = {next};
-    runner->forward(one, offset++, logits);
+    seq.forward(one, offset++, logits);
   };
   for (int i = 0; i < 8; ++i) step();  // warm-up
   auto* tpr = dynamic_cast<tp::TpRunner*>(runner.get());

@@ -30,7 +30,7 @@ std::string get_string(const ojson& j, std::string_view op, const char* name) {
   return v.get<std::string>();
 }
 
-std::int64_t get_int(const ojson& v, std::string_view op, const char* name, std::int64_t lo, std::int64_t hi) {
+std::int64_t get_int(const ojson& v, std::string_view op, std::string_view name, std::int64_t lo, std::int64_t hi) {
   if (!v.is_number_integer()) bad(op, name, "must be an integer");
   std::int64_t x = 0;
   if (v.is_number_unsigned()) {
@@ -50,6 +50,56 @@ std::int64_t get_int(const ojson& j, std::string_view op, const char* name, std:
 }
 
 constexpr std::int64_t kI32Max = std::numeric_limits<std::int32_t>::max();
+
+// An array of at most max_size integers in [0, int32 max].
+std::vector<std::int32_t> get_index_array(const ojson& j, std::string_view op, const char* name, std::size_t max_size) {
+  const ojson& a = field(j, op, name);
+  if (!a.is_array()) bad(op, name, "must be an array of integers");
+  if (a.size() > max_size)
+    bad(op, name, "has " + std::to_string(a.size()) + " entries, more than " + std::to_string(max_size));
+  std::vector<std::int32_t> out;
+  out.reserve(a.size());
+  for (const auto& v : a) out.push_back(static_cast<std::int32_t>(get_int(v, op, name, 0, kI32Max)));
+  return out;
+}
+
+// logits on the wire: 0 none, 1 last, 2 all, LogitsWanted's own values.
+static_assert(static_cast<int>(backend::LogitsWanted::none) == 0 && static_cast<int>(backend::LogitsWanted::last) == 1 &&
+              static_cast<int>(backend::LogitsWanted::all) == 2);
+
+// seqs: [[token_begin, num_tokens, position, block_begin, num_blocks, logits], ...], each span inside the batch's arrays.
+std::vector<backend::SequenceStep> get_seqs(const ojson& j, std::string_view op, std::size_t tokens,
+                                            std::size_t block_ids) {
+  const ojson& a = field(j, op, "seqs");
+  static constexpr std::string_view shape = "[token_begin,num_tokens,position,block_begin,num_blocks,logits]";
+  if (!a.is_array()) bad(op, "seqs", "must be an array of " + std::string(shape));
+  if (a.size() > kMaxStepSeqs)
+    bad(op, "seqs", "has " + std::to_string(a.size()) + " entries, more than " + std::to_string(kMaxStepSeqs));
+  std::vector<backend::SequenceStep> out;
+  out.reserve(a.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const ojson& e = a[i];
+    const std::string name = "seqs[" + std::to_string(i) + "]";
+    if (!e.is_array() || e.size() != 6) bad(op, name, "must be " + std::string(shape));
+    backend::SequenceStep s;
+    s.token_begin = static_cast<std::int32_t>(get_int(e[0], op, name + ".token_begin", 0, kI32Max));
+    s.num_tokens = static_cast<std::int32_t>(get_int(e[1], op, name + ".num_tokens", 1, kI32Max));
+    s.position = static_cast<std::int32_t>(get_int(e[2], op, name + ".position", 0, kI32Max));
+    s.block_begin = static_cast<std::int32_t>(get_int(e[3], op, name + ".block_begin", 0, kI32Max));
+    s.num_blocks = static_cast<std::int32_t>(get_int(e[4], op, name + ".num_blocks", 0, kI32Max));
+    s.logits = static_cast<backend::LogitsWanted>(get_int(e[5], op, name + ".logits", 0, 2));
+    if (static_cast<std::size_t>(s.token_begin) + static_cast<std::size_t>(s.num_tokens) > tokens)
+      bad(op, name, "tokens [" + std::to_string(s.token_begin) + ", " +
+                        std::to_string(static_cast<std::int64_t>(s.token_begin) + s.num_tokens) + ") run past the " +
+                        std::to_string(tokens) + " tokens");
+    if (static_cast<std::size_t>(s.block_begin) + static_cast<std::size_t>(s.num_blocks) > block_ids)
+      bad(op, name, "blocks [" + std::to_string(s.block_begin) + ", " +
+                        std::to_string(static_cast<std::int64_t>(s.block_begin) + s.num_blocks) + ") run past the " +
+                        std::to_string(block_ids) + " block_ids");
+    out.push_back(s);
+  }
+  return out;
+}
 
 // Optional fields: absent or null both mean unset.
 const ojson* optional_field(const ojson& j, const char* name) {
@@ -79,17 +129,15 @@ ojson tagged(std::string_view op) {
 }  // namespace
 
 std::string_view op_name(const Request& r) noexcept {
-  static constexpr std::string_view names[] = {"ping",           "init",           "nccl_sanity_check",
-                                               "load_dense_shard", "generate_step", "clear_kv_cache",
-                                               "unload_model",   "shutdown"};
+  static constexpr std::string_view names[] = {"ping", "init",         "nccl_sanity_check", "load_dense_shard",
+                                               "step", "unload_model", "shutdown"};
   static_assert(std::size(names) == std::variant_size_v<Request>);
   return names[r.index()];
 }
 
 std::string_view op_name(const Response& r) noexcept {
-  static constexpr std::string_view names[] = {"pong",     "init_ok",          "nccl_sanity_result",
-                                               "load_dense_shard_ok", "generate_step_ok", "kv_cache_cleared",
-                                               "unloaded", "bye",              "error"};
+  static constexpr std::string_view names[] = {"pong",     "init_ok", "nccl_sanity_result", "load_dense_shard_ok",
+                                               "step_ok",  "unloaded", "bye",              "error"};
   static_assert(std::size(names) == std::variant_size_v<Response>);
   return names[r.index()];
 }
@@ -108,13 +156,19 @@ std::string to_line(const Request& r) {
                    j["safetensors_paths"] = m.safetensors_paths;
                    j["quant"] = m.quant ? ojson(*m.quant) : ojson(nullptr);
                    if (m.max_context > 0) j["max_context"] = m.max_context;
+                   if (m.kv_block_size > 0) j["kv_block_size"] = m.kv_block_size;
+                   if (m.kv_blocks > 0) j["kv_blocks"] = m.kv_blocks;
                  },
-                 [&](const GenerateStepRequest& m) {
+                 [&](const StepRequest& m) {
                    j["model_id"] = m.model_id;
-                   j["tokens"] = m.tokens;
-                   j["offset"] = m.offset;
+                   j["tokens"] = m.batch.tokens;
+                   ojson seqs = ojson::array();
+                   for (const backend::SequenceStep& s : m.batch.seqs)
+                     seqs.push_back(ojson::array({s.token_begin, s.num_tokens, s.position, s.block_begin, s.num_blocks,
+                                                  static_cast<int>(s.logits)}));
+                   j["seqs"] = std::move(seqs);
+                   j["block_ids"] = m.batch.block_ids;
                  },
-                 [&](const ClearKvCacheRequest& m) { j["model_id"] = m.model_id; },
                  [&](const UnloadModelRequest& m) { j["model_id"] = m.model_id; },
              },
              r);
@@ -130,7 +184,7 @@ std::string to_line(const Response& r) {
                    j["cuda_device"] = m.cuda_device ? ojson(*m.cuda_device) : ojson(nullptr);
                  },
                  [&](const SanityResultResponse& m) { j["observed_sum"] = m.observed_sum; },
-                 [&](const GenerateStepOkResponse& m) {
+                 [&](const StepOkResponse& m) {
                    if (m.forward_us) j["forward_us"] = *m.forward_us;
                    if (m.comm_us) j["comm_us"] = *m.comm_us;
                  },
@@ -173,19 +227,20 @@ Request parse_request(std::string_view line) {
     }
     if (const ojson* mc = optional_field(j, "max_context"))
       m.max_context = static_cast<std::int32_t>(get_int(*mc, op, "max_context", 0, kI32Max));
+    if (const ojson* bs = optional_field(j, "kv_block_size"))
+      m.kv_block_size = static_cast<std::int32_t>(get_int(*bs, op, "kv_block_size", 0, kI32Max));
+    if (const ojson* kb = optional_field(j, "kv_blocks"))
+      m.kv_blocks = static_cast<std::int32_t>(get_int(*kb, op, "kv_blocks", 0, kI32Max));
     return m;
   }
-  if (op == "generate_step") {
-    GenerateStepRequest m;
+  if (op == "step") {
+    StepRequest m;
     m.model_id = get_string(j, op, "model_id");
-    const ojson& tokens = field(j, op, "tokens");
-    if (!tokens.is_array()) bad(op, "tokens", "must be an array of integers");
-    m.tokens.reserve(tokens.size());
-    for (const auto& t : tokens) m.tokens.push_back(static_cast<std::int32_t>(get_int(t, op, "tokens", 0, kI32Max)));
-    m.offset = static_cast<std::int32_t>(get_int(j, op, "offset", 0, kI32Max, nullptr));
+    m.batch.tokens = get_index_array(j, op, "tokens", kMaxStepTokens);
+    m.batch.block_ids = get_index_array(j, op, "block_ids", kMaxStepBlockIds);
+    m.batch.seqs = get_seqs(j, op, m.batch.tokens.size(), m.batch.block_ids.size());
     return m;
   }
-  if (op == "clear_kv_cache") return ClearKvCacheRequest{get_string(j, op, "model_id")};
   if (op == "unload_model") return UnloadModelRequest{get_string(j, op, "model_id")};
   fail(errc::unknown_op, "unknown op \"" + op.substr(0, 100) + "\"");
 }
@@ -210,13 +265,12 @@ Response parse_response(std::string_view line) {
     return SanityResultResponse{v.get<double>()};
   }
   if (op == "load_dense_shard_ok") return LoadDenseShardOkResponse{};
-  if (op == "generate_step_ok") {
-    GenerateStepOkResponse m;
+  if (op == "step_ok") {
+    StepOkResponse m;
     if (const ojson* f = optional_field(j, "forward_us")) m.forward_us = get_int(*f, op, "forward_us", 0, INT64_MAX);
     if (const ojson* c = optional_field(j, "comm_us")) m.comm_us = get_int(*c, op, "comm_us", 0, INT64_MAX);
     return m;
   }
-  if (op == "kv_cache_cleared") return KvCacheClearedResponse{};
   if (op == "unloaded") return UnloadedResponse{};
   if (op == "bye") return ByeResponse{};
   if (op == "error") return ErrorResponse{get_string(j, op, "kind"), get_string(j, op, "message")};

@@ -9,16 +9,20 @@
 //   {"op":"nccl_sanity_check"}        -> {"op":"nccl_sanity_result","observed_sum":2.0}
 //   {"op":"load_dense_shard","model_id":"...","config_json":"...","safetensors_paths":[...],"quant":null}
 //                                     -> {"op":"load_dense_shard_ok"}
-//   {"op":"generate_step","model_id":"...","tokens":[...],"offset":N}
-//                                     -> {"op":"generate_step_ok"}
-//   {"op":"clear_kv_cache","model_id":"..."} -> {"op":"kv_cache_cleared"}
+//   {"op":"step","model_id":"...","tokens":[...],"seqs":[[token_begin,num_tokens,position,block_begin,num_blocks,logits],...],
+//    "block_ids":[...]}               -> {"op":"step_ok"}
 //   {"op":"unload_model","model_id":"..."}   -> {"op":"unloaded"}
 //   {"op":"shutdown"}                 -> {"op":"bye"}
 //   any failure                       -> {"op":"error","kind":"...","message":"..."}
+// `step` carries a backend::Batch: each seqs entry is one SequenceStep as six
+// integers, logits 0 / 1 / 2 for none / last / all.
 // Extensions (optional, ignored by a peer that does not know them):
 //   init.timeout_ms          the collectives' timeout the worker should use
-//   load_dense_shard.max_context
-//   generate_step_ok.forward_us / comm_us   the worker's step time and the part spent in collectives
+//   load_dense_shard.max_context / kv_block_size / kv_blocks   (0 or absent: the runner's default)
+//   step_ok.forward_us / comm_us   the worker's step time and the part spent in collectives
+// Removed: generate_step{model_id, tokens, offset} (one sequence; `step`
+// replaces it) and clear_kv_cache (the leader's engine owns which blocks hold
+// what, so there is nothing for a rank to clear); both now get unknown_op.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -26,10 +30,18 @@
 #include <variant>
 #include <vector>
 
+#include "backend/batch.hpp"
+
 namespace neuron::tp {
 
 // A line longer than this is refused (bad_request) without being buffered whole.
 inline constexpr std::size_t kMaxLineBytes = 64u << 20;
+
+// Bounds on a parsed `step`, far above any real scheduler's batch; past them a
+// line is bad_request naming the array.
+inline constexpr std::size_t kMaxStepTokens = 1u << 20;
+inline constexpr std::size_t kMaxStepSeqs = 1u << 16;
+inline constexpr std::size_t kMaxStepBlockIds = 1u << 24;
 
 struct PingRequest {};
 struct InitRequest {
@@ -43,14 +55,15 @@ struct LoadDenseShardRequest {
   std::vector<std::string> safetensors_paths;
   std::optional<std::string> quant = std::nullopt;  // only null is implemented
   std::int32_t max_context = 0;      // 0: the runner's default
+  std::int32_t kv_block_size = 0;    // 0: the runner's default (backend::RunnerOptions)
+  std::int32_t kv_blocks = 0;        // 0: the runner's default
 };
-struct GenerateStepRequest {
+// One batched step of the model's shard. The parser checks the wire shape
+// (counts >= 0, every sequence's spans inside tokens and block_ids); the
+// runner's check_batch checks the rest.
+struct StepRequest {
   std::string model_id;
-  std::vector<std::int32_t> tokens;
-  std::int32_t offset = 0;
-};
-struct ClearKvCacheRequest {
-  std::string model_id;
+  backend::Batch batch;
 };
 struct UnloadModelRequest {
   std::string model_id;
@@ -58,7 +71,7 @@ struct UnloadModelRequest {
 struct ShutdownRequest {};
 
 using Request = std::variant<PingRequest, InitRequest, SanityCheckRequest, LoadDenseShardRequest,
-                             GenerateStepRequest, ClearKvCacheRequest, UnloadModelRequest, ShutdownRequest>;
+                             StepRequest, UnloadModelRequest, ShutdownRequest>;
 
 struct PongResponse {
   int rank = 0;
@@ -70,11 +83,10 @@ struct SanityResultResponse {
   double observed_sum = 0;
 };
 struct LoadDenseShardOkResponse {};
-struct GenerateStepOkResponse {
+struct StepOkResponse {
   std::optional<std::int64_t> forward_us;
   std::optional<std::int64_t> comm_us;
 };
-struct KvCacheClearedResponse {};
 struct UnloadedResponse {};
 struct ByeResponse {};
 struct ErrorResponse {
@@ -83,8 +95,7 @@ struct ErrorResponse {
 };
 
 using Response = std::variant<PongResponse, InitOkResponse, SanityResultResponse, LoadDenseShardOkResponse,
-                              GenerateStepOkResponse, KvCacheClearedResponse, UnloadedResponse, ByeResponse,
-                              ErrorResponse>;
+                              StepOkResponse, UnloadedResponse, ByeResponse, ErrorResponse>;
 
 // The "op" string of a message.
 std::string_view op_name(const Request& r) noexcept;

@@ -52,12 +52,18 @@ std::unique_ptr<TpRunner> TpRunner::load(const model::Qwen3Config& cfg,
   req.model_id = options.model_id;
   req.config_json = cfg.to_json();
   for (const auto& f : checkpoint_files) req.safetensors_paths.push_back(std::filesystem::absolute(f).string());
-  req.max_context = options.max_context;
+  // Resolved once here, so every rank builds the same pool (kv_blocks 0 is the
+  // same count on every rank: one sequence of the same max_context).
+  backend::RunnerOptions ro;
+  ro.max_context = options.max_context;
+  ro.kv_block_size = options.kv_block_size > 0 ? options.kv_block_size : backend::kDefaultKvBlockSize;
+  ro.kv_blocks = options.kv_blocks;
+  req.max_context = ro.max_context;
+  req.kv_block_size = ro.kv_block_size;
+  req.kv_blocks = ro.kv_blocks;
   pool.round(req, "load_dense_shard_ok",
              [&] {
                const auto checkpoint = io::Checkpoint::open_files(checkpoint_files);
-               backend::RunnerOptions ro;
-               ro.max_context = options.max_context;
                runner->own_ = backend::make_runner(cfg, &checkpoint, plan0, pool.device_of(0), runner->comm_, ro);
              },
              pool.load_timeout());
@@ -70,13 +76,10 @@ TpRunner::~TpRunner() {
   if (pool_) pool_->shutdown();
 }
 
-void TpRunner::forward(std::span<const std::int32_t> tokens, std::int32_t offset, std::span<float> logits) {
-  GenerateStepRequest req;
-  req.model_id = model_id_;
-  req.tokens.assign(tokens.begin(), tokens.end());
-  req.offset = offset;
+void TpRunner::step(const backend::Batch& batch, std::span<float> logits) {
   const auto comm0 = comm_->busy_ns();
-  pool_->round(req, "generate_step_ok", [&] { own_->forward(tokens, offset, logits); }, pool_->step_timeout());
+  pool_->round(StepRequest{.model_id = model_id_, .batch = batch}, "step_ok", [&] { own_->step(batch, logits); },
+               pool_->step_timeout());
   const RoundTiming& t = pool_->last_round();
   stats_.steps += 1;
   stats_.send_ms += ms(t.send);
@@ -85,11 +88,6 @@ void TpRunner::forward(std::span<const std::int32_t> tokens, std::int32_t offset
   stats_.wait_ms += ms(t.wait);
   stats_.worker_forward_ms += t.worker_forward_us_max / 1000.0;
   stats_.worker_comm_ms += t.worker_comm_us_max / 1000.0;
-}
-
-void TpRunner::clear_kv_cache() {
-  pool_->round(ClearKvCacheRequest{model_id_}, "kv_cache_cleared", [&] { own_->clear_kv_cache(); },
-               pool_->step_timeout());
 }
 
 }  // namespace neuron::tp

@@ -1,8 +1,11 @@
 #pragma once
 // A tensor-parallel model as one backend::ModelRunner: the leader's own
-// rank-0 shard plus a WorkerPool of ranks 1..N-1. forward() and
-// clear_kv_cache() are pool rounds, so the engine drives a TP model exactly
-// like a single-device one. Only rank 0 computes logits; workers drop theirs.
+// rank-0 shard plus a WorkerPool of ranks 1..N-1. step() is a pool round
+// (every rank runs the same Batch), so the engine drives a TP model exactly
+// like a single-device one. Only rank 0 computes logits; workers skip the LM
+// head. Every rank's KV pool has the same shape (kv_pool() is rank 0's): the
+// leader sends each the same max_context, kv_block_size and kv_blocks, and
+// the engine's block ids mean the same blocks everywhere.
 //
 // After a worker failure the runner is failed for good (every call throws
 // Error{worker_failed}); the engine marks the model failed and the registry
@@ -26,17 +29,19 @@ struct TpRunnerOptions {
   std::string model_id;                   // the shards' key on the workers
   int world = 2;
   std::vector<backend::Device> devices;   // per rank; empty: all on the CPU
-  std::int32_t max_context = 0;
+  std::int32_t max_context = 0;          // 0: the backend's default (the same on every rank)
+  std::int32_t kv_block_size = 0;        // 0: backend::kDefaultKvBlockSize
+  std::int32_t kv_blocks = 0;            // 0: enough for one sequence of max_context
   std::chrono::milliseconds step_timeout{30000};
   std::chrono::milliseconds load_timeout{600000};
   std::filesystem::path worker_binary;    // empty: /proc/self/exe
   std::vector<std::vector<std::string>> worker_args;  // per rank, test hooks
 };
 
-// Cumulative counters of where forward() time goes on the leader (bench/TP.md).
+// Cumulative counters of where step() time goes on the leader (bench/TP.md).
 struct TpStepStats {
   std::uint64_t steps = 0;
-  double send_ms = 0;            // writing generate_step to the workers
+  double send_ms = 0;            // writing step to the workers
   double own_forward_ms = 0;     // rank 0's forward, collectives included
   double own_comm_ms = 0;        // ...of which inside collectives
   double wait_ms = 0;            // after rank 0's forward until all replies were read
@@ -55,10 +60,12 @@ class TpRunner final : public backend::ModelRunner {
                                         const TpRunnerOptions& options);
   ~TpRunner() override;
 
-  void forward(std::span<const std::int32_t> tokens, std::int32_t offset, std::span<float> logits) override;
-  void clear_kv_cache() override;
+  // A round of `step` (messages.hpp); a batch check_batch refuses fails
+  // alike on every rank before any collective, and the group stays usable.
+  void step(const backend::Batch& batch, std::span<float> logits) override;
   const model::Qwen3Config& config() const noexcept override { return own_->config(); }
   std::int32_t max_context() const noexcept override { return own_->max_context(); }
+  backend::KvPoolShape kv_pool() const noexcept override { return own_->kv_pool(); }
   backend::MemoryStats memory() const override { return own_->memory(); }  // rank 0's
 
   int world() const noexcept { return pool_->world(); }

@@ -109,11 +109,13 @@ Response Worker::dispatch(const Request& request) {
             const auto checkpoint = io::Checkpoint::open_files(paths);
             backend::RunnerOptions ro;
             ro.max_context = m.max_context;
+            ro.kv_block_size = m.kv_block_size;
+            ro.kv_blocks = m.kv_blocks;
             shards_[m.model_id] = backend::make_runner(cfg, &checkpoint, plan, options_.device, comm_, ro);
             spdlog::info("worker rank {}: loaded shard of \"{}\"", options_.rank, m.model_id);
             return LoadDenseShardOkResponse{};
           },
-          [&](const GenerateStepRequest& m) -> Response {
+          [&](const StepRequest& m) -> Response {
             backend::ModelRunner& runner = shard(m.model_id);
             const bool fault_now = options_.fault.kind != FaultPlan::Kind::none && steps_ == options_.fault.after;
             ++steps_;
@@ -127,18 +129,14 @@ Response Worker::dispatch(const Request& request) {
             }
             const auto t0 = std::chrono::steady_clock::now();
             const auto comm0 = comm_ ? comm_->busy_ns() : 0;
-            runner.forward(m.tokens, m.offset, {});  // workers drop their logits
-            GenerateStepOkResponse ok{.forward_us = micros_since(t0),
+            runner.step(m.batch, {});  // workers compute no logits; check_batch refuses a bad batch before any collective
+            StepOkResponse ok{.forward_us = micros_since(t0),
                                       .comm_us = static_cast<std::int64_t>(((comm_ ? comm_->busy_ns() : 0) - comm0) / 1000)};
             if (fault_now && options_.fault.kind == FaultPlan::Kind::garbage) {
               spdlog::warn("worker rank {}: fault hook: answering garbage", options_.rank);
               garble_next_answer_ = true;
             }
             return ok;
-          },
-          [&](const ClearKvCacheRequest& m) -> Response {
-            shard(m.model_id).clear_kv_cache();
-            return KvCacheClearedResponse{};
           },
           [&](const UnloadModelRequest& m) -> Response {
             shard(m.model_id);

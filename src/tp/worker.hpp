@@ -20,7 +20,7 @@
 
 namespace neuron::tp {
 
-// Test hook: makes a worker misbehave at its (after+1)-th generate_step, so
+// Test hook: makes a worker misbehave at its (after+1)-th step, so
 // the leader's failure handling can be tested against a real process.
 //   garbage: runs the step (staying in lockstep), then answers a non-JSON line
 //   hang:    stops answering before the step (as if SIGSTOPped)

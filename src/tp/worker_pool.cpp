@@ -103,6 +103,10 @@ std::vector<Response> WorkerPool::round(const Request& request, std::string_view
   check_usable();
   const std::string line = to_line(request);
   const std::string_view op = op_name(request);
+  // A worker would refuse it unread while rank 0 ran it: refuse it here, before any rank does.
+  if (line.size() > kMaxLineBytes)
+    fail(errc::invalid_argument, std::string(op) + " request of " + std::to_string(line.size()) +
+                                     " bytes is longer than the protocol's " + std::to_string(kMaxLineBytes));
   RoundTiming timing;
   std::string hard_failure;  // the first worker that died, hung or answered garbage
   auto note_hard = [&](int rank, const std::string& what) {
@@ -201,7 +205,7 @@ std::vector<Response> WorkerPool::round(const Request& request, std::string_view
       note_hard(w.rank, "answered " + std::string(op_name(resp)) + " to " + std::string(op));
       continue;
     }
-    if (const auto* ok = std::get_if<GenerateStepOkResponse>(&resp)) {
+    if (const auto* ok = std::get_if<StepOkResponse>(&resp)) {
       timing.worker_forward_us_max = std::max(timing.worker_forward_us_max, ok->forward_us.value_or(0));
       timing.worker_comm_us_max = std::max(timing.worker_comm_us_max, ok->comm_us.value_or(0));
     }

@@ -52,8 +52,8 @@ struct RoundTiming {
   std::chrono::nanoseconds send{0};      // writing the request to every worker
   std::chrono::nanoseconds own{0};       // the leader's own part
   std::chrono::nanoseconds wait{0};      // after the own part, until every reply was read
-  std::int64_t worker_forward_us_max = 0;  // generate_step: slowest worker's forward
-  std::int64_t worker_comm_us_max = 0;     // generate_step: its time inside collectives
+  std::int64_t worker_forward_us_max = 0;  // step: slowest worker's forward
+  std::int64_t worker_comm_us_max = 0;     // step: its time inside collectives
 };
 
 class WorkerPool {

@@ -7,17 +7,20 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <numeric>
 #include <random>
 #include <thread>
 
 #include "dist/factory.hpp"
 
+#include "backend/single_sequence.hpp"
 #include "dist/communicator.hpp"
 #include "engine/model_loader.hpp"
 #include "io/safetensors.hpp"
 #include "model/config.hpp"
 #include "model/random_checkpoint.hpp"
 #include "model/shard.hpp"
+#include "support/batch_driver.hpp"
 #include "tp/tp_runner.hpp"
 #include "util/error.hpp"
 
@@ -33,17 +36,18 @@ struct Greedy {
   std::vector<float> last_logits;
 };
 
-// Prefill `prompt`, then `steps` greedy decode steps; the tokens picked and the last logits.
+// Prefill `prompt`, then `steps` greedy decode steps of one sequence; the tokens picked and the last logits.
 Greedy run_greedy(backend::ModelRunner& runner, const std::vector<std::int32_t>& prompt, int steps) {
   Greedy g;
+  backend::SingleSequence seq(runner);
   std::vector<float> logits(static_cast<std::size_t>(runner.config().vocab_size));
-  runner.forward(prompt, 0, logits);
+  seq.forward(prompt, 0, logits);
   auto offset = static_cast<std::int32_t>(prompt.size());
   for (int s = 0; s < steps; ++s) {
     const auto next = static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
     g.tokens.push_back(next);
     const std::int32_t one[] = {next};
-    runner.forward(one, offset++, logits);
+    seq.forward(one, offset++, logits);
   }
   g.last_logits = logits;
   return g;
@@ -82,10 +86,57 @@ void expect_same_as_single(const std::filesystem::path& dir, int tp, std::int64_
   }
   EXPECT_LE(worst, 1e-5f * scale) << "TP=" << tp << ": max |logit diff| " << worst << " vs max |logit| " << scale;
 
-  // The KV cache is cleared on every rank alike: a rerun from scratch gives the same answer.
-  sharded->clear_kv_cache();
+  // A rerun from scratch over the same blocks overwrites them on every rank alike.
   EXPECT_EQ(run_greedy(*sharded, prompt, 4).tokens, std::vector<std::int32_t>(want.tokens.begin(), want.tokens.begin() + 4));
 }
+
+// The same batched steps (prefills of mixed lengths, a chunked prefill, decodes,
+// scattered block tables) on TP = N and on one rank: the same greedy tokens and
+// logits. The pool's shape travels in load_dense_shard: ids past the default
+// pool of one sequence are used, so a worker that ignored it would refuse them.
+void expect_batched_same_as_single(const std::filesystem::path& dir, int tp) {
+  constexpr std::int32_t kBlockSize = 8, kBlocks = 80;
+  constexpr int kSteps = 10;
+  const auto cfg = model::load_model_configs(dir).model;
+  std::vector<test_support::SeqPlan> plans;
+  for (std::size_t n : {9u, 1u, 30u}) {
+    plans.push_back({.prompt = test_support::random_prompt(n, cfg.vocab_size, static_cast<std::uint32_t>(n + tp))});
+  }
+  plans[2].chunks = {8, 15, 7};
+  plans[2].start_step = 1;
+  const auto order = test_support::block_order(kBlocks, 99);
+
+  const auto ckpt = io::Checkpoint::open_dir(dir);
+  auto single = backend::make_runner(cfg, &ckpt, model::ShardPlan::make(cfg, 0, 1), backend::Device{}, nullptr,
+                                     {.max_context = 256, .kv_block_size = kBlockSize, .kv_blocks = kBlocks});
+  const auto want = test_support::run_batched(*single, plans, kSteps, order);
+  single.reset();
+
+  tp::TpRunnerOptions o;
+  o.model_id = "batched";
+  o.world = tp;
+  o.max_context = 256;
+  o.kv_block_size = kBlockSize;
+  o.kv_blocks = kBlocks;
+  o.step_timeout = 20000ms;
+  o.worker_binary = NEURON_BINARY;
+  auto sharded = tp::TpRunner::load(cfg, io::checkpoint_files(dir), o);
+  EXPECT_EQ(sharded->kv_pool().block_size, kBlockSize);
+  EXPECT_EQ(sharded->kv_pool().num_blocks, kBlocks);
+  const auto got = test_support::run_batched(*sharded, plans, kSteps, order);
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(got[i].tokens, want[i].tokens) << "TP=" << tp << " sequence " << i;
+    ASSERT_EQ(got[i].logits.size(), want[i].logits.size());
+    for (std::size_t k = 0; k < want[i].logits.size(); ++k)
+      EXPECT_LE(test_support::relative_error(got[i].logits[k], want[i].logits[k]), 1e-5)
+          << "TP=" << tp << " sequence " << i << " step " << k;
+  }
+  EXPECT_FALSE(sharded->failed());
+}
+
+TEST(TpEquivalence, BatchedStepsAtTwoRanks) { expect_batched_same_as_single(kTiny, 2); }
+TEST(TpEquivalence, BatchedStepsAtFourRanks) { expect_batched_same_as_single(kTiny, 4); }
 
 TEST(TpEquivalence, TinyFixtureAtTwoRanks) { expect_same_as_single(kTiny, 2, 151936); }
 
@@ -221,15 +272,28 @@ TEST_F(GeneratedModel, ContextOverflowIsAConsistentErrorThatKeepsTheGroupUsable)
   const auto dir = make(small_config(8, 8));
   auto runner = engine::open_runner(load_options(dir, 2));
   std::vector<std::int32_t> too_many(300, 5);  // max_context is 256
+  std::vector<std::int32_t> blocks(19);
+  std::iota(blocks.begin(), blocks.end(), 0);
+  backend::Batch batch;
+  batch.add(too_many, 0, blocks, backend::LogitsWanted::last);
   std::vector<float> logits(384);
   try {
-    runner->forward(too_many, 0, logits);
+    runner->step(batch, logits);
     FAIL() << "a prompt past max_context ran";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), errc::context_length_exceeded) << e.what();
   }
-  const std::int32_t one[] = {3};
-  EXPECT_NO_THROW(runner->forward(one, 0, logits));
+  // A batch check_batch refuses is refused on every rank before any collective, too.
+  const std::int32_t one[] = {3}, outside[] = {100000};
+  batch.clear();
+  batch.add(one, 0, outside, backend::LogitsWanted::last);
+  try {
+    runner->step(batch, logits);
+    FAIL() << "a block id outside the pool was used";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), errc::invalid_argument) << e.what();
+  }
+  EXPECT_NO_THROW(backend::SingleSequence(*runner).forward(one, 0, logits));
   EXPECT_FALSE(dynamic_cast<tp::TpRunner&>(*runner).failed());
 }
 

@@ -69,8 +69,11 @@ TEST(WorkerPool, ReportedErrorsKeepThePoolUsable) {
   WorkerPool pool(pool_options(2));
   // No model "m" on the worker: a clean, consistent error, not a group failure.
   try {
-    pool.round(ClearKvCacheRequest{"m"}, "kv_cache_cleared", nullptr, 5000ms);
-    FAIL() << "clear_kv_cache of an unknown model succeeded";
+    StepRequest step{.model_id = "m", .batch = {}};
+    const std::int32_t token[] = {1}, block[] = {0};
+    step.batch.add(token, 0, block, backend::LogitsWanted::last);
+    pool.round(step, "step_ok", nullptr, 5000ms);
+    FAIL() << "a step of an unknown model succeeded";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), errc::not_found);
     EXPECT_NE(std::string(e.what()).find("rank 1"), std::string::npos) << e.what();

@@ -57,7 +57,11 @@ TEST_F(WorkerProcess, UnknownOpGetsUnknownOpAndTheWorkerKeepsServing) {
 TEST_F(WorkerProcess, MalformedLinesGetBadRequestAndTheWorkerKeepsServing) {
   EXPECT_EQ(error_kind("this is not json"), "bad_request");
   EXPECT_EQ(error_kind(R"({"op":"init"})"), "bad_request");
-  EXPECT_EQ(error_kind(R"({"op":"generate_step","model_id":"m","tokens":"1,2","offset":0})"), "bad_request");
+  EXPECT_EQ(error_kind(R"({"op":"step","model_id":"m","tokens":"1,2","seqs":[],"block_ids":[]})"), "bad_request");
+  EXPECT_EQ(error_kind(R"({"op":"step","model_id":"m","tokens":[1],"seqs":[[0,1,0,0,-1,1]],"block_ids":[]})"),
+            "bad_request");
+  EXPECT_EQ(error_kind(R"({"op":"step","model_id":"m","tokens":[1],"seqs":[[0,1,0,5,1,1]],"block_ids":[0]})"),
+            "bad_request");
   EXPECT_EQ(error_kind(R"(["op","ping"])"), "bad_request");
   EXPECT_EQ(error_kind(""), "bad_request");
   EXPECT_EQ(ask(R"({"op":"ping"})"), R"({"op":"pong","rank":1,"world_size":2,"cuda_device":null})");
@@ -65,10 +69,15 @@ TEST_F(WorkerProcess, MalformedLinesGetBadRequestAndTheWorkerKeepsServing) {
 
 TEST_F(WorkerProcess, RequestsNeedingStateFailCleanly) {
   EXPECT_EQ(error_kind(R"({"op":"nccl_sanity_check"})"), "invalid_argument");  // before init
-  EXPECT_EQ(error_kind(R"({"op":"generate_step","model_id":"nope","tokens":[1],"offset":0})"), "not_found");
-  EXPECT_EQ(error_kind(R"({"op":"clear_kv_cache","model_id":"nope"})"), "not_found");
+  EXPECT_EQ(error_kind(R"({"op":"step","model_id":"nope","tokens":[1],"seqs":[[0,1,0,0,1,1]],"block_ids":[0]})"),
+            "not_found");
   EXPECT_EQ(error_kind(R"({"op":"unload_model","model_id":"nope"})"), "not_found");
   EXPECT_EQ(error_kind(R"({"op":"init","comm_id":"carrier-pigeon"})"), "invalid_argument");
+}
+
+TEST_F(WorkerProcess, RemovedOpsAreUnknown) {
+  EXPECT_EQ(error_kind(R"({"op":"generate_step","model_id":"m","tokens":[1],"offset":0})"), "unknown_op");
+  EXPECT_EQ(error_kind(R"({"op":"clear_kv_cache","model_id":"m"})"), "unknown_op");
 }
 
 TEST_F(WorkerProcess, ShutdownAnswersByeAndExitsZero) {

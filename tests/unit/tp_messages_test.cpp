@@ -52,9 +52,13 @@ TEST(TpMessages, RequestsHaveTheSeedsWireShapes) {
                                             .safetensors_paths = {"/a.safetensors", "/b.safetensors"}},
                       R"({"op":"load_dense_shard","model_id":"m","config_json":"{\"a\":1}",)"
                       R"("safetensors_paths":["/a.safetensors","/b.safetensors"],"quant":null})");
-  expect_request_wire(GenerateStepRequest{.model_id = "m", .tokens = {1, 2, 151935}, .offset = 7},
-                      R"({"op":"generate_step","model_id":"m","tokens":[1,2,151935],"offset":7})");
-  expect_request_wire(ClearKvCacheRequest{"m"}, R"({"op":"clear_kv_cache","model_id":"m"})");
+  StepRequest step{.model_id = "m", .batch = {}};
+  const std::int32_t prompt[] = {1, 2, 151935}, next[] = {9}, prompt_blocks[] = {4}, next_blocks[] = {0, 2};
+  step.batch.add(prompt, 0, prompt_blocks, backend::LogitsWanted::all);
+  step.batch.add(next, 17, next_blocks, backend::LogitsWanted::last);
+  step.batch.add(next, 3, prompt_blocks, backend::LogitsWanted::none);
+  expect_request_wire(step, R"({"op":"step","model_id":"m","tokens":[1,2,151935,9,9],)"
+                            R"("seqs":[[0,3,0,0,1,2],[3,1,17,1,2,1],[4,1,3,3,1,0]],"block_ids":[4,0,2,4]})");
   expect_request_wire(UnloadModelRequest{"m"}, R"({"op":"unload_model","model_id":"m"})");
   expect_request_wire(ShutdownRequest{}, R"({"op":"shutdown"})");
 }
@@ -66,11 +70,24 @@ TEST(TpMessages, OptionalRequestFieldsRoundTrip) {
                                             .quant = "bf16", .max_context = 128},
                       R"({"op":"load_dense_shard","model_id":"m","config_json":"{}","safetensors_paths":[],)"
                       R"("quant":"bf16","max_context":128})");
+  expect_request_wire(LoadDenseShardRequest{.model_id = "m", .config_json = "{}", .safetensors_paths = {},
+                                            .quant = std::nullopt, .max_context = 64, .kv_block_size = 16,
+                                            .kv_blocks = 300},
+                      R"({"op":"load_dense_shard","model_id":"m","config_json":"{}","safetensors_paths":[],)"
+                      R"("quant":null,"max_context":64,"kv_block_size":16,"kv_blocks":300})");
   // Key order on input does not matter.
-  auto r = parse_request(R"({"offset":3,"tokens":[5],"model_id":"x","op":"generate_step"})");
-  ASSERT_TRUE(std::holds_alternative<GenerateStepRequest>(r));
-  EXPECT_EQ(std::get<GenerateStepRequest>(r).offset, 3);
-  EXPECT_EQ(std::get<GenerateStepRequest>(r).tokens, std::vector<std::int32_t>{5});
+  auto r = parse_request(R"({"block_ids":[7,8],"seqs":[[0,2,16,0,2,1]],"tokens":[5,6],"model_id":"x","op":"step"})");
+  ASSERT_TRUE(std::holds_alternative<StepRequest>(r));
+  const backend::Batch& b = std::get<StepRequest>(r).batch;
+  EXPECT_EQ(b.tokens, (std::vector<std::int32_t>{5, 6}));
+  EXPECT_EQ(b.block_ids, (std::vector<std::int32_t>{7, 8}));
+  ASSERT_EQ(b.seqs.size(), 1u);
+  EXPECT_EQ(b.seqs[0].token_begin, 0);
+  EXPECT_EQ(b.seqs[0].num_tokens, 2);
+  EXPECT_EQ(b.seqs[0].position, 16);
+  EXPECT_EQ(b.seqs[0].block_begin, 0);
+  EXPECT_EQ(b.seqs[0].num_blocks, 2);
+  EXPECT_EQ(b.seqs[0].logits, backend::LogitsWanted::last);
 }
 
 TEST(TpMessages, ResponsesHaveTheSeedsWireShapes) {
@@ -81,10 +98,9 @@ TEST(TpMessages, ResponsesHaveTheSeedsWireShapes) {
   expect_response_wire(InitOkResponse{}, R"({"op":"init_ok"})");
   expect_response_wire(SanityResultResponse{2.0}, R"({"op":"nccl_sanity_result","observed_sum":2.0})");
   expect_response_wire(LoadDenseShardOkResponse{}, R"({"op":"load_dense_shard_ok"})");
-  expect_response_wire(GenerateStepOkResponse{}, R"({"op":"generate_step_ok"})");
-  expect_response_wire(GenerateStepOkResponse{.forward_us = 10, .comm_us = 4},
-                       R"({"op":"generate_step_ok","forward_us":10,"comm_us":4})");
-  expect_response_wire(KvCacheClearedResponse{}, R"({"op":"kv_cache_cleared"})");
+  expect_response_wire(StepOkResponse{}, R"({"op":"step_ok"})");
+  expect_response_wire(StepOkResponse{.forward_us = 10, .comm_us = 4},
+                       R"({"op":"step_ok","forward_us":10,"comm_us":4})");
   expect_response_wire(UnloadedResponse{}, R"({"op":"unloaded"})");
   expect_response_wire(ByeResponse{}, R"({"op":"bye"})");
   expect_response_wire(ErrorResponse{"unknown_op", "unknown op \"x\""},
@@ -94,6 +110,10 @@ TEST(TpMessages, ResponsesHaveTheSeedsWireShapes) {
 TEST(TpMessages, UnknownOpIsUnknownOpNotBadRequest) {
   EXPECT_EQ(error_kind_of_request(R"({"op":"frobnicate"})"), errc::unknown_op);
   EXPECT_EQ(error_kind_of_request(R"({"op":"pong","rank":0,"world_size":1,"cuda_device":null})"), errc::unknown_op);
+  // Removed with the batched step.
+  EXPECT_EQ(error_kind_of_request(R"({"op":"generate_step","model_id":"m","tokens":[1],"offset":0})"), errc::unknown_op);
+  EXPECT_EQ(error_kind_of_request(R"({"op":"clear_kv_cache","model_id":"m"})"), errc::unknown_op);
+  EXPECT_THROW(parse_response(R"({"op":"kv_cache_cleared"})"), Error);
 }
 
 TEST(TpMessages, MalformedLinesAreBadRequestsNamingTheField) {
@@ -103,19 +123,63 @@ TEST(TpMessages, MalformedLinesAreBadRequestsNamingTheField) {
   EXPECT_EQ(error_kind_of_request(R"({"op":7})"), errc::bad_request);
   EXPECT_EQ(error_kind_of_request(R"({"op":"init"})"), errc::bad_request);
   EXPECT_NE(error_message_of_request(R"({"op":"init"})").find("comm_id"), std::string::npos);
-  EXPECT_NE(error_message_of_request(R"({"op":"generate_step","model_id":"m","tokens":[1,"x"],"offset":0})")
-                .find("tokens"),
-            std::string::npos);
-  EXPECT_NE(error_message_of_request(R"({"op":"generate_step","model_id":"m","tokens":[1],"offset":-1})")
-                .find("offset"),
-            std::string::npos);
-  EXPECT_EQ(error_kind_of_request(R"({"op":"generate_step","model_id":"m","tokens":[4294967296],"offset":0})"),
-            errc::bad_request);
   EXPECT_EQ(error_kind_of_request(R"({"op":"load_dense_shard","model_id":"m","config_json":"{}",)"
                                   R"("safetensors_paths":"a","quant":null})"),
             errc::bad_request);
   EXPECT_EQ(error_kind_of_request(R"({"op":"unload_model","model_id":3})"), errc::bad_request);
   EXPECT_EQ(error_kind_of_request(std::string(kMaxLineBytes + 1, ' ')), errc::bad_request);
+}
+
+// A malformed step names what is wrong; check_batch on the worker checks the
+// rest (vocabulary, pool, overlaps), which needs the model.
+TEST(TpMessages, MalformedStepsAreBadRequestsNamingTheField) {
+  const auto step = [](const std::string& tokens, const std::string& seqs, const std::string& block_ids) {
+    return R"({"op":"step","model_id":"m","tokens":)" + tokens + R"(,"seqs":)" + seqs + R"(,"block_ids":)" + block_ids +
+           "}";
+  };
+  EXPECT_EQ(error_message_of_request(step("[1,2]", "[[0,2,0,0,1,1]]", "[0]")), "parsed");
+  const struct {
+    std::string line, field;
+  } cases[] = {
+      {step(R"([1,"x"])", "[[0,2,0,0,1,1]]", "[0]"), "step.tokens"},
+      {step("[4294967296]", "[[0,1,0,0,1,1]]", "[0]"), "step.tokens"},
+      {step("[-1]", "[[0,1,0,0,1,1]]", "[0]"), "step.tokens"},
+      {step("{}", "[[0,1,0,0,1,1]]", "[0]"), "step.tokens"},
+      {step("[1]", "[[0,1,0,0,1,1]]", "[-3]"), "step.block_ids"},
+      {step("[1]", "[[0,1,0,0,1,1]]", "7"), "step.block_ids"},
+      {step("[1]", "[0,1,0,0,1,1]", "[0]"), "step.seqs[0]"},
+      {step("[1]", "[[0,1,0,0,1]]", "[0]"), "step.seqs[0]"},
+      {step("[1]", "[[0,1,0,0,1,1,0]]", "[0]"), "step.seqs[0]"},
+      {step("[1]", "{}", "[0]"), "step.seqs"},
+      {step("[1]", "[[-1,1,0,0,1,1]]", "[0]"), "step.seqs[0].token_begin"},
+      {step("[1]", "[[0,0,0,0,1,1]]", "[0]"), "step.seqs[0].num_tokens"},
+      {step("[1]", "[[0,-5,0,0,1,1]]", "[0]"), "step.seqs[0].num_tokens"},
+      {step("[1]", "[[0,1,-1,0,1,1]]", "[0]"), "step.seqs[0].position"},
+      {step("[1]", "[[0,1,0,-1,1,1]]", "[0]"), "step.seqs[0].block_begin"},
+      {step("[1]", "[[0,1,0,0,-1,1]]", "[0]"), "step.seqs[0].num_blocks"},
+      {step("[1]", "[[0,1,0,0,1,3]]", "[0]"), "step.seqs[0].logits"},
+      {step("[1]", "[[0,1,0,0,1,1.5]]", "[0]"), "step.seqs[0].logits"},
+      {step("[1]", R"([[0,1,0,0,1,"last"]])", "[0]"), "step.seqs[0].logits"},
+      {step("[1]", "[[0,1,2147483648,0,1,1]]", "[0]"), "step.seqs[0].position"},
+      // Spans past the arrays, including ones whose end overflows 32 bits.
+      {step("[1,2]", "[[0,1,0,0,1,1],[1,2,0,0,1,1]]", "[0]"), "step.seqs[1]"},
+      {step("[1]", "[[2147483647,2147483647,0,0,1,1]]", "[0]"), "step.seqs[0]"},
+      {step("[1]", "[[0,1,0,0,2,1]]", "[0]"), "step.seqs[0]"},
+      {step("[1]", "[[0,1,0,2147483647,2147483647,1]]", "[0]"), "step.seqs[0]"},
+  };
+  for (const auto& c : cases) {
+    EXPECT_EQ(error_kind_of_request(c.line), errc::bad_request) << c.line;
+    EXPECT_EQ(error_message_of_request(c.line).rfind(c.field, 0), 0u) << c.line << " -> " << error_message_of_request(c.line);
+  }
+  // Arrays past the step's bounds are refused by size, not held.
+  std::string many = "[0";
+  for (std::size_t i = 0; i < kMaxStepTokens; ++i) many += ",0";
+  many += "]";
+  EXPECT_NE(error_message_of_request(step(many, "[[0,1,0,0,1,1]]", "[0]")).find("step.tokens: has"), std::string::npos);
+  std::string seqs = "[[0,1,0,0,1,1]";
+  for (std::size_t i = 0; i < kMaxStepSeqs; ++i) seqs += ",[0,1,0,0,1,1]";
+  seqs += "]";
+  EXPECT_NE(error_message_of_request(step("[1]", seqs, "[0]")).find("step.seqs: has"), std::string::npos);
 }
 
 TEST(TpMessages, MalformedResponsesAreRejected) {
