@@ -11,6 +11,7 @@
 
 #include "backend/device.hpp"
 #include "backend/model_runner.hpp"
+#include "model/config.hpp"
 
 namespace neuron::engine {
 
@@ -30,6 +31,26 @@ struct LoadOptions {
   std::filesystem::path worker_binary;             // TP: the neuron executable (default /proc/self/exe)
   std::vector<std::vector<std::string>> worker_args;  // TP: extra worker arguments per rank (test hooks)
 };
+
+// What a load will allocate, decided before anything is: each rank's device,
+// the runner options (max_context resolved, the KV pool's blocks: the fewest
+// any rank's budget buys, so all ranks' pools match) and the bytes each rank
+// will hold (weights plus KV pool).
+struct LoadPlan {
+  std::vector<backend::Device> devices;   // [tensor_parallel]
+  backend::RunnerOptions runner;
+  std::vector<std::uint64_t> rank_bytes;  // [tensor_parallel] weights + KV pool
+};
+// Throws Error{invalid_argument} for a bad device list or max_context,
+// Error{bad_tensor_parallel} for a split the model does not allow, and
+// Error{out_of_memory} when the KV budget cannot hold one sequence of max_context.
+LoadPlan plan_load(const LoadOptions& options, const model::Qwen3Config& cfg);
+
+// Memory admission: the ranks on the CPU together must fit the host's
+// available memory (MemAvailable). Throws Error{out_of_memory} giving needed
+// and available bytes. (A GPU rank's KV budget is planned from its device's
+// memory, and a device allocation that fails fails the load the same way.)
+void check_host_memory(const LoadPlan& plan);
 
 // Resolves max_context and the KV pool (the fewest blocks any rank's budget
 // buys, so all ranks' pools match) before anything is allocated. Throws

@@ -274,12 +274,8 @@ ModelInfo Registry::load(const ModelSpec& spec, bool wait) {
   load.model_dir = resolve(spec.model_id, s.options);
   // Shape problems answer now, not from the background thread.
   const model::ModelConfigs configs = model::load_model_configs(load.model_dir);
-  (void)model::ShardPlan::make(configs.model, 0, spec.tensor_parallel);
-  if (spec.max_context > configs.model.max_position_embeddings) {
-    fail(errc::invalid_argument, "max_context " + std::to_string(spec.max_context) +
-                                     " exceeds the model's max_position_embeddings " +
-                                     std::to_string(configs.model.max_position_embeddings));
-  }
+  // Split, max_context, KV budget and host memory answer now (507 when it cannot fit).
+  check_host_memory(plan_load(load, configs.model));
 
   auto entry = std::make_shared<Entry>();
   entry->info.model_id = spec.model_id;
