@@ -507,5 +507,31 @@ TEST(EngineScripted, ARunnerFailureFailsTheRequestsInTheStepAndPoisonsTheEngine)
   }
 }
 
+TEST(EngineScripted, LongPromptsArePrefilledInChunksWithinTheTokenBudget) {
+  const auto script = encode(" one two three four five");
+  Harness h(script, 256, EngineOptions{.queue_depth = 8, .max_num_seqs = 4, .max_batch_tokens = 4});
+  const std::vector<std::int32_t> prompt = {20, 21, 22, 23, 24, 25, 26, 27, 28, 29};
+  h.set_prompt_len(prompt.size());
+  h.log->close_gate();
+  auto a = h.engine->submit(request(prompt, 5));
+  auto b = h.engine->submit(request({30, 31, 32, 33, 34, 35, 36, 37, 38, 39}, 5));
+  h.log->open_gate();
+  for (auto* c : {a.get(), b.get()}) {
+    const Outcome out = drain(*c);
+    ASSERT_EQ(out.last.kind, Event::Kind::done) << out.last.error_message;
+    EXPECT_EQ(out.last.tokens, std::vector<std::int32_t>(script.begin(), script.begin() + 5));
+  }
+  std::lock_guard lock(h.log->mu);
+  std::size_t i = 0, max_step = 0;
+  for (std::size_t n : h.log->batch_sizes) {
+    std::size_t tokens = 0;
+    for (std::size_t k = 0; k < n; ++k) tokens += h.log->calls[i + k].count;
+    max_step = std::max(max_step, tokens);
+    i += n;
+  }
+  EXPECT_LE(max_step, 4u);  // never over the budget
+  EXPECT_EQ(h.log->calls.front().count, 4u);  // the first prompt's first chunk
+}
+
 }  // namespace
 }  // namespace neuron::engine
