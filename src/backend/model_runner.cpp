@@ -21,6 +21,8 @@ constexpr double kDefaultDeviceFraction = 0.9;
 std::string gib(std::uint64_t bytes) { return std::to_string(static_cast<double>(bytes) / (1ull << 30)).substr(0, 5) + " GiB"; }
 }  // namespace
 
+std::int32_t default_max_context(const Device& device) noexcept { return device.is_cuda() ? 8192 : 4096; }
+
 std::uint64_t kv_bytes_per_block(const model::Qwen3Config& cfg, const model::ShardPlan& plan, const Device& device,
                                  std::int32_t block_size) {
   const std::uint64_t element = device.is_cuda() ? 2 : 4;  // CUDA keeps K/V in bf16, the CPU in f32

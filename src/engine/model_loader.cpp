@@ -1,5 +1,7 @@
 #include "engine/model_loader.hpp"
 
+#include <algorithm>
+
 #include "dist/communicator.hpp"
 #include "io/safetensors.hpp"
 #include "model/config.hpp"
@@ -38,10 +40,18 @@ std::unique_ptr<backend::ModelRunner> open_runner(const LoadOptions& options) {
   const auto devices = rank_devices(options);
   const auto files = io::checkpoint_files(options.model_dir);
 
+  backend::RunnerOptions ro;
+  ro.max_context = model::resolve_max_context(cfg, options.max_context, backend::default_max_context(devices[0]));
+  ro.kv_block_size = options.kv_block_size > 0 ? options.kv_block_size : backend::kDefaultKvBlockSize;
+  ro.kv_blocks = 0;
+  for (int r = 0; r < n; ++r) {
+    const std::int32_t blocks = backend::plan_kv_blocks(cfg, model::ShardPlan::make(cfg, r, n), devices[r],
+                                                        options.kv_budget, ro.kv_block_size, ro.max_context);
+    ro.kv_blocks = r == 0 ? blocks : std::min(ro.kv_blocks, blocks);
+  }
+
   if (n == 1) {
     const auto checkpoint = io::Checkpoint::open_files(files);
-    backend::RunnerOptions ro;
-    ro.max_context = options.max_context;
     return backend::make_runner(cfg, &checkpoint, model::ShardPlan::make(cfg, 0, 1), devices[0],
                                 std::make_shared<dist::LocalCommunicator>(), ro);
   }
@@ -53,7 +63,9 @@ std::unique_ptr<backend::ModelRunner> open_runner(const LoadOptions& options) {
   }
   to.world = n;
   to.devices = devices;
-  to.max_context = options.max_context;
+  to.max_context = ro.max_context;
+  to.kv_block_size = ro.kv_block_size;
+  to.kv_blocks = ro.kv_blocks;
   to.step_timeout = options.step_timeout;
   to.load_timeout = options.load_timeout;
   to.worker_binary = options.worker_binary;
