@@ -55,7 +55,6 @@ namespace {
 
 using kernels::bf16_t;
 
-constexpr std::int32_t kDefaultMaxContext = 8192;
 constexpr int kMaxPassTokens = 4096;  // rows per pass; a step with more tokens runs in passes
 constexpr std::array<int, 14> kGraphLadder = {1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 160, 192, 224, 256};
 constexpr int kMaxGraphBatch = kGraphLadder.back();
@@ -320,7 +319,7 @@ CudaRunner::CudaRunner(const model::Qwen3Config& cfg, const io::Checkpoint* chec
   qkv_rows_ = (hq_ + 2 * hkv_) * hd_;
   eps_ = static_cast<float>(cfg.rms_norm_eps);
   scale_ = 1.f / std::sqrt(static_cast<float>(hd_));
-  max_ctx_ = model::resolve_max_context(cfg, options.max_context, kDefaultMaxContext);
+  max_ctx_ = model::resolve_max_context(cfg, options.max_context, default_max_context(device));
   block_size_ = options.kv_block_size > 0 ? options.kv_block_size : kDefaultKvBlockSize;
   max_blocks_per_seq_ = (max_ctx_ + block_size_ - 1) / block_size_;
   kv_blocks_ = options.kv_blocks > 0 ? options.kv_blocks : max_blocks_per_seq_;
