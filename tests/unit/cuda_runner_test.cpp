@@ -447,9 +447,8 @@ std::size_t blocks_for(const std::vector<Script>& scripts, int block_size) {
 
 // N = 1, 3, 8, 32 sequences batched, with and without graphs, against each alone.
 void batched_against_solo(const std::function<std::unique_ptr<ModelRunner>(RunnerOptions)>& make,
-                          const std::string& name) {
+                          std::int64_t vocab, const std::string& name) {
   std::mt19937 rng(77);
-  const std::int64_t vocab = make({})->config().vocab_size;
   const std::vector<Script> all = make_scripts(32, vocab, rng);
   RunnerOptions solo_options;
   solo_options.max_context = 256;
@@ -473,7 +472,8 @@ void batched_against_solo(const std::function<std::unique_ptr<ModelRunner>(Runne
 }
 
 TEST_F(CudaRunnerTiny, BatchedStepsMatchEachSequenceAlone) {
-  batched_against_solo([&](RunnerOptions o) { return open_tiny(*ckpt_, cfg_, 0, 1, nullptr, o); }, "tiny");
+  batched_against_solo([&](RunnerOptions o) { return open_tiny(*ckpt_, cfg_, 0, 1, nullptr, o); }, cfg_.vocab_size,
+                       "tiny");
 }
 
 TEST(CudaRunnerRandom, BatchedStepsMatchEachSequenceAloneOnRealHeadShapes) {
@@ -487,7 +487,7 @@ TEST(CudaRunnerRandom, BatchedStepsMatchEachSequenceAloneOnRealHeadShapes) {
           return make_cuda_runner(cfg, nullptr, model::ShardPlan::make(cfg, 0, 1), Device{Device::Kind::cuda, 0},
                                   std::make_shared<dist::LocalCommunicator>(), o);
         },
-        preset);
+        cfg.vocab_size, preset);
   }
 }
 

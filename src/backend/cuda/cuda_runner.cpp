@@ -573,7 +573,7 @@ PassPlan CudaRunner::pack(std::span<const PassSeq> seqs, int graph) {
     in[l.decode_items + decode++] = si;
     ++row;
   }
-  if (padded > real) in[l.block_tables + table] = kv_blocks_;
+  if (graph >= 0) in[l.block_tables + table] = kv_blocks_;
   // The longest tiles first, so that the short ones fill the tail of the grid.
   std::sort(tiles.begin(), tiles.end(), [](const auto& a, const auto& b) { return a[0] > b[0]; });
   for (std::size_t i = 0; i < tiles.size(); ++i) {
