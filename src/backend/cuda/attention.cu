@@ -364,8 +364,11 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(const bf16_t* q,
   const int group = threadIdx.x / tpk, sub = threadIdx.x % tpk;
   const float q_scale = scale * kLog2e;
 
-  float qv[G][8];
-  if (rope.qkv) {
+  // A split past the context (short sequences in a grid sized for long ones)
+  // only reports an empty state to the merge.
+  const bool empty = begin >= end;
+  float qv[G][8] = {};
+  if (rope.qkv && !empty) {
     // Fused q/k norm + RoPE: the block makes its heads' queries, and the
     // block whose split holds the new position also makes that position's
     // key and value and stores them in the pool before reading it (the
@@ -380,7 +383,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(const bf16_t* q,
     for (int g = 0; g < G; ++g)
 #pragma unroll
       for (int i = 0; i < 8; ++i) qv[g][i] = g < nh ? q_s[g][sub * 8 + i] * q_scale : 0.f;
-    if (begin < end && end == kv_len) {
+    if (end == kv_len) {
       norm_rope<D>(src + static_cast<std::size_t>(hq + kv_head) * D, rope.k_norm, rope.inv_freq, pos, rope.eps, k_s,
                    red);
       const bf16_t* v_new = src + static_cast<std::size_t>(hq + hkv + kv_head) * D;
@@ -391,7 +394,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(const bf16_t* q,
       }
       __syncthreads();  // the block's own pool writes are visible to its loads below
     }
-  } else {
+  } else if (!empty) {
 #pragma unroll
     for (int g = 0; g < G; ++g) {
       uint4 raw = make_uint4(0, 0, 0, 0);
