@@ -45,6 +45,7 @@
 #include "backend/cuda/blas.hpp"
 #include "backend/cuda/device_buffer.hpp"
 #include "backend/cuda/kernels.hpp"
+#include "backend/cuda/step_inputs.hpp"
 #include "dist/communicator.hpp"
 #include "io/safetensors.hpp"
 #include "model/shard_weights.hpp"
@@ -61,69 +62,6 @@ constexpr int kMaxGraphBatch = kGraphLadder.back();
 constexpr int kLogitRows = kMaxGraphBatch;  // rows per LM-head pass (a graph's whole batch)
 constexpr int kMaxDecodeSplits = 64;
 constexpr std::size_t kStagingBytes = std::size_t{64} << 20;
-
-// Offsets (in i32) of one pass's inputs in the packed upload. The block
-// tables come last, so every decode pass of B sequences has the same layout
-// up to them: what a graph captured for B stays valid whatever the tables hold.
-struct StepLayout {
-  int tokens = 0;        // [T] token ids
-  int positions = 0;     // [T] each token's position
-  int slots = 0;         // [T] each token's pool slot: block * block_size + slot
-  int q_start = 0;       // [S] kernels::StepSeqs, one array each
-  int num_tokens = 0;    // [S]
-  int position = 0;      // [S]
-  int block_offset = 0;  // [S]
-  int ctx_len = 0;       // [S]
-  int decode_items = 0;  // [n_decode] sequences with one new token
-  int tiles = 0;         // [n_tiles, 2] (sequence, first row) prefill tiles, longest first
-  int head_rows = 0;     // [n_rows] hidden rows the LM head reads (eager passes)
-  int block_tables = 0;  // [n_block_ids]
-  int end = 0;
-
-  static StepLayout make(int t, int s, int n_decode, int n_tiles, int n_rows, int n_block_ids) {
-    StepLayout l;
-    int at = 0;
-    auto take = [&](int& field, int count) {
-      field = at;
-      at += count;
-    };
-    take(l.tokens, t);
-    take(l.positions, t);
-    take(l.slots, t);
-    take(l.q_start, s);
-    take(l.num_tokens, s);
-    take(l.position, s);
-    take(l.block_offset, s);
-    take(l.ctx_len, s);
-    take(l.decode_items, n_decode);
-    take(l.tiles, 2 * n_tiles);
-    take(l.head_rows, n_rows);
-    take(l.block_tables, n_block_ids);
-    l.end = at;
-    return l;
-  }
-};
-
-// One sequence's share of a pass: a step's sequence, or a piece of one whose
-// tokens did not fit in the pass.
-struct PassSeq {
-  std::span<const std::int32_t> tokens;
-  std::int32_t position = 0;
-  std::span<const std::int32_t> blocks;  // its block table, cut to the blocks of [0, position + tokens)
-  LogitsWanted logits = LogitsWanted::none;
-};
-
-// What the host packed for a pass, and what the device work needs to know of it.
-struct PassPlan {
-  StepLayout layout;
-  int tokens = 0;          // T rows of activations (a graph's padded batch size)
-  int n_decode = 0;        // sequences with one new token (attention_decode items)
-  int n_tiles = 0;         // prefill tiles
-  int max_decode_ctx = 0;  // the longest decode context (max_context in a graph: its grid is fixed)
-  bool decode_only = false;
-  int graph = -1;                  // index into kGraphLadder when the pass replays a graph
-  std::vector<std::int32_t> rows;  // hidden rows whose logits the pass returns, in output order
-};
 
 bool env_flag(const char* name, bool fallback) {
   const char* v = std::getenv(name);
@@ -228,8 +166,8 @@ class CudaRunner final : public ModelRunner {
   void place(const model::SliceSpec& spec, const io::Checkpoint* checkpoint, std::optional<Uploader>& up, bf16_t* dst);
   kernels::PagedKv kv(std::size_t layer) const;
   int decode_splits(int items, int max_len) const;
-  // Packs a pass into the staging buffer (padded to a graph's batch size when `graph` >= 0).
-  PassPlan pack(std::span<const PassSeq> seqs, int graph);
+  // Packs a pass (padded to kGraphLadder[graph] when graph >= 0) and copies it to step_in_.
+  PassPlan upload_pass(std::span<const PassSeq> seqs, int graph);
   void reserve_step_inputs(std::size_t ints);
   // Runs a pass whose inputs already sit in step_in_.
   void run_layers(const PassPlan& p);
@@ -239,7 +177,7 @@ class CudaRunner final : public ModelRunner {
   void all_reduce(float* data, std::size_t count);
   // Runs one pass and writes its logits rows to `out` ([rows, vocab]).
   void run_pass(std::span<const PassSeq> seqs, std::span<float> out);
-  void replay_graph(const PassPlan& p, bool want_logits);
+  void replay_graph(int graph, const PassPlan& p, bool want_logits);
 
   const bf16_t* w(const DeviceBuffer& b) const { return b.data<bf16_t>(); }
 
@@ -284,7 +222,7 @@ class CudaRunner final : public ModelRunner {
   PinnedBuffer reduce_host_; // [kMaxPassTokens, hidden] f32 staging for a host (Gloo) all-reduce
   // [ladder size][without, with the LM head]: decode graphs by padded batch size.
   std::array<std::array<GraphExec, 2>, kGraphLadder.size()> graphs_;
-  std::vector<PassSeq> pass_;  // the pass being assembled (reused across steps)
+  std::vector<std::vector<PassSeq>> passes_;  // the step cut into passes (reused across steps)
 };
 
 CudaRunner::CudaRunner(const model::Qwen3Config& cfg, const io::Checkpoint* checkpoint, const model::ShardPlan& plan,
@@ -496,92 +434,12 @@ void CudaRunner::all_reduce(float* data, std::size_t count) {
   NEURON_CUDA_CHECK(cudaMemcpyAsync(data, reduce_host_.data(), 4 * count, cudaMemcpyHostToDevice, stream_.get()));
 }
 
-PassPlan CudaRunner::pack(std::span<const PassSeq> seqs, int graph) {
-  const auto real = static_cast<int>(seqs.size());
-  const int padded = graph >= 0 ? kGraphLadder[static_cast<std::size_t>(graph)] : real;
-  PassPlan p;
-  p.graph = graph;
-  int tokens = 0, block_ids = 0, n_tiles = 0;
-  p.decode_only = true;
-  for (const PassSeq& s : seqs) {
-    const auto n = static_cast<int>(s.tokens.size());
-    tokens += n;
-    block_ids += static_cast<int>(s.blocks.size());
-    if (n == 1) {
-      ++p.n_decode;
-      p.max_decode_ctx = std::max(p.max_decode_ctx, s.position + 1);
-    } else {
-      p.decode_only = false;
-      n_tiles += (n + 63) / 64;
-    }
-  }
-  p.n_tiles = n_tiles;
-  p.tokens = tokens + (padded - real);  // padding sequences bring one token each
-  if (graph >= 0) {
-    NEURON_ASSERT(p.decode_only);
-    p.n_decode = padded;
-    p.max_decode_ctx = max_ctx_;  // the graph's grid must serve any context
-    block_ids += 1;               // the padding sequences' one-block table: the scratch block
-  }
-  // Hidden rows whose logits are returned, in the batch's order.
-  int q = 0;
-  for (const PassSeq& s : seqs) {
-    const auto n = static_cast<int>(s.tokens.size());
-    if (s.logits == LogitsWanted::last) p.rows.push_back(q + n - 1);
-    if (s.logits == LogitsWanted::all)
-      for (int i = 0; i < n; ++i) p.rows.push_back(q + i);
-    q += n;
-  }
-  const int uploaded_rows = graph >= 0 ? 0 : static_cast<int>(p.rows.size());
-  p.layout = StepLayout::make(p.tokens, padded, p.n_decode, n_tiles, uploaded_rows, block_ids);
+PassPlan CudaRunner::upload_pass(std::span<const PassSeq> seqs, int graph) {
+  PassPlan p = plan_pass(seqs, graph >= 0 ? kGraphLadder[static_cast<std::size_t>(graph)] : 0, max_ctx_);
   reserve_step_inputs(static_cast<std::size_t>(p.layout.end));
-
-  const StepLayout& l = p.layout;
-  std::int32_t* in = step_host_.data<std::int32_t>();
-  int row = 0, table = 0, decode = 0;
-  std::vector<std::array<std::int32_t, 3>> tiles;  // (kv_end, sequence, first row)
-  for (int si = 0; si < real; ++si) {
-    const PassSeq& s = seqs[static_cast<std::size_t>(si)];
-    const auto n = static_cast<int>(s.tokens.size());
-    std::memcpy(in + l.tokens + row, s.tokens.data(), 4 * static_cast<std::size_t>(n));
-    for (int i = 0; i < n; ++i) {
-      const int pos = s.position + i;
-      in[l.positions + row + i] = pos;
-      in[l.slots + row + i] = s.blocks[static_cast<std::size_t>(pos / block_size_)] * block_size_ + pos % block_size_;
-    }
-    in[l.q_start + si] = row;
-    in[l.num_tokens + si] = n;
-    in[l.position + si] = s.position;
-    in[l.block_offset + si] = table;
-    in[l.ctx_len + si] = s.position + n;
-    std::memcpy(in + l.block_tables + table, s.blocks.data(), 4 * s.blocks.size());
-    if (n == 1) in[l.decode_items + decode++] = si;
-    for (int r0 = 0; r0 < n; r0 += 64) tiles.push_back({s.position + std::min(r0 + 64, n), si, r0});
-    row += n;
-    table += static_cast<int>(s.blocks.size());
-  }
-  // Padding: one token at position 0 of a sequence whose only block is the scratch block.
-  for (int si = real; si < padded; ++si) {
-    in[l.tokens + row] = 0;
-    in[l.positions + row] = 0;
-    in[l.slots + row] = kv_blocks_ * block_size_;
-    in[l.q_start + si] = row;
-    in[l.num_tokens + si] = 1;
-    in[l.position + si] = 0;
-    in[l.block_offset + si] = table;
-    in[l.ctx_len + si] = 1;
-    in[l.decode_items + decode++] = si;
-    ++row;
-  }
-  if (graph >= 0) in[l.block_tables + table] = kv_blocks_;
-  // The longest tiles first, so that the short ones fill the tail of the grid.
-  std::sort(tiles.begin(), tiles.end(), [](const auto& a, const auto& b) { return a[0] > b[0]; });
-  for (std::size_t i = 0; i < tiles.size(); ++i) {
-    in[l.tiles + 2 * i] = tiles[i][1];
-    in[l.tiles + 2 * i + 1] = tiles[i][2];
-  }
-  if (uploaded_rows > 0) std::memcpy(in + l.head_rows, p.rows.data(), 4 * p.rows.size());
-  NEURON_CUDA_CHECK(cudaMemcpyAsync(step_in_.data(), in, 4 * static_cast<std::size_t>(l.end), cudaMemcpyHostToDevice,
+  const std::span<std::int32_t> staging(step_host_.data<std::int32_t>(), static_cast<std::size_t>(p.layout.end));
+  pack_pass(seqs, p, block_size_, kv_blocks_, staging);
+  NEURON_CUDA_CHECK(cudaMemcpyAsync(step_in_.data(), staging.data(), staging.size_bytes(), cudaMemcpyHostToDevice,
                                     stream_.get()));
   return p;
 }
@@ -659,9 +517,9 @@ void CudaRunner::lm_head(const bf16_t* h_rows, int rows, float* out) {
   linear(h_rows, rows, head, vocab_, hidden_, out);
 }
 
-void CudaRunner::replay_graph(const PassPlan& p, bool want_logits) {
+void CudaRunner::replay_graph(int graph, const PassPlan& p, bool want_logits) {
   cudaStream_t s = stream_.get();
-  GraphExec& g = graphs_[static_cast<std::size_t>(p.graph)][want_logits ? 1 : 0];
+  GraphExec& g = graphs_[static_cast<std::size_t>(graph)][want_logits ? 1 : 0];
   if (!g) {
     NEURON_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
     try {
@@ -689,12 +547,12 @@ void CudaRunner::run_pass(std::span<const PassSeq> seqs, std::span<float> out) {
   if (decode_only && use_graphs_ && seqs.size() <= static_cast<std::size_t>(kMaxGraphBatch))
     graph = static_cast<int>(std::lower_bound(kGraphLadder.begin(), kGraphLadder.end(), static_cast<int>(seqs.size())) -
                              kGraphLadder.begin());
-  const PassPlan p = pack(seqs, graph);
+  const PassPlan p = upload_pass(seqs, graph);
   const auto rows = static_cast<int>(p.rows.size());
   NEURON_ASSERT(out.size() == static_cast<std::size_t>(rows) * v);
   if (graph >= 0) {
     // The graph's LM head covered every row of the batch: copy the asked-for ones, in runs.
-    replay_graph(p, rows > 0);
+    replay_graph(graph, p, rows > 0);
     for (int r = 0; r < rows;) {
       int k = 1;
       while (r + k < rows && p.rows[r + k] == p.rows[r] + k) ++k;
@@ -726,44 +584,14 @@ void CudaRunner::run_pass(std::span<const PassSeq> seqs, std::span<float> out) {
 void CudaRunner::step(const Batch& batch, std::span<float> logits) {
   check_batch(batch, cfg_, kv_pool(), max_ctx_, logits);
   DeviceGuard g(device_.index);
-  const bool want = !logits.empty();
   const auto v = static_cast<std::size_t>(vocab_);
+  split_passes(batch, block_size_, kMaxPassTokens, !logits.empty(), passes_);
   std::size_t row = 0;  // logits rows written so far
-  int pass_tokens = 0, pass_rows = 0;
-  pass_.clear();
-  auto flush = [&] {
-    run_pass(pass_, logits.subspan(row * v, static_cast<std::size_t>(pass_rows) * v));
-    row += static_cast<std::size_t>(pass_rows);
-    pass_.clear();
-    pass_tokens = pass_rows = 0;
-  };
-  for (const SequenceStep& seq : batch.seqs) {
-    const std::span<const std::int32_t> tokens(batch.tokens.data() + seq.token_begin,
-                                               static_cast<std::size_t>(seq.num_tokens));
-    const std::span<const std::int32_t> table(batch.block_ids.data() + seq.block_begin,
-                                              static_cast<std::size_t>(seq.num_blocks));
-    // A sequence longer than what is left of the pass goes in pieces; only
-    // its last piece gives the `last` row.
-    for (int done = 0; done < seq.num_tokens;) {
-      if (pass_tokens == kMaxPassTokens) flush();
-      const int n = std::min(kMaxPassTokens - pass_tokens, seq.num_tokens - done);
-      const bool last_piece = done + n == seq.num_tokens;
-      PassSeq piece;
-      piece.tokens = tokens.subspan(static_cast<std::size_t>(done), static_cast<std::size_t>(n));
-      piece.position = seq.position + done;
-      const int end = piece.position + n;
-      piece.blocks = table.first(static_cast<std::size_t>((end + block_size_ - 1) / block_size_));
-      piece.logits = !want ? LogitsWanted::none
-                           : seq.logits == LogitsWanted::all ? LogitsWanted::all
-                           : last_piece                      ? seq.logits
-                                                             : LogitsWanted::none;
-      pass_rows += piece.logits == LogitsWanted::all ? n : piece.logits == LogitsWanted::last ? 1 : 0;
-      pass_.push_back(piece);
-      pass_tokens += n;
-      done += n;
-    }
+  for (const std::vector<PassSeq>& pass : passes_) {
+    const auto rows = static_cast<std::size_t>(pass_rows(pass));
+    run_pass(pass, logits.subspan(row * v, rows * v));
+    row += rows;
   }
-  if (!pass_.empty()) flush();
   NEURON_ASSERT(row * v == logits.size());
 }
 
