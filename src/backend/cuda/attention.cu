@@ -36,7 +36,7 @@ __device__ __forceinline__ std::size_t pool_offset(const std::int32_t* table, in
 // and P never leave registers: the S accumulator of two adjacent n8 tiles is
 // exactly the A operand of the P V product.
 
-constexpr int kFlashRows = 64, kFlashKeys = 64, kFlashThreads = 128;
+constexpr int kFlashRows = kPrefillTileRows, kFlashKeys = 64, kFlashThreads = 128;
 
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
   const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));

@@ -81,6 +81,8 @@ void swiglu(const bf16_t* gate_up, int n, int f, bf16_t* out, cudaStream_t strea
 // Head dimensions the attention kernels are instantiated for.
 bool attention_supports_head_dim(int d) noexcept;
 
+inline constexpr int kPrefillTileRows = 64;  // query rows of one attention_prefill work tile
+
 // Causal attention of sequences with several new tokens (prefill chunks), on
 // tensor cores, online softmax, no score matrix in memory. A work tile is 64
 // query rows of one sequence: tiles [n_tiles, 2] i32 holds (sequence, first

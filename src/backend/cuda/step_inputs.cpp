@@ -48,7 +48,7 @@ PassPlan plan_pass(std::span<const PassSeq> seqs, int graph_batch, std::int32_t 
       p.max_decode_ctx = std::max(p.max_decode_ctx, s.position + 1);
     } else {
       p.decode_only = false;
-      p.n_tiles += (n + kPrefillTileRows - 1) / kPrefillTileRows;
+      p.n_tiles += (n + kernels::kPrefillTileRows - 1) / kernels::kPrefillTileRows;
     }
   }
   if (p.padded) {
@@ -99,8 +99,8 @@ void pack_pass(std::span<const PassSeq> seqs, const PassPlan& p, std::int32_t bl
     if (n == 1) {
       in[l.decode_items + decode++] = si;
     } else {
-      for (int r0 = 0; r0 < n; r0 += kPrefillTileRows)
-        tiles.push_back({s.position + std::min(r0 + kPrefillTileRows, n), si, r0});
+      for (int r0 = 0; r0 < n; r0 += kernels::kPrefillTileRows)
+        tiles.push_back({s.position + std::min(r0 + kernels::kPrefillTileRows, n), si, r0});
     }
     row += n;
     table += static_cast<int>(s.blocks.size());

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/batch.hpp"
+#include "backend/cuda/kernels.hpp"
 
 namespace neuron::backend::cuda {
 
@@ -26,15 +27,13 @@ struct StepLayout {
   int block_offset = 0;  // [S]
   int ctx_len = 0;       // [S]
   int decode_items = 0;  // [n_decode] sequences with one new token
-  int tiles = 0;         // [n_tiles, 2] (sequence, first row) prefill tiles of kPrefillTileRows, longest first
+  int tiles = 0;         // [n_tiles, 2] (sequence, first row) prefill tiles of kernels::kPrefillTileRows, longest first
   int head_rows = 0;     // [n_rows] hidden rows the LM head reads (eager passes)
   int block_tables = 0;  // [n_block_ids]
   int end = 0;           // i32 elements in all
 
   static StepLayout make(int t, int s, int n_decode, int n_tiles, int n_rows, int n_block_ids);
 };
-
-inline constexpr int kPrefillTileRows = 64;  // query rows of a prefill attention tile
 
 // One sequence's share of a pass: a step's sequence, or a piece of one whose
 // tokens did not fit in one pass.
