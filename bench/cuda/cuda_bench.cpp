@@ -1,9 +1,18 @@
 // CUDA backend benchmark on random weights with full-size Qwen3 shapes:
 // load time, TTFT per prompt length, batch-1 decode tokens/s and the fraction
 // of the measured copy bandwidth that decode reaches; plus the batch-1
-// projection shapes on the GEMV kernel against cuBLAS.
+// projection shapes on the GEMV kernel against cuBLAS; plus batched decode:
+// B sequences of a `--prompt` token prompt each (prefilled in batched steps),
+// then `--gen` decode steps of all B at once, timed one by one.
 //
 //   cuda_bench --config qwen3-8b [--prompt-lens 128,2048] [--gen 128] [--gemv-shapes]
+//   cuda_bench --config qwen3-8b --batch 1,8,32,64 [--prompt 128] [--gen 64]
+//
+// Batched decode feeds a fixed token per step (not the argmax, which would
+// time the host's scan of B x vocab logits); a step's speed does not depend
+// on the token ids. Each step is timed with the logits of every sequence
+// copied to the host (as the engine asks) and, separately, without the LM
+// head (LogitsWanted::none), to show what the [B, vocab] f32 logits cost.
 //
 // Bytes per decode step = every weight the step reads (the embedding table
 // only as the tied LM head, never the gather) + the KV cache read at the mean
@@ -18,10 +27,12 @@
 #include <string>
 #include <vector>
 
+#include "backend/batch.hpp"
 #include "backend/cuda/blas.hpp"
 #include "backend/cuda/cuda_runner.hpp"
 #include "backend/cuda/device_buffer.hpp"
 #include "backend/cuda/kernels.hpp"
+#include "backend/single_sequence.hpp"
 #include "dist/communicator.hpp"
 #include "model/config.hpp"
 #include "util/error.hpp"
@@ -97,28 +108,106 @@ void gemv_shapes(const model::Qwen3Config& c, double copy_gbs) {
   }
 }
 
+std::vector<int> parse_list(const std::string& text) {
+  std::vector<int> out;
+  std::stringstream ss(text);
+  for (std::string t; std::getline(ss, t, ',');) out.push_back(std::stoi(t));
+  return out;
+}
+
+// B sequences of `prompt` tokens, prefilled, then `gen` decode steps of all B; one JSON line per B.
+void batched_decode(const model::Qwen3Config& cfg, const std::string& config, const std::vector<int>& batches,
+                    int prompt, int gen) {
+  const int max_batch = *std::max_element(batches.begin(), batches.end());
+  RunnerOptions options;
+  options.max_context = prompt + 2 * gen + 16;
+  const int per_seq = (options.max_context + kDefaultKvBlockSize - 1) / kDefaultKvBlockSize;
+  options.kv_blocks = max_batch * per_seq;
+  auto runner = cuda::make_cuda_runner(cfg, nullptr, model::ShardPlan::make(cfg, 0, 1), Device{Device::Kind::cuda, 0},
+                                       std::make_shared<dist::LocalCommunicator>(), options);
+  const auto vocab = static_cast<std::size_t>(cfg.vocab_size);
+  for (const int b : batches) {
+    // Sequence i owns blocks [i * per_seq, (i + 1) * per_seq).
+    std::vector<std::vector<std::int32_t>> tables(static_cast<std::size_t>(b));
+    for (int i = 0; i < b; ++i) {
+      tables[i].resize(static_cast<std::size_t>(per_seq));
+      std::iota(tables[i].begin(), tables[i].end(), i * per_seq);
+    }
+    std::vector<std::int32_t> prompt_ids(static_cast<std::size_t>(prompt));
+    Batch batch;
+    std::vector<float> logits;
+    // Prefill in steps of at most 4096 tokens, as a scheduler's token budget would.
+    const auto t_prefill = clock_type::now();
+    for (int i = 0; i < b;) {
+      batch.clear();
+      for (int used = 0; i < b && (used == 0 || used + prompt <= 4096); ++i, used += prompt) {
+        for (int k = 0; k < prompt; ++k) prompt_ids[k] = (k * 7919 + i * 104729 + 13) % static_cast<int>(cfg.vocab_size);
+        batch.add(prompt_ids, 0, tables[i], LogitsWanted::last);
+      }
+      logits.resize(static_cast<std::size_t>(batch.logit_rows()) * vocab);
+      runner->step(batch, logits);
+    }
+    const double prefill_s = seconds_since(t_prefill);
+    auto decode_batch = [&](int pos) {
+      batch.clear();
+      for (int i = 0; i < b; ++i) {
+        const std::int32_t tok = (pos * 31 + i * 17 + 5) % static_cast<std::int32_t>(cfg.vocab_size);
+        batch.add(std::span<const std::int32_t>(&tok, 1), pos, tables[i], LogitsWanted::last);
+      }
+    };
+    // Alternate steps with and without logits so both see the same contexts; the first of each captures its graph.
+    std::vector<double> with_ms, without_ms;
+    std::vector<float> none;
+    int pos = prompt;
+    for (int step = 0; step < 2 * gen + 2; ++step, ++pos) {
+      decode_batch(pos);
+      const bool want = step % 2 == 0;
+      logits.resize(want ? static_cast<std::size_t>(b) * vocab : 0);
+      const auto t0 = clock_type::now();
+      runner->step(batch, logits);
+      const double ms = seconds_since(t0) * 1e3;
+      if (step >= 2) (want ? with_ms : without_ms).push_back(ms);
+    }
+    const double step_ms = median(with_ms), bare_ms = median(without_ms);
+    std::printf(
+        "{\"config\":\"%s\",\"batch\":%d,\"prompt\":%d,\"gen\":%d,\"prefill_s\":%.3f,"
+        "\"decode_step_ms\":%.3f,\"decode_tok_s\":%.1f,\"decode_step_ms_no_logits\":%.3f,"
+        "\"decode_tok_s_no_logits\":%.1f,\"logits_mb_per_step\":%.1f}\n",
+        config.c_str(), b, prompt, gen, prefill_s, step_ms, b / (step_ms * 1e-3), bare_ms, b / (bare_ms * 1e-3),
+        4.0 * b * vocab / 1e6);
+    std::fflush(stdout);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
   std::string config = "qwen3-0.6b";
   std::vector<int> prompt_lens = {128, 2048};
   int gen = 128;
+  int batch_prompt = 128;
+  std::vector<int> batches;
   bool shapes = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--config" && i + 1 < argc) config = argv[++i];
     else if (a == "--gen" && i + 1 < argc) gen = std::stoi(argv[++i]);
     else if (a == "--gemv-shapes") shapes = true;
-    else if (a == "--prompt-lens" && i + 1 < argc) {
-      prompt_lens.clear();
-      std::stringstream ss(argv[++i]);
-      for (std::string t; std::getline(ss, t, ',');) prompt_lens.push_back(std::stoi(t));
-    } else {
-      std::fprintf(stderr, "usage: cuda_bench --config NAME [--prompt-lens 128,2048] [--gen 128] [--gemv-shapes]\n");
+    else if (a == "--prompt-lens" && i + 1 < argc) prompt_lens = parse_list(argv[++i]);
+    else if (a == "--batch" && i + 1 < argc) batches = parse_list(argv[++i]);
+    else if (a == "--prompt" && i + 1 < argc) batch_prompt = std::stoi(argv[++i]);
+    else {
+      std::fprintf(stderr,
+                   "usage: cuda_bench --config NAME [--prompt-lens 128,2048] [--gen 128] [--gemv-shapes]\n"
+                   "       cuda_bench --config NAME --batch 1,8,32,64 [--prompt 128] [--gen 64]\n");
       return 2;
     }
   }
   const model::Qwen3Config cfg = model::preset_config(config);
+  if (!batches.empty()) {
+    batched_decode(cfg, config, batches, batch_prompt, gen);
+    return 0;
+  }
   const double copy_gbs = cuda::measure_copy_bandwidth_gbs(0);
   if (shapes) gemv_shapes(cfg, copy_gbs);
 
@@ -131,26 +220,26 @@ int main(int argc, char** argv) try {
   const MemoryStats mem = runner->memory();
   const auto vocab = static_cast<std::size_t>(cfg.vocab_size);
   std::vector<float> logits(vocab);
+  SingleSequence seq(*runner);
 
   for (int len : prompt_lens) {
     std::vector<std::int32_t> prompt(static_cast<std::size_t>(len));
     for (int i = 0; i < len; ++i) prompt[i] = (i * 7919 + 13) % static_cast<int>(cfg.vocab_size);
     std::vector<double> ttft;
     for (int rep = 0; rep < 6; ++rep) {  // the first is warm-up (cuBLAS heuristics, module load)
-      runner->clear_kv_cache();
       t0 = clock_type::now();
-      runner->forward(prompt, 0, logits);
+      seq.forward(prompt, 0, logits);
       if (rep > 0) ttft.push_back(seconds_since(t0));
     }
     const double t = median(ttft);
     // Decode from this prompt: the first step captures the graph and is not timed.
     std::int32_t pos = len;
     std::int32_t tok = static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    runner->forward(std::span<const std::int32_t>(&tok, 1), pos++, logits);
+    seq.forward(std::span<const std::int32_t>(&tok, 1), pos++, logits);
     t0 = clock_type::now();
     for (int i = 0; i < gen; ++i) {
       tok = static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-      runner->forward(std::span<const std::int32_t>(&tok, 1), pos++, logits);
+      seq.forward(std::span<const std::int32_t>(&tok, 1), pos++, logits);
     }
     const double decode_s = seconds_since(t0);
     const double tps = gen / decode_s;

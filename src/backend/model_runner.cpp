@@ -17,9 +17,12 @@ namespace {
 // Held back on a GPU beyond weights and KV: activations, cuBLAS workspace, graphs, the CUDA context.
 constexpr std::uint64_t kCudaActivationReserve = 2ull << 30;
 constexpr double kDefaultDeviceFraction = 0.9;
+constexpr std::uint64_t kMaxKvBlocks = 1u << 20;
 
 std::string gib(std::uint64_t bytes) { return std::to_string(static_cast<double>(bytes) / (1ull << 30)).substr(0, 5) + " GiB"; }
 }  // namespace
+
+std::int32_t default_max_context(const Device& device) noexcept { return device.is_cuda() ? 8192 : 4096; }
 
 std::uint64_t kv_bytes_per_block(const model::Qwen3Config& cfg, const model::ShardPlan& plan, const Device& device,
                                  std::int32_t block_size) {
@@ -57,7 +60,8 @@ std::int32_t plan_kv_blocks(const model::Qwen3Config& cfg, const model::ShardPla
                                   std::to_string(max_context) + " positions, but " + from + " leaves " + gib(bytes) +
                                   "; lower max_context or raise the KV budget");
   const std::uint64_t blocks = bytes / per_block;
-  return static_cast<std::int32_t>(std::min<std::uint64_t>(blocks, 1u << 30));
+  // More blocks than 16M positions would only grow the engine's bookkeeping.
+  return static_cast<std::int32_t>(std::min<std::uint64_t>(blocks, kMaxKvBlocks));
 }
 
 std::unique_ptr<ModelRunner> make_runner(const model::Qwen3Config& cfg, const io::Checkpoint* checkpoint,

@@ -34,6 +34,10 @@ struct RunnerOptions {
 
 inline constexpr std::int32_t kDefaultKvBlockSize = 16;
 
+// max_context when none is asked for (before the model's max_position_embeddings caps it):
+// the CPU keeps it short (its KV is f32 and its prefill slow); a GPU takes 8192.
+std::int32_t default_max_context(const Device& device) noexcept;
+
 class ModelRunner {
  public:
   virtual ~ModelRunner() = default;

@@ -3,7 +3,8 @@
 //   neuron bench --config qwen3-0.6b|qwen3-8b|qwen3-32b|<config.json> --dummy-weights
 //                --device cpu|cuda:N --prompt-len 128,2048 --gen 128 [--batch 1] [--json]
 //
-// Batch-1 decode reads every weight once per token plus the KV cache so far,
+// A decode step reads every weight once (whatever the batch) plus each
+// sequence's KV cache so far,
 // so its floor is (weight bytes + KV bytes) per step / bandwidth. Bytes per
 // step count what a step must read: every projection and norm, the LM head
 // (the embedding table when tied), one embedding row, and the keys and values
@@ -24,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/cpu/bandwidth.hpp"
+#include "backend/batch.hpp"
 #include "backend/cpu/isa.hpp"
 #include "backend/device.hpp"
 #include "backend/model_runner.hpp"
@@ -83,16 +85,59 @@ StepBytes step_bytes(const model::Qwen3Config& cfg, const backend::ModelRunner& 
   b.weights = static_cast<double>(m.weight_bytes);
   // An untied model holds its embedding table but reads one row of it per step.
   if (!cfg.tie_word_embeddings) b.weights -= 2.0 * static_cast<double>((cfg.vocab_size - 1) * cfg.hidden_size);
-  const double kv_elems = 2.0 * static_cast<double>(cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim);
-  const double elem_bytes = static_cast<double>(m.kv_cache_bytes) / (kv_elems * runner.max_context());
-  b.kv_per_position = kv_elems * elem_bytes;
+  const backend::KvPoolShape pool = runner.kv_pool();
+  b.kv_per_position = static_cast<double>(pool.bytes_per_block) / pool.block_size;
   return b;
 }
+
+// `batch` sequences over disjoint block ranges of the pool, stepped together.
+class BenchBatch {
+ public:
+  BenchBatch(backend::ModelRunner& runner, int sequences, std::int32_t positions) : runner_(runner) {
+    const backend::KvPoolShape pool = runner.kv_pool();
+    per_seq_ = (positions + pool.block_size - 1) / pool.block_size;
+    if (static_cast<std::int64_t>(per_seq_) * sequences > pool.num_blocks)
+      fail(errc::out_of_memory, std::to_string(sequences) + " sequences of " + std::to_string(positions) +
+                                    " positions need " + std::to_string(per_seq_ * sequences) + " KV blocks; the pool has " +
+                                    std::to_string(pool.num_blocks));
+    tables_.resize(static_cast<std::size_t>(sequences));
+    for (int i = 0; i < sequences; ++i)
+      for (std::int32_t b = 0; b < per_seq_; ++b) tables_[static_cast<std::size_t>(i)].push_back(i * per_seq_ + b);
+    logits_.resize(static_cast<std::size_t>(sequences * runner.config().vocab_size));
+  }
+  // Prefills sequence i's prompt; returns its greedy next token.
+  std::int32_t prefill(int i, const std::vector<std::int32_t>& prompt) {
+    batch_.clear();
+    batch_.add(prompt, 0, tables_[static_cast<std::size_t>(i)], backend::LogitsWanted::last);
+    runner_.step(batch_, std::span<float>(logits_).first(static_cast<std::size_t>(runner_.config().vocab_size)));
+    return argmax(0);
+  }
+  // One decode step of every sequence at `pos`; tokens[i] in, the greedy next tokens out.
+  void decode(std::vector<std::int32_t>& tokens, std::int32_t pos) {
+    batch_.clear();
+    for (std::size_t i = 0; i < tokens.size(); ++i)
+      batch_.add(std::span<const std::int32_t>(&tokens[i], 1), pos, tables_[i], backend::LogitsWanted::last);
+    runner_.step(batch_, logits_);
+    for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = argmax(static_cast<std::int64_t>(i));
+  }
+
+ private:
+  std::int32_t argmax(std::int64_t row) const {
+    const std::int64_t vocab = runner_.config().vocab_size;
+    const auto first = logits_.begin() + row * vocab;
+    return static_cast<std::int32_t>(std::max_element(first, first + vocab) - first);
+  }
+  backend::ModelRunner& runner_;
+  std::int32_t per_seq_ = 0;
+  std::vector<std::vector<std::int32_t>> tables_;  // [batch][per_seq_] block ids
+  std::vector<float> logits_;                      // [batch, vocab] f32
+  backend::Batch batch_;
+};
 
 int run(const BenchArgs& a) {
   if (!a.dummy_weights)
     fail(errc::invalid_argument, "bench runs on random weights: pass --dummy-weights (real checkpoints: neuron generate)");
-  if (a.batch != 1) fail(errc::invalid_argument, "--batch " + std::to_string(a.batch) + ": only batch 1 is implemented");
+  if (a.batch < 1 || a.batch > 1024) fail(errc::invalid_argument, "--batch must be in [1, 1024], got " + std::to_string(a.batch));
   if (a.prompt_lens.empty()) fail(errc::invalid_argument, "--prompt-len needs at least one length");
   for (auto n : a.prompt_lens)
     if (n < 1) fail(errc::invalid_argument, "--prompt-len values must be positive (got " + std::to_string(n) + ")");
@@ -100,59 +145,61 @@ int run(const BenchArgs& a) {
 
   const model::Qwen3Config cfg = load_config(a.config);
   const backend::Device device = backend::Device::parse(a.device);
+  const model::ShardPlan plan = model::ShardPlan::make(cfg, 0, 1);
   backend::RunnerOptions ro;
   ro.max_context = *std::max_element(a.prompt_lens.begin(), a.prompt_lens.end()) + a.gen;
+  ro.kv_block_size = backend::kDefaultKvBlockSize;
+  ro.kv_blocks = a.batch * ((ro.max_context + ro.kv_block_size - 1) / ro.kv_block_size);
 
   auto t = Clock::now();
-  const auto runner = backend::make_runner(cfg, nullptr, model::ShardPlan::make(cfg, 0, 1), device,
-                                           std::make_shared<dist::LocalCommunicator>(), ro);
+  const auto runner = backend::make_runner(cfg, nullptr, plan, device, std::make_shared<dist::LocalCommunicator>(), ro);
   const double load_ms = ms_since(t);
   const backend::MemoryStats mem = runner->memory();
   const StepBytes bytes = step_bytes(cfg, *runner);
   const std::string kernel = device.is_cuda() ? "cuda" : std::string(backend::cpu::isa_name(backend::cpu::selected_isa()));
+  BenchBatch seqs(*runner, a.batch, ro.max_context);
 
-  std::vector<float> logits(static_cast<std::size_t>(cfg.vocab_size));
-  auto argmax = [&] {
-    return static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-  };
   nlohmann::json runs = nlohmann::json::array();
   std::vector<double> achieved;
   for (std::int32_t len : a.prompt_lens) {
-    std::vector<std::int32_t> prompt(static_cast<std::size_t>(len));
-    for (std::int32_t i = 0; i < len; ++i) prompt[i] = static_cast<std::int32_t>((i * 7919LL + 13) % cfg.vocab_size);
+    // Every sequence its own prompt, so none shares another's keys.
+    auto prompt_of = [&](int i) {
+      std::vector<std::int32_t> p(static_cast<std::size_t>(len));
+      for (std::int32_t k = 0; k < len; ++k)
+        p[static_cast<std::size_t>(k)] = static_cast<std::int32_t>((k * 7919LL + 13 + i * 104729LL) % cfg.vocab_size);
+      return p;
+    };
+    std::vector<std::int32_t> tokens(static_cast<std::size_t>(a.batch));
     // Untimed warm-up: the first use of a shape loads kernels, picks GEMM
     // algorithms (cuBLAS) and captures the decode graph (CUDA).
-    runner->clear_kv_cache();
-    runner->forward(prompt, 0, logits);
-    const std::array<std::int32_t, 1> warm{argmax()};
-    runner->forward(warm, len, logits);
-    runner->clear_kv_cache();
+    for (int i = 0; i < a.batch; ++i) tokens[static_cast<std::size_t>(i)] = seqs.prefill(i, prompt_of(i));
+    seqs.decode(tokens, len);
+
     t = Clock::now();
-    runner->forward(prompt, 0, logits);
+    tokens[0] = seqs.prefill(0, prompt_of(0));
     const double prefill_ms = ms_since(t);
-    std::int32_t token = argmax();
-    const double ttft_ms = ms_since(t);
+    const double ttft_ms = prefill_ms;  // the greedy pick is inside prefill()
+    for (int i = 1; i < a.batch; ++i) tokens[static_cast<std::size_t>(i)] = seqs.prefill(i, prompt_of(i));
 
     double kv_read = 0;
     t = Clock::now();
     for (std::int32_t step = 0; step < a.gen; ++step) {
       const std::int32_t pos = len + step;
-      const std::array<std::int32_t, 1> one{token};
-      runner->forward(one, pos, logits);
-      token = argmax();
-      kv_read += bytes.kv_per_position * (pos + 1);
+      seqs.decode(tokens, pos);
+      kv_read += bytes.kv_per_position * (pos + 1) * a.batch;
     }
     const double decode_s = ms_since(t) / 1000.0;
     const double per_step = bytes.weights + kv_read / a.gen;
-    const double tok_s = a.gen / decode_s;
-    achieved.push_back(per_step * tok_s / 1e9);
+    const double steps_s = a.gen / decode_s;
+    const double tok_s = steps_s * a.batch;
+    achieved.push_back(per_step * steps_s / 1e9);
     runs.push_back({{"prompt_len", len},
                     {"prefill_ms", prefill_ms},
                     {"prefill_tok_s", len / (prefill_ms / 1000.0)},
                     {"ttft_ms", ttft_ms},
                     {"gen", a.gen},
                     {"decode_tok_s", tok_s},
-                    {"decode_ms_per_token", 1000.0 / tok_s},
+                    {"decode_ms_per_step", 1000.0 / steps_s},
                     {"bytes_per_step", per_step},
                     {"weight_bytes_per_step", bytes.weights},
                     {"kv_bytes_per_step", kv_read / a.gen},
@@ -182,16 +229,16 @@ int run(const BenchArgs& a) {
     std::printf("%s\n", out.dump().c_str());
     return 0;
   }
-  std::printf("%s on %s (%s, %d threads), random weights, batch 1\n", a.config.c_str(), device.str().c_str(),
-              kernel.c_str(), device.is_cuda() ? 0 : omp_get_max_threads());
-  std::printf("load %.0f ms; weights %.3f GB; KV cache %.3f GB (%d positions)\n", load_ms, mem.weight_bytes / 1e9,
-              mem.kv_cache_bytes / 1e9, runner->max_context());
+  std::printf("%s on %s (%s, %d threads), random weights, batch %d\n", a.config.c_str(), device.str().c_str(),
+              kernel.c_str(), device.is_cuda() ? 0 : omp_get_max_threads(), a.batch);
+  std::printf("load %.0f ms; weights %.3f GB; KV cache %.3f GB (%d positions a sequence)\n", load_ms,
+              mem.weight_bytes / 1e9, mem.kv_cache_bytes / 1e9, runner->max_context());
   std::printf("memory bandwidth: copy %.1f GB/s", copy_gbs);
   if (read_gbs > 0) std::printf(", read %.1f GB/s", read_gbs);
   std::printf("\n");
   for (const auto& r : runs) {
     std::printf(
-        "prompt %5d: prefill %9.1f ms (%8.1f tok/s), TTFT %9.1f ms | decode %d: %8.2f tok/s, %.3f GB/step, "
+        "prompt %5d: prefill %9.1f ms (%8.1f tok/s), TTFT %9.1f ms | decode %d: %8.2f tok/s (all sequences), %.3f GB/step, "
         "%.1f GB/s = %.0f%% of copy",
         r["prompt_len"].get<int>(), r["prefill_ms"].get<double>(), r["prefill_tok_s"].get<double>(),
         r["ttft_ms"].get<double>(), a.gen, r["decode_tok_s"].get<double>(), r["bytes_per_step"].get<double>() / 1e9,
@@ -210,7 +257,7 @@ Run setup(CLI::App& sub) {
   sub.add_option("--device", a->device, "cpu, cuda or cuda:N");
   sub.add_option("--prompt-len", a->prompt_lens, "Prompt lengths to prefill, comma separated")->delimiter(',');
   sub.add_option("--gen", a->gen, "Tokens to decode after each prompt");
-  sub.add_option("--batch", a->batch, "Sequences per step (only 1)");
+  sub.add_option("--batch", a->batch, "Sequences decoded together in each step (tokens/s counts all of them)");
   sub.add_flag("--json", a->json, "Print one JSON object");
   return [a] { return run(*a); };
 }

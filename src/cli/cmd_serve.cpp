@@ -95,6 +95,10 @@ int run_serve(const server::ServeFlags& flags) {
   }
   for (const auto& spec : specs) allow_directory_of(spec.model_id, ropts.model_roots);
   ropts.engine.queue_depth = opts.queue_depth;
+  ropts.engine.max_num_seqs = opts.max_num_seqs;
+  ropts.engine.max_batch_tokens = opts.max_batch_tokens;
+  ropts.engine.prefix_caching = opts.prefix_caching;
+  ropts.kv_budget = backend::KvBudget{.bytes = opts.kv_cache_bytes, .device_fraction = opts.gpu_memory_fraction};
   ropts.step_timeout = opts.step_timeout;
 
   engine::Registry registry(ropts);
@@ -157,6 +161,11 @@ Run setup(CLI::App& sub) {
   opt("--step-timeout-ms", "Deadline for one TP step before the model is marked failed (NEURON_STEP_TIMEOUT_MS; default 30000)");
   opt("--threads", "HTTP connection threads (NEURON_THREADS; default 64)");
   opt("--shutdown-grace-ms", "How long in-flight requests may finish after SIGTERM (NEURON_SHUTDOWN_GRACE_MS; default 10000)");
+  opt("--max-num-seqs", "Sequences a model decodes together (NEURON_MAX_NUM_SEQS; default 64)");
+  opt("--max-batch-tokens", "New tokens per batched step, decodes plus prefill chunks (NEURON_MAX_BATCH_TOKENS; default 8192 on a GPU, 512 on the CPU)");
+  opt("--kv-cache-bytes", "KV cache per model and rank, in bytes (NEURON_KV_CACHE_BYTES; default: the GPU memory fraction, 2 GiB on the CPU)");
+  opt("--gpu-memory-fraction", "Share of each GPU a model's weights, KV cache and activations may use (NEURON_GPU_MEMORY_FRACTION; default 0.9)");
+  opt("--prefix-caching", "true|false: reuse the KV blocks of earlier requests' shared prefixes (NEURON_PREFIX_CACHING; default true)");
   return [flags, text, &sub]() {
     auto given = [&](const char* name) -> std::optional<std::string> {
       if (sub.count(name) == 0) return std::nullopt;
@@ -171,6 +180,11 @@ Run setup(CLI::App& sub) {
     flags->step_timeout_ms = given("--step-timeout-ms");
     flags->threads = given("--threads");
     flags->shutdown_grace_ms = given("--shutdown-grace-ms");
+    flags->max_num_seqs = given("--max-num-seqs");
+    flags->max_batch_tokens = given("--max-batch-tokens");
+    flags->kv_cache_bytes = given("--kv-cache-bytes");
+    flags->gpu_memory_fraction = given("--gpu-memory-fraction");
+    flags->prefix_caching = given("--prefix-caching");
     return run_serve(*flags);
   };
 }

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <list>
 #include <mutex>
 #include <new>
 #include <thread>
@@ -14,8 +15,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "engine/batcher.hpp"
 #include "engine/text_stream.hpp"
-#include "model/sampler.hpp"
 #include "util/error.hpp"
 
 namespace neuron::engine {
@@ -45,14 +46,14 @@ Event error_event(std::string kind, std::string message) {
   return e;
 }
 
-struct Job {
+std::vector<double> batch_size_bounds() { return {1, 2, 4, 8, 16, 32, 64, 128, 256}; }
+
+// A submitted request before the engine thread picks it up.
+struct Submission {
   CompletionRequest request;
   std::shared_ptr<Channel> channel;
   Clock::time_point submitted;
 };
-
-// Thrown inside a step loop when shutdown() asks the thread to stop.
-struct ShuttingDown {};
 
 }  // namespace
 
@@ -66,230 +67,268 @@ struct Engine::State {
   std::int32_t max_context = 0;
   std::int64_t vocab = 0;
   backend::MemoryStats memory;  // taken at construction: a TP runner may not be queried off its thread
+  std::unique_ptr<Batcher> batcher;  // engine thread only (created before it starts)
 
   mutable std::mutex mu;
-  std::condition_variable work_cv;  // the engine thread waits for jobs here
-  std::deque<Job> queue;
-  bool running = false;
+  std::condition_variable work_cv;  // the engine thread waits for submissions here
+  std::deque<Submission> incoming;
+  std::size_t waiting = 0;  // in the batcher's queue (engine thread writes under mu)
+  std::size_t running = 0;  // in the batcher's running set
   bool stopping = false;
   bool failed = false;
   std::string failure;
-  EngineStats counters;  // the monotonic counters; queue/running/failed are filled in by stats()
+  EngineStats counters;  // the monotonic counters and block gauges; queue/running/failed are filled in by stats()
   Histogram ttft{Histogram::latency_seconds_bounds()};
   Histogram inter_token{Histogram::latency_seconds_bounds()};
+  Histogram batch_size{batch_size_bounds()};
 
-  // Engine thread only: the tokens whose keys and values the runner's cache
-  // holds, position by position, so the next request can resume from the
-  // longest shared prefix instead of prefilling from zero.
-  std::vector<std::int32_t> cached;
+  // One request on the engine thread: its sequence and what turns tokens into events.
+  struct Job final : SequenceObserver {
+    Job(State& state, Submission sub, std::uint64_t id)
+        : st(state),
+          request(std::move(sub.request)),
+          channel(std::move(sub.channel)),
+          submitted(sub.submitted),
+          decoder(*state.tok, /*skip_special_tokens=*/true),
+          text({.stop = request.stop, .split_reasoning = request.split_reasoning,
+                .start_in_reasoning = request.prompt_in_reasoning}),
+          seq(id,
+              SequenceParams{.prompt = request.prompt, .max_tokens = request.max_tokens, .sampling = request.sampling,
+                             .stop_ids = state.stop_ids,
+                             .ignore_eos = request.ignore_eos},
+              *this) {
+      done.kind = Event::Kind::done;
+      done.usage.prompt_tokens = static_cast<std::int32_t>(request.prompt.size());
+    }
+
+    std::optional<FinishReason> on_token(std::int32_t token) override;
+    void on_finish(FinishReason reason) override;
+
+    State& st;
+    CompletionRequest request;
+    std::shared_ptr<Channel> channel;
+    Clock::time_point submitted;
+    tokenizer::StreamDecoder decoder;
+    TextStream text;
+    Sequence seq;
+    std::vector<std::int32_t> pending;  // generated ids not yet carried by a delta
+    Clock::time_point last_token;
+    bool first = true;
+    Event done;                 // filled as the request goes
+    std::optional<Event> last;  // the final event, pushed after the job leaves the engine's books
+  };
+  std::list<Job> jobs;  // engine thread only
+  std::uint64_t next_id = 0;
 
   std::mutex shutdown_mu;  // serialises shutdown() callers
   std::thread thread;
 
   void loop();
-  // Both return the request's last event (done or error); loop() pushes it only
-  // after marking the engine idle, so a client that saw it may unload at once.
-  Event serve(Job& job);
-  Event generate(Job& job);
-  bool stop_requested() {
-    std::lock_guard lock(mu);
-    return stopping;
-  }
-  void fail_queued(const std::string& kind, const std::string& message);
+  void admit(std::deque<Submission>& fresh);
+  void run_step();
+  // Pushes the final events of finished jobs after dropping them from the books,
+  // so a client that saw its last event may unload at once.
+  void retire();
+  void publish();  // block and queue gauges, under mu
+  void fail_jobs(const std::string& kind, const std::string& message, bool only_in_step);
+  void fail_incoming(const std::string& kind, const std::string& message);
 };
 
-void Engine::State::fail_queued(const std::string& kind, const std::string& message) {
-  std::deque<Job> dropped;
-  {
-    std::lock_guard lock(mu);
-    dropped.swap(queue);
-    counters.requests_failed += dropped.size();
+std::optional<FinishReason> Engine::State::Job::on_token(std::int32_t token) {
+  const auto now = Clock::now();
+  if (first) {
+    first = false;
+    const double ttft_s = seconds_between(submitted, now);
+    done.time_to_first_token_ms = ttft_s * 1000.0;
+    st.ttft.observe(ttft_s);
+  } else {
+    st.inter_token.observe(seconds_between(last_token, now));
   }
-  for (auto& job : dropped) job.channel->push(error_event(kind, message));
+  last_token = now;
+  done.tokens.push_back(token);
+  pending.push_back(token);
+  // Ids past the tokenizer's vocabulary (the embedding's padding rows) have no text.
+  TextChunk chunk = text.push(st.tok->is_known(token) ? decoder.push(token) : std::string());
+  if (!chunk.empty()) {
+    Event delta;
+    delta.text = std::move(chunk.text);
+    delta.reasoning = std::move(chunk.reasoning);
+    delta.tokens = std::move(pending);
+    pending.clear();
+    channel->push(std::move(delta));
+  }
+  if (text.stopped()) return FinishReason::stop;
+  return std::nullopt;
 }
 
-void Engine::State::loop() {
-  for (;;) {
-    Job job;
-    {
-      std::unique_lock lock(mu);
-      work_cv.wait(lock, [this] { return stopping || !queue.empty(); });
-      if (stopping) break;
-      job = std::move(queue.front());
-      queue.pop_front();
-      running = true;
-    }
-    Event last = serve(job);
-    {
-      std::lock_guard lock(mu);
-      running = false;
-    }
-    job.channel->push(std::move(last));
+void Engine::State::Job::on_finish(FinishReason reason) {
+  if (reason == FinishReason::stop && first) {
+    // An EOS as the very first token: still a first token for the latency books.
+    first = false;
+    const double ttft_s = seconds_between(submitted, Clock::now());
+    done.time_to_first_token_ms = ttft_s * 1000.0;
+    st.ttft.observe(ttft_s);
   }
-  fail_queued(errc::shutting_down, "model " + model_id + " is being unloaded");
-}
-
-Event Engine::State::serve(Job& job) {
-  try {
-    return generate(job);
-  } catch (const ShuttingDown&) {
-    std::lock_guard lock(mu);
-    counters.requests_failed += 1;
-    return error_event(errc::shutting_down, "model " + model_id + " was unloaded during the request");
-  } catch (const Error& e) {
-    // A step that threw may have written part of the cache: forget what it holds.
-    cached.clear();
-    const bool fatal = poisons_runner(e.kind());
-    {
-      std::lock_guard lock(mu);
-      counters.requests_failed += 1;
-      if (fatal) {
-        failed = true;
-        failure = std::string(e.kind()) + ": " + e.what();
-      }
-    }
-    if (fatal) {
-      spdlog::error("model {}: runner failed ({}: {}); the model must be unloaded", model_id, e.kind(), e.what());
-      fail_queued(errc::model_failed, "model " + model_id + " failed: " + e.what());
-    } else {
-      spdlog::warn("model {}: request failed ({}: {})", model_id, e.kind(), e.what());
-    }
-    return error_event(e.kind(), e.what());
-  } catch (const std::bad_alloc&) {
-    cached.clear();
-    std::lock_guard lock(mu);
-    counters.requests_failed += 1;
-    return error_event(errc::out_of_memory, "out of memory while generating");
-  } catch (const std::exception& e) {
-    cached.clear();
-    spdlog::error("model {}: unexpected error: {}", model_id, e.what());
-    std::lock_guard lock(mu);
-    counters.requests_failed += 1;
-    return error_event(errc::internal, "internal error while generating");
-  }
-}
-
-Event Engine::State::generate(Job& job) {
-  const CompletionRequest& req = job.request;
-  Channel& channel = *job.channel;
-  const auto prompt_len = static_cast<std::int32_t>(req.prompt.size());
-
-  Event done;
-  done.kind = Event::Kind::done;
-  done.usage.prompt_tokens = prompt_len;
-
-  if (channel.cancelled()) {  // gave up while queued
-    done.finish_reason = "cancelled";
-    std::lock_guard lock(mu);
-    counters.requests_cancelled += 1;
-    return done;
-  }
-
-  model::Sampler sampler(req.sampling);
-  tokenizer::StreamDecoder decoder(*tok, /*skip_special_tokens=*/true);
-  TextStream text({.stop = req.stop, .split_reasoning = req.split_reasoning, .start_in_reasoning = req.prompt_in_reasoning});
-  std::vector<float> logits(static_cast<std::size_t>(vocab));  // [vocab] f32, last position
-  std::vector<std::int32_t> history = req.prompt;               // prompt then generated ids
-  history.reserve(req.prompt.size() + static_cast<std::size_t>(req.max_tokens));
-
-  // Prefill from the longest prefix the cache already holds; at least the last
-  // prompt token is fed, since its logits pick the first new token.
-  const auto common = static_cast<std::size_t>(
-      std::mismatch(cached.begin(), cached.end(), req.prompt.begin(), req.prompt.end()).first - cached.begin());
-  const std::size_t start = std::min(common, req.prompt.size() - 1);
-  cached.resize(start);
-  runner->forward(std::span(req.prompt).subspan(start), static_cast<std::int32_t>(start), logits);
-  cached.insert(cached.end(), req.prompt.begin() + static_cast<std::ptrdiff_t>(start), req.prompt.end());
-  {
-    std::lock_guard lock(mu);
-    counters.prompt_tokens_reused += start;
-  }
-
-  std::vector<std::int32_t> pending;  // generated ids not yet carried by a delta
-  std::int32_t generated = 0;
-  Clock::time_point last_token;
-  bool first = true;
-  std::string finish_reason;
-
-  for (;;) {
-    const std::int32_t token = sampler.sample(logits, history, req.prompt.size());
-    const auto now = Clock::now();
-    if (first) {
-      first = false;
-      const double ttft_s = seconds_between(job.submitted, now);
-      done.time_to_first_token_ms = ttft_s * 1000.0;
-      ttft.observe(ttft_s);
-    } else {
-      inter_token.observe(seconds_between(last_token, now));
-    }
-    last_token = now;
-
-    if (!req.ignore_eos && std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end()) {
-      finish_reason = "stop";
-      break;
-    }
-    history.push_back(token);
-    done.tokens.push_back(token);
-    pending.push_back(token);
-    generated += 1;
-
-    // Ids past the tokenizer's vocabulary (the embedding's padding rows) have no text.
-    TextChunk chunk = text.push(tok->is_known(token) ? decoder.push(token) : std::string());
-    if (!chunk.empty()) {
-      Event delta;
-      delta.text = std::move(chunk.text);
-      delta.reasoning = std::move(chunk.reasoning);
-      delta.tokens = std::move(pending);
-      pending.clear();
-      channel.push(std::move(delta));
-    }
-    if (text.stopped()) {
-      finish_reason = "stop";
-      break;
-    }
-    // The next step writes position history.size() - 1 of the cache.
-    if (generated >= req.max_tokens || history.size() > static_cast<std::size_t>(max_context)) {
-      finish_reason = "length";
-      break;
-    }
-    if (channel.cancelled()) {
-      finish_reason = "cancelled";
-      break;
-    }
-    if (stop_requested()) throw ShuttingDown{};
-
-    runner->forward(std::span(&history.back(), 1), static_cast<std::int32_t>(history.size()) - 1, logits);
-    cached.push_back(token);
-  }
-
   if (!text.stopped()) {
     TextChunk tail = text.push(decoder.finish());
     TextChunk rest = text.finish();
     tail.text += rest.text;
     tail.reasoning += rest.reasoning;
-    if (text.stopped()) finish_reason = "stop";
+    if (text.stopped()) reason = FinishReason::stop;
     if (!tail.empty()) {
       Event delta;
       delta.text = std::move(tail.text);
       delta.reasoning = std::move(tail.reasoning);
       delta.tokens = std::move(pending);
-      channel.push(std::move(delta));
+      pending.clear();
+      channel->push(std::move(delta));
     }
   }
+  done.finish_reason = finish_reason_name(reason);
+  done.usage.completion_tokens = seq.generated;
+  done.usage.cached_tokens = std::max(seq.cached_prompt_tokens, 0);
+  {
+    std::lock_guard lock(st.mu);
+    st.counters.prompt_tokens += static_cast<std::uint64_t>(seq.prompt_len());
+    st.counters.generated_tokens += static_cast<std::uint64_t>(seq.generated);
+    st.counters.prompt_tokens_cached += static_cast<std::uint64_t>(done.usage.cached_tokens);
+    if (reason == FinishReason::cancelled) {
+      st.counters.requests_cancelled += 1;
+    } else {
+      st.counters.requests_done += 1;
+    }
+  }
+  last = std::move(done);
+}
 
-  done.finish_reason = finish_reason;
-  done.usage.completion_tokens = generated;
+void Engine::State::admit(std::deque<Submission>& fresh) {
+  for (Submission& sub : fresh) {
+    Job& job = jobs.emplace_back(*this, std::move(sub), next_id++);
+    if (job.channel->cancelled()) {  // gave up while queued
+      job.seq.finished = true;
+      job.on_finish(FinishReason::cancelled);
+      continue;
+    }
+    batcher->add(job.seq);
+  }
+  fresh.clear();
+}
+
+void Engine::State::retire() {
+  std::vector<std::pair<std::shared_ptr<Channel>, Event>> out;
+  for (auto it = jobs.begin(); it != jobs.end();) {
+    if (it->seq.finished && it->last) {
+      out.emplace_back(it->channel, std::move(*it->last));
+      it = jobs.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  publish();
+  for (auto& [channel, event] : out) channel->push(std::move(event));
+}
+
+void Engine::State::publish() {
+  const BlockStats b = batcher->blocks();
+  std::lock_guard lock(mu);
+  waiting = batcher->waiting();
+  running = batcher->running();
+  counters.kv_blocks_total = b.total;
+  counters.kv_blocks_used = b.used;
+  counters.kv_blocks_cached = b.cached;
+}
+
+void Engine::State::fail_jobs(const std::string& kind, const std::string& message, bool only_in_step) {
+  std::uint64_t n = 0;
+  for (Job& job : jobs) {
+    if (job.seq.finished) continue;
+    // The running sequences (those holding blocks) may have been in the failed step; queued ones were not.
+    if (only_in_step && job.seq.blocks.empty()) continue;
+    batcher->drop(job.seq);
+    job.last = error_event(kind, message);
+    ++n;
+  }
+  std::lock_guard lock(mu);
+  counters.requests_failed += n;
+}
+
+void Engine::State::fail_incoming(const std::string& kind, const std::string& message) {
+  std::deque<Submission> dropped;
   {
     std::lock_guard lock(mu);
-    counters.prompt_tokens += static_cast<std::uint64_t>(prompt_len);
-    counters.generated_tokens += static_cast<std::uint64_t>(generated);
-    if (finish_reason == "cancelled") {
-      counters.requests_cancelled += 1;
-    } else {
-      counters.requests_done += 1;
-    }
+    dropped.swap(incoming);
+    counters.requests_failed += dropped.size();
   }
-  return done;
+  for (auto& sub : dropped) sub.channel->push(error_event(kind, message));
+}
+
+void Engine::State::run_step() {
+  // Requests whose clients went away end before the step, freeing their blocks.
+  for (Job& job : jobs)
+    if (!job.seq.finished && job.channel->cancelled()) batcher->finish(job.seq, FinishReason::cancelled);
+  if (batcher->idle()) return;
+  try {
+    const StepStats s = batcher->step();
+    if (s.seqs > 0) batch_size.observe(s.seqs);
+    if (s.seqs == 0 && !batcher->idle()) {
+      // Every admitted sequence fits the pool alone, so an empty plan is a scheduler bug: never spin on it.
+      spdlog::error("model {}: the scheduler planned nothing with {} waiting", model_id, batcher->waiting());
+      fail_jobs(errc::internal, "internal error: the request could not be scheduled", /*only_in_step=*/false);
+    }
+    std::lock_guard lock(mu);
+    counters.steps += s.seqs > 0 ? 1 : 0;
+    counters.step_tokens += static_cast<std::uint64_t>(s.tokens);
+    counters.step_seqs += static_cast<std::uint64_t>(s.seqs);
+    counters.preemptions += static_cast<std::uint64_t>(s.preempted);
+  } catch (const Error& e) {
+    const bool fatal = poisons_runner(e.kind());
+    if (fatal) {
+      {
+        std::lock_guard lock(mu);
+        failed = true;
+        failure = std::string(e.kind()) + ": " + e.what();
+      }
+      spdlog::error("model {}: runner failed ({}: {}); the model must be unloaded", model_id, e.kind(), e.what());
+      fail_jobs(e.kind(), e.what(), /*only_in_step=*/false);
+      // Requests that never ran get model_failed, as later submits do.
+      fail_incoming(errc::model_failed, "model " + model_id + " failed: " + e.what());
+    } else {
+      spdlog::warn("model {}: step failed ({}: {})", model_id, e.kind(), e.what());
+      fail_jobs(e.kind(), e.what(), /*only_in_step=*/true);
+    }
+  } catch (const std::bad_alloc&) {
+    fail_jobs(errc::out_of_memory, "out of memory while generating", /*only_in_step=*/true);
+  } catch (const std::exception& e) {
+    spdlog::error("model {}: unexpected error: {}", model_id, e.what());
+    fail_jobs(errc::internal, "internal error while generating", /*only_in_step=*/true);
+  }
+}
+
+void Engine::State::loop() {
+  std::deque<Submission> fresh;
+  for (;;) {
+    {
+      std::unique_lock lock(mu);
+      const bool busy = !batcher->idle();
+      if (!busy) work_cv.wait(lock, [this] { return stopping || !incoming.empty(); });
+      if (stopping) break;
+      fresh.swap(incoming);
+      waiting += fresh.size();  // still counted until publish() sets the batcher's figures
+    }
+    admit(fresh);
+    run_step();
+    retire();
+  }
+  // Shutting down: every request still here ends with an error event.
+  for (Job& job : jobs) {
+    if (job.seq.finished && job.last) continue;
+    batcher->drop(job.seq);
+    job.last = error_event(errc::shutting_down, "model " + model_id + " was unloaded during the request");
+    std::lock_guard lock(mu);
+    counters.requests_failed += 1;
+  }
+  retire();
+  fail_incoming(errc::shutting_down, "model " + model_id + " is being unloaded");
 }
 
 Engine::Engine(std::string model_id, std::unique_ptr<backend::ModelRunner> runner,
@@ -297,6 +336,8 @@ Engine::Engine(std::string model_id, std::unique_ptr<backend::ModelRunner> runne
     : state_(std::make_unique<State>()) {
   NEURON_ASSERT(runner != nullptr);
   NEURON_ASSERT(tok != nullptr);
+  if (options.max_num_seqs < 1) fail(errc::invalid_argument, "max_num_seqs must be at least 1");
+  if (options.max_batch_tokens < 1) fail(errc::invalid_argument, "max_batch_tokens must be at least 1");
   State& s = *state_;
   s.model_id = std::move(model_id);
   s.max_context = runner->max_context();
@@ -307,6 +348,11 @@ Engine::Engine(std::string model_id, std::unique_ptr<backend::ModelRunner> runne
   s.stop_ids = configs.stop_ids();
   s.configs = std::move(configs);
   s.options = options;
+  s.batcher = std::make_unique<Batcher>(
+      *s.runner, BatcherOptions{.scheduler = {.max_num_seqs = options.max_num_seqs, .max_batch_tokens = options.max_batch_tokens},
+                                .prefix_caching = options.prefix_caching});
+  s.counters.kv_block_size = s.runner->kv_pool().block_size;
+  s.publish();
   s.thread = std::thread([&s] { s.loop(); });
 }
 
@@ -322,9 +368,8 @@ void Engine::shutdown() {
   s.work_cv.notify_all();
   if (s.thread.joinable()) s.thread.join();
   if (s.runner) {
+    s.batcher.reset();
     s.runner.reset();  // weights, KV cache; a TP runner also shuts down and reaps its workers
-    s.cached.clear();
-    s.cached.shrink_to_fit();
 #if defined(__GLIBC__)
     // Freed weights sit in glibc's arenas until trimmed; unload promises the memory back.
     malloc_trim(0);
@@ -370,13 +415,15 @@ std::shared_ptr<Channel> Engine::submit(CompletionRequest request) {
     std::lock_guard lock(s.mu);
     if (s.stopping) fail(errc::shutting_down, "model " + s.model_id + " is being unloaded");
     if (s.failed) fail(errc::model_failed, "model " + s.model_id + " failed (" + s.failure + "); unload and load it again");
-    // queue_depth requests may wait behind the running one.
-    const std::size_t in_system = s.queue.size() + (s.running ? 1 : 0);
-    if (in_system > s.options.queue_depth) {
-      fail(errc::overloaded, "model " + s.model_id + " is busy: " + std::to_string(s.queue.size()) +
+    // The batcher's sizes are fixed after construction and check_fits reads only them.
+    if (s.batcher) s.batcher->check_fits(static_cast<std::int64_t>(request.prompt.size()), request.max_tokens);
+    // queue_depth requests may wait behind the running ones.
+    const std::size_t waiting = s.incoming.size() + s.waiting;
+    if (waiting >= s.options.queue_depth) {
+      fail(errc::overloaded, "model " + s.model_id + " is busy: " + std::to_string(waiting) +
                                  " requests are waiting (queue depth " + std::to_string(s.options.queue_depth) + ")");
     }
-    s.queue.push_back(Job{std::move(request), channel, Clock::now()});
+    s.incoming.push_back(Submission{std::move(request), channel, Clock::now()});
   }
   s.work_cv.notify_one();
   return channel;
@@ -388,13 +435,14 @@ EngineStats Engine::stats() const {
   {
     std::lock_guard lock(s.mu);
     out = s.counters;
-    out.queue_depth = s.queue.size();
-    out.running = s.running ? 1 : 0;
+    out.queue_depth = s.incoming.size() + s.waiting;
+    out.running = s.running;
     out.failed = s.failed;
     out.failure = s.failure;
   }
   out.time_to_first_token = s.ttft.snapshot();
   out.inter_token_latency = s.inter_token.snapshot();
+  out.batch_size = s.batch_size.snapshot();
   return out;
 }
 
@@ -404,9 +452,11 @@ std::int32_t Engine::max_context() const noexcept { return state_->max_context; 
 
 backend::MemoryStats Engine::memory() const { return state_->memory; }
 
+const EngineOptions& Engine::options() const noexcept { return state_->options; }
+
 bool Engine::idle() const {
   std::lock_guard lock(state_->mu);
-  return state_->queue.empty() && !state_->running;
+  return state_->incoming.empty() && state_->waiting == 0 && state_->running == 0;
 }
 
 }  // namespace neuron::engine

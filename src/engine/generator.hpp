@@ -1,8 +1,8 @@
 #pragma once
-// The generation loop of one request on one runner, without HTTP or queues:
-// prefill the whole prompt in one forward, then sample and feed one token per
-// step. `neuron generate` and the benchmarks drive it directly; the engine
-// thread runs the same steps between requests.
+// One request on one runner, without HTTP, queues or threads: the Engine's
+// step loop (engine/batcher.hpp) with a single sequence, prefilling its
+// prompt in one step and then decoding a token per step. `neuron generate`
+// and the benchmarks drive it directly.
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -34,7 +34,7 @@ struct GenerateResult {
   GenerateTimings timings;
 };
 
-// Runs from position 0 (the runner's earlier cache content is overwritten).
+// Uses the runner's KV pool from scratch (nothing else may use the runner meanwhile).
 // `on_token` sees every emitted token as soon as it is sampled; returning
 // false ends the request with "cancelled" (that token is kept). Running out
 // of max_tokens or of the runner's context ends it with "length".

@@ -1,11 +1,15 @@
 #include "engine/model_loader.hpp"
 
+#include <algorithm>
+
 #include "dist/communicator.hpp"
 #include "io/safetensors.hpp"
 #include "model/config.hpp"
 #include "model/shard.hpp"
+#include "model/shard_weights.hpp"
 #include "tp/tp_runner.hpp"
 #include "util/error.hpp"
+#include "util/meminfo.hpp"
 
 namespace neuron::engine {
 
@@ -26,22 +30,60 @@ std::vector<backend::Device> rank_devices(const LoadOptions& options) {
   return out;
 }
 
-std::unique_ptr<backend::ModelRunner> open_runner(const LoadOptions& options) {
+LoadPlan plan_load(const LoadOptions& options, const model::Qwen3Config& cfg) {
   const int n = options.tensor_parallel;
   if (n < 1 || n > kMaxTensorParallel)
     fail(errc::bad_tensor_parallel,
          "tensor_parallel must be in [1, " + std::to_string(kMaxTensorParallel) + "], got " + std::to_string(n));
+  LoadPlan plan;
+  plan.devices = rank_devices(options);
+  backend::RunnerOptions& ro = plan.runner;
+  ro.max_context = model::resolve_max_context(cfg, options.max_context, backend::default_max_context(plan.devices[0]));
+  ro.kv_block_size = options.kv_block_size > 0 ? options.kv_block_size : backend::kDefaultKvBlockSize;
+  // Every rank's plan, so a bad split fails here, before a process starts.
+  std::vector<model::ShardPlan> shards;
+  for (int r = 0; r < n; ++r) shards.push_back(model::ShardPlan::make(cfg, r, n));
+  for (int r = 0; r < n; ++r) {
+    const std::int32_t blocks = backend::plan_kv_blocks(cfg, shards[static_cast<std::size_t>(r)],
+                                                        plan.devices[static_cast<std::size_t>(r)], options.kv_budget,
+                                                        ro.kv_block_size, ro.max_context);
+    ro.kv_blocks = r == 0 ? blocks : std::min(ro.kv_blocks, blocks);
+  }
+  for (int r = 0; r < n; ++r) {
+    const auto& shard = shards[static_cast<std::size_t>(r)];
+    const auto& device = plan.devices[static_cast<std::size_t>(r)];
+    plan.rank_bytes.push_back(static_cast<std::uint64_t>(model::weight_elements(cfg, shard)) * 2 +
+                              backend::kv_bytes_per_block(cfg, shard, device, ro.kv_block_size) *
+                                  static_cast<std::uint64_t>(ro.kv_blocks));
+  }
+  return plan;
+}
+
+void check_host_memory(const LoadPlan& plan) {
+  std::uint64_t needed = 0;
+  for (std::size_t r = 0; r < plan.devices.size(); ++r)
+    if (!plan.devices[r].is_cuda()) needed += plan.rank_bytes[r];
+  if (needed == 0) return;
+  const MemInfo mem = read_meminfo();
+  if (mem.available_bytes == 0) return;  // no /proc/meminfo: nothing to check against
+  if (needed > mem.available_bytes) {
+    auto mib = [](std::uint64_t b) { return std::to_string(b >> 20) + " MiB"; };
+    fail(errc::out_of_memory, "the model needs " + mib(needed) + " of host memory (weights and KV cache), but " +
+                                  mib(mem.available_bytes) + " are available; lower max_context or --kv-cache-bytes, or unload a model");
+  }
+}
+
+std::unique_ptr<backend::ModelRunner> open_runner(const LoadOptions& options) {
   const auto configs = model::load_model_configs(options.model_dir);
   const model::Qwen3Config& cfg = configs.model;
-  // Every rank's plan, so a bad split fails here, before a process starts.
-  for (int r = 0; r < n; ++r) (void)model::ShardPlan::make(cfg, r, n);
-  const auto devices = rank_devices(options);
+  const int n = options.tensor_parallel;
+  const LoadPlan plan = plan_load(options, cfg);
+  const auto& devices = plan.devices;
+  const backend::RunnerOptions& ro = plan.runner;
   const auto files = io::checkpoint_files(options.model_dir);
 
   if (n == 1) {
     const auto checkpoint = io::Checkpoint::open_files(files);
-    backend::RunnerOptions ro;
-    ro.max_context = options.max_context;
     return backend::make_runner(cfg, &checkpoint, model::ShardPlan::make(cfg, 0, 1), devices[0],
                                 std::make_shared<dist::LocalCommunicator>(), ro);
   }
@@ -53,7 +95,9 @@ std::unique_ptr<backend::ModelRunner> open_runner(const LoadOptions& options) {
   }
   to.world = n;
   to.devices = devices;
-  to.max_context = options.max_context;
+  to.max_context = ro.max_context;
+  to.kv_block_size = ro.kv_block_size;
+  to.kv_blocks = ro.kv_blocks;
   to.step_timeout = options.step_timeout;
   to.load_timeout = options.load_timeout;
   to.worker_binary = options.worker_binary;

@@ -11,6 +11,7 @@
 
 #include "backend/device.hpp"
 #include "backend/model_runner.hpp"
+#include "model/config.hpp"
 
 namespace neuron::engine {
 
@@ -22,16 +23,42 @@ struct LoadOptions {
   int tensor_parallel = 1;
   backend::Device device;           // every rank's device unless `devices` is given
   std::vector<int> devices;         // CUDA ordinals: one per rank, or one shared by all ranks
-  std::int32_t max_context = 0;     // 0: the backend's default
+  std::int32_t max_context = 0;     // 0: min(max_position_embeddings, the backend's default)
+  backend::KvBudget kv_budget;      // the KV pool's size on each rank (backend/model_runner.hpp)
+  std::int32_t kv_block_size = 0;   // 0: backend::kDefaultKvBlockSize
   std::chrono::milliseconds step_timeout{30000};   // TP: per-step reply deadline and collective timeout
   std::chrono::milliseconds load_timeout{600000};  // TP: deadline for the workers' shard loads
   std::filesystem::path worker_binary;             // TP: the neuron executable (default /proc/self/exe)
   std::vector<std::vector<std::string>> worker_args;  // TP: extra worker arguments per rank (test hooks)
 };
 
-// Throws Error{bad_tensor_parallel} for tensor_parallel outside [1, 16] or a
-// model the ranks cannot split (checked before any worker starts), and what
-// loading throws (not_found, bad_model, unsupported_arch, worker_failed, ...).
+// What a load will allocate, decided before anything is: each rank's device,
+// the runner options (max_context resolved, the KV pool's blocks: the fewest
+// any rank's budget buys, so all ranks' pools match) and the bytes each rank
+// will hold (weights plus KV pool).
+struct LoadPlan {
+  std::vector<backend::Device> devices;   // [tensor_parallel]
+  backend::RunnerOptions runner;
+  std::vector<std::uint64_t> rank_bytes;  // [tensor_parallel] weights + KV pool
+};
+// Throws Error{invalid_argument} for a bad device list or max_context,
+// Error{bad_tensor_parallel} for a split the model does not allow, and
+// Error{out_of_memory} when the KV budget cannot hold one sequence of max_context.
+LoadPlan plan_load(const LoadOptions& options, const model::Qwen3Config& cfg);
+
+// Memory admission: the ranks on the CPU together must fit the host's
+// available memory (MemAvailable). Throws Error{out_of_memory} giving needed
+// and available bytes. (A GPU rank's KV budget is planned from its device's
+// memory, and a device allocation that fails fails the load the same way.)
+void check_host_memory(const LoadPlan& plan);
+
+// Resolves max_context and the KV pool (the fewest blocks any rank's budget
+// buys, so all ranks' pools match) before anything is allocated. Throws
+// Error{bad_tensor_parallel} for tensor_parallel outside [1, 16] or a
+// model the ranks cannot split (checked before any worker starts),
+// Error{out_of_memory} when the KV budget cannot hold one sequence of
+// max_context, and what loading throws (not_found, bad_model,
+// unsupported_arch, worker_failed, ...).
 std::unique_ptr<backend::ModelRunner> open_runner(const LoadOptions& options);
 
 // The per-rank devices `options` asks for (size tensor_parallel). Throws Error{invalid_argument}.

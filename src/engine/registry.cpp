@@ -21,6 +21,13 @@
 
 namespace neuron::engine {
 
+namespace {
+// A step's token budget when none is configured: a GPU runs large prefill chunks in
+// about the time of a decode step; on the CPU a chunk delays every running decode.
+constexpr std::int32_t kDefaultGpuBatchTokens = 8192;
+constexpr std::int32_t kDefaultCpuBatchTokens = 512;
+}  // namespace
+
 std::string_view to_string(ModelStatus s) noexcept {
   switch (s) {
     case ModelStatus::loading: return "loading";
@@ -161,7 +168,10 @@ void Registry::State::run_load(Entry* entry, LoadOptions load) {
     }
     assets = std::make_shared<const ModelAssets>(pending_assets.get());
     if (runner_error) std::rethrow_exception(runner_error);
-    engine = std::make_shared<Engine>(id, std::move(runner), assets->tokenizer, assets->configs, options.engine);
+    EngineOptions engine_options = options.engine;
+    if (engine_options.max_batch_tokens <= 0)
+      engine_options.max_batch_tokens = load.device.is_cuda() ? kDefaultGpuBatchTokens : kDefaultCpuBatchTokens;
+    engine = std::make_shared<Engine>(id, std::move(runner), assets->tokenizer, assets->configs, engine_options);
   } catch (const Error& e) {
     kind = e.kind();
     message = e.what();
@@ -244,6 +254,7 @@ ModelInfo Registry::load(const ModelSpec& spec, bool wait) {
   }
   load.devices = spec.devices;
   load.max_context = spec.max_context;
+  load.kv_budget = s.options.kv_budget;
   load.step_timeout = s.options.step_timeout;
   load.worker_binary = s.options.worker_binary;
   std::vector<std::string> devices;
@@ -263,12 +274,8 @@ ModelInfo Registry::load(const ModelSpec& spec, bool wait) {
   load.model_dir = resolve(spec.model_id, s.options);
   // Shape problems answer now, not from the background thread.
   const model::ModelConfigs configs = model::load_model_configs(load.model_dir);
-  (void)model::ShardPlan::make(configs.model, 0, spec.tensor_parallel);
-  if (spec.max_context > configs.model.max_position_embeddings) {
-    fail(errc::invalid_argument, "max_context " + std::to_string(spec.max_context) +
-                                     " exceeds the model's max_position_embeddings " +
-                                     std::to_string(configs.model.max_position_embeddings));
-  }
+  // Split, max_context, KV budget and host memory answer now (507 when it cannot fit).
+  check_host_memory(plan_load(load, configs.model));
 
   auto entry = std::make_shared<Entry>();
   entry->info.model_id = spec.model_id;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend/device.hpp"
+#include "backend/model_runner.hpp"
 #include "engine/engine.hpp"
 
 namespace neuron::engine {
@@ -47,7 +48,8 @@ struct ModelInfo {
 struct RegistryOptions {
   std::vector<std::filesystem::path> model_roots;  // directories model ids may resolve into (besides the HF cache)
   bool allow_any_directory = false;                // CLI/--model may name any directory; HTTP may not
-  EngineOptions engine;
+  EngineOptions engine;                            // max_batch_tokens 0: 8192 on a GPU, 512 on the CPU
+  backend::KvBudget kv_budget;                     // each model's KV pool (per rank)
   std::chrono::milliseconds step_timeout{30000};
   std::filesystem::path worker_binary;             // default /proc/self/exe
 };

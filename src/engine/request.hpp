@@ -29,6 +29,7 @@ struct CompletionRequest {
 struct Usage {
   std::int32_t prompt_tokens = 0;
   std::int32_t completion_tokens = 0;
+  std::int32_t cached_tokens = 0;  // prompt tokens whose KV came from the prefix cache
 };
 
 // One step's output, or the end of the request. Each request gets deltas

@@ -211,6 +211,14 @@ Api::Api(engine::Registry& registry, ApiOptions options) : registry_(registry), 
   metrics_.declare_histogram("neuron_inter_token_latency_seconds", "Time between generated tokens", latency);
   metrics_.declare_gauge("neuron_queue_depth", "Requests waiting per model");
   metrics_.declare_gauge("neuron_requests_running", "Requests generating per model");
+  metrics_.declare_gauge("neuron_kv_blocks_total", "KV cache blocks per model (each rank holds as many)");
+  metrics_.declare_gauge("neuron_kv_blocks_used", "KV cache blocks held by running sequences");
+  metrics_.declare_gauge("neuron_kv_blocks_cached", "Full KV blocks kept for prefix reuse");
+  metrics_.declare_gauge("neuron_prompt_tokens_cached", "Prompt tokens whose KV came from the prefix cache, since the model loaded");
+  metrics_.declare_gauge("neuron_preemptions", "Sequences preempted (blocks taken back, recomputed later), since the model loaded");
+  metrics_.declare_gauge("neuron_batch_steps", "Batched steps run since the model loaded");
+  metrics_.declare_gauge("neuron_batch_sequences", "Sequences over all batched steps (/ steps = mean batch size)");
+  metrics_.declare_gauge("neuron_batch_tokens", "New tokens over all batched steps");
   metrics_.declare_gauge("neuron_models_loaded", "Models loaded and serving");
   metrics_.declare_gauge("neuron_models_loading", "Models still loading");
   metrics_.declare_gauge("neuron_requests_in_flight", "Generations in flight over HTTP");
@@ -306,6 +314,18 @@ HttpResponse Api::list_models(const HttpRequest&) {
         auto stats = registry_.engine(m.model_id)->stats();
         j["queue_depth"] = stats.queue_depth;
         j["running"] = stats.running;
+        const double prompt = static_cast<double>(stats.prompt_tokens);
+        j["batching"] = {{"max_num_seqs", registry_.engine(m.model_id)->options().max_num_seqs},
+                         {"max_batch_tokens", registry_.engine(m.model_id)->options().max_batch_tokens},
+                         {"steps", stats.steps},
+                         {"mean_batch_size", stats.steps ? static_cast<double>(stats.step_seqs) / stats.steps : 0.0},
+                         {"preemptions", stats.preemptions}};
+        j["kv_cache"] = {{"block_size", stats.kv_block_size},
+                         {"blocks_total", stats.kv_blocks_total},
+                         {"blocks_used", stats.kv_blocks_used},
+                         {"blocks_cached", stats.kv_blocks_cached},
+                         {"prompt_tokens_cached", stats.prompt_tokens_cached},
+                         {"prefix_hit_rate", prompt > 0 ? static_cast<double>(stats.prompt_tokens_cached) / prompt : 0.0}};
       } catch (const Error&) {
         // Unloaded or failed between list() and engine(): the entry above says enough.
       }
@@ -361,8 +381,10 @@ HttpResponse Api::openai_model(const HttpRequest& request) {
 }
 
 HttpResponse Api::render_metrics(const HttpRequest&) {
-  metrics_.clear("neuron_queue_depth");
-  metrics_.clear("neuron_requests_running");
+  for (const char* name : {"neuron_queue_depth", "neuron_requests_running", "neuron_kv_blocks_total", "neuron_kv_blocks_used",
+                           "neuron_kv_blocks_cached", "neuron_prompt_tokens_cached", "neuron_preemptions",
+                           "neuron_batch_steps", "neuron_batch_sequences", "neuron_batch_tokens"})
+    metrics_.clear(name);
   int loaded = 0, loading = 0;
   for (const auto& m : registry_.list()) {
     if (m.status == engine::ModelStatus::loading) ++loading;
@@ -372,6 +394,15 @@ HttpResponse Api::render_metrics(const HttpRequest&) {
       auto stats = registry_.engine(m.model_id)->stats();
       metrics_.set("neuron_queue_depth", {{"model", m.model_id}}, static_cast<double>(stats.queue_depth));
       metrics_.set("neuron_requests_running", {{"model", m.model_id}}, static_cast<double>(stats.running));
+      const Labels label{{"model", m.model_id}};
+      metrics_.set("neuron_kv_blocks_total", label, static_cast<double>(stats.kv_blocks_total));
+      metrics_.set("neuron_kv_blocks_used", label, static_cast<double>(stats.kv_blocks_used));
+      metrics_.set("neuron_kv_blocks_cached", label, static_cast<double>(stats.kv_blocks_cached));
+      metrics_.set("neuron_prompt_tokens_cached", label, static_cast<double>(stats.prompt_tokens_cached));
+      metrics_.set("neuron_preemptions", label, static_cast<double>(stats.preemptions));
+      metrics_.set("neuron_batch_steps", label, static_cast<double>(stats.steps));
+      metrics_.set("neuron_batch_sequences", label, static_cast<double>(stats.step_seqs));
+      metrics_.set("neuron_batch_tokens", label, static_cast<double>(stats.step_tokens));
     } catch (const Error&) {
       // Gone since list(): nothing to report for it.
     }
@@ -539,7 +570,7 @@ HttpResponse Api::generate(const HttpRequest& request, bool chat) {
       if (e && e->kind != engine::Event::Kind::delta) {
         gen->on_end(*e);
         if (e->kind == engine::Event::Kind::error) return error_response(classify(e->error_kind, e->error_message));
-        const TokenUsage usage{e->usage.prompt_tokens, e->usage.completion_tokens};
+        const TokenUsage usage{e->usage.prompt_tokens, e->usage.completion_tokens, e->usage.cached_tokens};
         if (!req.tool_calls) return json_response(completion_body(gen->meta, content, reasoning, e->finish_reason, usage));
         const ToolCallExtractor::Result split = ToolCallExtractor::split(content);
         return json_response(completion_body(gen->meta, split.content, reasoning, split.finish_reason(e->finish_reason),
@@ -598,7 +629,7 @@ HttpResponse Api::generate(const HttpRequest& request, bool chat) {
           finish_reason = rest.finish_reason(finish_reason);
         }
         if (!sink.write(sse_event(finish_chunk(gen->meta, finish_reason)))) return;
-        if (include_usage && !sink.write(sse_event(usage_chunk(gen->meta, {e->usage.prompt_tokens, e->usage.completion_tokens}))))
+        if (include_usage && !sink.write(sse_event(usage_chunk(gen->meta, {e->usage.prompt_tokens, e->usage.completion_tokens, e->usage.cached_tokens}))))
           return;
       }
       sink.write(kSseDone);

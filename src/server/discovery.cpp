@@ -66,26 +66,10 @@ nlohmann::json cuda_versions() {
 
 }  // namespace
 
-MemInfo parse_meminfo(std::string_view text) {
-  MemInfo m;
-  std::istringstream in{std::string(text)};
-  for (std::string line; std::getline(in, line);) {
-    std::istringstream ls(line);
-    std::string key, unit;
-    std::uint64_t value = 0;
-    if (!(ls >> key >> value)) continue;
-    ls >> unit;
-    std::uint64_t scale = unit == "kB" ? 1024 : 1;
-    if (key == "MemTotal:") m.total_bytes = value * scale;
-    else if (key == "MemAvailable:") m.available_bytes = value * scale;
-  }
-  return m;
-}
-
 nlohmann::json discover() {
   char host[256] = {};
   if (gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
-  MemInfo mem = parse_meminfo(read_file("/proc/meminfo"));
+  const MemInfo mem = read_meminfo();
   long online = sysconf(_SC_NPROCESSORS_ONLN);
   return {{"host", host},
           {"cpu", {{"model", cpu_model()}, {"logical_cores", online > 0 ? online : 0}, {"usable_threads", std::thread::hardware_concurrency()}}},

@@ -8,15 +8,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "util/meminfo.hpp"
+
 namespace neuron::server {
-
-struct MemInfo {
-  std::uint64_t total_bytes = 0;
-  std::uint64_t available_bytes = 0;
-};
-
-// Parses /proc/meminfo text ("MemTotal:  16318480 kB"); missing fields stay 0.
-MemInfo parse_meminfo(std::string_view text);
 
 nlohmann::json discover();
 

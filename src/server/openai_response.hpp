@@ -23,6 +23,7 @@ struct ResponseMeta {
 struct TokenUsage {
   std::int32_t prompt_tokens = 0;
   std::int32_t completion_tokens = 0;
+  std::int32_t cached_tokens = 0;  // prompt tokens served from the prefix cache (usage.prompt_tokens_details)
 };
 
 // `prefix` and 24 random hex digits ("chatcmpl-...", "call_...").

@@ -81,6 +81,25 @@ std::int64_t parse_int(const Raw& raw, std::int64_t lo, std::int64_t hi) {
   return v;
 }
 
+double parse_fraction(const Raw& raw) {
+  double v = 0;
+  std::size_t used = 0;
+  try {
+    v = std::stod(raw.text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != raw.text.size() || !(v > 0.0 && v <= 1.0))
+    fail(errc::invalid_argument, raw.source + " must be a number in (0, 1], got " + raw.text);
+  return v;
+}
+
+bool parse_bool(const Raw& raw) {
+  if (raw.text == "true" || raw.text == "1" || raw.text == "on") return true;
+  if (raw.text == "false" || raw.text == "0" || raw.text == "off") return false;
+  fail(errc::invalid_argument, raw.source + " must be true or false, got " + raw.text);
+}
+
 json read_config_file(const std::string& path, const std::string& source) {
   std::ifstream in(path);
   if (!in) fail(errc::invalid_argument, source + ": cannot read config file '" + path + "'");
@@ -93,8 +112,10 @@ json read_config_file(const std::string& path, const std::string& source) {
     fail(errc::invalid_argument, "config file '" + path + "' is not valid JSON: " + e.what());
   }
   if (!j.is_object()) fail(errc::invalid_argument, "config file '" + path + "' must hold a JSON object");
-  static const char* kKnown[] = {"host",        "port",           "models",          "api_key", "models_dirs",
-                                 "queue_depth", "max_body_bytes", "step_timeout_ms", "threads", "shutdown_grace_ms"};
+  static const char* kKnown[] = {"host",         "port",           "models",          "api_key",
+                                 "models_dirs",  "queue_depth",    "max_body_bytes",  "step_timeout_ms",
+                                 "threads",      "shutdown_grace_ms", "max_num_seqs", "max_batch_tokens",
+                                 "kv_cache_bytes", "gpu_memory_fraction", "prefix_caching"};
   for (const auto& [key, value] : j.items()) {
     bool known = false;
     for (const char* k : kKnown) known = known || key == k;
@@ -137,6 +158,16 @@ ServeOptions resolve_serve_options(const ServeFlags& flags, const EnvLookup& env
     o.threads = static_cast<int>(parse_int(*r, 1, 4096));
   if (auto r = src.get(flags.shutdown_grace_ms, "--shutdown-grace-ms", "NEURON_SHUTDOWN_GRACE_MS", "shutdown_grace_ms"))
     o.shutdown_grace = std::chrono::milliseconds(parse_int(*r, 0, kMaxSize));
+  if (auto r = src.get(flags.max_num_seqs, "--max-num-seqs", "NEURON_MAX_NUM_SEQS", "max_num_seqs"))
+    o.max_num_seqs = static_cast<int>(parse_int(*r, 1, 4096));
+  if (auto r = src.get(flags.max_batch_tokens, "--max-batch-tokens", "NEURON_MAX_BATCH_TOKENS", "max_batch_tokens"))
+    o.max_batch_tokens = static_cast<int>(parse_int(*r, 1, 1 << 20));
+  if (auto r = src.get(flags.kv_cache_bytes, "--kv-cache-bytes", "NEURON_KV_CACHE_BYTES", "kv_cache_bytes"))
+    o.kv_cache_bytes = static_cast<std::uint64_t>(parse_int(*r, 1 << 20, std::int64_t{1} << 46));
+  if (auto r = src.get(flags.gpu_memory_fraction, "--gpu-memory-fraction", "NEURON_GPU_MEMORY_FRACTION", "gpu_memory_fraction"))
+    o.gpu_memory_fraction = parse_fraction(*r);
+  if (auto r = src.get(flags.prefix_caching, "--prefix-caching", "NEURON_PREFIX_CACHING", "prefix_caching"))
+    o.prefix_caching = parse_bool(*r);
   o.models = src.list(flags.models, "NEURON_MODEL", "models");
   for (auto& d : src.list(flags.models_dirs, "NEURON_MODELS_DIR", "models_dirs")) o.models_dirs.emplace_back(d);
   return o;

@@ -26,12 +26,19 @@ struct ServeOptions {
   std::chrono::milliseconds step_timeout{30000};
   int threads = 64;  // HTTP connection threads: each open stream holds one
   std::chrono::milliseconds shutdown_grace{10000};  // in-flight requests may finish this long after SIGTERM
+  // Continuous batching, per model.
+  int max_num_seqs = 64;            // sequences decoded together
+  int max_batch_tokens = 0;         // new tokens per step; 0: 8192 on a GPU, 512 on the CPU
+  std::uint64_t kv_cache_bytes = 0;  // KV pool per rank; 0: the device fraction (GPU) or 2 GiB (CPU)
+  double gpu_memory_fraction = 0;   // of each GPU, for weights + KV + activations; 0: 0.9
+  bool prefix_caching = true;       // share full KV blocks between requests with the same prefix
 };
 
 // The values given on the command line (absent: not given).
 struct ServeFlags {
   std::optional<std::string> host, api_key, config;
   std::optional<std::string> port, queue_depth, max_body_bytes, step_timeout_ms, threads, shutdown_grace_ms;
+  std::optional<std::string> max_num_seqs, max_batch_tokens, kv_cache_bytes, gpu_memory_fraction, prefix_caching;
   std::vector<std::string> models;
   std::vector<std::string> models_dirs;
 };

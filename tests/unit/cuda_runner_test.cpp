@@ -2,6 +2,9 @@
 // the golden float32 ones from transformers, decode (graph replay) against
 // prefill, TP=2 on one GPU (Gloo host-staged all-reduce) against TP=1, and
 // clean failures (bad input, out of memory) that leave the process serving.
+// Batched steps (continuous batching over the paged KV pool) against each
+// sequence run alone through SingleSequence, on the tiny model and on random
+// weights of real head shapes, with and without CUDA graphs.
 #include <gtest/gtest.h>
 
 #ifdef NEURON_HAVE_CUDA
@@ -9,14 +12,19 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <numeric>
-#include <cstdlib>
+#include <random>
+#include <string>
 #include <vector>
 
+#include "backend/batch.hpp"
 #include "backend/cuda/cuda_runner.hpp"
+#include "backend/single_sequence.hpp"
 #include "backend/cuda/cuda_check.hpp"
 #include "dist/factory.hpp"
 #include "io/safetensors.hpp"
@@ -55,16 +63,33 @@ std::int32_t argmax(std::span<const float> v) {
 std::vector<std::int32_t> greedy(ModelRunner& r, const std::vector<std::int32_t>& prompt, int steps) {
   const auto v = static_cast<std::size_t>(r.config().vocab_size);
   std::vector<float> logits(v);
-  r.clear_kv_cache();
-  r.forward(prompt, 0, logits);
+  SingleSequence seq(r);
+  seq.forward(prompt, 0, logits);
   std::vector<std::int32_t> out;
   auto pos = static_cast<std::int32_t>(prompt.size());
   for (int i = 0; i < steps; ++i) {
     out.push_back(argmax(logits));
-    if (i + 1 < steps) r.forward(std::span<const std::int32_t>(&out.back(), 1), pos++, logits);
+    if (i + 1 < steps) seq.forward(std::span<const std::int32_t>(&out.back(), 1), pos++, logits);
   }
   return out;
 }
+
+// Sets an environment variable for the lifetime of the guard (the runner reads its switches at construction).
+class EnvGuard {
+ public:
+  EnvGuard(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    ::setenv(name, value, 1);
+  }
+  ~EnvGuard() {
+    if (old_.empty()) ::unsetenv(name_);
+    else ::setenv(name_, old_.c_str(), 1);
+  }
+
+ private:
+  const char* name_;
+  std::string old_;
+};
 
 class CudaRunnerTiny : public ::testing::Test {
  protected:
@@ -93,10 +118,10 @@ TEST_F(CudaRunnerTiny, LogitsMatchGoldenFloat32) {
     // Everything before the recorded positions goes in as a first call, so the
     // second call also checks resuming from the cache at an offset.
     const std::size_t first = n - recorded;
-    runner->clear_kv_cache();
-    if (first > 0) runner->forward(std::span(ids).first(first), 0, {});
+    SingleSequence seq(*runner);
+    if (first > 0) seq.forward(std::span(ids).first(first), 0, {});
     std::vector<float> logits(recorded * v);
-    runner->forward(std::span(ids).subspan(first), static_cast<std::int32_t>(first), logits);
+    seq.forward(std::span(ids).subspan(first), static_cast<std::int32_t>(first), logits);
     for (std::size_t i = 0; i < recorded; ++i) {
       std::span<const float> row(logits.data() + i * v, v);
       const float margin = top_logits[i][0] - top_logits[i][1];
@@ -125,17 +150,17 @@ TEST_F(CudaRunnerTiny, DecodeStepsMatchPrefillOfTheSameSequence) {
   // Decode: the graph is captured on the first step and replayed for the others.
   std::vector<std::vector<float>> step_logits;
   std::vector<float> logits(v);
-  runner->forward(prompt, 0, logits);
+  SingleSequence one(*runner);
+  one.forward(prompt, 0, logits);
   std::vector<std::int32_t> seq = prompt;
   for (int i = 0; i < 40; ++i) {
     seq.push_back(argmax(logits));
-    runner->forward(std::span(seq).last(1), static_cast<std::int32_t>(seq.size() - 1), logits);
+    one.forward(std::span(seq).last(1), static_cast<std::int32_t>(seq.size() - 1), logits);
     step_logits.push_back(logits);
   }
-  // Prefill of the whole sequence from a cleared cache gives every row at once.
-  runner->clear_kv_cache();
+  // Prefill of the whole sequence from position 0 gives every row at once.
   std::vector<float> all(seq.size() * v);
-  runner->forward(seq, 0, all);
+  one.forward(seq, 0, all);
   for (std::size_t i = 0; i < step_logits.size(); ++i) {
     std::span<const float> row(all.data() + (prompt.size() + i) * v, v);
     EXPECT_GE(cosine(row, step_logits[i]), 0.999) << "decode step " << i;
@@ -152,14 +177,14 @@ TEST_F(CudaRunnerTiny, FusedDecodePathMatchesTheLayeredOne) {
   // Both runners decode the same token sequence; their logits agree to rounding.
   const auto v = static_cast<std::size_t>(cfg_.vocab_size);
   std::vector<float> a(v), b(v);
-  layered->clear_kv_cache();
-  layered->forward(prompt, 0, a);
-  fused->forward(prompt, 0, b);
+  SingleSequence sa(*layered), sb(*fused);
+  sa.forward(prompt, 0, a);
+  sb.forward(prompt, 0, b);
   auto pos = static_cast<std::int32_t>(prompt.size());
   for (std::size_t i = 0; i + 1 < tokens.size(); ++i, ++pos) {
     const std::span<const std::int32_t> one(&tokens[i], 1);
-    layered->forward(one, pos, a);
-    fused->forward(one, pos, b);
+    sa.forward(one, pos, a);
+    sb.forward(one, pos, b);
     EXPECT_GE(cosine(a, b), 0.9999) << "decode step " << i;
   }
 }
@@ -189,30 +214,67 @@ TEST_F(CudaRunnerTiny, TensorParallelTwoRanksOnOneGpuMatchSingleRank) {
 TEST_F(CudaRunnerTiny, BadInputIsRejectedAndTheRunnerKeepsWorking) {
   RunnerOptions options;
   options.max_context = 64;
+  options.kv_blocks = 8;
   auto runner = open_tiny(*ckpt_, cfg_, 0, 1, nullptr, options);
   EXPECT_EQ(runner->max_context(), 64);
   const auto v = static_cast<std::size_t>(cfg_.vocab_size);
   std::vector<float> logits(v), again(v);
   const std::vector<std::int32_t> ok = {1, 2, 3};
-  runner->forward(ok, 0, logits);
-  auto kind_of = [&](auto&& f) {
+  const std::vector<std::int32_t> table = {5};
+  Batch good;
+  good.add(ok, 0, table, LogitsWanted::last);
+  runner->step(good, logits);
+  auto kind_of = [&](const Batch& b, std::span<float> out) {
     try {
-      f();
+      runner->step(b, out);
     } catch (const Error& e) {
       return e.kind();
     }
     return std::string("no error");
   };
-  const std::vector<std::int32_t> bad = {1, static_cast<std::int32_t>(cfg_.vocab_size)};
-  EXPECT_EQ(kind_of([&] { runner->forward(bad, 0, logits); }), errc::invalid_argument);
-  const std::vector<std::int32_t> negative = {-1};
-  EXPECT_EQ(kind_of([&] { runner->forward(negative, 0, logits); }), errc::invalid_argument);
-  EXPECT_EQ(kind_of([&] { runner->forward(ok, 62, logits); }), errc::context_length_exceeded);
+  auto one = [](std::vector<std::int32_t> tokens, std::int32_t position, std::vector<std::int32_t> blocks) {
+    Batch b;
+    b.add(tokens, position, blocks, LogitsWanted::last);
+    return b;
+  };
+  EXPECT_EQ(kind_of(one({1, static_cast<std::int32_t>(cfg_.vocab_size)}, 0, {5}), logits), errc::invalid_argument);
+  EXPECT_EQ(kind_of(one({-1}, 0, {5}), logits), errc::invalid_argument);
+  EXPECT_EQ(kind_of(one(ok, 62, {0, 1, 2, 3, 4}), logits), errc::context_length_exceeded);
+  EXPECT_EQ(kind_of(one(ok, 0, {8}), logits), errc::invalid_argument) << "block id past the pool";
+  EXPECT_EQ(kind_of(one(ok, 15, {5}), logits), errc::invalid_argument) << "table too short";
   std::vector<float> wrong(v + 1);
-  EXPECT_EQ(kind_of([&] { runner->forward(ok, 0, wrong); }), errc::invalid_argument);
-  EXPECT_EQ(kind_of([&] { runner->forward({}, 0, logits); }), errc::invalid_argument);
-  runner->forward(ok, 0, again);
+  EXPECT_EQ(kind_of(good, wrong), errc::invalid_argument);
+  EXPECT_EQ(kind_of(Batch{}, {}), errc::invalid_argument);
+  Batch clash;  // two sequences writing the same block
+  clash.add(ok, 0, table, LogitsWanted::last);
+  clash.add(ok, 0, table, LogitsWanted::last);
+  std::vector<float> two(2 * v);
+  EXPECT_EQ(kind_of(clash, two), errc::invalid_argument);
+  runner->step(good, again);
   EXPECT_EQ(logits, again);
+}
+
+TEST_F(CudaRunnerTiny, KvPoolShapeFollowsTheOptions) {
+  const model::ShardPlan plan = model::ShardPlan::make(cfg_, 0, 1);
+  const Device dev{Device::Kind::cuda, 0};
+  RunnerOptions options;
+  options.max_context = 100;
+  auto by_default = open_tiny(*ckpt_, cfg_, 0, 1, nullptr, options);
+  KvPoolShape pool = by_default->kv_pool();
+  EXPECT_EQ(pool.block_size, kDefaultKvBlockSize);
+  EXPECT_EQ(pool.num_blocks, 7);  // one sequence of 100 positions
+  EXPECT_EQ(pool.bytes_per_block, kv_bytes_per_block(cfg_, plan, dev, kDefaultKvBlockSize));
+  // The pool holds one more block than it lends: the graphs' padding scratch.
+  EXPECT_EQ(by_default->memory().kv_cache_bytes, 8 * pool.bytes_per_block);
+  options.kv_block_size = 32;
+  options.kv_blocks = 50;
+  auto sized = open_tiny(*ckpt_, cfg_, 0, 1, nullptr, options);
+  pool = sized->kv_pool();
+  EXPECT_EQ(pool.block_size, 32);
+  EXPECT_EQ(pool.num_blocks, 50);
+  EXPECT_EQ(sized->memory().kv_cache_bytes, 51 * kv_bytes_per_block(cfg_, plan, dev, 32));
+  options.max_context = static_cast<std::int32_t>(cfg_.max_position_embeddings) + 1;
+  EXPECT_THROW(open_tiny(*ckpt_, cfg_, 0, 1, nullptr, options), Error);
 }
 
 TEST_F(CudaRunnerTiny, OutOfMemoryAtLoadIsACleanErrorAndMemoryIsReturned) {
@@ -233,8 +295,251 @@ TEST_F(CudaRunnerTiny, OutOfMemoryAtLoadIsACleanErrorAndMemoryIsReturned) {
   auto runner = open_tiny(*ckpt_, cfg_);
   std::vector<float> logits(static_cast<std::size_t>(cfg_.vocab_size));
   const std::vector<std::int32_t> ok = {1, 2, 3};
-  runner->forward(ok, 0, logits);
+  SingleSequence(*runner).forward(ok, 0, logits);
   EXPECT_TRUE(std::all_of(logits.begin(), logits.end(), [](float x) { return std::isfinite(x); }));
+}
+
+// ---- batched steps against sequences run alone ------------------------------
+
+// One sequence of a batched run: its prompt, fed in chunks of `chunk`
+// tokens from batch step `join` on, then one decode token per step.
+struct Script {
+  std::vector<std::int32_t> prompt;
+  std::vector<std::int32_t> decode;
+  int join = 0;
+  int chunk = 0;
+  bool all_rows = false;  // asks every row of its last prompt chunk (the last one is compared)
+};
+
+// Logits rows of a sequence: after its prompt, then after each decode token.
+using Rows = std::vector<std::vector<float>>;
+
+// The sequence alone on `r`, its prompt fed in pieces of `chunk` (0: at once).
+Rows solo(ModelRunner& r, const Script& s, int chunk = 0) {
+  const auto v = static_cast<std::size_t>(r.config().vocab_size);
+  SingleSequence seq(r);
+  Rows rows;
+  std::vector<float> logits(v);
+  const auto n = static_cast<std::int32_t>(s.prompt.size());
+  const std::int32_t piece = chunk > 0 ? chunk : n;
+  for (std::int32_t at = 0; at < n; at += piece) {
+    const std::int32_t k = std::min(piece, n - at);
+    seq.forward(std::span(s.prompt).subspan(static_cast<std::size_t>(at), static_cast<std::size_t>(k)), at,
+                at + k == n ? std::span<float>(logits) : std::span<float>());
+  }
+  rows.push_back(logits);
+  std::int32_t pos = n;
+  for (std::int32_t t : s.decode) {
+    seq.forward(std::span<const std::int32_t>(&t, 1), pos++, logits);
+    rows.push_back(logits);
+  }
+  return rows;
+}
+
+// All scripts through batched steps on `r`, each sequence with its own
+// block table drawn from a shuffled pool; a step holds every joined sequence
+// that is not finished (prefill chunks and decodes mixed).
+std::vector<Rows> batched(ModelRunner& r, const std::vector<Script>& scripts, std::mt19937& rng) {
+  const auto v = static_cast<std::size_t>(r.config().vocab_size);
+  const KvPoolShape pool = r.kv_pool();
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(pool.num_blocks));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  std::vector<std::vector<std::int32_t>> tables;
+  std::size_t next = 0;
+  for (const Script& s : scripts) {
+    const std::size_t len = s.prompt.size() + s.decode.size();
+    const std::size_t blocks = (len + pool.block_size - 1) / static_cast<std::size_t>(pool.block_size);
+    if (next + blocks > ids.size()) throw Error(errc::invalid_argument, "test pool too small");
+    tables.emplace_back(ids.begin() + static_cast<std::ptrdiff_t>(next),
+                        ids.begin() + static_cast<std::ptrdiff_t>(next + blocks));
+    next += blocks;
+  }
+  std::vector<Rows> out(scripts.size());
+  std::vector<std::size_t> fed(scripts.size(), 0);
+  Batch batch;
+  std::vector<float> logits;
+  for (int step = 0;; ++step) {
+    batch.clear();
+    std::vector<std::size_t> members;
+    bool pending = false;
+    for (std::size_t i = 0; i < scripts.size(); ++i) {
+      const Script& s = scripts[i];
+      const std::size_t len = s.prompt.size() + s.decode.size();
+      if (fed[i] == len) continue;
+      pending = true;
+      if (s.join > step) continue;
+      const auto position = static_cast<std::int32_t>(fed[i]);
+      if (fed[i] < s.prompt.size()) {
+        const std::size_t left = s.prompt.size() - fed[i];
+        const std::size_t n = s.chunk > 0 ? std::min<std::size_t>(left, static_cast<std::size_t>(s.chunk)) : left;
+        const bool last = n == left;
+        batch.add(std::span(s.prompt).subspan(fed[i], n), position, tables[i],
+                  !last ? LogitsWanted::none : s.all_rows ? LogitsWanted::all : LogitsWanted::last);
+        fed[i] += n;
+      } else {
+        batch.add(std::span(s.decode).subspan(fed[i] - s.prompt.size(), 1), position, tables[i], LogitsWanted::last);
+        fed[i] += 1;
+      }
+      members.push_back(i);
+    }
+    if (!pending) break;
+    logits.assign(static_cast<std::size_t>(batch.logit_rows()) * v, 0.f);
+    r.step(batch, logits);
+    std::size_t row = 0;
+    for (std::size_t k = 0; k < members.size(); ++k) {
+      const SequenceStep& q = batch.seqs[k];
+      if (q.logits == LogitsWanted::none) continue;
+      const std::size_t rows = q.logits == LogitsWanted::all ? static_cast<std::size_t>(q.num_tokens) : 1;
+      const float* last = logits.data() + (row + rows - 1) * v;
+      out[members[k]].emplace_back(last, last + v);
+      row += rows;
+    }
+    EXPECT_EQ(row, static_cast<std::size_t>(batch.logit_rows()));
+  }
+  return out;
+}
+
+// cosine >= 0.999 row by row, and the same top-1 where the reference's top-1/top-2 margin exceeds 0.05.
+void expect_rows_match(const std::vector<Rows>& got, const std::vector<Rows>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size());
+  double worst = 1;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(got[i].size(), want[i].size()) << what << " sequence " << i;
+    for (std::size_t j = 0; j < got[i].size(); ++j) {
+      const double cos = cosine(got[i][j], want[i][j]);
+      worst = std::min(worst, cos);
+      EXPECT_GE(cos, 0.999) << what << " sequence " << i << " row " << j;
+      std::vector<float> sorted = want[i][j];
+      std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
+      if (sorted[0] - sorted[1] > 0.05f) {
+        EXPECT_EQ(argmax(got[i][j]), argmax(want[i][j])) << what << " sequence " << i << " row " << j;
+      }
+    }
+  }
+  std::printf("[batched] %s: worst cosine %.6f\n", what.c_str(), worst);
+}
+
+std::vector<Script> make_scripts(int count, std::int64_t vocab, std::mt19937& rng) {
+  const int lengths[] = {1, 2, 5, 16, 17, 33, 64, 65, 70, 130};
+  const int chunks[] = {0, 16, 24, 7};
+  std::uniform_int_distribution<std::int32_t> token(0, static_cast<std::int32_t>(vocab - 1));
+  std::vector<Script> out;
+  for (int i = 0; i < count; ++i) {
+    Script s;
+    s.prompt.resize(static_cast<std::size_t>(lengths[(i * 7 + 3) % 10]));
+    for (auto& t : s.prompt) t = token(rng);
+    s.decode.resize(static_cast<std::size_t>(5 + i % 6));
+    for (auto& t : s.decode) t = token(rng);
+    s.join = i % 4;
+    s.chunk = chunks[(i / 2) % 4];
+    s.all_rows = i % 4 == 1;
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+std::size_t blocks_for(const std::vector<Script>& scripts, int block_size) {
+  std::size_t n = 0;
+  for (const Script& s : scripts) n += (s.prompt.size() + s.decode.size() + block_size - 1) / block_size;
+  return n;
+}
+
+// N = 1, 3, 8, 32 sequences batched, with and without graphs, against each alone.
+void batched_against_solo(const std::function<std::unique_ptr<ModelRunner>(RunnerOptions)>& make,
+                          std::int64_t vocab, const std::string& name) {
+  std::mt19937 rng(77);
+  const std::vector<Script> all = make_scripts(32, vocab, rng);
+  RunnerOptions solo_options;
+  solo_options.max_context = 256;
+  auto alone = make(solo_options);
+  std::vector<Rows> reference;
+  for (const Script& s : all) reference.push_back(solo(*alone, s));
+  alone.reset();
+  for (const bool graphs : {true, false}) {
+    EnvGuard env("NEURON_CUDA_GRAPHS", graphs ? "1" : "0");
+    RunnerOptions options;
+    options.max_context = 256;
+    options.kv_blocks = static_cast<std::int32_t>(blocks_for(all, kDefaultKvBlockSize)) + 9;
+    auto runner = make(options);
+    for (const int n : {1, 3, 8, 32}) {
+      const std::vector<Script> some(all.begin(), all.begin() + n);
+      const std::vector<Rows> want(reference.begin(), reference.begin() + n);
+      expect_rows_match(batched(*runner, some, rng), want,
+                        name + " N=" + std::to_string(n) + (graphs ? " graphs" : " eager"));
+    }
+  }
+}
+
+TEST_F(CudaRunnerTiny, BatchedStepsMatchEachSequenceAlone) {
+  batched_against_solo([&](RunnerOptions o) { return open_tiny(*ckpt_, cfg_, 0, 1, nullptr, o); }, cfg_.vocab_size,
+                       "tiny");
+}
+
+TEST(CudaRunnerRandom, BatchedStepsMatchEachSequenceAloneOnRealHeadShapes) {
+  if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  // Random weights with Qwen3-0.6B's heads (hd 128, GQA 2) and Qwen3-32B's (GQA 8), a few layers each.
+  for (const auto& [preset, layers] : {std::pair<std::string, int>{"qwen3-0.6b", 4}, {"qwen3-32b", 2}}) {
+    model::Qwen3Config cfg = model::preset_config(preset);
+    cfg.num_hidden_layers = layers;
+    batched_against_solo(
+        [&](RunnerOptions o) {
+          return make_cuda_runner(cfg, nullptr, model::ShardPlan::make(cfg, 0, 1), Device{Device::Kind::cuda, 0},
+                                  std::make_shared<dist::LocalCommunicator>(), o);
+        },
+        cfg.vocab_size, preset);
+  }
+}
+
+TEST_F(CudaRunnerTiny, StepLongerThanAPassMixedWithDecodes) {
+  // A 5000-token prompt in one step with three short sequences: the runner
+  // cuts the step into passes of at most 4096 rows.
+  std::mt19937 rng(5);
+  std::vector<Script> scripts = make_scripts(4, cfg_.vocab_size, rng);
+  scripts[0].prompt.resize(5000);
+  for (std::size_t i = 0; i < 5000; ++i) scripts[0].prompt[i] = static_cast<std::int32_t>((i * 7919 + 11) % 151000);
+  for (Script& s : scripts) s.join = 0;
+  scripts[0].chunk = 0;
+  RunnerOptions options;
+  options.max_context = 5200;
+  auto alone = open_tiny(*ckpt_, cfg_, 0, 1, nullptr, options);
+  std::vector<Rows> reference;
+  for (const Script& s : scripts) reference.push_back(solo(*alone, s, 1000));  // other pass boundaries
+  options.kv_blocks = static_cast<std::int32_t>(blocks_for(scripts, kDefaultKvBlockSize)) + 3;
+  auto runner = open_tiny(*ckpt_, cfg_, 0, 1, nullptr, options);
+  expect_rows_match(batched(*runner, scripts, rng), reference, "tiny 5000-token prompt");
+}
+
+TEST_F(CudaRunnerTiny, SharedPrefixBlocksAreReadNotWritten) {
+  // B shares A's first two (full) blocks and feeds only its own tail while A decodes.
+  const auto v = static_cast<std::size_t>(cfg_.vocab_size);
+  std::vector<std::int32_t> a(40), b(40);
+  for (int i = 0; i < 40; ++i) a[i] = b[i] = 1000 + 37 * i;
+  for (int i = 32; i < 40; ++i) b[i] = 5000 + 11 * i;
+  RunnerOptions options;
+  options.max_context = 64;
+  auto alone = open_tiny(*ckpt_, cfg_, 0, 1, nullptr, options);
+  std::vector<float> want_a(v), want_b(v);
+  SingleSequence sa(*alone);
+  sa.forward(a, 0, {});
+  const std::int32_t next = 4242;
+  sa.forward(std::span<const std::int32_t>(&next, 1), 40, want_a);
+  SingleSequence(*alone).forward(b, 0, want_b);
+
+  options.kv_blocks = 12;
+  auto runner = open_tiny(*ckpt_, cfg_, 0, 1, nullptr, options);
+  const std::vector<std::int32_t> table_a = {7, 2, 9}, table_b = {7, 2, 4};
+  Batch first;
+  first.add(a, 0, table_a, LogitsWanted::none);
+  runner->step(first, {});
+  Batch second;
+  second.add(std::span<const std::int32_t>(&next, 1), 40, table_a, LogitsWanted::last);
+  second.add(std::span(b).subspan(32), 32, table_b, LogitsWanted::last);
+  std::vector<float> got(2 * v);
+  runner->step(second, got);
+  EXPECT_GE(cosine(std::span<const float>(got.data(), v), want_a), 0.999);
+  EXPECT_GE(cosine(std::span<const float>(got.data() + v, v), want_b), 0.999);
+  EXPECT_EQ(argmax(std::span<const float>(got.data(), v)), argmax(want_a));
 }
 
 TEST(CudaRunnerRandom, RandomWeightsAreDeterministicAndFinite) {
@@ -249,8 +554,9 @@ TEST(CudaRunnerRandom, RandomWeightsAreDeterministicAndFinite) {
   std::vector<std::int32_t> prompt(300);
   std::iota(prompt.begin(), prompt.end(), 1000);
   std::vector<float> a(static_cast<std::size_t>(cfg.vocab_size)), b(a.size());
-  make()->forward(prompt, 0, a);
-  make()->forward(prompt, 0, b);
+  auto ra = make(), rb = make();
+  SingleSequence(*ra).forward(prompt, 0, a);
+  SingleSequence(*rb).forward(prompt, 0, b);
   EXPECT_EQ(a, b);
   EXPECT_TRUE(std::all_of(a.begin(), a.end(), [](float x) { return std::isfinite(x); }));
   EXPECT_GT(*std::max_element(a.begin(), a.end()), *std::min_element(a.begin(), a.end()));

@@ -6,12 +6,16 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <random>
 #include <filesystem>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "backend/batch.hpp"
 #include "engine/engine.hpp"
 #include "model/config.hpp"
 #include "tokenizer/tokenizer.hpp"
@@ -30,9 +34,11 @@ std::shared_ptr<const tokenizer::Tokenizer> tiny_tokenizer() {
   return tok;
 }
 
-// Emits `script[i]` as the i-th generated token (one-hot logits), whatever the
-// prompt, and checks the cache contract of ModelRunner::forward the way a real
-// runner relies on it: positions before `offset` must have been fed.
+// Emits `script[i]` as the i-th generated token of every sequence (one-hot
+// logits), whatever the prompt, and checks the KV contract of
+// ModelRunner::step the way a real runner relies on it: every position a
+// sequence attends to must have been written, at that position, through the
+// sequence's block table.
 class ScriptedRunner final : public backend::ModelRunner {
  public:
   struct Call {
@@ -41,45 +47,75 @@ class ScriptedRunner final : public backend::ModelRunner {
   };
   struct Log {
     std::mutex mu;
-    std::vector<Call> calls;
-    std::size_t prompt_len = 0;  // tokens of the current request's prompt (set by the test)
+    std::vector<Call> calls;     // one per sequence per step
+    std::vector<std::size_t> batch_sizes;  // sequences per step
+    std::size_t prompt_len = 0;  // tokens of the requests' prompts (set by the test)
+    // While closed, steps wait: lets a test queue many requests before the first step.
+    std::condition_variable gate_cv;
+    bool gate_open = true;
+    void close_gate() {
+      std::lock_guard lock(mu);
+      gate_open = false;
+    }
+    void open_gate() {
+      {
+        std::lock_guard lock(mu);
+        gate_open = true;
+      }
+      gate_cv.notify_all();
+    }
   };
 
-  ScriptedRunner(std::vector<std::int32_t> script, std::shared_ptr<Log> log, std::int32_t max_context = 256)
-      : script_(std::move(script)), log_(std::move(log)), max_context_(max_context) {
+  ScriptedRunner(std::vector<std::int32_t> script, std::shared_ptr<Log> log, std::int32_t max_context = 256,
+                 backend::KvPoolShape pool = {.block_size = 4, .num_blocks = 256, .bytes_per_block = 0})
+      : script_(std::move(script)), log_(std::move(log)), max_context_(max_context), pool_(pool),
+        written_(static_cast<std::size_t>(pool.block_size) * pool.num_blocks, -1) {
     config_ = model::load_model_configs(kTinyModel).model;
   }
 
-  void forward(std::span<const std::int32_t> tokens, std::int32_t offset, std::span<float> logits) override {
-    if (offset < 0 || static_cast<std::size_t>(offset) > cache_.size()) {
-      fail(errc::internal, "forward at offset " + std::to_string(offset) + " but only " +
-                               std::to_string(cache_.size()) + " positions are cached");
-    }
-    if (offset + static_cast<std::int64_t>(tokens.size()) > max_context_) fail(errc::context_length_exceeded, "past the context");
-    cache_.resize(static_cast<std::size_t>(offset));
-    cache_.insert(cache_.end(), tokens.begin(), tokens.end());
+  void step(const backend::Batch& batch, std::span<float> logits) override {
+    backend::check_batch(batch, config_, pool_, max_context_, logits);
     std::size_t prompt_len;
     {
-      std::lock_guard lock(log_->mu);
-      log_->calls.push_back({offset, tokens.size()});
+      std::unique_lock lock(log_->mu);
+      log_->gate_cv.wait(lock, [&] { return log_->gate_open; });
+      for (const auto& s : batch.seqs) log_->calls.push_back({s.position, static_cast<std::size_t>(s.num_tokens)});
+      log_->batch_sizes.push_back(batch.seqs.size());
       prompt_len = log_->prompt_len;
     }
-    const std::size_t generated = cache_.size() - prompt_len;  // tokens after the prompt fed so far
     std::fill(logits.begin(), logits.end(), 0.0f);
-    const std::int32_t next = generated < script_.size() ? script_[generated] : 0;
-    logits[static_cast<std::size_t>(next)] = 10.0f;
+    std::size_t row = 0;
+    for (const auto& s : batch.seqs) {
+      const auto table = std::span<const std::int32_t>(batch.block_ids).subspan(s.block_begin, s.num_blocks);
+      for (std::int32_t p = 0; p < s.position; ++p)
+        if (written_[slot(table, p)] != p)
+          fail(errc::internal, "position " + std::to_string(p) + " is read before it was written");
+      for (std::int32_t i = 0; i < s.num_tokens; ++i) written_[slot(table, s.position + i)] = s.position + i;
+      if (s.logits == backend::LogitsWanted::none) continue;
+      // Tokens after the prompt fed so far, this step's included.
+      const std::size_t generated = static_cast<std::size_t>(s.position + s.num_tokens) - prompt_len;
+      const std::int32_t next = generated < script_.size() ? script_[generated] : 0;
+      logits[row * static_cast<std::size_t>(config_.vocab_size) + static_cast<std::size_t>(next)] = 10.0f;
+      ++row;
+    }
   }
-  void clear_kv_cache() override { cache_.clear(); }
   const model::Qwen3Config& config() const noexcept override { return config_; }
   std::int32_t max_context() const noexcept override { return max_context_; }
+  backend::KvPoolShape kv_pool() const noexcept override { return pool_; }
   backend::MemoryStats memory() const override { return {0, 0, "cpu"}; }
 
  private:
+  std::size_t slot(std::span<const std::int32_t> table, std::int32_t p) const {
+    return static_cast<std::size_t>(table[static_cast<std::size_t>(p / pool_.block_size)]) * pool_.block_size +
+           static_cast<std::size_t>(p % pool_.block_size);
+  }
+
   std::vector<std::int32_t> script_;
   std::shared_ptr<Log> log_;
   std::int32_t max_context_;
+  backend::KvPoolShape pool_;
   model::Qwen3Config config_;
-  std::vector<std::int32_t> cache_;
+  std::vector<std::int64_t> written_;  // [num_blocks * block_size] the position each slot holds; -1 never written
 };
 
 struct Outcome {
@@ -116,15 +152,18 @@ struct Harness {
   std::shared_ptr<ScriptedRunner::Log> log = std::make_shared<ScriptedRunner::Log>();
   std::unique_ptr<Engine> engine;
 
-  explicit Harness(std::vector<std::int32_t> script, std::int32_t max_context = 256, EngineOptions options = {}) {
-    engine = std::make_unique<Engine>("scripted", std::make_unique<ScriptedRunner>(std::move(script), log, max_context),
+  explicit Harness(std::vector<std::int32_t> script, std::int32_t max_context = 256, EngineOptions options = {},
+                   backend::KvPoolShape pool = {.block_size = 4, .num_blocks = 256, .bytes_per_block = 0}) {
+    engine = std::make_unique<Engine>("scripted",
+                                      std::make_unique<ScriptedRunner>(std::move(script), log, max_context, pool),
                                       tiny_tokenizer(), model::load_model_configs(kTinyModel), options);
   }
+  void set_prompt_len(std::size_t n) {
+    std::lock_guard lock(log->mu);
+    log->prompt_len = n;
+  }
   Outcome run(CompletionRequest r) {
-    {
-      std::lock_guard lock(log->mu);
-      log->prompt_len = r.prompt.size();
-    }
+    set_prompt_len(r.prompt.size());
     return drain(*engine->submit(std::move(r)));
   }
 };
@@ -247,10 +286,12 @@ TEST(EngineScripted, IdsPastTheTokenizerVocabularyHaveNoText) {
   EXPECT_EQ(out.text, tiny_tokenizer()->decode(std::vector<std::int32_t>{9707}));
 }
 
-TEST(EngineScripted, SecondRequestResumesFromTheSharedPrefix) {
-  Harness h(encode(" and so on and so forth"));
-  const std::vector<std::int32_t> prompt = {10, 11, 12, 13, 14, 15};
-  h.run(request(prompt, 3));
+TEST(EngineScripted, SecondRequestReusesTheCachedFullBlocksOfItsPrefix) {
+  Harness h(encode(" and so on and so forth"));  // blocks of 4 positions
+  const std::vector<std::int32_t> prompt = {10, 11, 12, 13, 14, 15, 16, 17, 18, 19};
+  h.set_prompt_len(prompt.size());
+  Outcome first = h.run(request(prompt, 3));
+  EXPECT_EQ(first.last.usage.cached_tokens, 0);
   {
     std::lock_guard lock(h.log->mu);
     ASSERT_FALSE(h.log->calls.empty());
@@ -258,22 +299,40 @@ TEST(EngineScripted, SecondRequestResumesFromTheSharedPrefix) {
     EXPECT_EQ(h.log->calls.front().count, prompt.size());
     h.log->calls.clear();
   }
-  // Same prompt: only its last token is fed again (its logits pick the first token).
-  h.run(request(prompt, 3));
+  // Same prompt: its two full blocks (8 tokens) come from the cache; the last
+  // block is partial, and the last token is always fed (its logits pick the first token).
+  Outcome again = h.run(request(prompt, 3));
+  EXPECT_EQ(again.last.usage.cached_tokens, 8);
+  EXPECT_EQ(again.last.tokens, first.last.tokens);
   {
     std::lock_guard lock(h.log->mu);
-    EXPECT_EQ(h.log->calls.front().offset, 5);
-    EXPECT_EQ(h.log->calls.front().count, 1u);
+    EXPECT_EQ(h.log->calls.front().offset, 8);
+    EXPECT_EQ(h.log->calls.front().count, 2u);
     h.log->calls.clear();
   }
-  // A prompt diverging at position 2 resumes there.
-  h.run(request({10, 11, 99, 13}, 2));
+  // A prompt diverging at position 5 reuses its first block only.
+  Outcome diverged = h.run(request({10, 11, 12, 13, 14, 99, 16, 17, 18, 19}, 2));
+  EXPECT_EQ(diverged.last.usage.cached_tokens, 4);
   {
     std::lock_guard lock(h.log->mu);
-    EXPECT_EQ(h.log->calls.front().offset, 2);
-    EXPECT_EQ(h.log->calls.front().count, 2u);
+    EXPECT_EQ(h.log->calls.front().offset, 4);
+    EXPECT_EQ(h.log->calls.front().count, 6u);
   }
-  EXPECT_EQ(h.engine->stats().prompt_tokens_reused, 5u + 2u);
+  const EngineStats stats = h.engine->stats();
+  EXPECT_EQ(stats.prompt_tokens_cached, 8u + 4u);
+  EXPECT_EQ(stats.kv_blocks_used, 0);  // every block is back in the pool
+  EXPECT_GT(stats.kv_blocks_cached, 0);
+}
+
+TEST(EngineScripted, WithoutPrefixCachingEveryPromptIsComputedWhole) {
+  Harness h(encode(" and so on"), 256, EngineOptions{.prefix_caching = false});
+  const std::vector<std::int32_t> prompt = {10, 11, 12, 13, 14, 15, 16, 17, 18, 19};
+  h.set_prompt_len(prompt.size());
+  h.run(request(prompt, 2));
+  const Outcome again = h.run(request(prompt, 2));
+  EXPECT_EQ(again.last.usage.cached_tokens, 0);
+  std::lock_guard lock(h.log->mu);
+  EXPECT_EQ(h.log->calls[h.log->calls.size() - 2].offset, 0);  // the second request's prefill, then one decode
 }
 
 TEST(EngineScripted, GenerationStopsAtTheContextLimit) {
@@ -322,6 +381,156 @@ TEST(EngineScripted, CancelledRequestEndsCancelled) {
   EXPECT_EQ(out.last.finish_reason, "cancelled");
   EXPECT_LT(out.last.usage.completion_tokens, 200);
   EXPECT_EQ(h.engine->stats().requests_cancelled, 1u);
+}
+
+TEST(EngineScripted, ConcurrentRequestsRunInOneBatchAndEachGetsItsOwnTokens) {
+  const auto script = encode(" one two three four five six seven eight");
+  Harness h(script, 256, EngineOptions{.queue_depth = 16, .max_num_seqs = 8});
+  h.set_prompt_len(3);
+  h.log->close_gate();
+  std::vector<std::shared_ptr<Channel>> channels;
+  for (int i = 0; i < 8; ++i) channels.push_back(h.engine->submit(request({1, 2, static_cast<std::int32_t>(3 + i)}, 6)));
+  h.log->open_gate();
+  for (auto& c : channels) {
+    const Outcome out = drain(*c);
+    ASSERT_EQ(out.last.kind, Event::Kind::done) << out.last.error_message;
+    EXPECT_EQ(out.last.tokens, std::vector<std::int32_t>(script.begin(), script.begin() + 6));
+  }
+  std::size_t widest = 0;
+  {
+    std::lock_guard lock(h.log->mu);
+    for (std::size_t n : h.log->batch_sizes) widest = std::max(widest, n);
+  }
+  EXPECT_EQ(widest, 8u);
+  const EngineStats stats = h.engine->stats();
+  EXPECT_EQ(stats.requests_done, 8u);
+  EXPECT_EQ(stats.kv_blocks_used, 0);
+  EXPECT_GT(stats.batch_size.count, 0u);
+}
+
+TEST(EngineScripted, MaxNumSeqsCapsTheBatchAndTheRestWaitInOrder) {
+  Harness h(encode(" a b c d"), 256, EngineOptions{.queue_depth = 16, .max_num_seqs = 2});
+  h.set_prompt_len(3);
+  h.log->close_gate();
+  std::vector<std::shared_ptr<Channel>> channels;
+  for (int i = 0; i < 5; ++i) channels.push_back(h.engine->submit(request({1, 2, 3}, 4)));
+  h.log->open_gate();
+  for (auto& c : channels) EXPECT_EQ(drain(*c).last.kind, Event::Kind::done);
+  std::lock_guard lock(h.log->mu);
+  for (std::size_t n : h.log->batch_sizes) EXPECT_LE(n, 2u);
+}
+
+TEST(EngineScripted, ATinyPoolPreemptsAndStillCompletesEveryRequestWithItsTokens) {
+  const auto script = encode(" the quick brown fox jumps over the lazy dog again and again");
+  ASSERT_GE(script.size(), 10u);
+  // 8 blocks of 4 positions; each request needs 6 + 10 - 1 = 15 positions = 4 blocks.
+  Harness h(script, 256, EngineOptions{.queue_depth = 16, .max_num_seqs = 8},
+            backend::KvPoolShape{.block_size = 4, .num_blocks = 8, .bytes_per_block = 0});
+  h.set_prompt_len(6);
+  h.log->close_gate();
+  std::vector<std::shared_ptr<Channel>> channels;
+  for (int i = 0; i < 6; ++i)
+    channels.push_back(h.engine->submit(request({1, 2, 3, 4, 5, static_cast<std::int32_t>(6 + i)}, 10)));
+  h.log->open_gate();
+  for (auto& c : channels) {
+    const Outcome out = drain(*c);
+    ASSERT_EQ(out.last.kind, Event::Kind::done) << out.last.error_message;
+    EXPECT_EQ(out.last.tokens, std::vector<std::int32_t>(script.begin(), script.begin() + 10));
+  }
+  const EngineStats stats = h.engine->stats();
+  EXPECT_GT(stats.preemptions, 0u);
+  EXPECT_EQ(stats.kv_blocks_used, 0);
+  EXPECT_EQ(stats.requests_done, 6u);
+  // One that could never fit the pool is refused at once.
+  try {
+    h.engine->submit(request({1, 2, 3, 4, 5, 6}, 40));  // 45 positions = 12 blocks > 8
+    FAIL() << "a request larger than the whole KV cache was queued";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.kind().c_str(), errc::context_length_exceeded);
+  }
+}
+
+TEST(EngineScripted, CancellingRandomRequestsUnderLoadLeaksNoBlock) {
+  Harness h(encode(" x"), 256, EngineOptions{.queue_depth = 64, .max_num_seqs = 8},
+            backend::KvPoolShape{.block_size = 4, .num_blocks = 40, .bytes_per_block = 0});
+  h.set_prompt_len(5);
+  std::vector<std::shared_ptr<Channel>> channels;
+  for (int i = 0; i < 24; ++i) channels.push_back(h.engine->submit(request({1, 2, 3, 4, static_cast<std::int32_t>(i + 5)}, 100)));
+  std::mt19937 rng(7);
+  for (int round = 0; round < 24; ++round) {
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 2000));
+    channels[rng() % channels.size()]->cancel();
+  }
+  int cancelled = 0;
+  for (auto& c : channels) {
+    const Outcome out = drain(*c);
+    ASSERT_EQ(out.last.kind, Event::Kind::done) << out.last.error_message;
+    cancelled += out.last.finish_reason == "cancelled" ? 1 : 0;
+  }
+  EXPECT_GT(cancelled, 0);
+  const EngineStats stats = h.engine->stats();
+  EXPECT_EQ(stats.kv_blocks_used, 0);
+  EXPECT_EQ(stats.running, 0u);
+  EXPECT_EQ(stats.queue_depth, 0u);
+  EXPECT_TRUE(h.engine->idle());
+}
+
+TEST(EngineScripted, ARunnerFailureFailsTheRequestsInTheStepAndPoisonsTheEngine) {
+  // A step that throws worker_failed: every request ends with it, later submits get model_failed.
+  class Failing final : public backend::ModelRunner {
+   public:
+    Failing() { config_ = model::load_model_configs(kTinyModel).model; }
+    void step(const backend::Batch&, std::span<float>) override { fail(errc::worker_failed, "rank 1 died"); }
+    const model::Qwen3Config& config() const noexcept override { return config_; }
+    std::int32_t max_context() const noexcept override { return 64; }
+    backend::KvPoolShape kv_pool() const noexcept override { return {.block_size = 4, .num_blocks = 64, .bytes_per_block = 0}; }
+    backend::MemoryStats memory() const override { return {0, 0, "cpu"}; }
+
+   private:
+    model::Qwen3Config config_;
+  };
+  Engine engine("failing", std::make_unique<Failing>(), tiny_tokenizer(), model::load_model_configs(kTinyModel), {});
+  auto a = engine.submit(request({1, 2, 3}, 4));
+  auto b = engine.submit(request({4, 5, 6}, 4));
+  for (auto* c : {a.get(), b.get()}) {
+    const Outcome out = drain(*c);
+    EXPECT_EQ(out.last.kind, Event::Kind::error);
+    EXPECT_TRUE(out.last.error_kind == errc::worker_failed || out.last.error_kind == errc::model_failed)
+        << out.last.error_kind;
+  }
+  EXPECT_TRUE(engine.stats().failed);
+  try {
+    engine.submit(request({1, 2, 3}, 4));
+    FAIL() << "a failed engine accepted a request";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.kind().c_str(), errc::model_failed);
+  }
+}
+
+TEST(EngineScripted, LongPromptsArePrefilledInChunksWithinTheTokenBudget) {
+  const auto script = encode(" one two three four five");
+  Harness h(script, 256, EngineOptions{.queue_depth = 8, .max_num_seqs = 4, .max_batch_tokens = 4});
+  const std::vector<std::int32_t> prompt = {20, 21, 22, 23, 24, 25, 26, 27, 28, 29};
+  h.set_prompt_len(prompt.size());
+  h.log->close_gate();
+  auto a = h.engine->submit(request(prompt, 5));
+  auto b = h.engine->submit(request({30, 31, 32, 33, 34, 35, 36, 37, 38, 39}, 5));
+  h.log->open_gate();
+  for (auto* c : {a.get(), b.get()}) {
+    const Outcome out = drain(*c);
+    ASSERT_EQ(out.last.kind, Event::Kind::done) << out.last.error_message;
+    EXPECT_EQ(out.last.tokens, std::vector<std::int32_t>(script.begin(), script.begin() + 5));
+  }
+  std::lock_guard lock(h.log->mu);
+  std::size_t i = 0, max_step = 0;
+  for (std::size_t n : h.log->batch_sizes) {
+    std::size_t tokens = 0;
+    for (std::size_t k = 0; k < n; ++k) tokens += h.log->calls[i + k].count;
+    max_step = std::max(max_step, tokens);
+    i += n;
+  }
+  EXPECT_LE(max_step, 4u);  // never over the budget
+  EXPECT_EQ(h.log->calls.front().count, 4u);  // the first prompt's first chunk
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/model_assets.hpp"
+#include "engine/model_loader.hpp"
 #include "engine/registry.hpp"
 #include "model/config.hpp"
 #include "model/random_checkpoint.hpp"
@@ -145,6 +146,32 @@ TEST_F(RegistryTest, LoadUnloadLoadAgain) {
 
   registry.load(spec_for(kTinyModel), /*wait=*/true);
   EXPECT_EQ(greedy_tokens(*registry.engine(kTinyModel.string()), prompt, 8), first);
+}
+
+TEST_F(RegistryTest, ALoadThatCannotFitIsRefusedBeforeAnythingIsAllocated) {
+  // A KV budget below one sequence of max_context (the tiny model takes 512 bytes a position).
+  RegistryOptions options = daemon_options();
+  options.kv_budget.bytes = 1u << 20;
+  Registry registry(options);
+  ModelSpec spec = spec_for(kTinyModel);
+  spec.max_context = 4096;  // 2 MiB of KV for one sequence
+  EXPECT_EQ(error_kind_of([&] { registry.load(spec, /*wait=*/false); }), errc::out_of_memory);
+  EXPECT_TRUE(registry.list().empty());
+  spec.max_context = 1024;  // 512 KiB: fits
+  EXPECT_EQ(registry.load(spec, /*wait=*/true).status, ModelStatus::loaded);
+  EXPECT_EQ(registry.engine(kTinyModel.string())->stats().kv_blocks_total, (1 << 20) / (512 * 16));
+
+  // More than the host has: refused with the numbers.
+  LoadPlan plan;
+  plan.devices = {backend::Device{}};
+  plan.rank_bytes = {std::uint64_t{1} << 50};
+  try {
+    check_host_memory(plan);
+    FAIL() << "a petabyte fit";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.kind().c_str(), errc::out_of_memory);
+    EXPECT_NE(std::string(e.what()).find("available"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(RegistryTest, BackgroundLoadIsVisibleAsLoadingThenLoaded) {

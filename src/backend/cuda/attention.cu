@@ -1,8 +1,9 @@
-// Causal attention over the bf16 KV cache: a flash-style prefill kernel on
-// tensor cores (WMMA) and a split-KV decode kernel. Softmax runs in the exp2
-// domain in f32; the score matrix never leaves shared memory.
+// Causal attention over the paged bf16 KV pool (kernels.hpp): a
+// FlashAttention-2 style prefill kernel on tensor cores (mma.sync) for
+// sequences with several new tokens, and a split-K decode kernel for
+// sequences with one, where a block's query heads share every K/V load.
+// Softmax runs in the exp2 domain in f32; scores never leave the chip.
 #include <cuda_bf16.h>
-#include <mma.h>
 
 #include <algorithm>
 #include <cmath>
@@ -15,200 +16,27 @@
 namespace neuron::backend::cuda::kernels {
 namespace {
 
-namespace wmma = nvcuda::wmma;
-
 constexpr float kLog2e = 1.4426950408889634f;
 
 __device__ __forceinline__ float bf(bf16_t v) { return __uint_as_float(static_cast<unsigned>(v) << 16); }
 __device__ __forceinline__ bf16_t to_bf(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
 
+// Where position `pos` of KV head `kv_head` lives in one layer's pool, in elements.
+__device__ __forceinline__ std::size_t pool_offset(const std::int32_t* table, int pos, int kv_head, int hkv, int bs,
+                                                   int d) {
+  const int block = table[pos / bs];
+  return ((static_cast<std::size_t>(block) * hkv + kv_head) * bs + pos % bs) * static_cast<std::size_t>(d);
+}
+
 // ---- prefill -------------------------------------------------------------
-
-constexpr int kBr = 64;             // query rows per block (16 per warp)
-constexpr int kBc = 64;             // keys per tile
-constexpr int kWarps = kBr / 16;
-constexpr int kThreads = kWarps * 32;
-
-template <int D>
-struct PrefillSmem {
-  static constexpr int ld_qkv = D + 8;  // bf16 elements; padding breaks bank conflicts, keeps 32-byte fragment alignment
-  static constexpr int ld_s = kBc + 4;  // f32
-  static constexpr int ld_p = kBc + 8;  // bf16
-  static constexpr int ld_o = D + 4;    // f32
-  static constexpr std::size_t align(std::size_t b) { return (b + 127) / 128 * 128; }
-  static constexpr std::size_t q = 0;
-  static constexpr std::size_t k = q + align(sizeof(bf16_t) * kBr * ld_qkv);
-  static constexpr std::size_t v = k + align(sizeof(bf16_t) * kBc * ld_qkv);
-  static constexpr std::size_t s = v + align(sizeof(bf16_t) * kBc * ld_qkv);
-  static constexpr std::size_t p = s + align(sizeof(float) * kWarps * 16 * ld_s);
-  static constexpr std::size_t o = p + align(sizeof(bf16_t) * kWarps * 16 * ld_p);
-  static constexpr std::size_t ml = o + align(sizeof(float) * kWarps * 16 * ld_o);
-  static constexpr std::size_t bytes = ml + align(sizeof(float) * kWarps * 16 * 2);
-};
-
-// Copies `rows` rows of D bf16 (row stride src_ld elements) into shared memory
-// with stride L; rows at or past `valid` are zero (the cache past the written
-// positions may hold anything, and 0 * NaN would poison the product).
-template <int D, int L>
-__device__ __forceinline__ void load_tile(bf16_t* dst, const bf16_t* src, int src_ld, int rows, int valid) {
-  constexpr int chunks = D / 8;
-  for (int i = threadIdx.x; i < rows * chunks; i += kThreads) {
-    const int r = i / chunks, c = (i % chunks) * 8;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (r < valid) v = *reinterpret_cast<const uint4*>(src + static_cast<std::size_t>(r) * src_ld + c);
-    *reinterpret_cast<uint4*>(dst + r * L + c) = v;
-  }
-}
-
-template <int D>
-__global__ void __launch_bounds__(kThreads) attention_prefill_kernel(const bf16_t* q, const bf16_t* k_cache,
-                                                                     const bf16_t* v_cache, int n, int hq, int hkv,
-                                                                     int max_ctx, const std::int32_t* offset_ptr,
-                                                                     float scale, bf16_t* out) {
-  grid_dependency_wait();
-  using S = PrefillSmem<D>;
-  extern __shared__ __align__(128) unsigned char smem[];
-  bf16_t* qs = reinterpret_cast<bf16_t*>(smem + S::q);
-  bf16_t* ks = reinterpret_cast<bf16_t*>(smem + S::k);
-  bf16_t* vs = reinterpret_cast<bf16_t*>(smem + S::v);
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  float* ss = reinterpret_cast<float*>(smem + S::s) + warp * 16 * S::ld_s;
-  bf16_t* ps = reinterpret_cast<bf16_t*>(smem + S::p) + warp * 16 * S::ld_p;
-  float* os = reinterpret_cast<float*>(smem + S::o) + warp * 16 * S::ld_o;
-  float* row_m = reinterpret_cast<float*>(smem + S::ml) + warp * 32;
-  float* row_l = row_m + 16;
-
-  const int head = blockIdx.y, kv_head = head / (hq / hkv);
-  const int r0 = blockIdx.x * kBr;
-  const int offset = *offset_ptr;
-  const int kv_end = offset + min(r0 + kBr, n);  // exclusive: one past the last position any row here sees
-
-  load_tile<D, S::ld_qkv>(qs, q + (static_cast<std::size_t>(r0) * hq + head) * D, hq * D, kBr, n - r0);
-  for (int i = lane; i < 16 * S::ld_o; i += 32) os[i] = 0.f;
-  if (lane < 16) {
-    row_m[lane] = -INFINITY;
-    row_l[lane] = 0.f;
-  }
-  const bf16_t* kh = k_cache + static_cast<std::size_t>(kv_head) * max_ctx * D;
-  const bf16_t* vh = v_cache + static_cast<std::size_t>(kv_head) * max_ctx * D;
-  const float scale_log2 = scale * kLog2e;
-  // Lanes 2r and 2r+1 own row r of this warp's 16, each half of the key tile.
-  const int my_row = lane >> 1, my_half = lane & 1;
-  const int my_pos = offset + r0 + warp * 16 + my_row;
-
-  for (int t0 = 0; t0 < kv_end; t0 += kBc) {
-    __syncthreads();  // previous tile fully consumed
-    load_tile<D, S::ld_qkv>(ks, kh + static_cast<std::size_t>(t0) * D, D, kBc, kv_end - t0);
-    load_tile<D, S::ld_qkv>(vs, vh + static_cast<std::size_t>(t0) * D, D, kBc, kv_end - t0);
-    __syncthreads();
-
-    // S = Q K^T for this warp's 16 rows.
-#pragma unroll
-    for (int j = 0; j < kBc / 16; ++j) {
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-      wmma::fill_fragment(acc, 0.f);
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b;
-        wmma::load_matrix_sync(a, reinterpret_cast<const __nv_bfloat16*>(qs + warp * 16 * S::ld_qkv + kk * 16),
-                               S::ld_qkv);
-        wmma::load_matrix_sync(b, reinterpret_cast<const __nv_bfloat16*>(ks + j * 16 * S::ld_qkv + kk * 16),
-                               S::ld_qkv);
-        wmma::mma_sync(acc, a, b, acc);
-      }
-      wmma::store_matrix_sync(ss + j * 16, acc, S::ld_s, wmma::mem_row_major);
-    }
-    __syncwarp();
-
-    // Online softmax on this lane's half row.
-    constexpr int half = kBc / 2;
-    float* srow = ss + my_row * S::ld_s + my_half * half;
-    float tile_max = -INFINITY;
-#pragma unroll 8
-    for (int c = 0; c < half; ++c) {
-      const int key = t0 + my_half * half + c;
-      const float sv = key <= my_pos ? srow[c] * scale_log2 : -INFINITY;
-      srow[c] = sv;
-      tile_max = fmaxf(tile_max, sv);
-    }
-    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-    const float m_old = row_m[my_row];
-    const float m_new = fmaxf(m_old, tile_max);
-    // A row sees key 0 in the first tile, so m_new is finite from then on.
-    const float alpha = m_old == -INFINITY ? 0.f : exp2f(m_old - m_new);
-    float sum = 0.f;
-    bf16_t* prow = ps + my_row * S::ld_p + my_half * half;
-#pragma unroll 8
-    for (int c = 0; c < half; ++c) {
-      const float p = srow[c] == -INFINITY ? 0.f : exp2f(srow[c] - m_new);
-      const bf16_t pb = to_bf(p);
-      prow[c] = pb;
-      sum += bf(pb);
-    }
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    float* orow = os + my_row * S::ld_o + my_half * (D / 2);
-#pragma unroll 8
-    for (int c = 0; c < D / 2; ++c) orow[c] *= alpha;
-    __syncwarp();
-    if (my_half == 0) {
-      row_m[my_row] = m_new;
-      row_l[my_row] = row_l[my_row] * alpha + sum;
-    }
-    __syncwarp();
-
-    // O += P V.
-#pragma unroll
-    for (int jd = 0; jd < D / 16; ++jd) {
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-      wmma::load_matrix_sync(acc, os + jd * 16, S::ld_o, wmma::mem_row_major);
-#pragma unroll
-      for (int kk = 0; kk < kBc / 16; ++kk) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> b;
-        wmma::load_matrix_sync(a, reinterpret_cast<const __nv_bfloat16*>(ps + kk * 16), S::ld_p);
-        wmma::load_matrix_sync(b, reinterpret_cast<const __nv_bfloat16*>(vs + kk * 16 * S::ld_qkv + jd * 16),
-                               S::ld_qkv);
-        wmma::mma_sync(acc, a, b, acc);
-      }
-      wmma::store_matrix_sync(os + jd * 16, acc, S::ld_o, wmma::mem_row_major);
-    }
-    __syncwarp();
-  }
-
-  // out = O / l for the rows that exist.
-  const int row = r0 + warp * 16 + my_row;
-  if (row < n) {
-    const float inv_l = 1.f / row_l[my_row];
-    const float* orow = os + my_row * S::ld_o + my_half * (D / 2);
-    bf16_t* dst = out + (static_cast<std::size_t>(row) * hq + head) * D + my_half * (D / 2);
-    for (int c = 0; c < D / 2; ++c) dst[c] = to_bf(orow[c] * inv_l);
-  }
-}
-
-template <int D>
-void launch_prefill(const bf16_t* q, const bf16_t* k_cache, const bf16_t* v_cache, int n, int hq, int hkv, int max_ctx,
-                    const std::int32_t* offset, float scale, bf16_t* out, cudaStream_t stream) {
-  constexpr std::size_t bytes = PrefillSmem<D>::bytes;
-  static const bool configured = [] {
-    NEURON_CUDA_CHECK(cudaFuncSetAttribute(attention_prefill_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(bytes)));
-    return true;
-  }();
-  (void)configured;
-  const dim3 grid(static_cast<unsigned>((n + kBr - 1) / kBr), static_cast<unsigned>(hq));
-  launch(attention_prefill_kernel<D>, grid, kThreads, bytes, stream, "attention_prefill", q, k_cache, v_cache, n, hq,
-         hkv, max_ctx, offset, scale, out);
-}
-
-// ---- prefill on mma.sync (FlashAttention-2 layout) -------------------------
 //
-// Head dims 64 and 128. A block is 4 warps x 16 query rows; Q stays in
-// registers, K/V tiles of 64 keys stream through shared memory with cp.async
-// (double-buffered), S and P never leave registers: the S accumulator of two
-// adjacent n8 tiles is exactly the A operand of the P V product.
+// A block is 4 warps x 16 query rows of one sequence and one query head; Q
+// stays in registers, K/V tiles of 64 positions stream through shared memory
+// with cp.async (double-buffered), gathered through the block table, and S
+// and P never leave registers: the S accumulator of two adjacent n8 tiles is
+// exactly the A operand of the P V product.
 
-constexpr int kFlashRows = 64, kFlashKeys = 64, kFlashThreads = 128;
+constexpr int kFlashRows = kPrefillTileRows, kFlashKeys = 64, kFlashThreads = 128;
 
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
   const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
@@ -243,7 +71,7 @@ __device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {
   return *reinterpret_cast<const unsigned*>(&v);
 }
 
-// rows x D bf16 from global (row stride src_ld) into shared (stride LD); rows >= valid become zeros.
+// 64 rows x D bf16 from global (row stride src_ld) into shared (stride LD); rows >= valid become zeros.
 template <int D, int LD>
 __device__ __forceinline__ void flash_load(bf16_t* dst, const bf16_t* src, int src_ld, int valid) {
   constexpr int chunks = D / 8;
@@ -254,11 +82,26 @@ __device__ __forceinline__ void flash_load(bf16_t* dst, const bf16_t* src, int s
   }
 }
 
+// Positions [t0, t0 + 64) of one KV head, gathered through the block table
+// into shared (stride LD); rows >= valid become zeros and read nothing (the
+// slots past a sequence's context may hold anything, and 0 * NaN would poison
+// the product).
+template <int D, int LD>
+__device__ __forceinline__ void paged_load(bf16_t* dst, const bf16_t* layer, const std::int32_t* table, int t0,
+                                           int valid, int kv_head, int hkv, int bs) {
+  constexpr int chunks = D / 8;
+  for (int i = threadIdx.x; i < kFlashKeys * chunks; i += kFlashThreads) {
+    const int r = i / chunks, c = (i % chunks) * 8;
+    const bool ok = r < valid;
+    const bf16_t* src = ok ? layer + pool_offset(table, t0 + r, kv_head, hkv, bs, D) + c : layer;
+    cp_async16(dst + r * LD + c, src, ok);
+  }
+}
+
 template <int D>
-__global__ void __launch_bounds__(kFlashThreads) flash_prefill_kernel(const bf16_t* q, const bf16_t* k_cache,
-                                                                      const bf16_t* v_cache, int n, int hq, int hkv,
-                                                                      int max_ctx, const std::int32_t* offset_ptr,
-                                                                      float scale, bf16_t* out) {
+__global__ void __launch_bounds__(kFlashThreads) prefill_kernel(const bf16_t* q, PagedKv kv, StepSeqs seqs,
+                                                                const std::int32_t* tiles_of_rows, int hq,
+                                                                float scale, bf16_t* out) {
   grid_dependency_wait();
   constexpr int LD = D + 8;  // 16-byte row padding: the 8 rows of an ldmatrix hit 8 different bank groups
   constexpr int KS = D / 16; // k-steps of Q K^T
@@ -271,17 +114,16 @@ __global__ void __launch_bounds__(kFlashThreads) flash_prefill_kernel(const bf16
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
-  const int head = blockIdx.y, kv_head = head / (hq / hkv);
-  // Longest query tiles first, so the short ones fill the tail.
-  const int r0 = (gridDim.x - 1 - blockIdx.x) * kFlashRows;
-  const int offset = *offset_ptr;
+  const int head = blockIdx.y, kv_head = head / (hq / kv.hkv);
+  // The tile: rows [r0, r0 + 64) of sequence `seq`'s new tokens (the host lists the longest first).
+  const int seq = tiles_of_rows[2 * blockIdx.x], r0 = tiles_of_rows[2 * blockIdx.x + 1];
+  const int n = seqs.num_tokens[seq], q0 = seqs.q_start[seq], offset = seqs.position[seq];
+  const std::int32_t* table = seqs.block_tables + seqs.block_offset[seq];
   const int kv_end = offset + min(r0 + kFlashRows, n);
-  const bf16_t* kh = k_cache + static_cast<std::size_t>(kv_head) * max_ctx * D;
-  const bf16_t* vh = v_cache + static_cast<std::size_t>(kv_head) * max_ctx * D;
 
-  flash_load<D, LD>(qs, q + (static_cast<std::size_t>(r0) * hq + head) * D, hq * D, n - r0);
-  flash_load<D, LD>(ks, kh, D, kv_end);
-  flash_load<D, LD>(vs, vh, D, kv_end);
+  flash_load<D, LD>(qs, q + (static_cast<std::size_t>(q0 + r0) * hq + head) * D, hq * D, n - r0);
+  paged_load<D, LD>(ks, kv.k, table, 0, kv_end, kv_head, kv.hkv, kv.block_size);
+  paged_load<D, LD>(vs, kv.v, table, 0, kv_end, kv_head, kv.hkv, kv.block_size);
   cp_async_commit();
 
   const int pos0 = offset + r0 + warp * 16 + g;  // this thread's two rows: pos0 and pos0 + 8
@@ -299,8 +141,10 @@ __global__ void __launch_bounds__(kFlashThreads) flash_prefill_kernel(const bf16
     const int buf = tile & 1;
     if (tile + 1 < tiles) {
       const int t1 = t0 + kFlashKeys;
-      flash_load<D, LD>(ks + (buf ^ 1) * kFlashKeys * LD, kh + static_cast<std::size_t>(t1) * D, D, kv_end - t1);
-      flash_load<D, LD>(vs + (buf ^ 1) * kFlashKeys * LD, vh + static_cast<std::size_t>(t1) * D, D, kv_end - t1);
+      paged_load<D, LD>(ks + (buf ^ 1) * kFlashKeys * LD, kv.k, table, t1, kv_end - t1, kv_head, kv.hkv,
+                        kv.block_size);
+      paged_load<D, LD>(vs + (buf ^ 1) * kFlashKeys * LD, kv.v, table, t1, kv_end - t1, kv_head, kv.hkv,
+                        kv.block_size);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
@@ -407,32 +251,35 @@ __global__ void __launch_bounds__(kFlashThreads) flash_prefill_kernel(const bf16
   for (int dt = 0; dt < DT; ++dt) {
     const int c = dt * 8 + 2 * t;
     if (row0 < n)
-      *reinterpret_cast<unsigned*>(out + (static_cast<std::size_t>(row0) * hq + head) * D + c) =
+      *reinterpret_cast<unsigned*>(out + (static_cast<std::size_t>(q0 + row0) * hq + head) * D + c) =
           pack_bf16(o[dt][0] * inv0, o[dt][1] * inv0);
     if (row0 + 8 < n)
-      *reinterpret_cast<unsigned*>(out + (static_cast<std::size_t>(row0 + 8) * hq + head) * D + c) =
+      *reinterpret_cast<unsigned*>(out + (static_cast<std::size_t>(q0 + row0 + 8) * hq + head) * D + c) =
           pack_bf16(o[dt][2] * inv1, o[dt][3] * inv1);
   }
 }
 
 template <int D>
-void launch_flash_prefill(const bf16_t* q, const bf16_t* k_cache, const bf16_t* v_cache, int n, int hq, int hkv,
-                          int max_ctx, const std::int32_t* offset, float scale, bf16_t* out, cudaStream_t stream) {
+void launch_prefill(const bf16_t* q, PagedKv kv, StepSeqs seqs, const std::int32_t* tiles, int n_tiles, int hq,
+                    float scale, bf16_t* out, cudaStream_t stream) {
   constexpr std::size_t bytes = sizeof(bf16_t) * (kFlashRows + 4 * kFlashKeys) * (D + 8);
   static const bool configured = [] {
-    NEURON_CUDA_CHECK(cudaFuncSetAttribute(flash_prefill_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    NEURON_CUDA_CHECK(cudaFuncSetAttribute(prefill_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(bytes)));
     return true;
   }();
   (void)configured;
-  const dim3 grid(static_cast<unsigned>((n + kFlashRows - 1) / kFlashRows), static_cast<unsigned>(hq));
-  launch(flash_prefill_kernel<D>, grid, kFlashThreads, bytes, stream, "attention_prefill (flash)", q, k_cache, v_cache,
-         n, hq, hkv, max_ctx, offset, scale, out);
+  const dim3 grid(static_cast<unsigned>(n_tiles), static_cast<unsigned>(hq));
+  launch(prefill_kernel<D>, grid, kFlashThreads, bytes, stream, "attention_prefill", q, kv, seqs, tiles, hq, scale,
+         out);
 }
 
 // ---- decode --------------------------------------------------------------
 
 constexpr int kDecodeThreads = 128;
+
+// Query heads one block serves: the smallest of 1, 2, 4, 8 that holds a KV head's group (8 at most).
+constexpr int group_heads(int group) { return group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8; }
 
 // Combines the splits' partial softmax states of one head: out = sum_s e^(m_s - M) acc_s / sum_s e^(m_s - M) l_s.
 // The parts were written by other blocks of this grid: read through L2 (ld.cg), never a stale L1 line.
@@ -485,62 +332,91 @@ __device__ void norm_rope(const bf16_t* src, const bf16_t* w, const float* inv_f
   __syncthreads();  // dst complete, red free for the next call
 }
 
-// Threads of a group of D/8 lanes share one key; each holds 8 of its D values.
-template <int D>
-__global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const bf16_t* q, bf16_t* k_cache,
-                                                                          bf16_t* v_cache, int hq, int hkv,
-                                                                          int max_ctx, const std::int32_t* offset_ptr,
-                                                                          float scale, int splits, float* scratch,
-                                                                          bf16_t* out, const bf16_t* qkv,
-                                                                          const bf16_t* q_norm, const bf16_t* k_norm,
-                                                                          const float* inv_freq, float eps) {
+// One block per (sequence, KV head and up to G of its query heads, split of
+// the positions). Threads in groups of D/8 lanes share one position, each
+// holding 8 of its D values; a group keeps an online softmax state per head,
+// and the groups' states meet in shared memory at the end.
+template <int D, int G>
+__global__ void __launch_bounds__(kDecodeThreads) decode_kernel(const bf16_t* q, DecodeRope rope, PagedKv kv,
+                                                                StepSeqs seqs, const std::int32_t* items, int hq,
+                                                                float scale, float* scratch, unsigned* counters,
+                                                                bf16_t* out) {
   grid_dependency_wait();
-  constexpr int tpk = D / 8;                    // threads per key
-  constexpr int groups = kDecodeThreads / tpk;  // keys in flight per block
-  __shared__ float g_m[groups], g_l[groups];
-  __shared__ float g_acc[groups][D];
+  constexpr int tpk = D / 8;                    // threads per position
+  constexpr int groups = kDecodeThreads / tpk;  // positions in flight per block
+  __shared__ float g_m[groups][G], g_l[groups][G];
+  __shared__ float g_acc[groups][G][D];  // 4 KB per head
+  __shared__ float head_big[G], head_total[G];
 
-  const int head = blockIdx.x, split = blockIdx.y;
-  const int kv_head = head / (hq / hkv);
-  const int kv_len = *offset_ptr + 1;
-  const int chunk = (kv_len + splits - 1) / splits;
-  const int begin = split * chunk, end = min(kv_len, begin + chunk);
+  const int hkv = kv.hkv, bs = kv.block_size;
+  const int item = blockIdx.x, split = blockIdx.z, splits = gridDim.z;
+  const int seq = items[item];
+  const int group_size = hq / hkv;
+  const int chunks = (group_size + G - 1) / G;
+  const int kv_head = blockIdx.y / chunks;
+  const int h0 = kv_head * group_size + (blockIdx.y % chunks) * G;  // this block's first query head
+  const int nh = min(G, (kv_head + 1) * group_size - h0);
+  const int kv_len = seqs.ctx_len[seq];
+  const int row = seqs.q_start[seq];  // the sequence's one new token
+  const std::int32_t* table = seqs.block_tables + seqs.block_offset[seq];
+  const int per = max((kv_len + splits - 1) / splits, kDecodeMinSplitKeys);
+  const int begin = min(kv_len, split * per), end = min(kv_len, begin + per);
   const int group = threadIdx.x / tpk, sub = threadIdx.x % tpk;
+  const float q_scale = scale * kLog2e;
 
-  float qv[8];
-  if (qkv) {
-    // Fused q/k norm + RoPE: this block makes its head's query, and a block
-    // whose split holds the new position also makes that position's key and
-    // value and stores them in the cache (the blocks of one KV head's query
-    // heads store identical bits) before reading the cache.
-    __shared__ float q_s[D], k_s[D];
+  // A split past the context (short sequences in a grid sized for long ones)
+  // only reports an empty state to the merge.
+  const bool empty = begin >= end;
+  float qv[G][8] = {};
+  if (rope.qkv && !empty) {
+    // Fused q/k norm + RoPE: the block makes its heads' queries, and the
+    // block whose split holds the new position also makes that position's
+    // key and value and stores them in the pool before reading it (the
+    // blocks of one KV head's head groups store identical bits).
+    __shared__ float q_s[G][D], k_s[D];
     __shared__ float red[kDecodeThreads / 32];
     const int pos = kv_len - 1;
-    norm_rope<D>(qkv + static_cast<std::size_t>(head) * D, q_norm, inv_freq, pos, eps, q_s, red);
+    const bf16_t* src = rope.qkv + static_cast<std::size_t>(row) * (hq + 2 * hkv) * D;
+    for (int g = 0; g < nh; ++g)
+      norm_rope<D>(src + static_cast<std::size_t>(h0 + g) * D, rope.q_norm, rope.inv_freq, pos, rope.eps, q_s[g], red);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) qv[i] = q_s[sub * 8 + i] * scale * kLog2e;
-    if (end == kv_len && begin < end) {
-      norm_rope<D>(qkv + static_cast<std::size_t>(hq + kv_head) * D, k_norm, inv_freq, pos, eps, k_s, red);
-      const bf16_t* v_new = qkv + static_cast<std::size_t>(hq + hkv + kv_head) * D;
-      const std::size_t at = (static_cast<std::size_t>(kv_head) * max_ctx + pos) * D;
+    for (int g = 0; g < G; ++g)
+#pragma unroll
+      for (int i = 0; i < 8; ++i) qv[g][i] = g < nh ? q_s[g][sub * 8 + i] * q_scale : 0.f;
+    if (end == kv_len) {
+      norm_rope<D>(src + static_cast<std::size_t>(hq + kv_head) * D, rope.k_norm, rope.inv_freq, pos, rope.eps, k_s,
+                   red);
+      const bf16_t* v_new = src + static_cast<std::size_t>(hq + hkv + kv_head) * D;
+      const std::size_t at = pool_offset(table, pos, kv_head, hkv, bs, D);
       for (int c = threadIdx.x; c < D; c += kDecodeThreads) {
-        k_cache[at + c] = to_bf(k_s[c]);
-        v_cache[at + c] = v_new[c];
+        kv.k[at + c] = to_bf(k_s[c]);
+        kv.v[at + c] = v_new[c];
       }
-      __syncthreads();  // the block's own cache writes are visible to its loads below
+      __syncthreads();  // the block's own pool writes are visible to its loads below
     }
-  } else {
-    const uint4 raw = *reinterpret_cast<const uint4*>(q + static_cast<std::size_t>(head) * D + sub * 8);
-    const bf16_t* e = reinterpret_cast<const bf16_t*>(&raw);
+  } else if (!empty) {
 #pragma unroll
-    for (int i = 0; i < 8; ++i) qv[i] = bf(e[i]) * scale * kLog2e;
+    for (int g = 0; g < G; ++g) {
+      uint4 raw = make_uint4(0, 0, 0, 0);
+      if (g < nh) raw = *reinterpret_cast<const uint4*>(q + (static_cast<std::size_t>(row) * hq + h0 + g) * D + sub * 8);
+      const bf16_t* e = reinterpret_cast<const bf16_t*>(&raw);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) qv[g][i] = bf(e[i]) * q_scale;
+    }
   }
-  const bf16_t* kh = k_cache + static_cast<std::size_t>(kv_head) * max_ctx * D + sub * 8;
-  const bf16_t* vh = v_cache + static_cast<std::size_t>(kv_head) * max_ctx * D + sub * 8;
-  float m = -INFINITY, l = 0.f, acc[8] = {};
+
+  float m[G], l[G], acc[G][8];
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    m[g] = -INFINITY;
+    l[g] = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[g][i] = 0.f;
+  }
   // Whole warps iterate together (the shuffles need every lane); a group past
-  // the end idles. Each group takes kUnroll keys per pass, all loads issued
-  // before the first use, so a block keeps many cache lines in flight.
+  // the end idles. Each group takes kUnroll positions per pass, all loads
+  // issued before the first use, so a block keeps many cache lines in flight.
+  // Plain loads, not the read-only path: the fused variant wrote the pool above.
   constexpr int kUnroll = 4;
   for (int base = begin; base < end; base += groups * kUnroll) {
     uint4 kr[kUnroll], vr[kUnroll];
@@ -549,133 +425,156 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const 
       const int key = base + u * groups + group;
       kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
       if (key < end) {
-        kr[u] = *reinterpret_cast<const uint4*>(kh + static_cast<std::size_t>(key) * D);
-        vr[u] = *reinterpret_cast<const uint4*>(vh + static_cast<std::size_t>(key) * D);
+        const std::size_t at = pool_offset(table, key, kv_head, hkv, bs, D) + sub * 8;
+        kr[u] = *reinterpret_cast<const uint4*>(kv.k + at);
+        vr[u] = *reinterpret_cast<const uint4*>(kv.v + at);
       }
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const bf16_t* ke = reinterpret_cast<const bf16_t*>(&kr[u]);
       const bf16_t* ve = reinterpret_cast<const bf16_t*>(&vr[u]);
-      float s = 0.f;
+      float s[G];
 #pragma unroll
-      for (int i = 0; i < 8; ++i) s = fmaf(qv[i], bf(ke[i]), s);
+      for (int g = 0; g < G; ++g) {
+        s[g] = 0.f;
 #pragma unroll
-      for (int o = tpk / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        for (int i = 0; i < 8; ++i) s[g] = fmaf(qv[g][i], bf(ke[i]), s[g]);
+#pragma unroll
+        for (int o = tpk / 2; o > 0; o >>= 1) s[g] += __shfl_xor_sync(0xffffffffu, s[g], o);
+      }
       if (base + u * groups + group >= end) continue;
-      const float m_new = fmaxf(m, s);
-      const float alpha = exp2f(m - m_new);  // m = -inf on the group's first key: alpha = 0
-      const float p = exp2f(s - m_new);
-      l = l * alpha + p;
 #pragma unroll
-      for (int i = 0; i < 8; ++i) acc[i] = fmaf(p, bf(ve[i]), acc[i] * alpha);
-      m = m_new;
+      for (int g = 0; g < G; ++g) {
+        const float m_new = fmaxf(m[g], s[g]);
+        const float alpha = exp2f(m[g] - m_new);  // m = -inf on the group's first position: alpha = 0
+        const float p = exp2f(s[g] - m_new);
+        l[g] = l[g] * alpha + p;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc[g][i] = fmaf(p, bf(ve[i]), acc[g][i] * alpha);
+        m[g] = m_new;
+      }
     }
   }
-  if (sub == 0) {
-    g_m[group] = m;
-    g_l[group] = l;
-  }
 #pragma unroll
-  for (int i = 0; i < 8; ++i) g_acc[group][sub * 8 + i] = acc[i];
+  for (int g = 0; g < G; ++g) {
+    if (sub == 0) {
+      g_m[group][g] = m[g];
+      g_l[group][g] = l[g];
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) g_acc[group][g][sub * 8 + i] = acc[g][i];
+  }
   __syncthreads();
-
-  float* part = scratch + (static_cast<std::size_t>(head) * splits + split) * (D + 2);
-  float big = -INFINITY;
-  for (int g = 0; g < groups; ++g) big = fmaxf(big, g_m[g]);
-  for (int d = threadIdx.x; d < D; d += kDecodeThreads) {
-    float a = 0.f;
-    for (int g = 0; g < groups; ++g)
-      if (g_m[g] != -INFINITY) a += g_acc[g][d] * exp2f(g_m[g] - big);
-    part[2 + d] = a;
-  }
-  if (threadIdx.x == 0) {
+  if (threadIdx.x < nh) {
+    const int g = threadIdx.x;
+    float big = -INFINITY;
+    for (int k = 0; k < groups; ++k) big = fmaxf(big, g_m[k][g]);
     float total = 0.f;
-    for (int g = 0; g < groups; ++g)
-      if (g_m[g] != -INFINITY) total += g_l[g] * exp2f(g_m[g] - big);
-    part[0] = big;
-    part[1] = total;
+    for (int k = 0; k < groups; ++k)
+      if (g_m[k][g] != -INFINITY) total += g_l[k][g] * exp2f(g_m[k][g] - big);
+    head_big[g] = big;
+    head_total[g] = total;
   }
-  // The last block of this head to finish merges all splits (no second
-  // kernel), then re-arms the head's counter for the next step.
+  __syncthreads();
+  for (int e = threadIdx.x; e < nh * D; e += kDecodeThreads) {
+    const int g = e / D, d = e % D;
+    const float big = head_big[g];
+    float a = 0.f;
+    for (int k = 0; k < groups; ++k)
+      if (g_m[k][g] != -INFINITY) a += g_acc[k][g][d] * exp2f(g_m[k][g] - big);
+    if (splits == 1) {
+      out[(static_cast<std::size_t>(row) * hq + h0 + g) * D + d] = to_bf(a / head_total[g]);
+    } else {
+      float* part = scratch + ((static_cast<std::size_t>(item) * hq + h0 + g) * splits + split) * (D + 2);
+      part[2 + d] = a;
+      if (d == 0) {
+        part[0] = big;  // -inf for a split past the context: the merge skips it
+        part[1] = head_total[g];
+      }
+    }
+  }
+  if (splits == 1) return;
+  // The last block of this (sequence, head group) to finish merges all
+  // splits (no second kernel), then re-arms its counter for the next call.
   __shared__ bool last;
   __threadfence();
   __syncthreads();
-  unsigned* counters = reinterpret_cast<unsigned*>(scratch + static_cast<std::size_t>(gridDim.x) * splits * (D + 2));
-  if (threadIdx.x == 0) last = atomicAdd(counters + head, 1u) == static_cast<unsigned>(splits - 1);
+  unsigned* counter = counters + static_cast<std::size_t>(item) * gridDim.y + blockIdx.y;
+  if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == static_cast<unsigned>(splits - 1);
   __syncthreads();
   if (!last) return;
   __threadfence();
-  merge_splits(scratch + static_cast<std::size_t>(head) * splits * (D + 2), D, splits,
-               out + static_cast<std::size_t>(head) * D);
-  if (threadIdx.x == 0) counters[head] = 0;
+  for (int g = 0; g < nh; ++g)
+    merge_splits(scratch + (static_cast<std::size_t>(item) * hq + h0 + g) * splits * (D + 2), D, splits,
+                 out + (static_cast<std::size_t>(row) * hq + h0 + g) * D);
+  if (threadIdx.x == 0) *counter = 0;
+}
+
+template <int D, int G>
+void launch_decode(const bf16_t* q, const DecodeRope& rope, PagedKv kv, StepSeqs seqs, const std::int32_t* items,
+                   int n_items, int hq, float scale, int splits, float* scratch, unsigned* counters, bf16_t* out,
+                   cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(n_items), static_cast<unsigned>(kv.hkv * decode_head_chunks(hq, kv.hkv)),
+                  static_cast<unsigned>(splits));
+  launch(decode_kernel<D, G>, grid, kDecodeThreads, 0, stream, "attention_decode", q, rope, kv, seqs, items, hq, scale,
+         scratch, counters, out);
 }
 
 template <int D>
-void launch_decode(const bf16_t* q, bf16_t* k_cache, bf16_t* v_cache, int hq, int hkv, int max_ctx,
-                   const std::int32_t* offset, float scale, int splits, float* scratch, bf16_t* out,
-                   const bf16_t* qkv, const bf16_t* q_norm, const bf16_t* k_norm, const float* inv_freq, float eps,
-                   cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(hq), static_cast<unsigned>(splits));
-  launch(attention_decode_kernel<D>, grid, kDecodeThreads, 0, stream, "attention_decode", q, k_cache, v_cache, hq, hkv,
-         max_ctx, offset, scale, splits, scratch, out, qkv, q_norm, k_norm, inv_freq, eps);
+void decode_for_dim(const bf16_t* q, const DecodeRope& rope, PagedKv kv, StepSeqs seqs, const std::int32_t* items,
+                    int n_items, int hq, float scale, int splits, float* scratch, unsigned* counters, bf16_t* out,
+                    cudaStream_t stream) {
+  switch (group_heads(hq / kv.hkv)) {
+    case 1: launch_decode<D, 1>(q, rope, kv, seqs, items, n_items, hq, scale, splits, scratch, counters, out, stream); break;
+    case 2: launch_decode<D, 2>(q, rope, kv, seqs, items, n_items, hq, scale, splits, scratch, counters, out, stream); break;
+    case 4: launch_decode<D, 4>(q, rope, kv, seqs, items, n_items, hq, scale, splits, scratch, counters, out, stream); break;
+    default: launch_decode<D, 8>(q, rope, kv, seqs, items, n_items, hq, scale, splits, scratch, counters, out, stream); break;
+  }
 }
 
 }  // namespace
 
 bool attention_supports_head_dim(int d) noexcept { return d == 16 || d == 64 || d == 128 || d == 256; }
 
-void attention_prefill(const bf16_t* q, const bf16_t* k_cache, const bf16_t* v_cache, int n, int hq, int hkv, int d,
-                       int max_ctx, const std::int32_t* offset, float scale, bf16_t* out, cudaStream_t stream) {
-  if (n <= 0) return;
-#define NEURON_CALL(D) launch_prefill<D>(q, k_cache, v_cache, n, hq, hkv, max_ctx, offset, scale, out, stream)
+void attention_prefill(const bf16_t* q, PagedKv kv, StepSeqs seqs, const std::int32_t* tiles, int n_tiles, int hq,
+                       int d, float scale, bf16_t* out, cudaStream_t stream) {
+  if (n_tiles <= 0) return;
   switch (d) {
-    case 16: NEURON_CALL(16); break;
-    case 64: launch_flash_prefill<64>(q, k_cache, v_cache, n, hq, hkv, max_ctx, offset, scale, out, stream); break;
-    case 128: launch_flash_prefill<128>(q, k_cache, v_cache, n, hq, hkv, max_ctx, offset, scale, out, stream); break;
-    case 256: NEURON_CALL(256); break;
+    case 16: launch_prefill<16>(q, kv, seqs, tiles, n_tiles, hq, scale, out, stream); break;
+    case 64: launch_prefill<64>(q, kv, seqs, tiles, n_tiles, hq, scale, out, stream); break;
+    case 128: launch_prefill<128>(q, kv, seqs, tiles, n_tiles, hq, scale, out, stream); break;
+    case 256: launch_prefill<256>(q, kv, seqs, tiles, n_tiles, hq, scale, out, stream); break;
     default: NEURON_ASSERT(!"attention_prefill: head_dim not instantiated (checked at load)");
   }
-#undef NEURON_CALL
 }
 
-std::size_t decode_scratch_floats(int hq, int d, int splits) noexcept {
-  return static_cast<std::size_t>(hq) * splits * (d + 2) + static_cast<std::size_t>(hq);  // + one counter per head
+int decode_head_chunks(int hq, int hkv) noexcept {
+  const int group = hq / hkv;
+  return (group + group_heads(group) - 1) / group_heads(group);
 }
 
-void attention_decode(const bf16_t* q, const bf16_t* k_cache, const bf16_t* v_cache, int hq, int hkv, int d,
-                      int max_ctx, const std::int32_t* offset, float scale, int splits, float* scratch, bf16_t* out,
-                      cudaStream_t stream) {
-  // The unfused path never writes the cache.
-  bf16_t* kc = const_cast<bf16_t*>(k_cache);
-  bf16_t* vc = const_cast<bf16_t*>(v_cache);
-#define NEURON_CALL(D) \
-  launch_decode<D>(q, kc, vc, hq, hkv, max_ctx, offset, scale, splits, scratch, out, nullptr, nullptr, nullptr, nullptr, 0.f, stream)
+std::size_t decode_scratch_floats(int n_items, int hq, int d, int splits) noexcept {
+  if (splits <= 1) return 0;
+  return static_cast<std::size_t>(n_items) * hq * splits * (d + 2);
+}
+
+std::size_t decode_counters(int n_items, int hq, int hkv) noexcept {
+  return static_cast<std::size_t>(n_items) * hkv * decode_head_chunks(hq, hkv);
+}
+
+void attention_decode(const bf16_t* q, const DecodeRope& rope, PagedKv kv, StepSeqs seqs, const std::int32_t* items,
+                      int n_items, int hq, int d, float scale, int splits, float* scratch, unsigned* counters,
+                      bf16_t* out, cudaStream_t stream) {
+  if (n_items <= 0) return;
+  NEURON_ASSERT(splits >= 1 && hq % kv.hkv == 0);
   switch (d) {
-    case 16: NEURON_CALL(16); break;
-    case 64: NEURON_CALL(64); break;
-    case 128: NEURON_CALL(128); break;
-    case 256: NEURON_CALL(256); break;
+    case 16: decode_for_dim<16>(q, rope, kv, seqs, items, n_items, hq, scale, splits, scratch, counters, out, stream); break;
+    case 64: decode_for_dim<64>(q, rope, kv, seqs, items, n_items, hq, scale, splits, scratch, counters, out, stream); break;
+    case 128: decode_for_dim<128>(q, rope, kv, seqs, items, n_items, hq, scale, splits, scratch, counters, out, stream); break;
+    case 256: decode_for_dim<256>(q, rope, kv, seqs, items, n_items, hq, scale, splits, scratch, counters, out, stream); break;
     default: NEURON_ASSERT(!"attention_decode: head_dim not instantiated (checked at load)");
   }
-#undef NEURON_CALL
-}
-
-void attention_decode_fused(const bf16_t* qkv, const bf16_t* q_norm, const bf16_t* k_norm, const float* inv_freq,
-                            float eps, bf16_t* k_cache, bf16_t* v_cache, int hq, int hkv, int d, int max_ctx,
-                            const std::int32_t* offset, float scale, int splits, float* scratch, bf16_t* out,
-                            cudaStream_t stream) {
-#define NEURON_CALL(D)                                                                                          \
-  launch_decode<D>(nullptr, k_cache, v_cache, hq, hkv, max_ctx, offset, scale, splits, scratch, out, qkv, q_norm, \
-                   k_norm, inv_freq, eps, stream)
-  switch (d) {
-    case 16: NEURON_CALL(16); break;
-    case 64: NEURON_CALL(64); break;
-    case 128: NEURON_CALL(128); break;
-    case 256: NEURON_CALL(256); break;
-    default: NEURON_ASSERT(!"attention_decode_fused: head_dim not instantiated (checked at load)");
-  }
-#undef NEURON_CALL
 }
 
 }  // namespace neuron::backend::cuda::kernels

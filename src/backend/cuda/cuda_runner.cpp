@@ -1,24 +1,32 @@
 // One rank's shard of a Qwen3 model on one CUDA device (DESIGN.md sections 3, 4, 7).
 //
-// Data flow of a step of n tokens (x is the f32 residual stream, everything
-// else bf16 unless noted; row-parallel outputs are f32 so the all-reduce and
-// the residual add lose nothing):
+// Data flow of a step of T tokens from S sequences (x is the f32 residual
+// stream, everything else bf16 unless noted; row-parallel outputs are f32 so
+// the all-reduce and the residual add lose nothing):
 //   x = embed[tokens]
 //   per layer: h = rmsnorm(x += delta)          (delta: previous down output)
-//              qkv = h Wqkv^T  -> q/k norm, RoPE -> q, K/V cache
-//              a = attention(q, cache)          (flash prefill, split-KV decode)
+//              qkv = h Wqkv^T  -> q/k norm, RoPE at each token's position -> q, K/V into its pool slot
+//              a = attention(q, pool)           (paged: split-K decode for 1-token sequences,
+//                                                flash prefill for the others; one batch may mix both)
 //              delta = a Wo^T (f32), all-reduce; h = rmsnorm(x += delta)
 //              act = silu(gate) * up of h Wgu^T; delta = act Wdown^T (f32), all-reduce
-//   h = final_norm(x += delta); logits = h Wlm^T (f32)
-// Batch-1 decode runs on the hand-written GEMV and, on one rank, as a CUDA
-// graph captured once (positions and the token are read from device memory).
+//   h = final_norm(x += delta); logits = h[rows asked for] Wlm^T (f32)
+// The KV pool is one allocation: per layer K and V, each [blocks + 1, hkv,
+// block_size, hd] bf16; block `kv_blocks` is a scratch block no sequence owns,
+// where the padding sequences of a CUDA graph write.
+// A step's varying inputs (tokens, positions, slots, per-sequence starts,
+// lengths and block-table offsets, work lists, block tables) go up in one
+// copy of a packed staging buffer (StepLayout). One-token projections run on
+// the hand-written GEMV; more rows on cuBLAS. Decode-only batches of up to
+// 256 sequences replay a CUDA graph captured per padded batch size (the
+// ladder below), lazily on first use, on one rank.
 //
 // Tuning switches, read once at construction (for the benchmarks in bench/):
 //   NEURON_CUDA_GEMV=0    batch-1 projections on cuBLAS instead of the GEMV kernel
-//   NEURON_CUDA_GRAPHS=0  launch the decode step eagerly instead of replaying a graph
+//   NEURON_CUDA_GRAPHS=0  launch decode steps eagerly instead of replaying graphs
 //   NEURON_CUDA_PDL=0     no programmatic dependent launch between kernels
-//   NEURON_CUDA_FUSED_ROPE=0  decode runs q/k norm + RoPE as its own kernel
-//   NEURON_CUDA_FUSED_DECODE=1  one rank: norms inside the projections, residual adds in their epilogues
+//   NEURON_CUDA_FUSED_ROPE=0  decode-only steps run q/k norm + RoPE as their own kernel
+//   NEURON_CUDA_FUSED_DECODE=1  one rank, one token: norms inside the projections, residual adds in their epilogues
 #include "backend/cuda/cuda_runner.hpp"
 
 #include <spdlog/spdlog.h>
@@ -26,9 +34,9 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
@@ -36,6 +44,7 @@
 #include "backend/cuda/blas.hpp"
 #include "backend/cuda/device_buffer.hpp"
 #include "backend/cuda/kernels.hpp"
+#include "backend/cuda/step_inputs.hpp"
 #include "dist/communicator.hpp"
 #include "io/safetensors.hpp"
 #include "model/shard_weights.hpp"
@@ -46,9 +55,11 @@ namespace {
 
 using kernels::bf16_t;
 
-constexpr std::int32_t kDefaultMaxContext = 8192;
-constexpr std::int32_t kMaxPrefillChunk = 4096;  // rows per pass; longer prompts run in chunks
-constexpr std::int32_t kLogitRows = 64;          // rows per LM-head pass when every position's logits are asked
+constexpr int kMaxPassTokens = 4096;  // rows per pass; a step with more tokens runs in passes
+constexpr std::array<int, 14> kGraphLadder = {1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 160, 192, 224, 256};
+constexpr int kMaxGraphBatch = kGraphLadder.back();
+constexpr int kLogitRows = kMaxGraphBatch;  // rows per LM-head pass (a graph's whole batch)
+constexpr int kMaxDecodeSplits = 64;
 constexpr std::size_t kStagingBytes = std::size_t{64} << 20;
 
 bool env_flag(const char* name, bool fallback) {
@@ -132,10 +143,10 @@ class CudaRunner final : public ModelRunner {
              const Device& device, std::shared_ptr<dist::Communicator> comm, const RunnerOptions& options);
   ~CudaRunner() override;
 
-  void forward(std::span<const std::int32_t> tokens, std::int32_t offset, std::span<float> logits) override;
-  void clear_kv_cache() override;
+  void step(const Batch& batch, std::span<float> logits) override;
   const model::Qwen3Config& config() const noexcept override { return cfg_; }
   std::int32_t max_context() const noexcept override { return max_ctx_; }
+  KvPoolShape kv_pool() const noexcept override { return KvPoolShape{block_size_, kv_blocks_, bytes_per_block_}; }
   MemoryStats memory() const override;
 
  private:
@@ -148,19 +159,24 @@ class CudaRunner final : public ModelRunner {
     DeviceBuffer post_norm;   // [hidden] bf16
     DeviceBuffer gate_up;     // [2 * ff, hidden] bf16: gate rows then up rows of the rank's slice
     DeviceBuffer down;        // [hidden, ff] bf16: the rank's input columns
-    DeviceBuffer k_cache;     // [hkv, max_ctx, hd] bf16
-    DeviceBuffer v_cache;     // [hkv, max_ctx, hd] bf16
   };
 
   void load_weights(const io::Checkpoint* checkpoint);
   void place(const model::SliceSpec& spec, const io::Checkpoint* checkpoint, std::optional<Uploader>& up, bf16_t* dst);
-  // Runs n tokens whose ids and start position already sit in meta_ on the device.
-  void run_layers(int n);
+  kernels::PagedKv kv(std::size_t layer) const;
+  int decode_splits(int items, int max_len) const;
+  // Packs a pass (padded to kGraphLadder[graph] when graph >= 0) and copies it to step_in_.
+  PassPlan upload_pass(std::span<const PassSeq> seqs, int graph);
+  void reserve_step_inputs(std::size_t ints);
+  // Runs a pass whose inputs already sit in step_in_.
+  void run_layers(const PassPlan& p);
   void lm_head(const bf16_t* h_rows, int rows, float* out);
   template <class Y>
   void linear(const bf16_t* x, int n, const DeviceBuffer& w, int rows, int cols, Y* y);
   void all_reduce(float* data, std::size_t count);
-  void decode_step(bool want_logits);
+  // Runs one pass and writes its logits rows to `out` ([rows, vocab]).
+  void run_pass(std::span<const PassSeq> seqs, std::span<float> out);
+  void replay_graph(int graph, const PassPlan& p, bool want_logits);
 
   const bf16_t* w(const DeviceBuffer& b) const { return b.data<bf16_t>(); }
 
@@ -169,8 +185,10 @@ class CudaRunner final : public ModelRunner {
   Device device_;
   std::shared_ptr<dist::Communicator> comm_;
   std::int32_t max_ctx_ = 0;
+  std::int32_t block_size_ = 0, kv_blocks_ = 0, max_blocks_per_seq_ = 0;
+  std::uint64_t bytes_per_block_ = 0;
   int hidden_ = 0, hq_ = 0, hkv_ = 0, hd_ = 0, ff_ = 0, vocab_ = 0, qkv_rows_ = 0;
-  int chunk_ = 0, decode_splits_ = 1;
+  int decode_target_blocks_ = 0;
   float eps_ = 1e-6f, scale_ = 1.f;
   bool use_gemv_ = true, use_graphs_ = true, fuse_decode_rope_ = true, fused_decode_ = false;
   DeviceGuard guard_;
@@ -182,22 +200,28 @@ class CudaRunner final : public ModelRunner {
   DeviceBuffer lm_head_;     // [vocab, hidden] bf16; empty when tied to embed_
   DeviceBuffer inv_freq_;    // [hd / 2] f32: rope_theta^(-2j / hd)
   std::vector<Layer> layers_;
-  std::uint64_t weight_bytes_ = 0, kv_bytes_ = 0;
+  std::uint64_t weight_bytes_ = 0;
+  DeviceBuffer kv_pool_;     // [layers, 2 (K, V), kv_blocks + 1, hkv, block_size, hd] bf16
 
-  DeviceBuffer meta_;      // [1 + chunk] i32: start position, then the step's token ids
-  PinnedBuffer meta_host_; // [1 + chunk] i32 staging for meta_
-  DeviceBuffer x_;         // [chunk, hidden] f32 residual stream
-  DeviceBuffer h_;         // [chunk, hidden] bf16 normalised activations
-  DeviceBuffer qkv_;       // [chunk, qkv_rows] bf16
-  DeviceBuffer q_;         // [chunk, hq * hd] bf16 after norm + RoPE
-  DeviceBuffer attn_;      // [chunk, hq * hd] bf16
-  DeviceBuffer delta_;     // [chunk, hidden] f32 row-parallel partial sums
-  DeviceBuffer gate_up_;   // [chunk, 2 * ff] bf16
-  DeviceBuffer act_;       // [chunk, ff] bf16
-  DeviceBuffer decode_scratch_;  // [hq * splits * (hd + 2)] f32 split-KV partial softmax states
-  DeviceBuffer logits_;    // [kLogitRows, vocab] f32
-  PinnedBuffer reduce_host_;  // [chunk, hidden] f32 staging for a host (Gloo) all-reduce
-  std::array<GraphExec, 2> decode_graph_;  // [without, with] the LM head
+  std::size_t step_capacity_ = 0;  // i32 elements of step_in_ and step_host_
+  DeviceBuffer step_in_;     // [step_capacity_] i32: a pass's packed inputs (StepLayout)
+  PinnedBuffer step_host_;   // [step_capacity_] i32 staging for step_in_
+  DeviceBuffer x_;           // [kMaxPassTokens, hidden] f32 residual stream
+  DeviceBuffer h_;           // [kMaxPassTokens, hidden] bf16 normalised activations
+  DeviceBuffer qkv_;         // [kMaxPassTokens, qkv_rows] bf16
+  DeviceBuffer q_;           // [kMaxPassTokens, hq * hd] bf16 after norm + RoPE
+  DeviceBuffer attn_;        // [kMaxPassTokens, hq * hd] bf16
+  DeviceBuffer delta_;       // [kMaxPassTokens, hidden] f32 row-parallel partial sums
+  DeviceBuffer gate_up_;     // [kMaxPassTokens, 2 * ff] bf16
+  DeviceBuffer act_;         // [kMaxPassTokens, ff] bf16
+  DeviceBuffer decode_scratch_;   // [decode_scratch_floats of the largest split pass] f32 partial softmax states
+  DeviceBuffer decode_counters_;  // [decode_counters of the largest split pass] u32, zero between calls
+  DeviceBuffer head_rows_;   // [kLogitRows, hidden] bf16 gathered LM-head input rows
+  DeviceBuffer logits_;      // [kLogitRows, vocab] f32
+  PinnedBuffer reduce_host_; // [kMaxPassTokens, hidden] f32 staging for a host (Gloo) all-reduce
+  // [ladder size][without, with the LM head]: decode graphs by padded batch size.
+  std::array<std::array<GraphExec, 2>, kGraphLadder.size()> graphs_;
+  std::vector<std::vector<PassSeq>> passes_;  // the step cut into passes (reused across steps)
 };
 
 CudaRunner::CudaRunner(const model::Qwen3Config& cfg, const io::Checkpoint* checkpoint, const model::ShardPlan& plan,
@@ -219,6 +243,10 @@ CudaRunner::CudaRunner(const model::Qwen3Config& cfg, const io::Checkpoint* chec
                                             " is not supported (16, 64, 128 or 256)");
   if (cfg.hidden_size % 8 != 0)
     throw Error(errc::unsupported_arch, "CUDA backend: hidden_size must be a multiple of 8");
+  if (options.kv_block_size < 0 || options.kv_blocks < 0)
+    throw Error(errc::invalid_argument, "CUDA runner: kv_block_size " + std::to_string(options.kv_block_size) +
+                                            " and kv_blocks " + std::to_string(options.kv_blocks) +
+                                            " must not be negative");
   hidden_ = static_cast<int>(cfg.hidden_size);
   hq_ = static_cast<int>(plan.q_heads);
   hkv_ = static_cast<int>(plan.kv_heads);
@@ -228,10 +256,15 @@ CudaRunner::CudaRunner(const model::Qwen3Config& cfg, const io::Checkpoint* chec
   qkv_rows_ = (hq_ + 2 * hkv_) * hd_;
   eps_ = static_cast<float>(cfg.rms_norm_eps);
   scale_ = 1.f / std::sqrt(static_cast<float>(hd_));
-  const std::int64_t model_max = cfg.max_position_embeddings > 0 ? cfg.max_position_embeddings : kDefaultMaxContext;
-  max_ctx_ = static_cast<std::int32_t>(options.max_context > 0 ? std::min<std::int64_t>(options.max_context, model_max)
-                                                               : std::min<std::int64_t>(kDefaultMaxContext, model_max));
-  chunk_ = std::min(max_ctx_, kMaxPrefillChunk);
+  max_ctx_ = model::resolve_max_context(cfg, options.max_context, default_max_context(device));
+  block_size_ = options.kv_block_size > 0 ? options.kv_block_size : kDefaultKvBlockSize;
+  max_blocks_per_seq_ = (max_ctx_ + block_size_ - 1) / block_size_;
+  kv_blocks_ = options.kv_blocks > 0 ? options.kv_blocks : max_blocks_per_seq_;
+  // Slots (block * block_size + slot) travel as i32, the scratch block included.
+  if ((static_cast<std::int64_t>(kv_blocks_) + 1) * block_size_ > INT_MAX)
+    throw Error(errc::invalid_argument, "CUDA runner: " + std::to_string(kv_blocks_) + " KV blocks of " +
+                                            std::to_string(block_size_) + " positions exceed 2^31 slots");
+  bytes_per_block_ = kv_bytes_per_block(cfg, plan, device, block_size_);
   use_gemv_ = env_flag("NEURON_CUDA_GEMV", true);
   kernels::set_programmatic_launch(env_flag("NEURON_CUDA_PDL", true));
   fuse_decode_rope_ = env_flag("NEURON_CUDA_FUSED_ROPE", true);
@@ -242,15 +275,16 @@ CudaRunner::CudaRunner(const model::Qwen3Config& cfg, const io::Checkpoint* chec
 
   cudaDeviceProp prop{};
   NEURON_CUDA_CHECK(cudaGetDeviceProperties(&prop, device.index));
-  // About four blocks per SM for the split-KV decode attention.
-  decode_splits_ = std::clamp((4 * prop.multiProcessorCount + hq_ - 1) / hq_, 1, 64);
+  decode_target_blocks_ = 4 * prop.multiProcessorCount;  // about four decode blocks per SM
 
   const auto t0 = std::chrono::steady_clock::now();
   load_weights(checkpoint);
+  // Zeros, not garbage, in the slots no step has written yet: cheap, and a
+  // bug that reads one then yields a wrong number rather than a NaN cascade.
+  kv_pool_ = DeviceBuffer(static_cast<std::size_t>(bytes_per_block_) * (static_cast<std::size_t>(kv_blocks_) + 1));
+  NEURON_CUDA_CHECK(cudaMemsetAsync(kv_pool_.data(), 0, kv_pool_.bytes(), stream_.get()));
 
-  const auto n = static_cast<std::size_t>(chunk_);
-  meta_ = DeviceBuffer(4 * (n + 1));
-  meta_host_ = PinnedBuffer(4 * (n + 1));
+  const auto n = static_cast<std::size_t>(kMaxPassTokens);
   x_ = DeviceBuffer(4 * n * hidden_);
   h_ = DeviceBuffer(2 * n * hidden_);
   qkv_ = DeviceBuffer(2 * n * qkv_rows_);
@@ -259,16 +293,30 @@ CudaRunner::CudaRunner(const model::Qwen3Config& cfg, const io::Checkpoint* chec
   delta_ = DeviceBuffer(4 * n * hidden_);
   gate_up_ = DeviceBuffer(2 * n * 2 * ff_);
   act_ = DeviceBuffer(2 * n * ff_);
-  decode_scratch_ = DeviceBuffer(4 * kernels::decode_scratch_floats(hq_, hd_, decode_splits_));
-  NEURON_CUDA_CHECK(cudaMemset(decode_scratch_.data(), 0, decode_scratch_.bytes()));
+  // The split-K scratch of the largest split pass: splits shrink as items grow, so scan them all.
+  std::size_t scratch_floats = 0, counters = 0;
+  for (int items = 1; items <= kMaxPassTokens; ++items) {
+    const int splits = decode_splits(items, max_ctx_);
+    if (splits == 1) break;
+    scratch_floats = std::max(scratch_floats, kernels::decode_scratch_floats(items, hq_, hd_, splits));
+    counters = std::max(counters, kernels::decode_counters(items, hq_, hkv_));
+  }
+  decode_scratch_ = DeviceBuffer(4 * std::max<std::size_t>(scratch_floats, 1));
+  decode_counters_ = DeviceBuffer(4 * std::max<std::size_t>(counters, 1));
+  NEURON_CUDA_CHECK(cudaMemsetAsync(decode_counters_.data(), 0, decode_counters_.bytes(), stream_.get()));
+  head_rows_ = DeviceBuffer(2 * static_cast<std::size_t>(kLogitRows) * hidden_);
   logits_ = DeviceBuffer(4 * static_cast<std::size_t>(kLogitRows) * vocab_);
   if (comm_->size() > 1 && comm_->location() == dist::MemoryLocation::host)
     reduce_host_ = PinnedBuffer(4 * n * hidden_);
-  clear_kv_cache();
+  // Room for the fixed part of the largest pass and a full graph batch of the longest tables; grows on demand.
+  reserve_step_inputs(14 * n + static_cast<std::size_t>(kMaxGraphBatch) * max_blocks_per_seq_ + 1);
   stream_.synchronize();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  spdlog::info("cuda runner {} rank {}/{}: {:.2f} GB weights, {:.2f} GB KV cache ({} positions) ready in {:.2f} s",
-               device.str(), plan.rank, plan.world, weight_bytes_ / 1e9, kv_bytes_ / 1e9, max_ctx_, seconds);
+  spdlog::info(
+      "cuda runner {} rank {}/{}: {:.2f} GB weights, {:.2f} GB KV pool ({} blocks of {} positions, context {}) "
+      "ready in {:.2f} s",
+      device.str(), plan.rank, plan.world, weight_bytes_ / 1e9, kv_pool_.bytes() / 1e9, kv_blocks_, block_size_,
+      max_ctx_, seconds);
 }
 
 CudaRunner::~CudaRunner() {
@@ -320,7 +368,6 @@ void CudaRunner::load_weights(const io::Checkpoint* checkpoint) {
   inv_freq_ = DeviceBuffer(4 * inv.size());
   NEURON_CUDA_CHECK(cudaMemcpy(inv_freq_.data(), inv.data(), 4 * inv.size(), cudaMemcpyHostToDevice));
 
-  const std::size_t cache_bytes = 2 * static_cast<std::size_t>(hkv_) * max_ctx_ * hd_;
   layers_.reserve(specs.layers.size());
   for (const model::LayerSpecs& s : specs.layers) {
     Layer l;
@@ -332,26 +379,38 @@ void CudaRunner::load_weights(const io::Checkpoint* checkpoint) {
     l.post_norm = alloc({&s.post_norm});
     l.gate_up = alloc({&s.gate_proj, &s.up_proj});
     l.down = alloc({&s.down_proj});
-    l.k_cache = DeviceBuffer(cache_bytes);
-    l.v_cache = DeviceBuffer(cache_bytes);
-    kv_bytes_ += 2 * cache_bytes;
     layers_.push_back(std::move(l));
   }
   if (up) up->finish();
 }
 
-void CudaRunner::clear_kv_cache() {
-  DeviceGuard g(device_.index);
-  // Zeros, not garbage: attention tiles read (and mask) positions past the
-  // written ones, and 0 * NaN would poison a product.
-  for (Layer& l : layers_) {
-    NEURON_CUDA_CHECK(cudaMemsetAsync(l.k_cache.data(), 0, l.k_cache.bytes(), stream_.get()));
-    NEURON_CUDA_CHECK(cudaMemsetAsync(l.v_cache.data(), 0, l.v_cache.bytes(), stream_.get()));
-  }
-  stream_.synchronize();
+MemoryStats CudaRunner::memory() const { return MemoryStats{weight_bytes_, kv_pool_.bytes(), device_.str()}; }
+
+kernels::PagedKv CudaRunner::kv(std::size_t layer) const {
+  // One of K or V of one layer: [kv_blocks + 1, hkv, block_size, hd].
+  const std::size_t plane = (static_cast<std::size_t>(kv_blocks_) + 1) * hkv_ * block_size_ * hd_;
+  bf16_t* base = kv_pool_.data<bf16_t>() + 2 * layer * plane;
+  return kernels::PagedKv{base, base + plane, hkv_, block_size_};
 }
 
-MemoryStats CudaRunner::memory() const { return MemoryStats{weight_bytes_, kv_bytes_, device_.str()}; }
+int CudaRunner::decode_splits(int items, int max_len) const {
+  if (items <= 0) return 1;
+  const int blocks = items * hkv_ * kernels::decode_head_chunks(hq_, hkv_);  // per split
+  const int wanted = std::clamp((decode_target_blocks_ + blocks - 1) / blocks, 1, kMaxDecodeSplits);
+  const int useful = (max_len + kernels::kDecodeMinSplitKeys - 1) / kernels::kDecodeMinSplitKeys;
+  return std::clamp(useful, 1, wanted);
+}
+
+void CudaRunner::reserve_step_inputs(std::size_t ints) {
+  if (ints <= step_capacity_) return;
+  stream_.synchronize();  // nothing may still read the old buffers
+  const std::size_t capacity = std::max(ints, step_capacity_ + step_capacity_ / 2);
+  step_in_ = DeviceBuffer(4 * capacity);
+  step_host_ = PinnedBuffer(4 * capacity);
+  step_capacity_ = capacity;
+  for (auto& pair : graphs_)  // they read the old step_in_
+    for (GraphExec& g : pair) g.reset();
+}
 
 template <class Y>
 void CudaRunner::linear(const bf16_t* x, int n, const DeviceBuffer& wt, int rows, int cols, Y* y) {
@@ -374,61 +433,77 @@ void CudaRunner::all_reduce(float* data, std::size_t count) {
   NEURON_CUDA_CHECK(cudaMemcpyAsync(data, reduce_host_.data(), 4 * count, cudaMemcpyHostToDevice, stream_.get()));
 }
 
-void CudaRunner::run_layers(int n) {
+PassPlan CudaRunner::upload_pass(std::span<const PassSeq> seqs, int graph) {
+  PassPlan p = plan_pass(seqs, graph >= 0 ? kGraphLadder[static_cast<std::size_t>(graph)] : 0, max_ctx_);
+  reserve_step_inputs(static_cast<std::size_t>(p.layout.end));
+  const std::span<std::int32_t> staging(step_host_.data<std::int32_t>(), static_cast<std::size_t>(p.layout.end));
+  pack_pass(seqs, p, block_size_, kv_blocks_, staging);
+  NEURON_CUDA_CHECK(cudaMemcpyAsync(step_in_.data(), staging.data(), staging.size_bytes(), cudaMemcpyHostToDevice,
+                                    stream_.get()));
+  return p;
+}
+
+void CudaRunner::run_layers(const PassPlan& p) {
   cudaStream_t s = stream_.get();
-  const std::int32_t* offset = meta_.data<std::int32_t>();
-  const std::int32_t* tokens = offset + 1;
+  const int n = p.tokens;
+  const StepLayout& l = p.layout;
+  const std::int32_t* in = step_in_.data<std::int32_t>();
+  const kernels::StepSeqs seqs{in + l.q_start, in + l.num_tokens, in + l.position,
+                               in + l.block_offset, in + l.ctx_len, in + l.block_tables};
+  const std::int32_t* items = in + l.decode_items;
+  const int splits = decode_splits(p.n_decode, p.max_decode_ctx);
+  float* scratch = decode_scratch_.data<float>();
+  auto* counters = decode_counters_.data<unsigned>();
   float* x = x_.data<float>();
   bf16_t* h = h_.data<bf16_t>();
   float* delta = delta_.data<float>();
-  kernels::embed(tokens, n, w(embed_), hidden_, vocab_, x, s);
+  auto rope = [&](const Layer& layer) {
+    return kernels::DecodeRope{qkv_.data<bf16_t>(), w(layer.q_norm), w(layer.k_norm), inv_freq_.data<float>(), eps_};
+  };
+  kernels::embed(in + l.tokens, n, w(embed_), hidden_, vocab_, x, s);
   if (n == 1 && fused_decode_) {
     // One rank, one token: 5 kernels a layer. The norms run inside the
     // projections that consume them, and the row-parallel projections add
     // straight into the residual stream (no all-reduce to wait for).
-    for (Layer& l : layers_) {
-      kernels::gemv_rmsnorm(w(l.qkv), x, w(l.input_norm), eps_, qkv_rows_, hidden_, qkv_.data<bf16_t>(), s);
-      kernels::attention_decode_fused(qkv_.data<bf16_t>(), w(l.q_norm), w(l.k_norm), inv_freq_.data<float>(), eps_,
-                                      l.k_cache.data<bf16_t>(), l.v_cache.data<bf16_t>(), hq_, hkv_, hd_, max_ctx_,
-                                      offset, scale_, decode_splits_, decode_scratch_.data<float>(),
-                                      attn_.data<bf16_t>(), s);
-      kernels::gemv_accumulate(w(l.o), attn_.data<bf16_t>(), hidden_, hq_ * hd_, x, s);
-      kernels::gemv_rmsnorm(w(l.gate_up), x, w(l.post_norm), eps_, 2 * ff_, hidden_, gate_up_.data<bf16_t>(), s);
-      kernels::gemv_swiglu(w(l.down), gate_up_.data<bf16_t>(), hidden_, ff_, x, true, s);
+    for (std::size_t i = 0; i < layers_.size(); ++i) {
+      const Layer& layer = layers_[i];
+      kernels::gemv_rmsnorm(w(layer.qkv), x, w(layer.input_norm), eps_, qkv_rows_, hidden_, qkv_.data<bf16_t>(), s);
+      kernels::attention_decode(nullptr, rope(layer), kv(i), seqs, items, 1, hq_, hd_, scale_, splits, scratch,
+                                counters, attn_.data<bf16_t>(), s);
+      kernels::gemv_accumulate(w(layer.o), attn_.data<bf16_t>(), hidden_, hq_ * hd_, x, s);
+      kernels::gemv_rmsnorm(w(layer.gate_up), x, w(layer.post_norm), eps_, 2 * ff_, hidden_, gate_up_.data<bf16_t>(),
+                            s);
+      kernels::gemv_swiglu(w(layer.down), gate_up_.data<bf16_t>(), hidden_, ff_, x, true, s);
     }
     kernels::add_rmsnorm(x, nullptr, w(final_norm_), h, 1, hidden_, eps_, s);
     return;
   }
   const float* pending = nullptr;  // the previous down projection, added at the next norm
-  for (Layer& l : layers_) {
-    kernels::add_rmsnorm(x, pending, w(l.input_norm), h, n, hidden_, eps_, s);
-    linear(h, n, l.qkv, qkv_rows_, hidden_, qkv_.data<bf16_t>());
-    if (n == 1 && fuse_decode_rope_) {
-      kernels::attention_decode_fused(qkv_.data<bf16_t>(), w(l.q_norm), w(l.k_norm), inv_freq_.data<float>(), eps_,
-                                      l.k_cache.data<bf16_t>(), l.v_cache.data<bf16_t>(), hq_, hkv_, hd_, max_ctx_,
-                                      offset, scale_, decode_splits_, decode_scratch_.data<float>(),
-                                      attn_.data<bf16_t>(), s);
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    const Layer& layer = layers_[i];
+    kernels::add_rmsnorm(x, pending, w(layer.input_norm), h, n, hidden_, eps_, s);
+    linear(h, n, layer.qkv, qkv_rows_, hidden_, qkv_.data<bf16_t>());
+    if (p.decode_only && fuse_decode_rope_) {
+      kernels::attention_decode(nullptr, rope(layer), kv(i), seqs, items, p.n_decode, hq_, hd_, scale_, splits,
+                                scratch, counters, attn_.data<bf16_t>(), s);
     } else {
-      kernels::qk_norm_rope(qkv_.data<bf16_t>(), n, hq_, hkv_, hd_, w(l.q_norm), w(l.k_norm),
-                            inv_freq_.data<float>(), offset, eps_, q_.data<bf16_t>(), l.k_cache.data<bf16_t>(),
-                            l.v_cache.data<bf16_t>(), max_ctx_, s);
-      if (n == 1)
-        kernels::attention_decode(q_.data<bf16_t>(), l.k_cache.data<bf16_t>(), l.v_cache.data<bf16_t>(), hq_, hkv_,
-                                  hd_, max_ctx_, offset, scale_, decode_splits_, decode_scratch_.data<float>(),
-                                  attn_.data<bf16_t>(), s);
-      else
-        kernels::attention_prefill(q_.data<bf16_t>(), l.k_cache.data<bf16_t>(), l.v_cache.data<bf16_t>(), n, hq_,
-                                   hkv_, hd_, max_ctx_, offset, scale_, attn_.data<bf16_t>(), s);
+      kernels::qk_norm_rope(qkv_.data<bf16_t>(), n, hq_, hd_, w(layer.q_norm), w(layer.k_norm),
+                            inv_freq_.data<float>(), in + l.positions, in + l.slots, eps_, q_.data<bf16_t>(), kv(i),
+                            s);
+      kernels::attention_decode(q_.data<bf16_t>(), {}, kv(i), seqs, items, p.n_decode, hq_, hd_, scale_, splits,
+                                scratch, counters, attn_.data<bf16_t>(), s);
+      kernels::attention_prefill(q_.data<bf16_t>(), kv(i), seqs, in + l.tiles, p.n_tiles, hq_, hd_, scale_,
+                                 attn_.data<bf16_t>(), s);
     }
-    linear(attn_.data<bf16_t>(), n, l.o, hidden_, hq_ * hd_, delta);
+    linear(attn_.data<bf16_t>(), n, layer.o, hidden_, hq_ * hd_, delta);
     all_reduce(delta, static_cast<std::size_t>(n) * hidden_);
-    kernels::add_rmsnorm(x, delta, w(l.post_norm), h, n, hidden_, eps_, s);
-    linear(h, n, l.gate_up, 2 * ff_, hidden_, gate_up_.data<bf16_t>());
+    kernels::add_rmsnorm(x, delta, w(layer.post_norm), h, n, hidden_, eps_, s);
+    linear(h, n, layer.gate_up, 2 * ff_, hidden_, gate_up_.data<bf16_t>());
     if (n == 1 && use_gemv_ && kernels::gemv_swiglu_supported(ff_)) {
-      kernels::gemv_swiglu(w(l.down), gate_up_.data<bf16_t>(), hidden_, ff_, delta, false, s);
+      kernels::gemv_swiglu(w(layer.down), gate_up_.data<bf16_t>(), hidden_, ff_, delta, false, s);
     } else {
       kernels::swiglu(gate_up_.data<bf16_t>(), n, ff_, act_.data<bf16_t>(), s);
-      linear(act_.data<bf16_t>(), n, l.down, hidden_, ff_, delta);
+      linear(act_.data<bf16_t>(), n, layer.down, hidden_, ff_, delta);
     }
     all_reduce(delta, static_cast<std::size_t>(n) * hidden_);
     pending = delta;
@@ -441,21 +516,14 @@ void CudaRunner::lm_head(const bf16_t* h_rows, int rows, float* out) {
   linear(h_rows, rows, head, vocab_, hidden_, out);
 }
 
-void CudaRunner::decode_step(bool want_logits) {
+void CudaRunner::replay_graph(int graph, const PassPlan& p, bool want_logits) {
   cudaStream_t s = stream_.get();
-  auto body = [&] {
-    run_layers(1);
-    if (want_logits) lm_head(h_.data<bf16_t>(), 1, logits_.data<float>());
-  };
-  if (!use_graphs_) {
-    body();
-    return;
-  }
-  GraphExec& g = decode_graph_[want_logits ? 1 : 0];
+  GraphExec& g = graphs_[static_cast<std::size_t>(graph)][want_logits ? 1 : 0];
   if (!g) {
     NEURON_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
     try {
-      body();
+      run_layers(p);
+      if (want_logits) lm_head(h_.data<bf16_t>(), p.tokens, logits_.data<float>());
     } catch (...) {
       cudaGraph_t broken = nullptr;
       cudaStreamEndCapture(s, &broken);  // leave the stream usable
@@ -469,57 +537,61 @@ void CudaRunner::decode_step(bool want_logits) {
   g.launch(s);
 }
 
-void CudaRunner::forward(std::span<const std::int32_t> tokens, std::int32_t offset, std::span<float> logits) {
-  const auto n = static_cast<std::int64_t>(tokens.size());
-  const auto v = static_cast<std::size_t>(vocab_);
-  if (n == 0) throw Error(errc::invalid_argument, "forward: no tokens");
-  if (offset < 0) throw Error(errc::invalid_argument, "forward: negative offset " + std::to_string(offset));
-  if (offset + n > max_ctx_)
-    throw Error(errc::context_length_exceeded, "forward: positions up to " + std::to_string(offset + n) +
-                                                   " exceed the context of " + std::to_string(max_ctx_));
-  for (std::int64_t i = 0; i < n; ++i)
-    if (tokens[i] < 0 || tokens[i] >= vocab_)
-      throw Error(errc::invalid_argument, "forward: token id " + std::to_string(tokens[i]) + " at index " +
-                                              std::to_string(i) + " is outside the vocabulary of " +
-                                              std::to_string(vocab_));
-  const bool all_rows = logits.size() == static_cast<std::size_t>(n) * v && n > 1;
-  if (!logits.empty() && logits.size() != v && !all_rows)
-    throw Error(errc::invalid_argument, "forward: logits span of " + std::to_string(logits.size()) +
-                                            " floats is neither [vocab] nor [n, vocab]");
-  DeviceGuard g(device_.index);
+void CudaRunner::run_pass(std::span<const PassSeq> seqs, std::span<float> out) {
   cudaStream_t s = stream_.get();
-  std::int32_t* meta = meta_host_.data<std::int32_t>();
-
-  for (std::int64_t c0 = 0; c0 < n; c0 += chunk_) {
-    const int cn = static_cast<int>(std::min<std::int64_t>(chunk_, n - c0));
-    const bool last_chunk = c0 + cn == n;
-    meta[0] = offset + static_cast<std::int32_t>(c0);
-    std::memcpy(meta + 1, tokens.data() + c0, 4 * static_cast<std::size_t>(cn));
-    NEURON_CUDA_CHECK(cudaMemcpyAsync(meta_.data(), meta, 4 * (1 + static_cast<std::size_t>(cn)),
-                                      cudaMemcpyHostToDevice, s));
-    if (cn == 1 && !all_rows) {
-      decode_step(last_chunk && !logits.empty());
-    } else {
-      run_layers(cn);
-      if (all_rows) {
-        for (int r0 = 0; r0 < cn; r0 += kLogitRows) {
-          const int rows = std::min(kLogitRows, cn - r0);
-          lm_head(h_.data<bf16_t>() + static_cast<std::size_t>(r0) * hidden_, rows, logits_.data<float>());
-          NEURON_CUDA_CHECK(cudaMemcpyAsync(logits.data() + (c0 + r0) * v, logits_.data(), 4 * rows * v,
-                                            cudaMemcpyDeviceToHost, s));
-          stream_.synchronize();  // logits_ is reused by the next pass
-        }
-      } else if (last_chunk && !logits.empty()) {
-        lm_head(h_.data<bf16_t>() + static_cast<std::size_t>(cn - 1) * hidden_, 1, logits_.data<float>());
-      }
+  const auto v = static_cast<std::size_t>(vocab_);
+  bool decode_only = true;
+  for (const PassSeq& q : seqs) decode_only = decode_only && q.tokens.size() == 1;
+  int graph = -1;
+  if (decode_only && use_graphs_ && seqs.size() <= static_cast<std::size_t>(kMaxGraphBatch))
+    graph = static_cast<int>(std::lower_bound(kGraphLadder.begin(), kGraphLadder.end(), static_cast<int>(seqs.size())) -
+                             kGraphLadder.begin());
+  const PassPlan p = upload_pass(seqs, graph);
+  const auto rows = static_cast<int>(p.rows.size());
+  NEURON_ASSERT(out.size() == static_cast<std::size_t>(rows) * v);
+  if (graph >= 0) {
+    // The graph's LM head covered every row of the batch: copy the asked-for ones, in runs.
+    replay_graph(graph, p, rows > 0);
+    for (int r = 0; r < rows;) {
+      int k = 1;
+      while (r + k < rows && p.rows[r + k] == p.rows[r] + k) ++k;
+      NEURON_CUDA_CHECK(cudaMemcpyAsync(out.data() + static_cast<std::size_t>(r) * v,
+                                        logits_.data<float>() + static_cast<std::size_t>(p.rows[r]) * v,
+                                        4 * static_cast<std::size_t>(k) * v, cudaMemcpyDeviceToHost, s));
+      r += k;
     }
-    // The next chunk overwrites meta_host_, which an async copy may still read.
     stream_.synchronize();
+    return;
   }
-  if (logits.size() == v) {
-    NEURON_CUDA_CHECK(cudaMemcpyAsync(logits.data(), logits_.data(), 4 * v, cudaMemcpyDeviceToHost, s));
+  run_layers(p);
+  const std::int32_t* dev_rows = step_in_.data<std::int32_t>() + p.layout.head_rows;
+  for (int r = 0; r < rows; r += kLogitRows) {
+    const int k = std::min(kLogitRows, rows - r);
+    const bf16_t* src = h_.data<bf16_t>() + static_cast<std::size_t>(p.rows[r]) * hidden_;
+    if (p.rows[r + k - 1] - p.rows[r] != k - 1) {  // rows ascend, so this means they are not one run
+      kernels::gather_rows(h_.data<bf16_t>(), dev_rows + r, k, hidden_, head_rows_.data<bf16_t>(), s);
+      src = head_rows_.data<bf16_t>();
+    }
+    lm_head(src, k, logits_.data<float>());
+    NEURON_CUDA_CHECK(cudaMemcpyAsync(out.data() + static_cast<std::size_t>(r) * v, logits_.data(),
+                                      4 * static_cast<std::size_t>(k) * v, cudaMemcpyDeviceToHost, s));
+    if (r + k < rows) stream_.synchronize();  // logits_ is reused by the next rows
   }
   stream_.synchronize();
+}
+
+void CudaRunner::step(const Batch& batch, std::span<float> logits) {
+  check_batch(batch, cfg_, kv_pool(), max_ctx_, logits);
+  DeviceGuard g(device_.index);
+  const auto v = static_cast<std::size_t>(vocab_);
+  split_passes(batch, block_size_, kMaxPassTokens, !logits.empty(), passes_);
+  std::size_t row = 0;  // logits rows written so far
+  for (const std::vector<PassSeq>& pass : passes_) {
+    const auto rows = static_cast<std::size_t>(pass_rows(pass));
+    run_pass(pass, logits.subspan(row * v, rows * v));
+    row += rows;
+  }
+  NEURON_ASSERT(row * v == logits.size());
 }
 
 }  // namespace

@@ -96,18 +96,23 @@ __global__ void add_rmsnorm_kernel(float* x, const float* delta, const bf16_t* w
 
 // One block per (token, head slot): slots [0, hq) are query heads, [hq, hq + hkv)
 // key heads, [hq + hkv, hq + 2 hkv) value heads.
-__global__ void qk_norm_rope_kernel(const bf16_t* qkv, int hq, int hkv, int d, const bf16_t* q_norm,
-                                    const bf16_t* k_norm, const float* inv_freq, const std::int32_t* offset,
-                                    float eps, bf16_t* q_out, bf16_t* k_cache, bf16_t* v_cache, int max_ctx) {
+__global__ void qk_norm_rope_kernel(const bf16_t* qkv, int hq, int d, const bf16_t* q_norm, const bf16_t* k_norm,
+                                    const float* inv_freq, const std::int32_t* positions, const std::int32_t* slots,
+                                    float eps, bf16_t* q_out, PagedKv kv) {
   grid_dependency_wait();
   extern __shared__ float row[];  // [d]
   const int token = blockIdx.x, slot = blockIdx.y;
+  const int hkv = kv.hkv;
   const int width = (hq + 2 * hkv) * d;
   const bf16_t* src = qkv + static_cast<std::size_t>(token) * width + static_cast<std::size_t>(slot) * d;
-  const int pos = *offset + token;
-  if (slot >= hq + hkv) {  // value head: straight into the cache
-    const int kv = slot - hq - hkv;
-    bf16_t* dst = v_cache + (static_cast<std::size_t>(kv) * max_ctx + pos) * d;
+  const int pos = positions[token];
+  const int at = slots[token];
+  // Where head `h` of this token's position lives in the pool: [block, hkv, block_size, d].
+  auto pool_row = [&](int h) {
+    return (((static_cast<std::size_t>(at / kv.block_size)) * hkv + h) * kv.block_size + at % kv.block_size) * d;
+  };
+  if (slot >= hq + hkv) {  // value head: straight into the pool
+    bf16_t* dst = kv.v + pool_row(slot - hq - hkv);
     for (int c = threadIdx.x; c < d; c += blockDim.x) dst[c] = src[c];
     return;
   }
@@ -120,8 +125,7 @@ __global__ void qk_norm_rope_kernel(const bf16_t* qkv, int hq, int hkv, int d, c
     ss += v * v;
   }
   const float inv = rsqrtf(block_sum(ss) / static_cast<float>(d) + eps);  // block_sum synchronises
-  bf16_t* dst = is_q ? q_out + (static_cast<std::size_t>(token) * hq + slot) * d
-                     : k_cache + (static_cast<std::size_t>(slot - hq) * max_ctx + pos) * d;
+  bf16_t* dst = is_q ? q_out + (static_cast<std::size_t>(token) * hq + slot) * d : kv.k + pool_row(slot - hq);
   const int half = d / 2;
   for (int j = threadIdx.x; j < half; j += blockDim.x) {
     // Normalised values are rounded to bf16 as the reference model does before RoPE.
@@ -132,6 +136,13 @@ __global__ void qk_norm_rope_kernel(const bf16_t* qkv, int hq, int hkv, int d, c
     dst[j] = to_bf(a * c - b * s);
     dst[j + half] = to_bf(b * c + a * s);
   }
+}
+
+__global__ void gather_rows_kernel(const bf16_t* src, const std::int32_t* rows, int cols, bf16_t* dst) {
+  grid_dependency_wait();
+  const bf16_t* from = src + static_cast<std::size_t>(rows[blockIdx.x]) * cols;
+  bf16_t* to = dst + static_cast<std::size_t>(blockIdx.x) * cols;
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) to[c] = from[c];
 }
 
 __global__ void swiglu_kernel(const bf16_t* gate_up, int f, bf16_t* out) {
@@ -374,13 +385,18 @@ void add_rmsnorm(float* x, const float* delta, const bf16_t* w, bf16_t* out, int
   launch(add_rmsnorm_kernel, dim3(n), threads, 0, stream, "add_rmsnorm", x, delta, w, out, hidden, eps);
 }
 
-void qk_norm_rope(const bf16_t* qkv, int n, int hq, int hkv, int d, const bf16_t* q_norm, const bf16_t* k_norm,
-                  const float* inv_freq, const std::int32_t* offset, float eps, bf16_t* q_out, bf16_t* k_cache,
-                  bf16_t* v_cache, int max_ctx, cudaStream_t stream) {
+void qk_norm_rope(const bf16_t* qkv, int n, int hq, int d, const bf16_t* q_norm, const bf16_t* k_norm,
+                  const float* inv_freq, const std::int32_t* positions, const std::int32_t* slots, float eps,
+                  bf16_t* q_out, PagedKv kv, cudaStream_t stream) {
   if (n <= 0) return;
-  const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(hq + 2 * hkv));
-  launch(qk_norm_rope_kernel, grid, 64, d * sizeof(float), stream, "qk_norm_rope", qkv, hq, hkv, d, q_norm, k_norm,
-         inv_freq, offset, eps, q_out, k_cache, v_cache, max_ctx);
+  const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(hq + 2 * kv.hkv));
+  launch(qk_norm_rope_kernel, grid, 64, d * sizeof(float), stream, "qk_norm_rope", qkv, hq, d, q_norm, k_norm,
+         inv_freq, positions, slots, eps, q_out, kv);
+}
+
+void gather_rows(const bf16_t* src, const std::int32_t* rows, int n, int cols, bf16_t* dst, cudaStream_t stream) {
+  if (n <= 0) return;
+  launch(gather_rows_kernel, dim3(static_cast<unsigned>(n)), 256, 0, stream, "gather_rows", src, rows, cols, dst);
 }
 
 void swiglu(const bf16_t* gate_up, int n, int f, bf16_t* out, cudaStream_t stream) {

@@ -6,11 +6,17 @@
 // in tensor/dtype.hpp); accumulation is always f32. Every function enqueues on
 // `stream`, returns without synchronising, and throws Error{cuda} if the
 // launch fails. Shapes are row-major; weights are [out, in] as in the
-// checkpoint. The KV cache of one layer is [kv_heads, max_ctx, head_dim] per
-// K and V, so attention for one KV head reads a contiguous run of positions.
+// checkpoint.
 //
-// Positions come from device memory (`offset` = first position of this step)
-// so a captured CUDA graph replays for every decode step unchanged.
+// The KV cache is a pool of blocks (backend/batch.hpp): per layer, K and V are
+// each [num_blocks, hkv, block_size, head_dim] bf16, so one (block, KV head)
+// tile of block_size positions is contiguous (4 KB for 16 x 128) and a KV
+// head's positions are found through a sequence's block table. Position p of
+// a sequence is in block table[p / block_size], slot p % block_size.
+//
+// Everything a step varies (token ids, positions, slots, block tables) is read
+// from device memory, so a captured CUDA graph replays for every decode step
+// of the same batch size unchanged.
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -39,13 +45,35 @@ void embed(const std::int32_t* tokens, int n, const bf16_t* table, int hidden, i
 void add_rmsnorm(float* x, const float* delta, const bf16_t* w, bf16_t* out, int n, int hidden, float eps,
                  cudaStream_t stream);
 
+// One layer's K and V in the paged pool, each [num_blocks, hkv, block_size, d] bf16.
+struct PagedKv {
+  bf16_t* k = nullptr;
+  bf16_t* v = nullptr;
+  int hkv = 0;
+  int block_size = 0;
+};
+
+// A step's sequences as the attention kernels read them: device pointers into
+// the step's packed inputs, each [S] i32 but block_tables.
+struct StepSeqs {
+  const std::int32_t* q_start = nullptr;       // [S] row of its first new token in the step's [T, ...] activations
+  const std::int32_t* num_tokens = nullptr;    // [S] new tokens
+  const std::int32_t* position = nullptr;      // [S] position of its first new token
+  const std::int32_t* block_offset = nullptr;  // [S] where its block table starts in block_tables
+  const std::int32_t* ctx_len = nullptr;       // [S] position + num_tokens: the positions it attends to
+  const std::int32_t* block_tables = nullptr;  // [sum of tables] block ids
+};
+
 // Splits the fused projection qkv [n, (hq + 2 hkv) * d] into heads, applies
 // the per-head RMSNorm (q_norm / k_norm over d) and rotate-half RoPE at
-// position *offset + i, writes q to q_out [n, hq, d] and k, v into the layer's
-// cache at those positions. inv_freq [d / 2] f32 holds theta^(-2j/d).
-void qk_norm_rope(const bf16_t* qkv, int n, int hq, int hkv, int d, const bf16_t* q_norm, const bf16_t* k_norm,
-                  const float* inv_freq, const std::int32_t* offset, float eps, bf16_t* q_out, bf16_t* k_cache,
-                  bf16_t* v_cache, int max_ctx, cudaStream_t stream);
+// positions[i], writes q to q_out [n, hq, d] and k, v into the pool at
+// slots[i] (= block * block_size + slot). inv_freq [d / 2] f32 holds theta^(-2j/d).
+void qk_norm_rope(const bf16_t* qkv, int n, int hq, int d, const bf16_t* q_norm, const bf16_t* k_norm,
+                  const float* inv_freq, const std::int32_t* positions, const std::int32_t* slots, float eps,
+                  bf16_t* q_out, PagedKv kv, cudaStream_t stream);
+
+// dst[i, :] = src[rows[i], :] for n rows of `cols` bf16 (the rows the LM head is asked for).
+void gather_rows(const bf16_t* src, const std::int32_t* rows, int n, int cols, bf16_t* dst, cudaStream_t stream);
 
 // out[i, j] = silu(gate_up[i, j]) * gate_up[i, f + j]; gate_up [n, 2f], out [n, f].
 void swiglu(const bf16_t* gate_up, int n, int f, bf16_t* out, cudaStream_t stream);
@@ -53,31 +81,44 @@ void swiglu(const bf16_t* gate_up, int n, int f, bf16_t* out, cudaStream_t strea
 // Head dimensions the attention kernels are instantiated for.
 bool attention_supports_head_dim(int d) noexcept;
 
-// Causal attention of n queries at positions *offset + i over cache positions
-// [0, *offset + i], GQA (query head h reads KV head h / (hq / hkv)). Flash
-// style: tensor-core tiles, online softmax, no score matrix in memory.
-// q [n, hq, d], out [n, hq, d].
-void attention_prefill(const bf16_t* q, const bf16_t* k_cache, const bf16_t* v_cache, int n, int hq, int hkv, int d,
-                       int max_ctx, const std::int32_t* offset, float scale, bf16_t* out, cudaStream_t stream);
+inline constexpr int kPrefillTileRows = 64;  // query rows of one attention_prefill work tile
 
-// One query (decode) over cache positions [0, *offset]: the KV length is split
-// across `splits` blocks per head, and the last block of a head to finish
-// merges their partial softmax states. scratch holds
-// decode_scratch_floats(hq, d, splits) floats and must be zeroed once before
-// first use (its per-head counters are re-armed by every call).
-std::size_t decode_scratch_floats(int hq, int d, int splits) noexcept;
-void attention_decode(const bf16_t* q, const bf16_t* k_cache, const bf16_t* v_cache, int hq, int hkv, int d,
-                      int max_ctx, const std::int32_t* offset, float scale, int splits, float* scratch, bf16_t* out,
-                      cudaStream_t stream);
+// Causal attention of sequences with several new tokens (prefill chunks), on
+// tensor cores, online softmax, no score matrix in memory. A work tile is 64
+// query rows of one sequence: tiles [n_tiles, 2] i32 holds (sequence, first
+// row within its new tokens); list the longest (largest ctx) first. Row r of
+// sequence s (position position[s] + r) attends to its positions
+// [0, position[s] + r] through its block table; GQA: query head h reads KV
+// head h / (hq / hkv). q [T, hq, d] and out [T, hq, d], row q_start[s] + r.
+void attention_prefill(const bf16_t* q, PagedKv kv, StepSeqs seqs, const std::int32_t* tiles, int n_tiles, int hq,
+                       int d, float scale, bf16_t* out, cudaStream_t stream);
 
-// attention_decode with qk_norm_rope folded in: reads the raw projection
-// qkv [1, (hq + 2 hkv) * d] of the step's token, makes the query itself and
-// writes the new key and value into the cache at *offset (one kernel less per
-// layer and step). Same scratch contract as attention_decode.
-void attention_decode_fused(const bf16_t* qkv, const bf16_t* q_norm, const bf16_t* k_norm, const float* inv_freq,
-                            float eps, bf16_t* k_cache, bf16_t* v_cache, int hq, int hkv, int d, int max_ctx,
-                            const std::int32_t* offset, float scale, int splits, float* scratch, bf16_t* out,
-                            cudaStream_t stream);
+// Decode attention: one new token per listed sequence (items [n_items] i32,
+// sequence indices) over its ctx_len positions. A block serves one sequence,
+// one KV head and up to 8 of its query heads (they share every K/V load),
+// and one of `splits` ranges of the positions; the last block of a
+// (sequence, head group) to finish merges the splits' partial softmax states.
+//   scratch: decode_scratch_floats(n_items, hq, d, splits) floats (none when splits == 1)
+//   counters: decode_counters(n_items, hq, hkv) u32, zeroed once before first
+//             use, re-armed by every call; never share them with other data.
+// With `rope.qkv` set, the kernel also does qk_norm_rope for the step's
+// tokens (the raw projection qkv [T, (hq + 2 hkv) * d]): it makes the queries
+// itself and writes each sequence's new key and value at position
+// ctx_len - 1 before reading; q is then unused.
+struct DecodeRope {
+  const bf16_t* qkv = nullptr;
+  const bf16_t* q_norm = nullptr;
+  const bf16_t* k_norm = nullptr;
+  const float* inv_freq = nullptr;
+  float eps = 0.f;
+};
+inline constexpr int kDecodeMinSplitKeys = 32;  // a split covers at least this many positions
+int decode_head_chunks(int hq, int hkv) noexcept;  // blocks per (sequence, KV head, split)
+std::size_t decode_scratch_floats(int n_items, int hq, int d, int splits) noexcept;
+std::size_t decode_counters(int n_items, int hq, int hkv) noexcept;
+void attention_decode(const bf16_t* q, const DecodeRope& rope, PagedKv kv, StepSeqs seqs, const std::int32_t* items,
+                      int n_items, int hq, int d, float scale, int splits, float* scratch, unsigned* counters,
+                      bf16_t* out, cudaStream_t stream);
 
 // Batch-1 matrix-vector product y[r] = sum_c w[r, c] * x[c] (w [rows, cols]),
 // bandwidth-bound: 16-byte loads, several rows per warp, warp reductions.

@@ -1,0 +1,115 @@
+#include "engine/batcher.hpp"
+
+#include <algorithm>
+#include <exception>
+#include <span>
+#include <string>
+
+#include "util/error.hpp"
+
+namespace neuron::engine {
+
+Batcher::Batcher(backend::ModelRunner& runner, BatcherOptions options)
+    : runner_(runner),
+      max_context_(runner.max_context()),
+      vocab_(runner.config().vocab_size),
+      blocks_(runner.kv_pool().num_blocks, runner.kv_pool().block_size, options.prefix_caching),
+      scheduler_(blocks_, options.scheduler) {}
+
+void Batcher::check_fits(std::int64_t prompt_len, std::int64_t max_tokens) const {
+  // The last sampled token is never fed, so a sequence holds prompt + max_tokens - 1 positions.
+  const std::int64_t positions = prompt_len + max_tokens - 1;
+  if (positions > max_context_)
+    fail(errc::context_length_exceeded, "the prompt (" + std::to_string(prompt_len) + " tokens) and max_tokens (" +
+                                            std::to_string(max_tokens) + ") need " + std::to_string(positions) +
+                                            " positions; this model's context is " + std::to_string(max_context_));
+  const std::int64_t blocks = (positions + blocks_.block_size() - 1) / blocks_.block_size();
+  if (blocks > blocks_.num_blocks())
+    fail(errc::context_length_exceeded, "the prompt and max_tokens need " + std::to_string(blocks) +
+                                            " KV blocks, but the whole KV cache has " +
+                                            std::to_string(blocks_.num_blocks()));
+}
+
+void Batcher::add(Sequence& seq) {
+  NEURON_ASSERT(!seq.tokens.empty() && seq.computed == 0 && seq.blocks.empty());
+  scheduler_.add(seq);
+}
+
+void Batcher::finish(Sequence& seq, FinishReason reason) {
+  if (seq.finished) return;
+  seq.finished = true;
+  scheduler_.remove(seq);
+  seq.observer().on_finish(reason);
+}
+
+void Batcher::drop(Sequence& seq) {
+  seq.finished = true;
+  scheduler_.remove(seq);
+}
+
+bool Batcher::accept(Sequence& seq, std::int32_t token) {
+  const SequenceParams& p = seq.params();
+  if (!p.ignore_eos && std::find(p.stop_ids.begin(), p.stop_ids.end(), token) != p.stop_ids.end()) {
+    finish(seq, FinishReason::stop);
+    return true;
+  }
+  seq.tokens.push_back(token);
+  seq.generated += 1;
+  if (const auto reason = seq.observer().on_token(token)) {
+    finish(seq, *reason);
+    return true;
+  }
+  // The next step would write position len() - 1.
+  if (seq.generated >= p.max_tokens || seq.len() > max_context_) {
+    finish(seq, FinishReason::length);
+    return true;
+  }
+  return false;
+}
+
+StepStats Batcher::step() {
+  StepStats stats;
+  const StepPlan plan = scheduler_.schedule();
+  stats.preempted = plan.preempted;
+  if (plan.empty()) return stats;
+
+  batch_.clear();
+  std::int64_t rows = 0;
+  for (const ScheduledSequence& p : plan.seqs) {
+    const Sequence& s = *p.seq;
+    const auto tokens = std::span<const std::int32_t>(s.tokens).subspan(static_cast<std::size_t>(s.computed),
+                                                                        static_cast<std::size_t>(p.num_new));
+    batch_.add(tokens, s.computed, s.blocks, p.sample ? backend::LogitsWanted::last : backend::LogitsWanted::none);
+    rows += p.sample ? 1 : 0;
+  }
+  logits_.resize(static_cast<std::size_t>(rows * vocab_));
+  runner_.step(batch_, logits_);
+  scheduler_.complete(plan);
+  stats.seqs = static_cast<std::int32_t>(plan.seqs.size());
+  stats.tokens = plan.num_tokens;
+
+  // Sample every row in parallel (each sequence owns its sampler and history).
+  std::vector<Sequence*> sampled;
+  for (const ScheduledSequence& p : plan.seqs)
+    if (p.sample) sampled.push_back(p.seq);
+  picks_.assign(sampled.size(), -1);
+  std::exception_ptr error;
+  const auto n = static_cast<std::int64_t>(sampled.size());
+#pragma omp parallel for schedule(dynamic, 1) if (n >= 4)
+  for (std::int64_t i = 0; i < n; ++i) {
+    try {
+      Sequence& s = *sampled[static_cast<std::size_t>(i)];
+      const auto row = std::span<float>(logits_).subspan(static_cast<std::size_t>(i * vocab_), static_cast<std::size_t>(vocab_));
+      picks_[static_cast<std::size_t>(i)] = s.sampler().sample(row, s.tokens, static_cast<std::size_t>(s.prompt_len()));
+    } catch (...) {
+#pragma omp critical(neuron_batcher_error)
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
+  for (std::size_t i = 0; i < sampled.size(); ++i) accept(*sampled[i], picks_[i]);
+  stats.sampled = static_cast<std::int32_t>(sampled.size());
+  return stats;
+}
+
+}  // namespace neuron::engine

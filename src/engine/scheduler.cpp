@@ -1,0 +1,113 @@
+#include "engine/scheduler.hpp"
+
+#include <algorithm>
+
+#include "util/error.hpp"
+
+namespace neuron::engine {
+
+Scheduler::Scheduler(BlockManager& blocks, SchedulerOptions options) : blocks_(blocks), options_(options) {
+  NEURON_ASSERT(options_.max_num_seqs >= 1 && options_.max_batch_tokens >= 1);
+}
+
+void Scheduler::add(Sequence& seq) { waiting_.push_back(&seq); }
+
+void Scheduler::remove(Sequence& seq) {
+  if (auto it = std::find(running_.begin(), running_.end(), &seq); it != running_.end()) running_.erase(it);
+  if (auto it = std::find(waiting_.begin(), waiting_.end(), &seq); it != waiting_.end()) waiting_.erase(it);
+  blocks_.release(seq.blocks);
+  seq.computed = 0;
+  seq.registered = 0;
+}
+
+void Scheduler::preempt(Sequence& seq) {
+  running_.erase(std::find(running_.begin(), running_.end(), &seq));
+  blocks_.release(seq.blocks);
+  seq.computed = 0;
+  seq.registered = 0;
+  seq.preemptions += 1;
+  waiting_.push_front(&seq);
+}
+
+void Scheduler::take_prefix(Sequence& seq) {
+  NEURON_ASSERT(seq.blocks.empty() && seq.computed == 0);
+  // At least the last token is computed: its logits pick the next token.
+  seq.blocks = blocks_.match_prefix(seq.tokens, seq.len() - 1);
+  seq.computed = static_cast<std::int32_t>(seq.blocks.size()) * blocks_.block_size();
+  seq.registered = static_cast<std::int32_t>(seq.blocks.size());
+  if (seq.cached_prompt_tokens < 0) seq.cached_prompt_tokens = std::min(seq.computed, seq.prompt_len());
+}
+
+StepPlan Scheduler::schedule() {
+  StepPlan plan;
+  std::int32_t budget = options_.max_batch_tokens;
+
+  // Running sequences: decodes first (one token each), then unfinished prefills.
+  std::vector<Sequence*> order;
+  order.reserve(running_.size());
+  for (Sequence* s : running_)
+    if (s->len() - s->computed == 1) order.push_back(s);
+  for (Sequence* s : running_)
+    if (s->len() - s->computed > 1) order.push_back(s);
+
+  std::vector<Sequence*> preempted;
+  for (Sequence* s : order) {
+    if (budget == 0) break;
+    if (std::find(preempted.begin(), preempted.end(), s) != preempted.end()) continue;
+    const std::int32_t n = std::min(s->len() - s->computed, budget);
+    bool ran = true;
+    while (!blocks_.grow(s->blocks, s->computed + n)) {
+      // Room from the most recently admitted sequence that is not already in this step.
+      Sequence* victim = nullptr;
+      for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+        const bool planned = std::any_of(plan.seqs.begin(), plan.seqs.end(), [&](const auto& p) { return p.seq == *it; });
+        if (!planned) {
+          victim = *it;
+          break;
+        }
+      }
+      NEURON_ASSERT(victim != nullptr);  // s itself is never planned yet
+      preempt(*victim);
+      preempted.push_back(victim);
+      plan.preempted += 1;
+      if (victim == s) {
+        ran = false;
+        break;
+      }
+    }
+    if (!ran) continue;
+    plan.seqs.push_back({s, n, s->computed + n == s->len()});
+    plan.num_tokens += n;
+    budget -= n;
+  }
+
+  // Waiting sequences, in order, while there is room; none after a preemption.
+  while (plan.preempted == 0 && budget > 0 && !waiting_.empty() &&
+         static_cast<std::int32_t>(running_.size()) < options_.max_num_seqs) {
+    Sequence* s = waiting_.front();
+    take_prefix(*s);
+    const std::int32_t n = std::min(s->len() - s->computed, budget);
+    if (!blocks_.grow(s->blocks, s->computed + n)) {
+      blocks_.release(s->blocks);  // the prefix references: it stays queued, holding nothing
+      s->computed = 0;
+      s->registered = 0;
+      break;
+    }
+    waiting_.pop_front();
+    running_.push_back(s);
+    plan.seqs.push_back({s, n, s->computed + n == s->len()});
+    plan.num_tokens += n;
+    budget -= n;
+  }
+  return plan;
+}
+
+void Scheduler::complete(const StepPlan& plan) {
+  for (const ScheduledSequence& p : plan.seqs) {
+    Sequence& s = *p.seq;
+    s.computed += p.num_new;
+    s.registered = blocks_.register_full(s.blocks, s.tokens, s.computed, s.registered);
+  }
+}
+
+}  // namespace neuron::engine

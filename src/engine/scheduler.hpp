@@ -1,0 +1,75 @@
+#pragma once
+// Decides, step by step, which sequences run and how many of their tokens:
+// continuous batching with chunked prefill (vLLM v1's scheduler, reduced).
+//
+// Each step has a token budget (max_batch_tokens). Running sequences come
+// first: those decoding (one token each), then those still prefilling (the
+// rest of their prompt, or a chunk of it). Then waiting sequences are
+// admitted in arrival order while the budget, max_num_seqs and the KV pool
+// allow: a new one first takes the longest cached prefix of its tokens (at
+// least its last token is always computed, since its logits pick the next
+// one), then a chunk of the rest. FIFO: when the head of the queue cannot be
+// admitted, nobody behind it is.
+//
+// When a running sequence needs a block and none is left, the most recently
+// admitted running sequence is preempted: its blocks go back to the pool and
+// it returns to the front of the queue, to be recomputed from its tokens
+// (prompt and what it generated so far) later. Every admitted sequence fits
+// the pool alone (the engine refuses one that cannot), so this always ends.
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "engine/block_manager.hpp"
+#include "engine/sequence.hpp"
+
+namespace neuron::engine {
+
+struct SchedulerOptions {
+  std::int32_t max_num_seqs = 64;        // running sequences at most
+  std::int32_t max_batch_tokens = 2048;  // new tokens per step at most (>= 1)
+};
+
+struct ScheduledSequence {
+  Sequence* seq = nullptr;
+  std::int32_t num_new = 0;  // tokens[computed, computed + num_new) run this step
+  bool sample = false;       // the step reaches the end of its tokens: sample from its logits
+};
+
+struct StepPlan {
+  std::vector<ScheduledSequence> seqs;  // in batch order
+  std::int32_t preempted = 0;           // sequences preempted while planning
+  std::int32_t num_tokens = 0;
+  bool empty() const noexcept { return seqs.empty(); }
+};
+
+class Scheduler {
+ public:
+  Scheduler(BlockManager& blocks, SchedulerOptions options);
+
+  void add(Sequence& seq);     // to the back of the queue
+  // Drops a sequence wherever it is (finished, cancelled, failed) and gives its blocks back.
+  void remove(Sequence& seq);
+  StepPlan schedule();
+  // After the step ran: advances each sequence's computed positions and
+  // registers its newly full blocks for reuse.
+  void complete(const StepPlan& plan);
+
+  std::size_t waiting() const noexcept { return waiting_.size(); }
+  std::size_t running() const noexcept { return running_.size(); }
+  const std::deque<Sequence*>& waiting_list() const noexcept { return waiting_; }
+  const std::vector<Sequence*>& running_list() const noexcept { return running_; }
+  const SchedulerOptions& options() const noexcept { return options_; }
+
+ private:
+  void preempt(Sequence& seq);
+  // Takes what can be reused of the prefix cache for a sequence being admitted.
+  void take_prefix(Sequence& seq);
+
+  BlockManager& blocks_;
+  SchedulerOptions options_;
+  std::deque<Sequence*> waiting_;   // arrival order; preempted ones go back to the front
+  std::vector<Sequence*> running_;  // admission order; the last is preempted first
+};
+
+}  // namespace neuron::engine

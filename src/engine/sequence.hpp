@@ -1,0 +1,65 @@
+#pragma once
+// One sequence in continuous batching: the tokens whose keys and values it
+// needs, the KV blocks it holds and how far they are computed, its sampling
+// state, and whom to tell about its tokens. The engine thread owns every
+// Sequence; the Scheduler and the BlockManager only point at them.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/sampler.hpp"
+
+namespace neuron::engine {
+
+enum class FinishReason { stop, length, cancelled };
+const char* finish_reason_name(FinishReason r) noexcept;  // "stop" | "length" | "cancelled"
+
+struct SequenceParams {
+  std::vector<std::int32_t> prompt;     // non-empty, ids inside the vocabulary
+  std::int32_t max_tokens = 16;         // > 0: generated tokens at most
+  model::SamplingParams sampling;       // validated by the Sampler
+  std::vector<std::int32_t> stop_ids;   // EOS ids: end with "stop", never emitted
+  bool ignore_eos = false;              // keep going through stop_ids
+};
+
+// What a sequence's owner hears, on the engine thread, in order: on_token for
+// every emitted token, then on_finish once.
+class SequenceObserver {
+ public:
+  virtual ~SequenceObserver() = default;
+  // A sampled token that is not an EOS ending the sequence. Returning a reason
+  // ends the sequence with it (a stop string matched, the client went away).
+  virtual std::optional<FinishReason> on_token(std::int32_t token) = 0;
+  virtual void on_finish(FinishReason reason) = 0;
+};
+
+class Sequence {
+ public:
+  Sequence(std::uint64_t id, SequenceParams params, SequenceObserver& observer);
+
+  std::uint64_t id() const noexcept { return id_; }
+  const SequenceParams& params() const noexcept { return params_; }
+  SequenceObserver& observer() noexcept { return observer_; }
+  model::Sampler& sampler() noexcept { return sampler_; }
+
+  std::vector<std::int32_t> tokens;  // [prompt + generated] position p's KV comes from tokens[p]
+  std::vector<std::int32_t> blocks;  // its block table; covers at least `computed` positions
+  std::int32_t computed = 0;         // positions whose keys and values are in `blocks`
+  std::int32_t registered = 0;       // leading blocks registered for prefix reuse
+  std::int32_t generated = 0;        // tokens emitted so far
+  std::int32_t cached_prompt_tokens = -1;  // prompt tokens found in the prefix cache at first admission; -1 before
+  std::int32_t preemptions = 0;      // times its blocks were taken back to make room
+  bool finished = false;
+
+  std::int32_t prompt_len() const noexcept { return static_cast<std::int32_t>(params_.prompt.size()); }
+  std::int32_t len() const noexcept { return static_cast<std::int32_t>(tokens.size()); }
+
+ private:
+  std::uint64_t id_;
+  SequenceParams params_;
+  SequenceObserver& observer_;
+  model::Sampler sampler_;
+};
+
+}  // namespace neuron::engine
