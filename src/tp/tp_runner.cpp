@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include "io/safetensors.hpp"
+#include "model/config.hpp"
 #include "model/shard.hpp"
 #include "util/error.hpp"
 
@@ -52,12 +53,13 @@ std::unique_ptr<TpRunner> TpRunner::load(const model::Qwen3Config& cfg,
   req.model_id = options.model_id;
   req.config_json = cfg.to_json();
   for (const auto& f : checkpoint_files) req.safetensors_paths.push_back(std::filesystem::absolute(f).string());
-  // Resolved once here, so every rank builds the same pool (kv_blocks 0 is the
-  // same count on every rank: one sequence of the same max_context).
+  // Resolved once here and sent to every rank, so all ranks build the same pool.
   backend::RunnerOptions ro;
-  ro.max_context = options.max_context;
-  ro.kv_block_size = options.kv_block_size > 0 ? options.kv_block_size : backend::kDefaultKvBlockSize;
-  ro.kv_blocks = options.kv_blocks;
+  ro.max_context = model::resolve_max_context(cfg, options.max_context, backend::default_max_context(po.devices[0]));
+  ro.kv_block_size = options.kv_block_size == 0 ? backend::kDefaultKvBlockSize : options.kv_block_size;
+  ro.kv_blocks = options.kv_blocks == 0 && ro.kv_block_size > 0
+                     ? (ro.max_context + ro.kv_block_size - 1) / ro.kv_block_size
+                     : options.kv_blocks;  // a negative value is the runners' to refuse
   req.max_context = ro.max_context;
   req.kv_block_size = ro.kv_block_size;
   req.kv_blocks = ro.kv_blocks;

@@ -29,7 +29,7 @@ struct TpRunnerOptions {
   std::string model_id;                   // the shards' key on the workers
   int world = 2;
   std::vector<backend::Device> devices;   // per rank; empty: all on the CPU
-  std::int32_t max_context = 0;          // 0: the backend's default (the same on every rank)
+  std::int32_t max_context = 0;          // 0: min(max_position_embeddings, backend::default_max_context(rank 0's device))
   std::int32_t kv_block_size = 0;        // 0: backend::kDefaultKvBlockSize
   std::int32_t kv_blocks = 0;            // 0: enough for one sequence of max_context
   std::chrono::milliseconds step_timeout{30000};

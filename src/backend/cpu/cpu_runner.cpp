@@ -296,7 +296,7 @@ std::unique_ptr<ModelRunner> make_cpu_runner(const model::Qwen3Config& cfg, cons
                                         std::to_string(plan.rank) + " of " + std::to_string(plan.world));
   if (comm->location() != dist::MemoryLocation::host)
     fail(errc::bad_tensor_parallel, "the CPU backend needs a host communicator, not " + comm->backend_name());
-  const std::int32_t max_context = model::resolve_max_context(cfg, options.max_context, kDefaultMaxContext);
+  const std::int32_t max_context = model::resolve_max_context(cfg, options.max_context, default_max_context(Device{}));
   if (options.kv_block_size < 0)
     fail(errc::invalid_argument, "kv_block_size " + std::to_string(options.kv_block_size) + " is negative");
   if (options.kv_blocks < 0) fail(errc::invalid_argument, "kv_blocks " + std::to_string(options.kv_blocks) + " is negative");

@@ -16,11 +16,10 @@
 
 namespace neuron::backend::cpu {
 
-// max_context defaults to min(max_position_embeddings, kDefaultMaxContext)
-// (model::resolve_max_context); the pool to options.kv_blocks blocks of
-// options.kv_block_size positions (RunnerOptions' defaults).
-inline constexpr std::int32_t kDefaultMaxContext = 4096;
-
+// max_context defaults to min(max_position_embeddings,
+// default_max_context(cpu)) (model::resolve_max_context); the pool to
+// options.kv_blocks blocks of options.kv_block_size positions
+// (RunnerOptions' defaults).
 // Throws Error{not_found|bad_model} for missing or misshapen tensors,
 // Error{unsupported_arch} for biases, Error{bad_tensor_parallel} when `comm`
 // does not match the plan, Error{invalid_argument} for a bad max_context or a
