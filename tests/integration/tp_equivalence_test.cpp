@@ -99,9 +99,10 @@ void expect_batched_same_as_single(const std::filesystem::path& dir, int tp) {
   constexpr int kSteps = 10;
   const auto cfg = model::load_model_configs(dir).model;
   std::vector<test_support::SeqPlan> plans;
-  for (std::size_t n : {9u, 1u, 30u}) {
-    plans.push_back({.prompt = test_support::random_prompt(n, cfg.vocab_size, static_cast<std::uint32_t>(n + tp))});
-  }
+  for (std::size_t n : {9u, 1u, 30u})
+    plans.push_back({.prompt = test_support::random_prompt(n, cfg.vocab_size, static_cast<std::uint32_t>(n + tp)),
+                     .chunks = {},
+                     .start_step = 0});
   plans[2].chunks = {8, 15, 7};
   plans[2].start_step = 1;
   const auto order = test_support::block_order(kBlocks, 99);

@@ -94,7 +94,9 @@ class CpuBatch : public ::testing::TestWithParam<Shape> {
   std::vector<SeqPlan> plans(const std::vector<std::size_t>& lengths) const {
     std::vector<SeqPlan> out;
     for (std::size_t i = 0; i < lengths.size(); ++i)
-      out.push_back({.prompt = test_support::random_prompt(lengths[i], cfg_.vocab_size, static_cast<std::uint32_t>(97 + i))});
+      out.push_back({.prompt = test_support::random_prompt(lengths[i], cfg_.vocab_size, static_cast<std::uint32_t>(97 + i)),
+                     .chunks = {},
+                     .start_step = 0});
     return out;
   }
 
