@@ -417,11 +417,14 @@ std::shared_ptr<Channel> Engine::submit(CompletionRequest request) {
     if (s.failed) fail(errc::model_failed, "model " + s.model_id + " failed (" + s.failure + "); unload and load it again");
     // The batcher's sizes are fixed after construction and check_fits reads only them.
     if (s.batcher) s.batcher->check_fits(static_cast<std::int64_t>(request.prompt.size()), request.max_tokens);
-    // queue_depth requests may wait behind the running ones.
-    const std::size_t waiting = s.incoming.size() + s.waiting;
-    if (waiting >= s.options.queue_depth) {
-      fail(errc::overloaded, "model " + s.model_id + " is busy: " + std::to_string(waiting) +
-                                 " requests are waiting (queue depth " + std::to_string(s.options.queue_depth) + ")");
+    // queue_depth requests may wait behind max_num_seqs running ones (counted together, so the
+    // answer does not depend on whether the engine thread has admitted the latest arrivals yet).
+    const std::size_t in_system = s.incoming.size() + s.waiting + s.running;
+    const std::size_t capacity = s.options.queue_depth + static_cast<std::size_t>(s.options.max_num_seqs);
+    if (in_system >= capacity) {
+      fail(errc::overloaded, "model " + s.model_id + " is busy: " + std::to_string(in_system) + " requests are running or waiting (" +
+                                 std::to_string(s.options.max_num_seqs) + " run at once, queue depth " +
+                                 std::to_string(s.options.queue_depth) + ")");
     }
     s.incoming.push_back(Submission{std::move(request), channel, Clock::now()});
   }
