@@ -96,6 +96,7 @@ int run_serve(const server::ServeFlags& flags) {
   for (const auto& spec : specs) allow_directory_of(spec.model_id, ropts.model_roots);
   ropts.engine.queue_depth = opts.queue_depth;
   ropts.step_timeout = opts.step_timeout;
+  ropts.reload.enabled = opts.auto_reload;
 
   engine::Registry registry(ropts);
   server::Api api(registry, server::ApiOptions{opts.api_key});
@@ -157,6 +158,9 @@ Run setup(CLI::App& sub) {
   opt("--step-timeout-ms", "Deadline for one TP step before the model is marked failed (NEURON_STEP_TIMEOUT_MS; default 30000)");
   opt("--threads", "HTTP connection threads (NEURON_THREADS; default 64)");
   opt("--shutdown-grace-ms", "How long in-flight requests may finish after SIGTERM (NEURON_SHUTDOWN_GRACE_MS; default 10000)");
+  sub.add_flag("--no-auto-reload")
+      ->description("Leave a model whose engine failed (a TP worker died) failed instead of reloading it with backoff "
+                    "(NEURON_AUTO_RELOAD=0; config auto_reload: false)");
   return [flags, text, &sub]() {
     auto given = [&](const char* name) -> std::optional<std::string> {
       if (sub.count(name) == 0) return std::nullopt;
@@ -171,6 +175,7 @@ Run setup(CLI::App& sub) {
     flags->step_timeout_ms = given("--step-timeout-ms");
     flags->threads = given("--threads");
     flags->shutdown_grace_ms = given("--shutdown-grace-ms");
+    if (sub.count("--no-auto-reload") > 0) flags->auto_reload = "0";
     return run_serve(*flags);
   };
 }

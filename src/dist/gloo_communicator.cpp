@@ -1,6 +1,11 @@
 #include "dist/gloo_communicator.hpp"
 
+#include <dirent.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <system_error>
 #include <vector>
@@ -13,6 +18,7 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/file_store.h>
 #include <gloo/rendezvous/prefix_store.h>
+#include <gloo/transport/tcp/address.h>
 #include <gloo/transport/tcp/device.h>
 #include <spdlog/spdlog.h>
 
@@ -29,6 +35,41 @@ void sum_half(void* c_, const void* a_, const void* b_, std::size_t n) {
   const auto* a = static_cast<const std::uint16_t*>(a_);
   const auto* b = static_cast<const std::uint16_t*>(b_);
   for (std::size_t i = 0; i < n; ++i) c[i] = from_f32(to_f32(a[i]) + to_f32(b[i]));
+}
+
+bool same_endpoint(const sockaddr_storage& a, const sockaddr_storage& b) {
+  if (a.ss_family != b.ss_family) return false;
+  if (a.ss_family == AF_INET) {
+    const auto& x = reinterpret_cast<const sockaddr_in&>(a);
+    const auto& y = reinterpret_cast<const sockaddr_in&>(b);
+    return x.sin_port == y.sin_port && x.sin_addr.s_addr == y.sin_addr.s_addr;
+  }
+  if (a.ss_family == AF_INET6) {
+    const auto& x = reinterpret_cast<const sockaddr_in6&>(a);
+    const auto& y = reinterpret_cast<const sockaddr_in6&>(b);
+    return x.sin6_port == y.sin6_port && std::memcmp(&x.sin6_addr, &y.sin6_addr, sizeof x.sin6_addr) == 0;
+  }
+  return false;
+}
+
+// The connected sockets of this process whose local address is one of `locals`.
+std::vector<int> sockets_bound_to(const std::vector<sockaddr_storage>& locals) {
+  std::vector<int> out;
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (!dir) return out;
+  while (const dirent* e = ::readdir(dir)) {
+    char* end = nullptr;
+    const long fd = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0' || fd == ::dirfd(dir)) continue;
+    sockaddr_storage local{}, peer{};
+    socklen_t len = sizeof local, peer_len = sizeof peer;
+    if (::getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&local), &len) != 0) continue;
+    if (::getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0) continue;  // not connected
+    for (const auto& want : locals)
+      if (same_endpoint(local, want)) out.push_back(static_cast<int>(fd));
+  }
+  ::closedir(dir);
+  return out;
 }
 
 }  // namespace
@@ -157,6 +198,29 @@ void GlooCommunicator::barrier() {
   });
 }
 
-void GlooCommunicator::abort() noexcept { poison("aborted by this rank after a peer failed"); }
+void GlooCommunicator::abort() noexcept {
+  poison("aborted by this rank after a peer failed");
+  // Gloo has no call that cancels a collective from another thread (the one
+  // that would, Pair::signalExceptionExternal, is protected and its header is
+  // not installed). Shutting down this rank's TCP connections does the same
+  // through Gloo's own error path: its event loop reads EOF on each pair and
+  // fails every operation pending on it, so this rank's collective in flight
+  // throws at once, and so do the peers' operations with this rank. The
+  // sockets are found by their local address (each connected pair's
+  // address()); shutdown() leaves the descriptors to Gloo, which closes them.
+  try {
+    std::vector<sockaddr_storage> locals;
+    for (int r = 0; r < world_; ++r) {
+      if (r == rank_) continue;
+      const auto& pair = context_->getPair(r);
+      if (!pair) continue;
+      if (const auto* a = dynamic_cast<const gloo::transport::tcp::Address*>(&pair->address()))
+        locals.push_back(a->getSockaddr());
+    }
+    for (int fd : sockets_bound_to(locals)) ::shutdown(fd, SHUT_RDWR);
+  } catch (const std::exception& e) {
+    spdlog::warn("gloo: rank {} could not shut its connections down: {}", rank_, e.what());
+  }
+}
 
 }  // namespace neuron::dist

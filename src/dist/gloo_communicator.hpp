@@ -3,11 +3,14 @@
 // backend's communicator, and the host-staged one for CUDA ranks that share
 // one GPU (NCCL needs a GPU per rank).
 //
-// Gloo cannot cancel an operation in flight, so every collective carries the
-// group's timeout: a peer that died makes the call fail as soon as its socket
-// closes, and a peer that stopped answering makes it fail after the timeout.
-// Either way the rank gets Error{comm} instead of hanging, and the
-// communicator is poisoned (its peers' state is unknown).
+// Every collective carries the group's timeout: a peer that died makes the
+// call fail as soon as its socket closes, and a peer that stopped answering
+// makes it fail after the timeout. Either way the rank gets Error{comm}
+// instead of hanging, and the communicator is poisoned (its peers' state is
+// unknown). abort(), from any thread, ends a collective in flight at once:
+// it fails every connection of this rank (the peers' operations with it fail
+// too), which is how the TP leader stops waiting on a group whose worker died
+// or whose step deadline passed.
 #include <atomic>
 #include <chrono>
 #include <filesystem>

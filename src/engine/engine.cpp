@@ -149,8 +149,9 @@ Event Engine::State::serve(Job& job) {
       }
     }
     if (fatal) {
-      spdlog::error("model {}: runner failed ({}: {}); the model must be unloaded", model_id, e.kind(), e.what());
+      spdlog::error("model {}: runner failed ({}: {})", model_id, e.kind(), e.what());
       fail_queued(errc::model_failed, "model " + model_id + " failed: " + e.what());
+      if (options.on_failed) options.on_failed(e.kind(), e.what());
     } else {
       spdlog::warn("model {}: request failed ({}: {})", model_id, e.kind(), e.what());
     }

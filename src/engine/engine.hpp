@@ -15,9 +15,11 @@
 // Failures: an error from the runner ends that request with an error event.
 // After worker_failed, comm, cuda or timeout the runner's state is unknown:
 // the engine is marked failed, queued requests get model_failed, and so does
-// every later submit, until the registry unloads it.
+// every later submit; EngineOptions::on_failed tells the owner (the registry
+// reloads the model or leaves it failed).
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -31,6 +33,10 @@ namespace neuron::engine {
 
 struct EngineOptions {
   std::size_t queue_depth = 64;  // waiting requests beyond the running one; full -> overloaded
+  // Called once, on the engine thread, right after the engine marked itself
+  // failed (kind and message of the runner's error). Must not block on the
+  // engine (no shutdown() from here).
+  std::function<void(const std::string& kind, const std::string& message)> on_failed = nullptr;
 };
 
 struct EngineStats {

@@ -81,6 +81,14 @@ std::int64_t parse_int(const Raw& raw, std::int64_t lo, std::int64_t hi) {
   return v;
 }
 
+bool parse_bool(const Raw& raw) {
+  for (const char* t : {"1", "true", "yes", "on"})
+    if (raw.text == t) return true;
+  for (const char* f : {"0", "false", "no", "off"})
+    if (raw.text == f) return false;
+  fail(errc::invalid_argument, raw.source + " must be a boolean (1/0, true/false, yes/no, on/off), got '" + raw.text + "'");
+}
+
 json read_config_file(const std::string& path, const std::string& source) {
   std::ifstream in(path);
   if (!in) fail(errc::invalid_argument, source + ": cannot read config file '" + path + "'");
@@ -94,7 +102,7 @@ json read_config_file(const std::string& path, const std::string& source) {
   }
   if (!j.is_object()) fail(errc::invalid_argument, "config file '" + path + "' must hold a JSON object");
   static const char* kKnown[] = {"host",        "port",           "models",          "api_key", "models_dirs",
-                                 "queue_depth", "max_body_bytes", "step_timeout_ms", "threads", "shutdown_grace_ms"};
+                                 "queue_depth", "max_body_bytes", "step_timeout_ms", "threads", "shutdown_grace_ms", "auto_reload"};
   for (const auto& [key, value] : j.items()) {
     bool known = false;
     for (const char* k : kKnown) known = known || key == k;
@@ -137,6 +145,8 @@ ServeOptions resolve_serve_options(const ServeFlags& flags, const EnvLookup& env
     o.threads = static_cast<int>(parse_int(*r, 1, 4096));
   if (auto r = src.get(flags.shutdown_grace_ms, "--shutdown-grace-ms", "NEURON_SHUTDOWN_GRACE_MS", "shutdown_grace_ms"))
     o.shutdown_grace = std::chrono::milliseconds(parse_int(*r, 0, kMaxSize));
+  if (auto r = src.get(flags.auto_reload, "--no-auto-reload", "NEURON_AUTO_RELOAD", "auto_reload"))
+    o.auto_reload = parse_bool(*r);
   o.models = src.list(flags.models, "NEURON_MODEL", "models");
   for (auto& d : src.list(flags.models_dirs, "NEURON_MODELS_DIR", "models_dirs")) o.models_dirs.emplace_back(d);
   return o;

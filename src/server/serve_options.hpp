@@ -26,12 +26,14 @@ struct ServeOptions {
   std::chrono::milliseconds step_timeout{30000};
   int threads = 64;  // HTTP connection threads: each open stream holds one
   std::chrono::milliseconds shutdown_grace{10000};  // in-flight requests may finish this long after SIGTERM
+  bool auto_reload = true;  // reload a model whose engine failed, with backoff (engine::ReloadPolicy)
 };
 
 // The values given on the command line (absent: not given).
 struct ServeFlags {
   std::optional<std::string> host, api_key, config;
   std::optional<std::string> port, queue_depth, max_body_bytes, step_timeout_ms, threads, shutdown_grace_ms;
+  std::optional<std::string> auto_reload;  // "0" from --no-auto-reload
   std::vector<std::string> models;
   std::vector<std::string> models_dirs;
 };

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <thread>
 
@@ -47,13 +48,14 @@ class TpFailure : public ::testing::Test {
     std::filesystem::remove_all(dir_, ec);
   }
 
-  std::unique_ptr<tp::TpRunner> open(int world, int faulty_rank = 0, const std::string& fault = {}) {
+  std::unique_ptr<tp::TpRunner> open(int world, int faulty_rank = 0, const std::string& fault = {},
+                                     std::chrono::milliseconds deadline = kDeadline) {
     engine::LoadOptions o;
     o.model_dir = dir_;
     o.model_id = "failing";
     o.tensor_parallel = world;
     o.max_context = 128;
-    o.step_timeout = kDeadline;
+    o.step_timeout = deadline;
     o.worker_binary = NEURON_BINARY;
     if (!fault.empty()) {
       o.worker_args.resize(world);
@@ -117,6 +119,31 @@ class TpFailure : public ::testing::Test {
     EXPECT_NE(what.find(phrase), std::string::npos) << what;
   }
 
+  // Decodes on this thread while `signal` hits worker `rank` after a few steps;
+  // returns the outcome and the time from the signal to the failed step.
+  struct Hit {
+    Outcome outcome;
+    Clock::duration signal_to_error{};
+    pid_t pid = -1;
+  };
+  static Hit hit_mid_generation(tp::TpRunner& runner, int rank, int signal) {
+    Hit hit;
+    hit.pid = runner.worker_pids().at(static_cast<std::size_t>(rank - 1));
+    std::atomic<Clock::rep> sent_at{0};
+    std::thread hitter([&] {
+      std::this_thread::sleep_for(300ms);
+      sent_at = Clock::now().time_since_epoch().count();
+      ::kill(hit.pid, signal);
+    });
+    hit.outcome = generate_until_failure(runner, 1'000'000);
+    const auto ended = Clock::now();
+    hitter.join();
+    hit.signal_to_error = ended - Clock::time_point(Clock::duration(sent_at.load()));
+    return hit;
+  }
+
+  static double ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
   inline static std::filesystem::path dir_;
 };
 
@@ -179,6 +206,41 @@ TEST_F(TpFailure, WorkerStoppedWithSigstopMidGeneration) {
   expect_worker_failed(o, 2, "no reply");
   EXPECT_LT(o.failing_step, 2 * kDeadline);
   expect_failed_and_reaped(*runner, pids);
+}
+
+// A long step deadline, so only noticing the exit itself can pass the 1 s bound:
+// waiting on a collective's timeout or a reply's deadline takes 7.5 s.
+TEST_F(TpFailure, SigkillOfAnyRankOfFourIsNamedWithinOneSecond) {
+  constexpr auto kLongDeadline = 7500ms;
+  for (int rank = 1; rank <= 3; ++rank) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    auto runner = open(4, 0, {}, kLongDeadline);
+    const auto pids = runner->worker_pids();
+    const Hit hit = hit_mid_generation(*runner, rank, SIGKILL);
+    EXPECT_GT(hit.outcome.steps_ok, 0);
+    const std::string named = "rank " + std::to_string(rank) + " (pid " + std::to_string(hit.pid) + ") exited: killed by signal 9";
+    expect_worker_failed(hit.outcome, rank, named);
+    EXPECT_LT(hit.signal_to_error, 1s) << "noticed " << ms(hit.signal_to_error) << " ms after the SIGKILL";
+    std::printf("[ measure  ] SIGKILL of rank %d of 4: step failed %.1f ms after the signal\n", rank, ms(hit.signal_to_error));
+    expect_failed_and_reaped(*runner, pids);
+  }
+}
+
+// A stopped worker cannot be told from a slow one before the deadline; after
+// it, it is named as stopped, with the deadline the round really had.
+TEST_F(TpFailure, SigstopOfARankOfFourIsNamedWithTheRealDeadline) {
+  constexpr auto kStepDeadline = 3000ms;
+  auto runner = open(4, 0, {}, kStepDeadline);
+  const auto pids = runner->worker_pids();
+  const Hit hit = hit_mid_generation(*runner, 2, SIGSTOP);
+  EXPECT_GT(hit.outcome.steps_ok, 0);
+  expect_worker_failed(hit.outcome, 2, "within the 3000 ms deadline");
+  expect_worker_failed(hit.outcome, 2, "rank 2 (pid " + std::to_string(hit.pid) + ") is stopped");
+  EXPECT_LT(hit.outcome.failing_step, kStepDeadline + 1s) << ms(hit.outcome.failing_step) << " ms";
+  EXPECT_LT(hit.signal_to_error, kStepDeadline + 1s) << ms(hit.signal_to_error) << " ms";
+  std::printf("[ measure  ] SIGSTOP of rank 2 of 4 (deadline 3000 ms): step failed %.1f ms after the signal\n",
+              ms(hit.signal_to_error));
+  expect_failed_and_reaped(*runner, pids);  // SIGKILL ends a stopped process too
 }
 
 TEST_F(TpFailure, DestroyingAHealthyRunnerReapsItsWorkers) {
