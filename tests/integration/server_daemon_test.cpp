@@ -566,8 +566,12 @@ class ServerDaemonReload : public ::testing::Test {
 
   json entry(const std::string& route) const {
     auto res = daemon_->client().Get(route.c_str(), daemon_->auth_headers());
-    if (!res) return nullptr;
-    for (const auto& m : json::parse(res->body)["models"])
+    if (!res) {
+      ADD_FAILURE() << "GET " << route << " failed: " << httplib::to_string(res.error());
+      return nullptr;
+    }
+    const json body = json::parse(res->body);  // kept alive: the loop walks into it
+    for (const auto& m : body["models"])
       if (m["id"] == model_) return m;
     return nullptr;
   }
@@ -630,7 +634,7 @@ TEST_F(ServerDaemonReload, AKilledWorkerIsReplacedWithoutAnOperator) {
 
   // Failed, with the first attempt scheduled about a second out.
   const json failed = entry("/models");
-  ASSERT_FALSE(failed.is_null());
+  ASSERT_FALSE(failed.is_null()) << daemon_->log();
   EXPECT_EQ(failed["status"], "failed") << failed.dump();
   EXPECT_EQ(failed["error"]["kind"], "worker_failed") << failed.dump();
   EXPECT_EQ(failed["reload"]["attempt"], 1) << failed.dump();

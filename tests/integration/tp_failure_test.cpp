@@ -74,7 +74,7 @@ class TpFailure : public ::testing::Test {
     Clock::duration failing_step{};
     int steps_ok = 0;
   };
-  static Outcome generate_until_failure(tp::TpRunner& runner, int max_steps) {
+  static Outcome generate_until_failure(tp::TpRunner& runner, int max_steps, std::atomic<int>* progress = nullptr) {
     Outcome out;
     std::vector<float> logits(256);
     std::int32_t token = 7;
@@ -90,6 +90,7 @@ class TpFailure : public ::testing::Test {
       }
       token = static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
       ++out.steps_ok;
+      if (progress) progress->store(out.steps_ok);
     }
     return out;
   }
@@ -119,8 +120,8 @@ class TpFailure : public ::testing::Test {
     EXPECT_NE(what.find(phrase), std::string::npos) << what;
   }
 
-  // Decodes on this thread while `signal` hits worker `rank` after a few steps;
-  // returns the outcome and the time from the signal to the failed step.
+  // Decodes on this thread while `signal` hits worker `rank` once a few steps
+  // ran; returns the outcome and the time from the signal to the failed step.
   struct Hit {
     Outcome outcome;
     Clock::duration signal_to_error{};
@@ -130,13 +131,18 @@ class TpFailure : public ::testing::Test {
     Hit hit;
     hit.pid = runner.worker_pids().at(static_cast<std::size_t>(rank - 1));
     std::atomic<Clock::rep> sent_at{0};
+    std::atomic<int> progress{0};
     std::thread hitter([&] {
-      std::this_thread::sleep_for(300ms);
+      int p = 0;
+      while ((p = progress.load()) >= 0 && p < 3) std::this_thread::sleep_for(1ms);
+      if (p < 0) return;  // generation ended first: the pid may be reaped (and reused) by now
+      std::this_thread::sleep_for(20ms);  // mid-step, most likely
       sent_at = Clock::now().time_since_epoch().count();
       ::kill(hit.pid, signal);
     });
-    hit.outcome = generate_until_failure(runner, 1'000'000);
+    hit.outcome = generate_until_failure(runner, 1'000'000, &progress);
     const auto ended = Clock::now();
+    if (progress.exchange(-1) < 3) ADD_FAILURE() << "generation ended before the signal";
     hitter.join();
     hit.signal_to_error = ended - Clock::time_point(Clock::duration(sent_at.load()));
     return hit;
