@@ -100,6 +100,7 @@ int run_serve(const server::ServeFlags& flags) {
   ropts.engine.prefix_caching = opts.prefix_caching;
   ropts.kv_budget = backend::KvBudget{.bytes = opts.kv_cache_bytes, .device_fraction = opts.gpu_memory_fraction};
   ropts.step_timeout = opts.step_timeout;
+  ropts.reload.enabled = opts.auto_reload;
 
   engine::Registry registry(ropts);
   server::Api api(registry, server::ApiOptions{opts.api_key});
@@ -166,6 +167,9 @@ Run setup(CLI::App& sub) {
   opt("--kv-cache-bytes", "KV cache per model and rank, in bytes (NEURON_KV_CACHE_BYTES; default: the GPU memory fraction, 2 GiB on the CPU)");
   opt("--gpu-memory-fraction", "Share of each GPU a model's weights, KV cache and activations may use (NEURON_GPU_MEMORY_FRACTION; default 0.9)");
   opt("--prefix-caching", "true|false: reuse the KV blocks of earlier requests' shared prefixes (NEURON_PREFIX_CACHING; default true)");
+  sub.add_flag("--no-auto-reload")
+      ->description("Leave a model whose engine failed (a TP worker died) failed instead of reloading it with backoff "
+                    "(NEURON_AUTO_RELOAD=0; config auto_reload: false)");
   return [flags, text, &sub]() {
     auto given = [&](const char* name) -> std::optional<std::string> {
       if (sub.count(name) == 0) return std::nullopt;
@@ -185,6 +189,7 @@ Run setup(CLI::App& sub) {
     flags->kv_cache_bytes = given("--kv-cache-bytes");
     flags->gpu_memory_fraction = given("--gpu-memory-fraction");
     flags->prefix_caching = given("--prefix-caching");
+    if (sub.count("--no-auto-reload") > 0) flags->auto_reload = "0";
     return run_serve(*flags);
   };
 }

@@ -31,7 +31,9 @@ class Communicator {
   // out[r * count + i] = in_of_rank_r[i]; out holds size() * count elements.
   virtual void all_gather(const void* in, void* out, std::size_t count, DType dtype, void* stream = nullptr) = 0;
   virtual void barrier() = 0;
-  // Unblocks and poisons the communicator after a peer failed; later calls throw. Never throws.
+  // Unblocks and poisons the communicator after a peer failed; later calls throw. Never
+  // throws; may be called from any thread while a collective runs on another, which
+  // then returns with Error{comm} (how the TP leader stops waiting on a dead group).
   virtual void abort() noexcept = 0;
 };
 

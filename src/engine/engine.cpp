@@ -288,10 +288,11 @@ void Engine::State::run_step() {
         failed = true;
         failure = std::string(e.kind()) + ": " + e.what();
       }
-      spdlog::error("model {}: runner failed ({}: {}); the model must be unloaded", model_id, e.kind(), e.what());
+      spdlog::error("model {}: runner failed ({}: {})", model_id, e.kind(), e.what());
       fail_jobs(e.kind(), e.what(), /*only_in_step=*/false);
       // Requests that never ran get model_failed, as later submits do.
       fail_incoming(errc::model_failed, "model " + model_id + " failed: " + e.what());
+      if (options.on_failed) options.on_failed(e.kind(), e.what());
     } else {
       spdlog::warn("model {}: step failed ({}: {})", model_id, e.kind(), e.what());
       fail_jobs(e.kind(), e.what(), /*only_in_step=*/true);

@@ -17,9 +17,11 @@
 // Failures: an error from a step ends the requests of that step with an
 // error event. After worker_failed, comm, cuda or timeout the runner's state
 // is unknown: the engine is marked failed, every request gets model_failed,
-// and so does every later submit, until the registry unloads it.
+// and so does every later submit; EngineOptions::on_failed tells the owner
+// (the registry reloads the model or leaves it failed).
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -36,6 +38,10 @@ struct EngineOptions {
   std::int32_t max_num_seqs = 64;       // sequences running (batched) at once
   std::int32_t max_batch_tokens = 2048; // new tokens per step (decodes plus prefill chunks)
   bool prefix_caching = true;           // reuse full KV blocks of earlier requests' prefixes
+  // Called once, on the engine thread, right after the engine marked itself
+  // failed (kind and message of the runner's error). Must not block on the
+  // engine (no shutdown() from here).
+  std::function<void(const std::string& kind, const std::string& message)> on_failed = nullptr;
 };
 
 struct EngineStats {

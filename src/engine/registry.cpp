@@ -1,6 +1,7 @@
 #include "engine/registry.hpp"
 
 #include <condition_variable>
+#include <cstdlib>
 #include <future>
 #include <map>
 #include <mutex>
@@ -18,6 +19,7 @@
 #include "io/model_resolver.hpp"
 #include "model/shard.hpp"
 #include "util/error.hpp"
+#include "util/retry_later.hpp"
 
 namespace neuron::engine {
 
@@ -33,6 +35,7 @@ std::string_view to_string(ModelStatus s) noexcept {
     case ModelStatus::loading: return "loading";
     case ModelStatus::loaded: return "loaded";
     case ModelStatus::failed: return "failed";
+    case ModelStatus::reloading: return "reloading";
   }
   return "unknown";
 }
@@ -102,27 +105,66 @@ std::filesystem::path resolve(const std::string& id, const RegistryOptions& opti
 // route treats both alike.
 struct Entry {
   ModelInfo info;
+  LoadOptions load;                            // how to load it (again)
+  EngineOptions engine_options;                // on_failed bound to this entry
   std::shared_ptr<Engine> engine;              // set when loaded
   std::shared_ptr<const ModelAssets> assets;  // set when loaded
-  std::thread loader;                          // the background load; joined by whoever removes the entry
-  bool unloading = false;                      // unload() is draining it: no new lookups
+  std::thread loader;                          // the background load, later the reload loop; joined by whoever removes the entry
+  bool unloading = false;                      // unload() is draining it: no new lookups, no more reloads
+  std::optional<Clock::time_point> loaded_at;  // when the current (or last) engine started serving
 };
+
+std::int64_t seconds_until(Clock::time_point t) {
+  return std::max<std::int64_t>(1, std::chrono::ceil<std::chrono::seconds>(t - Clock::now()).count());
+}
+
+// Why a model that is not loaded cannot serve: the error the routes answer with.
+[[noreturn]] void throw_unavailable(const Entry& entry, const std::string& model_id, const ReloadPolicy& policy) {
+  const ModelInfo& info = entry.info;
+  const std::string why = info.error_kind + ": " + info.error_message;
+  switch (info.status) {
+    case ModelStatus::loading: fail(errc::loading, "model " + model_id + " is still loading");
+    case ModelStatus::reloading:
+      throw RetryLaterError(errc::model_failed,
+                            "model " + model_id + " failed (" + why + "); reload attempt " +
+                                std::to_string(info.reload_attempt) + " is running",
+                            std::chrono::seconds(std::max<std::int64_t>(1, static_cast<std::int64_t>(info.load_ms / 1000))));
+    case ModelStatus::failed:
+      if (!entry.loaded_at) fail(errc::model_failed, "model " + model_id + " failed to load (" + why + ")");
+      if (info.next_reload) {
+        const auto in_s = seconds_until(*info.next_reload);
+        throw RetryLaterError(errc::model_failed,
+                              "model " + model_id + " failed (" + why + "); reloading automatically, attempt " +
+                                  std::to_string(info.reload_attempt) + " in " + std::to_string(in_s) + " s",
+                              std::chrono::seconds(in_s));
+      }
+      throw RetryLaterError(errc::model_failed,
+                            "model " + model_id + " failed (" + why +
+                                "); automatic reload is off: unload it and load it again",
+                            std::chrono::duration_cast<std::chrono::seconds>(policy.max_backoff));
+    case ModelStatus::loaded: break;
+  }
+  NEURON_ASSERT(false);
+  std::abort();
+}
 
 // The engine or the assets of a loaded model, or the error the routes answer with.
 template <class T>
 std::shared_ptr<T> loaded_member(const std::map<std::string, std::shared_ptr<Entry>>& entries,
-                                 const std::string& model_id, std::shared_ptr<T> Entry::*member) {
+                                 const std::string& model_id, std::shared_ptr<T> Entry::*member,
+                                 const ReloadPolicy& policy) {
   auto it = entries.find(model_id);
   if (it == entries.end() || it->second->unloading) fail(errc::not_found, "model " + model_id + " is not loaded");
   const Entry& entry = *it->second;
-  switch (entry.info.status) {
-    case ModelStatus::loading: fail(errc::loading, "model " + model_id + " is still loading");
-    case ModelStatus::failed:
-      fail(errc::model_failed, "model " + model_id + " failed to load (" + entry.info.error_kind + ": " +
-                                   entry.info.error_message + ")");
-    case ModelStatus::loaded: break;
-  }
+  if (entry.info.status != ModelStatus::loaded) throw_unavailable(entry, model_id, policy);
   return entry.*member;
+}
+
+// The delay before reload attempt `attempt` (1-based): first_backoff, doubling, capped.
+std::chrono::milliseconds backoff(const ReloadPolicy& policy, int attempt) {
+  auto delay = policy.first_backoff;
+  for (int i = 1; i < attempt && delay < policy.max_backoff; ++i) delay *= 2;
+  return std::min(delay, policy.max_backoff);
 }
 
 }  // namespace
@@ -130,31 +172,30 @@ std::shared_ptr<T> loaded_member(const std::map<std::string, std::shared_ptr<Ent
 struct Registry::State {
   RegistryOptions options;
   mutable std::mutex mu;
-  std::condition_variable load_cv;  // a load finished
+  std::condition_variable load_cv;    // a load finished
+  std::condition_variable reload_cv;  // an entry is being unloaded: its backoff wait ends
   std::map<std::string, std::shared_ptr<Entry>> entries;
 
-  void run_load(Entry* entry, LoadOptions load);
-  // A loaded model whose engine has failed since (a TP worker died) shows as failed.
-  static void refresh(ModelInfo& info, const std::shared_ptr<Engine>& engine);
+  struct Built {
+    std::shared_ptr<Engine> engine;  // null on failure
+    std::shared_ptr<const ModelAssets> assets;
+    std::string kind, message;       // on failure
+    double ms = 0;
+  };
+  static Built build(const LoadOptions& load, const EngineOptions& engine_options);
+  void run_load(Entry* entry);
+  // Engine::on_failed of `entry`'s engine (on its engine thread).
+  void engine_failed(const std::weak_ptr<Entry>& entry, const std::string& kind, const std::string& message);
+  // Under mu: counts the next attempt and sets when it runs.
+  void schedule_reload(Entry& entry);
+  // The reload loop on entry->loader: shuts `failed` down, then waits out the backoff and loads
+  // until an attempt succeeds or the entry is unloaded.
+  void run_reloads(Entry* entry, std::shared_ptr<Engine> failed);
 };
 
-void Registry::State::refresh(ModelInfo& info, const std::shared_ptr<Engine>& engine) {
-  if (info.status == ModelStatus::loaded && engine) {
-    const EngineStats stats = engine->stats();
-    if (stats.failed) {
-      info.status = ModelStatus::failed;
-      info.error_kind = errc::model_failed;
-      info.error_message = stats.failure;
-    }
-  }
-}
-
-void Registry::State::run_load(Entry* entry, LoadOptions load) {
-  const std::string& id = load.model_id;
+Registry::State::Built Registry::State::build(const LoadOptions& load, const EngineOptions& engine_options) {
   const auto started = Clock::now();
-  std::string kind, message;
-  std::shared_ptr<const ModelAssets> assets;
-  std::shared_ptr<Engine> engine;
+  Built out;
   try {
     // The tokenizer (~0.4 s of JSON for Qwen's 151k-entry vocabulary) loads
     // while the weights do. Its errors are reported first, as if sequential.
@@ -166,47 +207,154 @@ void Registry::State::run_load(Entry* entry, LoadOptions load) {
     } catch (...) {
       runner_error = std::current_exception();
     }
-    assets = std::make_shared<const ModelAssets>(pending_assets.get());
+    out.assets = std::make_shared<const ModelAssets>(pending_assets.get());
     if (runner_error) std::rethrow_exception(runner_error);
-    EngineOptions engine_options = options.engine;
-    if (engine_options.max_batch_tokens <= 0)
-      engine_options.max_batch_tokens = load.device.is_cuda() ? kDefaultGpuBatchTokens : kDefaultCpuBatchTokens;
-    engine = std::make_shared<Engine>(id, std::move(runner), assets->tokenizer, assets->configs, engine_options);
+    EngineOptions options = engine_options;
+    if (options.max_batch_tokens <= 0)
+      options.max_batch_tokens = load.device.is_cuda() ? kDefaultGpuBatchTokens : kDefaultCpuBatchTokens;
+    out.engine = std::make_shared<Engine>(load.model_id, std::move(runner), out.assets->tokenizer, out.assets->configs,
+                                          options);
   } catch (const Error& e) {
-    kind = e.kind();
-    message = e.what();
+    out.kind = e.kind();
+    out.message = e.what();
   } catch (const std::bad_alloc&) {
-    kind = errc::out_of_memory;
-    message = "out of memory while loading";
+    out.kind = errc::out_of_memory;
+    out.message = "out of memory while loading";
   } catch (const std::exception& e) {
-    kind = errc::load_failed;
-    message = e.what();
+    out.kind = errc::load_failed;
+    out.message = e.what();
   }
-  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - started).count();
-  if (!engine) {
-    assets.reset();
+  out.ms = std::chrono::duration<double, std::milli>(Clock::now() - started).count();
+  if (!out.engine) {
+    out.assets.reset();
 #if defined(__GLIBC__)
     malloc_trim(0);  // a half-built runner's weights
 #endif
   }
+  return out;
+}
+
+void Registry::State::run_load(Entry* entry) {
+  LoadOptions load;
+  EngineOptions engine_options;
   {
     std::lock_guard lock(mu);
-    entry->info.load_ms = ms;
-    if (engine) {
+    load = entry->load;
+    engine_options = entry->engine_options;
+  }
+  Built built = build(load, engine_options);
+  {
+    std::lock_guard lock(mu);
+    entry->info.load_ms = built.ms;
+    if (built.engine) {
       entry->info.status = ModelStatus::loaded;
-      entry->info.max_context = engine->max_context();
-      entry->info.memory = engine->memory();
-      entry->engine = std::move(engine);
-      entry->assets = std::move(assets);
-      spdlog::info("model {} loaded in {:.0f} ms ({} ranks)", id, ms, load.tensor_parallel);
+      entry->info.max_context = built.engine->max_context();
+      entry->info.memory = built.engine->memory();
+      entry->engine = std::move(built.engine);
+      entry->assets = std::move(built.assets);
+      entry->loaded_at = Clock::now();
+      spdlog::info("model {} loaded in {:.0f} ms ({} ranks)", load.model_id, built.ms, load.tensor_parallel);
     } else {
       entry->info.status = ModelStatus::failed;
-      entry->info.error_kind = kind;
-      entry->info.error_message = message;
-      spdlog::error("model {} failed to load: {}: {}", id, kind, message);
+      entry->info.error_kind = built.kind;
+      entry->info.error_message = built.message;
+      spdlog::error("model {} failed to load: {}: {}", load.model_id, built.kind, built.message);
     }
   }
   load_cv.notify_all();
+}
+
+void Registry::State::schedule_reload(Entry& entry) {
+  entry.info.reload_attempt += 1;
+  const auto delay = backoff(options.reload, entry.info.reload_attempt);
+  entry.info.next_reload = Clock::now() + delay;
+  spdlog::warn("model {}: reload attempt {} in {} ms", entry.info.model_id, entry.info.reload_attempt, delay.count());
+}
+
+void Registry::State::engine_failed(const std::weak_ptr<Entry>& weak, const std::string& kind,
+                                    const std::string& message) {
+  const auto entry = weak.lock();
+  if (!entry) return;
+  std::lock_guard lock(mu);
+  if (entry->unloading || entry->info.status != ModelStatus::loaded) return;
+  entry->info.status = ModelStatus::failed;
+  entry->info.error_kind = kind;
+  entry->info.error_message = message;
+  if (!options.reload.enabled) {
+    spdlog::error("model {} failed ({}: {}); automatic reload is off: unload it and load it again",
+                  entry->info.model_id, kind, message);
+    return;
+  }
+  if (entry->loaded_at && Clock::now() - *entry->loaded_at >= options.reload.stable_after) entry->info.reload_attempt = 0;
+  schedule_reload(*entry);
+  // The thread that built this engine is done with the entry (it is loaded); the reload thread joins it.
+  auto previous = std::make_shared<std::thread>(std::move(entry->loader));
+  try {
+    entry->loader = std::thread([this, raw = entry.get(), failed = entry->engine, previous]() mutable {
+      if (previous->joinable()) previous->join();
+      run_reloads(raw, std::move(failed));
+    });
+  } catch (const std::system_error& e) {
+    entry->loader = std::move(*previous);
+    entry->info.next_reload.reset();
+    spdlog::error("model {}: cannot start the reload thread ({}); it stays failed", entry->info.model_id, e.what());
+    return;
+  }
+  entry->engine.reset();  // the reload thread shuts it down
+}
+
+void Registry::State::run_reloads(Entry* entry, std::shared_ptr<Engine> failed) {
+  // Off the engine's own thread now: join it, free its weights and KV cache, reap its TP workers.
+  failed->shutdown();
+  failed.reset();
+#if defined(__GLIBC__)
+  malloc_trim(0);
+#endif
+  for (;;) {
+    LoadOptions load;
+    EngineOptions engine_options;
+    int attempt = 0;
+    {
+      std::unique_lock lock(mu);
+      reload_cv.wait_until(lock, *entry->info.next_reload, [&] { return entry->unloading; });
+      entry->info.next_reload.reset();
+      if (entry->unloading) return;
+      entry->info.status = ModelStatus::reloading;
+      load = entry->load;
+      engine_options = entry->engine_options;
+      attempt = entry->info.reload_attempt;
+    }
+    spdlog::info("model {}: reload attempt {}", load.model_id, attempt);
+    Built built = build(load, engine_options);
+    std::shared_ptr<Engine> discard;
+    {
+      std::lock_guard lock(mu);
+      if (entry->unloading) {
+        discard = std::move(built.engine);
+      } else if (built.engine) {
+        entry->info.status = ModelStatus::loaded;
+        entry->info.load_ms = built.ms;
+        entry->info.max_context = built.engine->max_context();
+        entry->info.memory = built.engine->memory();
+        entry->info.error_kind.clear();
+        entry->info.error_message.clear();
+        entry->engine = std::move(built.engine);
+        entry->assets = std::move(built.assets);
+        entry->loaded_at = Clock::now();
+        spdlog::info("model {} reloaded in {:.0f} ms (attempt {})", load.model_id, built.ms, attempt);
+        return;  // from here the entry may fail again and pass to a new reload thread: touch nothing
+      } else {
+        entry->info.status = ModelStatus::failed;
+        entry->info.error_kind = built.kind;
+        entry->info.error_message = "reload attempt " + std::to_string(attempt) + " failed: " + built.message;
+        spdlog::error("model {}: reload attempt {} failed: {}: {}", load.model_id, attempt, built.kind, built.message);
+        schedule_reload(*entry);
+        continue;
+      }
+    }
+    if (discard) discard->shutdown();  // unloaded while this attempt ran
+    return;
+  }
 }
 
 Registry::Registry(RegistryOptions options) : state_(std::make_unique<State>()) {
@@ -219,8 +367,10 @@ Registry::~Registry() {
   std::map<std::string, std::shared_ptr<Entry>> entries;
   {
     std::lock_guard lock(state_->mu);
+    for (auto& [id, entry] : state_->entries) entry->unloading = true;  // ends reload loops, ignores new failures
     entries.swap(state_->entries);
   }
+  state_->reload_cv.notify_all();
   for (auto& [id, entry] : entries) {
     // A load cannot be interrupted halfway through building a runner; let it end, then free it.
     if (entry->loader.joinable()) entry->loader.join();
@@ -278,6 +428,12 @@ ModelInfo Registry::load(const ModelSpec& spec, bool wait) {
   check_host_memory(plan_load(load, configs.model));
 
   auto entry = std::make_shared<Entry>();
+  entry->load = load;
+  entry->engine_options = s.options.engine;
+  entry->engine_options.on_failed = [&s, weak = std::weak_ptr<Entry>(entry)](const std::string& kind,
+                                                                             const std::string& message) {
+    s.engine_failed(weak, kind, message);
+  };
   entry->info.model_id = spec.model_id;
   entry->info.status = ModelStatus::loading;
   entry->info.kind = spec.tensor_parallel > 1 ? "tp" : "single";
@@ -293,7 +449,7 @@ ModelInfo Registry::load(const ModelSpec& spec, bool wait) {
     // The entry cannot leave the map while loading (unload refuses it; ~Registry joins
     // first), so the thread may keep a plain pointer to it.
     try {
-      entry->loader = std::thread([&s, raw = entry.get(), load] { s.run_load(raw, load); });
+      entry->loader = std::thread([&s, raw = entry.get()] { s.run_load(raw); });
     } catch (const std::system_error& e) {  // no thread: the entry must not stay "loading" forever
       s.entries.erase(spec.model_id);
       fail(errc::load_failed, std::string("cannot start the loader thread: ") + e.what());
@@ -313,6 +469,7 @@ ModelInfo Registry::load(const ModelSpec& spec, bool wait) {
 void Registry::unload(const std::string& model_id, std::chrono::milliseconds drain) {
   State& s = *state_;
   std::shared_ptr<Entry> entry;
+  std::shared_ptr<Engine> engine;
   {
     std::lock_guard lock(s.mu);
     auto it = s.entries.find(model_id);
@@ -320,13 +477,15 @@ void Registry::unload(const std::string& model_id, std::chrono::milliseconds dra
     entry = it->second;
     if (entry->info.status == ModelStatus::loading) fail(errc::busy, "model " + model_id + " is still loading");
     if (entry->unloading) fail(errc::busy, "model " + model_id + " is already being unloaded");
-    entry->unloading = true;  // engine() stops handing it out
+    entry->unloading = true;  // engine() stops handing it out; no reload starts or goes on
+    engine = entry->engine;   // fixed from here: only a reload would replace it
   }
+  s.reload_cv.notify_all();
 
-  if (entry->engine) {
+  if (engine) {
     const auto deadline = Clock::now() + drain;
-    while (!entry->engine->idle() && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    if (!entry->engine->idle()) {
+    while (!engine->idle() && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (!engine->idle() && !engine->stats().failed) {
       std::lock_guard lock(s.mu);
       entry->unloading = false;
       fail(errc::busy, "model " + model_id + " has requests in flight after waiting " + std::to_string(drain.count()) +
@@ -337,10 +496,12 @@ void Registry::unload(const std::string& model_id, std::chrono::milliseconds dra
     std::lock_guard lock(s.mu);
     s.entries.erase(model_id);
   }
+  // A reload attempt already running ends first (its engine is discarded); a failed engine is shut down by then.
   if (entry->loader.joinable()) entry->loader.join();
   // Frees weights and KV cache and reaps TP workers now, even if an HTTP thread
   // still holds the Engine while it finishes writing a response.
-  if (entry->engine) entry->engine->shutdown();
+  if (engine) engine->shutdown();
+  engine.reset();
   entry->engine.reset();
   entry->assets.reset();
 #if defined(__GLIBC__)
@@ -350,53 +511,37 @@ void Registry::unload(const std::string& model_id, std::chrono::milliseconds dra
 }
 
 std::vector<ModelInfo> Registry::list() const {
-  const State& s = *state_;
-  // Copied under the lock: unload() may reset an entry's engine right after.
-  std::vector<std::pair<ModelInfo, std::shared_ptr<Engine>>> snapshot;
-  {
-    std::lock_guard lock(s.mu);
-    for (const auto& [id, entry] : s.entries) snapshot.emplace_back(entry->info, entry->engine);
-  }
+  std::lock_guard lock(state_->mu);
   std::vector<ModelInfo> out;
-  for (auto& [info, engine] : snapshot) {
-    State::refresh(info, engine);
-    out.push_back(std::move(info));
-  }
+  for (const auto& [id, entry] : state_->entries) out.push_back(entry->info);
   return out;
 }
 
 std::optional<ModelInfo> Registry::info(const std::string& model_id) const {
-  const State& s = *state_;
-  ModelInfo info;
-  std::shared_ptr<Engine> engine;
-  {
-    std::lock_guard lock(s.mu);
-    auto it = s.entries.find(model_id);
-    if (it == s.entries.end()) return std::nullopt;
-    info = it->second->info;
-    engine = it->second->engine;
-  }
-  State::refresh(info, engine);
-  return info;
+  std::lock_guard lock(state_->mu);
+  auto it = state_->entries.find(model_id);
+  if (it == state_->entries.end()) return std::nullopt;
+  return it->second->info;
 }
-
 
 std::shared_ptr<Engine> Registry::engine(const std::string& model_id) const {
   std::shared_ptr<Engine> engine;
   {
     std::lock_guard lock(state_->mu);
-    engine = loaded_member(state_->entries, model_id, &Entry::engine);
+    engine = loaded_member(state_->entries, model_id, &Entry::engine, state_->options.reload);
   }
   const EngineStats stats = engine->stats();
   if (stats.failed) {
-    fail(errc::model_failed, "model " + model_id + " failed (" + stats.failure + "); unload and load it again");
+    // Failed a moment ago; Engine::on_failed is about to mark the entry.
+    throw RetryLaterError(errc::model_failed, "model " + model_id + " failed (" + stats.failure + ")",
+                          std::chrono::ceil<std::chrono::seconds>(state_->options.reload.first_backoff));
   }
   return engine;
 }
 
 std::shared_ptr<const ModelAssets> Registry::assets(const std::string& model_id) const {
   std::lock_guard lock(state_->mu);
-  return loaded_member(state_->entries, model_id, &Entry::assets);
+  return loaded_member(state_->entries, model_id, &Entry::assets, state_->options.reload);
 }
 
 }  // namespace neuron::engine

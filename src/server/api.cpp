@@ -47,6 +47,21 @@ std::int64_t unix_seconds(std::chrono::system_clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::seconds>(t.time_since_epoch()).count();
 }
 
+// The automatic recovery of a model whose engine failed: the attempt that is
+// scheduled or running, and when a scheduled one starts. Null when none.
+json reload_json(const engine::ModelInfo& m) {
+  if (m.reload_attempt == 0 || m.status == engine::ModelStatus::loaded || m.status == engine::ModelStatus::loading)
+    return nullptr;
+  json r = {{"attempt", m.reload_attempt}};
+  if (m.next_reload) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*m.next_reload - std::chrono::steady_clock::now());
+    r["next_try_in_ms"] = std::max<std::int64_t>(0, left.count());
+  } else {
+    r["next_try_in_ms"] = nullptr;  // running now
+  }
+  return r;
+}
+
 json model_info_json(const engine::ModelInfo& m) {
   json j = {{"id", m.model_id},
             {"status", std::string(engine::to_string(m.status))},
@@ -58,7 +73,9 @@ json model_info_json(const engine::ModelInfo& m) {
             {"path", m.path.string()},
             {"created", unix_seconds(m.created)},
             {"load_ms", m.load_ms}};
-  if (m.status == engine::ModelStatus::failed) j["error"] = {{"kind", m.error_kind}, {"message", m.error_message}};
+  if (m.status == engine::ModelStatus::failed || m.status == engine::ModelStatus::reloading)
+    j["error"] = {{"kind", m.error_kind}, {"message", m.error_message}};
+  if (auto r = reload_json(m); !r.is_null()) j["reload"] = std::move(r);
   return j;
 }
 
@@ -290,7 +307,11 @@ std::size_t Api::in_flight() const {
 
 HttpResponse Api::health(const HttpRequest&) {
   json models = json::array();
-  for (const auto& m : registry_.list()) models.push_back({{"id", m.model_id}, {"status", std::string(engine::to_string(m.status))}});
+  for (const auto& m : registry_.list()) {
+    json j = {{"id", m.model_id}, {"status", std::string(engine::to_string(m.status))}};
+    if (auto r = reload_json(m); !r.is_null()) j["reload"] = std::move(r);
+    models.push_back(std::move(j));
+  }
   bool down = shutting_down_;
   double uptime = std::chrono::duration<double>(Clock::now() - started_).count();
   return json_response({{"status", down ? "shutting_down" : "ok"}, {"models", models}, {"uptime_s", uptime}, {"version", NEURON_VERSION}},

@@ -1,6 +1,9 @@
 #include "server/api_error.hpp"
 
+#include <algorithm>
 #include <string_view>
+
+#include "util/retry_later.hpp"
 
 namespace neuron::server {
 namespace {
@@ -58,6 +61,11 @@ ApiError classify(const std::string& kind, std::string message, std::string para
 
 ApiError from_exception(const std::exception& e) {
   if (const auto* fe = dynamic_cast<const FieldError*>(&e)) return classify(fe->kind(), fe->what(), fe->param());
+  if (const auto* re = dynamic_cast<const RetryLaterError*>(&e)) {
+    ApiError out = classify(re->kind(), re->what());
+    out.retry_after_s = std::max<int>(1, static_cast<int>(re->retry_after().count()));
+    return out;
+  }
   if (const auto* ne = dynamic_cast<const Error*>(&e)) return classify(ne->kind(), ne->what());
   return classify(errc::internal, {});
 }

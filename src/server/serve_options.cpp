@@ -95,9 +95,11 @@ double parse_fraction(const Raw& raw) {
 }
 
 bool parse_bool(const Raw& raw) {
-  if (raw.text == "true" || raw.text == "1" || raw.text == "on") return true;
-  if (raw.text == "false" || raw.text == "0" || raw.text == "off") return false;
-  fail(errc::invalid_argument, raw.source + " must be true or false, got " + raw.text);
+  for (const char* t : {"1", "true", "yes", "on"})
+    if (raw.text == t) return true;
+  for (const char* f : {"0", "false", "no", "off"})
+    if (raw.text == f) return false;
+  fail(errc::invalid_argument, raw.source + " must be a boolean (1/0, true/false, yes/no, on/off), got '" + raw.text + "'");
 }
 
 json read_config_file(const std::string& path, const std::string& source) {
@@ -115,7 +117,7 @@ json read_config_file(const std::string& path, const std::string& source) {
   static const char* kKnown[] = {"host",         "port",           "models",          "api_key",
                                  "models_dirs",  "queue_depth",    "max_body_bytes",  "step_timeout_ms",
                                  "threads",      "shutdown_grace_ms", "max_num_seqs", "max_batch_tokens",
-                                 "kv_cache_bytes", "gpu_memory_fraction", "prefix_caching"};
+                                 "kv_cache_bytes", "gpu_memory_fraction", "prefix_caching", "auto_reload"};
   for (const auto& [key, value] : j.items()) {
     bool known = false;
     for (const char* k : kKnown) known = known || key == k;
@@ -168,6 +170,8 @@ ServeOptions resolve_serve_options(const ServeFlags& flags, const EnvLookup& env
     o.gpu_memory_fraction = parse_fraction(*r);
   if (auto r = src.get(flags.prefix_caching, "--prefix-caching", "NEURON_PREFIX_CACHING", "prefix_caching"))
     o.prefix_caching = parse_bool(*r);
+  if (auto r = src.get(flags.auto_reload, "--no-auto-reload", "NEURON_AUTO_RELOAD", "auto_reload"))
+    o.auto_reload = parse_bool(*r);
   o.models = src.list(flags.models, "NEURON_MODEL", "models");
   for (auto& d : src.list(flags.models_dirs, "NEURON_MODELS_DIR", "models_dirs")) o.models_dirs.emplace_back(d);
   return o;

@@ -32,6 +32,7 @@ struct ServeOptions {
   std::uint64_t kv_cache_bytes = 0;  // KV pool per rank; 0: the device fraction (GPU) or 2 GiB (CPU)
   double gpu_memory_fraction = 0;   // of each GPU, for weights + KV + activations; 0: 0.9
   bool prefix_caching = true;       // share full KV blocks between requests with the same prefix
+  bool auto_reload = true;  // reload a model whose engine failed, with backoff (engine::ReloadPolicy)
 };
 
 // The values given on the command line (absent: not given).
@@ -39,6 +40,7 @@ struct ServeFlags {
   std::optional<std::string> host, api_key, config;
   std::optional<std::string> port, queue_depth, max_body_bytes, step_timeout_ms, threads, shutdown_grace_ms;
   std::optional<std::string> max_num_seqs, max_batch_tokens, kv_cache_bytes, gpu_memory_fraction, prefix_caching;
+  std::optional<std::string> auto_reload;  // "0" from --no-auto-reload
   std::vector<std::string> models;
   std::vector<std::string> models_dirs;
 };

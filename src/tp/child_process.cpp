@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <fstream>
 #include <functional>
 #include <future>
 #include <mutex>
@@ -85,8 +87,22 @@ std::pair<UniqueFd, UniqueFd> make_pipe() {
 
 std::string describe(int status) {
   if (WIFEXITED(status)) return "exit " + std::to_string(WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) return "signal " + std::to_string(WTERMSIG(status));
+  if (WIFSIGNALED(status))
+    return "killed by signal " + std::to_string(WTERMSIG(status)) + (WCOREDUMP(status) ? " (core dumped)" : "");
   return "status " + std::to_string(status);
+}
+
+// A pidfd for `pid`, or an empty one where the kernel (or a seccomp filter) refuses pidfd_open.
+UniqueFd open_pidfd(pid_t pid) noexcept {
+#ifdef SYS_pidfd_open
+  const long fd = ::syscall(SYS_pidfd_open, pid, 0);
+  if (fd >= 0) {
+    ::fcntl(static_cast<int>(fd), F_SETFD, FD_CLOEXEC);
+    return UniqueFd(static_cast<int>(fd));
+  }
+#endif
+  (void)pid;
+  return UniqueFd();
 }
 
 }  // namespace
@@ -120,6 +136,7 @@ ChildProcess ChildProcess::spawn(const std::vector<std::string>& argv) {
   c.pid_ = pid;
   c.stdin_ = std::move(in_write);
   c.stdout_ = std::move(out_read);
+  c.pidfd_ = open_pidfd(pid);  // nobody else reaps the child, so `pid` is still ours even if it already exited
   // A stopped worker must not block the leader's write: it polls with a deadline instead.
   const int flags = ::fcntl(c.stdin_.get(), F_GETFL);
   ::fcntl(c.stdin_.get(), F_SETFL, flags | O_NONBLOCK);
@@ -131,7 +148,8 @@ ChildProcess::ChildProcess(ChildProcess&& o) noexcept
       reaped_(std::exchange(o.reaped_, false)),
       exit_(std::move(o.exit_)),
       stdin_(std::move(o.stdin_)),
-      stdout_(std::move(o.stdout_)) {}
+      stdout_(std::move(o.stdout_)),
+      pidfd_(std::move(o.pidfd_)) {}
 
 ChildProcess& ChildProcess::operator=(ChildProcess&& o) noexcept {
   if (this != &o) {
@@ -141,6 +159,7 @@ ChildProcess& ChildProcess::operator=(ChildProcess&& o) noexcept {
     exit_ = std::move(o.exit_);
     stdin_ = std::move(o.stdin_);
     stdout_ = std::move(o.stdout_);
+    pidfd_ = std::move(o.pidfd_);
   }
   return *this;
 }
@@ -159,6 +178,18 @@ bool ChildProcess::running() noexcept {
   return r == 0;
 }
 
+bool ChildProcess::stopped() const noexcept {
+  if (pid_ <= 0 || reaped_) return false;
+  // "pid (comm) S ...": the state letter follows the last ')' (comm may contain one).
+  std::ifstream in("/proc/" + std::to_string(pid_) + "/stat");
+  std::string stat;
+  std::getline(in, stat);
+  const auto paren = stat.rfind(')');
+  if (paren == std::string::npos || paren + 2 >= stat.size()) return false;
+  const char state = stat[paren + 2];
+  return state == 'T' || state == 't';
+}
+
 std::string ChildProcess::stop(std::chrono::milliseconds grace) noexcept {
   if (pid_ <= 0 || reaped_) return exit_;
   const auto deadline = std::chrono::steady_clock::now() + grace;
@@ -174,6 +205,7 @@ std::string ChildProcess::stop(std::chrono::milliseconds grace) noexcept {
   }
   stdin_.reset();
   stdout_.reset();
+  pidfd_.reset();
   return exit_;
 }
 

@@ -32,13 +32,19 @@ class ChildProcess {
   pid_t pid() const noexcept { return pid_; }
   int stdin_fd() const noexcept { return stdin_.get(); }    // write end, non-blocking
   int stdout_fd() const noexcept { return stdout_.get(); }  // read end
+  // Readable once the child has exited (polling it reaps nothing); -1 where
+  // the kernel or a seccomp filter refuses pidfd_open.
+  int pidfd() const noexcept { return pidfd_.get(); }
 
   // True while the child has not exited (reaps it if it has).
   bool running() noexcept;
+  // Stopped by a signal (SIGSTOP, SIGTSTP) or a tracer, per /proc/<pid>/stat.
+  bool stopped() const noexcept;
   // Closes our end of its stdin (the child sees EOF).
   void close_stdin() noexcept { stdin_.reset(); }
   // Waits up to `grace` for the child to exit by itself, then SIGKILLs it;
-  // always reaps. Idempotent. Returns the wait status description ("exit 0", "signal 9").
+  // always reaps. Idempotent. Returns the wait status description ("exit 0",
+  // "killed by signal 9").
   std::string stop(std::chrono::milliseconds grace) noexcept;
   // SIGKILL now and reap.
   void kill() noexcept { stop(std::chrono::milliseconds{0}); }
@@ -50,6 +56,7 @@ class ChildProcess {
   std::string exit_;
   UniqueFd stdin_;
   UniqueFd stdout_;
+  UniqueFd pidfd_;
 };
 
 }  // namespace neuron::tp

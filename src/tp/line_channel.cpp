@@ -46,10 +46,11 @@ LineReader::Result LineReader::read_line(std::optional<std::chrono::steady_clock
     }
 
     int wait_ms = -1;
+    bool expired = false;
     if (deadline) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0) return {Status::timeout, {}};
-      wait_ms = static_cast<int>(std::min<long long>(left.count() + 1, 1 << 30));
+      expired = left.count() <= 0;
+      wait_ms = expired ? 0 : static_cast<int>(std::min<long long>(left.count() + 1, 1 << 30));
     }
     pollfd pfd{fd_, POLLIN, 0};
     const int n = ::poll(&pfd, 1, wait_ms);
@@ -57,7 +58,10 @@ LineReader::Result LineReader::read_line(std::optional<std::chrono::steady_clock
       if (errno == EINTR) continue;
       fail(errc::io, std::string("poll failed: ") + std::strerror(errno));
     }
-    if (n == 0) continue;  // re-check the deadline
+    if (n == 0) {
+      if (expired) return {Status::timeout, {}};
+      continue;  // re-check the deadline
+    }
     char chunk[64 * 1024];
     const ssize_t got = ::read(fd_, chunk, sizeof chunk);
     if (got < 0) {

@@ -25,7 +25,9 @@ class LineReader {
   // Does not own `fd`.
   LineReader(int fd, std::size_t max_line_bytes);
 
-  // Waits until `deadline` (nullopt: forever). Throws Error{io} on a read error.
+  // Waits until `deadline` (nullopt: forever); a deadline already past still
+  // takes what the pipe holds now, so it reads without blocking. Throws
+  // Error{io} on a read error.
   Result read_line(std::optional<std::chrono::steady_clock::time_point> deadline);
 
  private:

@@ -4,13 +4,22 @@
 // own rank-0 work.
 //
 // Every operation is one *round*: send the request to every worker, run the
-// leader's own part, then read exactly one reply from every worker, even when
-// the own part failed, so no stale reply is ever left on a pipe. Reads wait
-// with a deadline measured from the end of the leader's own part (the ranks
-// run in lockstep, so a healthy worker answers right after).
+// leader's own part, then read one reply from every worker, even when the own
+// part failed, so no stale reply is ever left on a pipe. A round has one
+// deadline, `timeout` after it starts, that bounds all of it: the own part
+// too, since a ChildWatcher aborts the leader's communicator when the
+// deadline passes (the leader's collective returns with an error instead of
+// waiting out its own timeout).
+//
+// The same watcher sees a worker exit the moment it happens (its pidfd), in
+// any phase: it aborts the communicator at once, and the round stops waiting
+// and fails naming that worker, "rank R (pid P) exited: killed by signal 9",
+// well within a second. A worker that misses the deadline is named with the
+// deadline; one that is stopped (SIGSTOP) is named as stopped, and a live one
+// merely blocked in a collective with it is not blamed.
 //
 // A worker that dies, misses the deadline or answers garbage fails the
-// round with Error{worker_failed, "rank R: ..."}: the pool aborts the
+// round with Error{worker_failed, "rank R (pid P) ..."}: the pool aborts the
 // leader's communicator, SIGKILLs and reaps every worker, and stays failed
 // (every later call throws at once). An error a rank *reports* fails the
 // round with that rank's error kind; it fails the pool too when the kind
@@ -22,6 +31,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -30,6 +40,7 @@
 #include "dist/communicator.hpp"
 #include "dist/factory.hpp"
 #include "tp/child_process.hpp"
+#include "tp/child_watcher.hpp"
 #include "tp/line_channel.hpp"
 #include "tp/messages.hpp"
 #include "util/error.hpp"
@@ -40,8 +51,8 @@ struct PoolOptions {
   int world = 2;                              // ranks including the leader
   std::vector<backend::Device> devices;       // per rank (size world); empty: every rank on the CPU
   std::filesystem::path worker_binary;        // the neuron executable; empty: /proc/self/exe
-  std::chrono::milliseconds step_timeout{30000};  // replies to steps, pings, init; bounds collectives too
-  std::chrono::milliseconds load_timeout{600000};  // replies to load_dense_shard
+  std::chrono::milliseconds step_timeout{30000};  // a step, ping or init round, own part included; bounds collectives too
+  std::chrono::milliseconds load_timeout{600000};  // a load_dense_shard round
   std::chrono::milliseconds shutdown_grace{2000};  // after which a worker that has not exited is SIGKILLed
   // Extra arguments for rank r's command line (index r; test hooks such as --fault).
   std::vector<std::vector<std::string>> worker_args;
@@ -77,8 +88,9 @@ class WorkerPool {
   // All-reduces 1 on every rank; throws Error{comm} unless every rank observed world().
   float sanity_check();
 
-  // One round of `request` with `own` as rank 0's part; returns the workers'
-  // replies (index r-1 for rank r), each already checked to be `expected_op`.
+  // One round of `request` with `own` as rank 0's part, all of it within
+  // `timeout`; returns the workers' replies (index r-1 for rank r), each
+  // already checked to be `expected_op`.
   std::vector<Response> round(const Request& request, std::string_view expected_op, const std::function<void()>& own,
                               std::chrono::milliseconds timeout);
   std::chrono::milliseconds step_timeout() const noexcept { return options_.step_timeout; }
@@ -98,14 +110,19 @@ class WorkerPool {
     ChildProcess process;
     std::unique_ptr<LineReader> reader;  // over process.stdout_fd()
   };
-  // Abort the communicator, kill and reap every worker, remember why; returns the error to throw.
+  // Stop watching, abort the communicator, kill and reap every worker, remember why; returns the error to throw.
   Error fail_pool(const std::string& why) noexcept;
   void check_usable() const;
+  void abort_communicator() noexcept;
+  // "rank R (pid P) exited: killed by signal 9" (waits briefly for the exit status of a closed pipe's writer).
+  std::string exit_story(Slot& w);
 
   PoolOptions options_;
   std::vector<backend::Device> devices_;  // per rank
   std::vector<Slot> workers_;             // ranks 1..world-1
+  std::mutex comm_mu_;                    // comm_ is aborted from the watcher's thread
   std::shared_ptr<dist::Communicator> comm_;
+  std::unique_ptr<ChildWatcher> watcher_;  // over workers_; destroyed before any worker is killed or reaped
   std::string failure_;
   bool shut_down_ = false;
   RoundTiming last_round_;

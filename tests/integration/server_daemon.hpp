@@ -67,7 +67,12 @@ class Daemon {
     }
     if (wait_loaded) wait_models_loaded();
   }
-  ~Daemon() { stop(); }
+  // The log stays behind only when the test failed (to read why).
+  ~Daemon() {
+    stop();
+    std::error_code ec;
+    if (!::testing::Test::HasFailure()) std::filesystem::remove(log_path_, ec);
+  }
   Daemon(const Daemon&) = delete;
   Daemon& operator=(const Daemon&) = delete;
 

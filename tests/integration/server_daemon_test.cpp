@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdio>
+#include <functional>
 #include <future>
 #include <set>
 
@@ -44,7 +46,9 @@ struct Reference {
 class ServerDaemon : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    daemon_ = new Daemon({"--model", tiny_model_dir(), "--max-body-bytes", "65536"});
+    // Automatic reload is off here: KilledTpWorkerFailsTheRequestAndTheModelCanBeReloaded checks the
+    // failed state and the operator's reload; ServerDaemonReload covers the automatic one.
+    daemon_ = new Daemon({"--model", tiny_model_dir(), "--max-body-bytes", "65536", "--no-auto-reload"});
     auto res = daemon_->client().Get("/v1/models");
     ASSERT_TRUE(res);
     model_ = json::parse(res->body)["data"][0]["id"];
@@ -540,6 +544,153 @@ TEST_F(ServerDaemon, KilledTpWorkerFailsTheRequestAndTheModelCanBeReloaded) {
   ASSERT_EQ(reload->status, 200) << reload->body;
   EXPECT_EQ(daemon_->post("/v1/completions", completion_request(tp_id, "back"))->status, 200);
   EXPECT_EQ(daemon_->post("/models/unload", {{"model_id", tp_id}})->status, 200);
+}
+
+// A model whose TP worker dies comes back by itself (auto-reload, the
+// default), or stays failed with --no-auto-reload; either way requests meanwhile
+// get 503 with Retry-After, /models and /health show the state, and unload
+// works at any point of it.
+class ServerDaemonReload : public ::testing::Test {
+ protected:
+  using Clock = std::chrono::steady_clock;
+
+  void start(std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {"--model", tiny_model_dir() + ":tp=2"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    daemon_ = std::make_unique<Daemon>(args);
+    model_ = json::parse(daemon_->client().Get("/v1/models")->body)["data"][0]["id"].get<std::string>();
+  }
+  void TearDown() override {
+    if (daemon_) EXPECT_EQ(daemon_->stop(), 0);
+  }
+
+  json entry(const std::string& route) const {
+    auto res = daemon_->client().Get(route.c_str(), daemon_->auth_headers());
+    if (!res) {
+      ADD_FAILURE() << "GET " << route << " failed: " << httplib::to_string(res.error());
+      return nullptr;
+    }
+    const json body = json::parse(res->body);  // kept alive: the loop walks into it
+    for (const auto& m : body["models"])
+      if (m["id"] == model_) return m;
+    return nullptr;
+  }
+  std::vector<pid_t> workers() const { return child_processes(daemon_->pid(), "worker"); }
+  bool wait_for(const std::function<bool()>& done, std::chrono::milliseconds timeout) const {
+    const auto deadline = Clock::now() + timeout;
+    while (Clock::now() < deadline) {
+      if (done()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return done();
+  }
+  httplib::Result complete(const std::string& prompt) const {
+    return daemon_->post("/v1/completions", {{"model", model_}, {"prompt", prompt}, {"max_tokens", 4}, {"temperature", 0}});
+  }
+
+  // SIGKILLs the model's worker during a streaming request; returns how long
+  // the request took to end with its error event after the kill.
+  Clock::duration kill_worker_mid_request() {
+    const auto pids = workers();
+    EXPECT_EQ(pids.size(), 1u);
+    if (pids.empty()) return {};
+    RawConnection conn(daemon_->port());
+    json body = {{"model", model_}, {"prompt", "long"}, {"max_tokens", 4000}, {"ignore_eos", true}, {"stream", true}};
+    conn.send(http_post_text("/v1/completions", body.dump()));
+    std::string head = conn.read_until([](const std::string& s) { return s.find("data: {") != std::string::npos; });
+    EXPECT_NE(head.find("200 OK"), std::string::npos) << head;
+    const auto killed = Clock::now();
+    ::kill(pids[0], SIGKILL);
+    std::string rest = conn.read_until([](const std::string& s) { return s.find("data: [DONE]") != std::string::npos; });
+    const auto ended = Clock::now() - killed;
+    const auto err = rest.find("data: {\"error\":");
+    EXPECT_NE(err, std::string::npos) << rest.substr(rest.size() > 600 ? rest.size() - 600 : 0);
+    if (err != std::string::npos) {
+      const std::string named = "rank 1 (pid " + std::to_string(pids[0]) + ") exited: killed by signal 9";
+      EXPECT_NE(rest.find(named, err), std::string::npos) << rest.substr(err, 600);
+    }
+    return ended;
+  }
+
+  void expect_503_with_retry_after() const {
+    auto res = complete("while failed");
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 503) << res->body;
+    EXPECT_EQ(json::parse(res->body)["error"]["code"], "model_failed") << res->body;
+    EXPECT_FALSE(res->get_header_value("Retry-After").empty()) << "a failed model's 503 says when to retry";
+  }
+
+  std::unique_ptr<Daemon> daemon_;
+  std::string model_;
+};
+
+TEST_F(ServerDaemonReload, AKilledWorkerIsReplacedWithoutAnOperator) {
+  start();
+  const pid_t old_worker = workers().at(0);
+  const auto took = kill_worker_mid_request();
+  EXPECT_LT(took, std::chrono::seconds(1)) << "the request must end within 1 s of the kill";
+  std::printf("[ measure  ] daemon: streaming request ended %.1f ms after the worker's SIGKILL\n",
+              std::chrono::duration<double, std::milli>(took).count());
+
+  // Failed, with the first attempt scheduled about a second out.
+  const json failed = entry("/models");
+  ASSERT_FALSE(failed.is_null()) << daemon_->log();
+  EXPECT_EQ(failed["status"], "failed") << failed.dump();
+  EXPECT_EQ(failed["error"]["kind"], "worker_failed") << failed.dump();
+  EXPECT_EQ(failed["reload"]["attempt"], 1) << failed.dump();
+  EXPECT_LE(failed["reload"]["next_try_in_ms"].get<int>(), 1000) << failed.dump();
+  EXPECT_EQ(entry("/health")["status"], "failed");
+  expect_503_with_retry_after();
+
+  // Serving again by itself, on a new worker; the dead one was reaped.
+  ASSERT_TRUE(wait_for([&] { return entry("/models")["status"] == "loaded"; }, std::chrono::seconds(30))) << daemon_->log();
+  auto res = complete("back again");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200) << res->body;
+  const auto now = workers();
+  ASSERT_EQ(now.size(), 1u);
+  EXPECT_NE(now[0], old_worker);
+  EXPECT_TRUE(::kill(old_worker, 0) != 0 && errno == ESRCH) << "the killed worker was never reaped";
+  EXPECT_EQ(entry("/health")["status"], "loaded");
+
+  // A second failure soon after waits longer (backoff doubles).
+  kill_worker_mid_request();
+  const json again = entry("/models");
+  EXPECT_EQ(again["reload"]["attempt"], 2) << again.dump();
+  EXPECT_GT(again["reload"]["next_try_in_ms"].get<int>(), 1000) << again.dump();
+  EXPECT_TRUE(wait_for([&] { return entry("/models")["status"] == "loaded"; }, std::chrono::seconds(30)));
+  EXPECT_EQ(complete("and again")->status, 200);
+}
+
+TEST_F(ServerDaemonReload, WithAutoReloadOffTheModelStaysFailed) {
+  start({"--no-auto-reload"});
+  kill_worker_mid_request();
+  const json failed = entry("/models");
+  EXPECT_EQ(failed["status"], "failed") << failed.dump();
+  EXPECT_FALSE(failed.contains("reload")) << failed.dump();
+  expect_503_with_retry_after();
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // past the first backoff
+  EXPECT_EQ(entry("/models")["status"], "failed");
+  EXPECT_TRUE(workers().empty()) << "no worker was started again";
+  expect_503_with_retry_after();
+  ASSERT_EQ(daemon_->post("/models/unload", {{"model_id", model_}})->status, 200);
+  EXPECT_TRUE(entry("/models").is_null());
+}
+
+TEST_F(ServerDaemonReload, UnloadDuringTheBackoffStopsTheReloads) {
+  start();
+  kill_worker_mid_request();
+  EXPECT_EQ(entry("/models")["status"], "failed");
+  const auto t0 = Clock::now();
+  auto res = daemon_->post("/models/unload", {{"model_id", model_}});
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200) << res->body;
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(5));
+  EXPECT_TRUE(entry("/models").is_null());
+  std::this_thread::sleep_for(std::chrono::milliseconds(2000));  // past when the attempt was due
+  EXPECT_TRUE(entry("/models").is_null()) << "an unloaded model came back";
+  EXPECT_TRUE(workers().empty()) << "no worker was started after the unload";
+  EXPECT_EQ(complete("gone")->status, 404);
 }
 
 TEST(ServerDaemonAdmission, FullQueueAnswers503WithRetryAfter) {

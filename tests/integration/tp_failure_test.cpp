@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <thread>
 
@@ -23,7 +24,7 @@ using namespace neuron;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-constexpr auto kDeadline = 2000ms;
+constexpr auto kDeadline = 4000ms;  // bounds a whole step; a loaded 2-core CI box needs the room
 
 bool gone(pid_t pid) { return ::kill(pid, 0) != 0 && errno == ESRCH; }
 
@@ -48,13 +49,14 @@ class TpFailure : public ::testing::Test {
     std::filesystem::remove_all(dir_, ec);
   }
 
-  std::unique_ptr<tp::TpRunner> open(int world, int faulty_rank = 0, const std::string& fault = {}) {
+  std::unique_ptr<tp::TpRunner> open(int world, int faulty_rank = 0, const std::string& fault = {},
+                                     std::chrono::milliseconds deadline = kDeadline) {
     engine::LoadOptions o;
     o.model_dir = dir_;
     o.model_id = "failing";
     o.tensor_parallel = world;
     o.max_context = 128;
-    o.step_timeout = kDeadline;
+    o.step_timeout = deadline;
     o.worker_binary = NEURON_BINARY;
     if (!fault.empty()) {
       o.worker_args.resize(world);
@@ -73,7 +75,7 @@ class TpFailure : public ::testing::Test {
     Clock::duration failing_step{};
     int steps_ok = 0;
   };
-  static Outcome generate_until_failure(tp::TpRunner& runner, int max_steps) {
+  static Outcome generate_until_failure(tp::TpRunner& runner, int max_steps, std::atomic<int>* progress = nullptr) {
     Outcome out;
     std::vector<float> logits(256);
     std::int32_t token = 7;
@@ -90,6 +92,7 @@ class TpFailure : public ::testing::Test {
       }
       token = static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
       ++out.steps_ok;
+      if (progress) progress->store(out.steps_ok);
     }
     return out;
   }
@@ -117,6 +120,36 @@ class TpFailure : public ::testing::Test {
     EXPECT_NE(what.find("rank " + std::to_string(rank)), std::string::npos) << what;
     EXPECT_NE(what.find(phrase), std::string::npos) << what;
   }
+
+  // Decodes on this thread while `signal` hits worker `rank` once a few steps
+  // ran; returns the outcome and the time from the signal to the failed step.
+  struct Hit {
+    Outcome outcome;
+    Clock::duration signal_to_error{};
+    pid_t pid = -1;
+  };
+  static Hit hit_mid_generation(tp::TpRunner& runner, int rank, int signal) {
+    Hit hit;
+    hit.pid = runner.worker_pids().at(static_cast<std::size_t>(rank - 1));
+    std::atomic<Clock::rep> sent_at{0};
+    std::atomic<int> progress{0};
+    std::thread hitter([&] {
+      int p = 0;
+      while ((p = progress.load()) >= 0 && p < 3) std::this_thread::sleep_for(1ms);
+      if (p < 0) return;  // generation ended first: the pid may be reaped (and reused) by now
+      std::this_thread::sleep_for(20ms);  // mid-step, most likely
+      sent_at = Clock::now().time_since_epoch().count();
+      ::kill(hit.pid, signal);
+    });
+    hit.outcome = generate_until_failure(runner, 1'000'000, &progress);
+    const auto ended = Clock::now();
+    if (progress.exchange(-1) < 3) ADD_FAILURE() << "generation ended before the signal";
+    hitter.join();
+    hit.signal_to_error = ended - Clock::time_point(Clock::duration(sent_at.load()));
+    return hit;
+  }
+
+  static double ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
   inline static std::filesystem::path dir_;
 };
@@ -180,6 +213,41 @@ TEST_F(TpFailure, WorkerStoppedWithSigstopMidGeneration) {
   expect_worker_failed(o, 2, "no reply");
   EXPECT_LT(o.failing_step, 2 * kDeadline);
   expect_failed_and_reaped(*runner, pids);
+}
+
+// A long step deadline, so only noticing the exit itself can pass the 1 s bound:
+// waiting on a collective's timeout or a reply's deadline takes 7.5 s.
+TEST_F(TpFailure, SigkillOfAnyRankOfFourIsNamedWithinOneSecond) {
+  constexpr auto kLongDeadline = 7500ms;
+  for (int rank = 1; rank <= 3; ++rank) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    auto runner = open(4, 0, {}, kLongDeadline);
+    const auto pids = runner->worker_pids();
+    const Hit hit = hit_mid_generation(*runner, rank, SIGKILL);
+    EXPECT_GT(hit.outcome.steps_ok, 0);
+    const std::string named = "rank " + std::to_string(rank) + " (pid " + std::to_string(hit.pid) + ") exited: killed by signal 9";
+    expect_worker_failed(hit.outcome, rank, named);
+    EXPECT_LT(hit.signal_to_error, 1s) << "noticed " << ms(hit.signal_to_error) << " ms after the SIGKILL";
+    std::printf("[ measure  ] SIGKILL of rank %d of 4: step failed %.1f ms after the signal\n", rank, ms(hit.signal_to_error));
+    expect_failed_and_reaped(*runner, pids);
+  }
+}
+
+// A stopped worker cannot be told from a slow one before the deadline; after
+// it, it is named as stopped, with the deadline the round really had.
+TEST_F(TpFailure, SigstopOfARankOfFourIsNamedWithTheRealDeadline) {
+  constexpr auto kStepDeadline = 3000ms;
+  auto runner = open(4, 0, {}, kStepDeadline);
+  const auto pids = runner->worker_pids();
+  const Hit hit = hit_mid_generation(*runner, 2, SIGSTOP);
+  EXPECT_GT(hit.outcome.steps_ok, 0);
+  expect_worker_failed(hit.outcome, 2, "within the 3000 ms deadline");
+  expect_worker_failed(hit.outcome, 2, "rank 2 (pid " + std::to_string(hit.pid) + ") is stopped");
+  EXPECT_LT(hit.outcome.failing_step, kStepDeadline + 1s) << ms(hit.outcome.failing_step) << " ms";
+  EXPECT_LT(hit.signal_to_error, kStepDeadline + 1s) << ms(hit.signal_to_error) << " ms";
+  std::printf("[ measure  ] SIGSTOP of rank 2 of 4 (deadline 3000 ms): step failed %.1f ms after the signal\n",
+              ms(hit.signal_to_error));
+  expect_failed_and_reaped(*runner, pids);  // SIGKILL ends a stopped process too
 }
 
 TEST_F(TpFailure, DestroyingAHealthyRunnerReapsItsWorkers) {

@@ -151,6 +151,43 @@ TEST(GlooCommunicator, AbortPoisonsLaterCalls) {
   });
 }
 
+// The TP leader's way out of a collective whose peer died: abort() from another
+// thread ends it at once, long before the collective's own timeout, and the
+// peer's pending operation with this rank fails too.
+TEST(GlooCommunicator, AbortFromAnotherThreadEndsACollectiveInFlight) {
+  const std::string id = dist::new_comm_id(dist::CommKind::gloo);
+  constexpr auto kTimeout = 20000ms;
+  std::vector<std::shared_ptr<dist::Communicator>> comms(3);
+  {
+    std::vector<std::future<void>> joins;
+    for (int r = 0; r < 3; ++r)
+      joins.push_back(std::async(std::launch::async, [&, r] { comms[r] = dist::make_communicator(id, r, 3, {.timeout = kTimeout}); }));
+    for (auto& j : joins) j.get();
+  }
+  // Ranks 0 and 1 enter an all-reduce that rank 2 never joins.
+  auto in_collective = [&](int r) {
+    return std::async(std::launch::async, [&, r] {
+      const auto t0 = std::chrono::steady_clock::now();
+      float x = 1.0f;
+      try {
+        comms[r]->all_reduce_sum(&x, 1, DType::f32);
+        ADD_FAILURE() << "rank " << r << ": all_reduce without rank 2 succeeded";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), errc::comm) << e.what();
+      }
+      return std::chrono::steady_clock::now() - t0;
+    });
+  };
+  auto rank0 = in_collective(0);
+  auto rank1 = in_collective(1);
+  std::this_thread::sleep_for(300ms);
+  comms[0]->abort();
+  EXPECT_LT(rank0.get(), 2s) << "rank 0 waited for its collective's timeout instead";
+  // Rank 1 is waiting on rank 0 or rank 2; only what it waits on rank 0 for fails at once.
+  comms[2]->abort();
+  EXPECT_LT(rank1.get(), 3s);
+}
+
 TEST(CommFactory, RejectsMalformedIdsAndRanks) {
   EXPECT_THROW(dist::make_communicator("tcp://x", 0, 2), Error);
   EXPECT_THROW(dist::make_communicator("gloo:file:nosession", 0, 2), Error);

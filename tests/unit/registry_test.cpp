@@ -18,6 +18,7 @@
 #include "model/config.hpp"
 #include "model/random_checkpoint.hpp"
 #include "util/error.hpp"
+#include "util/retry_later.hpp"
 #include "support/memory_test_model.hpp"
 #include "support/temp_dir.hpp"
 
@@ -381,6 +382,7 @@ TEST_F(RegistryTest, TensorParallelTwoMatchesSingle) {
 TEST_F(RegistryTest, KilledTpWorkerFailsTheModelWhichCanBeUnloadedAndLoadedAgain) {
   RegistryOptions options = daemon_options();
   options.step_timeout = 5s;
+  options.reload.enabled = false;  // the operator's way back; the automatic one is below
   Registry registry(options);
   const ModelSpec tp = spec_for(kTinyModel, 2);
   registry.load(tp, true);
@@ -414,6 +416,64 @@ TEST_F(RegistryTest, KilledTpWorkerFailsTheModelWhichCanBeUnloadedAndLoadedAgain
   registry.load(tp, true);
   EXPECT_EQ(worker_children().size(), 1u);
   EXPECT_EQ(greedy_tokens(*registry.engine(tp.model_id), {1, 2, 3}, 8).size(), 8u);
+}
+
+TEST_F(RegistryTest, KilledTpWorkerIsReloadedWithBackoffUntilUnloaded) {
+  RegistryOptions options = daemon_options();
+  options.step_timeout = 5s;
+  options.reload.first_backoff = 200ms;
+  Registry registry(options);
+  const ModelSpec tp = spec_for(kTinyModel, 2);
+  registry.load(tp, true);
+  auto kill_and_fail = [&] {
+    const auto workers = worker_children();
+    ASSERT_EQ(workers.size(), 1u);
+    CompletionRequest r;
+    r.prompt = {1, 2, 3};
+    r.max_tokens = 3000;
+    r.sampling.temperature = 0.0f;
+    r.ignore_eos = true;
+    auto channel = registry.engine(tp.model_id)->submit(r);
+    ASSERT_TRUE(channel->next(60s).has_value());
+    ASSERT_EQ(::kill(workers[0], SIGKILL), 0);
+    std::optional<Event> last;
+    while (!last || last->kind == Event::Kind::delta) last = channel->next(10s);
+    EXPECT_EQ(last->kind, Event::Kind::error);
+  };
+  auto wait_loaded = [&] {
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (registry.info(tp.model_id)->status != ModelStatus::loaded && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(10ms);
+    return registry.info(tp.model_id)->status == ModelStatus::loaded;
+  };
+
+  kill_and_fail();
+  ModelInfo info = *registry.info(tp.model_id);
+  EXPECT_EQ(info.status, ModelStatus::failed);
+  EXPECT_EQ(info.error_kind, errc::worker_failed);
+  EXPECT_EQ(info.reload_attempt, 1);
+  ASSERT_TRUE(info.next_reload.has_value());
+  EXPECT_LE(*info.next_reload - std::chrono::steady_clock::now(), 200ms);
+  try {
+    registry.engine(tp.model_id);
+    ADD_FAILURE() << "a failed model handed out its engine";
+  } catch (const RetryLaterError& e) {
+    EXPECT_EQ(e.kind(), errc::model_failed);
+    EXPECT_GE(e.retry_after(), 1s);
+  }
+  ASSERT_TRUE(wait_loaded());
+  EXPECT_EQ(greedy_tokens(*registry.engine(tp.model_id), {1, 2, 3}, 8).size(), 8u);
+
+  // Failing again right away doubles the wait; unloading during it ends the reloads.
+  kill_and_fail();
+  info = *registry.info(tp.model_id);
+  EXPECT_EQ(info.reload_attempt, 2);
+  ASSERT_TRUE(info.next_reload.has_value());
+  EXPECT_GT(*info.next_reload - std::chrono::steady_clock::now(), 200ms);
+  registry.unload(tp.model_id);
+  EXPECT_FALSE(registry.info(tp.model_id).has_value());
+  std::this_thread::sleep_for(600ms);
+  EXPECT_TRUE(worker_children().empty()) << "a reload ran after the unload, or workers were left behind";
 }
 
 }  // namespace

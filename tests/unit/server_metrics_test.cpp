@@ -100,6 +100,28 @@ TEST(ServerServeOptions, InvalidValuesNameTheirSource) {
   std::remove(path.c_str());
 }
 
+TEST(ServerServeOptions, AutoReloadComesFromFlagEnvOrFile) {
+  EXPECT_TRUE(resolve_serve_options({}, env_of({})).auto_reload);
+  EXPECT_FALSE(resolve_serve_options({}, env_of({{"NEURON_AUTO_RELOAD", "0"}})).auto_reload);
+  EXPECT_TRUE(resolve_serve_options({}, env_of({{"NEURON_AUTO_RELOAD", "true"}})).auto_reload);
+  ServeFlags off;
+  off.auto_reload = "0";  // --no-auto-reload
+  EXPECT_FALSE(resolve_serve_options(off, env_of({{"NEURON_AUTO_RELOAD", "1"}})).auto_reload);
+  std::string path = testing::TempDir() + "/neuron-serve-reload.json";
+  std::ofstream(path) << R"({"auto_reload": false})";
+  ServeFlags file;
+  file.config = path;
+  EXPECT_FALSE(resolve_serve_options(file, env_of({})).auto_reload);
+  EXPECT_TRUE(resolve_serve_options(file, env_of({{"NEURON_AUTO_RELOAD", "yes"}})).auto_reload);
+  std::remove(path.c_str());
+  try {
+    resolve_serve_options({}, env_of({{"NEURON_AUTO_RELOAD", "maybe"}}));
+    ADD_FAILURE() << "a non-boolean was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("NEURON_AUTO_RELOAD"), std::string::npos) << e.what();
+  }
+}
+
 TEST(ServerDiscovery, ParsesMeminfo) {
   MemInfo m = parse_meminfo("MemTotal:       16318480 kB\nMemFree:  100 kB\nMemAvailable:   8000000 kB\n");
   EXPECT_EQ(m.total_bytes, 16318480ull * 1024);
