@@ -22,6 +22,10 @@ constexpr std::uint64_t kMaxKvBlocks = 1u << 20;
 std::string gib(std::uint64_t bytes) { return std::to_string(static_cast<double>(bytes) / (1ull << 30)).substr(0, 5) + " GiB"; }
 }  // namespace
 
+HostFloats ModelRunner::alloc_logits(std::size_t count) const {
+  return HostFloats(new float[count], HostFloatsDeleter{[](float* p) { delete[] p; }});
+}
+
 std::int32_t default_max_context(const Device& device) noexcept { return device.is_cuda() ? 8192 : 4096; }
 
 std::uint64_t kv_bytes_per_block(const model::Qwen3Config& cfg, const model::ShardPlan& plan, const Device& device,

@@ -38,9 +38,24 @@ inline constexpr std::int32_t kDefaultKvBlockSize = 16;
 // the CPU keeps it short (its KV is f32 and its prefill slow); a GPU takes 8192.
 std::int32_t default_max_context(const Device& device) noexcept;
 
+// Host memory a runner fills fastest (page-locked on CUDA, so a device copy
+// runs at the link's full speed); frees itself through the runner's own call.
+struct HostFloatsDeleter {
+  void (*release)(float*) = nullptr;
+  void operator()(float* p) const noexcept {
+    if (p && release) release(p);
+  }
+};
+using HostFloats = std::unique_ptr<float[], HostFloatsDeleter>;
+
 class ModelRunner {
  public:
   virtual ~ModelRunner() = default;
+
+  // `count` floats for step()'s logits: the engine keeps its logits buffer
+  // here. The default is ordinary memory; the CUDA runner pins it. The buffer
+  // may outlive the runner.
+  virtual HostFloats alloc_logits(std::size_t count) const;
 
   // Runs one step of a batch (backend/batch.hpp): writes the keys and values
   // of every new token into the sequences' blocks, attends each token to its

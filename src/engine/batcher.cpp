@@ -82,8 +82,13 @@ StepStats Batcher::step() {
     batch_.add(tokens, s.computed, s.blocks, p.sample ? backend::LogitsWanted::last : backend::LogitsWanted::none);
     rows += p.sample ? 1 : 0;
   }
-  logits_.resize(static_cast<std::size_t>(rows * vocab_));
-  runner_.step(batch_, logits_);
+  if (rows > logits_rows_) {  // grows to the widest step seen, at least max_num_seqs rows
+    logits_rows_ = std::max<std::int64_t>(rows, scheduler_.options().max_num_seqs);
+    logits_.reset();
+    logits_ = runner_.alloc_logits(static_cast<std::size_t>(logits_rows_ * vocab_));
+  }
+  const std::span<float> logits(logits_.get(), static_cast<std::size_t>(rows * vocab_));
+  runner_.step(batch_, logits);
   scheduler_.complete(plan);
   stats.seqs = static_cast<std::int32_t>(plan.seqs.size());
   stats.tokens = plan.num_tokens;
@@ -99,7 +104,7 @@ StepStats Batcher::step() {
   for (std::int64_t i = 0; i < n; ++i) {
     try {
       Sequence& s = *sampled[static_cast<std::size_t>(i)];
-      const auto row = std::span<float>(logits_).subspan(static_cast<std::size_t>(i * vocab_), static_cast<std::size_t>(vocab_));
+      const auto row = logits.subspan(static_cast<std::size_t>(i * vocab_), static_cast<std::size_t>(vocab_));
       picks_[static_cast<std::size_t>(i)] = s.sampler().sample(row, s.tokens, static_cast<std::size_t>(s.prompt_len()));
     } catch (...) {
 #pragma omp critical(neuron_batcher_error)

@@ -68,7 +68,8 @@ class Batcher {
   BlockManager blocks_;
   Scheduler scheduler_;
   backend::Batch batch_;             // reused between steps
-  std::vector<float> logits_;        // [sampled rows, vocab] f32, reused between steps
+  backend::HostFloats logits_;       // [logits_rows_, vocab] f32 from runner.alloc_logits (pinned on CUDA)
+  std::int64_t logits_rows_ = 0;
   std::vector<std::int32_t> picks_;  // [sampled rows] the tokens sampled this step
 };
 

@@ -66,6 +66,7 @@ class TpRunner final : public backend::ModelRunner {
   const model::Qwen3Config& config() const noexcept override { return own_->config(); }
   std::int32_t max_context() const noexcept override { return own_->max_context(); }
   backend::KvPoolShape kv_pool() const noexcept override { return own_->kv_pool(); }
+  backend::HostFloats alloc_logits(std::size_t count) const override { return own_->alloc_logits(count); }
   backend::MemoryStats memory() const override { return own_->memory(); }  // rank 0's
 
   int world() const noexcept { return pool_->world(); }

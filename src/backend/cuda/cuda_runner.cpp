@@ -144,6 +144,7 @@ class CudaRunner final : public ModelRunner {
   ~CudaRunner() override;
 
   void step(const Batch& batch, std::span<float> logits) override;
+  HostFloats alloc_logits(std::size_t count) const override;
   const model::Qwen3Config& config() const noexcept override { return cfg_; }
   std::int32_t max_context() const noexcept override { return max_ctx_; }
   KvPoolShape kv_pool() const noexcept override { return KvPoolShape{block_size_, kv_blocks_, bytes_per_block_}; }
@@ -578,6 +579,14 @@ void CudaRunner::run_pass(std::span<const PassSeq> seqs, std::span<float> out) {
     if (r + k < rows) stream_.synchronize();  // logits_ is reused by the next rows
   }
   stream_.synchronize();
+}
+
+HostFloats CudaRunner::alloc_logits(std::size_t count) const {
+  // Page-locked: a device-to-host copy into pageable memory runs at a fraction of the link's speed
+  // (39 MB of logits a step at batch 64 took 4.5 ms instead of about 1).
+  void* p = nullptr;
+  NEURON_CUDA_CHECK(cudaMallocHost(&p, count * sizeof(float)));
+  return HostFloats(static_cast<float*>(p), HostFloatsDeleter{[](float* q) { (void)cudaFreeHost(q); }});
 }
 
 void CudaRunner::step(const Batch& batch, std::span<float> logits) {
