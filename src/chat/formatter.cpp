@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "util/error.hpp"
+#include "util/json_parse.hpp"
 
 namespace neuron::chat {
 
@@ -22,11 +23,7 @@ std::string read_file(const std::filesystem::path& path) {
 }
 
 nlohmann::json read_json(const std::filesystem::path& path) {
-  try {
-    return nlohmann::json::parse(read_file(path));
-  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for a number that overflows
-    throw Error(errc::bad_model, path.string() + " is not valid JSON: " + e.what());
-  }
+  return parse_json(read_file(path), path.string(), errc::bad_model);
 }
 
 // chat_template as a string, or transformers' list of named templates.
