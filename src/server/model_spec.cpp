@@ -61,7 +61,7 @@ LoadRequest parse_load_request(const json& body) {
 engine::ModelSpec parse_model_spec_text(const std::string& text) {
   try {
     if (!text.empty() && text.front() == '{') {
-      const json j = parse_json(text, "model spec '" + text + "'");
+      const json j = parse_json(text, "model spec JSON");
       if (!j.is_object()) fail(errc::invalid_argument, "model spec JSON must be an object");
       return parse_load_request(j).spec;
     }

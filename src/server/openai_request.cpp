@@ -224,7 +224,12 @@ std::variant<std::string, std::vector<std::int32_t>> parse_prompt(const json& bo
 }  // namespace
 
 json parse_body(std::string_view body) {
-  const json j = parse_json<json>(body, "request body", http_errc::invalid_json);
+  json j;
+  try {
+    j = parse_json<json>(body, "request body", http_errc::invalid_json);
+  } catch (const Error& e) {  // a FieldError, as every other body problem is
+    throw FieldError({}, e.what(), e.kind());
+  }
   if (!j.is_object()) throw FieldError({}, "request body must be a JSON object", http_errc::invalid_json);
   return j;
 }
