@@ -12,6 +12,10 @@ namespace neuron::chat {
 namespace {
 
 std::string read_file(const std::filesystem::path& path) {
+  std::error_code ec;
+  // A directory, /dev/zero or a FIFO in a model folder must not hang or exhaust the load.
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
+    throw Error(errc::bad_model, path.string() + " is not a regular file");
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     if (!std::filesystem::exists(path)) throw Error(errc::not_found, "no such file: " + path.string());
