@@ -5,12 +5,17 @@
 #include <sstream>
 
 #include "util/error.hpp"
+#include "util/json_parse.hpp"
 
 namespace neuron::chat {
 
 namespace {
 
 std::string read_file(const std::filesystem::path& path) {
+  std::error_code ec;
+  // A directory, /dev/zero or a FIFO in a model folder must not hang or exhaust the load.
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
+    throw Error(errc::bad_model, path.string() + " is not a regular file");
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     if (!std::filesystem::exists(path)) throw Error(errc::not_found, "no such file: " + path.string());
@@ -22,11 +27,7 @@ std::string read_file(const std::filesystem::path& path) {
 }
 
 nlohmann::json read_json(const std::filesystem::path& path) {
-  try {
-    return nlohmann::json::parse(read_file(path));
-  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for a number that overflows
-    throw Error(errc::bad_model, path.string() + " is not valid JSON: " + e.what());
-  }
+  return parse_json(read_file(path), path.string(), errc::bad_model);
 }
 
 // chat_template as a string, or transformers' list of named templates.

@@ -70,6 +70,7 @@ int run_serve(const server::ServeFlags& flags) {
   }
 
   spdlog::set_default_logger(std::make_shared<spdlog::logger>("neuron", std::make_shared<spdlog::sinks::stderr_color_sink_mt>()));
+  if (const std::string warning = server::exposure_warning(opts); !warning.empty()) spdlog::warn("{}", warning);
   // A client that disconnects mid-write must fail the write, not kill the daemon.
   ::signal(SIGPIPE, SIG_IGN);
   // Every thread started from here on inherits the blocked mask, so the

@@ -391,8 +391,10 @@ ModelInfo Registry::load(const ModelSpec& spec, bool wait) {
   if (spec.max_context < 0) {
     fail(errc::invalid_argument, "max_context must be >= 0, got " + std::to_string(spec.max_context));
   }
+  // Every spelling of a directory ("/m/x/", "/m//x", "/m/./x", a symlink) is one model under one id.
+  const std::string id = io::canonical_model_ref(spec.model_id);
   LoadOptions load;
-  load.model_id = spec.model_id;
+  load.model_id = id;
   load.tensor_parallel = spec.tensor_parallel;
   if (spec.device) {
     load.device = backend::Device::parse(*spec.device);
@@ -418,10 +420,10 @@ ModelInfo Registry::load(const ModelSpec& spec, bool wait) {
   }
   {
     std::lock_guard lock(s.mu);
-    if (s.entries.count(spec.model_id)) fail(errc::conflict, "model " + spec.model_id + " is already loaded");
+    if (s.entries.count(id)) fail(errc::conflict, "model " + id + " is already loaded");
   }
 
-  load.model_dir = resolve(spec.model_id, s.options);
+  load.model_dir = resolve(id, s.options);
   // Shape problems answer now, not from the background thread.
   const model::ModelConfigs configs = model::load_model_configs(load.model_dir);
   // Split, max_context, KV budget and host memory answer now (507 when it cannot fit).
@@ -434,7 +436,7 @@ ModelInfo Registry::load(const ModelSpec& spec, bool wait) {
                                                                              const std::string& message) {
     s.engine_failed(weak, kind, message);
   };
-  entry->info.model_id = spec.model_id;
+  entry->info.model_id = id;
   entry->info.status = ModelStatus::loading;
   entry->info.kind = spec.tensor_parallel > 1 ? "tp" : "single";
   entry->info.tensor_parallel = spec.tensor_parallel;
@@ -444,18 +446,21 @@ ModelInfo Registry::load(const ModelSpec& spec, bool wait) {
   entry->info.created = std::chrono::system_clock::now();
   {
     std::lock_guard lock(s.mu);
-    if (s.entries.count(spec.model_id)) fail(errc::conflict, "model " + spec.model_id + " is already loaded");
-    s.entries.emplace(spec.model_id, entry);
+    if (s.entries.count(id)) fail(errc::conflict, "model " + id + " is already loaded");
+    // Another id for the same files ("org/name" and "org/name@main" share a snapshot).
+    for (const auto& [other, e] : s.entries)
+      if (e->info.path == load.model_dir) fail(errc::conflict, "model " + id + " is already loaded as " + other);
+    s.entries.emplace(id, entry);
     // The entry cannot leave the map while loading (unload refuses it; ~Registry joins
     // first), so the thread may keep a plain pointer to it.
     try {
       entry->loader = std::thread([&s, raw = entry.get()] { s.run_load(raw); });
     } catch (const std::system_error& e) {  // no thread: the entry must not stay "loading" forever
-      s.entries.erase(spec.model_id);
+      s.entries.erase(id);
       fail(errc::load_failed, std::string("cannot start the loader thread: ") + e.what());
     }
   }
-  spdlog::info("loading model {} from {} (tensor_parallel {}, {})", spec.model_id, load.model_dir.string(),
+  spdlog::info("loading model {} from {} (tensor_parallel {}, {})", id, load.model_dir.string(),
                spec.tensor_parallel, load.device.str());
 
   std::unique_lock lock(s.mu);

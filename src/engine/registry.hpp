@@ -41,7 +41,7 @@ enum class ModelStatus { loading, loaded, failed, reloading };
 std::string_view to_string(ModelStatus s) noexcept;
 
 struct ModelInfo {
-  std::string model_id;
+  std::string model_id;  // the spec's id; for a directory, its real path
   ModelStatus status = ModelStatus::loading;
   std::string error_kind, error_message;  // when failed, and while reloading (why)
   // Automatic recovery of a model whose engine failed (failed or reloading):
@@ -84,8 +84,10 @@ class Registry {
   // allow_any_directory off, ".." components and directories outside model_roots:
   // invalid_argument), tensor_parallel in [1, 16] and dividing the model's heads
   // (bad_tensor_parallel, from its config.json), device and devices (invalid_argument),
-  // quant (unsupported_arch), an id not in the local cache (not_found), an id already
-  // present in any state, failed included (conflict: unload it first). Then tokenizer,
+  // quant (unsupported_arch), an id not in the local cache (not_found), a model already
+  // present in any state, failed included (conflict: unload it first). A directory's id
+  // is its real path (io::canonical_model_ref), so every spelling of it is the same
+  // model; two ids for the same files are a conflict too. Then tokenizer,
   // chat template, weights and engine load in the background; the entry shows as
   // loading at once. `wait` blocks until the load ends and rethrows its error.
   ModelInfo load(const ModelSpec& spec, bool wait);

@@ -78,10 +78,20 @@ bool is_within(const fs::path& child, const fs::path& root) {
   return true;
 }
 
-fs::path resolve_directory(const fs::path& dir, const ResolveOptions& opts) {
+// The real path of the directory `ref` names; nullopt when it names none.
+std::optional<fs::path> real_directory(std::string_view ref) {
+  if (ref.empty() || has_control(ref)) return std::nullopt;
   std::error_code ec;
-  const fs::path real = fs::canonical(dir, ec);
-  if (ec) fail(errc::not_found, "cannot resolve model directory " + dir.string() + ": " + ec.message());
+  const fs::path path{std::string(ref)};
+  if (!fs::is_directory(path, ec)) return std::nullopt;
+  fs::path real = fs::canonical(path, ec);
+  if (ec) return std::nullopt;
+  return real;
+}
+
+// `real` is canonical: containment is checked on the resolved path, so
+// neither ".." nor a symlink can lead out of the roots.
+fs::path resolve_directory(const fs::path& real, const ResolveOptions& opts) {
   if (!opts.allowed_roots.empty()) {
     const bool allowed = std::any_of(opts.allowed_roots.begin(), opts.allowed_roots.end(), [&](const fs::path& root) {
       std::error_code rec;
@@ -171,15 +181,18 @@ fs::path default_hf_hub_cache() {
   return fs::path(".cache") / "huggingface" / "hub";
 }
 
+std::string canonical_model_ref(std::string_view ref) {
+  const auto real = real_directory(ref);
+  return real ? real->string() : std::string(ref);
+}
+
 fs::path resolve_model(std::string_view ref, const ResolveOptions& opts) {
   if (ref.empty()) fail(errc::invalid_argument, "model reference is empty");
   if (has_control(ref)) fail(errc::invalid_argument, "model reference contains control characters");
-  const fs::path as_path{std::string(ref)};
-  std::error_code ec;
-  if (fs::is_directory(as_path, ec)) {
+  if (const auto real = real_directory(ref)) {
     if (!opts.allow_directories)
       fail(errc::invalid_argument, "model reference '" + std::string(ref) + "' names a directory; only Hugging Face ids are allowed here");
-    return resolve_directory(as_path, opts);
+    return resolve_directory(*real, opts);
   }
   // Something spelled like a path but absent is a missing directory, not a Hub id.
   if (ref.front() == '/' || ref.starts_with("./") || ref.starts_with("../") || ref == "." || ref == "..")

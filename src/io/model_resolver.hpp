@@ -49,6 +49,14 @@ struct ResolveOptions {
   bool allow_directories = true;
 };
 
+// The one spelling of a model reference, used as the model's id: for a
+// reference naming an existing directory, its real path (".", "..", repeated
+// and trailing separators and symlinks resolved), so "/m/x", "/m/x/", "/m//x",
+// "/m/./x" and a link to it are one model; anything else (a Hugging Face id,
+// a missing path) unchanged. Touches the file system, never throws, checks
+// nothing: resolve_model() decides whether the reference may be loaded.
+std::string canonical_model_ref(std::string_view ref);
+
 // Returns the model's directory (canonical for directory references, the
 // snapshot directory for cache hits). Throws Error{invalid_argument} for a
 // malformed id or a directory outside the allowed roots, Error{not_found}

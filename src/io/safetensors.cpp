@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "util/error.hpp"
+#include "util/json_parse.hpp"
 
 namespace neuron::io {
 
@@ -17,7 +18,29 @@ using nlohmann::json;
 
 namespace {
 
+// A header is {name: {dtype, shape: [...], data_offsets: [...]}, __metadata__: {...}}: 3 levels.
+constexpr int kMaxHeaderDepth = 8;
+
 [[noreturn]] void bad(const std::string& what, const std::string& msg) { fail(errc::bad_model, what + ": " + msg); }
+
+// Weights are mapped and an index is read whole, so only a regular file will
+// do: a directory, a device (/dev/zero never ends) or a FIFO (whose open
+// blocks) in a model folder is a broken checkpoint, refused before any open.
+const std::filesystem::path& regular_file(const std::filesystem::path& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (st.type() == fs::file_type::not_found) fail(errc::not_found, "no such file: " + path.string());
+  if (ec) fail(errc::io, "cannot stat " + path.string() + ": " + ec.message());
+  if (fs::is_regular_file(st)) return path;
+  const char* kind = fs::is_directory(st)        ? "a directory"
+                     : fs::is_character_file(st) ? "a character device"
+                     : fs::is_block_file(st)     ? "a block device"
+                     : fs::is_fifo(st)           ? "a FIFO"
+                     : fs::is_socket(st)         ? "a socket"
+                                                 : "not a regular file";
+  fail(errc::bad_model, path.string() + " is " + kind + "; checkpoint files must be regular files");
+}
 
 std::uint64_t checked_mul(std::uint64_t a, std::uint64_t b, const std::string& what, const std::string& name) {
   if (a != 0 && b > std::numeric_limits<std::uint64_t>::max() / a) bad(what, "tensor '" + name + "': shape overflows");
@@ -35,8 +58,7 @@ std::map<std::string, TensorView> parse_safetensors(std::span<const std::byte> f
     bad(what, "header length " + std::to_string(header_len) + " runs past the end of the file (" + std::to_string(file.size()) + " bytes)");
 
   const char* hdr = reinterpret_cast<const char*>(file.data() + 8);
-  json j = json::parse(hdr, hdr + header_len, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) bad(what, "header is not valid JSON");
+  const json j = parse_json(std::string_view(hdr, header_len), what + ": header", errc::bad_model, kMaxHeaderDepth);
   if (!j.is_object()) bad(what, "header is not a JSON object");
 
   const std::byte* data = file.data() + 8 + header_len;
@@ -109,7 +131,7 @@ std::map<std::string, TensorView> parse_safetensors(std::span<const std::byte> f
   return out;
 }
 
-SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : file_(path) {
+SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : file_(regular_file(path)) {
   tensors_ = parse_safetensors(file_.bytes(), path.string());
 }
 
@@ -123,9 +145,11 @@ std::vector<std::filesystem::path> checkpoint_files(const std::filesystem::path&
   fs::path single = dir / "model.safetensors";
   fs::path index = dir / "model.safetensors.index.json";
   if (fs::exists(index)) {
-    std::ifstream in(index);
-    json j = json::parse(in, nullptr, false);
-    if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+    std::ifstream in(regular_file(index));
+    if (!in) fail(errc::io, "cannot read " + index.string());
+    const json j = parse_json(std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()), index.string(),
+                              errc::bad_model, kMaxHeaderDepth);
+    if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
       fail(errc::bad_model, index.string() + ": not a valid index (needs a weight_map object)");
     std::set<std::string> names;
     for (const auto& [tensor, file] : j["weight_map"].items()) {
@@ -142,7 +166,7 @@ std::vector<std::filesystem::path> checkpoint_files(const std::filesystem::path&
     for (const auto& n : names) files.push_back(dir / n);
     return files;
   }
-  if (fs::exists(single)) return {single};
+  if (fs::exists(single)) return {regular_file(single)};
   fail(errc::not_found, "no model.safetensors or model.safetensors.index.json in " + dir.string());
 }
 

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "util/error.hpp"
+#include "util/json_parse.hpp"
 
 namespace neuron::model {
 
@@ -26,8 +27,7 @@ constexpr std::size_t kMaxConfigBytes = 16u << 20;
 [[noreturn]] void bad(const std::string& msg) { fail(errc::bad_model, msg); }
 
 json parse_object(const std::string& text, const char* what) {
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) bad(std::string(what) + " is not valid JSON");
+  json j = parse_json(text, what, errc::bad_model);
   if (!j.is_object()) bad(std::string(what) + " is not a JSON object");
   return j;
 }

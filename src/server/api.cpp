@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "engine/model_assets.hpp"
+#include "io/model_resolver.hpp"
 #include "server/api_error.hpp"
 #include "server/discovery.hpp"
 #include "server/model_spec.hpp"
@@ -99,6 +100,14 @@ bool ends_inside_think(const std::string& prompt) {
   if (open == std::string::npos) return false;
   auto close = prompt.rfind("</think>");
   return close == std::string::npos || close < open;
+}
+
+// How /health names a model. /health needs no API key, so it shows no file
+// system paths: a directory-loaded model (its id is its real path) shows as
+// its folder name, the alias clients may use; Hugging Face ids as they are.
+std::string public_name(const std::string& model_id) {
+  if (!model_id.starts_with('/')) return model_id;
+  return std::filesystem::path(model_id).filename().string();
 }
 
 template <class Json>
@@ -308,7 +317,7 @@ std::size_t Api::in_flight() const {
 HttpResponse Api::health(const HttpRequest&) {
   json models = json::array();
   for (const auto& m : registry_.list()) {
-    json j = {{"id", m.model_id}, {"status", std::string(engine::to_string(m.status))}};
+    json j = {{"id", public_name(m.model_id)}, {"status", std::string(engine::to_string(m.status))}};
     if (auto r = reload_json(m); !r.is_null()) j["reload"] = std::move(r);
     models.push_back(std::move(j));
   }
@@ -373,6 +382,7 @@ HttpResponse Api::unload_model(const HttpRequest& request) {
       throw FieldError("drain_ms", "'drain_ms' must be an integer between 0 and 600000");
     drain_ms = it->get<std::int64_t>();
   }
+  id = resolve_model_name(id);
   try {
     registry_.unload(id, std::chrono::milliseconds(drain_ms));
   } catch (const Error& e) {
@@ -458,7 +468,12 @@ std::string Api::resolve_model_name(const std::string& requested) const {
         ++n;
       }
     }
-    return n == 1 ? match : requested;
+    if (n == 1) return match;
+    // Another spelling of a loaded directory ("/m/x/", "/m/./x", a symlink to it).
+    const std::string canonical = io::canonical_model_ref(requested);
+    for (const auto& m : models)
+      if (m.model_id == canonical) return canonical;
+    return requested;
   }
   // No model named: fine when exactly one is being served, as with `neuron serve` alone.
   if (models.size() == 1) return models.front().model_id;

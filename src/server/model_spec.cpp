@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "server/api_error.hpp"
+#include "util/json_parse.hpp"
 
 namespace neuron::server {
 namespace {
@@ -60,12 +61,7 @@ LoadRequest parse_load_request(const json& body) {
 engine::ModelSpec parse_model_spec_text(const std::string& text) {
   try {
     if (!text.empty() && text.front() == '{') {
-      json j;
-      try {
-        j = json::parse(text);
-      } catch (const json::exception& e) {  // parse_error, and out_of_range for a number that overflows
-        fail(errc::invalid_argument, "model spec '" + text + "' is not valid JSON: " + e.what());
-      }
+      const json j = parse_json(text, "model spec JSON");
       if (!j.is_object()) fail(errc::invalid_argument, "model spec JSON must be an object");
       return parse_load_request(j).spec;
     }

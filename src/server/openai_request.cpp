@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "server/api_error.hpp"
+#include "util/json_parse.hpp"
 
 namespace neuron::server {
 namespace {
@@ -225,9 +226,9 @@ std::variant<std::string, std::vector<std::int32_t>> parse_prompt(const json& bo
 json parse_body(std::string_view body) {
   json j;
   try {
-    j = json::parse(body.begin(), body.end());
-  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number that overflows
-    throw FieldError({}, std::string("request body is not valid JSON: ") + e.what(), http_errc::invalid_json);
+    j = parse_json<json>(body, "request body", http_errc::invalid_json);
+  } catch (const Error& e) {  // a FieldError, as every other body problem is
+    throw FieldError({}, e.what(), e.kind());
   }
   if (!j.is_object()) throw FieldError({}, "request body must be a JSON object", http_errc::invalid_json);
   return j;

@@ -51,8 +51,9 @@ struct OpenAiRequest {
 };
 
 // Body text -> JSON object. Throws FieldError{invalid_json} for malformed
-// JSON (nlohmann also rejects invalid UTF-8 and lone surrogates in strings)
-// and for a body that is not an object.
+// JSON (nlohmann also rejects invalid UTF-8 and lone surrogates in strings),
+// for nesting past kMaxJsonDepth (util/json_parse.hpp; the message names the
+// limit) and for a body that is not an object.
 // Keys keep the client's order (tool schemas are rendered into the prompt).
 nlohmann::ordered_json parse_body(std::string_view body);
 

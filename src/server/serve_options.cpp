@@ -1,5 +1,9 @@
 #include "server/serve_options.hpp"
 
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <fstream>
 #include <limits>
@@ -8,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "util/error.hpp"
+#include "util/json_parse.hpp"
 
 namespace neuron::server {
 namespace {
@@ -107,12 +112,7 @@ json read_config_file(const std::string& path, const std::string& source) {
   if (!in) fail(errc::invalid_argument, source + ": cannot read config file '" + path + "'");
   std::stringstream ss;
   ss << in.rdbuf();
-  json j;
-  try {
-    j = json::parse(ss.str());
-  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number that overflows
-    fail(errc::invalid_argument, "config file '" + path + "' is not valid JSON: " + e.what());
-  }
+  const json j = parse_json(ss.str(), "config file '" + path + "'");
   if (!j.is_object()) fail(errc::invalid_argument, "config file '" + path + "' must hold a JSON object");
   static const char* kKnown[] = {"host",         "port",           "models",          "api_key",
                                  "models_dirs",  "queue_depth",    "max_body_bytes",  "step_timeout_ms",
@@ -134,6 +134,27 @@ EnvLookup process_env() {
     if (!v) return std::nullopt;
     return std::string(v);
   };
+}
+
+bool is_loopback_host(std::string_view host) {
+  std::string h(host);
+  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  std::string lower = h;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (lower == "localhost") return true;
+  in_addr v4{};
+  if (::inet_pton(AF_INET, h.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  if (::inet_pton(AF_INET6, h.c_str(), &v6) == 1)
+    return IN6_IS_ADDR_LOOPBACK(&v6) || (IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127);
+  return false;
+}
+
+std::string exposure_warning(const ServeOptions& options) {
+  if (!options.api_key.empty() || is_loopback_host(options.host)) return {};
+  return "listening on " + options.host +
+         " without --api-key: anyone who can reach this address can load and unload models and use them; set --api-key "
+         "(NEURON_API_KEY) or listen on 127.0.0.1";
 }
 
 ServeOptions resolve_serve_options(const ServeFlags& flags, const EnvLookup& env) {

@@ -11,6 +11,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace neuron::server {
@@ -51,5 +52,14 @@ EnvLookup process_env();
 // Reads the config file named by --config or NEURON_CONFIG when there is one.
 // Throws Error{invalid_argument} naming the offending flag, variable or field.
 ServeOptions resolve_serve_options(const ServeFlags& flags, const EnvLookup& env);
+
+// Whether a --host value only accepts connections from this machine:
+// 127.0.0.0/8, ::1 (bracketed or not, or v4-mapped 127.x) and "localhost".
+// Anything else, 0.0.0.0, :: and host names included, may be reachable.
+bool is_loopback_host(std::string_view host);
+
+// The startup warning for settings that expose the API, unauthenticated,
+// beyond this machine (a non-loopback host and no API key); empty otherwise.
+std::string exposure_warning(const ServeOptions& options);
 
 }  // namespace neuron::server

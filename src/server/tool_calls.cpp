@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "server/openai_response.hpp"
+#include "util/json_parse.hpp"
 
 namespace neuron::server {
 namespace {
@@ -58,7 +59,13 @@ ToolCallExtractor::Result ToolCallExtractor::finish() {
       ok = false;
       break;
     }
-    const nlohmann::ordered_json call = nlohmann::ordered_json::parse(rest.substr(0, close), nullptr, /*allow_exceptions=*/false);
+    nlohmann::ordered_json call;
+    try {
+      call = parse_json<nlohmann::ordered_json>(rest.substr(0, close), "tool call");
+    } catch (const Error&) {  // not JSON, or nested past the limit: the text stays content
+      ok = false;
+      break;
+    }
     rest.remove_prefix(close + kClose.size());
     const auto name = call.is_object() ? call.find("name") : call.end();
     if (!call.is_object() || name == call.end() || !name->is_string() || name->get<std::string>().empty()) {

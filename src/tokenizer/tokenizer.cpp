@@ -12,6 +12,7 @@
 #include "tokenizer/pre_tokenizer.hpp"
 #include "tokenizer/utf8.hpp"
 #include "util/error.hpp"
+#include "util/json_parse.hpp"
 #include "util/mapped_file.hpp"
 
 namespace neuron::tokenizer {
@@ -33,6 +34,9 @@ struct Tokenizer::Impl {
 };
 
 namespace {
+
+// tokenizer.json nests about 6 levels (a normalizer Sequence of Sequences at most 8).
+constexpr int kMaxTokenizerJsonDepth = 16;
 
 [[noreturn]] void bad(const std::string& msg) { fail(errc::bad_model, "tokenizer.json: " + msg); }
 
@@ -70,12 +74,7 @@ Tokenizer Tokenizer::from_file(const std::filesystem::path& tokenizer_json) {
 }
 
 Tokenizer Tokenizer::from_json(std::string_view json_text) {
-  nlohmann::json root;
-  try {
-    root = nlohmann::json::parse(json_text.begin(), json_text.end());
-  } catch (const nlohmann::json::exception& e) {
-    bad(std::string("not valid JSON: ") + e.what());
-  }
+  const nlohmann::json root = parse_json(json_text, "tokenizer.json", errc::bad_model, kMaxTokenizerJsonDepth);
   if (!root.is_object()) bad("top level must be an object");
   if (!root.contains("model")) bad("\"model\" is missing");
 

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "util/error.hpp"
+#include "util/json_parse.hpp"
 #include "util/overloaded.hpp"
 
 namespace neuron::tp {
@@ -111,8 +112,7 @@ ojson parse_object(std::string_view line) {
   if (line.size() > kMaxLineBytes) fail(errc::bad_request, "line longer than " + std::to_string(kMaxLineBytes) + " bytes");
   if (line.ends_with('\n')) line.remove_suffix(1);
   if (line.ends_with('\r')) line.remove_suffix(1);
-  ojson j = ojson::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) fail(errc::bad_request, "line is not valid JSON");
+  ojson j = parse_json<ojson>(line, "line", errc::bad_request);
   if (!j.is_object()) fail(errc::bad_request, "line is not a JSON object");
   auto it = j.find("op");
   if (it == j.end()) fail(errc::bad_request, "op: missing");

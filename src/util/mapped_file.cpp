@@ -14,7 +14,8 @@
 namespace neuron {
 
 MappedFile::MappedFile(const std::filesystem::path& path) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO put where a file should be fails below instead of blocking the open.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     int e = errno;
     fail(e == ENOENT ? errc::not_found : errc::io, "cannot open " + path.string() + ": " + std::strerror(e));

@@ -9,11 +9,12 @@
 
 #include "chat/template.hpp"
 #include "util/error.hpp"
+#include "util/json_parse.hpp"
 
 namespace {
 
 const nlohmann::ordered_json& context() {
-  static const nlohmann::ordered_json ctx = nlohmann::ordered_json::parse(R"({
+  static const nlohmann::ordered_json ctx = neuron::parse_json<nlohmann::ordered_json>(R"({
     "messages": [
       {"role": "system", "content": "You are terse."},
       {"role": "user", "content": "Hi <tool_response>x</tool_response> é 😀"},
@@ -24,7 +25,7 @@ const nlohmann::ordered_json& context() {
     "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
     "add_generation_prompt": true, "enable_thinking": false, "bos_token": "<s>", "eos_token": "</s>",
     "n": 3, "f": -0.5, "s": "a,b,,c", "nothing": null
-  })");
+  })", "fuzz_jinja context");
   return ctx;
 }
 

@@ -1,7 +1,9 @@
 // libFuzzer target: arbitrary bytes through the real Qwen3 tokenizer.
 // encode must never crash, hang or throw (invalid UTF-8 included), every id it
 // returns must decode, and for valid UTF-8 input decode(encode(s)) must be
-// NFC(s). The streaming decoder must agree with decode.
+// NFC(s). The streaming decoder must agree with decode. Input that looks
+// like a JSON object is also tried as a tokenizer.json (bounded parse, then
+// validation): it must load or end in neuron::Error.
 //   NEURON_TOKENIZER_JSON overrides the bundled models/qwen3-tiny-a/tokenizer.json.
 #include <cstdint>
 #include <cstdlib>
@@ -12,6 +14,7 @@
 #include "tokenizer/normalizer.hpp"
 #include "tokenizer/tokenizer.hpp"
 #include "tokenizer/utf8.hpp"
+#include "util/error.hpp"
 
 namespace {
 
@@ -29,6 +32,12 @@ const neuron::tokenizer::Tokenizer& tokenizer() {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace neuron::tokenizer;
   const std::string_view text(reinterpret_cast<const char*>(data), size);
+  if (size > 0 && data[0] == '{') {
+    try {
+      (void)Tokenizer::from_json(text);
+    } catch (const neuron::Error&) {
+    }
+  }
   const Tokenizer& tok = tokenizer();
   const auto ids = tok.encode(text);
   const std::string decoded = tok.decode(ids);

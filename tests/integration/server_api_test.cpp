@@ -2,7 +2,9 @@
 // HttpResponse, streams write into a ChunkSink, over an in-process registry
 // holding the bundled tiny model.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
+#include <filesystem>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -10,13 +12,21 @@
 #include "engine/model_assets.hpp"
 #include "engine/registry.hpp"
 #include "server/api.hpp"
+#include "support/temp_dir.hpp"
+#include "util/json_parse.hpp"
 
 namespace neuron::server {
 namespace {
 
 using nlohmann::json;
 
-std::string tiny_model_dir() { return std::string(NEURON_REPO_ROOT) + "/models/qwen3-tiny-a"; }
+namespace fs = std::filesystem;
+
+std::string models_dir() { return std::string(NEURON_REPO_ROOT) + "/models"; }
+std::string tiny_model_dir() { return models_dir() + "/qwen3-tiny-a"; }
+
+HttpRequest raw_post(const std::string& path, std::string body) { return HttpRequest{"POST", path, {}, std::move(body), "test"}; }
+HttpRequest post_json(const std::string& path, const nlohmann::json& body) { return raw_post(path, body.dump()); }
 
 // Accepts `budget` writes, then behaves like a socket whose peer has gone.
 class ClosingSink final : public ChunkSink {
@@ -184,6 +194,125 @@ TEST_F(ServerApi, WithToolsStreamedAndBlockingAnswersCarryTheSameText) {
   // Held text (a possible call) must come out one way or the other, the same both ways.
   EXPECT_EQ(content, message["content"].is_null() ? "" : message["content"].get<std::string>());
   EXPECT_EQ(calls.size(), message.contains("tool_calls") ? message["tool_calls"].size() : 0u);
+}
+
+TEST_F(ServerApi, DeeplyNestedJsonIsA400OnEveryRouteAndTheApiKeepsServing) {
+  Api api(*registry_, {});
+  constexpr std::size_t kDeep = 100'000;
+  const std::string deep = std::string(kDeep, '[') + std::string(kDeep, ']');
+  const std::string m = R"("model": "qwen3-tiny-a")";
+  const std::string user = R"({"role": "user", "content": "hi"})";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"/models/load", deep},
+      {"/models/load", R"({"model_id": )" + deep + "}"},
+      {"/models/load", R"({"model_id": "qwen3-tiny-a", "devices": )" + deep + "}"},
+      {"/models/unload", R"({"model_id": )" + deep + "}"},
+      {"/models/unload", R"({"model_id": "x", "drain_ms": )" + deep + "}"},
+      {"/v1/chat/completions", deep},
+      {"/v1/chat/completions", "{" + m + R"(, "messages": [)" + user + R"(], "tools": )" + deep + "}"},
+      {"/v1/chat/completions", "{" + m + R"(, "messages": [)" + user + R"(], "chat_template_kwargs": {"x": )" + deep + "}}"},
+      {"/v1/chat/completions", "{" + m + R"(, "messages": [{"role": "assistant", "content": "", "tool_calls": )" + deep + "}, " + user + "]}"},
+      {"/v1/completions", "{" + m + R"(, "prompt": )" + deep + "}"},
+      {"/tokenize", "{" + m + R"(, "messages": [)" + user + R"(], "tools": [)" + deep + "]}"},
+      {"/tokenize", "{" + m + R"(, "prompt": )" + deep + "}"},
+      {"/detokenize", "{" + m + R"(, "tokens": )" + deep + "}"},
+  };
+  for (const auto& [path, body] : cases) {
+    const HttpResponse r = api.handle(raw_post(path, body));
+    EXPECT_EQ(r.status, 400) << path << " " << body.substr(0, 80) << "\n" << r.body.substr(0, 400);
+    const json err = json::parse(r.body)["error"];
+    EXPECT_EQ(err["code"], "invalid_json") << path;
+    EXPECT_NE(err["message"].get<std::string>().find("nests deeper than " + std::to_string(kMaxJsonDepth) + " levels"), std::string::npos)
+        << path << ": " << err["message"];
+  }
+  // Still serving, on the same Api.
+  const HttpResponse ok = api.handle(post("/tokenize", {{"model", "qwen3-tiny-a"}, {"prompt", "still here"}}));
+  EXPECT_EQ(ok.status, 200) << ok.body;
+  EXPECT_EQ(api.handle({"GET", "/health", {}, "", ""}).status, 200);
+  // Nesting up to the limit is an ordinary request.
+  const std::string at_limit = std::string(kMaxJsonDepth - 2, '[') + std::string(kMaxJsonDepth - 2, ']');
+  const HttpResponse nested_tools = api.handle(raw_post("/tokenize", "{" + m + R"(, "messages": [)" + user +
+                                                                        R"(], "chat_template_kwargs": {"x": )" + at_limit + "}}"));
+  EXPECT_EQ(nested_tools.status, 200) << nested_tools.body;
+}
+
+TEST_F(ServerApi, EverySpellingOfTheDirectoryIsTheLoadedModel) {
+  Api api(*registry_, {});
+  test_support::TempDir links;
+  fs::create_directory_symlink(tiny_model_dir(), links / "link");
+  fs::create_directory_symlink(models_dir(), links / "models-link");
+  const std::vector<std::string> spellings = {tiny_model_dir(),        tiny_model_dir() + "/", models_dir() + "//qwen3-tiny-a",
+                                              models_dir() + "/./qwen3-tiny-a", tiny_model_dir() + "/.", (links / "link").string(),
+                                              (links / "models-link" / "qwen3-tiny-a").string()};
+  for (const auto& s : spellings) {
+    const HttpResponse load = api.handle(post("/models/load", {{"model_id", s}}));
+    EXPECT_EQ(load.status, 409) << s << ": " << load.body;
+    EXPECT_EQ(json::parse(load.body)["error"]["code"], "conflict") << s;
+    const HttpResponse tok = api.handle(post("/tokenize", {{"model", s}, {"prompt", "hi"}}));
+    EXPECT_EQ(tok.status, 200) << s << ": " << tok.body;
+  }
+  // The folder name still works as an alias, and the one model has one id.
+  EXPECT_EQ(api.handle(post("/tokenize", {{"model", "qwen3-tiny-a"}, {"prompt", "hi"}})).status, 200);
+  const json listed = json::parse(api.handle({"GET", "/v1/models", {}, "", ""}).body)["data"];
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0]["id"], fs::canonical(tiny_model_dir()).string());
+}
+
+TEST_F(ServerApi, HealthShowsFolderNamesNotPaths) {
+  for (const std::string key : {"", "secret"}) {
+    Api api(*registry_, ApiOptions{key});
+    const HttpResponse r = api.handle({"GET", "/health", {}, "", ""});
+    ASSERT_EQ(r.status, 200);
+    EXPECT_EQ(r.body.find(NEURON_REPO_ROOT), std::string::npos) << r.body;
+    EXPECT_EQ(r.body.find('/'), std::string::npos) << r.body;
+    const json models = json::parse(r.body)["models"];
+    ASSERT_EQ(models.size(), 1u);
+    EXPECT_EQ(models[0]["id"], "qwen3-tiny-a");
+  }
+}
+
+// A registry of its own: loading and unloading by any spelling, and loads that fail.
+TEST(ServerApiLoad, LoadAndUnloadByAnySpelling) {
+  engine::RegistryOptions ro;
+  ro.model_roots = {models_dir()};
+  engine::Registry registry(ro);
+  Api api(registry, {});
+  const HttpResponse load = api.handle(post_json("/models/load", {{"model_id", models_dir() + "//qwen3-tiny-a/"}, {"wait", true}}));
+  ASSERT_EQ(load.status, 200) << load.body;
+  EXPECT_EQ(json::parse(load.body)["id"], fs::canonical(tiny_model_dir()).string());
+  EXPECT_EQ(api.handle(post_json("/models/load", {{"model_id", tiny_model_dir()}})).status, 409);
+  const HttpResponse unload = api.handle(post_json("/models/unload", {{"model_id", models_dir() + "/./qwen3-tiny-a"}}));
+  EXPECT_EQ(unload.status, 200) << unload.body;
+  EXPECT_TRUE(registry.list().empty());
+  // The folder name unloads too.
+  ASSERT_EQ(api.handle(post_json("/models/load", {{"model_id", tiny_model_dir()}, {"wait", true}})).status, 200);
+  EXPECT_EQ(api.handle(post_json("/models/unload", {{"model_id", "qwen3-tiny-a"}})).status, 200);
+  EXPECT_TRUE(registry.list().empty());
+}
+
+TEST(ServerApiLoad, WeightsThatAreNotRegularFilesAreA400NamingTheFile) {
+  test_support::TempDir root;
+  engine::RegistryOptions ro;
+  ro.model_roots = {root.path()};
+  engine::Registry registry(ro);
+  Api api(registry, {});
+  const std::vector<std::pair<std::string, std::string>> variants = {
+      {"directory", "a directory"}, {"dev-zero", "a character device"}, {"fifo", "a FIFO"}};
+  for (const auto& [name, what] : variants) {
+    const fs::path dir = root / name;
+    fs::create_directories(dir);
+    for (const char* f : {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"})
+      fs::copy_file(fs::path(tiny_model_dir()) / f, dir / f);
+    const fs::path weights = dir / "model.safetensors";
+    if (name == "directory") fs::create_directory(weights);
+    if (name == "dev-zero") fs::create_symlink("/dev/zero", weights);
+    if (name == "fifo") ASSERT_EQ(::mkfifo(weights.c_str(), 0600), 0);
+    const HttpResponse r = api.handle(post_json("/models/load", {{"model_id", dir.string()}, {"wait", true}}));
+    EXPECT_EQ(r.status, 400) << name << ": " << r.body;
+    const json err = json::parse(r.body)["error"];
+    EXPECT_EQ(err["code"], "bad_model") << name;
+    EXPECT_NE(err["message"].get<std::string>().find("model.safetensors is " + what), std::string::npos) << err["message"];
+  }
 }
 
 }  // namespace

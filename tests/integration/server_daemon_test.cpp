@@ -48,7 +48,16 @@ class ServerDaemon : public ::testing::Test {
   static void SetUpTestSuite() {
     // Automatic reload is off here: KilledTpWorkerFailsTheRequestAndTheModelCanBeReloaded checks the
     // failed state and the operator's reload; ServerDaemonReload covers the automatic one.
-    daemon_ = new Daemon({"--model", tiny_model_dir(), "--max-body-bytes", "65536", "--no-auto-reload"});
+    // A second directory with the tiny model's files (linked, not copied): the
+    // same weights under a distinct model id, e.g. loaded again at tensor_parallel 2.
+    // Another spelling of the first directory would be the same model (409).
+    models_ = new test_support::TempDir("neuron-daemon-models");
+    std::filesystem::create_directories(models_->path() / "tiny-copy");
+    for (const auto& f : std::filesystem::directory_iterator(tiny_model_dir()))
+      std::filesystem::create_symlink(f.path(), models_->path() / "tiny-copy" / f.path().filename());
+    second_model_ = std::filesystem::canonical(models_->path() / "tiny-copy").string();
+    daemon_ = new Daemon({"--model", tiny_model_dir(), "--max-body-bytes", "65536", "--models-dir", models_->path().string(),
+                         "--no-auto-reload"});
     auto res = daemon_->client().Get("/v1/models");
     ASSERT_TRUE(res);
     model_ = json::parse(res->body)["data"][0]["id"];
@@ -67,6 +76,8 @@ class ServerDaemon : public ::testing::Test {
     }
     delete daemon_;
     daemon_ = nullptr;
+    delete models_;
+    models_ = nullptr;
   }
 
   static Reference reference(bool chat, const std::string& text) {
@@ -111,11 +122,15 @@ class ServerDaemon : public ::testing::Test {
   static Daemon* daemon_;
   static engine::Registry* registry_;
   static std::string model_;
+  static test_support::TempDir* models_;
+  static std::string second_model_;
 };
 
 Daemon* ServerDaemon::daemon_ = nullptr;
 engine::Registry* ServerDaemon::registry_ = nullptr;
 std::string ServerDaemon::model_;
+test_support::TempDir* ServerDaemon::models_ = nullptr;
+std::string ServerDaemon::second_model_;
 
 TEST_F(ServerDaemon, HealthDiscoveryVersionAndModels) {
   auto c = daemon_->client();
@@ -457,12 +472,15 @@ TEST_F(ServerDaemon, BadInputGetsTheRightEnvelopeAndTheDaemonKeepsServing) {
 }
 
 TEST_F(ServerDaemon, TensorParallelThatDoesNotDivideTheHeadsIsRefused) {
-  // The tiny model has 4 attention heads: 3 ranks cannot split them. The
-  // directory with a trailing slash names the same files under a new id.
+  // The tiny model has 4 attention heads: 3 ranks cannot split them.
+  auto refused = daemon_->post("/models/load", {{"model_id", second_model_}, {"tensor_parallel", 3}, {"wait", true}});
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 400) << refused->body;
+  EXPECT_EQ(json::parse(refused->body)["error"]["code"], "bad_tensor_parallel") << refused->body;
+  // The loaded directory with a trailing slash is the loaded model, not a new one.
   auto alias = daemon_->post("/models/load", {{"model_id", tiny_model_dir() + "/"}, {"tensor_parallel", 3}, {"wait", true}});
   ASSERT_TRUE(alias);
-  EXPECT_EQ(alias->status, 400) << alias->body;
-  EXPECT_EQ(json::parse(alias->body)["error"]["code"], "bad_tensor_parallel") << alias->body;
+  EXPECT_EQ(alias->status, 409) << alias->body;
   EXPECT_EQ(daemon_->client().Get("/health")->status, 200);
 }
 
@@ -490,7 +508,7 @@ TEST_F(ServerDaemon, LoadUnloadLoadAgain) {
 }
 
 TEST_F(ServerDaemon, TensorParallelTwoOnTheCpuAnswersLikeOneRank) {
-  const std::string tp_id = tiny_model_dir() + "/.";  // same files, a distinct model id
+  const std::string tp_id = second_model_;  // same files, a distinct model id
   auto load = daemon_->post("/models/load", {{"model_id", tp_id}, {"tensor_parallel", 2}, {"wait", true}});
   ASSERT_TRUE(load);
   ASSERT_EQ(load->status, 200) << load->body;
@@ -512,7 +530,7 @@ TEST_F(ServerDaemon, TensorParallelTwoOnTheCpuAnswersLikeOneRank) {
 }
 
 TEST_F(ServerDaemon, KilledTpWorkerFailsTheRequestAndTheModelCanBeReloaded) {
-  const std::string tp_id = tiny_model_dir() + "/./.";
+  const std::string tp_id = second_model_;
   auto load = daemon_->post("/models/load", {{"model_id", tp_id}, {"tensor_parallel", 2}, {"wait", true}});
   ASSERT_EQ(load->status, 200) << load->body;
   auto workers = child_processes(daemon_->pid(), "worker");
@@ -792,6 +810,45 @@ TEST(ServerDaemonMemory, UnloadGivesTheWeightsAndCacheBack) {
   EXPECT_LT(after, before + model_kib / 3) << "unload must give the memory back (before " << before << " KiB, loaded "
                                            << loaded << " KiB, after " << after << " KiB, model " << model_kib << " KiB)";
   EXPECT_EQ(daemon.stop(), 0);
+}
+
+// A daemon reachable beyond loopback without a key says so at startup; the
+// loopback one does not. Both refuse deep JSON and unreadable weights with 400.
+TEST_F(ServerDaemon, ExposedWithoutAKeyWarnsAndHostileInputGets400) {
+  EXPECT_EQ(daemon_->log().find("without --api-key"), std::string::npos) << daemon_->log();
+
+  test_support::TempDir models;
+  const std::filesystem::path bad = models.path() / "bad-weights";
+  std::filesystem::create_directories(bad / "model.safetensors");  // a directory where the weights should be
+  for (const char* f : {"config.json", "tokenizer.json", "tokenizer_config.json"})
+    std::filesystem::copy_file(std::filesystem::path(tiny_model_dir()) / f, bad / f);
+  Daemon exposed({"--model", tiny_model_dir(), "--host", "0.0.0.0", "--max-body-bytes", "1048576", "--models-dir",
+                  models.path().string()});
+  const std::string log = exposed.log();
+  EXPECT_NE(log.find("listening on 0.0.0.0 without --api-key"), std::string::npos) << log;
+
+  constexpr std::size_t kDeep = 100'000;
+  const std::string body = R"({"messages": [{"role": "user", "content": "hi"}], "tools": )" + std::string(kDeep, '[') +
+                           std::string(kDeep, ']') + "}";
+  auto res = exposed.client().Post("/v1/chat/completions", body, "application/json");
+  ASSERT_TRUE(res) << "the daemon died: " << exposed.log();
+  EXPECT_EQ(res->status, 400) << res->body;
+  const json err = json::parse(res->body)["error"];
+  EXPECT_EQ(err["code"], "invalid_json");
+  EXPECT_NE(err["message"].get<std::string>().find("nests deeper than"), std::string::npos) << err;
+
+  auto load = exposed.post("/models/load", {{"model_id", bad.string()}, {"wait", true}});
+  ASSERT_TRUE(load);
+  EXPECT_EQ(load->status, 400) << load->body;
+  EXPECT_NE(load->body.find("is a directory"), std::string::npos) << load->body;
+
+  auto health = exposed.client().Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  EXPECT_EQ(health->body.find(models.path().string()), std::string::npos) << health->body;
+  EXPECT_EQ(health->body.find(NEURON_REPO_ROOT), std::string::npos) << health->body;
+  EXPECT_FALSE(exposed.exited());
+  EXPECT_EQ(exposed.stop(), 0);
 }
 
 }  // namespace

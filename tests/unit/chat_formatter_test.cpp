@@ -327,6 +327,17 @@ TEST(ChatFormatter, RejectsMalformedInputs) {
             errc::invalid_argument);
 }
 
+TEST(ChatFormatter, FilesThatAreNotRegularFilesAreABadModel) {
+  // An endless device or a directory where a config or template should be must not hang the load.
+  test_support::TempDir dir;
+  std::filesystem::create_symlink("/dev/zero", dir / "tokenizer_config.json");
+  EXPECT_EQ(error_kind([&] { ChatFormatter::from_tokenizer_config(dir / "tokenizer_config.json"); }), errc::bad_model);
+  test_support::TempDir side;
+  side.write("tokenizer_config.json", "{}");
+  std::filesystem::create_directory(side / "chat_template.jinja");
+  EXPECT_EQ(error_kind([&] { ChatFormatter::from_tokenizer_config(side / "tokenizer_config.json"); }), errc::bad_model);
+}
+
 TEST(ChatFormatter, TemplatesThatIterateContentPartsGetTheParts) {
   const auto f = ChatFormatter::from_template(
       "{% for m in messages %}{% if m.content is string %}{{ m.content }}{% else %}"

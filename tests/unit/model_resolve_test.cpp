@@ -111,6 +111,29 @@ TEST_F(ResolveTest, DirectoriesAbsoluteAndRelative) {
   expect_error([&] { resolve_model("./absent", opts_); }, errc::not_found, {"does not exist"});
 }
 
+TEST_F(ResolveTest, EverySpellingOfADirectoryHasOneCanonicalRef) {
+  const fs::path dir = make_model_dir(root_ / "models" / "tiny");
+  fs::create_directory_symlink(dir, root_ / "link");
+  fs::create_directory_symlink(root_ / "models", root_ / "models-link");
+  const std::string real = fs::canonical(dir).string();
+  const std::string m = (root_ / "models").string();
+  const std::vector<std::string> spellings = {
+      dir.string(),          dir.string() + "/",  m + "//tiny", m + "/./tiny", dir.string() + "/.", (root_ / "link").string(),
+      (root_ / "models-link" / "tiny").string(), m + "/../models/tiny"};
+  for (const auto& s : spellings) {
+    EXPECT_EQ(canonical_model_ref(s), real) << s;
+    EXPECT_EQ(resolve_model(s, opts_).string(), real) << s;
+  }
+  const fs::path cwd = fs::current_path();
+  fs::current_path(root_);
+  EXPECT_EQ(canonical_model_ref("models/tiny"), real);
+  EXPECT_EQ(canonical_model_ref("./models//tiny/"), real);
+  fs::current_path(cwd);
+  // Anything that is not a directory stays as it is: Hub ids, missing paths, files.
+  for (const std::string s : {"Qwen/Qwen3-8B", "gpt2@main", "/no/such/dir/", "", "a\nb"}) EXPECT_EQ(canonical_model_ref(s), s);
+  EXPECT_EQ(canonical_model_ref((dir / "config.json").string()), (dir / "config.json").string());
+}
+
 TEST_F(ResolveTest, BundledModelResolves) {
   const fs::path tiny = fs::path(NEURON_REPO_ROOT) / "models" / "qwen3-tiny-a";
   EXPECT_EQ(resolve_model(tiny.string()), fs::canonical(tiny));

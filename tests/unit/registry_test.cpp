@@ -199,6 +199,33 @@ TEST_F(RegistryTest, DuplicateIdIsConflict) {
   EXPECT_TRUE(kind == errc::busy || kind == "no error") << kind;
 }
 
+TEST_F(RegistryTest, EverySpellingOfADirectoryIsOneModelUnderItsRealPath) {
+  TempDir links;  // symlinks from outside the roots: what counts is where they lead
+  fs::create_directory_symlink(kTinyModel, links / "link");
+  fs::create_directory_symlink(kModels, links / "models-link");
+  const std::string m = kModels.string();
+  const std::vector<std::string> spellings = {kTinyModel.string(),        kTinyModel.string() + "/", m + "//qwen3-tiny-a",
+                                              m + "/./qwen3-tiny-a",      kTinyModel.string() + "/.", (links / "link").string(),
+                                              (links / "models-link" / "qwen3-tiny-a").string()};
+  const std::string real = fs::canonical(kTinyModel).string();
+  Registry registry(daemon_options());
+  // Loaded through a symlink, it is known by its real path.
+  const ModelInfo info = registry.load(spec_for(links / "link"), /*wait=*/true);
+  EXPECT_EQ(info.model_id, real);
+  for (const auto& s : spellings) {
+    ModelSpec again;
+    again.model_id = s;
+    EXPECT_EQ(error_kind_of([&] { registry.load(again, true); }), errc::conflict) << s;
+  }
+  ASSERT_EQ(registry.list().size(), 1u);
+  EXPECT_NE(registry.engine(real), nullptr);
+  registry.unload(real);
+  // And the other way round: the plain spelling after a trailing-slash one.
+  EXPECT_EQ(registry.load(spec_for(m + "/./qwen3-tiny-a/"), true).model_id, real);
+  EXPECT_EQ(error_kind_of([&] { registry.load(spec_for(kTinyModel), true); }), errc::conflict);
+  EXPECT_EQ(registry.list().size(), 1u);
+}
+
 TEST_F(RegistryTest, TensorParallelMustDivideTheModelAndBeInRange) {
   Registry registry(daemon_options());
   // The tiny model has 4 query heads: 3 ranks cannot split them. Answered synchronously.

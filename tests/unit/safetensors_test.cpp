@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -307,6 +308,8 @@ TEST(Checkpoint, BadIndexFiles) {
   index_with(R"({"weight_map": {"a": "model\u0001.safetensors"}})");
   expect_error([&] { Checkpoint::open_dir(dir.path()); }, errc::bad_model, {"not a plain file name"});
   index_with("{broken");
+  expect_error([&] { Checkpoint::open_dir(dir.path()); }, errc::bad_model, {"index.json", "not valid JSON"});
+  index_with("[]");
   expect_error([&] { Checkpoint::open_dir(dir.path()); }, errc::bad_model, {"weight_map"});
   index_with(R"({"weight_map": {"a": 5}})");
   expect_error([&] { Checkpoint::open_dir(dir.path()); }, errc::bad_model, {"weight_map['a']"});
@@ -314,6 +317,33 @@ TEST(Checkpoint, BadIndexFiles) {
   expect_error([&] { Checkpoint::open_dir(dir.path()); }, errc::bad_model, {"empty"});
   index_with(R"({"weight_map": {"a": "model-00009-of-00009.safetensors"}})");
   expect_error([&] { Checkpoint::open_dir(dir.path()); }, errc::not_found, {"model-00009-of-00009.safetensors"});
+}
+
+TEST(Checkpoint, WeightsThatAreNotRegularFilesAreABadModel) {
+  // A directory, an endless device and a FIFO (whose open would block) where
+  // model.safetensors or a shard should be: refused before any open or mmap.
+  const auto make = [](const fs::path& p, int variant) {
+    if (variant == 0) fs::create_directory(p);
+    if (variant == 1) fs::create_symlink("/dev/zero", p);
+    if (variant == 2) ASSERT_EQ(::mkfifo(p.c_str(), 0600), 0);
+  };
+  const char* kinds[] = {"a directory", "a character device", "a FIFO"};
+  for (int variant = 0; variant < 3; ++variant) {
+    SCOPED_TRACE(kinds[variant]);
+    TempDir single;
+    make(single / "model.safetensors", variant);
+    expect_error([&] { Checkpoint::open_dir(single.path()); }, errc::bad_model, {"model.safetensors", kinds[variant], "regular file"});
+    expect_error([&] { SafetensorsFile f(single / "model.safetensors"); }, errc::bad_model, {kinds[variant]});
+
+    TempDir sharded;
+    std::ofstream(sharded / "model.safetensors.index.json") << R"({"weight_map": {"a": "model-00001-of-00001.safetensors"}})";
+    make(sharded / "model-00001-of-00001.safetensors", variant);
+    expect_error([&] { Checkpoint::open_dir(sharded.path()); }, errc::bad_model, {"model-00001-of-00001.safetensors", kinds[variant]});
+
+    TempDir index;
+    make(index / "model.safetensors.index.json", variant);
+    expect_error([&] { Checkpoint::open_dir(index.path()); }, errc::bad_model, {"index.json", kinds[variant]});
+  }
 }
 
 TEST(Checkpoint, DirectoryWithoutWeights) {

@@ -122,6 +122,28 @@ TEST(ServerServeOptions, AutoReloadComesFromFlagEnvOrFile) {
   }
 }
 
+TEST(ServerServeOptions, LoopbackHosts) {
+  for (const char* h : {"127.0.0.1", "127.1.2.3", "::1", "[::1]", "localhost", "LocalHost", "::ffff:127.0.0.1", "0:0:0:0:0:0:0:1"})
+    EXPECT_TRUE(is_loopback_host(h)) << h;
+  for (const char* h : {"0.0.0.0", "::", "[::]", "10.0.0.5", "128.0.0.1", "192.168.1.1", "example.com", "localhost.evil.com", "",
+                        "::ffff:10.0.0.1", "fe80::1"})
+    EXPECT_FALSE(is_loopback_host(h)) << h;
+}
+
+TEST(ServerServeOptions, ExposedWithoutAnApiKeyIsWarnedAbout) {
+  ServeOptions o;
+  EXPECT_EQ(exposure_warning(o), "") << "the default 127.0.0.1 reaches nobody else";
+  o.host = "0.0.0.0";
+  const std::string warning = exposure_warning(o);
+  EXPECT_NE(warning.find("0.0.0.0"), std::string::npos) << warning;
+  EXPECT_NE(warning.find("--api-key"), std::string::npos) << warning;
+  o.api_key = "k";
+  EXPECT_EQ(exposure_warning(o), "");
+  o.api_key.clear();
+  o.host = "::1";
+  EXPECT_EQ(exposure_warning(o), "");
+}
+
 TEST(ServerDiscovery, ParsesMeminfo) {
   MemInfo m = parse_meminfo("MemTotal:       16318480 kB\nMemFree:  100 kB\nMemAvailable:   8000000 kB\n");
   EXPECT_EQ(m.total_bytes, 16318480ull * 1024);
