@@ -589,8 +589,10 @@ class ServerDaemonReload : public ::testing::Test {
       return nullptr;
     }
     const json body = json::parse(res->body);  // kept alive: the loop walks into it
+    // /health names a directory model by its folder, never its path.
+    const std::string folder = std::filesystem::path(model_).filename().string();
     for (const auto& m : body["models"])
-      if (m["id"] == model_) return m;
+      if (m["id"] == model_ || (route == "/health" && m["id"] == folder)) return m;
     return nullptr;
   }
   std::vector<pid_t> workers() const { return child_processes(daemon_->pid(), "worker"); }
