@@ -67,7 +67,11 @@ class Daemon {
     }
     if (wait_loaded) wait_models_loaded();
   }
-  ~Daemon() { stop(); }
+  ~Daemon() {
+    stop();
+    std::error_code ec;
+    std::filesystem::remove(log_path_, ec);  // tests leave nothing behind in the temp directory
+  }
   Daemon(const Daemon&) = delete;
   Daemon& operator=(const Daemon&) = delete;
 
