@@ -100,19 +100,36 @@ gen_model() {
 # to_gguf DIR OUT.gguf: the same weights as a GGUF (llama.cpp's gguf-py from .llama/src).
 to_gguf() {
   local t0=$SECONDS
+  llama_source || return 1
   PYTHONPATH="$LLAMA_SRC/gguf-py${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" "$here/hf_to_gguf.py" "$1" "$2" --outtype "${GGUF_TYPE:-f16}" 2>&1 | tee -a "$OUT/run.log" >&2
   log "hf_to_gguf $1 -> $2 in $((SECONDS - t0)) s"
 }
 
-# llama_source: .llama/src from .llama/gitRelease.bundle (node-llama-cpp's copy of llama.cpp).
-LLAMA_SRC="$root/.llama/src"
+# llama_source: llama.cpp's source in .llama/llama.cpp, from .llama/llama-src.tar.xz
+# (bench/serve/prepare-llama.sh) or else .llama/gitRelease.bundle (node-llama-cpp's copy).
+LLAMA_SRC="$root/.llama/llama.cpp"
 llama_source() {
-  if [ ! -f "$LLAMA_SRC/CMakeLists.txt" ]; then
-    [ -f "$root/.llama/gitRelease.bundle" ] || { log "no .llama/gitRelease.bundle (see bench/SERVE.md: npm pack node-llama-cpp)"; return 1; }
-    rm -rf "$LLAMA_SRC"
-    git clone -q "$root/.llama/gitRelease.bundle" "$LLAMA_SRC" 2>>"$OUT/run.log"
+  local tarball="$root/.llama/llama-src.tar.xz" bundle="$root/.llama/gitRelease.bundle" stamp
+  if [ -f "$tarball" ]; then
+    stamp="tarball $(cksum <"$tarball")"
+  elif [ -f "$bundle" ]; then
+    stamp="bundle $(cksum <"$bundle")"
+  else
+    log "no .llama/llama-src.tar.xz or .llama/gitRelease.bundle: run bench/serve/prepare-llama.sh (bench/SERVE.md)"
+    return 1
   fi
-  log "llama.cpp source: $(git -C "$LLAMA_SRC" log -1 --format='%h %cs' 2>/dev/null || echo unknown)"
+  if [ "$(cat "$LLAMA_SRC/.neuron-stamp" 2>/dev/null)" != "$stamp" ]; then
+    rm -rf "$LLAMA_SRC"
+    if [ -f "$tarball" ]; then
+      mkdir -p "$LLAMA_SRC" && xz -dc "$tarball" | tar -x -C "$LLAMA_SRC" --strip-components=1 || return 1
+    else
+      git clone -q "$bundle" "$LLAMA_SRC" 2>>"$OUT/run.log" || return 1
+    fi
+    echo "$stamp" >"$LLAMA_SRC/.neuron-stamp"
+  fi
+  [ -f "$tarball" ] && stamp="$stamp: $(tr '\n' ' ' <"$root/.llama/llama-src.txt" 2>/dev/null)"
+  [ -f "$tarball" ] || stamp="$stamp: commit $(git -C "$LLAMA_SRC" rev-parse --short HEAD 2>/dev/null)"
+  log "llama.cpp source: $stamp"
 }
 
 # build_llama BUILD_DIR [cmake flags...]: builds llama-server (static, no downloads) and sets LLAMA_SERVER.

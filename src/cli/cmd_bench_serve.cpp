@@ -44,6 +44,7 @@ struct BenchServeArgs {
   std::int32_t prompt_len = 128;
   std::int32_t gen = 128;
   int requests_per_client = 4;
+  bool requests_per_client_given = false;
   double duration_s = 0;
   int warmup = 1;
   std::int32_t vocab = 151643;
@@ -68,6 +69,7 @@ void validate(const BenchServeArgs& a) {
   check(a.gen >= 1, "--gen must be at least 1");
   check(a.requests_per_client >= 1, "--requests-per-client must be at least 1");
   check(a.duration_s >= 0, "--duration must not be negative");
+  check(!(a.requests_per_client_given && a.duration_s > 0), "--requests-per-client and --duration exclude each other");
   check(a.warmup >= 0, "--warmup must not be negative");
   check(a.vocab >= 1, "--vocab must be at least 1");
   check(a.timeout_s >= 1, "--timeout must be at least 1 second");
@@ -190,7 +192,8 @@ int run(BenchServeArgs a) {
       if (a.duration_s > 0) out["duration_s"] = a.duration_s;
       else out["requests_per_client"] = a.requests_per_client;
       out["temperature"] = w.temperature ? json(*w.temperature) : json(nullptr);
-      for (auto& [k, v] : loadgen::to_json(s).items()) out[k] = v;
+      const nlohmann::ordered_json level = loadgen::to_json(s);
+      for (const auto& [k, v] : level.items()) out[k] = v;
       if (a.json) std::printf("%s\n", out.dump().c_str());
       if (json_file.is_open()) json_file << out.dump() << std::endl;
     }
@@ -219,8 +222,7 @@ Run setup(CLI::App& sub) {
   sub.add_option("--gen", a->gen, "Tokens each request generates (max_tokens, ignore_eos)")->capture_default_str();
   auto* rpc = sub.add_option("--requests-per-client", a->requests_per_client, "Requests each client sends back to back")
                   ->capture_default_str();
-  auto* dur = sub.add_option("--duration", a->duration_s, "Seconds per level each client keeps starting requests (instead of --requests-per-client)");
-  rpc->excludes(dur);
+  sub.add_option("--duration", a->duration_s, "Seconds per level each client keeps starting requests (instead of --requests-per-client)");
   sub.add_option("--warmup", a->warmup, "Unrecorded sequential requests before the first level")->capture_default_str();
   sub.add_option("--vocab", a->vocab, "Prompt ids are uniform in [0, vocab)")->capture_default_str();
   sub.add_option("--temperature", a->temperature, "Sampling temperature sent with each request")->capture_default_str();
@@ -231,7 +233,10 @@ Run setup(CLI::App& sub) {
   sub.add_option("--label", a->label, "Free text copied into each JSON line (e.g. the server and model)");
   sub.add_flag("--json", a->json, "One JSON object per level on stdout instead of the table");
   sub.add_option("--json-out", a->json_out, "Also append each level's JSON object to FILE (one per line)");
-  return [a] { return run(*a); };
+  return [a, rpc] {
+    a->requests_per_client_given = rpc->count() > 0;
+    return run(*a);
+  };
 }
 
 // Registered by hand: NEURON_COMMAND would spell the name with an underscore.

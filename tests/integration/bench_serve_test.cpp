@@ -55,7 +55,9 @@ class BenchServeDaemon : public ::testing::Test {
  protected:
   static void SetUpTestSuite() { daemon_ = new Daemon({"--model", tiny_model_dir(), "--queue-depth", "16"}); }
   static void TearDownTestSuite() {
-    if (daemon_) EXPECT_EQ(daemon_->stop(), 0);
+    if (daemon_) {
+      EXPECT_EQ(daemon_->stop(), 0);
+    }
     delete daemon_;
     daemon_ = nullptr;
   }
