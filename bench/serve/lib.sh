@@ -137,7 +137,12 @@ build_llama() {
   local build=$1; shift
   local t0=$SECONDS
   llama_source || return 1
-  cmake -S "$LLAMA_SRC" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
+  # cmake and ninja may come with python3's environment (the GPU machine's pip packages).
+  command -v cmake >/dev/null || PATH="$(dirname "$(command -v "$PYTHON")"):$PATH"
+  command -v cmake >/dev/null || { log "no cmake"; return 1; }
+  local generator=()
+  command -v ninja >/dev/null && generator=(-G Ninja)
+  cmake -S "$LLAMA_SRC" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
     -DLLAMA_OPENSSL=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
     -DLLAMA_BUILD_APP=OFF "$@" >"$WORK/llama-cmake.log" 2>&1 || { tail -30 "$WORK/llama-cmake.log" | tee -a "$OUT/run.log"; return 1; }
   cmake --build "$build" --target llama-server -j "${LLAMA_JOBS:-$(nproc)}" >"$WORK/llama-build.log" 2>&1 ||

@@ -77,4 +77,4 @@ if want neuron-0.6b || want llama-0.6b; then
     stop_server llama-0.6b
   fi
 fi
-log "done: $(wc -l <"$OUT/results.jsonl" 2>/dev/null || echo 0) level(s) in $OUT/results.jsonl"
+log "done: $(cat "$OUT/results.jsonl" 2>/dev/null | wc -l) level(s) in $OUT/results.jsonl"

@@ -8,16 +8,22 @@
 # .bundle (device-bundle .bundle build-cuda/neuron) and llama.cpp's source as
 # .llama/gitRelease.bundle (bench/SERVE.md says how to get it):
 #   bash bench/serve/run-h200.sh [PHASE...]
-# PHASE: all (default) | neuron | llama | neuron-8b | neuron-0.6b | llama-8b | llama-0.6b
+# PHASE: all (default) | 8b | 0.6b | neuron | llama | neuron-8b | llama-8b | neuron-0.6b | llama-0.6b
+# (all does not fit one 10-minute device call: run `8b`, then `0.6b` with the
+# llama-server binary the first call hands back; bench/SERVE.md).
 # Results: $OUT/results.jsonl (one JSON line per level, "label" names server
 # and model), $OUT/run.log (tables, timings, nvidia-smi), $OUT/servers.log.
 # After a llama build, $OUT/llama-server-cuda.xz.part-* is the built binary:
 # cat them into .llama/llama-server-cuda.xz and carry .llama to skip the
 # build next time.
 #
-# Knobs (environment): LEVELS=1,8,32,64,128 PROMPT=128 GEN=128 RPC=2 (requests
-# per client per level) NP=64 (llama-server slots) GGUF_TYPE=f16|bf16
+# Knobs (environment): LEVELS=1,8,32,64,128 PROMPT=128 GEN=128 DURATION=10
+# (seconds per level in which each client starts requests; requests in flight
+# then finish) or RPC=N (N requests per client instead) NP=64 (llama-server
+# slots) GGUF_TYPE=f16|bf16
 # NEURON_OPTS=,max_context=N (appended to neuron's model spec) LLAMA_ARGS=...
+# (extra llama-server flags). For a smoke test of this script without a GPU:
+# DEVICE=cpu LLAMA_CMAKE_ARGS=-DGGML_NATIVE=ON LLAMA_BUILD=.llama/build-cpu.
 # LLAMA_OVERLAP=1 (build llama.cpp in the background, niced, while neuron runs;
 # 0 builds it first, alone) WORK=/tmp/neuron-bench-serve (scratch, removed).
 set -uo pipefail
@@ -29,9 +35,12 @@ NEURON=${NEURON:-$root/.bundle/run neuron}
 LEVELS=${LEVELS:-1,8,32,64,128}
 PROMPT=${PROMPT:-128}
 GEN=${GEN:-128}
-RPC=${RPC:-2}
+DURATION=${DURATION:-10}
+RPC=${RPC:-}
 NP=${NP:-64}
 LLAMA_OVERLAP=${LLAMA_OVERLAP:-1}
+DEVICE=${DEVICE:-cuda:0}
+LLAMA_CMAKE_ARGS=${LLAMA_CMAKE_ARGS:--DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=ON -DGGML_CUDA_NCCL=OFF}
 mkdir -p "$OUT" "$WORK"
 source "$root/bench/serve/lib.sh"
 BUILD_PID=
@@ -44,15 +53,16 @@ trap cleanup EXIT
 
 phases=("$@")
 [ ${#phases[@]} -eq 0 ] && phases=(all)
-want() {  # want PHASE: was it asked for (directly or through all / neuron / llama)?
+want() {  # want SERVER-MODEL: asked for directly, or through all, the server or the model?
   local p
   for p in "${phases[@]}"; do
-    case "$p" in all | "$1" | "${1%%-*}") return 0 ;; esac
+    case "$p" in all | "$1" | "${1%%-*}" | "${1#*-}") return 0 ;; esac
   done
   return 1
 }
 
-log "run-h200.sh ${phases[*]}: levels $LEVELS, prompt $PROMPT, gen $GEN, $RPC requests per client, llama-server -np $NP"
+if [ -n "$RPC" ]; then per_level=(--requests-per-client "$RPC"); else per_level=(--duration "$DURATION"); fi
+log "run-h200.sh ${phases[*]}: levels $LEVELS, prompt $PROMPT, gen $GEN, ${per_level[*]}, llama-server -np $NP"
 {
   echo "date: $(date -u +%FT%TZ)"
   echo "commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
@@ -64,10 +74,11 @@ $NEURON --version >>"$OUT/run.log" 2>&1 || { log "cannot run $NEURON"; exit 1; }
 
 # llama-server: a carried binary from an earlier run, or a build (in the background when overlapping).
 LLAMA_SERVER=
-LLAMA_BUILD="$root/.llama/build-cuda"
+LLAMA_BUILD=${LLAMA_BUILD:-$root/.llama/build-cuda}
 llama_cuda_build() {
   command -v nvcc >/dev/null || export PATH=/usr/local/cuda/bin:$PATH
-  build_llama "$LLAMA_BUILD" -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=ON -DGGML_CUDA_NCCL=OFF || return 1
+  # shellcheck disable=SC2086
+  build_llama "$LLAMA_BUILD" $LLAMA_CMAKE_ARGS || return 1
   # Hand the binary back so the next call can skip the build (the device returns files up to 16 MiB).
   rm -f "$OUT"/llama-server-cuda.xz.part-*
   xz -T0 -6 -c "$LLAMA_SERVER" | split -b 15M - "$OUT/llama-server-cuda.xz.part-"
@@ -82,7 +93,7 @@ if want llama-8b || want llama-0.6b; then
   elif [ "$LLAMA_OVERLAP" = 1 ] && (want neuron-8b || want neuron-0.6b); then
     log "building llama.cpp in the background (nice 19, $(($(nproc) - 2)) jobs) while neuron runs"
     # Its own session, so cleanup can stop the whole build (cmake, ninja, nvcc) as one group.
-    export OUT WORK root here LLAMA_SRC LLAMA_BUILD PYTHON
+    export OUT WORK root here LLAMA_SRC LLAMA_BUILD LLAMA_CMAKE_ARGS PYTHON
     export -f log llama_source build_llama llama_cuda_build
     LLAMA_JOBS=$(($(nproc) - 2)) setsid nice -n 19 bash -c llama_cuda_build >"$WORK/llama-background.log" 2>&1 &
     BUILD_PID=$!
@@ -101,14 +112,14 @@ wait_llama() {
   LLAMA_SERVER="$LLAMA_BUILD/bin/llama-server"
 }
 
-common=(--concurrency "$LEVELS" --prompt-len "$PROMPT" --gen "$GEN" --requests-per-client "$RPC" --warmup 2 --timeout 900)
+common=(--concurrency "$LEVELS" --prompt-len "$PROMPT" --gen "$GEN" "${per_level[@]}" --warmup 2 --timeout 900)
 
 run_model() {  # run_model NAME PRESET SHARDS
   local name=$1 preset=$2 shards=$3 ckpt="$WORK/$1"
   if want "neuron-$name" || want "llama-$name"; then gen_model "$ckpt" "$preset" "$shards" || { log "gen-model $preset failed"; return 1; }; fi
   if want "neuron-$name"; then
-    if start_neuron "neuron-$name" "$ckpt:device=cuda:0${NEURON_OPTS:-}"; then
-      bench "neuron qwen3-$name cuda:0" "${common[@]}"
+    if start_neuron "neuron-$name" "$ckpt:device=$DEVICE${NEURON_OPTS:-}"; then
+      bench "neuron qwen3-$name $DEVICE" "${common[@]}"
     fi
     stop_server "neuron-$name"
   fi
@@ -118,7 +129,7 @@ run_model() {  # run_model NAME PRESET SHARDS
     # Each slot needs prompt + gen positions (non-unified KV: -c is split evenly over the slots).
     # shellcheck disable=SC2086
     if start_llama "llama-$name" "$WORK/$name.gguf" "$NP" $((NP * (PROMPT + GEN + 64))) -ngl 999 ${LLAMA_ARGS:-}; then
-      bench "llama.cpp qwen3-$name cuda:0 np=$NP" "${common[@]}"
+      bench "llama.cpp qwen3-$name $DEVICE np=$NP" "${common[@]}"
     fi
     stop_server "llama-$name"
     rm -f "$WORK/$name.gguf"
@@ -128,4 +139,4 @@ run_model() {  # run_model NAME PRESET SHARDS
 
 run_model 8b qwen3-8b 4
 run_model 0.6b qwen3-0.6b 1
-log "done: $(wc -l <"$OUT/results.jsonl" 2>/dev/null || echo 0) level(s) in $OUT/results.jsonl"
+log "done: $(cat "$OUT/results.jsonl" 2>/dev/null | wc -l) level(s) in $OUT/results.jsonl"

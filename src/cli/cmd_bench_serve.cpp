@@ -165,11 +165,11 @@ int run(BenchServeArgs a) {
     if (!json_file) fail(errc::io, "cannot open --json-out " + a.json_out);
   }
   if (!a.json) {
+    char per_level[64];
+    if (a.duration_s > 0) std::snprintf(per_level, sizeof per_level, "%g s per level", a.duration_s);
+    else std::snprintf(per_level, sizeof per_level, "%d requests per client", a.requests_per_client);
     std::printf("bench-serve %s model %s: prompt %d ids, gen %d (ignore_eos), %s, warm-up %d\n", a.url.c_str(),
-                target.model.c_str(), a.prompt_len, a.gen,
-                a.duration_s > 0 ? ("duration " + std::to_string(a.duration_s) + " s per level").c_str()
-                                 : (std::to_string(a.requests_per_client) + " requests per client").c_str(),
-                a.warmup);
+                target.model.c_str(), a.prompt_len, a.gen, per_level, a.warmup);
     std::printf("%s\n", loadgen::table_header().c_str());
     std::fflush(stdout);
   }
