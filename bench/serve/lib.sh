@@ -8,6 +8,10 @@
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 PYTHON=${PYTHON:-python3}
+# The GGUF writer needs numpy: fall back to the system python3 when the first one lacks it.
+if ! "$PYTHON" -c 'import numpy' 2>/dev/null && [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
+  PYTHON=/usr/bin/python3
+fi
 SERVER_PIDS=()
 
 log() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a "$OUT/run.log" >&2; }
@@ -70,12 +74,13 @@ start_llama() {
 
 # stop_server NAME: stops the last started server and keeps its log.
 stop_server() {
-  stop_pid "$PID"
+  [ -n "${PID:-}" ] && stop_pid "$PID"
   local f
   for f in "$WORK/$1.serve.log" "$WORK/$1.server.log"; do [ -f "$f" ] && keep_log "$1" "$f"; done
   local keep=()
   for p in "${SERVER_PIDS[@]}"; do [ "$p" != "$PID" ] && keep+=("$p"); done
   SERVER_PIDS=("${keep[@]}")
+  PID=
 }
 
 # bench LABEL [bench-serve flags...]: against $URL; table to run.log, JSON lines to results.jsonl.
@@ -101,7 +106,10 @@ gen_model() {
 to_gguf() {
   local t0=$SECONDS
   llama_source || return 1
-  PYTHONPATH="$LLAMA_SRC/gguf-py${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" "$here/hf_to_gguf.py" "$1" "$2" --outtype "${GGUF_TYPE:-f16}" 2>&1 | tee -a "$OUT/run.log" >&2
+  if ! PYTHONPATH="$LLAMA_SRC/gguf-py${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" "$here/hf_to_gguf.py" "$1" "$2" --outtype "${GGUF_TYPE:-f16}" 2>&1 | tee -a "$OUT/run.log" >&2; then
+    log "hf_to_gguf $1 failed"
+    return 1
+  fi
   log "hf_to_gguf $1 -> $2 in $((SECONDS - t0)) s"
 }
 

@@ -59,8 +59,8 @@ if want neuron-tiny; then
   stop_server neuron-tiny
 fi
 if want llama-tiny; then
-  to_gguf "$root/models/qwen3-tiny-a" "$WORK/tiny.gguf"
-  start_llama llama-tiny "$WORK/tiny.gguf" "$NP" $((NP * (PROMPT + TINY_GEN + 64))) -t "$(nproc)" &&
+  to_gguf "$root/models/qwen3-tiny-a" "$WORK/tiny.gguf" &&
+    start_llama llama-tiny "$WORK/tiny.gguf" "$NP" $((NP * (PROMPT + TINY_GEN + 64))) -t "$(nproc)" &&
     bench "llama.cpp qwen3-tiny-a cpu np=$NP" "${tiny[@]}"
   stop_server llama-tiny
 fi
@@ -71,8 +71,8 @@ if want neuron-0.6b || want llama-0.6b; then
     stop_server neuron-0.6b
   fi
   if want llama-0.6b; then
-    to_gguf "$WORK/0.6b" "$WORK/0.6b.gguf"
-    start_llama llama-0.6b "$WORK/0.6b.gguf" "$Q06_NP" $((Q06_NP * (PROMPT + Q06_GEN + 64))) -t "$(nproc)" &&
+    to_gguf "$WORK/0.6b" "$WORK/0.6b.gguf" &&
+      start_llama llama-0.6b "$WORK/0.6b.gguf" "$Q06_NP" $((Q06_NP * (PROMPT + Q06_GEN + 64))) -t "$(nproc)" &&
       bench "llama.cpp qwen3-0.6b cpu np=$Q06_NP" "${q06[@]}"
     stop_server llama-0.6b
   fi

@@ -124,11 +124,12 @@ run_model() {  # run_model NAME PRESET SHARDS
     stop_server "neuron-$name"
   fi
   if want "llama-$name" && wait_llama; then
-    to_gguf "$ckpt" "$WORK/$name.gguf"
+    local converted=0
+    to_gguf "$ckpt" "$WORK/$name.gguf" && converted=1
     rm -rf "$ckpt"  # the disk holds one model twice at most
     # Each slot needs prompt + gen positions (non-unified KV: -c is split evenly over the slots).
     # shellcheck disable=SC2086
-    if start_llama "llama-$name" "$WORK/$name.gguf" "$NP" $((NP * (PROMPT + GEN + 64))) -ngl 999 ${LLAMA_ARGS:-}; then
+    if [ "$converted" = 1 ] && start_llama "llama-$name" "$WORK/$name.gguf" "$NP" $((NP * (PROMPT + GEN + 64))) -ngl 999 ${LLAMA_ARGS:-}; then
       bench "llama.cpp qwen3-$name $DEVICE np=$NP" "${common[@]}"
     fi
     stop_server "llama-$name"

@@ -36,6 +36,7 @@ struct RequestRecord {
   std::int64_t prompt_tokens = -1;  // usage.prompt_tokens; -1 when not reported
   std::int64_t content_chunks = 0;
   bool tokens_from_usage = false;
+  bool reconnected = false;  // sent again on a new connection after the kept-alive one had closed
 };
 
 class CompletionStream {

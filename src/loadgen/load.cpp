@@ -73,12 +73,30 @@ struct Client::Impl {
     http.set_write_timeout(std::chrono::seconds(60));
   }
   httplib::Client http;
+  bool used = false;  // a request went out on it: the connection may be a kept-alive one
 };
 
 Client::Client(Target target) : target_(std::move(target)), impl_(std::make_unique<Impl>(target_)) {}
 Client::~Client() = default;
 
 RequestRecord Client::complete(const std::string& body, std::int64_t expected_tokens) {
+  // A kept-alive connection the server has closed since the last response
+  // (llama-server closes them after a stream) fails at once with no response.
+  // As HTTP clients do, send such a request once more on a new connection;
+  // the record times the attempt that was answered.
+  const bool reused = impl_->used;
+  impl_->used = true;
+  bool answered = false;
+  RequestRecord r = attempt(body, expected_tokens, &answered);
+  // Only a quick failure: a server that took the request and then closed without an answer failed it.
+  if (!answered && reused && r.latency_ms < 1000) {
+    r = attempt(body, expected_tokens, &answered);
+    r.reconnected = true;
+  }
+  return r;
+}
+
+RequestRecord Client::attempt(const std::string& body, std::int64_t expected_tokens, bool* answered) {
   httplib::Request req;
   req.method = "POST";
   req.path = target_.endpoint.base_path + "/v1/completions";
@@ -107,6 +125,7 @@ RequestRecord Client::complete(const std::string& body, std::int64_t expected_to
   httplib::Error err = httplib::Error::Success;
   const bool sent_ok = impl_->http.send(req, res, err);
   const Clock::time_point end = Clock::now();
+  *answered = status != 0;
 
   if (status != 200 && status != 0) {
     RequestRecord r;

@@ -64,10 +64,14 @@ class Client {
 
   // POSTs `body` to /v1/completions and reads the stream to its end. Never
   // throws for what the server does: a refused connection, a non-200 status,
-  // a truncated or malformed stream are errors in the record.
+  // a truncated or malformed stream are errors in the record. A request that
+  // failed at once (under 1 s) with no response on a reused (kept-alive)
+  // connection is sent once more on a new one (record.reconnected), as HTTP
+  // clients do: servers may close kept-alive connections between requests.
   RequestRecord complete(const std::string& body, std::int64_t expected_tokens);
 
  private:
+  RequestRecord attempt(const std::string& body, std::int64_t expected_tokens, bool* answered);
   struct Impl;
   Target target_;
   std::unique_ptr<Impl> impl_;

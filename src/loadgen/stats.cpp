@@ -40,6 +40,7 @@ LevelSummary summarize(int concurrency, double wall_s, const std::vector<Request
   double prompt_sum = 0;
   std::size_t prompt_n = 0, from_usage = 0;
   for (const auto& r : records) {
+    if (r.reconnected) ++s.reconnects;
     if (!r.ok) {
       ++s.errors;
       ++s.error_counts[r.error.empty() ? "unknown" : r.error];
@@ -84,6 +85,7 @@ nlohmann::ordered_json to_json(const LevelSummary& s) {
           {"ok", s.ok},
           {"errors", s.errors},
           {"error_counts", errors},
+          {"reconnects", s.reconnects},
           {"wall_s", s.wall_s},
           {"output_tokens", s.output_tokens},
           {"output_tok_s", s.output_tok_s},

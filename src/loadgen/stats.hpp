@@ -30,6 +30,7 @@ struct LevelSummary {
   std::size_t requests = 0;  // sent, ok or not
   std::size_t ok = 0;
   std::size_t errors = 0;
+  std::size_t reconnects = 0;  // requests resent once after the server had closed a kept-alive connection
   std::map<std::string, std::size_t> error_counts;  // reason -> count
   std::int64_t output_tokens = 0;                   // of the ok requests
   double output_tok_s = 0;                          // output_tokens / wall_s

@@ -5,6 +5,11 @@
 // request is counted as an error, never dropped.
 #include <gtest/gtest.h>
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <cstdio>
 #include <functional>
 #include <sstream>
@@ -242,6 +247,96 @@ TEST(BenchServeFake, ServerErrorStatusAndErrorEvent) {
   r = one_request(failing, 2);
   EXPECT_FALSE(r.ok);
   EXPECT_EQ(r.error, "error event: step failed");
+}
+
+std::string good_stream(int tokens) {
+  std::string out;
+  for (int i = 0; i < tokens; ++i) out += token_chunk(i);
+  return out + "data: {\"choices\":[{\"text\":\"\",\"finish_reason\":\"length\"}]}\n\ndata: [DONE]\n\n";
+}
+
+// A raw HTTP/1.1 server: answers each connection's first request with `response`,
+// then closes it 200 ms later without reading on (as llama-server sometimes does
+// after a stream), though the response said nothing about closing.
+class ClosingServer {
+ public:
+  explicit ClosingServer(std::string response) : response_(std::move(response)) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+    ::listen(fd_, 16);
+    socklen_t len = sizeof addr;
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] {
+      for (;;) {
+        const int c = ::accept(fd_, nullptr, nullptr);
+        if (c < 0) return;  // the listening socket was shut down
+        ++connections_;
+        std::string got;
+        char buf[4096];
+        // Headers, then the body by Content-Length.
+        while (got.find("\r\n\r\n") == std::string::npos) {
+          const ssize_t n = ::recv(c, buf, sizeof buf, 0);
+          if (n <= 0) break;
+          got.append(buf, static_cast<std::size_t>(n));
+        }
+        const auto head_end = got.find("\r\n\r\n");
+        const auto cl = got.find("Content-Length: ");
+        if (head_end != std::string::npos && cl != std::string::npos) {
+          const std::size_t want = head_end + 4 + std::stoul(got.substr(cl + 16));
+          while (got.size() < want) {
+            const ssize_t n = ::recv(c, buf, sizeof buf, 0);
+            if (n <= 0) break;
+            got.append(buf, static_cast<std::size_t>(n));
+          }
+        }
+        ::send(c, response_.data(), response_.size(), MSG_NOSIGNAL);
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        ::close(c);
+      }
+    });
+  }
+  ~ClosingServer() {
+    ::shutdown(fd_, SHUT_RDWR);
+    ::close(fd_);
+    thread_.join();
+  }
+  Target target() const {
+    Target t;
+    t.endpoint = parse_url("http://127.0.0.1:" + std::to_string(port_));
+    t.timeout = std::chrono::seconds(10);
+    return t;
+  }
+  int connections() const { return connections_; }
+
+ private:
+  std::string response_;
+  int fd_ = -1;
+  int port_ = 0;
+  std::atomic<int> connections_{0};
+  std::thread thread_;
+};
+
+TEST(BenchServeFake, ClosedKeptAliveConnectionIsReopenedOnce) {
+  const std::string body = good_stream(3);
+  ClosingServer s("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: " + std::to_string(body.size()) +
+                  "\r\n\r\n" + body);
+  Workload w;
+  w.prompt_len = 3;
+  w.gen = 3;
+  Client c(s.target());
+  const std::string request = completion_body(s.target(), w, random_prompt(w, 0, 0, 0)).dump();
+  RequestRecord first = c.complete(request, 3);
+  EXPECT_TRUE(first.ok) << first.error;
+  EXPECT_FALSE(first.reconnected);
+  RequestRecord second = c.complete(request, 3);  // on the kept-alive connection, which gets no answer
+  EXPECT_TRUE(second.ok) << second.error;
+  EXPECT_TRUE(second.reconnected);
+  EXPECT_EQ(s.connections(), 2);
+  EXPECT_EQ(summarize(1, 1.0, {first, second}).reconnects, 1u);
 }
 
 TEST(BenchServeFake, GoodStreamWithoutUsageCountsChunks) {
