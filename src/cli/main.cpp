@@ -39,7 +39,8 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version exit 0; every bad flag or value exits 2, as invalid settings do.
+    return app.exit(e) == 0 ? 0 : 2;
   }
   try {
     for (auto& [sub, run] : runs)

@@ -1,5 +1,7 @@
 #include "server/model_spec.hpp"
 
+#include <cctype>
+
 #include <sstream>
 
 #include "server/api_error.hpp"
@@ -67,9 +69,18 @@ engine::ModelSpec parse_model_spec_text(const std::string& text) {
     }
     json j = json::object();
     std::string id = text;
-    // Options follow the last ':' only when they look like options, so an id
-    // or path that itself contains ':' still works.
-    if (auto colon = text.rfind(':'); colon != std::string::npos && text.find('=', colon) != std::string::npos) {
+    // Options follow the first ':' that is followed by `key=`, so an id or path
+    // that itself contains ':' still works, and so does a value with one
+    // (`device=cuda:0`).
+    auto options_colon = [&text]() -> std::size_t {
+      for (auto c = text.find(':'); c != std::string::npos; c = text.find(':', c + 1)) {
+        std::size_t k = c + 1;
+        while (k < text.size() && (std::isalpha(static_cast<unsigned char>(text[k])) || text[k] == '_')) ++k;
+        if (k > c + 1 && k < text.size() && text[k] == '=') return c;
+      }
+      return std::string::npos;
+    };
+    if (auto colon = options_colon(); colon != std::string::npos) {
       id = text.substr(0, colon);
       std::stringstream ss(text.substr(colon + 1));
       for (std::string item; std::getline(ss, item, ',');) {

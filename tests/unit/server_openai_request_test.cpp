@@ -247,6 +247,11 @@ TEST(ServerModelSpec, ParsesCommandLineSpecs) {
   EXPECT_EQ(opts.devices, (std::vector<int>{0, 1}));
   // A ':' without options stays part of the id.
   EXPECT_EQ(parse_model_spec_text("dir:with:colons").model_id, "dir:with:colons");
+  // A value with a ':' (the README's device=cuda:N), after an id with one.
+  engine::ModelSpec ordinal = parse_model_spec_text("/srv/a:b/qwen:device=cuda:1,max_context=4096");
+  EXPECT_EQ(ordinal.model_id, "/srv/a:b/qwen");
+  EXPECT_EQ(ordinal.device, "cuda:1");
+  EXPECT_EQ(ordinal.max_context, 4096);
   engine::ModelSpec json_spec = parse_model_spec_text(R"({"model_id": "m", "tensor_parallel": 4})");
   EXPECT_EQ(json_spec.tensor_parallel, 4);
   for (std::string bad : {"m:tp=two", "m:colour=red", "{\"model_id\": 1}", "{not json", "m:tp=2,oops", "{\"tensor_parallel\": 1e999}"}) {
