@@ -70,6 +70,8 @@ request() {
 }
 
 echo "validating $base_url with model $model (tensor_parallel $tp${quant:+, quant $quant})"
+# The daemon names a directory model by its real path (every spelling is one model).
+if [ -d "$model" ]; then model="$(realpath "$model")"; fi
 id="$(json_escape "$model")"
 
 request GET /health

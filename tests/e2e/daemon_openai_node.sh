@@ -13,13 +13,16 @@ fi
 # The tensor-parallel copy needs its own id that survives URL normalisation
 # (models.retrieve puts the id in the path): a link to the same files.
 links="$(mktemp -d /tmp/neuron-e2e-models-XXXXXX)"
-ln -s "$TINY_MODEL" "$links/qwen3-tiny-tp2"
+# A second directory of the same files (linked): one directory is one model however
+# spelled, so a symlink to the first would be the same model (409).
+mkdir "$links/qwen3-tiny-tp2"
+for f in "$TINY_MODEL"/*; do ln -s "$f" "$links/qwen3-tiny-tp2/"; done
 start_daemon "$bin" --model "$TINY_MODEL" --models-dir "$links"
 trap 'stop_daemon >/dev/null 2>&1 || true; rm -rf "$links" "$DAEMON_LOG"' EXIT
 wait_loaded
 NEURON_MODEL="$TINY_MODEL" node "$E2E_DIR/node/openai_client_test.mjs" || die "openai client at tensor_parallel 1"
 
-tp_id="$links/qwen3-tiny-tp2"
+tp_id=$(realpath "$links/qwen3-tiny-tp2")
 load=$(curl -s "$NEURON_BASE_URL/models/load" -d "{\"model_id\":\"$tp_id\",\"tensor_parallel\":2,\"wait\":true}")
 echo "$load" | grep -q '"status":"loaded"' || die "load at tensor_parallel 2: $load"
 echo "$load" | grep -q '"tensor_parallel":2' || die "tensor_parallel 2 not reported: $load"
