@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -49,12 +50,21 @@ struct Event {
   double time_to_first_token_ms = 0;  // done: from submit to the first sampled token (queue wait included)
 };
 
-// Single-producer (engine thread) / single-consumer (HTTP thread) queue of events.
+// Single-producer (engine thread) / single-consumer (HTTP side) queue of events.
+// A consumer either blocks in next() or, event-driven, sets a listener and
+// drains with try_next() whenever it is called.
 class Channel {
  public:
   void push(Event e);
   // Waits up to `timeout` for the next event; nullopt on timeout.
   std::optional<Event> next(std::chrono::milliseconds timeout);
+  // The next event if one is queued, without waiting.
+  std::optional<Event> try_next();
+  // Called after every later push, on the pushing thread and outside the
+  // channel's lock (so it may call try_next()); it must be quick and must not
+  // throw (post the work elsewhere). Called once at once if events already
+  // wait. Replaces an earlier listener; an empty function removes it.
+  void set_listener(std::function<void()> on_event);
   // Asks the engine to stop this request at its next step (client went away).
   void cancel() noexcept;
   bool cancelled() const noexcept;
@@ -63,6 +73,7 @@ class Channel {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Event> events_;
+  std::function<void()> listener_;  // guarded by mu_; copied out before the call
   bool cancelled_ = false;
 };
 
