@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <cstring>
 #include <sstream>
 #include <string_view>
 
@@ -19,8 +20,8 @@
 namespace neuron::server::transport {
 namespace {
 
-constexpr std::size_t kReadChunk = 16 << 10;
 constexpr std::uint32_t kHeaderLimit = 64 << 10;
+constexpr std::size_t kReadChunk = 8192;  // Session::rx_
 // Input kept while a request is being handled or answered (a pipelined next
 // request); past it reading pauses until the exchange is over.
 constexpr std::size_t kMaxBuffered = kHeaderLimit + kReadChunk;
@@ -29,6 +30,12 @@ constexpr std::size_t kMaxBuffered = kHeaderLimit + kReadChunk;
 // before it has read the response (e.g. a 413 while it is still uploading).
 constexpr auto kLinger = std::chrono::milliseconds(3000);
 constexpr std::string_view kLastChunk = "0\r\n\r\n";
+// The kernel's send buffer per connection (it doubles the value), instead of
+// autotuning up to tcp_wmem's 4 MiB: a client that stops reading then blocks
+// our writes after ~128 KiB, i.e. a few hundred SSE events, so the write
+// deadline finds it, and thousands of stalled clients cannot pin GiBs of
+// kernel memory. Ample for token streams and JSON answers.
+constexpr int kSendBuffer = 64 << 10;
 
 bool iequals(std::string_view a, std::string_view b) {
   return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
@@ -105,6 +112,8 @@ Session::Session(tcp::socket socket, std::shared_ptr<ServerContext> ctx)
   // Headers, body and each SSE event go out as separate writes; with Nagle
   // on, each waits ~40 ms for the peer's delayed ACK.
   socket_.set_option(tcp::no_delay(true), ec);
+  socket_.set_option(asio::socket_base::send_buffer_size(kSendBuffer), ec);
+  static_assert(std::tuple_size_v<decltype(rx_)> == kReadChunk);
 }
 
 Session::~Session() {
@@ -156,7 +165,7 @@ void Session::start_read() {
   if (reading_ || closed_ || peer_closed_) return;
   if (phase_ != Phase::closing && buffer_.size() >= kMaxBuffered) return;  // resumes after this exchange
   reading_ = true;
-  socket_.async_read_some(buffer_.prepare(kReadChunk),
+  socket_.async_read_some(asio::buffer(rx_),
                           [self = shared_from_this()](beast::error_code ec, std::size_t n) { self->on_read(ec, n); });
 }
 
@@ -168,11 +177,14 @@ void Session::on_read(beast::error_code ec, std::size_t n) {
     on_peer_closed();
     return;
   }
-  buffer_.commit(n);
+  if (phase_ != Phase::closing) {
+    const auto room = buffer_.prepare(n);
+    std::memcpy(room.data(), rx_.data(), n);
+    buffer_.commit(n);
+  }
   switch (phase_) {
     case Phase::closing:
-      buffer_.consume(buffer_.size());
-      break;
+      break;  // discarded
     case Phase::idle:
       phase_ = Phase::head;
       arm(opt_.header_timeout);  // from the request's first byte

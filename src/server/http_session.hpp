@@ -2,10 +2,11 @@
 // Private to the transport: included only by http_server.cpp and
 // http_session.cpp (it pulls in Boost.Beast, which is heavy to compile).
 // One Session is one accepted TCP connection: an HTTP/1.1 state machine that
-// runs on its own strand, reads with one async_read_some at a time into one
-// buffer (so a client's close is seen in every phase), parses with Beast's
+// runs on its own strand, always has one async_read_some in flight (so a
+// client's close is seen in every phase, a pipelined request kept), parses with Beast's
 // request parser, hands complete requests to the handler pool and writes
 // responses, streamed or not, under deadlines.
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -108,7 +109,10 @@ class Session : public std::enable_shared_from_this<Session> {
   std::uint64_t id_ = 0;
   std::string remote_;
 
-  beast::flat_buffer buffer_;
+  // Reads land in rx_ and are appended to buffer_: the parser consumes
+  // buffer_ while the next read is in flight, which must not move under it.
+  std::array<char, 8192> rx_;
+  beast::flat_buffer buffer_;  // received, not yet parsed
   std::optional<http::request_parser<http::string_body>> parser_;
   Phase phase_ = Phase::head;
   bool reading_ = false;      // an async_read_some is in flight
