@@ -168,7 +168,6 @@ struct Api::Generation {
 
   void on_end(const engine::Event& e) {
     ended = true;
-    tracker.reset();  // no longer in flight, even while the response object lingers
     Labels model_label{{"model", model}};
     if (e.kind == engine::Event::Kind::done) {
       api.metrics_.inc("neuron_prompt_tokens_total", model_label, e.usage.prompt_tokens);
@@ -178,6 +177,10 @@ struct Api::Generation {
     }
     if (client_gone || (e.kind == engine::Event::Kind::done && e.finish_reason == "cancelled"))
       api.metrics_.inc("neuron_requests_cancelled_total", model_label);
+    // Last: no longer in flight, even while the response object lingers. Once
+    // the tracker is gone shutdown may destroy the Api, and this may run on
+    // the engine's thread (a cancelled stream), so nothing of it is touched after.
+    tracker.reset();
   }
 
   // The client went away: stop the engine at its next step, then wait

@@ -222,6 +222,14 @@ void HttpServer::stop() {
   // Handlers still running finish (the caller cancelled generations first);
   // their answers go to closed sessions.
   impl.ctx->handlers->join();
+  // Closed sessions go once their last operation returns; a stream's wake
+  // may still come from an engine thread until then.
+  const auto gone = Clock::now() + kStopGrace;
+  while (impl.ctx->open.load() > 0 && Clock::now() < gone) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  {
+    std::lock_guard gate(impl.ctx->post_mu);
+    impl.ctx->posts_open = false;
+  }
   impl.work.reset();
   impl.ioc.stop();
   for (auto& t : impl.io_threads) t.join();

@@ -371,6 +371,8 @@ void Session::start_stream(std::shared_ptr<BodyStream> stream, std::string head)
 
 void Session::wake() {
   if (wake_posted_.exchange(true)) return;  // one pull is already on its way
+  std::lock_guard gate(ctx_->post_mu);
+  if (!ctx_->posts_open) return;
   asio::post(socket_.get_executor(), [self = shared_from_this()] {
     self->wake_posted_ = false;
     if (self->phase_ == Phase::streaming && !self->writing_ && !self->closed_) self->pump();

@@ -45,6 +45,12 @@ struct ServerContext {
   std::atomic<bool> stopping{false};            // finish the exchange in progress, then close
   std::atomic<std::size_t> open{0};             // sessions alive
 
+  // Posts from threads the server does not own (a stream's wake, on the
+  // engine's thread) go through this gate: stop() closes it before the
+  // io_context goes away.
+  std::mutex post_mu;
+  bool posts_open = true;
+
   // Sessions alive, so that stop() can reach them.
   std::mutex mu;
   std::map<std::uint64_t, std::weak_ptr<Session>> live;

@@ -217,10 +217,12 @@ TEST(ServerSoak, StreamingClientsWithRandomDisconnects) {
   EXPECT_GT(n.hangups.load(), 0);
   EXPECT_EQ(in_flight, 0) << "generations outlived their clients";
   EXPECT_LE(fds_after, fds_before) << "descriptors leaked";
+#if !defined(__SANITIZE_ADDRESS__)  // ASan's quarantine holds freed memory: RSS says nothing there
   // Warm from the first third on: past it RSS must stay flat (allocator noise only).
   ASSERT_GE(samples.size(), 3u);
   const long warm = samples[samples.size() / 3].rss;
   EXPECT_LT(rss_end, warm + 64 * 1024) << "RSS kept growing: " << warm << " KiB warm, " << rss_end << " KiB at the end";
+#endif
   EXPECT_EQ(d.stop(), 0);
 }
 
