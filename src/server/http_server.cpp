@@ -133,8 +133,6 @@ HttpServer::HttpServer(HttpServerOptions options, RequestHandler handler, Exchan
 
 HttpServer::~HttpServer() { stop(); }
 
-std::size_t HttpServer::connections() const noexcept { return impl_->ctx->open.load(); }
-
 int HttpServer::start() {
   auto& impl = *impl_;
   auto& opt = impl.ctx->options;

@@ -60,8 +60,6 @@ class HttpServer {
   // connection and joins every thread. Idempotent.
   void stop();
   int port() const noexcept { return port_; }
-  // Connections open now (for tests and metrics).
-  std::size_t connections() const noexcept;
 
  private:
   struct Impl;
