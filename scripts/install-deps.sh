@@ -6,7 +6,7 @@ pkgs=(
   build-essential cmake ninja-build ccache pkg-config git curl
   nlohmann-json3-dev libcpp-httplib-dev libspdlog-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev libpcre2-dev
-  libutf8proc-dev libgloo-dev libcurl4-openssl-dev
+  libutf8proc-dev libgloo-dev libcurl4-openssl-dev libboost1.81-dev
   clang libclang-rt-14-dev nodejs npm
 )
 missing=()

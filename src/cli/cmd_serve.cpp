@@ -6,6 +6,7 @@
 // workers), exit 0.
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -58,6 +59,16 @@ void allow_directory_of(const std::string& model_id, std::vector<fs::path>& root
   if (!ec) roots.push_back(canonical.parent_path());
 }
 
+// Every client connection is a descriptor: take the whole hard limit (the
+// soft one is often 1024). The HTTP server caps its connections to fit.
+void raise_fd_limit() {
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == rl.rlim_max) return;
+  const rlim_t was = rl.rlim_cur;
+  rl.rlim_cur = rl.rlim_max;
+  if (::setrlimit(RLIMIT_NOFILE, &rl) != 0) spdlog::warn("cannot raise the descriptor limit from {} (ulimit -n)", was);
+}
+
 int run_serve(const server::ServeFlags& flags) {
   server::ServeOptions opts;
   std::vector<engine::ModelSpec> specs;
@@ -73,6 +84,7 @@ int run_serve(const server::ServeFlags& flags) {
   if (const std::string warning = server::exposure_warning(opts); !warning.empty()) spdlog::warn("{}", warning);
   // A client that disconnects mid-write must fail the write, not kill the daemon.
   ::signal(SIGPIPE, SIG_IGN);
+  raise_fd_limit();
   // Every thread started from here on inherits the blocked mask, so the
   // signals reach only the sigwait() below.
   sigset_t stop_signals;
@@ -105,7 +117,17 @@ int run_serve(const server::ServeFlags& flags) {
 
   engine::Registry registry(ropts);
   server::Api api(registry, server::ApiOptions{opts.api_key});
-  server::HttpServer http(server::HttpServerOptions{opts.host, opts.port, opts.max_body_bytes, opts.threads},
+  server::HttpServerOptions http_opts;
+  http_opts.host = opts.host;
+  http_opts.port = opts.port;
+  http_opts.max_body_bytes = opts.max_body_bytes;
+  http_opts.handler_threads = opts.threads;
+  http_opts.io_threads = opts.io_threads;
+  http_opts.max_connections = opts.max_connections;
+  http_opts.header_timeout = opts.header_timeout;
+  http_opts.idle_timeout = opts.idle_timeout;
+  http_opts.write_timeout = opts.write_timeout;
+  server::HttpServer http(std::move(http_opts),
                           [&api](const server::HttpRequest& r) { return api.handle(r); },
                           [&api](const std::string& m, const std::string& p, int s, double ms) { api.record_exchange(m, p, s, ms); });
   // Queued before the socket opens, so the first /health already lists them
@@ -125,8 +147,9 @@ int run_serve(const server::ServeFlags& flags) {
   try {
     port = http.start();
   } catch (const Error& e) {
-    spdlog::error("{}", e.what());
-    return 1;
+    // A busy port or an address this host does not have: the operator's to fix, like a bad flag.
+    std::fprintf(stderr, "neuron serve: %s\n", e.what());
+    return 2;
   }
   spdlog::info("neuron {} listening on http://{}:{}{}", NEURON_VERSION, opts.host, port, opts.api_key.empty() ? "" : " (API key required)");
 
@@ -161,7 +184,12 @@ Run setup(CLI::App& sub) {
   opt("--queue-depth", "Waiting requests per model before 503 (NEURON_QUEUE_DEPTH; default 64)");
   opt("--max-body-bytes", "Largest request body accepted, else 413 (NEURON_MAX_BODY_BYTES; default 8 MiB)");
   opt("--step-timeout-ms", "Deadline for one TP step before the model is marked failed (NEURON_STEP_TIMEOUT_MS; default 30000)");
-  opt("--threads", "HTTP connection threads (NEURON_THREADS; default 64)");
+  opt("--threads", "Handler threads for requests (NEURON_THREADS; default 64); streams hold none");
+  opt("--io-threads", "HTTP IO threads (NEURON_IO_THREADS; default 0 = min(4, cores))");
+  opt("--max-connections", "Open connections before new ones get 503 (NEURON_MAX_CONNECTIONS; default 4096; needs ulimit -n above it)");
+  opt("--header-timeout-ms", "Deadline for a request's head (NEURON_HEADER_TIMEOUT_MS; default 10000)");
+  opt("--idle-timeout-ms", "Idle keep-alive connections and stalled bodies close after this (NEURON_IDLE_TIMEOUT_MS; default 60000)");
+  opt("--write-timeout-ms", "A client that reads nothing this long is cut off, its generation cancelled (NEURON_WRITE_TIMEOUT_MS; default 30000)");
   opt("--shutdown-grace-ms", "How long in-flight requests may finish after SIGTERM (NEURON_SHUTDOWN_GRACE_MS; default 10000)");
   opt("--max-num-seqs", "Sequences a model decodes together (NEURON_MAX_NUM_SEQS; default 64)");
   opt("--max-batch-tokens", "New tokens per batched step, decodes plus prefill chunks (NEURON_MAX_BATCH_TOKENS; default 8192 on a GPU, 512 on the CPU)");
@@ -191,6 +219,11 @@ Run setup(CLI::App& sub) {
     flags->gpu_memory_fraction = given("--gpu-memory-fraction");
     flags->prefix_caching = given("--prefix-caching");
     if (sub.count("--no-auto-reload") > 0) flags->auto_reload = "0";
+    flags->io_threads = given("--io-threads");
+    flags->max_connections = given("--max-connections");
+    flags->header_timeout_ms = given("--header-timeout-ms");
+    flags->idle_timeout_ms = given("--idle-timeout-ms");
+    flags->write_timeout_ms = given("--write-timeout-ms");
     return run_serve(*flags);
   };
 }

@@ -23,9 +23,6 @@ using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 constexpr auto kPoll = std::chrono::milliseconds(1000);
-// An SSE comment after this much silence (e.g. while queued) both keeps
-// proxies from timing out and reveals a client that went away.
-constexpr auto kKeepAlive = std::chrono::seconds(2);
 // After cancelling, how long to wait for the engine's final event (for usage metrics).
 constexpr auto kCancelDrain = std::chrono::seconds(10);
 // How often a non-streaming request checks that its client is still there.
@@ -197,7 +194,6 @@ struct Api::Generation {
 
   void on_end(const engine::Event& e) {
     ended = true;
-    tracker.reset();  // no longer in flight, even while the response object lingers
     Labels model_label{{"model", model}};
     if (e.kind == engine::Event::Kind::done) {
       api.metrics_.inc("neuron_prompt_tokens_total", model_label, e.usage.prompt_tokens);
@@ -207,6 +203,10 @@ struct Api::Generation {
     }
     if (client_gone || (e.kind == engine::Event::Kind::done && e.finish_reason == "cancelled"))
       api.metrics_.inc("neuron_requests_cancelled_total", model_label);
+    // Last: no longer in flight, even while the response object lingers. Once
+    // the tracker is gone shutdown may destroy the Api, and this may run on
+    // the engine's thread (a cancelled stream), so nothing of it is touched after.
+    tracker.reset();
   }
 
   // The client went away: stop the engine at its next step, then wait
@@ -225,6 +225,87 @@ struct Api::Generation {
     lost.kind = engine::Event::Kind::error;
     on_end(lost);
   }
+};
+
+// A streaming generation as server-sent events, driven by the transport: the
+// engine's pushes wake the connection (Channel listener), pull() turns the
+// queued events into SSE bytes on the connection's executor, cancel() stops
+// the engine and leaves the last event's accounting to the engine's thread.
+class Api::SseStream final : public BodyStream {
+ public:
+  SseStream(std::shared_ptr<Generation> gen, bool include_usage, std::unique_ptr<ToolCallExtractor> extractor)
+      : gen_(std::move(gen)), include_usage_(include_usage), extractor_(std::move(extractor)) {}
+  ~SseStream() override {
+    if (!finished_ && !cancelled_) cancel();  // dropped before its end: nobody reads it any more
+  }
+  SseStream(const SseStream&) = delete;
+  SseStream& operator=(const SseStream&) = delete;
+
+  void start(std::function<void()> wake) override { gen_->channel->set_listener(std::move(wake)); }
+
+  bool pull(std::string& out) override {
+    if (!role_sent_) {
+      role_sent_ = true;
+      if (gen_->meta.chat) out += sse_event(role_chunk(gen_->meta));
+    }
+    while (auto e = gen_->channel->try_next()) {
+      if (e->kind == engine::Event::Kind::delta) {
+        gen_->on_delta(*e);
+        const std::string text = extractor_ ? extractor_->feed(e->text) : e->text;
+        if (text.empty() && e->reasoning.empty()) continue;  // held: may be a tool call
+        out += sse_event(delta_chunk(gen_->meta, text, e->reasoning));
+        continue;
+      }
+      gen_->on_end(*e);
+      if (e->kind == engine::Event::Kind::error) {
+        out += sse_event(envelope(classify(e->error_kind, e->error_message)));
+      } else {
+        std::string finish_reason = e->finish_reason;
+        if (extractor_) {
+          const ToolCallExtractor::Result rest = extractor_->finish();
+          if (!rest.content.empty()) out += sse_event(delta_chunk(gen_->meta, rest.content, {}));
+          if (!rest.calls.empty()) out += sse_event(tool_calls_chunk(gen_->meta, rest.calls));
+          finish_reason = rest.finish_reason(finish_reason);
+        }
+        out += sse_event(finish_chunk(gen_->meta, finish_reason));
+        if (include_usage_) out += sse_event(usage_chunk(gen_->meta, {e->usage.prompt_tokens, e->usage.completion_tokens, e->usage.cached_tokens}));
+      }
+      out += kSseDone;
+      finished_ = true;
+      gen_->channel->set_listener({});
+      return false;
+    }
+    return true;
+  }
+
+  void cancel() override {
+    if (cancelled_ || finished_) return;
+    cancelled_ = true;
+    std::shared_ptr<Generation> gen = gen_;
+    gen->client_gone = true;
+    gen->channel->cancel();
+    // The engine still sends the request's last event (it always does);
+    // count it when it comes, on the engine's thread, then let go of `gen`.
+    gen->channel->set_listener([gen] {
+      while (auto e = gen->channel->try_next()) {
+        if (e->kind == engine::Event::Kind::delta) continue;
+        gen->on_end(*e);
+        gen->channel->set_listener({});
+        return;
+      }
+    });
+  }
+
+  // Also what keeps a stream visibly alive while it waits in the queue.
+  std::string heartbeat() const override { return ": keep-alive\n\n"; }
+
+ private:
+  std::shared_ptr<Generation> gen_;
+  const bool include_usage_;
+  std::unique_ptr<ToolCallExtractor> extractor_;
+  bool role_sent_ = false;
+  bool finished_ = false;
+  bool cancelled_ = false;
 };
 
 Api::Api(engine::Registry& registry, ApiOptions options) : registry_(registry), options_(std::move(options)) {
@@ -631,47 +712,8 @@ HttpResponse Api::generate(const HttpRequest& request, bool chat) {
 
   HttpResponse r;
   r.content_type = "text/event-stream";
-  const bool include_usage = req.include_usage;
-  auto extractor = req.tool_calls ? std::make_shared<ToolCallExtractor>() : nullptr;
-  r.stream = [gen, include_usage, extractor](ChunkSink& sink) {
-    if (gen->meta.chat && !sink.write(sse_event(role_chunk(gen->meta)))) return gen->abandon();
-    auto last_write = Clock::now();
-    for (;;) {
-      auto e = gen->channel->next(kPoll);
-      if (!e) {
-        if (Clock::now() - last_write >= kKeepAlive) {
-          if (!sink.write(": keep-alive\n\n")) return gen->abandon();
-          last_write = Clock::now();
-        }
-        continue;
-      }
-      if (e->kind == engine::Event::Kind::delta) {
-        gen->on_delta(*e);
-        const std::string text = extractor ? extractor->feed(e->text) : e->text;
-        if (text.empty() && e->reasoning.empty()) continue;  // held: may be a tool call
-        if (!sink.write(sse_event(delta_chunk(gen->meta, text, e->reasoning)))) return gen->abandon();
-        last_write = Clock::now();
-        continue;
-      }
-      gen->on_end(*e);
-      if (e->kind == engine::Event::Kind::error) {
-        sink.write(sse_event(envelope(classify(e->error_kind, e->error_message))));
-      } else {
-        std::string finish_reason = e->finish_reason;
-        if (extractor) {
-          const ToolCallExtractor::Result rest = extractor->finish();
-          if (!rest.content.empty() && !sink.write(sse_event(delta_chunk(gen->meta, rest.content, {})))) return;
-          if (!rest.calls.empty() && !sink.write(sse_event(tool_calls_chunk(gen->meta, rest.calls)))) return;
-          finish_reason = rest.finish_reason(finish_reason);
-        }
-        if (!sink.write(sse_event(finish_chunk(gen->meta, finish_reason)))) return;
-        if (include_usage && !sink.write(sse_event(usage_chunk(gen->meta, {e->usage.prompt_tokens, e->usage.completion_tokens, e->usage.cached_tokens}))))
-          return;
-      }
-      sink.write(kSseDone);
-      return;
-    }
-  };
+  r.stream = std::make_shared<SseStream>(std::move(gen), req.include_usage,
+                                         req.tool_calls ? std::make_unique<ToolCallExtractor>() : nullptr);
   return r;
 }
 

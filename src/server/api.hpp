@@ -49,6 +49,7 @@ class Api {
  private:
   class Tracker;  // one in-flight generation (RAII registration for shutdown)
   struct Generation;
+  class SseStream;  // a streaming generation as the transport's BodyStream
 
   HttpResponse health(const HttpRequest&);
   HttpResponse discovery(const HttpRequest&);

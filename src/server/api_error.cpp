@@ -36,6 +36,8 @@ constexpr KindRow kRows[] = {
     {errc::conflict, 409, "conflict_error", 0},
     {errc::busy, 409, "conflict_error", 0},
     {http_errc::payload_too_large, 413, "invalid_request_error", 0},
+    {http_errc::unsupported_media_type, 415, "invalid_request_error", 0},
+    {http_errc::header_too_large, 431, "invalid_request_error", 0},
     {errc::overloaded, 503, "overloaded_error", 1},
     {errc::loading, 503, "overloaded_error", 2},
     {errc::shutting_down, 503, "server_error", 0},

@@ -1,172 +1,237 @@
 #include "server/http_server.hpp"
 
-#include <cerrno>
-#include <cstring>
-
-#include <httplib.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 
+#include <algorithm>
+#include <future>
+#include <thread>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
 #include <spdlog/spdlog.h>
 
 #include "server/api_error.hpp"
-#include "server/peer_probe.hpp"
+#include "server/http_session.hpp"
 #include "util/error.hpp"
 
 namespace neuron::server {
 namespace {
 
-// httplib runs routing, the handler, the body and the logger for one
-// request on one connection thread, so the start time can live there.
-thread_local std::chrono::steady_clock::time_point t_request_start;
+using namespace transport;
 
-class DataSinkAdapter final : public ChunkSink {
+// Descriptors kept for everything but client connections (log files, model
+// files, TP worker pipes, the listening socket).
+constexpr std::size_t kReservedFds = 128;
+// How long stop() lets exchanges in progress finish before closing them.
+constexpr auto kStopGrace = std::chrono::milliseconds(2000);
+constexpr auto kAcceptBackoff = std::chrono::milliseconds(100);
+
+std::size_t fd_limit() {
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return SIZE_MAX;
+  return static_cast<std::size_t>(rl.rlim_cur);
+}
+
+// One log line per second at most for a condition that may repeat for every
+// connection attempt (the cap, descriptor exhaustion).
+class RateLimitedLog {
  public:
-  explicit DataSinkAdapter(httplib::DataSink& sink) : sink_(sink) {}
-  bool write(std::string_view data) override {
-    if (failed_) return false;
-    if (!sink_.is_writable() || !sink_.write(data.data(), data.size())) failed_ = true;
-    return !failed_;
+  template <class Fn>
+  void note(Fn&& log_line) {
+    ++count_;
+    const auto now = Clock::now();
+    if (now - last_ < std::chrono::seconds(1)) return;
+    last_ = now;
+    log_line(count_);
+    count_ = 0;
   }
 
  private:
-  httplib::DataSink& sink_;
-  bool failed_ = false;
+  Clock::time_point last_{};
+  std::size_t count_ = 0;
 };
-
-HttpRequest to_request(const httplib::Request& req) {
-  HttpRequest r;
-  r.method = req.method;
-  r.path = req.path;
-  r.body = req.body;
-  r.remote = req.remote_addr;
-  auto probe = std::make_shared<PeerProbe>(ConnectionAddress{req.local_addr, req.local_port, req.remote_addr, req.remote_port});
-  r.client_gone = [probe] { return probe->gone(); };
-  for (const auto& [k, v] : req.headers) r.headers.emplace_back(k, v);
-  return r;
-}
-
-void write_response(HttpResponse&& in, httplib::Response& out) {
-  out.status = in.status;
-  for (auto& [k, v] : in.headers) out.set_header(k, v);
-  if (in.stream) {
-    out.set_header("Cache-Control", "no-cache");
-    out.set_header("X-Accel-Buffering", "no");
-    auto stream = std::make_shared<std::function<void(ChunkSink&)>>(std::move(in.stream));
-    out.set_chunked_content_provider(in.content_type, [stream](std::size_t, httplib::DataSink& sink) {
-      DataSinkAdapter adapter(sink);
-      (*stream)(adapter);
-      sink.done();
-      return true;
-    });
-    return;
-  }
-  out.set_content(in.body, in.content_type);
-}
-
-// Errors httplib produces itself (before any handler): give them the envelope too.
-ApiError transport_error(int status) {
-  switch (status) {
-    case 413: return classify(http_errc::payload_too_large, "request body exceeds the server's limit (--max-body-bytes)");
-    case 414: return classify(errc::invalid_argument, "request URI too long");
-    case 404: return classify(http_errc::route_not_found, "no such route");
-    default: {
-      ApiError e = classify(errc::bad_request, "malformed HTTP request");
-      e.status = status;
-      return e;
-    }
-  }
-}
 
 }  // namespace
 
 struct HttpServer::Impl {
-  HttpServerOptions options;
-  httplib::Server server;
-  std::thread listener;
-  int listen_fd = -1;
+  std::shared_ptr<ServerContext> ctx = std::make_shared<ServerContext>();
+  asio::io_context ioc;  // declared after ctx: destroyed first, sessions with it
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
+  asio::strand<asio::io_context::executor_type> accept_strand = asio::make_strand(ioc);
+  tcp::acceptor acceptor{accept_strand};
+  asio::steady_timer backoff{accept_strand};
+  std::vector<std::thread> io_threads;
+  RateLimitedLog refusals, accept_errors;  // touched on the accept strand only
+  std::string refusal;                     // the canned 503 for connections past the cap
+  bool started = false;
+  bool stopped = false;
+
+  void accept();
+  void on_accept(beast::error_code ec, tcp::socket socket);
+  void refuse(tcp::socket& socket);
 };
 
-// httplib (Debian's compiled libcpp-httplib) listens with a backlog of 5, so
-// 100+ clients connecting at once overflow the accept queue and the kernel
-// drops connections: bench-serve at 512 clients saw 65 requests fail while
-// TcpExtListenOverflows rose. start() raises it after the bind (a repeated
-// listen() on a listening socket sets its backlog).
-constexpr int kListenBacklog = 1024;
+void HttpServer::Impl::accept() {
+  acceptor.async_accept(asio::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) { on_accept(ec, std::move(socket)); });
+}
 
-HttpServer::HttpServer(HttpServerOptions options, std::function<HttpResponse(const HttpRequest&)> handler,
-                       ExchangeObserver observer)
+void HttpServer::Impl::on_accept(beast::error_code ec, tcp::socket socket) {
+  if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;  // stopping
+  if (ec) {
+    // Out of descriptors (EMFILE/ENFILE) or a connection reset before it was
+    // accepted: back off a little rather than spin on the same error.
+    accept_errors.note([&](std::size_t n) { spdlog::warn("accepting connections failed ({} times): {}", n, ec.message()); });
+    backoff.expires_after(kAcceptBackoff);
+    backoff.async_wait([this](beast::error_code e) {
+      if (!e && acceptor.is_open()) accept();
+    });
+    return;
+  }
+  if (ctx->stopping) {
+    beast::error_code ignored;
+    socket.close(ignored);
+  } else if (ctx->open.load() >= ctx->options.max_connections) {
+    refuse(socket);
+  } else {
+    ctx->open.fetch_add(1);
+    std::make_shared<Session>(std::move(socket), ctx)->run();
+  }
+  accept();
+}
+
+// Past the cap: a short 503 written without waiting (it fits any send
+// buffer), then close. What the client already sent is read first, so that
+// closing sends a FIN, not a reset that could destroy the answer.
+void HttpServer::Impl::refuse(tcp::socket& socket) {
+  beast::error_code ec;
+  socket.non_blocking(true, ec);
+  char sink[4096];
+  for (int i = 0; i < 16 && socket.read_some(asio::buffer(sink), ec) > 0;) ++i;
+  socket.write_some(asio::buffer(refusal), ec);
+  socket.shutdown(tcp::socket::shutdown_both, ec);
+  socket.close(ec);
+  refusals.note([&](std::size_t n) {
+    spdlog::warn("refused {} connection(s): {} open, the limit is {} (--max-connections)", n, ctx->open.load(),
+                 ctx->options.max_connections);
+  });
+}
+
+HttpServer::HttpServer(HttpServerOptions options, RequestHandler handler, ExchangeObserver observer)
     : impl_(std::make_unique<Impl>()) {
-  impl_->options = std::move(options);
-  auto& svr = impl_->server;
-  const int threads = impl_->options.threads;
-  // httplib owns and deletes the queue it gets from this factory.
-  svr.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<std::size_t>(threads)); };
-  svr.set_payload_max_length(impl_->options.max_body_bytes);
-  // Headers and body (and each SSE event) go out as separate writes; with
-  // Nagle on, each response waits ~40 ms for the peer's delayed ACK.
-  svr.set_tcp_nodelay(true);
-  svr.set_pre_routing_handler([](const httplib::Request&, httplib::Response&) {
-    t_request_start = std::chrono::steady_clock::now();
-    return httplib::Server::HandlerResponse::Unhandled;
-  });
-  auto route = [handler](const httplib::Request& req, httplib::Response& res) {
-    HttpResponse r;
-    try {
-      r = handler(to_request(req));
-    } catch (const std::exception& e) {
-      ApiError err = from_exception(e);
-      // A client's mistake or a busy model is routine; only the daemon's own failures are errors.
-      const auto level = err.status >= 500 && err.status != 503 ? spdlog::level::err : spdlog::level::info;
-      spdlog::log(level, "{} {}: {} ({})", req.method, req.path, e.what(), err.code);
-      r = error_response(std::move(err));
-    }
-    write_response(std::move(r), res);
-  };
-  const std::string any = ".*";
-  svr.Get(any, route).Post(any, route).Put(any, route).Patch(any, route).Delete(any, route).Options(any, route);
-  // The error handler also runs for handler responses >= 400; those already carry a body.
-  svr.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request&, httplib::Response& res) {
-    if (!res.body.empty() || res.is_chunked_content_provider_) return httplib::Server::HandlerResponse::Unhandled;
-    res.set_content(dump(envelope(transport_error(res.status))), "application/json");
-    return httplib::Server::HandlerResponse::Handled;
-  }));
-  svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
-    res.status = 500;
-    res.set_content(dump(envelope(classify(errc::internal, {}))), "application/json");
-  });
-  svr.set_logger([observer](const httplib::Request& req, const httplib::Response& res) {
-    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_request_start).count();
-    if (observer) observer(req.method, req.path, res.status, ms);
-  });
+  auto& ctx = *impl_->ctx;
+  ctx.options = std::move(options);
+  ctx.handler = std::move(handler);
+  ctx.observer = std::move(observer);
+  const std::string body = dump(envelope(classify(errc::overloaded, "too many open connections; retry later")));
+  impl_->refusal = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\nConnection: close\r\n"
+                   "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
 }
 
 HttpServer::~HttpServer() { stop(); }
 
 int HttpServer::start() {
-  auto& svr = impl_->server;
-  svr.set_socket_options([impl = impl_.get()](socket_t sock) {
-    httplib::default_socket_options(sock);
-    impl->listen_fd = sock;
-  });
-  if (impl_->options.port == 0) {
-    port_ = svr.bind_to_any_port(impl_->options.host);
-    if (port_ < 0) fail(errc::io, "cannot bind " + impl_->options.host + " on any port");
-  } else {
-    if (!svr.bind_to_port(impl_->options.host, impl_->options.port))
-      fail(errc::io, "cannot bind " + impl_->options.host + ":" + std::to_string(impl_->options.port) +
-                         " (address in use or not available)");
-    port_ = impl_->options.port;
+  auto& impl = *impl_;
+  auto& opt = impl.ctx->options;
+  if (impl.started) fail(errc::invalid_argument, "HTTP server already started");
+
+  const std::size_t fds = fd_limit();
+  if (fds != SIZE_MAX && opt.max_connections + kReservedFds > fds) {
+    const std::size_t cap = fds > 2 * kReservedFds ? fds - kReservedFds : fds / 2;
+    spdlog::warn("the descriptor limit (ulimit -n) is {}: serving at most {} connections instead of {} (--max-connections)", fds, cap,
+                 opt.max_connections);
+    opt.max_connections = cap;
   }
-  if (impl_->listen_fd >= 0 && ::listen(impl_->listen_fd, kListenBacklog) != 0)
-    spdlog::warn("cannot raise the listen backlog to {}: {}", kListenBacklog, std::strerror(errno));
-  impl_->listener = std::thread([&svr] { svr.listen_after_bind(); });
+  if (opt.io_threads <= 0) opt.io_threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u));
+
+  const std::string where = opt.host + ":" + std::to_string(opt.port);
+  beast::error_code ec;
+  tcp::resolver resolver(impl.ioc);
+  auto endpoints = resolver.resolve(opt.host, std::to_string(opt.port), tcp::resolver::numeric_service | tcp::resolver::passive, ec);
+  if (ec || endpoints.empty()) fail(errc::io, "cannot resolve the listen address " + where + ": " + ec.message());
+  const tcp::endpoint endpoint = endpoints.begin()->endpoint();
+  auto& acceptor = impl.acceptor;
+  acceptor.open(endpoint.protocol(), ec);
+  if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);  // TIME_WAIT only; never a second listener (no SO_REUSEPORT)
+  if (!ec) acceptor.bind(endpoint, ec);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);  // SOMAXCONN
+  if (ec) {
+    beast::error_code ignored;
+    acceptor.close(ignored);
+    const std::string why = ec == asio::error::address_in_use ? "the port is already in use (is another neuron running?)" : ec.message();
+    fail(errc::io, "cannot listen on " + where + ": " + why);
+  }
+  port_ = acceptor.local_endpoint().port();
+
+  impl.ctx->handlers = std::make_unique<asio::thread_pool>(static_cast<std::size_t>(std::max(1, opt.handler_threads)));
+  impl.work.emplace(asio::make_work_guard(impl.ioc));
+  asio::post(impl.accept_strand, [&impl] { impl.accept(); });
+  for (int i = 0; i < opt.io_threads; ++i) {
+    impl.io_threads.emplace_back([&impl] {
+      // A handler that throws must not take the IO thread (and every
+      // connection on it) down: log and carry on.
+      for (;;) {
+        try {
+          impl.ioc.run();
+          return;
+        } catch (const std::exception& e) {
+          spdlog::error("HTTP IO thread: unexpected exception: {}", e.what());
+        }
+      }
+    });
+  }
+  impl.started = true;
+  spdlog::info("HTTP: {} IO threads, {} handler threads, at most {} connections, body limit {} bytes", opt.io_threads,
+               opt.handler_threads, opt.max_connections, opt.max_body_bytes);
   return port_;
 }
 
 void HttpServer::stop() {
-  if (!impl_) return;
-  impl_->server.stop();
-  if (impl_->listener.joinable()) impl_->listener.join();
+  if (!impl_ || !impl_->started || impl_->stopped) return;
+  auto& impl = *impl_;
+  impl.stopped = true;
+  impl.ctx->stopping = true;
+  std::promise<void> closed;
+  asio::post(impl.accept_strand, [&impl, &closed] {
+    beast::error_code ec;
+    impl.acceptor.close(ec);
+    impl.backoff.cancel();
+    closed.set_value();
+  });
+  closed.get_future().wait();
+
+  auto each_session = [&](bool graceful) {
+    std::vector<std::shared_ptr<Session>> sessions;
+    {
+      std::lock_guard lock(impl.ctx->mu);
+      for (auto& [id, weak] : impl.ctx->live)
+        if (auto s = weak.lock()) sessions.push_back(std::move(s));
+    }
+    for (auto& s : sessions) s->stop(graceful);
+  };
+  // Exchanges in progress may finish their answer; idle connections close now.
+  each_session(true);
+  const auto deadline = Clock::now() + kStopGrace;
+  while (impl.ctx->open.load() > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  each_session(false);
+  // Handlers still running finish (the caller cancelled generations first);
+  // their answers go to closed sessions.
+  impl.ctx->handlers->join();
+  // Closed sessions go once their last operation returns; a stream's wake
+  // may still come from an engine thread until then.
+  const auto gone = Clock::now() + kStopGrace;
+  while (impl.ctx->open.load() > 0 && Clock::now() < gone) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  {
+    std::lock_guard gate(impl.ctx->post_mu);
+    impl.ctx->posts_open = false;
+  }
+  impl.work.reset();
+  impl.ioc.stop();
+  for (auto& t : impl.io_threads) t.join();
+  impl.io_threads.clear();
 }
 
 }  // namespace neuron::server

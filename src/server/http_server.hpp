@@ -1,14 +1,26 @@
 #pragma once
-// The socket side: cpp-httplib behind neuron's own request/response types.
-// Every method and path reaches the one handler (the Router decides 404/405),
-// bodies over the limit get 413 in the OpenAI envelope before the handler
-// runs, and streaming responses go out as chunked server-sent events.
+// The socket side: an event-driven HTTP/1.1 server (Boost.Beast on Asio)
+// behind neuron's own request/response types (http_types.hpp).
+//
+// Threads: a few IO threads run every connection's state machine (accept,
+// parse, timers, writes) and never block; `Api::handle` runs on a bounded
+// pool of handler threads, since handlers may block (model load, tokenize,
+// a non-streaming generation). A streaming response holds no thread: its
+// BodyStream wakes the connection when it has bytes.
+//
+// Limits, all enforced here: open connections (past the cap a connection
+// gets 503 `overloaded` and is closed), a deadline for a request's head
+// (slowloris), for an idle keep-alive connection, for a body that stops
+// arriving and for a write the client does not read (then the exchange is
+// cancelled); the body size counted on bytes received whatever the transfer
+// encoding (413), `Content-Encoding` other than identity (415, bodies are
+// never decompressed). Every method and path reaches the one handler (the
+// Router decides 404/405); HEAD gets GET's headers without the body.
 #include <chrono>
 #include <cstddef>
 #include <functional>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "server/http_types.hpp"
 
@@ -18,25 +30,34 @@ struct HttpServerOptions {
   std::string host = "127.0.0.1";
   int port = 13131;  // 0: any free port
   std::size_t max_body_bytes = 8u << 20;
-  int threads = 64;  // connection threads; a streaming response holds one for its duration
+  int handler_threads = 64;  // Api::handle runs here; a streaming response holds none
+  int io_threads = 0;        // 0: min(4, hardware threads)
+  std::size_t max_connections = 4096;
+  std::chrono::milliseconds header_timeout{10000};  // from a request's first byte to the end of its head
+  std::chrono::milliseconds idle_timeout{60000};    // keep-alive wait for the next request; longest pause in a body
+  std::chrono::milliseconds write_timeout{30000};   // longest a write may wait for the client to read
+  std::chrono::milliseconds heartbeat_interval{2000};  // silence before a stream's heartbeat bytes
 };
 
 // Called once per finished exchange (after a streamed body is complete), for
-// the access log and the request metrics.
+// the access log and the request metrics. Runs on an IO thread: keep it quick.
 using ExchangeObserver = std::function<void(const std::string& method, const std::string& path, int status, double ms)>;
+using RequestHandler = std::function<HttpResponse(const HttpRequest&)>;
 
 class HttpServer {
  public:
-  HttpServer(HttpServerOptions options, std::function<HttpResponse(const HttpRequest&)> handler, ExchangeObserver observer);
-  ~HttpServer();  // stops and joins
+  HttpServer(HttpServerOptions options, RequestHandler handler, ExchangeObserver observer);
+  ~HttpServer();  // stop()
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
-  // Binds and starts accepting on a background thread; returns the bound
-  // port. Throws Error{io} when the address cannot be bound.
+  // Binds (no SO_REUSEPORT: a port in use is an error), listens with the
+  // system's largest backlog and starts the IO and handler threads; returns
+  // the bound port. Throws Error{io} when the address cannot be bound.
   int start();
-  // Stops accepting and waits for every connection thread to finish its
-  // exchange (callers cancel long streams first).
+  // Stops accepting, lets exchanges in progress finish their response for a
+  // short while (callers cancel long streams first), then closes every
+  // connection and joins every thread. Idempotent.
   void stop();
   int port() const noexcept { return port_; }
 

@@ -1,8 +1,9 @@
 #pragma once
 // The daemon's own view of an HTTP exchange. Routes take an HttpRequest and
 // return an HttpResponse, so every handler is testable without a socket; only
-// http_server.cpp knows about cpp-httplib.
+// the transport (http_server.cpp, http_session.cpp) knows about sockets.
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -12,7 +13,7 @@ namespace neuron::server {
 
 struct HttpRequest {
   std::string method;  // "GET", "POST", ...
-  std::string path;    // without the query string
+  std::string path;    // without the query string, percent-decoded
   std::vector<std::pair<std::string, std::string>> headers;  // names as sent
   std::string body;
   std::string remote;  // peer address, for the log
@@ -25,12 +26,29 @@ struct HttpRequest {
   std::string header(std::string_view name) const;
 };
 
-// Where a streaming body goes. write() returns false once the client is gone;
-// the producer must then stop (and cancel whatever feeds it).
-class ChunkSink {
+// A response body produced over time (server-sent events) without holding a
+// thread: the producer signals, the transport pulls.
+//
+// Protocol, as the transport drives it (every call but wake() on one
+// connection's serialised executor, never two at once):
+//   start(wake)  once, before anything else. wake() may then be called from
+//                any thread, any number of times (it only schedules a pull),
+//                whenever pull() may have something new; it must stay cheap.
+//   pull(out)    appends the bytes ready now (possibly none) to `out`; never
+//                blocks. Returns false once the body is complete: `out` then
+//                holds its last bytes and pull() is not called again.
+//   cancel()     the client is gone or stopped reading (write deadline):
+//                stop the producer. At most once; no pull() after it.
+// A stream dropped before its end without cancel() must stop its producer too.
+class BodyStream {
  public:
-  virtual ~ChunkSink() = default;
-  virtual bool write(std::string_view data) = 0;
+  virtual ~BodyStream() = default;
+  virtual void start(std::function<void()> wake) = 0;
+  virtual bool pull(std::string& out) = 0;
+  virtual void cancel() = 0;
+  // Bytes the transport sends after a stretch with nothing to send (an SSE
+  // comment, so proxies keep the connection); empty: never.
+  virtual std::string heartbeat() const { return {}; }
 };
 
 struct HttpResponse {
@@ -38,10 +56,10 @@ struct HttpResponse {
   std::string content_type = "application/json";
   std::vector<std::pair<std::string, std::string>> headers;  // extra headers (Retry-After, Allow, ...)
   std::string body;
-  // Set for server-sent events: runs once on the connection's thread and
-  // writes the whole body through the sink (the status and headers above are
-  // already sent by then, so errors must be reported inside the stream).
-  std::function<void(ChunkSink&)> stream;
+  // Set for server-sent events: the body comes from here instead of `body`.
+  // The status and headers above go out first, so errors met later must be
+  // reported inside the stream.
+  std::shared_ptr<BodyStream> stream;
 
   void set_header(std::string name, std::string value) { headers.emplace_back(std::move(name), std::move(value)); }
   std::string header(std::string_view name) const;

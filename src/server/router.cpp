@@ -19,7 +19,7 @@ void Router::add_prefix(std::string method, std::string prefix, std::string labe
 }
 
 HttpResponse Router::dispatch(const HttpRequest& request) const {
-  // HEAD is GET without the body (httplib drops it), e.g. load-balancer health probes.
+  // HEAD is GET without the body (the transport drops it), e.g. load-balancer health probes.
   const std::string& method = request.method == "HEAD" ? std::string("GET") : request.method;
   std::string allow;
   // Exact routes first, so a prefix route never shadows one.

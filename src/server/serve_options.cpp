@@ -117,7 +117,9 @@ json read_config_file(const std::string& path, const std::string& source) {
   static const char* kKnown[] = {"host",         "port",           "models",          "api_key",
                                  "models_dirs",  "queue_depth",    "max_body_bytes",  "step_timeout_ms",
                                  "threads",      "shutdown_grace_ms", "max_num_seqs", "max_batch_tokens",
-                                 "kv_cache_bytes", "gpu_memory_fraction", "prefix_caching", "auto_reload"};
+                                 "kv_cache_bytes", "gpu_memory_fraction", "prefix_caching", "auto_reload",
+                                 "io_threads",     "max_connections", "header_timeout_ms", "idle_timeout_ms",
+                                 "write_timeout_ms"};
   for (const auto& [key, value] : j.items()) {
     bool known = false;
     for (const char* k : kKnown) known = known || key == k;
@@ -193,6 +195,16 @@ ServeOptions resolve_serve_options(const ServeFlags& flags, const EnvLookup& env
     o.prefix_caching = parse_bool(*r);
   if (auto r = src.get(flags.auto_reload, "--no-auto-reload", "NEURON_AUTO_RELOAD", "auto_reload"))
     o.auto_reload = parse_bool(*r);
+  if (auto r = src.get(flags.io_threads, "--io-threads", "NEURON_IO_THREADS", "io_threads"))
+    o.io_threads = static_cast<int>(parse_int(*r, 0, 256));
+  if (auto r = src.get(flags.max_connections, "--max-connections", "NEURON_MAX_CONNECTIONS", "max_connections"))
+    o.max_connections = static_cast<std::size_t>(parse_int(*r, 1, 1 << 20));
+  if (auto r = src.get(flags.header_timeout_ms, "--header-timeout-ms", "NEURON_HEADER_TIMEOUT_MS", "header_timeout_ms"))
+    o.header_timeout = std::chrono::milliseconds(parse_int(*r, 1, kMaxSize));
+  if (auto r = src.get(flags.idle_timeout_ms, "--idle-timeout-ms", "NEURON_IDLE_TIMEOUT_MS", "idle_timeout_ms"))
+    o.idle_timeout = std::chrono::milliseconds(parse_int(*r, 1, kMaxSize));
+  if (auto r = src.get(flags.write_timeout_ms, "--write-timeout-ms", "NEURON_WRITE_TIMEOUT_MS", "write_timeout_ms"))
+    o.write_timeout = std::chrono::milliseconds(parse_int(*r, 1, kMaxSize));
   o.models = src.list(flags.models, "NEURON_MODEL", "models");
   for (auto& d : src.list(flags.models_dirs, "NEURON_MODELS_DIR", "models_dirs")) o.models_dirs.emplace_back(d);
   return o;

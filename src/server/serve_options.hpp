@@ -25,7 +25,12 @@ struct ServeOptions {
   std::size_t queue_depth = 64;
   std::size_t max_body_bytes = 8u << 20;
   std::chrono::milliseconds step_timeout{30000};
-  int threads = 64;  // HTTP connection threads: each open stream holds one
+  int threads = 64;      // handler threads (Api::handle); an open stream holds none
+  int io_threads = 0;    // HTTP IO threads; 0: min(4, hardware threads)
+  std::size_t max_connections = 4096;  // open connections; past it 503 and close
+  std::chrono::milliseconds header_timeout{10000};  // a request head must arrive within this
+  std::chrono::milliseconds idle_timeout{60000};    // idle keep-alive connection; longest pause in a body
+  std::chrono::milliseconds write_timeout{30000};   // a client that reads nothing this long is cut off (its stream cancelled)
   std::chrono::milliseconds shutdown_grace{10000};  // in-flight requests may finish this long after SIGTERM
   // Continuous batching, per model.
   int max_num_seqs = 64;            // sequences decoded together
@@ -42,6 +47,7 @@ struct ServeFlags {
   std::optional<std::string> port, queue_depth, max_body_bytes, step_timeout_ms, threads, shutdown_grace_ms;
   std::optional<std::string> max_num_seqs, max_batch_tokens, kv_cache_bytes, gpu_memory_fraction, prefix_caching;
   std::optional<std::string> auto_reload;  // "0" from --no-auto-reload
+  std::optional<std::string> io_threads, max_connections, header_timeout_ms, idle_timeout_ms, write_timeout_ms;
   std::vector<std::string> models;
   std::vector<std::string> models_dirs;
 };

@@ -1,11 +1,17 @@
 // The API without sockets: handlers take HttpRequest and return
-// HttpResponse, streams write into a ChunkSink, over an in-process registry
-// holding the bundled tiny model.
+// HttpResponse, streams are BodyStreams driven here as the transport drives
+// them, over an in-process registry holding the bundled tiny model.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <chrono>
+#include <climits>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
 #include <filesystem>
 #include <string>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -28,20 +34,56 @@ std::string tiny_model_dir() { return models_dir() + "/qwen3-tiny-a"; }
 HttpRequest raw_post(const std::string& path, std::string body) { return HttpRequest{"POST", path, {}, std::move(body), "test"}; }
 HttpRequest post_json(const std::string& path, const nlohmann::json& body) { return raw_post(path, body.dump()); }
 
-// Accepts `budget` writes, then behaves like a socket whose peer has gone.
-class ClosingSink final : public ChunkSink {
- public:
-  explicit ClosingSink(int budget) : budget_(budget) {}
-  bool write(std::string_view data) override {
-    if (budget_-- <= 0) return false;
-    received += data;
-    return true;
-  }
+// Drives a BodyStream on this thread as the transport does: start, then a
+// pull after every wake. After `budget` pulls that brought bytes it cancels,
+// like a connection whose client went away.
+struct Drained {
   std::string received;
-
- private:
-  int budget_;
+  bool finished = false;
 };
+Drained drain(BodyStream& stream, int budget = INT_MAX) {
+  struct Wakes {  // shared: the engine may still call the wake after we return
+    std::mutex mu;
+    std::condition_variable cv;
+    bool woken = false;
+  };
+  auto wakes = std::make_shared<Wakes>();
+  stream.start([wakes] {
+    std::lock_guard lock(wakes->mu);
+    wakes->woken = true;
+    wakes->cv.notify_one();
+  });
+  Drained d;
+  for (int pulls = 0;;) {
+    std::string out;
+    const bool more = stream.pull(out);
+    d.received += out;
+    if (!more) {
+      d.finished = true;
+      return d;
+    }
+    if (!out.empty() && ++pulls >= budget) {
+      stream.cancel();
+      return d;
+    }
+    std::unique_lock lock(wakes->mu);
+    if (!wakes->cv.wait_for(lock, std::chrono::seconds(60), [&] { return wakes->woken; })) {
+      ADD_FAILURE() << "the stream stopped waking";
+      stream.cancel();
+      return d;
+    }
+    wakes->woken = false;
+  }
+}
+
+bool wait_for(const std::function<bool()>& done, std::chrono::seconds timeout = std::chrono::seconds(20)) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
 
 class ServerApi : public ::testing::Test {
  protected:
@@ -72,9 +114,11 @@ TEST_F(ServerApi, AStreamWhoseClientLeftIsCancelledAndCounted) {
   ASSERT_EQ(r.status, 200) << r.body;
   ASSERT_TRUE(r.stream);
   EXPECT_EQ(r.content_type, "text/event-stream");
-  ClosingSink sink(3);
-  r.stream(sink);  // returns once the engine has stopped the request
-  EXPECT_EQ(sink.received.find("[DONE]"), std::string::npos);
+  Drained d = drain(*r.stream, 3);
+  EXPECT_FALSE(d.finished);
+  EXPECT_EQ(d.received.find("[DONE]"), std::string::npos);
+  // cancel() returns at once; the engine's last event, counted on its thread, follows within a step.
+  EXPECT_TRUE(wait_for([&] { return api.in_flight() == 0; })) << "the cancelled stream's generation never ended";
   const Labels model{{"model", tiny_model_dir()}};
   EXPECT_EQ(api.metrics().value("neuron_requests_cancelled_total", model), 1);
   EXPECT_LT(api.metrics().value("neuron_generated_tokens_total", model), 3000) << "generation went on after the client left";
@@ -89,8 +133,8 @@ TEST_F(ServerApi, StreamsEndWithDoneAndBlockingAnswersMatchThem) {
   ASSERT_EQ(blocking.status, 200) << blocking.body;
   body["stream"] = true;
   HttpResponse streamed = api.handle(post("/v1/completions", body));
-  ClosingSink sink(1000);
-  streamed.stream(sink);
+  Drained sink = drain(*streamed.stream);
+  EXPECT_TRUE(sink.finished);
   std::string text;
   std::size_t pos = 0;
   while ((pos = sink.received.find("data: {", pos)) != std::string::npos) {
@@ -178,8 +222,8 @@ TEST_F(ServerApi, WithToolsStreamedAndBlockingAnswersCarryTheSameText) {
   body["stream"] = true;
   HttpResponse streamed = api.handle(post("/v1/chat/completions", body));
   ASSERT_TRUE(streamed.stream);
-  ClosingSink sink(1 << 20);
-  streamed.stream(sink);
+  Drained sink = drain(*streamed.stream);
+  ASSERT_TRUE(sink.finished);
   std::string content;
   json calls = json::array();
   for (std::size_t pos = 0; (pos = sink.received.find("data: {", pos)) != std::string::npos;) {

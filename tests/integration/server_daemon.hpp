@@ -4,11 +4,13 @@
 // socket client for requests a well-behaved client library would not send.
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -164,24 +166,37 @@ inline std::vector<json> sse_payloads(const std::string& body) {
 // A connected loopback socket, closed on destruction.
 class RawConnection {
  public:
-  explicit RawConnection(int port) {
+  // `small_window`: the smallest receive buffer the kernel allows, set before
+  // connecting, so that a client that stops reading backs up the daemon soon.
+  explicit RawConnection(int port, bool small_window = false) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (small_window) {
+      int size = 1;
+      ::setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &size, sizeof size);
+    }
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_port = htons(static_cast<uint16_t>(port));
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) throw std::runtime_error("connect failed");
+    if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+      ::close(fd_);
+      throw std::runtime_error("connect failed");
+    }
     timeval tv{30, 0};
     ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   }
   ~RawConnection() { close(); }
-  void send(const std::string& data) {
+  RawConnection(const RawConnection&) = delete;
+  RawConnection& operator=(const RawConnection&) = delete;
+  // False once the peer refuses more (closed or reset).
+  bool send(const std::string& data) {
     std::size_t off = 0;
     while (off < data.size()) {
       ssize_t n = ::send(fd_, data.data() + off, data.size() - off, MSG_NOSIGNAL);
-      if (n <= 0) return;  // the server may close early (e.g. 413); the response is still readable
+      if (n <= 0) return false;  // the server may close early (e.g. 413); the response is still readable
       off += static_cast<std::size_t>(n);
     }
+    return true;
   }
   // Reads until `stop` returns true on the received text, or the peer closes.
   std::string read_until(const std::function<bool(const std::string&)>& stop) {
@@ -193,6 +208,30 @@ class RawConnection {
       got.append(buf, static_cast<std::size_t>(n));
     }
     return got;
+  }
+  // What is there now, without waiting (0 when nothing, -1 on close or error).
+  ssize_t read_some(char* buf, std::size_t size) {
+    ssize_t n = ::recv(fd_, buf, size, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+    return n == 0 ? -1 : n;
+  }
+  // Something to read (or the peer closed), without waiting.
+  bool readable() {
+    pollfd p{fd_, POLLIN, 0};
+    return ::poll(&p, 1, 0) > 0;
+  }
+  // Waits up to `within` for the peer to close, discarding what it sends meanwhile.
+  bool wait_closed(std::chrono::milliseconds within) {
+    const auto deadline = std::chrono::steady_clock::now() + within;
+    char buf[4096];
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return false;
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+      const ssize_t n = ::recv(fd_, buf, sizeof buf, MSG_DONTWAIT);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return true;
+    }
   }
   void close() {
     if (fd_ >= 0) ::close(fd_);

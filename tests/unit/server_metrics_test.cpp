@@ -143,6 +143,39 @@ TEST(ServerServeOptions, ExposedWithoutAnApiKeyIsWarnedAbout) {
   o.host = "::1";
   EXPECT_EQ(exposure_warning(o), "");
 }
+}
+
+TEST(ServerServeOptions, TransportLimitsResolveLikeEveryOtherSetting) {
+  ServeOptions d = resolve_serve_options({}, env_of({}));
+  EXPECT_EQ(d.max_connections, 4096u);
+  EXPECT_EQ(d.io_threads, 0);
+  EXPECT_EQ(d.header_timeout, std::chrono::milliseconds(10000));
+  EXPECT_EQ(d.idle_timeout, std::chrono::milliseconds(60000));
+  EXPECT_EQ(d.write_timeout, std::chrono::milliseconds(30000));
+
+  std::string path = testing::TempDir() + "/neuron-serve-transport.json";
+  std::ofstream(path) << R"({"max_connections": 100, "io_threads": 2, "header_timeout_ms": 500, "idle_timeout_ms": 700, "write_timeout_ms": 900})";
+  ServeFlags flags;
+  flags.config = path;
+  flags.write_timeout_ms = "1234";
+  ServeOptions o = resolve_serve_options(flags, env_of({{"NEURON_MAX_CONNECTIONS", "50"}, {"NEURON_IO_THREADS", "3"}}));
+  EXPECT_EQ(o.max_connections, 50u);                         // env over file
+  EXPECT_EQ(o.io_threads, 3);                                 // env over file
+  EXPECT_EQ(o.header_timeout, std::chrono::milliseconds(500));  // file
+  EXPECT_EQ(o.idle_timeout, std::chrono::milliseconds(700));    // file
+  EXPECT_EQ(o.write_timeout, std::chrono::milliseconds(1234));  // flag
+  std::remove(path.c_str());
+
+  ServeFlags zero;
+  zero.max_connections = "0";
+  EXPECT_THROW(resolve_serve_options(zero, env_of({})), Error);
+  try {
+    resolve_serve_options({}, env_of({{"NEURON_HEADER_TIMEOUT_MS", "soon"}}));
+    ADD_FAILURE() << "a non-numeric deadline was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("NEURON_HEADER_TIMEOUT_MS"), std::string::npos) << e.what();
+  }
+}
 
 TEST(ServerDiscovery, ParsesMeminfo) {
   MemInfo m = parse_meminfo("MemTotal:       16318480 kB\nMemFree:  100 kB\nMemAvailable:   8000000 kB\n");
