@@ -143,7 +143,6 @@ TEST(ServerServeOptions, ExposedWithoutAnApiKeyIsWarnedAbout) {
   o.host = "::1";
   EXPECT_EQ(exposure_warning(o), "");
 }
-}
 
 TEST(ServerServeOptions, TransportLimitsResolveLikeEveryOtherSetting) {
   ServeOptions d = resolve_serve_options({}, env_of({}));
