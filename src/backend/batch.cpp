@@ -36,8 +36,14 @@ std::int64_t Batch::logit_rows() const noexcept {
   return rows;
 }
 
+std::int64_t Batch::pick_rows() const noexcept {
+  std::int64_t rows = 0;
+  for (const SequenceStep& s : seqs) rows += s.logits == LogitsWanted::argmax ? 1 : 0;
+  return rows;
+}
+
 void check_batch(const Batch& batch, const model::Qwen3Config& cfg, const KvPoolShape& pool, std::int32_t max_context,
-                 std::span<const float> logits) {
+                 std::span<const float> logits, std::span<const std::int32_t> picks) {
   if (batch.seqs.empty()) fail(errc::invalid_argument, "step: the batch has no sequence");
   if (pool.block_size <= 0 || pool.num_blocks <= 0) fail(errc::invalid_argument, "step: the runner has no KV pool");
   const auto n_tokens = static_cast<std::int64_t>(batch.tokens.size());
@@ -115,10 +121,14 @@ void check_batch(const Batch& batch, const model::Qwen3Config& cfg, const KvPool
                                          std::to_string(it->second.entry));
     }
   }
+  if (logits.empty() && picks.empty()) return;  // no LM head
   const auto want = static_cast<std::uint64_t>(batch.logit_rows()) * static_cast<std::uint64_t>(cfg.vocab_size);
-  if (!logits.empty() && logits.size() != want)
+  if (logits.size() != want)
     fail(errc::invalid_argument, "step: logits buffer holds " + std::to_string(logits.size()) + " floats; the batch wants " +
                                      std::to_string(want) + " (" + std::to_string(batch.logit_rows()) + " rows)");
+  if (picks.size() != static_cast<std::uint64_t>(batch.pick_rows()))
+    fail(errc::invalid_argument, "step: picks buffer holds " + std::to_string(picks.size()) + " ids; the batch has " +
+                                     std::to_string(batch.pick_rows()) + " argmax sequences");
 }
 
 }  // namespace neuron::backend

@@ -35,6 +35,8 @@ enum class LogitsWanted : std::uint8_t {
   none,  // a prefill chunk that is not the prompt's last: no LM head
   last,  // one row: the last new token's (decode, or the prompt's last chunk)
   all,   // num_tokens rows, one per new token (tests, prompt logprobs)
+  argmax,  // the last new token's greedy pick (model::greedy_pick's rule), not its row: a runner
+           // that can picks on its device and copies one id back instead of a [vocab] row
 };
 
 struct SequenceStep {
@@ -59,6 +61,8 @@ struct Batch {
   std::int64_t num_tokens() const noexcept { return static_cast<std::int64_t>(tokens.size()); }
   // Rows of the logits output: 1 per `last`, num_tokens per `all`, in sequence order.
   std::int64_t logit_rows() const noexcept;
+  // Entries of the picks output: 1 per `argmax` sequence, in sequence order.
+  std::int64_t pick_rows() const noexcept;
 };
 
 // The runner-independent checks of a step, one owner for every backend:
@@ -68,9 +72,10 @@ struct Batch {
 // pool; block ids inside the pool; no (block, slot) written twice and none
 // read by one sequence while another writes it (so a block written this step
 // appears once in one table); logits.size() equal to
-// logit_rows() * vocab_size (or empty: no LM head). Throws Error{invalid_argument} (or
-// context_length_exceeded) naming the sequence and the field.
+// logit_rows() * vocab_size and picks.size() equal to pick_rows(), or both
+// empty (no LM head: a tensor-parallel worker). Throws Error{invalid_argument}
+// (or context_length_exceeded) naming the sequence and the field.
 void check_batch(const Batch& batch, const model::Qwen3Config& cfg, const KvPoolShape& pool, std::int32_t max_context,
-                 std::span<const float> logits);
+                 std::span<const float> logits, std::span<const std::int32_t> picks = {});
 
 }  // namespace neuron::backend

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "backend/cpu/cpu_runner.hpp"
+#include "model/sampler.hpp"
 #include "model/shard_weights.hpp"
 #include "util/error.hpp"
 
@@ -24,6 +25,41 @@ std::string gib(std::uint64_t bytes) { return std::to_string(static_cast<double>
 
 HostFloats ModelRunner::alloc_logits(std::size_t count) const {
   return HostFloats(new float[count], HostFloatsDeleter{[](float* p) { delete[] p; }});
+}
+
+void ModelRunner::step(const Batch& batch, std::span<float> logits, std::span<std::int32_t> picks) {
+  if (picks.empty() || picks_on_device()) {
+    run_step(batch, logits, picks);
+    return;
+  }
+  if (picks.size() != static_cast<std::size_t>(batch.pick_rows()))
+    fail(errc::invalid_argument, "step: picks buffer holds " + std::to_string(picks.size()) + " ids; the batch has " +
+                                     std::to_string(batch.pick_rows()) + " argmax sequences");
+  const auto vocab = static_cast<std::size_t>(config().vocab_size);
+  if (logits.size() != static_cast<std::size_t>(batch.logit_rows()) * vocab)
+    fail(errc::invalid_argument, "step: logits buffer holds " + std::to_string(logits.size()) + " floats; the batch wants " +
+                                     std::to_string(batch.logit_rows()) + " rows");
+  Batch& b = host_pick_batch_;
+  b = batch;
+  for (SequenceStep& s : b.seqs)
+    if (s.logits == LogitsWanted::argmax) s.logits = LogitsWanted::last;
+  host_rows_.resize(static_cast<std::size_t>(b.logit_rows()) * vocab);
+  run_step(b, host_rows_, {});
+  // Rows come sequence by sequence: hand the asked-for ones on, pick the others.
+  std::size_t row = 0, out = 0, pick = 0;
+  for (const SequenceStep& s : batch.seqs) {
+    const std::size_t rows = s.logits == LogitsWanted::all ? static_cast<std::size_t>(s.num_tokens)
+                             : s.logits == LogitsWanted::none ? 0
+                                                              : 1;
+    const std::span<const float> src(host_rows_.data() + row * vocab, rows * vocab);
+    if (s.logits == LogitsWanted::argmax) {
+      picks[pick++] = model::greedy_pick(src);
+    } else if (rows > 0) {
+      std::copy(src.begin(), src.end(), logits.begin() + static_cast<std::ptrdiff_t>(out * vocab));
+      out += rows;
+    }
+    row += rows;
+  }
 }
 
 std::int32_t default_max_context(const Device& device) noexcept { return device.is_cuda() ? 8192 : 4096; }

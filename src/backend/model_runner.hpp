@@ -9,6 +9,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "backend/batch.hpp"
 #include "backend/device.hpp"
@@ -60,16 +61,29 @@ class ModelRunner {
   // Runs one step of a batch (backend/batch.hpp): writes the keys and values
   // of every new token into the sequences' blocks, attends each token to its
   // own sequence's positions [0, its own], and writes logits as the batch asks
-  // ([batch.logit_rows(), vocab] f32, sequence by sequence). Every rank of a
-  // tensor-parallel model runs the same batch; workers pass an empty span
-  // (no LM head). Validates with check_batch() before touching any memory;
-  // a step that throws leaves the new tokens' slots undefined, nothing else.
-  virtual void step(const Batch& batch, std::span<float> logits) = 0;
+  // ([batch.logit_rows(), vocab] f32, sequence by sequence) and the greedy pick
+  // of each `argmax` sequence ([batch.pick_rows()] ids, sequence by sequence).
+  // Every rank of a tensor-parallel model runs the same batch; workers pass
+  // empty spans (no LM head). Validates with check_batch() before touching any
+  // memory; a step that throws leaves the new tokens' slots undefined, nothing
+  // else. A runner whose picks_on_device() is false never sees an `argmax`
+  // sequence: they reach run_step() as `last` ones and are picked here.
+  void step(const Batch& batch, std::span<float> logits, std::span<std::int32_t> picks = {});
+  // True when run_step() makes the `argmax` picks itself (next to the logits).
+  virtual bool picks_on_device() const noexcept { return false; }
 
   virtual const model::Qwen3Config& config() const noexcept = 0;
   virtual std::int32_t max_context() const noexcept = 0;  // positions one sequence may reach
   virtual KvPoolShape kv_pool() const noexcept = 0;
   virtual MemoryStats memory() const = 0;
+
+ protected:
+  // The backend's step, as step() describes it.
+  virtual void run_step(const Batch& batch, std::span<float> logits, std::span<std::int32_t> picks) = 0;
+
+ private:
+  Batch host_pick_batch_;          // the batch with `argmax` sequences turned into `last` ones
+  std::vector<float> host_rows_;   // [its logit_rows(), vocab] f32
 };
 
 // How much memory a model's KV pool may take on each rank.

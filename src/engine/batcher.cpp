@@ -73,30 +73,38 @@ StepStats Batcher::step() {
   stats.preempted = plan.preempted;
   if (plan.empty()) return stats;
 
+  // A plain greedy sequence takes its pick from the runner (made on the device: one id copied back instead
+  // of a [vocab] row); the others sample their logits row here.
   batch_.clear();
-  std::int64_t rows = 0;
+  std::vector<Sequence*> sampled, greedy;  // in batch order within each kind
   for (const ScheduledSequence& p : plan.seqs) {
-    const Sequence& s = *p.seq;
+    Sequence& s = *p.seq;
     const auto tokens = std::span<const std::int32_t>(s.tokens).subspan(static_cast<std::size_t>(s.computed),
                                                                         static_cast<std::size_t>(p.num_new));
-    batch_.add(tokens, s.computed, s.blocks, p.sample ? backend::LogitsWanted::last : backend::LogitsWanted::none);
-    rows += p.sample ? 1 : 0;
+    backend::LogitsWanted want = backend::LogitsWanted::none;
+    if (p.sample && s.sampler().plain_greedy()) {
+      want = backend::LogitsWanted::argmax;
+      greedy.push_back(p.seq);
+    } else if (p.sample) {
+      want = backend::LogitsWanted::last;
+      sampled.push_back(p.seq);
+    }
+    batch_.add(tokens, s.computed, s.blocks, want);
   }
+  const auto rows = static_cast<std::int64_t>(sampled.size());
   if (rows > logits_rows_) {  // grows to the widest step seen, at least max_num_seqs rows
     logits_rows_ = std::max<std::int64_t>(rows, scheduler_.options().max_num_seqs);
     logits_.reset();
     logits_ = runner_.alloc_logits(static_cast<std::size_t>(logits_rows_ * vocab_));
   }
   const std::span<float> logits(logits_.get(), static_cast<std::size_t>(rows * vocab_));
-  runner_.step(batch_, logits);
+  device_picks_.assign(greedy.size(), -1);
+  runner_.step(batch_, logits, device_picks_);
   scheduler_.complete(plan);
   stats.seqs = static_cast<std::int32_t>(plan.seqs.size());
   stats.tokens = plan.num_tokens;
 
   // Sample every row in parallel (each sequence owns its sampler and history).
-  std::vector<Sequence*> sampled;
-  for (const ScheduledSequence& p : plan.seqs)
-    if (p.sample) sampled.push_back(p.seq);
   picks_.assign(sampled.size(), -1);
   std::exception_ptr error;
   const auto n = static_cast<std::int64_t>(sampled.size());
@@ -112,8 +120,9 @@ StepStats Batcher::step() {
     }
   }
   if (error) std::rethrow_exception(error);
+  for (std::size_t i = 0; i < greedy.size(); ++i) accept(*greedy[i], device_picks_[i]);
   for (std::size_t i = 0; i < sampled.size(); ++i) accept(*sampled[i], picks_[i]);
-  stats.sampled = static_cast<std::int32_t>(sampled.size());
+  stats.sampled = static_cast<std::int32_t>(sampled.size() + greedy.size());
   return stats;
 }
 

@@ -70,7 +70,8 @@ class Batcher {
   backend::Batch batch_;             // reused between steps
   backend::HostFloats logits_;       // [logits_rows_, vocab] f32 from runner.alloc_logits (pinned on CUDA)
   std::int64_t logits_rows_ = 0;
-  std::vector<std::int32_t> picks_;  // [sampled rows] the tokens sampled this step
+  std::vector<std::int32_t> device_picks_;  // [argmax sequences] greedy picks the runner made
+  std::vector<std::int32_t> picks_;         // [sampling sequences] the tokens sampled this step on the host
 };
 
 }  // namespace neuron::engine

@@ -28,6 +28,22 @@ void SamplingParams::validate() const {
           "frequency_penalty", "in [-2, 2]", frequency_penalty);
 }
 
+std::int32_t greedy_pick(std::span<const float> logits) noexcept {
+  std::size_t best = 0;
+  float best_value = -INFINITY;
+  for (std::size_t i = 0; i < logits.size(); ++i)
+    if (logits[i] > best_value) {
+      best = i;
+      best_value = logits[i];
+    }
+  return static_cast<std::int32_t>(best);
+}
+
+bool Sampler::plain_greedy() const noexcept {
+  return params_.temperature == 0.0f && params_.repetition_penalty == 1.0f && params_.presence_penalty == 0.0f &&
+         params_.frequency_penalty == 0.0f;
+}
+
 Sampler::Sampler(const SamplingParams& params) : params_(params) {
   params_.validate();
   rng_.seed(params_.seed ? *params_.seed : std::random_device{}());
@@ -73,8 +89,7 @@ std::int32_t Sampler::sample(std::span<float> logits, std::span<const std::int32
   apply_penalties(logits, history, prompt_len);
 
   if (params_.temperature == 0.0f) {
-    // First maximum: ties resolve to the lowest id, as torch.argmax does.
-    return static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    return greedy_pick(logits);
   }
 
   // Candidates, sorted by descending logit only as far as a filter needs.

@@ -28,6 +28,11 @@ struct SamplingParams {
   void validate() const;
 };
 
+// The greedy pick of one logits row: the first maximum (torch.argmax's tie
+// rule); NaN never wins, and a row with no number above -inf picks id 0. The
+// one definition that every greedy pick follows, on the host and on a device.
+std::int32_t greedy_pick(std::span<const float> logits) noexcept;
+
 class Sampler {
  public:
   // Validates `params`.
@@ -42,6 +47,9 @@ class Sampler {
   std::int32_t sample(std::span<float> logits, std::span<const std::int32_t> history, std::size_t prompt_len = 0);
 
   const SamplingParams& params() const noexcept { return params_; }
+  // True when sample() is greedy_pick() of the raw logits (temperature 0, no
+  // penalty), so the pick may be made where the logits are (on the device).
+  bool plain_greedy() const noexcept;
 
  private:
   void apply_penalties(std::span<float> logits, std::span<const std::int32_t> history, std::size_t prompt_len);

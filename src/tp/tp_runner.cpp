@@ -78,9 +78,9 @@ TpRunner::~TpRunner() {
   if (pool_) pool_->shutdown();
 }
 
-void TpRunner::step(const backend::Batch& batch, std::span<float> logits) {
+void TpRunner::run_step(const backend::Batch& batch, std::span<float> logits, std::span<std::int32_t> picks) {
   const auto comm0 = comm_->busy_ns();
-  pool_->round(StepRequest{.model_id = model_id_, .batch = batch}, "step_ok", [&] { own_->step(batch, logits); },
+  pool_->round(StepRequest{.model_id = model_id_, .batch = batch}, "step_ok", [&] { own_->step(batch, logits, picks); },
                pool_->step_timeout());
   const RoundTiming& t = pool_->last_round();
   stats_.steps += 1;

@@ -62,7 +62,13 @@ class TpRunner final : public backend::ModelRunner {
 
   // A round of `step` (messages.hpp); a batch check_batch refuses fails
   // alike on every rank before any collective, and the group stays usable.
-  void step(const backend::Batch& batch, std::span<float> logits) override;
+  // The leader's own runner computes the logits and picks (on its device when it can).
+  bool picks_on_device() const noexcept override { return true; }
+
+ protected:
+  void run_step(const backend::Batch& batch, std::span<float> logits, std::span<std::int32_t> picks) override;
+
+ public:
   const model::Qwen3Config& config() const noexcept override { return own_->config(); }
   std::int32_t max_context() const noexcept override { return own_->max_context(); }
   backend::KvPoolShape kv_pool() const noexcept override { return own_->kv_pool(); }

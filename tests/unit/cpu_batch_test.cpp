@@ -16,6 +16,7 @@
 #include "io/safetensors.hpp"
 #include "model/config.hpp"
 #include "model/random_checkpoint.hpp"
+#include "model/sampler.hpp"
 #include "model/shard.hpp"
 #include "support/batch_driver.hpp"
 #include "util/error.hpp"
@@ -179,6 +180,45 @@ TEST_P(CpuBatch, AllLogitsRowsFollowSequenceOrder) {
               kTolerance)
         << "row " << r;
   EXPECT_LE(test_support::relative_error(std::span(logits).subspan(20 * vocab, vocab), want_c), kTolerance);
+}
+
+TEST_P(CpuBatch, ArgmaxSequencesGetTheGreedyPickOfTheirRow) {
+  // The CPU runner picks nowhere itself: ModelRunner::step runs `argmax` sequences as `last` ones and picks.
+  auto runner = open(0, 32);
+  ASSERT_FALSE(runner->picks_on_device());
+  const auto a = test_support::random_prompt(20, cfg_.vocab_size, 1), b = test_support::random_prompt(9, cfg_.vocab_size, 2);
+  const auto c = test_support::random_prompt(3, cfg_.vocab_size, 3);
+  const auto vocab = static_cast<std::size_t>(cfg_.vocab_size);
+  const std::vector<std::int32_t> ta{4, 9}, tb{0}, tc{7};
+  auto make = [&](LogitsWanted wa, LogitsWanted wc) {
+    Batch batch;
+    batch.add(a, 0, ta, wa);
+    batch.add(b, 0, tb, LogitsWanted::none);
+    batch.add(c, 0, tc, wc);
+    return batch;
+  };
+  std::vector<float> rows(2 * vocab);
+  runner->step(make(LogitsWanted::last, LogitsWanted::last), rows);
+  const std::span<const float> row_a(rows.data(), vocab), row_c(rows.data() + vocab, vocab);
+
+  const Batch mixed = make(LogitsWanted::argmax, LogitsWanted::last);
+  ASSERT_EQ(mixed.logit_rows(), 1);
+  ASSERT_EQ(mixed.pick_rows(), 1);
+  std::vector<float> one(vocab);
+  std::vector<std::int32_t> picks(1, -1);
+  runner->step(mixed, one, picks);
+  EXPECT_EQ(picks[0], model::greedy_pick(row_a));
+  EXPECT_EQ(one, std::vector<float>(row_c.begin(), row_c.end())) << "the `last` row is the same computation";
+
+  std::vector<std::int32_t> both(2, -1);
+  runner->step(make(LogitsWanted::argmax, LogitsWanted::argmax), {}, both);
+  EXPECT_EQ(both, (std::vector<std::int32_t>{model::greedy_pick(row_a), model::greedy_pick(row_c)}));
+
+  // Wrong sizes are refused before anything runs.
+  std::vector<std::int32_t> three(3);
+  EXPECT_NE(error_of([&] { runner->step(mixed, one, three); }).find("picks buffer"), std::string::npos);
+  std::vector<float> two_rows(2 * vocab);
+  EXPECT_NE(error_of([&] { runner->step(mixed, two_rows, picks); }).find("logits buffer"), std::string::npos);
 }
 
 TEST_P(CpuBatch, RefusedBatchesLeaveThePoolUntouched) {

@@ -29,6 +29,7 @@
 #include "dist/factory.hpp"
 #include "io/safetensors.hpp"
 #include "model/config.hpp"
+#include "model/sampler.hpp"
 #include "util/error.hpp"
 
 namespace neuron::backend::cuda {
@@ -540,6 +541,54 @@ TEST_F(CudaRunnerTiny, SharedPrefixBlocksAreReadNotWritten) {
   EXPECT_GE(cosine(std::span<const float>(got.data(), v), want_a), 0.999);
   EXPECT_GE(cosine(std::span<const float>(got.data() + v, v), want_b), 0.999);
   EXPECT_EQ(argmax(std::span<const float>(got.data(), v)), argmax(want_a));
+}
+
+// Greedy picks made on the device equal model::greedy_pick of the same rows, on the graph path (decode-only
+// steps) and the eager one (a step with a prefill), with the logits rows asked beside them unchanged.
+TEST_F(CudaRunnerTiny, DevicePicksAreTheGreedyPicksOfTheRows) {
+  const auto v = static_cast<std::size_t>(cfg_.vocab_size);
+  RunnerOptions options;
+  options.max_context = 64;
+  options.kv_blocks = 16;
+  auto runner = open_tiny(*ckpt_, cfg_, 0, 1, nullptr, options);
+  ASSERT_TRUE(runner->picks_on_device());
+  std::vector<std::vector<std::int32_t>> prompts(3);
+  for (int s = 0; s < 3; ++s)
+    for (int i = 0; i < 10 + 7 * s; ++i) prompts[s].push_back(100 + 31 * i + 977 * s);
+  const std::vector<std::vector<std::int32_t>> tables = {{0, 1}, {2, 3}, {4, 5}};
+  Batch prefill;
+  for (int s = 0; s < 3; ++s) prefill.add(prompts[s], 0, tables[s], LogitsWanted::none);
+  runner->step(prefill, {});
+  const std::vector<std::int32_t> next = {7, 8, 9};
+  // Decode-only (graph) and, for the eager path, the same decodes beside a prefill of a fourth sequence.
+  const std::vector<std::int32_t> extra(12, 55), extra_table = {6};
+  for (const bool eager : {false, true}) {
+    auto make = [&](std::initializer_list<LogitsWanted> wants) {
+      Batch b;
+      int s = 0;
+      for (const LogitsWanted w : wants) {
+        b.add(std::span<const std::int32_t>(&next[s], 1), static_cast<std::int32_t>(prompts[s].size()), tables[s], w);
+        ++s;
+      }
+      if (eager) b.add(extra, 0, extra_table, LogitsWanted::none);
+      return b;
+    };
+    std::vector<float> rows(3 * v);
+    runner->step(make({LogitsWanted::last, LogitsWanted::last, LogitsWanted::last}), rows);
+    std::vector<std::int32_t> want(3);
+    for (int s = 0; s < 3; ++s) want[s] = model::greedy_pick(std::span<const float>(rows.data() + s * v, v));
+
+    std::vector<std::int32_t> picks(3, -1);
+    runner->step(make({LogitsWanted::argmax, LogitsWanted::argmax, LogitsWanted::argmax}), {}, picks);
+    EXPECT_EQ(picks, want) << (eager ? "eager" : "graph");
+
+    std::vector<float> middle(v);
+    std::vector<std::int32_t> two(2, -1);
+    runner->step(make({LogitsWanted::argmax, LogitsWanted::last, LogitsWanted::argmax}), middle, two);
+    EXPECT_EQ(two, (std::vector<std::int32_t>{want[0], want[2]})) << (eager ? "eager" : "graph");
+    EXPECT_GE(cosine(middle, std::span<const float>(rows.data() + v, v)), 0.99999) << (eager ? "eager" : "graph");
+    EXPECT_EQ(argmax(middle), want[1]);
+  }
 }
 
 TEST(CudaRunnerRandom, RandomWeightsAreDeterministicAndFinite) {

@@ -33,7 +33,7 @@ TEST(CudaStepInputs, MixedPassPacksEverySectionInPlace) {
       {tail, 130, t2, LogitsWanted::last},     // 5 rows at 130..134: one tile, the longest context
       {decode_b, 0, t3, LogitsWanted::none},
   };
-  const PassPlan p = plan_pass(seqs, 0, 4096);
+  const PassPlan p = plan_pass(seqs, 0);
   EXPECT_FALSE(p.padded);
   EXPECT_FALSE(p.decode_only);
   EXPECT_EQ(p.tokens, 77);
@@ -82,16 +82,17 @@ TEST(CudaStepInputs, GraphPassPadsWithTheScratchBlockAndKeepsItsLayout) {
   const std::vector<std::int32_t> tok = {5, 6, 7};
   const std::vector<std::int32_t> ta = {1, 2, 3}, tb = {9}, tc = {4, 8};
   std::vector<PassSeq> seqs = {{std::span(tok).subspan(0, 1), 40, ta, LogitsWanted::last},
-                               {std::span(tok).subspan(1, 1), 3, tb, LogitsWanted::none},
+                               {std::span(tok).subspan(1, 1), 3, tb, LogitsWanted::argmax},
                                {std::span(tok).subspan(2, 1), 17, tc, LogitsWanted::last}};
-  const PassPlan p = plan_pass(seqs, 4, 8192);
+  const PassPlan p = plan_pass(seqs, 4);
   EXPECT_TRUE(p.padded);
   EXPECT_TRUE(p.decode_only);
   EXPECT_EQ(p.tokens, 4);
   EXPECT_EQ(p.seqs, 4);
   EXPECT_EQ(p.n_decode, 4);
-  EXPECT_EQ(p.max_decode_ctx, 8192);
+  EXPECT_EQ(p.max_decode_ctx, 41) << "the real sequences' (the grid is picked from it)";
   EXPECT_EQ(p.rows, (std::vector<std::int32_t>{0, 2}));
+  EXPECT_EQ(p.picks, (std::vector<std::int32_t>{1}));
   std::vector<std::int32_t> buf(static_cast<std::size_t>(p.layout.end));
   pack_pass(seqs, p, bs, scratch, buf);
   const StepLayout& l = p.layout;
@@ -101,11 +102,13 @@ TEST(CudaStepInputs, GraphPassPadsWithTheScratchBlockAndKeepsItsLayout) {
   EXPECT_EQ(section(buf, l.decode_items, 4), (std::vector<std::int32_t>{0, 1, 2, 3}));
   EXPECT_EQ(buf[l.block_offset + 3], 6);
   EXPECT_EQ(section(buf, l.block_tables, 7), (std::vector<std::int32_t>{1, 2, 3, 9, 4, 8, scratch}));
-  EXPECT_EQ(l.end, l.block_tables + 7);
+  EXPECT_EQ(l.pick_rows, l.block_tables + 7) << "picks after the tables, outside the graph's layout";
+  EXPECT_EQ(section(buf, l.pick_rows, 1), (std::vector<std::int32_t>{1}));
+  EXPECT_EQ(l.end, l.pick_rows + 1);
   // Another step of the same batch size with longer tables: the same layout up to the tables.
   const std::vector<std::int32_t> longer = range(10, 30);
   std::vector<PassSeq> other = {{std::span(tok).subspan(0, 1), 470, longer, LogitsWanted::last}};
-  const PassPlan q = plan_pass(other, 4, 8192);
+  const PassPlan q = plan_pass(other, 4);
   EXPECT_EQ(q.layout.block_tables, l.block_tables);
   EXPECT_EQ(q.layout.decode_items, l.decode_items);
   EXPECT_EQ(q.layout.ctx_len, l.ctx_len);
@@ -151,6 +154,35 @@ TEST(CudaStepInputs, StepsLongerThanAPassGoInPieces) {
   EXPECT_EQ(pass_rows(passes[1]), 904);
   split_passes(batch, bs, 4096, false, passes);
   EXPECT_EQ(pass_rows(passes[0]) + pass_rows(passes[1]), 0);
+
+  // `argmax` is one pick from the last piece only, and none without logits.
+  batch.clear();
+  batch.add(a, 0, ta, LogitsWanted::argmax);
+  batch.add(b, 100, tb, LogitsWanted::argmax);
+  split_passes(batch, bs, 4096, true, passes);
+  ASSERT_EQ(passes.size(), 2u);
+  EXPECT_EQ(passes[0][1].logits, LogitsWanted::none) << "not its last piece";
+  EXPECT_EQ(pass_picks(passes[0]), 1);
+  EXPECT_EQ(pass_picks(passes[1]), 1);
+  EXPECT_EQ(pass_rows(passes[0]) + pass_rows(passes[1]), 0);
+  split_passes(batch, bs, 4096, false, passes);
+  EXPECT_EQ(pass_picks(passes[0]) + pass_picks(passes[1]), 0);
+}
+
+TEST(CudaStepInputs, EagerHeadRowsAreLogitsRowsThenPicks) {
+  const auto a = range(0, 5), b = range(10, 1), c = range(20, 3);
+  const std::vector<std::int32_t> ta = {1}, tb = {2}, tc = {3};
+  std::vector<PassSeq> seqs = {{a, 0, ta, LogitsWanted::argmax},  // rows 0..4: pick of row 4
+                               {b, 7, tb, LogitsWanted::last},    // row 5
+                               {c, 0, tc, LogitsWanted::argmax}}; // rows 6..8: pick of row 8
+  const PassPlan p = plan_pass(seqs, 0);
+  EXPECT_EQ(p.rows, (std::vector<std::int32_t>{5}));
+  EXPECT_EQ(p.picks, (std::vector<std::int32_t>{4, 8}));
+  std::vector<std::int32_t> buf(static_cast<std::size_t>(p.layout.end));
+  pack_pass(seqs, p, 16, 99, buf);
+  EXPECT_EQ(section(buf, p.layout.head_rows, 3), (std::vector<std::int32_t>{5, 4, 8}));
+  EXPECT_EQ(section(buf, p.layout.pick_rows, 2), (std::vector<std::int32_t>{4, 8}));
+  EXPECT_EQ(p.layout.end, p.layout.pick_rows + 2);
 }
 
 }  // namespace

@@ -73,7 +73,7 @@ class ScriptedRunner final : public backend::ModelRunner {
     config_ = model::load_model_configs(kTinyModel).model;
   }
 
-  void step(const backend::Batch& batch, std::span<float> logits) override {
+  void run_step(const backend::Batch& batch, std::span<float> logits, std::span<std::int32_t>) override {
     backend::check_batch(batch, config_, pool_, max_context_, logits);
     std::size_t prompt_len;
     {
@@ -480,7 +480,9 @@ TEST(EngineScripted, ARunnerFailureFailsTheRequestsInTheStepAndPoisonsTheEngine)
   class Failing final : public backend::ModelRunner {
    public:
     Failing() { config_ = model::load_model_configs(kTinyModel).model; }
-    void step(const backend::Batch&, std::span<float>) override { fail(errc::worker_failed, "rank 1 died"); }
+    void run_step(const backend::Batch&, std::span<float>, std::span<std::int32_t>) override {
+      fail(errc::worker_failed, "rank 1 died");
+    }
     const model::Qwen3Config& config() const noexcept override { return config_; }
     std::int32_t max_context() const noexcept override { return 64; }
     backend::KvPoolShape kv_pool() const noexcept override { return {.block_size = 4, .num_blocks = 64, .bytes_per_block = 0}; }

@@ -43,6 +43,31 @@ TEST(Sampler, GreedyPicksTheFirstMaximum) {
   EXPECT_EQ(s.sample(logits, {}), 1);
 }
 
+TEST(Sampler, GreedyPickRule) {
+  const float nan = std::nanf(""), inf = INFINITY;
+  EXPECT_EQ(greedy_pick(std::vector<float>{nan, 1.0f, 3.0f, 3.0f}), 2) << "NaN never wins; first maximum";
+  EXPECT_EQ(greedy_pick(std::vector<float>{-inf, -inf, -inf}), 0);
+  EXPECT_EQ(greedy_pick(std::vector<float>{nan, nan}), 0);
+  EXPECT_EQ(greedy_pick(std::vector<float>{-inf, 2.0f, inf, inf}), 2);
+}
+
+TEST(Sampler, PlainGreedyMeansNothingButTheArgmax) {
+  EXPECT_TRUE(Sampler(seeded(0.0f)).plain_greedy());
+  EXPECT_FALSE(Sampler(seeded(0.7f)).plain_greedy());
+  SamplingParams p = seeded(0.0f);
+  p.repetition_penalty = 1.1f;
+  EXPECT_FALSE(Sampler(p).plain_greedy());
+  p = seeded(0.0f);
+  p.presence_penalty = 0.5f;
+  EXPECT_FALSE(Sampler(p).plain_greedy());
+  p = seeded(0.0f);
+  p.frequency_penalty = -0.5f;
+  EXPECT_FALSE(Sampler(p).plain_greedy());
+  p = seeded(0.0f);
+  p.top_k = 5;  // ignored by a greedy pick
+  EXPECT_TRUE(Sampler(p).plain_greedy());
+}
+
 TEST(Sampler, GreedyIgnoresTheSeed) {
   std::vector<float> logits{0.5f, 0.4f, 3.0f, 0.2f};
   for (std::uint64_t seed : {1u, 2u, 3u}) {

@@ -157,7 +157,7 @@ TEST(TpMessages, MalformedStepsAreBadRequestsNamingTheField) {
       {step("[1]", "[[0,1,-1,0,1,1]]", "[0]"), "step.seqs[0].position"},
       {step("[1]", "[[0,1,0,-1,1,1]]", "[0]"), "step.seqs[0].block_begin"},
       {step("[1]", "[[0,1,0,0,-1,1]]", "[0]"), "step.seqs[0].num_blocks"},
-      {step("[1]", "[[0,1,0,0,1,3]]", "[0]"), "step.seqs[0].logits"},
+      {step("[1]", "[[0,1,0,0,1,4]]", "[0]"), "step.seqs[0].logits"},
       {step("[1]", "[[0,1,0,0,1,1.5]]", "[0]"), "step.seqs[0].logits"},
       {step("[1]", R"([[0,1,0,0,1,"last"]])", "[0]"), "step.seqs[0].logits"},
       {step("[1]", "[[0,1,2147483648,0,1,1]]", "[0]"), "step.seqs[0].position"},

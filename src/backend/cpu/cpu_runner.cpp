@@ -117,7 +117,8 @@ class CpuRunner final : public ModelRunner {
     for (std::int64_t h = 0; h < plan.q_heads; ++h) kv_of_q_.push_back(plan.kv_of_q(h, cfg));
   }
 
-  void step(const Batch& batch, std::span<float> logits) override {
+  void run_step(const Batch& batch, std::span<float> logits, std::span<std::int32_t> picks) override {
+    NEURON_ASSERT(picks.empty());  // picks_on_device() is false: the base class picks
     check_batch(batch, cfg_, pool_shape_, max_context_, logits);
     const std::int64_t n = batch.num_tokens(), hidden = cfg_.hidden_size;
     place_tokens(batch);

@@ -33,6 +33,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <chrono>
 #include <climits>
 #include <cmath>
@@ -60,6 +61,7 @@ constexpr std::array<int, 14> kGraphLadder = {1, 2, 4, 8, 16, 32, 48, 64, 96, 12
 constexpr int kMaxGraphBatch = kGraphLadder.back();
 constexpr int kLogitRows = kMaxGraphBatch;  // rows per LM-head pass (a graph's whole batch)
 constexpr int kMaxDecodeSplits = 64;
+constexpr int kSplitBuckets = 7;  // graphs' decode splits: 1, 2, 4, ..., kMaxDecodeSplits
 constexpr std::size_t kStagingBytes = std::size_t{64} << 20;
 
 bool env_flag(const char* name, bool fallback) {
@@ -143,12 +145,15 @@ class CudaRunner final : public ModelRunner {
              const Device& device, std::shared_ptr<dist::Communicator> comm, const RunnerOptions& options);
   ~CudaRunner() override;
 
-  void step(const Batch& batch, std::span<float> logits) override;
+  bool picks_on_device() const noexcept override { return true; }
   HostFloats alloc_logits(std::size_t count) const override;
   const model::Qwen3Config& config() const noexcept override { return cfg_; }
   std::int32_t max_context() const noexcept override { return max_ctx_; }
   KvPoolShape kv_pool() const noexcept override { return KvPoolShape{block_size_, kv_blocks_, bytes_per_block_}; }
   MemoryStats memory() const override;
+
+ protected:
+  void run_step(const Batch& batch, std::span<float> logits, std::span<std::int32_t> picks) override;
 
  private:
   struct Layer {
@@ -166,18 +171,23 @@ class CudaRunner final : public ModelRunner {
   void place(const model::SliceSpec& spec, const io::Checkpoint* checkpoint, std::optional<Uploader>& up, bf16_t* dst);
   kernels::PagedKv kv(std::size_t layer) const;
   int decode_splits(int items, int max_len) const;
+  // decode_splits rounded up to a power of two: a graph's grid, captured once per bucket.
+  int graph_splits(int items, int max_len) const;
   // Packs a pass (padded to kGraphLadder[graph] when graph >= 0) and copies it to step_in_.
   PassPlan upload_pass(std::span<const PassSeq> seqs, int graph);
   void reserve_step_inputs(std::size_t ints);
-  // Runs a pass whose inputs already sit in step_in_.
-  void run_layers(const PassPlan& p);
+  // Runs a pass whose inputs already sit in step_in_, its decode attention in `splits` ranges.
+  void run_layers(const PassPlan& p, int splits);
   void lm_head(const bf16_t* h_rows, int rows, float* out);
   template <class Y>
   void linear(const bf16_t* x, int n, const DeviceBuffer& w, int rows, int cols, Y* y);
   void all_reduce(float* data, std::size_t count);
-  // Runs one pass and writes its logits rows to `out` ([rows, vocab]).
-  void run_pass(std::span<const PassSeq> seqs, std::span<float> out);
-  void replay_graph(int graph, const PassPlan& p, bool want_logits);
+  // Runs one pass and writes its logits rows to `out` ([rows, vocab]) and its picks to `picks` ([picks]).
+  void run_pass(std::span<const PassSeq> seqs, std::span<float> out, std::span<std::int32_t> picks);
+  void replay_graph(int graph, int split_bucket, const PassPlan& p, int splits, bool want_logits);
+  // Greedy picks of `n` rows of logits_ (row ids on the device, or rows [first, first + n) when null) into
+  // picks_dev_[at, at + n).
+  void pick(const std::int32_t* dev_rows, int first, int n, int at);
 
   const bf16_t* w(const DeviceBuffer& b) const { return b.data<bf16_t>(); }
 
@@ -219,9 +229,11 @@ class CudaRunner final : public ModelRunner {
   DeviceBuffer decode_counters_;  // [decode_counters of the largest split pass] u32, zero between calls
   DeviceBuffer head_rows_;   // [kLogitRows, hidden] bf16 gathered LM-head input rows
   DeviceBuffer logits_;      // [kLogitRows, vocab] f32
+  DeviceBuffer picks_dev_;   // [kMaxPassTokens] i32 greedy picks of a pass
   PinnedBuffer reduce_host_; // [kMaxPassTokens, hidden] f32 staging for a host (Gloo) all-reduce
-  // [ladder size][without, with the LM head]: decode graphs by padded batch size.
-  std::array<std::array<GraphExec, 2>, kGraphLadder.size()> graphs_;
+  // [ladder size][log2 of the decode splits][without, with the LM head]: decode graphs by padded batch
+  // size and attention grid.
+  std::array<std::array<std::array<GraphExec, 2>, kSplitBuckets>, kGraphLadder.size()> graphs_;
   std::vector<std::vector<PassSeq>> passes_;  // the step cut into passes (reused across steps)
 };
 
@@ -297,7 +309,7 @@ CudaRunner::CudaRunner(const model::Qwen3Config& cfg, const io::Checkpoint* chec
   // The split-K scratch of the largest split pass: splits shrink as items grow, so scan them all.
   std::size_t scratch_floats = 0, counters = 0;
   for (int items = 1; items <= kMaxPassTokens; ++items) {
-    const int splits = decode_splits(items, max_ctx_);
+    const int splits = graph_splits(items, max_ctx_);  // >= decode_splits
     if (splits == 1) break;
     scratch_floats = std::max(scratch_floats, kernels::decode_scratch_floats(items, hq_, hd_, splits));
     counters = std::max(counters, kernels::decode_counters(items, hq_, hkv_));
@@ -307,6 +319,7 @@ CudaRunner::CudaRunner(const model::Qwen3Config& cfg, const io::Checkpoint* chec
   NEURON_CUDA_CHECK(cudaMemsetAsync(decode_counters_.data(), 0, decode_counters_.bytes(), stream_.get()));
   head_rows_ = DeviceBuffer(2 * static_cast<std::size_t>(kLogitRows) * hidden_);
   logits_ = DeviceBuffer(4 * static_cast<std::size_t>(kLogitRows) * vocab_);
+  picks_dev_ = DeviceBuffer(4 * n);
   if (comm_->size() > 1 && comm_->location() == dist::MemoryLocation::host)
     reduce_host_ = PinnedBuffer(4 * n * hidden_);
   // Room for the fixed part of the largest pass and a full graph batch of the longest tables; grows on demand.
@@ -402,6 +415,12 @@ int CudaRunner::decode_splits(int items, int max_len) const {
   return std::clamp(useful, 1, wanted);
 }
 
+int CudaRunner::graph_splits(int items, int max_len) const {
+  int bucket = 1;
+  while (bucket < decode_splits(items, max_len)) bucket *= 2;
+  return std::min(bucket, kMaxDecodeSplits);
+}
+
 void CudaRunner::reserve_step_inputs(std::size_t ints) {
   if (ints <= step_capacity_) return;
   stream_.synchronize();  // nothing may still read the old buffers
@@ -409,8 +428,9 @@ void CudaRunner::reserve_step_inputs(std::size_t ints) {
   step_in_ = DeviceBuffer(4 * capacity);
   step_host_ = PinnedBuffer(4 * capacity);
   step_capacity_ = capacity;
-  for (auto& pair : graphs_)  // they read the old step_in_
-    for (GraphExec& g : pair) g.reset();
+  for (auto& by_splits : graphs_)  // they read the old step_in_
+    for (auto& pair : by_splits)
+      for (GraphExec& g : pair) g.reset();
 }
 
 template <class Y>
@@ -435,7 +455,7 @@ void CudaRunner::all_reduce(float* data, std::size_t count) {
 }
 
 PassPlan CudaRunner::upload_pass(std::span<const PassSeq> seqs, int graph) {
-  PassPlan p = plan_pass(seqs, graph >= 0 ? kGraphLadder[static_cast<std::size_t>(graph)] : 0, max_ctx_);
+  PassPlan p = plan_pass(seqs, graph >= 0 ? kGraphLadder[static_cast<std::size_t>(graph)] : 0);
   reserve_step_inputs(static_cast<std::size_t>(p.layout.end));
   const std::span<std::int32_t> staging(step_host_.data<std::int32_t>(), static_cast<std::size_t>(p.layout.end));
   pack_pass(seqs, p, block_size_, kv_blocks_, staging);
@@ -444,7 +464,7 @@ PassPlan CudaRunner::upload_pass(std::span<const PassSeq> seqs, int graph) {
   return p;
 }
 
-void CudaRunner::run_layers(const PassPlan& p) {
+void CudaRunner::run_layers(const PassPlan& p, int splits) {
   cudaStream_t s = stream_.get();
   const int n = p.tokens;
   const StepLayout& l = p.layout;
@@ -452,7 +472,6 @@ void CudaRunner::run_layers(const PassPlan& p) {
   const kernels::StepSeqs seqs{in + l.q_start, in + l.num_tokens, in + l.position,
                                in + l.block_offset, in + l.ctx_len, in + l.block_tables};
   const std::int32_t* items = in + l.decode_items;
-  const int splits = decode_splits(p.n_decode, p.max_decode_ctx);
   float* scratch = decode_scratch_.data<float>();
   auto* counters = decode_counters_.data<unsigned>();
   float* x = x_.data<float>();
@@ -517,13 +536,13 @@ void CudaRunner::lm_head(const bf16_t* h_rows, int rows, float* out) {
   linear(h_rows, rows, head, vocab_, hidden_, out);
 }
 
-void CudaRunner::replay_graph(int graph, const PassPlan& p, bool want_logits) {
+void CudaRunner::replay_graph(int graph, int split_bucket, const PassPlan& p, int splits, bool want_logits) {
   cudaStream_t s = stream_.get();
-  GraphExec& g = graphs_[static_cast<std::size_t>(graph)][want_logits ? 1 : 0];
+  GraphExec& g = graphs_[static_cast<std::size_t>(graph)][static_cast<std::size_t>(split_bucket)][want_logits ? 1 : 0];
   if (!g) {
     NEURON_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
     try {
-      run_layers(p);
+      run_layers(p, splits);
       if (want_logits) lm_head(h_.data<bf16_t>(), p.tokens, logits_.data<float>());
     } catch (...) {
       cudaGraph_t broken = nullptr;
@@ -538,7 +557,12 @@ void CudaRunner::replay_graph(int graph, const PassPlan& p, bool want_logits) {
   g.launch(s);
 }
 
-void CudaRunner::run_pass(std::span<const PassSeq> seqs, std::span<float> out) {
+void CudaRunner::pick(const std::int32_t* dev_rows, int first, int n, int at) {
+  kernels::argmax_rows(logits_.data<float>() + static_cast<std::size_t>(first) * vocab_, vocab_, dev_rows, n,
+                       picks_dev_.data<std::int32_t>() + at, stream_.get());
+}
+
+void CudaRunner::run_pass(std::span<const PassSeq> seqs, std::span<float> out, std::span<std::int32_t> picks) {
   cudaStream_t s = stream_.get();
   const auto v = static_cast<std::size_t>(vocab_);
   bool decode_only = true;
@@ -549,10 +573,14 @@ void CudaRunner::run_pass(std::span<const PassSeq> seqs, std::span<float> out) {
                              kGraphLadder.begin());
   const PassPlan p = upload_pass(seqs, graph);
   const auto rows = static_cast<int>(p.rows.size());
-  NEURON_ASSERT(out.size() == static_cast<std::size_t>(rows) * v);
+  const auto n_picks = static_cast<int>(p.picks.size());
+  NEURON_ASSERT(out.size() == static_cast<std::size_t>(rows) * v && picks.size() == static_cast<std::size_t>(n_picks));
   if (graph >= 0) {
-    // The graph's LM head covered every row of the batch: copy the asked-for ones, in runs.
-    replay_graph(graph, p, rows > 0);
+    // The graph's grid serves contexts up to its split bucket's; its LM head covers every row of the batch:
+    // copy the asked-for rows, in runs, and pick the others.
+    const int splits = graph_splits(p.seqs, p.max_decode_ctx);
+    const int bucket = std::countr_zero(static_cast<unsigned>(splits));
+    replay_graph(graph, bucket, p, splits, rows + n_picks > 0);
     for (int r = 0; r < rows;) {
       int k = 1;
       while (r + k < rows && p.rows[r + k] == p.rows[r] + k) ++k;
@@ -561,23 +589,38 @@ void CudaRunner::run_pass(std::span<const PassSeq> seqs, std::span<float> out) {
                                         4 * static_cast<std::size_t>(k) * v, cudaMemcpyDeviceToHost, s));
       r += k;
     }
+    if (n_picks > 0) {
+      pick(step_in_.data<std::int32_t>() + p.layout.pick_rows, 0, n_picks, 0);
+      NEURON_CUDA_CHECK(cudaMemcpyAsync(picks.data(), picks_dev_.data(), 4 * picks.size(), cudaMemcpyDeviceToHost, s));
+    }
     stream_.synchronize();
     return;
   }
-  run_layers(p);
+  run_layers(p, decode_splits(p.n_decode, p.max_decode_ctx));
+  // The LM head reads rows then picks (head_rows), kLogitRows at a time.
   const std::int32_t* dev_rows = step_in_.data<std::int32_t>() + p.layout.head_rows;
-  for (int r = 0; r < rows; r += kLogitRows) {
-    const int k = std::min(kLogitRows, rows - r);
-    const bf16_t* src = h_.data<bf16_t>() + static_cast<std::size_t>(p.rows[r]) * hidden_;
-    if (p.rows[r + k - 1] - p.rows[r] != k - 1) {  // rows ascend, so this means they are not one run
+  std::vector<std::int32_t> head(p.rows);
+  head.insert(head.end(), p.picks.begin(), p.picks.end());
+  const auto total = static_cast<int>(head.size());
+  for (int r = 0; r < total; r += kLogitRows) {
+    const int k = std::min(kLogitRows, total - r);
+    const bf16_t* src = h_.data<bf16_t>() + static_cast<std::size_t>(head[r]) * hidden_;
+    bool run = true;
+    for (int i = 1; i < k && run; ++i) run = head[r + i] == head[r] + i;
+    if (!run) {
       kernels::gather_rows(h_.data<bf16_t>(), dev_rows + r, k, hidden_, head_rows_.data<bf16_t>(), s);
       src = head_rows_.data<bf16_t>();
     }
     lm_head(src, k, logits_.data<float>());
-    NEURON_CUDA_CHECK(cudaMemcpyAsync(out.data() + static_cast<std::size_t>(r) * v, logits_.data(),
-                                      4 * static_cast<std::size_t>(k) * v, cudaMemcpyDeviceToHost, s));
-    if (r + k < rows) stream_.synchronize();  // logits_ is reused by the next rows
+    const int k_rows = std::clamp(rows - r, 0, k);  // the chunk's logits rows come first
+    if (k_rows > 0)
+      NEURON_CUDA_CHECK(cudaMemcpyAsync(out.data() + static_cast<std::size_t>(r) * v, logits_.data(),
+                                        4 * static_cast<std::size_t>(k_rows) * v, cudaMemcpyDeviceToHost, s));
+    if (k > k_rows) pick(nullptr, k_rows, k - k_rows, r + k_rows - rows);
+    if (r + k < total) stream_.synchronize();  // logits_ is reused by the next rows
   }
+  if (n_picks > 0)
+    NEURON_CUDA_CHECK(cudaMemcpyAsync(picks.data(), picks_dev_.data(), 4 * picks.size(), cudaMemcpyDeviceToHost, s));
   stream_.synchronize();
 }
 
@@ -589,18 +632,20 @@ HostFloats CudaRunner::alloc_logits(std::size_t count) const {
   return HostFloats(static_cast<float*>(p), HostFloatsDeleter{[](float* q) { (void)cudaFreeHost(q); }});
 }
 
-void CudaRunner::step(const Batch& batch, std::span<float> logits) {
-  check_batch(batch, cfg_, kv_pool(), max_ctx_, logits);
+void CudaRunner::run_step(const Batch& batch, std::span<float> logits, std::span<std::int32_t> picks) {
+  check_batch(batch, cfg_, kv_pool(), max_ctx_, logits, picks);
   DeviceGuard g(device_.index);
   const auto v = static_cast<std::size_t>(vocab_);
-  split_passes(batch, block_size_, kMaxPassTokens, !logits.empty(), passes_);
-  std::size_t row = 0;  // logits rows written so far
+  split_passes(batch, block_size_, kMaxPassTokens, !logits.empty() || !picks.empty(), passes_);
+  std::size_t row = 0, picked = 0;  // logits rows and picks written so far
   for (const std::vector<PassSeq>& pass : passes_) {
     const auto rows = static_cast<std::size_t>(pass_rows(pass));
-    run_pass(pass, logits.subspan(row * v, rows * v));
+    const auto n = static_cast<std::size_t>(pass_picks(pass));
+    run_pass(pass, logits.subspan(row * v, rows * v), picks.subspan(picked, n));
     row += rows;
+    picked += n;
   }
-  NEURON_ASSERT(row * v == logits.size());
+  NEURON_ASSERT(row * v == logits.size() && picked == picks.size());
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <climits>
 #include <type_traits>
 
 #include "backend/cuda/cuda_check.hpp"
@@ -143,6 +144,50 @@ __global__ void gather_rows_kernel(const bf16_t* src, const std::int32_t* rows, 
   const bf16_t* from = src + static_cast<std::size_t>(rows[blockIdx.x]) * cols;
   bf16_t* to = dst + static_cast<std::size_t>(blockIdx.x) * cols;
   for (int c = threadIdx.x; c < cols; c += blockDim.x) to[c] = from[c];
+}
+
+constexpr int kArgmaxThreads = 1024;
+
+// One block a row: each thread scans a strided slice keeping its first
+// maximum, then the block keeps the larger value, the lower id on a tie.
+__global__ void __launch_bounds__(kArgmaxThreads) argmax_rows_kernel(const float* logits, int vocab,
+                                                                     const std::int32_t* rows, std::int32_t* out) {
+  grid_dependency_wait();
+  const float* row = logits + static_cast<std::size_t>(rows ? rows[blockIdx.x] : blockIdx.x) * vocab;
+  float best = -INFINITY;
+  int id = INT_MAX;
+  for (int i = threadIdx.x; i < vocab; i += kArgmaxThreads) {
+    const float v = row[i];
+    if (v > best) {
+      best = v;
+      id = i;
+    }
+  }
+  auto better = [](float v, int i, float bv, int bi) { return v > bv || (v == bv && i < bi); };
+  for (int off = 16; off > 0; off >>= 1) {
+    const float v = __shfl_down_sync(0xffffffffu, best, off);
+    const int i = __shfl_down_sync(0xffffffffu, id, off);
+    if (better(v, i, best, id)) {
+      best = v;
+      id = i;
+    }
+  }
+  __shared__ float warp_best[kArgmaxThreads / 32];
+  __shared__ int warp_id[kArgmaxThreads / 32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) {
+    warp_best[warp] = best;
+    warp_id[warp] = id;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kArgmaxThreads / 32; ++w)
+      if (better(warp_best[w], warp_id[w], best, id)) {
+        best = warp_best[w];
+        id = warp_id[w];
+      }
+    out[blockIdx.x] = best > -INFINITY ? id : 0;
+  }
 }
 
 __global__ void swiglu_kernel(const bf16_t* gate_up, int f, bf16_t* out) {
@@ -397,6 +442,12 @@ void qk_norm_rope(const bf16_t* qkv, int n, int hq, int d, const bf16_t* q_norm,
 void gather_rows(const bf16_t* src, const std::int32_t* rows, int n, int cols, bf16_t* dst, cudaStream_t stream) {
   if (n <= 0) return;
   launch(gather_rows_kernel, dim3(static_cast<unsigned>(n)), 256, 0, stream, "gather_rows", src, rows, cols, dst);
+}
+
+void argmax_rows(const float* logits, int vocab, const std::int32_t* rows, int n, std::int32_t* out, cudaStream_t stream) {
+  if (n <= 0) return;
+  launch(argmax_rows_kernel, dim3(static_cast<unsigned>(n)), kArgmaxThreads, 0, stream, "argmax_rows", logits, vocab,
+         rows, out);
 }
 
 void swiglu(const bf16_t* gate_up, int n, int f, bf16_t* out, cudaStream_t stream) {

@@ -75,6 +75,10 @@ void qk_norm_rope(const bf16_t* qkv, int n, int hq, int d, const bf16_t* q_norm,
 // dst[i, :] = src[rows[i], :] for n rows of `cols` bf16 (the rows the LM head is asked for).
 void gather_rows(const bf16_t* src, const std::int32_t* rows, int n, int cols, bf16_t* dst, cudaStream_t stream);
 
+// out[i] = model::greedy_pick(logits[r, :]) with r = rows ? rows[i] : i, for n rows of `vocab` f32:
+// the first maximum, NaN never winning, 0 when nothing is above -inf. out [n] i32 on the device.
+void argmax_rows(const float* logits, int vocab, const std::int32_t* rows, int n, std::int32_t* out, cudaStream_t stream);
+
 // out[i, j] = silu(gate_up[i, j]) * gate_up[i, f + j]; gate_up [n, 2f], out [n, f].
 void swiglu(const bf16_t* gate_up, int n, int f, bf16_t* out, cudaStream_t stream);
 

@@ -8,7 +8,7 @@
 
 namespace neuron::backend::cuda {
 
-StepLayout StepLayout::make(int t, int s, int n_decode, int n_tiles, int n_rows, int n_block_ids) {
+StepLayout StepLayout::make(int t, int s, int n_decode, int n_tiles, int n_rows, int n_block_ids, int n_picks) {
   StepLayout l;
   int at = 0;
   auto take = [&](int& field, int count) {
@@ -27,11 +27,12 @@ StepLayout StepLayout::make(int t, int s, int n_decode, int n_tiles, int n_rows,
   take(l.tiles, 2 * n_tiles);
   take(l.head_rows, n_rows);
   take(l.block_tables, n_block_ids);
+  take(l.pick_rows, n_picks);
   l.end = at;
   return l;
 }
 
-PassPlan plan_pass(std::span<const PassSeq> seqs, int graph_batch, std::int32_t max_context) {
+PassPlan plan_pass(std::span<const PassSeq> seqs, int graph_batch) {
   const auto real = static_cast<int>(seqs.size());
   PassPlan p;
   p.padded = graph_batch > 0;
@@ -55,7 +56,6 @@ PassPlan plan_pass(std::span<const PassSeq> seqs, int graph_batch, std::int32_t 
     NEURON_ASSERT(p.decode_only);
     p.tokens += p.seqs - real;  // padding sequences bring one token each
     p.n_decode = p.seqs;
-    p.max_decode_ctx = max_context;  // the graph's grid must serve any context
     block_ids += 1;                  // the padding sequences' one-block table: the scratch block
   }
   // Hidden rows whose logits are returned, in the batch's order.
@@ -65,10 +65,12 @@ PassPlan plan_pass(std::span<const PassSeq> seqs, int graph_batch, std::int32_t 
     if (s.logits == LogitsWanted::last) p.rows.push_back(row + n - 1);
     if (s.logits == LogitsWanted::all)
       for (int i = 0; i < n; ++i) p.rows.push_back(row + i);
+    if (s.logits == LogitsWanted::argmax) p.picks.push_back(row + n - 1);
     row += n;
   }
-  const int uploaded_rows = p.padded ? 0 : static_cast<int>(p.rows.size());
-  p.layout = StepLayout::make(p.tokens, p.seqs, p.n_decode, p.n_tiles, uploaded_rows, block_ids);
+  const int uploaded_rows = p.padded ? 0 : static_cast<int>(p.rows.size() + p.picks.size());
+  p.layout = StepLayout::make(p.tokens, p.seqs, p.n_decode, p.n_tiles, uploaded_rows, block_ids,
+                              static_cast<int>(p.picks.size()));
   return p;
 }
 
@@ -120,14 +122,18 @@ void pack_pass(std::span<const PassSeq> seqs, const PassPlan& p, std::int32_t bl
   }
   if (p.padded) in[l.block_tables + table++] = scratch_block;
   NEURON_ASSERT(static_cast<int>(tiles.size()) == p.n_tiles && decode == p.n_decode && row == p.tokens &&
-                l.block_tables + table == l.end);
+                l.block_tables + table == l.pick_rows);
   // The longest tiles first, so that the short ones fill the tail of the grid.
   std::stable_sort(tiles.begin(), tiles.end(), [](const auto& a, const auto& b) { return a[0] > b[0]; });
   for (std::size_t i = 0; i < tiles.size(); ++i) {
     in[l.tiles + 2 * i] = tiles[i][1];
     in[l.tiles + 2 * i + 1] = tiles[i][2];
   }
-  if (!p.padded) std::copy(p.rows.begin(), p.rows.end(), in + l.head_rows);
+  if (!p.padded) {
+    std::copy(p.rows.begin(), p.rows.end(), in + l.head_rows);
+    std::copy(p.picks.begin(), p.picks.end(), in + l.head_rows + p.rows.size());
+  }
+  std::copy(p.picks.begin(), p.picks.end(), in + l.pick_rows);
 }
 
 void split_passes(const Batch& batch, std::int32_t block_size, int max_tokens, bool want_logits,
@@ -152,7 +158,8 @@ void split_passes(const Batch& batch, std::int32_t block_size, int max_tokens, b
       piece.position = seq.position + done;
       const std::int64_t end = static_cast<std::int64_t>(piece.position) + n;
       piece.blocks = table.first(static_cast<std::size_t>((end + block_size - 1) / block_size));
-      if (want_logits && (seq.logits == LogitsWanted::all || (last_piece && seq.logits == LogitsWanted::last)))
+      if (want_logits && (seq.logits == LogitsWanted::all ||
+                          (last_piece && (seq.logits == LogitsWanted::last || seq.logits == LogitsWanted::argmax))))
         piece.logits = seq.logits;
       passes.back().push_back(piece);
       room -= n;
@@ -168,6 +175,12 @@ std::int64_t pass_rows(std::span<const PassSeq> seqs) noexcept {
     if (s.logits == LogitsWanted::all) rows += static_cast<std::int64_t>(s.tokens.size());
   }
   return rows;
+}
+
+std::int64_t pass_picks(std::span<const PassSeq> seqs) noexcept {
+  std::int64_t picks = 0;
+  for (const PassSeq& s : seqs) picks += s.logits == LogitsWanted::argmax ? 1 : 0;
+  return picks;
 }
 
 }  // namespace neuron::backend::cuda

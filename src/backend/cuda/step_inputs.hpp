@@ -28,11 +28,13 @@ struct StepLayout {
   int ctx_len = 0;       // [S]
   int decode_items = 0;  // [n_decode] sequences with one new token
   int tiles = 0;         // [n_tiles, 2] (sequence, first row) prefill tiles of kernels::kPrefillTileRows, longest first
-  int head_rows = 0;     // [n_rows] hidden rows the LM head reads (eager passes)
+  int head_rows = 0;     // [n_rows] hidden rows the LM head reads (eager passes): logits rows, then picks
   int block_tables = 0;  // [n_block_ids]
+  int pick_rows = 0;     // [n_picks] rows of the LM head's output whose argmax is picked (after the tables,
+                         // outside what a graph reads)
   int end = 0;           // i32 elements in all
 
-  static StepLayout make(int t, int s, int n_decode, int n_tiles, int n_rows, int n_block_ids);
+  static StepLayout make(int t, int s, int n_decode, int n_tiles, int n_rows, int n_block_ids, int n_picks);
 };
 
 // One sequence's share of a pass: a step's sequence, or a piece of one whose
@@ -51,15 +53,16 @@ struct PassPlan {
   int seqs = 0;            // S sequences (padding sequences included)
   int n_decode = 0;        // sequences with one new token: attention_decode items
   int n_tiles = 0;         // prefill tiles
-  int max_decode_ctx = 0;  // the longest decode context (max_context when padded: a graph's grid is fixed)
+  int max_decode_ctx = 0;  // the longest decode context of the real sequences
   bool decode_only = false;
   bool padded = false;             // padded to a graph's batch size; no head_rows uploaded
-  std::vector<std::int32_t> rows;  // hidden rows whose logits the pass returns, in output order
+  std::vector<std::int32_t> rows;   // hidden rows whose logits the pass returns, in output order
+  std::vector<std::int32_t> picks;  // hidden rows whose greedy pick the pass returns, in output order
 };
 
 // Plans a pass of `seqs`; `graph_batch` > 0 pads a decode-only pass to that
 // many sequences (one token each at position 0, in the scratch block).
-PassPlan plan_pass(std::span<const PassSeq> seqs, int graph_batch, std::int32_t max_context);
+PassPlan plan_pass(std::span<const PassSeq> seqs, int graph_batch);
 
 // Writes the inputs of `plan` into out[0, plan.layout.end). Padding sequences'
 // only block is `scratch_block`, which no real sequence holds.
@@ -68,13 +71,15 @@ void pack_pass(std::span<const PassSeq> seqs, const PassPlan& plan, std::int32_t
 
 // Cuts a (checked) batch into passes of at most `max_tokens` tokens, in
 // order; a sequence that does not fit goes in pieces, and only its last piece
-// gives a `last` row (every piece gives its rows for `all`). With
-// want_logits false no piece asks for logits. Logits rows come out in the
+// gives a `last` row or an `argmax` pick (every piece gives its rows for
+// `all`). With want_logits false no piece asks for logits or picks. Logits rows come out in the
 // batch's order, pass after pass.
 void split_passes(const Batch& batch, std::int32_t block_size, int max_tokens, bool want_logits,
                   std::vector<std::vector<PassSeq>>& passes);
 
-// Logits rows a pass's pieces ask for.
+// Logits rows a pass's pieces ask for (`last` and `all`).
 std::int64_t pass_rows(std::span<const PassSeq> seqs) noexcept;
+// Greedy picks a pass's pieces ask for (`argmax`).
+std::int64_t pass_picks(std::span<const PassSeq> seqs) noexcept;
 
 }  // namespace neuron::backend::cuda
