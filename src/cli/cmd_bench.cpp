@@ -103,36 +103,29 @@ class BenchBatch {
     tables_.resize(static_cast<std::size_t>(sequences));
     for (int i = 0; i < sequences; ++i)
       for (std::int32_t b = 0; b < per_seq_; ++b) tables_[static_cast<std::size_t>(i)].push_back(i * per_seq_ + b);
-    logits_ = runner.alloc_logits(static_cast<std::size_t>(sequences * runner.config().vocab_size));
-    rows_ = sequences;
+    picks_.resize(static_cast<std::size_t>(sequences));
   }
-  // Prefills sequence i's prompt; returns its greedy next token.
+  // Prefills sequence i's prompt; returns its greedy next token (picked where the logits are, as the engine does).
   std::int32_t prefill(int i, const std::vector<std::int32_t>& prompt) {
     batch_.clear();
-    batch_.add(prompt, 0, tables_[static_cast<std::size_t>(i)], backend::LogitsWanted::last);
-    runner_.step(batch_, std::span<float>(logits_.get(), static_cast<std::size_t>(runner_.config().vocab_size)));
-    return argmax(0);
+    batch_.add(prompt, 0, tables_[static_cast<std::size_t>(i)], backend::LogitsWanted::argmax);
+    runner_.step(batch_, {}, std::span<std::int32_t>(picks_).first(1));
+    return picks_[0];
   }
   // One decode step of every sequence at `pos`; tokens[i] in, the greedy next tokens out.
   void decode(std::vector<std::int32_t>& tokens, std::int32_t pos) {
     batch_.clear();
     for (std::size_t i = 0; i < tokens.size(); ++i)
-      batch_.add(std::span<const std::int32_t>(&tokens[i], 1), pos, tables_[i], backend::LogitsWanted::last);
-    runner_.step(batch_, std::span<float>(logits_.get(), static_cast<std::size_t>(rows_ * runner_.config().vocab_size)));
-    for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = argmax(static_cast<std::int64_t>(i));
+      batch_.add(std::span<const std::int32_t>(&tokens[i], 1), pos, tables_[i], backend::LogitsWanted::argmax);
+    runner_.step(batch_, {}, std::span<std::int32_t>(picks_).first(tokens.size()));
+    std::copy_n(picks_.begin(), tokens.size(), tokens.begin());
   }
 
  private:
-  std::int32_t argmax(std::int64_t row) const {
-    const std::int64_t vocab = runner_.config().vocab_size;
-    const float* first = logits_.get() + row * vocab;
-    return static_cast<std::int32_t>(std::max_element(first, first + vocab) - first);
-  }
   backend::ModelRunner& runner_;
   std::int32_t per_seq_ = 0;
   std::vector<std::vector<std::int32_t>> tables_;  // [batch][per_seq_] block ids
-  backend::HostFloats logits_;                     // [batch, vocab] f32, the engine's kind of buffer (pinned on CUDA)
-  std::int64_t rows_ = 0;
+  std::vector<std::int32_t> picks_;                // [batch] greedy picks of a step
   backend::Batch batch_;
 };
 

@@ -281,23 +281,46 @@ constexpr int kDecodeThreads = 128;
 // Query heads one block serves: the smallest of 1, 2, 4, 8 that holds a KV head's group (8 at most).
 constexpr int group_heads(int group) { return group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8; }
 
-// Combines the splits' partial softmax states of one head: out = sum_s e^(m_s - M) acc_s / sum_s e^(m_s - M) l_s.
-// The parts were written by other blocks of this grid: read through L2 (ld.cg), never a stale L1 line.
-__device__ void merge_splits(const float* parts, int d, int splits, bf16_t* out) {
-  float big = -INFINITY;
-  for (int s = 0; s < splits; ++s) big = fmaxf(big, __ldcg(parts + s * (d + 2)));
-  float total = 0.f;
-  for (int s = 0; s < splits; ++s) {
-    const float m = __ldcg(parts + s * (d + 2));
-    if (m != -INFINITY) total += __ldcg(parts + s * (d + 2) + 1) * exp2f(m - big);
+// Combines the splits' partial softmax states of a block's nh heads: out = sum_s e^(m_s - M) acc_s /
+// sum_s e^(m_s - M) l_s. Every load is independent of the others (the whole block reads the splits' states
+// at once, then each thread sums its output values over the splits), so the merge costs a few L2 round trips
+// whatever the number of splits. The parts were written by other blocks of this grid: read through L2
+// (ld.cg), never a stale L1 line. parts: [nh heads][splits][D + 2] (m, l, acc).
+template <int D, int G>
+__device__ void merge_splits(const float* parts, int nh, int splits, bf16_t* out) {
+  __shared__ float weight[G][kDecodeMaxSplits];  // e^(m_s - M) / total, 0 for an empty split
+  for (int e = threadIdx.x; e < nh * splits; e += blockDim.x) {
+    const int g = e / splits, s = e % splits;
+    weight[g][s] = __ldcg(parts + (static_cast<std::size_t>(g) * splits + s) * (D + 2));
   }
-  for (int c = threadIdx.x; c < d; c += blockDim.x) {
-    float a = 0.f;
-    for (int s = 0; s < splits; ++s) {
-      const float m = __ldcg(parts + s * (d + 2));
-      if (m != -INFINITY) a += __ldcg(parts + s * (d + 2) + 2 + c) * exp2f(m - big);
+  __syncthreads();
+  // One warp per head: the maximum and the total over the splits, by shuffles.
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int g = warp; g < nh; g += static_cast<int>(blockDim.x / 32)) {
+    float big = -INFINITY;
+    for (int s = lane; s < splits; s += 32) big = fmaxf(big, weight[g][s]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) big = fmaxf(big, __shfl_xor_sync(0xffffffffu, big, o));
+    float total = 0.f;
+    for (int s = lane; s < splits; s += 32) {
+      const float m = weight[g][s];
+      const float w = m == -INFINITY ? 0.f : exp2f(m - big);
+      total += __ldcg(parts + (static_cast<std::size_t>(g) * splits + s) * (D + 2) + 1) * w;
+      weight[g][s] = w;
     }
-    out[c] = to_bf(a / total);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) total += __shfl_xor_sync(0xffffffffu, total, o);
+    const float inv = 1.f / total;
+    for (int s = lane; s < splits; s += 32) weight[g][s] *= inv;
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < nh * D; e += blockDim.x) {
+    const int g = e / D, c = e % D;
+    const float* p = parts + static_cast<std::size_t>(g) * splits * (D + 2) + 2 + c;
+    float a = 0.f;
+#pragma unroll 8
+    for (int s = 0; s < splits; ++s) a += __ldcg(p + static_cast<std::size_t>(s) * (D + 2)) * weight[g][s];
+    out[static_cast<std::size_t>(g) * D + c] = to_bf(a);
   }
 }
 
@@ -505,9 +528,8 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(const bf16_t* q,
   __syncthreads();
   if (!last) return;
   __threadfence();
-  for (int g = 0; g < nh; ++g)
-    merge_splits(scratch + (static_cast<std::size_t>(item) * hq + h0 + g) * splits * (D + 2), D, splits,
-                 out + (static_cast<std::size_t>(row) * hq + h0 + g) * D);
+  merge_splits<D, G>(scratch + (static_cast<std::size_t>(item) * hq + h0) * splits * (D + 2), nh, splits,
+                     out + (static_cast<std::size_t>(row) * hq + h0) * D);
   if (threadIdx.x == 0) *counter = 0;
 }
 
@@ -515,6 +537,7 @@ template <int D, int G>
 void launch_decode(const bf16_t* q, const DecodeRope& rope, PagedKv kv, StepSeqs seqs, const std::int32_t* items,
                    int n_items, int hq, float scale, int splits, float* scratch, unsigned* counters, bf16_t* out,
                    cudaStream_t stream) {
+  NEURON_ASSERT(splits <= kDecodeMaxSplits);
   const dim3 grid(static_cast<unsigned>(n_items), static_cast<unsigned>(kv.hkv * decode_head_chunks(hq, kv.hkv)),
                   static_cast<unsigned>(splits));
   launch(decode_kernel<D, G>, grid, kDecodeThreads, 0, stream, "attention_decode", q, rope, kv, seqs, items, hq, scale,

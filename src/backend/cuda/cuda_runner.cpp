@@ -60,7 +60,7 @@ constexpr int kMaxPassTokens = 4096;  // rows per pass; a step with more tokens 
 constexpr std::array<int, 14> kGraphLadder = {1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 160, 192, 224, 256};
 constexpr int kMaxGraphBatch = kGraphLadder.back();
 constexpr int kLogitRows = kMaxGraphBatch;  // rows per LM-head pass (a graph's whole batch)
-constexpr int kMaxDecodeSplits = 64;
+constexpr int kMaxDecodeSplits = kernels::kDecodeMaxSplits;
 constexpr int kSplitBuckets = 7;  // graphs' decode splits: 1, 2, 4, ..., kMaxDecodeSplits
 constexpr std::size_t kStagingBytes = std::size_t{64} << 20;
 

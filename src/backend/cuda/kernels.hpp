@@ -117,6 +117,7 @@ struct DecodeRope {
   float eps = 0.f;
 };
 inline constexpr int kDecodeMinSplitKeys = 32;  // a split covers at least this many positions
+inline constexpr int kDecodeMaxSplits = 64;     // splits a decode grid may have
 int decode_head_chunks(int hq, int hkv) noexcept;  // blocks per (sequence, KV head, split)
 std::size_t decode_scratch_floats(int n_items, int hq, int d, int splits) noexcept;
 std::size_t decode_counters(int n_items, int hq, int hkv) noexcept;
