@@ -151,6 +151,14 @@ struct Lease {
 
 Clock::time_point from_ticks(Clock::rep ticks) { return Clock::time_point(Clock::duration(ticks)); }
 
+// The entry's info with its use now (leases and idle time live outside info).
+ModelInfo snapshot(const Entry& entry) {
+  ModelInfo info = entry.info;
+  info.active = entry.leases.load();
+  if (info.status == ModelStatus::loaded && info.active == 0) info.idle_since = from_ticks(entry.last_used.load());
+  return info;
+}
+
 // A relative id that names a model folder under one of the roots (and not a
 // path from the working directory): that folder. Otherwise the id as given.
 std::string find_under_roots(const std::string& id, const std::vector<std::filesystem::path>& roots) {
@@ -430,6 +438,7 @@ void Registry::State::remove(const std::string& model_id, const std::shared_ptr<
     std::lock_guard lock(mu);
     entries.erase(model_id);
   }
+  load_cv.notify_all();  // wait_loaded() on it ends
   // A reload attempt already running ends first (its engine is discarded); a failed engine is shut down by then.
   if (entry->loader.joinable()) entry->loader.join();
   // Frees weights and KV cache and reaps TP workers now, even if an HTTP thread
@@ -609,12 +618,25 @@ ModelInfo Registry::load(const ModelSpec& spec, bool wait) {
   spdlog::info("loading model {} from {} (tensor_parallel {}, {})", id, load.model_dir.string(),
                spec.tensor_parallel, load.device.str());
 
-  std::unique_lock lock(s.mu);
-  if (wait) {
-    s.load_cv.wait(lock, [&] { return entry->info.status != ModelStatus::loading; });
-    if (entry->info.status == ModelStatus::failed) fail(entry->info.error_kind, entry->info.error_message);
-  }
+  if (wait) return wait_loaded(id);
+  std::lock_guard lock(s.mu);
   return entry->info;
+}
+
+ModelInfo Registry::wait_loaded(const std::string& model_id, std::optional<std::chrono::milliseconds> timeout) const {
+  State& s = *state_;
+  std::unique_lock lock(s.mu);
+  std::shared_ptr<Entry> entry;
+  auto settled = [&] {
+    auto it = s.entries.find(model_id);
+    entry = it == s.entries.end() ? nullptr : it->second;
+    return !entry || entry->info.status != ModelStatus::loading;
+  };
+  if (timeout) s.load_cv.wait_for(lock, *timeout, settled);
+  else s.load_cv.wait(lock, settled);
+  if (!entry) fail(errc::not_found, "model " + model_id + " is not loaded");
+  if (entry->info.status == ModelStatus::failed && !entry->loaded_at) fail(entry->info.error_kind, entry->info.error_message);
+  return snapshot(*entry);
 }
 
 void Registry::unload(const std::string& model_id, std::chrono::milliseconds drain) {
@@ -647,15 +669,6 @@ void Registry::unload(const std::string& model_id, std::chrono::milliseconds dra
   spdlog::info("model {} unloaded", model_id);
 }
 
-namespace {
-// The entry's info with its use now (leases and idle time live outside info).
-ModelInfo snapshot(const Entry& entry) {
-  ModelInfo info = entry.info;
-  info.active = entry.leases.load();
-  if (info.status == ModelStatus::loaded && info.active == 0) info.idle_since = from_ticks(entry.last_used.load());
-  return info;
-}
-}  // namespace
 
 std::vector<ModelInfo> Registry::list() const {
   std::lock_guard lock(state_->mu);

@@ -126,6 +126,11 @@ class Registry {
   // chat template, weights and engine load in the background; the entry shows as
   // loading at once. `wait` blocks until the load ends and rethrows its error.
   ModelInfo load(const ModelSpec& spec, bool wait);
+  // Waits up to `timeout` (none: for good) while `model_id` loads. Returns its info
+  // (still loading when the time ran out); throws the load's error when it failed
+  // to load, Error{not_found} when there is no such model (any more).
+  ModelInfo wait_loaded(const std::string& model_id,
+                        std::optional<std::chrono::milliseconds> timeout = std::nullopt) const;
   // Error{not_found} for unknown ids, Error{busy} while loading (the first load) or
   // when requests are still queued or running after `drain`. A failed or reloading
   // model unloads at once (after a reload attempt already running ends), which stops
