@@ -13,6 +13,8 @@
 #include <mutex>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "engine/registry.hpp"
 #include "server/http_types.hpp"
 #include "server/metrics.hpp"
@@ -74,6 +76,7 @@ class Api {
   // How responses and /health name a model: its served name, else its folder
   // name (a directory model) or Hugging Face id; never a file system path.
   std::string display_name(const std::string& model_id) const;
+  nlohmann::json model_json(const engine::ModelInfo& m) const;  // one /models entry
   HttpResponse openai_models(const HttpRequest&);
   HttpResponse openai_model(const HttpRequest&);
   HttpResponse chat_completions(const HttpRequest&);

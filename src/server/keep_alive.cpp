@@ -61,7 +61,7 @@ std::chrono::milliseconds parse_keep_alive(std::string_view text) {
   return from_ms(negative ? -total_ms : total_ms, text);
 }
 
-std::chrono::milliseconds parse_keep_alive(const nlohmann::json& value) {
+std::chrono::milliseconds parse_keep_alive_json(const nlohmann::json& value) {
   if (value.is_string()) return parse_keep_alive(std::string_view(value.get_ref<const std::string&>()));
   if (value.is_number()) return from_ms(value.get<double>() * 1000.0, value.dump());
   fail(errc::invalid_argument, "keep_alive must be a duration string or a number of seconds, got " + value.dump());

@@ -14,6 +14,6 @@ namespace neuron::server {
 // Throws Error{invalid_argument} naming the text; durations past ~68 years are refused.
 std::chrono::milliseconds parse_keep_alive(std::string_view text);
 // A JSON string or number as above; anything else throws Error{invalid_argument}.
-std::chrono::milliseconds parse_keep_alive(const nlohmann::json& value);
+std::chrono::milliseconds parse_keep_alive_json(const nlohmann::json& value);
 
 }  // namespace neuron::server

@@ -320,20 +320,22 @@ json model_entry(const engine::ModelInfo& m, const engine::Engine* engine, const
 
 }  // namespace
 
+json Api::model_json(const engine::ModelInfo& m) const {
+  std::shared_ptr<const engine::Engine> engine = registry_.peek(m.model_id);
+  std::shared_ptr<const engine::ModelAssets> assets;
+  if (engine) {
+    try {
+      assets = registry_.assets(m.model_id);
+    } catch (const Error&) {
+      // Unloaded or failed since list(): the entry says enough.
+    }
+  }
+  return model_entry(m, engine.get(), assets.get());
+}
+
 HttpResponse Api::list_models(const HttpRequest&) {
   json models = json::array();
-  for (const auto& m : registry_.list()) {
-    std::shared_ptr<const engine::Engine> engine = registry_.peek(m.model_id);
-    std::shared_ptr<const engine::ModelAssets> assets;
-    if (engine) {
-      try {
-        assets = registry_.assets(m.model_id);
-      } catch (const Error&) {
-        // Unloaded or failed since list(): the entry says enough.
-      }
-    }
-    models.push_back(model_entry(m, engine.get(), assets.get()));
-  }
+  for (const auto& m : registry_.list()) models.push_back(model_json(m));
   return json_response(models);
 }
 
@@ -353,7 +355,7 @@ HttpResponse Api::load_model(const HttpRequest& request) {
     throw;
   }
   auto answer = [&](const engine::ModelInfo& m, int status) {
-    return json_response({{"status", contract_status(m)}, {"model_id", m.model_id}, {"model", model_entry(m, nullptr, nullptr)}}, status);
+    return json_response({{"status", contract_status(m)}, {"model_id", m.model_id}, {"model", model_json(m)}}, status);
   };
   if (!load.wait) return answer(info, 202);
   try {

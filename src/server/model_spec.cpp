@@ -56,7 +56,7 @@ LoadRequest parse_load_request(const json& body) {
   if (const json* mc = field(body, "max_context")) r.spec.max_context = small_int(*mc, "max_context", 0, 1 << 24);
   if (const json* keep_alive = field(body, "keep_alive")) {
     try {
-      r.spec.keep_alive = parse_keep_alive(*keep_alive);
+      r.spec.keep_alive = parse_keep_alive_json(*keep_alive);
     } catch (const Error& e) {
       throw FieldError("keep_alive", e.what());
     }
