@@ -112,10 +112,10 @@ class Daemon {
     for (;;) {
       auto res = client().Get("/models", auth_headers());
       if (res && res->status == 200) {
-        json models = json::parse(res->body)["models"];
+        json models = json::parse(res->body);  // a bare array
         bool all = !models.empty();
         for (const auto& m : models) {
-          if (m["status"] == "failed") throw std::runtime_error("model failed to load: " + m.dump());
+          if (m["state"] == "failed") throw std::runtime_error("model failed to load: " + m.dump());
           all = all && m["status"] == "loaded";
         }
         if (all) return;
