@@ -818,6 +818,49 @@ TEST(ServerDaemonMemory, UnloadGivesTheWeightsAndCacheBack) {
   EXPECT_EQ(daemon.stop(), 0);
 }
 
+// The lifecycle flags end to end: a startup model with a served name and a
+// keep_alive pre-warms, answers under its name, unloads itself once idle (its
+// weights leave the daemon's RSS), and --load-on-request brings it back when a
+// request names its folder under --models-dir.
+TEST(ServerDaemonLifecycle, IdleUnloadGivesTheMemoryBackAndARequestLoadsItAgain) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "the ASan daemon keeps freed memory in quarantine; its RSS says nothing about neuron";
+#endif
+  test_support::TempDir tmp("neuron-lifecycle");
+  const std::filesystem::path dir = tmp.path() / "mem-model";
+  std::filesystem::create_directories(dir);
+  test_support::write_memory_test_model(dir, tiny_model_dir());
+  Daemon daemon({"--model", dir.string() + ":max_context=1024,keep_alive=1s,name=mem", "--models-dir", tmp.path().string(),
+                 "--load-on-request"});
+  const json health = json::parse(daemon.client().Get("/health")->body);
+  EXPECT_EQ(health["activation"]["completed"], json::array({"mem"})) << health.dump();
+  auto done = daemon.post("/v1/completions", completion_request("mem", "hello"));
+  ASSERT_EQ(done->status, 200) << done->body;
+  EXPECT_EQ(json::parse(done->body)["model"], "mem");
+  const json models = json::parse(daemon.client().Get("/models")->body);
+  ASSERT_EQ(models.size(), 1u);
+  EXPECT_EQ(models[0]["id"], "mem");
+  EXPECT_EQ(models[0]["keep_alive_ms"], 1000);
+  const long model_kib = static_cast<long>(models[0]["memory"]["weight_bytes"].get<std::uint64_t>() / 1024);
+  const long loaded = rss_kib(daemon.pid());
+
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+  while (!json::parse(daemon.client().Get("/models")->body).empty() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(json::parse(daemon.client().Get("/models")->body).empty()) << "not unloaded after keep_alive:\n" << daemon.log();
+  const long idle = rss_kib(daemon.pid());
+  std::printf("daemon RSS loaded %ld KiB, after idle unload %ld KiB (model %ld KiB)\n", loaded, idle, model_kib);
+  EXPECT_LT(idle, loaded - model_kib / 2) << "idle unload must give the weights back";
+
+  auto again = daemon.post("/v1/completions", completion_request("mem-model", "hello again"));
+  ASSERT_EQ(again->status, 200) << again->body;
+  EXPECT_EQ(json::parse(again->body)["model"], "mem-model");
+  const json reloaded = json::parse(daemon.client().Get("/models")->body);
+  ASSERT_EQ(reloaded.size(), 1u);
+  EXPECT_EQ(reloaded[0]["model_id"], std::filesystem::canonical(dir).string());
+  EXPECT_EQ(daemon.stop(), 0);
+}
+
 // A daemon reachable beyond loopback without a key says so at startup; the
 // loopback one does not. Both refuse deep JSON and unreadable weights with 400.
 TEST_F(ServerDaemon, ExposedWithoutAKeyWarnsAndHostileInputGets400) {
