@@ -76,6 +76,13 @@ int run_serve(const server::ServeFlags& flags) {
   try {
     opts = server::resolve_serve_options(flags, server::process_env());
     for (const auto& text : opts.models) specs.push_back(server::parse_model_spec_text(text));
+    if (!opts.served_model_name.empty()) {
+      if (specs.size() != 1)
+        fail(errc::invalid_argument, "--served-model-name names the one --model; with several, give each its name= option");
+      if (!specs[0].served_name.empty() && specs[0].served_name != opts.served_model_name)
+        fail(errc::invalid_argument, "--served-model-name and the --model spec's name= disagree");
+      specs[0].served_name = opts.served_model_name;
+    }
   } catch (const Error& e) {
     std::fprintf(stderr, "neuron serve: %s\n", e.what());
     return 2;
@@ -207,6 +214,8 @@ Run setup(CLI::App& sub) {
   opt("--kv-cache-bytes", "KV cache per model and rank, in bytes (NEURON_KV_CACHE_BYTES; default: the GPU memory fraction, 2 GiB on the CPU)");
   opt("--gpu-memory-fraction", "Share of each GPU a model's weights, KV cache and activations may use (NEURON_GPU_MEMORY_FRACTION; default 0.9)");
   opt("--prefix-caching", "true|false: reuse the KV blocks of earlier requests' shared prefixes (NEURON_PREFIX_CACHING; default true)");
+  opt("--served-model-name", "The name clients use for the one --model, echoed in responses (NEURON_SERVED_MODEL_NAME; "
+                             "per model: name= in its --model spec)");
   opt("--keep-alive", "How long a model stays loaded after its last request: '5m', '30s', seconds, 0 = unload at once, "
                       "negative = never (NEURON_KEEP_ALIVE; default never; a load's keep_alive overrides it)");
   sub.add_flag("--load-on-request")
@@ -237,6 +246,7 @@ Run setup(CLI::App& sub) {
     if (sub.count("--no-auto-reload") > 0) flags->auto_reload = "0";
     if (sub.count("--load-on-request") > 0) flags->load_on_request = "1";
     flags->keep_alive = given("--keep-alive");
+    flags->served_model_name = given("--served-model-name");
     flags->io_threads = given("--io-threads");
     flags->max_connections = given("--max-connections");
     flags->header_timeout_ms = given("--header-timeout-ms");

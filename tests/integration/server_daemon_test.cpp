@@ -762,7 +762,8 @@ TEST(ServerDaemonAuth, ApiKeyGuardsEveryRouteButHealth) {
 
 TEST(ServerDaemonCli, InvalidSettingsExitTwo) {
   for (std::vector<std::string> args : {std::vector<std::string>{"--port", "http"}, {"--queue-depth", "0"}, {"--config", "/nonexistent.json"},
-                                     {"--model", "/nonexistent/model"}, {"--model", "m:tp=x"}}) {
+                                     {"--model", "/nonexistent/model"}, {"--model", "m:tp=x"}, {"--keep-alive", "later"},
+                                     {"--model", "a", "--model", "b", "--served-model-name", "x"}}) {
     std::string cmd = std::string(NEURON_BINARY) + " serve";
     for (const auto& a : args) cmd += " " + a;
     cmd += " 2>/dev/null";
@@ -830,8 +831,8 @@ TEST(ServerDaemonLifecycle, IdleUnloadGivesTheMemoryBackAndARequestLoadsItAgain)
   const std::filesystem::path dir = tmp.path() / "mem-model";
   std::filesystem::create_directories(dir);
   test_support::write_memory_test_model(dir, tiny_model_dir());
-  Daemon daemon({"--model", dir.string() + ":max_context=1024,keep_alive=1s,name=mem", "--models-dir", tmp.path().string(),
-                 "--load-on-request"});
+  Daemon daemon({"--model", dir.string() + ":max_context=1024,keep_alive=1s", "--served-model-name", "mem", "--models-dir",
+                 tmp.path().string(), "--load-on-request"});
   const json health = json::parse(daemon.client().Get("/health")->body);
   EXPECT_EQ(health["activation"]["completed"], json::array({"mem"})) << health.dump();
   auto done = daemon.post("/v1/completions", completion_request("mem", "hello"));
