@@ -37,23 +37,31 @@ int cuda_device_count() noexcept {
 
 bool cuda_available() noexcept { return cuda_device_count() > 0; }
 
+// Fixed for the process's life (devices do not come and go under a running
+// driver), so /health and /discovery polls ask the driver once.
 std::vector<CudaDeviceInfo> cuda_devices() {
-  std::vector<CudaDeviceInfo> out;
+  static const std::vector<CudaDeviceInfo> devices = [] {
+    std::vector<CudaDeviceInfo> out;
 #ifdef NEURON_HAVE_CUDA
-  for (int i = 0, n = cuda_device_count(); i < n; ++i) {
-    if (auto d = cuda::device_info(i)) out.push_back(std::move(*d));
-  }
+    for (int i = 0, n = cuda_device_count(); i < n; ++i) {
+      if (auto d = cuda::device_info(i)) out.push_back(std::move(*d));
+    }
 #endif
-  return out;
+    return out;
+  }();
+  return devices;
 }
 
 std::string cuda_unavailable_reason() {
+  static const std::string reason = [] {
 #ifdef NEURON_HAVE_CUDA
-  if (cuda_device_count() > 0) return {};
-  return "no CUDA device or driver: " + cuda::device_count_error();
+    if (cuda_device_count() > 0) return std::string{};
+    return "no CUDA device or driver: " + cuda::device_count_error();
 #else
-  return "this build has no CUDA support";
+    return std::string("this build has no CUDA support");
 #endif
+  }();
+  return reason;
 }
 
 std::optional<std::string> cuda_runtime_version() {

@@ -30,7 +30,7 @@ struct CudaDeviceInfo {
   std::uint64_t total_bytes = 0;
   std::string compute_capability;  // "9.0"
 };
-std::vector<CudaDeviceInfo> cuda_devices();  // empty without CUDA or a device
+std::vector<CudaDeviceInfo> cuda_devices();  // empty without CUDA or a device; read once, then cached
 // Why cuda_devices() is empty ("this build has no CUDA support", "no CUDA device
 // or driver: ..."); empty when there are devices.
 std::string cuda_unavailable_reason();
