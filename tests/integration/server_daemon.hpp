@@ -67,7 +67,16 @@ class Daemon {
       else if (std::chrono::steady_clock::now() > deadline || exited()) throw std::runtime_error("daemon did not start:\n" + log);
       else std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    if (wait_loaded) wait_models_loaded();
+    if (wait_loaded) {
+      try {
+        wait_models_loaded();
+      } catch (...) {
+        stop();  // no destructor runs for a constructor that throws: leave no daemon behind
+        std::error_code ec;
+        std::filesystem::remove(log_path_, ec);
+        throw;
+      }
+    }
   }
   ~Daemon() {
     stop();
