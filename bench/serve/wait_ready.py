@@ -44,8 +44,11 @@ def main() -> int:
         status, body = get(url + "/models")  # neuron: a failed load never shows up in /v1/models
         if status == 200:
             try:
-                for m in json.loads(body).get("models", []):
-                    if m.get("status") == "failed":
+                models = json.loads(body)  # a bare array (the helexa contract); older neuron: {"models": [...]}
+                if isinstance(models, dict):
+                    models = models.get("models", [])
+                for m in models:
+                    if m.get("state", m.get("status")) == "failed":
                         print(f"wait_ready: model failed to load: {m}", file=sys.stderr)
                         return 1
             except (ValueError, AttributeError):

@@ -37,4 +37,57 @@ int cuda_device_count() noexcept {
 
 bool cuda_available() noexcept { return cuda_device_count() > 0; }
 
+// Fixed for the process's life (devices do not come and go under a running
+// driver), so /health and /discovery polls ask the driver once.
+std::vector<CudaDeviceInfo> cuda_devices() {
+  static const std::vector<CudaDeviceInfo> devices = [] {
+    std::vector<CudaDeviceInfo> out;
+#ifdef NEURON_HAVE_CUDA
+    for (int i = 0, n = cuda_device_count(); i < n; ++i) {
+      if (auto d = cuda::device_info(i)) out.push_back(std::move(*d));
+    }
+#endif
+    return out;
+  }();
+  return devices;
+}
+
+std::string cuda_unavailable_reason() {
+  static const std::string reason = [] {
+#ifdef NEURON_HAVE_CUDA
+    if (cuda_device_count() > 0) return std::string{};
+    return "no CUDA device or driver: " + cuda::device_count_error();
+#else
+    return std::string("this build has no CUDA support");
+#endif
+  }();
+  return reason;
+}
+
+std::optional<std::string> cuda_runtime_version() {
+#ifdef NEURON_HAVE_CUDA
+  return cuda::runtime_version();
+#else
+  return std::nullopt;
+#endif
+}
+
+std::optional<std::string> cuda_driver_version() {
+#ifdef NEURON_HAVE_CUDA
+  return cuda::driver_version();
+#else
+  return std::nullopt;
+#endif
+}
+
+std::optional<CudaMemoryUse> cuda_memory_use(int index) {
+#ifdef NEURON_HAVE_CUDA
+  if (index < 0 || index >= cuda_device_count()) return std::nullopt;
+  return cuda::memory_use(index);
+#else
+  (void)index;
+  return std::nullopt;
+#endif
+}
+
 }  // namespace neuron::backend

@@ -71,11 +71,10 @@ std::uint64_t kv_bytes_per_block(const model::Qwen3Config& cfg, const model::Sha
          static_cast<std::uint64_t>(block_size);
 }
 
-std::int32_t plan_kv_blocks(const model::Qwen3Config& cfg, const model::ShardPlan& plan, const Device& device,
-                            const KvBudget& budget, std::int32_t block_size, std::int32_t max_context) {
-  NEURON_ASSERT(block_size > 0 && max_context > 0);
-  const std::uint64_t per_block = kv_bytes_per_block(cfg, plan, device, block_size);
-  const std::uint64_t one_sequence = per_block * static_cast<std::uint64_t>((max_context + block_size - 1) / block_size);
+namespace {
+// The KV budget in bytes for rank plan.rank on `device`, and how it was arrived at (for errors).
+std::pair<std::uint64_t, std::string> kv_budget_bytes(const model::Qwen3Config& cfg, const model::ShardPlan& plan,
+                                                      const Device& device, const KvBudget& budget) {
   std::uint64_t bytes = budget.bytes;
   std::string from = "the KV budget of " + gib(bytes);
   if (bytes == 0 && device.is_cuda()) {
@@ -95,6 +94,24 @@ std::int32_t plan_kv_blocks(const model::Qwen3Config& cfg, const model::ShardPla
     bytes = kDefaultCpuKvBytes;
     from = "the default CPU KV budget of " + gib(bytes);
   }
+  return {bytes, std::move(from)};
+}
+}  // namespace
+
+std::int64_t kv_budget_positions(const model::Qwen3Config& cfg, const model::ShardPlan& plan, const Device& device,
+                                 const KvBudget& budget, std::int32_t block_size) {
+  NEURON_ASSERT(block_size > 0);
+  const std::uint64_t per_block = kv_bytes_per_block(cfg, plan, device, block_size);
+  const std::uint64_t blocks = std::min<std::uint64_t>(kv_budget_bytes(cfg, plan, device, budget).first / per_block, kMaxKvBlocks);
+  return static_cast<std::int64_t>(blocks) * block_size;
+}
+
+std::int32_t plan_kv_blocks(const model::Qwen3Config& cfg, const model::ShardPlan& plan, const Device& device,
+                            const KvBudget& budget, std::int32_t block_size, std::int32_t max_context) {
+  NEURON_ASSERT(block_size > 0 && max_context > 0);
+  const std::uint64_t per_block = kv_bytes_per_block(cfg, plan, device, block_size);
+  const std::uint64_t one_sequence = per_block * static_cast<std::uint64_t>((max_context + block_size - 1) / block_size);
+  const auto [bytes, from] = kv_budget_bytes(cfg, plan, device, budget);
   if (bytes < one_sequence)
     fail(errc::out_of_memory, "the KV cache needs " + gib(one_sequence) + " for one sequence of " +
                                   std::to_string(max_context) + " positions, but " + from + " leaves " + gib(bytes) +

@@ -35,8 +35,11 @@ struct RunnerOptions {
 
 inline constexpr std::int32_t kDefaultKvBlockSize = 16;
 
-// max_context when none is asked for (before the model's max_position_embeddings caps it):
-// the CPU keeps it short (its KV is f32 and its prefill slow); a GPU takes 8192.
+// max_context for a runner built without a load plan (tools and tests that call
+// make_runner with max_context 0): the CPU keeps it short (its KV is f32 and its
+// prefill slow); a GPU takes 8192. Loads through engine::plan_load (the daemon,
+// `neuron generate`) take the model's max_position_embeddings bounded by what
+// the KV budget holds (kv_budget_positions) instead.
 std::int32_t default_max_context(const Device& device) noexcept;
 
 // Host memory a runner fills fastest (page-locked on CUDA, so a device copy
@@ -105,6 +108,11 @@ std::int32_t plan_kv_blocks(const model::Qwen3Config& cfg, const model::ShardPla
                             const KvBudget& budget, std::int32_t block_size, std::int32_t max_context);
 
 inline constexpr std::uint64_t kDefaultCpuKvBytes = 2ull << 30;
+
+// Positions (whole blocks of `block_size`) that `budget` buys for rank
+// plan.rank on `device`: the longest sequence its KV pool could hold.
+std::int64_t kv_budget_positions(const model::Qwen3Config& cfg, const model::ShardPlan& plan, const Device& device,
+                                 const KvBudget& budget, std::int32_t block_size);
 
 // Builds rank plan.rank's shard on `device`. `checkpoint` null means random
 // weights (benchmarks); the runner copies what it needs, so the checkpoint may

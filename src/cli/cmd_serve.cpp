@@ -20,6 +20,7 @@
 
 #include "cli/command.hpp"
 #include "engine/registry.hpp"
+#include "server/activation.hpp"
 #include "server/api.hpp"
 #include "server/http_server.hpp"
 #include "server/model_spec.hpp"
@@ -75,6 +76,13 @@ int run_serve(const server::ServeFlags& flags) {
   try {
     opts = server::resolve_serve_options(flags, server::process_env());
     for (const auto& text : opts.models) specs.push_back(server::parse_model_spec_text(text));
+    if (!opts.served_model_name.empty()) {
+      if (specs.size() != 1)
+        fail(errc::invalid_argument, "--served-model-name names the one --model; with several, give each its name= option");
+      if (!specs[0].served_name.empty() && specs[0].served_name != opts.served_model_name)
+        fail(errc::invalid_argument, "--served-model-name and the --model spec's name= disagree");
+      specs[0].served_name = opts.served_model_name;
+    }
   } catch (const Error& e) {
     std::fprintf(stderr, "neuron serve: %s\n", e.what());
     return 2;
@@ -114,9 +122,16 @@ int run_serve(const server::ServeFlags& flags) {
   ropts.kv_budget = backend::KvBudget{.bytes = opts.kv_cache_bytes, .device_fraction = opts.gpu_memory_fraction};
   ropts.step_timeout = opts.step_timeout;
   ropts.reload.enabled = opts.auto_reload;
+  ropts.keep_alive = opts.keep_alive;
+  server::Activation activation;  // the startup models' pre-warm, for /health
+  ropts.on_load_end = [&activation](const engine::ModelInfo& info) { activation.load_ended(info); };
 
   engine::Registry registry(ropts);
-  server::Api api(registry, server::ApiOptions{opts.api_key});
+  server::ApiOptions api_opts;
+  api_opts.api_key = opts.api_key;
+  api_opts.activation = &activation;
+  api_opts.load_on_request = opts.load_on_request;
+  server::Api api(registry, std::move(api_opts));
   server::HttpServerOptions http_opts;
   http_opts.host = opts.host;
   http_opts.port = opts.port;
@@ -131,17 +146,20 @@ int run_serve(const server::ServeFlags& flags) {
                           [&api](const server::HttpRequest& r) { return api.handle(r); },
                           [&api](const std::string& m, const std::string& p, int s, double ms) { api.record_exchange(m, p, s, ms); });
   // Queued before the socket opens, so the first /health already lists them
-  // as loading. A spec refused outright (missing directory, bad
-  // tensor_parallel) is an operator error: exit 2 rather than serve without it.
+  // as loading (they build one after another: activation shows which). A spec
+  // refused outright (missing directory, bad tensor_parallel) is an operator
+  // error: exit 2 rather than serve without it.
   for (const auto& spec : specs) {
     try {
-      registry.load(spec, /*wait=*/false);
+      activation.expect(registry.load(spec, /*wait=*/false).model_id);
       spdlog::info("loading model {} (tensor_parallel {})", spec.model_id, spec.tensor_parallel);
     } catch (const Error& e) {
       std::fprintf(stderr, "neuron serve: cannot load model %s: (%s) %s\n", spec.model_id.c_str(), e.kind().c_str(), e.what());
       return 2;
     }
   }
+
+  activation.close_startup();
 
   int port = 0;
   try {
@@ -196,6 +214,13 @@ Run setup(CLI::App& sub) {
   opt("--kv-cache-bytes", "KV cache per model and rank, in bytes (NEURON_KV_CACHE_BYTES; default: the GPU memory fraction, 2 GiB on the CPU)");
   opt("--gpu-memory-fraction", "Share of each GPU a model's weights, KV cache and activations may use (NEURON_GPU_MEMORY_FRACTION; default 0.9)");
   opt("--prefix-caching", "true|false: reuse the KV blocks of earlier requests' shared prefixes (NEURON_PREFIX_CACHING; default true)");
+  opt("--served-model-name", "The name clients use for the one --model, echoed in responses (NEURON_SERVED_MODEL_NAME; "
+                             "per model: name= in its --model spec)");
+  opt("--keep-alive", "How long a model stays loaded after its last request: '5m', '30s', seconds, 0 = unload at once, "
+                      "negative = never (NEURON_KEEP_ALIVE; default never; a load's keep_alive overrides it)");
+  sub.add_flag("--load-on-request")
+      ->description("A request for a model that is not loaded loads it, when it is a folder under --models-dir or a "
+                    "Hugging Face id in the local cache (NEURON_LOAD_ON_REQUEST=1; config load_on_request: true)");
   sub.add_flag("--no-auto-reload")
       ->description("Leave a model whose engine failed (a TP worker died) failed instead of reloading it with backoff "
                     "(NEURON_AUTO_RELOAD=0; config auto_reload: false)");
@@ -219,6 +244,9 @@ Run setup(CLI::App& sub) {
     flags->gpu_memory_fraction = given("--gpu-memory-fraction");
     flags->prefix_caching = given("--prefix-caching");
     if (sub.count("--no-auto-reload") > 0) flags->auto_reload = "0";
+    if (sub.count("--load-on-request") > 0) flags->load_on_request = "1";
+    flags->keep_alive = given("--keep-alive");
+    flags->served_model_name = given("--served-model-name");
     flags->io_threads = given("--io-threads");
     flags->max_connections = given("--max-connections");
     flags->header_timeout_ms = given("--header-timeout-ms");

@@ -268,7 +268,9 @@ void Engine::State::run_step() {
     if (!job.seq.finished && job.channel->cancelled()) batcher->finish(job.seq, FinishReason::cancelled);
   if (batcher->idle()) return;
   try {
+    const auto step_started = Clock::now();
     const StepStats s = batcher->step();
+    const double step_seconds = std::chrono::duration<double>(Clock::now() - step_started).count();
     if (s.seqs > 0) batch_size.observe(s.seqs);
     if (s.seqs == 0 && !batcher->idle()) {
       // Every admitted sequence fits the pool alone, so an empty plan is a scheduler bug: never spin on it.
@@ -280,6 +282,13 @@ void Engine::State::run_step() {
     counters.step_tokens += static_cast<std::uint64_t>(s.tokens);
     counters.step_seqs += static_cast<std::uint64_t>(s.seqs);
     counters.preemptions += static_cast<std::uint64_t>(s.preempted);
+    if (s.seqs > 0 && s.tokens == s.seqs) {
+      counters.decode_step_tokens += static_cast<std::uint64_t>(s.tokens);
+      counters.decode_seconds += step_seconds;
+    } else if (s.seqs > 0) {
+      counters.prefill_step_tokens += static_cast<std::uint64_t>(s.tokens);
+      counters.prefill_seconds += step_seconds;
+    }
   } catch (const Error& e) {
     const bool fatal = poisons_runner(e.kind());
     if (fatal) {
@@ -423,6 +432,7 @@ std::shared_ptr<Channel> Engine::submit(CompletionRequest request) {
     const std::size_t in_system = s.incoming.size() + s.waiting + s.running;
     const std::size_t capacity = s.options.queue_depth + static_cast<std::size_t>(s.options.max_num_seqs);
     if (in_system >= capacity) {
+      ++s.counters.rejected_queue_full;
       fail(errc::overloaded, "model " + s.model_id + " is busy: " + std::to_string(in_system) + " requests are running or waiting (" +
                                  std::to_string(s.options.max_num_seqs) + " run at once, queue depth " +
                                  std::to_string(s.options.queue_depth) + ")");

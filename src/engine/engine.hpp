@@ -57,6 +57,11 @@ struct EngineStats {
   std::uint64_t step_tokens = 0;           // new tokens over all steps
   std::uint64_t step_seqs = 0;             // sequences over all steps (step_seqs / steps = mean batch)
   std::uint64_t preemptions = 0;           // sequences whose blocks were taken back and recomputed later
+  std::uint64_t rejected_queue_full = 0;   // submits refused with overloaded (queue full)
+  // Throughput since load: a step whose new tokens are all decodes (one per
+  // sequence) counts as decode, any other (it carries prompt chunks) as prefill.
+  std::uint64_t prefill_step_tokens = 0, decode_step_tokens = 0;
+  double prefill_seconds = 0, decode_seconds = 0;
   std::int64_t kv_blocks_total = 0;        // the pool
   std::int64_t kv_blocks_used = 0;         // held by running sequences now
   std::int64_t kv_blocks_cached = 0;       // full blocks kept for prefix reuse (held or not)

@@ -1,6 +1,7 @@
 #include "engine/model_loader.hpp"
 
 #include <algorithm>
+#include <limits>
 
 #include "dist/communicator.hpp"
 #include "io/safetensors.hpp"
@@ -38,11 +39,19 @@ LoadPlan plan_load(const LoadOptions& options, const model::Qwen3Config& cfg) {
   LoadPlan plan;
   plan.devices = rank_devices(options);
   backend::RunnerOptions& ro = plan.runner;
-  ro.max_context = model::resolve_max_context(cfg, options.max_context, backend::default_max_context(plan.devices[0]));
   ro.kv_block_size = options.kv_block_size > 0 ? options.kv_block_size : backend::kDefaultKvBlockSize;
   // Every rank's plan, so a bad split fails here, before a process starts.
   std::vector<model::ShardPlan> shards;
   for (int r = 0; r < n; ++r) shards.push_back(model::ShardPlan::make(cfg, r, n));
+  // The default context: the model's own, bounded by the longest sequence every rank's KV budget holds
+  // (at least one block, so a budget too small for anything fails below with out_of_memory).
+  std::int64_t memory_bound = std::numeric_limits<std::int32_t>::max();
+  for (int r = 0; r < n; ++r)
+    memory_bound = std::min(memory_bound, backend::kv_budget_positions(cfg, shards[static_cast<std::size_t>(r)],
+                                                                       plan.devices[static_cast<std::size_t>(r)],
+                                                                       options.kv_budget, ro.kv_block_size));
+  memory_bound = std::max<std::int64_t>(memory_bound, ro.kv_block_size);
+  ro.max_context = model::resolve_max_context(cfg, options.max_context, static_cast<std::int32_t>(memory_bound));
   for (int r = 0; r < n; ++r) {
     const std::int32_t blocks = backend::plan_kv_blocks(cfg, shards[static_cast<std::size_t>(r)],
                                                         plan.devices[static_cast<std::size_t>(r)], options.kv_budget,

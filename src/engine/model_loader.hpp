@@ -23,7 +23,7 @@ struct LoadOptions {
   int tensor_parallel = 1;
   backend::Device device;           // every rank's device unless `devices` is given
   std::vector<int> devices;         // CUDA ordinals: one per rank, or one shared by all ranks
-  std::int32_t max_context = 0;     // 0: min(max_position_embeddings, the backend's default)
+  std::int32_t max_context = 0;     // 0: min(max_position_embeddings, the positions the KV budget holds)
   backend::KvBudget kv_budget;      // the KV pool's size on each rank (backend/model_runner.hpp)
   std::int32_t kv_block_size = 0;   // 0: backend::kDefaultKvBlockSize
   std::chrono::milliseconds step_timeout{30000};   // TP: per-step reply deadline and collective timeout

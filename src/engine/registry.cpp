@@ -1,5 +1,6 @@
 #include "engine/registry.hpp"
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdlib>
 #include <future>
@@ -112,7 +113,63 @@ struct Entry {
   std::thread loader;                          // the background load, later the reload loop; joined by whoever removes the entry
   bool unloading = false;                      // unload() is draining it: no new lookups, no more reloads
   std::optional<Clock::time_point> loaded_at;  // when the current (or last) engine started serving
+  std::atomic<int> leases{0};                  // engine() leases held now (requests using it)
+  std::atomic<Clock::rep> last_used{0};        // when the last lease ended (or the load did), steady ticks
 };
+
+// Wakes the idle reaper: a lease ended, a load ended, or the registry is closing.
+struct Waker {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool poked = false;
+  bool stop = false;
+  void poke() {
+    {
+      std::lock_guard lock(mu);
+      poked = true;
+    }
+    cv.notify_one();
+  }
+};
+
+// What engine() hands out: the engine plus the use it stands for. The last
+// copy dropped ends the use: the model's idle time starts.
+struct Lease {
+  std::shared_ptr<Engine> engine;
+  std::shared_ptr<Entry> entry;
+  std::shared_ptr<Waker> waker;
+  Lease(std::shared_ptr<Engine> e, std::shared_ptr<Entry> en, std::shared_ptr<Waker> w)
+      : engine(std::move(e)), entry(std::move(en)), waker(std::move(w)) {}
+  Lease(const Lease&) = delete;
+  Lease& operator=(const Lease&) = delete;
+  ~Lease() {
+    entry->last_used.store(Clock::now().time_since_epoch().count());
+    entry->leases.fetch_sub(1);
+    waker->poke();
+  }
+};
+
+Clock::time_point from_ticks(Clock::rep ticks) { return Clock::time_point(Clock::duration(ticks)); }
+
+// The entry's info with its use now (leases and idle time live outside info).
+ModelInfo snapshot(const Entry& entry) {
+  ModelInfo info = entry.info;
+  info.active = entry.leases.load();
+  if (info.status == ModelStatus::loaded && info.active == 0) info.idle_since = from_ticks(entry.last_used.load());
+  return info;
+}
+
+// A relative id that names a model folder under one of the roots (and not a
+// path from the working directory): that folder. Otherwise the id as given.
+std::string find_under_roots(const std::string& id, const std::vector<std::filesystem::path>& roots) {
+  std::error_code ec;
+  if (id.empty() || id.front() == '/' || std::filesystem::exists(id, ec)) return id;
+  for (const auto& root : roots) {
+    const std::filesystem::path candidate = root / id;
+    if (std::filesystem::is_regular_file(candidate / "config.json", ec)) return candidate.string();
+  }
+  return id;
+}
 
 std::int64_t seconds_until(Clock::time_point t) {
   return std::max<std::int64_t>(1, std::chrono::ceil<std::chrono::seconds>(t - Clock::now()).count());
@@ -172,6 +229,9 @@ std::chrono::milliseconds backoff(const ReloadPolicy& policy, int attempt) {
 struct Registry::State {
   RegistryOptions options;
   mutable std::mutex mu;
+  std::mutex build_mu;                // one load (or reload) builds at a time
+  std::shared_ptr<Waker> waker = std::make_shared<Waker>();
+  std::thread reaper;                 // idle unload
   std::condition_variable load_cv;    // a load finished
   std::condition_variable reload_cv;  // an entry is being unloaded: its backoff wait ends
   std::map<std::string, std::shared_ptr<Entry>> entries;
@@ -191,6 +251,10 @@ struct Registry::State {
   // The reload loop on entry->loader: shuts `failed` down, then waits out the backoff and loads
   // until an attempt succeeds or the entry is unloaded.
   void run_reloads(Entry* entry, std::shared_ptr<Engine> failed);
+  // Removes an entry already marked unloading and frees it (engine shut down, workers reaped).
+  void remove(const std::string& model_id, const std::shared_ptr<Entry>& entry, std::shared_ptr<Engine> engine);
+  // The reaper thread: unloads loaded models idle past their keep_alive.
+  void run_reaper();
 };
 
 Registry::State::Built Registry::State::build(const LoadOptions& load, const EngineOptions& engine_options) {
@@ -237,12 +301,16 @@ Registry::State::Built Registry::State::build(const LoadOptions& load, const Eng
 void Registry::State::run_load(Entry* entry) {
   LoadOptions load;
   EngineOptions engine_options;
+  std::unique_lock building(build_mu);  // queued until the load before this one ends
   {
     std::lock_guard lock(mu);
     load = entry->load;
     engine_options = entry->engine_options;
+    entry->info.queued = false;
   }
   Built built = build(load, engine_options);
+  building.unlock();
+  ModelInfo ended;
   {
     std::lock_guard lock(mu);
     entry->info.load_ms = built.ms;
@@ -253,6 +321,7 @@ void Registry::State::run_load(Entry* entry) {
       entry->engine = std::move(built.engine);
       entry->assets = std::move(built.assets);
       entry->loaded_at = Clock::now();
+      entry->last_used.store(entry->loaded_at->time_since_epoch().count());
       spdlog::info("model {} loaded in {:.0f} ms ({} ranks)", load.model_id, built.ms, load.tensor_parallel);
     } else {
       entry->info.status = ModelStatus::failed;
@@ -260,8 +329,11 @@ void Registry::State::run_load(Entry* entry) {
       entry->info.error_message = built.message;
       spdlog::error("model {} failed to load: {}: {}", load.model_id, built.kind, built.message);
     }
+    ended = entry->info;
   }
   load_cv.notify_all();
+  waker->poke();
+  if (options.on_load_end) options.on_load_end(ended);
 }
 
 void Registry::State::schedule_reload(Entry& entry) {
@@ -325,7 +397,9 @@ void Registry::State::run_reloads(Entry* entry, std::shared_ptr<Engine> failed) 
       attempt = entry->info.reload_attempt;
     }
     spdlog::info("model {}: reload attempt {}", load.model_id, attempt);
+    std::unique_lock building(build_mu);
     Built built = build(load, engine_options);
+    building.unlock();
     std::shared_ptr<Engine> discard;
     {
       std::lock_guard lock(mu);
@@ -341,6 +415,7 @@ void Registry::State::run_reloads(Entry* entry, std::shared_ptr<Engine> failed) 
         entry->engine = std::move(built.engine);
         entry->assets = std::move(built.assets);
         entry->loaded_at = Clock::now();
+        entry->last_used.store(entry->loaded_at->time_since_epoch().count());
         spdlog::info("model {} reloaded in {:.0f} ms (attempt {})", load.model_id, built.ms, attempt);
         return;  // from here the entry may fail again and pass to a new reload thread: touch nothing
       } else {
@@ -357,13 +432,81 @@ void Registry::State::run_reloads(Entry* entry, std::shared_ptr<Engine> failed) 
   }
 }
 
+void Registry::State::remove(const std::string& model_id, const std::shared_ptr<Entry>& entry,
+                             std::shared_ptr<Engine> engine) {
+  {
+    std::lock_guard lock(mu);
+    entries.erase(model_id);
+  }
+  load_cv.notify_all();  // wait_loaded() on it ends
+  // A reload attempt already running ends first (its engine is discarded); a failed engine is shut down by then.
+  if (entry->loader.joinable()) entry->loader.join();
+  // Frees weights and KV cache and reaps TP workers now, even if an HTTP thread
+  // still holds the Engine while it finishes writing a response.
+  if (engine) engine->shutdown();
+  engine.reset();
+  entry->engine.reset();
+  entry->assets.reset();
+#if defined(__GLIBC__)
+  malloc_trim(0);
+#endif
+}
+
+void Registry::State::run_reaper() {
+  // Checked again this soon when an engine is busy with no lease held (a request ending).
+  constexpr auto kRecheck = std::chrono::milliseconds(100);
+  constexpr auto kLongest = std::chrono::seconds(60);
+  for (;;) {
+    std::vector<std::pair<std::string, std::shared_ptr<Entry>>> expired;
+    std::vector<std::shared_ptr<Engine>> engines;
+    auto next = Clock::now() + kLongest;
+    {
+      std::lock_guard lock(mu);
+      const auto now = Clock::now();
+      for (const auto& [id, entry] : entries) {
+        if (entry->info.status != ModelStatus::loaded || entry->unloading || !entry->engine) continue;
+        if (entry->info.keep_alive.count() < 0 || entry->leases.load() > 0) continue;
+        if (!entry->engine->idle()) {
+          next = std::min(next, now + kRecheck);
+          continue;
+        }
+        const auto deadline = from_ticks(entry->last_used.load()) + entry->info.keep_alive;
+        if (now < deadline) {
+          next = std::min(next, deadline);
+          continue;
+        }
+        // No lease is held and none can be taken from here on (engine() checks unloading under mu).
+        entry->unloading = true;
+        expired.emplace_back(id, entry);
+        engines.push_back(entry->engine);
+      }
+    }
+    for (std::size_t i = 0; i < expired.size(); ++i) {
+      const auto& [id, entry] = expired[i];
+      remove(id, entry, std::move(engines[i]));
+      spdlog::info("model {} unloaded after {} ms idle (keep_alive)", id, entry->info.keep_alive.count());
+    }
+    std::unique_lock lock(waker->mu);
+    waker->cv.wait_until(lock, next, [&] { return waker->poked || waker->stop; });
+    if (waker->stop) return;
+    waker->poked = false;
+  }
+}
+
 Registry::Registry(RegistryOptions options) : state_(std::make_unique<State>()) {
   pin_malloc_thresholds();
   state_->options = std::move(options);
   if (state_->options.worker_binary.empty()) state_->options.worker_binary = "/proc/self/exe";
+  state_->reaper = std::thread([s = state_.get()] { s->run_reaper(); });
 }
 
 Registry::~Registry() {
+  {
+    std::lock_guard lock(state_->waker->mu);
+    state_->waker->stop = true;
+  }
+  state_->waker->cv.notify_one();
+  state_->reaper.join();
   std::map<std::string, std::shared_ptr<Entry>> entries;
   {
     std::lock_guard lock(state_->mu);
@@ -391,8 +534,11 @@ ModelInfo Registry::load(const ModelSpec& spec, bool wait) {
   if (spec.max_context < 0) {
     fail(errc::invalid_argument, "max_context must be >= 0, got " + std::to_string(spec.max_context));
   }
+  if (spec.served_name.size() > kMaxModelIdLength) fail(errc::invalid_argument, "served_name is too long");
+  for (unsigned char c : spec.served_name)
+    if (c < 0x20 || c == 0x7f) fail(errc::invalid_argument, "served_name contains a control character");
   // Every spelling of a directory ("/m/x/", "/m//x", "/m/./x", a symlink) is one model under one id.
-  const std::string id = io::canonical_model_ref(spec.model_id);
+  const std::string id = io::canonical_model_ref(find_under_roots(spec.model_id, s.options.model_roots));
   LoadOptions load;
   load.model_id = id;
   load.tensor_parallel = spec.tensor_parallel;
@@ -444,9 +590,18 @@ ModelInfo Registry::load(const ModelSpec& spec, bool wait) {
   entry->info.max_context = spec.max_context;
   entry->info.path = load.model_dir;
   entry->info.created = std::chrono::system_clock::now();
+  entry->info.served_name = spec.served_name;
+  entry->info.quant = spec.quant.value_or("");
+  entry->info.keep_alive = spec.keep_alive.value_or(s.options.keep_alive);
+  entry->info.queued = true;
   {
     std::lock_guard lock(s.mu);
     if (s.entries.count(id)) fail(errc::conflict, "model " + id + " is already loaded");
+    if (!spec.served_name.empty()) {
+      for (const auto& [other, e] : s.entries)
+        if (other == spec.served_name || e->info.served_name == spec.served_name)
+          fail(errc::conflict, "served name '" + spec.served_name + "' is already used by model " + other);
+    }
     // Another id for the same files ("org/name" and "org/name@main" share a snapshot).
     for (const auto& [other, e] : s.entries)
       if (e->info.path == load.model_dir) fail(errc::conflict, "model " + id + " is already loaded as " + other);
@@ -463,12 +618,25 @@ ModelInfo Registry::load(const ModelSpec& spec, bool wait) {
   spdlog::info("loading model {} from {} (tensor_parallel {}, {})", id, load.model_dir.string(),
                spec.tensor_parallel, load.device.str());
 
-  std::unique_lock lock(s.mu);
-  if (wait) {
-    s.load_cv.wait(lock, [&] { return entry->info.status != ModelStatus::loading; });
-    if (entry->info.status == ModelStatus::failed) fail(entry->info.error_kind, entry->info.error_message);
-  }
+  if (wait) return wait_loaded(id);
+  std::lock_guard lock(s.mu);
   return entry->info;
+}
+
+ModelInfo Registry::wait_loaded(const std::string& model_id, std::optional<std::chrono::milliseconds> timeout) const {
+  State& s = *state_;
+  std::unique_lock lock(s.mu);
+  std::shared_ptr<Entry> entry;
+  auto settled = [&] {
+    auto it = s.entries.find(model_id);
+    entry = it == s.entries.end() ? nullptr : it->second;
+    return !entry || entry->info.status != ModelStatus::loading;
+  };
+  if (timeout) s.load_cv.wait_for(lock, *timeout, settled);
+  else s.load_cv.wait(lock, settled);
+  if (!entry) fail(errc::not_found, "model " + model_id + " is not loaded");
+  if (entry->info.status == ModelStatus::failed && !entry->loaded_at) fail(entry->info.error_kind, entry->info.error_message);
+  return snapshot(*entry);
 }
 
 void Registry::unload(const std::string& model_id, std::chrono::milliseconds drain) {
@@ -497,28 +665,15 @@ void Registry::unload(const std::string& model_id, std::chrono::milliseconds dra
                            " ms; try again or cancel them");
     }
   }
-  {
-    std::lock_guard lock(s.mu);
-    s.entries.erase(model_id);
-  }
-  // A reload attempt already running ends first (its engine is discarded); a failed engine is shut down by then.
-  if (entry->loader.joinable()) entry->loader.join();
-  // Frees weights and KV cache and reaps TP workers now, even if an HTTP thread
-  // still holds the Engine while it finishes writing a response.
-  if (engine) engine->shutdown();
-  engine.reset();
-  entry->engine.reset();
-  entry->assets.reset();
-#if defined(__GLIBC__)
-  malloc_trim(0);
-#endif
+  s.remove(model_id, entry, std::move(engine));
   spdlog::info("model {} unloaded", model_id);
 }
+
 
 std::vector<ModelInfo> Registry::list() const {
   std::lock_guard lock(state_->mu);
   std::vector<ModelInfo> out;
-  for (const auto& [id, entry] : state_->entries) out.push_back(entry->info);
+  for (const auto& [id, entry] : state_->entries) out.push_back(snapshot(*entry));
   return out;
 }
 
@@ -526,22 +681,34 @@ std::optional<ModelInfo> Registry::info(const std::string& model_id) const {
   std::lock_guard lock(state_->mu);
   auto it = state_->entries.find(model_id);
   if (it == state_->entries.end()) return std::nullopt;
-  return it->second->info;
+  return snapshot(*it->second);
+}
+
+std::shared_ptr<const Engine> Registry::peek(const std::string& model_id) const {
+  std::lock_guard lock(state_->mu);
+  auto it = state_->entries.find(model_id);
+  if (it == state_->entries.end() || it->second->unloading || it->second->info.status != ModelStatus::loaded) return nullptr;
+  return it->second->engine;
 }
 
 std::shared_ptr<Engine> Registry::engine(const std::string& model_id) const {
   std::shared_ptr<Engine> engine;
+  std::shared_ptr<Entry> entry;
   {
     std::lock_guard lock(state_->mu);
     engine = loaded_member(state_->entries, model_id, &Entry::engine, state_->options.reload);
+    entry = state_->entries.at(model_id);
+    entry->leases.fetch_add(1);  // under mu: the reaper sees it before it could pick this model
   }
-  const EngineStats stats = engine->stats();
+  auto lease = std::make_shared<Lease>(std::move(engine), std::move(entry), state_->waker);
+  const EngineStats stats = lease->engine->stats();
   if (stats.failed) {
     // Failed a moment ago; Engine::on_failed is about to mark the entry.
     throw RetryLaterError(errc::model_failed, "model " + model_id + " failed (" + stats.failure + ")",
                           std::chrono::ceil<std::chrono::seconds>(state_->options.reload.first_backoff));
   }
-  return engine;
+  Engine* raw = lease->engine.get();
+  return std::shared_ptr<Engine>(std::move(lease), raw);
 }
 
 std::shared_ptr<const ModelAssets> Registry::assets(const std::string& model_id) const {

@@ -12,7 +12,19 @@
 // failed attempt schedules the next one. The old engine is shut down (its
 // workers reaped) before the new one loads. Unload works in every one of these
 // states and ends the loop (waiting for an attempt already running to finish).
+//
+// Loads run one at a time (a model waiting for its turn is loading with
+// `queued` set), so two loads never race for the memory both were admitted to.
+//
+// Idle unload: a loaded model with a keep_alive >= 0 is unloaded once no
+// request has held its engine for keep_alive (Ollama's semantics: 0 unloads
+// right after the last request ends, negative never). Every engine() hands out
+// a lease (the returned shared_ptr): while any is held the model is in use;
+// when the last one is dropped its idle time starts. A reaper thread unloads
+// expired models the same way unload() does. peek() reads stats without
+// counting as use (/models, /metrics polls never keep a model alive).
 #include <chrono>
+#include <functional>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -27,6 +39,14 @@
 
 namespace neuron::engine {
 
+// Bytes and files of a model being fetched from the Hugging Face hub (filled by src/hub).
+struct DownloadProgress {
+  std::int64_t bytes_done = 0;
+  std::int64_t bytes_total = 0;
+  std::int64_t files_done = 0;
+  std::int64_t files_total = 0;
+};
+
 // POST /models/load body (the seed's ModelSpec).
 struct ModelSpec {
   std::string model_id;            // HF id resolved in the local cache, or a directory; the name clients use
@@ -34,7 +54,9 @@ struct ModelSpec {
   std::vector<int> devices;        // CUDA ordinals, one per rank (or one shared by all ranks)
   std::optional<std::string> device;  // "cpu" | "cuda" | "cuda:N"
   std::optional<std::string> quant;   // only null / "none" / "bf16" accepted today
-  std::int32_t max_context = 0;
+  std::int32_t max_context = 0;    // 0: max_position_embeddings, bounded by what the KV budget holds
+  std::optional<std::chrono::milliseconds> keep_alive;  // idle time before unload; negative never; unset: RegistryOptions
+  std::string served_name;         // another name clients use for it, echoed in responses; empty: none
 };
 
 enum class ModelStatus { loading, loaded, failed, reloading };
@@ -55,6 +77,13 @@ struct ModelInfo {
   std::filesystem::path path;
   std::chrono::system_clock::time_point created;
   double load_ms = 0;
+  std::string served_name;                 // the spec's alias (empty: none)
+  std::string quant;                       // the spec's quant ("" when none was asked for)
+  bool queued = false;                     // loading, waiting for another model's load to end
+  std::chrono::milliseconds keep_alive{-1};  // idle time before unload; negative: never
+  int active = 0;                          // requests holding its engine now
+  std::optional<std::chrono::steady_clock::time_point> idle_since;  // loaded, no request holds it: since when
+  std::optional<DownloadProgress> download;  // while its files are being fetched (src/hub)
 };
 
 // How a model whose engine failed is brought back.
@@ -73,6 +102,9 @@ struct RegistryOptions {
   std::chrono::milliseconds step_timeout{30000};
   std::filesystem::path worker_binary;             // default /proc/self/exe
   ReloadPolicy reload;
+  std::chrono::milliseconds keep_alive{-1};        // a spec's default: idle time before unload; negative never
+  // Called on the loading thread when a load (not a reload) ends, loaded or failed.
+  std::function<void(const ModelInfo&)> on_load_end;
 };
 
 class Registry {
@@ -87,10 +119,18 @@ class Registry {
   // quant (unsupported_arch), an id not in the local cache (not_found), a model already
   // present in any state, failed included (conflict: unload it first). A directory's id
   // is its real path (io::canonical_model_ref), so every spelling of it is the same
-  // model; two ids for the same files are a conflict too. Then tokenizer,
+  // model; two ids for the same files are a conflict too. A relative id that names a
+  // folder with a config.json under a model root loads that folder ("qwen3-tiny-a"
+  // with --models-dir /srv/models), before it is tried as a Hugging Face id. A
+  // served_name must not be another model's id or name (conflict). Then tokenizer,
   // chat template, weights and engine load in the background; the entry shows as
   // loading at once. `wait` blocks until the load ends and rethrows its error.
   ModelInfo load(const ModelSpec& spec, bool wait);
+  // Waits up to `timeout` (none: for good) while `model_id` loads. Returns its info
+  // (still loading when the time ran out); throws the load's error when it failed
+  // to load, Error{not_found} when there is no such model (any more).
+  ModelInfo wait_loaded(const std::string& model_id,
+                        std::optional<std::chrono::milliseconds> timeout = std::nullopt) const;
   // Error{not_found} for unknown ids, Error{busy} while loading (the first load) or
   // when requests are still queued or running after `drain`. A failed or reloading
   // model unloads at once (after a reload attempt already running ends), which stops
@@ -100,11 +140,15 @@ class Registry {
   void unload(const std::string& model_id, std::chrono::milliseconds drain = std::chrono::milliseconds{0});
   std::vector<ModelInfo> list() const;
   std::optional<ModelInfo> info(const std::string& model_id) const;
-  // The engine of a loaded model; Error{not_found} unknown, Error{"loading"} still loading,
+  // The engine of a loaded model, as a lease (see above: holding it is using the
+  // model); Error{not_found} unknown, Error{"loading"} still loading,
   // Error{"model_failed"} failed to load; a model whose engine failed (failed or
   // reloading) throws RetryLaterError{model_failed} with the time to its next reload
   // attempt. The shared_ptr keeps it alive for the request's duration.
   std::shared_ptr<Engine> engine(const std::string& model_id) const;
+  // The engine of a loaded model for reporting (stats, options): no lease, no
+  // errors; null when it is not loaded.
+  std::shared_ptr<const Engine> peek(const std::string& model_id) const;
   // Tokenizer and chat format of a loaded model (same errors as engine()).
   std::shared_ptr<const struct ModelAssets> assets(const std::string& model_id) const;
 

@@ -50,8 +50,10 @@ struct ModelConfigs {
 ModelConfigs load_model_configs(const std::filesystem::path& dir);
 
 // The positions one sequence may reach: `requested` when > 0, else
-// min(max_position_embeddings, backend_default) (a config without
-// max_position_embeddings counts as backend_default). Throws
+// min(max_position_embeddings, backend_default), where backend_default is what
+// memory allows (engine::plan_load: the positions the KV budget holds) or a
+// runner's fixed fallback (backend::default_max_context); a config without
+// max_position_embeddings counts as backend_default. Throws
 // Error{invalid_argument} for a negative request or one past
 // max_position_embeddings, naming both.
 std::int32_t resolve_max_context(const Qwen3Config& cfg, std::int64_t requested, std::int32_t backend_default);

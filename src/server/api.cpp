@@ -10,8 +10,7 @@
 #include "engine/model_assets.hpp"
 #include "io/model_resolver.hpp"
 #include "server/api_error.hpp"
-#include "server/discovery.hpp"
-#include "server/model_spec.hpp"
+#include "server/api_helpers.hpp"
 #include "server/openai_request.hpp"
 #include "server/openai_response.hpp"
 #include "server/tool_calls.hpp"
@@ -20,6 +19,9 @@ namespace neuron::server {
 namespace {
 
 using nlohmann::json;
+using detail::json_response;
+using detail::string_field;
+using detail::unix_seconds;
 using Clock = std::chrono::steady_clock;
 
 constexpr auto kPoll = std::chrono::milliseconds(1000);
@@ -28,53 +30,10 @@ constexpr auto kCancelDrain = std::chrono::seconds(10);
 // How often a non-streaming request checks that its client is still there.
 constexpr auto kProbeEvery = std::chrono::milliseconds(100);
 
-HttpResponse json_response(const json& body, int status = 200) {
-  HttpResponse r;
-  r.status = status;
-  r.body = dump(body);
-  return r;
-}
-
 bool constant_time_equals(const std::string& a, const std::string& b) {
   unsigned char diff = a.size() == b.size() ? 0 : 1;
   for (std::size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i % (b.empty() ? 1 : b.size())]);
   return diff == 0 && !b.empty();
-}
-
-std::int64_t unix_seconds(std::chrono::system_clock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::seconds>(t.time_since_epoch()).count();
-}
-
-// The automatic recovery of a model whose engine failed: the attempt that is
-// scheduled or running, and when a scheduled one starts. Null when none.
-json reload_json(const engine::ModelInfo& m) {
-  if (m.reload_attempt == 0 || m.status == engine::ModelStatus::loaded || m.status == engine::ModelStatus::loading)
-    return nullptr;
-  json r = {{"attempt", m.reload_attempt}};
-  if (m.next_reload) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*m.next_reload - std::chrono::steady_clock::now());
-    r["next_try_in_ms"] = std::max<std::int64_t>(0, left.count());
-  } else {
-    r["next_try_in_ms"] = nullptr;  // running now
-  }
-  return r;
-}
-
-json model_info_json(const engine::ModelInfo& m) {
-  json j = {{"id", m.model_id},
-            {"status", std::string(engine::to_string(m.status))},
-            {"kind", m.kind},
-            {"tensor_parallel", m.tensor_parallel},
-            {"devices", m.devices},
-            {"max_context", m.max_context},
-            {"memory", {{"weight_bytes", m.memory.weight_bytes}, {"kv_cache_bytes", m.memory.kv_cache_bytes}}},
-            {"path", m.path.string()},
-            {"created", unix_seconds(m.created)},
-            {"load_ms", m.load_ms}};
-  if (m.status == engine::ModelStatus::failed || m.status == engine::ModelStatus::reloading)
-    j["error"] = {{"kind", m.error_kind}, {"message", m.error_message}};
-  if (auto r = reload_json(m); !r.is_null()) j["reload"] = std::move(r);
-  return j;
 }
 
 nlohmann::ordered_json messages_json(const std::vector<ChatMessage>& messages) {
@@ -97,25 +56,6 @@ bool ends_inside_think(const std::string& prompt) {
   if (open == std::string::npos) return false;
   auto close = prompt.rfind("</think>");
   return close == std::string::npos || close < open;
-}
-
-// How /health names a model. /health needs no API key, so it shows no file
-// system paths: a directory-loaded model (its id is its real path) shows as
-// its folder name, the alias clients may use; Hugging Face ids as they are.
-std::string public_name(const std::string& model_id) {
-  if (!model_id.starts_with('/')) return model_id;
-  return std::filesystem::path(model_id).filename().string();
-}
-
-template <class Json>
-std::string string_field(const Json& body, const char* key, bool required) {
-  auto it = body.find(key);
-  if (it == body.end() || it->is_null()) {
-    if (required) throw FieldError(key, std::string("'") + key + "' is required");
-    return {};
-  }
-  if (!it->is_string()) throw FieldError(key, std::string("'") + key + "' must be a string");
-  return it->template get<std::string>();
 }
 
 model::SamplingParams sampling_for(const model::GenerationDefaults& d, const SamplingOverrides& o) {
@@ -333,11 +273,7 @@ Api::Api(engine::Registry& registry, ApiOptions options) : registry_(registry), 
   auto bind = [this](HttpResponse (Api::*fn)(const HttpRequest&)) {
     return [this, fn](const HttpRequest& r) { return (this->*fn)(r); };
   };
-  router_.add("GET", "/health", bind(&Api::health));
-  router_.add("GET", "/discovery", bind(&Api::discovery));
-  router_.add("GET", "/models", bind(&Api::list_models));
-  router_.add("POST", "/models/load", bind(&Api::load_model));
-  router_.add("POST", "/models/unload", bind(&Api::unload_model));
+  add_management_routes();  // server/management_api.cpp
   router_.add("GET", "/v1/models", bind(&Api::openai_models));
   router_.add_prefix("GET", "/v1/models/", "/v1/models/{id}", bind(&Api::openai_model));
   router_.add("POST", "/v1/chat/completions", bind(&Api::chat_completions));
@@ -393,86 +329,6 @@ std::size_t Api::in_flight() const {
   return active_.size();
 }
 
-// ---- management ----
-
-HttpResponse Api::health(const HttpRequest&) {
-  json models = json::array();
-  for (const auto& m : registry_.list()) {
-    json j = {{"id", public_name(m.model_id)}, {"status", std::string(engine::to_string(m.status))}};
-    if (auto r = reload_json(m); !r.is_null()) j["reload"] = std::move(r);
-    models.push_back(std::move(j));
-  }
-  bool down = shutting_down_;
-  double uptime = std::chrono::duration<double>(Clock::now() - started_).count();
-  return json_response({{"status", down ? "shutting_down" : "ok"}, {"models", models}, {"uptime_s", uptime}, {"version", NEURON_VERSION}},
-                       down ? 503 : 200);
-}
-
-HttpResponse Api::discovery(const HttpRequest&) {
-  json d = discover();
-  json models = json::array();
-  for (const auto& m : registry_.list()) models.push_back(model_info_json(m));
-  d["models"] = models;
-  return json_response(d);
-}
-
-HttpResponse Api::list_models(const HttpRequest&) {
-  json models = json::array();
-  for (const auto& m : registry_.list()) {
-    json j = model_info_json(m);
-    if (m.status == engine::ModelStatus::loaded) {
-      try {
-        auto stats = registry_.engine(m.model_id)->stats();
-        j["queue_depth"] = stats.queue_depth;
-        j["running"] = stats.running;
-        const double prompt = static_cast<double>(stats.prompt_tokens);
-        j["batching"] = {{"max_num_seqs", registry_.engine(m.model_id)->options().max_num_seqs},
-                         {"max_batch_tokens", registry_.engine(m.model_id)->options().max_batch_tokens},
-                         {"steps", stats.steps},
-                         {"mean_batch_size", stats.steps ? static_cast<double>(stats.step_seqs) / stats.steps : 0.0},
-                         {"preemptions", stats.preemptions}};
-        j["kv_cache"] = {{"block_size", stats.kv_block_size},
-                         {"blocks_total", stats.kv_blocks_total},
-                         {"blocks_used", stats.kv_blocks_used},
-                         {"blocks_cached", stats.kv_blocks_cached},
-                         {"prompt_tokens_cached", stats.prompt_tokens_cached},
-                         {"prefix_hit_rate", prompt > 0 ? static_cast<double>(stats.prompt_tokens_cached) / prompt : 0.0}};
-      } catch (const Error&) {
-        // Unloaded or failed between list() and engine(): the entry above says enough.
-      }
-    }
-    models.push_back(std::move(j));
-  }
-  return json_response({{"models", models}});
-}
-
-HttpResponse Api::load_model(const HttpRequest& request) {
-  LoadRequest load = parse_load_request(parse_body(request.body));
-  engine::ModelInfo info = registry_.load(load.spec, load.wait);
-  return json_response(model_info_json(info), info.status == engine::ModelStatus::loading ? 202 : 200);
-}
-
-HttpResponse Api::unload_model(const HttpRequest& request) {
-  json body = parse_body(request.body);
-  std::string id = string_field(body, "model_id", false);
-  if (id.empty()) id = string_field(body, "model", false);
-  if (id.empty()) throw FieldError("model_id", "'model_id' is required");
-  std::int64_t drain_ms = 0;
-  if (auto it = body.find("drain_ms"); it != body.end() && !it->is_null()) {
-    if (!it->is_number_integer() || it->get<std::int64_t>() < 0 || it->get<std::int64_t>() > 600000)
-      throw FieldError("drain_ms", "'drain_ms' must be an integer between 0 and 600000");
-    drain_ms = it->get<std::int64_t>();
-  }
-  id = resolve_model_name(id);
-  try {
-    registry_.unload(id, std::chrono::milliseconds(drain_ms));
-  } catch (const Error& e) {
-    if (e.kind() == errc::not_found) throw FieldError("model_id", "model '" + id + "' is not loaded", errc::not_found);
-    throw;
-  }
-  return json_response({{"model_id", id}, {"status", "unloaded"}});
-}
-
 HttpResponse Api::openai_models(const HttpRequest&) {
   json data = json::array();
   for (const auto& m : registry_.list()) {
@@ -503,7 +359,9 @@ HttpResponse Api::render_metrics(const HttpRequest&) {
     if (m.status != engine::ModelStatus::loaded) continue;
     ++loaded;
     try {
-      auto stats = registry_.engine(m.model_id)->stats();
+      auto engine = registry_.peek(m.model_id);  // reading stats is no use: it keeps no model from idling out
+      if (!engine) continue;
+      auto stats = engine->stats();
       metrics_.set("neuron_queue_depth", {{"model", m.model_id}}, static_cast<double>(stats.queue_depth));
       metrics_.set("neuron_requests_running", {{"model", m.model_id}}, static_cast<double>(stats.running));
       const Labels label{{"model", m.model_id}};
@@ -537,6 +395,8 @@ std::string Api::resolve_model_name(const std::string& requested) const {
   if (!requested.empty()) {
     for (const auto& m : models)
       if (m.model_id == requested) return requested;
+    for (const auto& m : models)
+      if (!m.served_name.empty() && m.served_name == requested) return m.model_id;
     // A directory-loaded model also answers to its folder name ("qwen3-tiny-a"
     // for /srv/models/qwen3-tiny-a), when that name is unambiguous.
     std::string match;
@@ -636,7 +496,7 @@ HttpResponse Api::completions(const HttpRequest& request) { return generate(requ
 HttpResponse Api::generate(const HttpRequest& request, bool chat) {
   const nlohmann::ordered_json body = parse_body(request.body);
   OpenAiRequest req = chat ? parse_chat_request(body) : parse_completion_request(body);
-  const std::string model = resolve_model_name(req.model);
+  const std::string model = load_on_request(resolve_model_name(req.model));
   auto engine = engine_for(model);
   auto assets = assets_for(model);
 
@@ -675,7 +535,8 @@ HttpResponse Api::generate(const HttpRequest& request, bool chat) {
   cr.ignore_eos = req.ignore_eos;
 
   auto gen = std::make_shared<Generation>(*this, engine, model);
-  gen->meta = ResponseMeta{chat, new_completion_id(chat), unix_now(), model};
+  // Responses name the model as the client did (else by its served or folder name), never by its path.
+  gen->meta = ResponseMeta{chat, new_completion_id(chat), unix_now(), req.model.empty() ? display_name(model) : req.model};
   gen->channel = engine->submit(std::move(cr));
   gen->tracker = std::make_unique<Tracker>(*this, gen->channel);
 

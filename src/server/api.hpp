@@ -13,6 +13,8 @@
 #include <mutex>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "engine/registry.hpp"
 #include "server/http_types.hpp"
 #include "server/metrics.hpp"
@@ -20,8 +22,16 @@
 
 namespace neuron::server {
 
+class Activation;
+
 struct ApiOptions {
   std::string api_key;  // empty: no authentication; else every route but /health needs "Authorization: Bearer KEY"
+  const Activation* activation = nullptr;  // startup pre-warm for /health (null: nothing to pre-warm); must outlive the Api
+  // An OpenAI request for a model that is not loaded loads it when its name is a
+  // folder under a model root or a Hugging Face id in the local cache; the request
+  // waits up to load_wait, then gets 503 loading with Retry-After.
+  bool load_on_request = false;
+  std::chrono::milliseconds load_wait{30000};
 };
 
 class Api {
@@ -51,11 +61,22 @@ class Api {
   struct Generation;
   class SseStream;  // a streaming generation as the transport's BodyStream
 
+  // The helexa node contract (server/management_api.cpp, DESIGN.md section 5).
+  void add_management_routes();
   HttpResponse health(const HttpRequest&);
   HttpResponse discovery(const HttpRequest&);
   HttpResponse list_models(const HttpRequest&);
   HttpResponse load_model(const HttpRequest&);
   HttpResponse unload_model(const HttpRequest&);
+  HttpResponse model_route(const HttpRequest&);  // GET /models/{id}/endpoint, /models/{id}/capabilities
+  // `model` (a registry id or a name resolve_model_name left as is) when it is
+  // loaded or loading; else, with load_on_request, loads it and waits (see
+  // ApiOptions). Returns the registry id to use.
+  std::string load_on_request(const std::string& model);
+  // How responses and /health name a model: its served name, else its folder
+  // name (a directory model) or Hugging Face id; never a file system path.
+  std::string display_name(const std::string& model_id) const;
+  nlohmann::json model_json(const engine::ModelInfo& m) const;  // one /models entry
   HttpResponse openai_models(const HttpRequest&);
   HttpResponse openai_model(const HttpRequest&);
   HttpResponse chat_completions(const HttpRequest&);

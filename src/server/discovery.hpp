@@ -1,11 +1,10 @@
 #pragma once
-// GET /discovery: what this host offers — host name, CPUs, memory from
-// /proc/meminfo, and the CUDA devices with their memory when this build has
-// CUDA and a driver (an empty list otherwise, never an error).
-#include <cstdint>
-#include <string>
-#include <string_view>
-
+// GET /discovery's host facts (the helexa node contract, DESIGN.md section 5):
+// hostname, OS and kernel, CUDA runtime and driver versions (null without
+// CUDA), the CUDA devices (from backend/device.hpp; an empty list and
+// cuda_unavailable_reason when there are none, never an error), the harnesses
+// this node runs, plus CPUs and memory from /proc as extra fields. The Api
+// adds what depends on the loaded models (max_prompt_tokens).
 #include <nlohmann/json.hpp>
 
 #include "util/meminfo.hpp"

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "server/api_error.hpp"
+#include "server/keep_alive.hpp"
 #include "util/json_parse.hpp"
 
 namespace neuron::server {
@@ -53,6 +54,26 @@ LoadRequest parse_load_request(const json& body) {
     r.spec.quant = quant->get<std::string>();
   }
   if (const json* mc = field(body, "max_context")) r.spec.max_context = small_int(*mc, "max_context", 0, 1 << 24);
+  if (const json* keep_alive = field(body, "keep_alive")) {
+    try {
+      r.spec.keep_alive = parse_keep_alive_json(*keep_alive);
+    } catch (const Error& e) {
+      throw FieldError("keep_alive", e.what());
+    }
+  }
+  if (const json* name = field(body, "served_model_name")) {
+    if (!name->is_string() || name->get_ref<const std::string&>().empty())
+      throw FieldError("served_model_name", "'served_model_name' must be a non-empty string");
+    r.spec.served_name = name->get<std::string>();
+    if (r.spec.served_name.size() > 256) throw FieldError("served_model_name", "'served_model_name' is longer than 256 bytes");
+    for (char c : r.spec.served_name)
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+        throw FieldError("served_model_name", "'served_model_name' must not contain control characters");
+  }
+  if (const json* harness = field(body, "harness")) {
+    if (!harness->is_string()) throw FieldError("harness", "'harness' must be a string");
+    r.harness = harness->get<std::string>();
+  }
   if (const json* wait = field(body, "wait")) {
     if (!wait->is_boolean()) throw FieldError("wait", "'wait' must be a boolean");
     r.wait = wait->get<bool>();
@@ -100,6 +121,8 @@ engine::ModelSpec parse_model_spec_text(const std::string& text) {
         else if (key == "device") j["device"] = value;
         else if (key == "quant") j["quant"] = value;
         else if (key == "max_context") j["max_context"] = as_int("max_context");
+        else if (key == "keep_alive") j["keep_alive"] = value;
+        else if (key == "name" || key == "served_model_name") j["served_model_name"] = value;
         else if (key == "devices") {
           json list = json::array();
           std::stringstream ds(value);
@@ -109,7 +132,7 @@ engine::ModelSpec parse_model_spec_text(const std::string& text) {
           }
           j["devices"] = list;
         } else {
-          fail(errc::invalid_argument, "unknown model spec option '" + key + "' (known: tp, device, devices, quant, max_context)");
+          fail(errc::invalid_argument, "unknown model spec option '" + key + "' (known: tp, device, devices, quant, max_context, keep_alive, name)");
         }
       }
     }

@@ -2,7 +2,12 @@
 // ModelSpec from the two places a client names a model to load: the JSON body
 // of POST /models/load, and `neuron serve --model SPEC`, where SPEC is a
 // directory or Hugging Face id, optionally with options after the last ':'
-// (`Qwen/Qwen3-8B:tp=2,device=cuda`), or a ModelSpec JSON object.
+// (`Qwen/Qwen3-8B:tp=2,device=cuda`), or a ModelSpec JSON object. Body fields:
+// model_id (or model), tensor_parallel, devices, device, quant, max_context,
+// keep_alive (server/keep_alive.hpp), served_model_name, harness, wait; the
+// text options: tp (tensor_parallel), device, devices (a+b), quant,
+// max_context, keep_alive, name (served_model_name).
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -13,7 +18,8 @@ namespace neuron::server {
 
 struct LoadRequest {
   engine::ModelSpec spec;
-  bool wait = false;  // block the HTTP response until the load ends
+  bool wait = true;                    // answer when the load ended (200); false: 202 at once
+  std::optional<std::string> harness;  // the helexa gateway's runtime choice; only "neuron" runs here
 };
 
 // Throws FieldError naming the field (model_id, tensor_parallel, devices[i], ...).

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "server/keep_alive.hpp"
 #include "util/error.hpp"
 #include "util/json_parse.hpp"
 
@@ -119,7 +120,7 @@ json read_config_file(const std::string& path, const std::string& source) {
                                  "threads",      "shutdown_grace_ms", "max_num_seqs", "max_batch_tokens",
                                  "kv_cache_bytes", "gpu_memory_fraction", "prefix_caching", "auto_reload",
                                  "io_threads",     "max_connections", "header_timeout_ms", "idle_timeout_ms",
-                                 "write_timeout_ms"};
+                                 "write_timeout_ms", "keep_alive",     "load_on_request", "served_model_name"};
   for (const auto& [key, value] : j.items()) {
     bool known = false;
     for (const char* k : kKnown) known = known || key == k;
@@ -205,6 +206,19 @@ ServeOptions resolve_serve_options(const ServeFlags& flags, const EnvLookup& env
     o.idle_timeout = std::chrono::milliseconds(parse_int(*r, 1, kMaxSize));
   if (auto r = src.get(flags.write_timeout_ms, "--write-timeout-ms", "NEURON_WRITE_TIMEOUT_MS", "write_timeout_ms"))
     o.write_timeout = std::chrono::milliseconds(parse_int(*r, 1, kMaxSize));
+  if (auto r = src.get(flags.keep_alive, "--keep-alive", "NEURON_KEEP_ALIVE", "keep_alive")) {
+    try {
+      o.keep_alive = parse_keep_alive(std::string_view(r->text));
+    } catch (const Error& e) {
+      fail(errc::invalid_argument, r->source + ": " + e.what());
+    }
+  }
+  if (auto r = src.get(flags.load_on_request, "--load-on-request", "NEURON_LOAD_ON_REQUEST", "load_on_request"))
+    o.load_on_request = parse_bool(*r);
+  if (auto r = src.get(flags.served_model_name, "--served-model-name", "NEURON_SERVED_MODEL_NAME", "served_model_name")) {
+    if (r->text.empty()) fail(errc::invalid_argument, r->source + " must not be empty");
+    o.served_model_name = r->text;
+  }
   o.models = src.list(flags.models, "NEURON_MODEL", "models");
   for (auto& d : src.list(flags.models_dirs, "NEURON_MODELS_DIR", "models_dirs")) o.models_dirs.emplace_back(d);
   return o;

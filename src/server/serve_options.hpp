@@ -39,6 +39,9 @@ struct ServeOptions {
   double gpu_memory_fraction = 0;   // of each GPU, for weights + KV + activations; 0: 0.9
   bool prefix_caching = true;       // share full KV blocks between requests with the same prefix
   bool auto_reload = true;  // reload a model whose engine failed, with backoff (engine::ReloadPolicy)
+  std::chrono::milliseconds keep_alive{-1};  // default idle time before a model unloads; negative: never
+  bool load_on_request = false;  // an OpenAI request for a model not loaded loads it (under --models-dir or the HF cache)
+  std::string served_model_name;  // vLLM's flag: the name of the one startup model (per spec: `name=` in --model)
 };
 
 // The values given on the command line (absent: not given).
@@ -47,6 +50,8 @@ struct ServeFlags {
   std::optional<std::string> port, queue_depth, max_body_bytes, step_timeout_ms, threads, shutdown_grace_ms;
   std::optional<std::string> max_num_seqs, max_batch_tokens, kv_cache_bytes, gpu_memory_fraction, prefix_caching;
   std::optional<std::string> auto_reload;  // "0" from --no-auto-reload
+  std::optional<std::string> keep_alive, served_model_name;
+  std::optional<std::string> load_on_request;  // "1" from --load-on-request
   std::optional<std::string> io_threads, max_connections, header_timeout_ms, idle_timeout_ms, write_timeout_ms;
   std::vector<std::string> models;
   std::vector<std::string> models_dirs;

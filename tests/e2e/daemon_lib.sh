@@ -34,7 +34,7 @@ wait_loaded() {
   for i in $(seq 1 1200); do
     body=$(curl -s "$NEURON_BASE_URL/models" || true)
     case "$body" in
-      *'"status":"failed"'*) die "a model failed to load: $body" ;;
+      *'"state":"failed"'*) die "a model failed to load: $body" ;;
       *'"status":"loaded"'*) case "$body" in *'"status":"loading"'*) ;; *) return 0 ;; esac ;;
     esac
     sleep 0.1

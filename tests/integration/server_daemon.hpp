@@ -67,7 +67,16 @@ class Daemon {
       else if (std::chrono::steady_clock::now() > deadline || exited()) throw std::runtime_error("daemon did not start:\n" + log);
       else std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    if (wait_loaded) wait_models_loaded();
+    if (wait_loaded) {
+      try {
+        wait_models_loaded();
+      } catch (...) {
+        stop();  // no destructor runs for a constructor that throws: leave no daemon behind
+        std::error_code ec;
+        std::filesystem::remove(log_path_, ec);
+        throw;
+      }
+    }
   }
   ~Daemon() {
     stop();
@@ -112,10 +121,10 @@ class Daemon {
     for (;;) {
       auto res = client().Get("/models", auth_headers());
       if (res && res->status == 200) {
-        json models = json::parse(res->body)["models"];
+        json models = json::parse(res->body);  // a bare array
         bool all = !models.empty();
         for (const auto& m : models) {
-          if (m["status"] == "failed") throw std::runtime_error("model failed to load: " + m.dump());
+          if (m["state"] == "failed") throw std::runtime_error("model failed to load: " + m.dump());
           all = all && m["status"] == "loaded";
         }
         if (all) return;

@@ -140,9 +140,10 @@ TEST_F(ServerDaemon, HealthDiscoveryVersionAndModels) {
   EXPECT_EQ(json::parse(health->body)["status"], "ok");
   auto discovery = json::parse(c.Get("/discovery")->body);
   EXPECT_GT(discovery["memory"]["total_bytes"].get<std::uint64_t>(), 0u);
-  EXPECT_TRUE(discovery["gpus"].is_array());
+  EXPECT_TRUE(discovery["devices"].is_array());
   EXPECT_EQ(json::parse(c.Get("/version")->body)["name"], "neuron");
-  auto models = json::parse(c.Get("/models")->body)["models"];
+  auto models = json::parse(c.Get("/models")->body);
+  ASSERT_TRUE(models.is_array());
   ASSERT_EQ(models.size(), 1u);
   EXPECT_EQ(models[0]["status"], "loaded");
   EXPECT_EQ(models[0]["tensor_parallel"], 1);
@@ -150,7 +151,7 @@ TEST_F(ServerDaemon, HealthDiscoveryVersionAndModels) {
   // A directory-loaded model also answers to its folder name.
   auto by_folder = daemon_->post("/v1/completions", completion_request("qwen3-tiny-a", "hi"));
   ASSERT_EQ(by_folder->status, 200) << by_folder->body;
-  EXPECT_EQ(json::parse(by_folder->body)["model"], model_);
+  EXPECT_EQ(json::parse(by_folder->body)["model"], "qwen3-tiny-a") << "responses name the model as the client did";
   auto v1 = json::parse(c.Get("/v1/models")->body);
   EXPECT_EQ(v1["object"], "list");
   EXPECT_EQ(v1["data"][0]["object"], "model");
@@ -468,14 +469,14 @@ TEST_F(ServerDaemon, BadInputGetsTheRightEnvelopeAndTheDaemonKeepsServing) {
   ASSERT_TRUE(health);
   EXPECT_EQ(health->status, 200);
   EXPECT_EQ(daemon_->post("/v1/completions", completion_request(model_, "still alive"))->status, 200);
-  EXPECT_EQ(json::parse(daemon_->client().Get("/models")->body)["models"].size(), 1u) << "a refused load left an entry behind";
+  EXPECT_EQ(json::parse(daemon_->client().Get("/models")->body).size(), 1u) << "a refused load left an entry behind";
 }
 
 TEST_F(ServerDaemon, TensorParallelThatDoesNotDivideTheHeadsIsRefused) {
   // The tiny model has 4 attention heads: 3 ranks cannot split them.
   auto refused = daemon_->post("/models/load", {{"model_id", second_model_}, {"tensor_parallel", 3}, {"wait", true}});
   ASSERT_TRUE(refused);
-  EXPECT_EQ(refused->status, 400) << refused->body;
+  EXPECT_EQ(refused->status, 422) << refused->body;  // impossible before loading anything
   EXPECT_EQ(json::parse(refused->body)["error"]["code"], "bad_tensor_parallel") << refused->body;
   // The loaded directory with a trailing slash is the loaded model, not a new one.
   auto alias = daemon_->post("/models/load", {{"model_id", tiny_model_dir() + "/"}, {"tensor_parallel", 3}, {"wait", true}});
@@ -492,8 +493,8 @@ TEST_F(ServerDaemon, LoadUnloadLoadAgain) {
   EXPECT_EQ(gone->status, 404) << gone->body;
   EXPECT_EQ(json::parse(gone->body)["error"]["code"], "model_not_found");
 
-  // Without wait: 202 at once, and the model answers 503 loading (with Retry-After) until ready.
-  auto load = daemon_->post("/models/load", {{"model_id", model_}});
+  // With wait false: 202 at once, and the model answers 503 loading (with Retry-After) until ready.
+  auto load = daemon_->post("/models/load", {{"model_id", model_}, {"wait", false}});
   ASSERT_EQ(load->status, 202) << load->body;
   EXPECT_EQ(json::parse(load->body)["status"], "loading");
   auto early = daemon_->post("/v1/completions", completion_request(model_, "hello"));
@@ -512,7 +513,8 @@ TEST_F(ServerDaemon, TensorParallelTwoOnTheCpuAnswersLikeOneRank) {
   auto load = daemon_->post("/models/load", {{"model_id", tp_id}, {"tensor_parallel", 2}, {"wait", true}});
   ASSERT_TRUE(load);
   ASSERT_EQ(load->status, 200) << load->body;
-  EXPECT_EQ(json::parse(load->body)["tensor_parallel"], 2);
+  EXPECT_EQ(json::parse(load->body)["status"], "loaded");
+  EXPECT_EQ(json::parse(load->body)["model"]["tensor_parallel"], 2);
   for (bool stream : {false, true}) {
     auto one = daemon_->post("/v1/completions", completion_request(model_, "Once upon a time"));
     auto two = daemon_->post("/v1/completions", completion_request(tp_id, "Once upon a time", stream));
@@ -546,11 +548,12 @@ TEST_F(ServerDaemon, KilledTpWorkerFailsTheRequestAndTheModelCanBeReloaded) {
   EXPECT_NE(rest.find("data: {\"error\":"), std::string::npos) << "the request must end with an error event:\n" << rest.substr(rest.size() > 600 ? rest.size() - 600 : 0);
   EXPECT_NE(rest.find("data: [DONE]"), std::string::npos);
 
-  auto models = json::parse(daemon_->client().Get("/models")->body)["models"];
-  std::string status;
+  auto models = json::parse(daemon_->client().Get("/models")->body);
+  std::string status, state;
   for (const auto& m : models)
-    if (m["id"] == tp_id) status = m["status"];
-  EXPECT_EQ(status, "failed");
+    if (m["id"] == tp_id) status = m["status"], state = m["state"];
+  EXPECT_EQ(state, "failed");
+  EXPECT_EQ(status, "unloaded") << "failed for good (no auto-reload): the contract's unloaded";
   auto refused = daemon_->post("/v1/completions", completion_request(tp_id, "again"));
   EXPECT_EQ(refused->status, 503) << refused->body;
   EXPECT_EQ(daemon_->client().Get("/health")->status, 200);
@@ -591,7 +594,7 @@ class ServerDaemonReload : public ::testing::Test {
     const json body = json::parse(res->body);  // kept alive: the loop walks into it
     // /health names a directory model by its folder, never its path.
     const std::string folder = std::filesystem::path(model_).filename().string();
-    for (const auto& m : body["models"])
+    for (const auto& m : route == "/models" ? body : body["models"])  // /models is a bare array
       if (m["id"] == model_ || (route == "/health" && m["id"] == folder)) return m;
     return nullptr;
   }
@@ -655,15 +658,16 @@ TEST_F(ServerDaemonReload, AKilledWorkerIsReplacedWithoutAnOperator) {
   // Failed, with the first attempt scheduled about a second out.
   const json failed = entry("/models");
   ASSERT_FALSE(failed.is_null()) << daemon_->log();
-  EXPECT_EQ(failed["status"], "failed") << failed.dump();
+  EXPECT_EQ(failed["state"], "failed") << failed.dump();
+  EXPECT_EQ(failed["status"], "recovering") << "a reload is scheduled: the contract's recovering";
   EXPECT_EQ(failed["error"]["kind"], "worker_failed") << failed.dump();
   EXPECT_EQ(failed["reload"]["attempt"], 1) << failed.dump();
   EXPECT_LE(failed["reload"]["next_try_in_ms"].get<int>(), 1000) << failed.dump();
-  EXPECT_EQ(entry("/health")["status"], "failed");
+  EXPECT_EQ(entry("/health")["state"], "failed");
   expect_503_with_retry_after();
 
   // Serving again by itself, on a new worker; the dead one was reaped.
-  ASSERT_TRUE(wait_for([&] { return entry("/models")["status"] == "loaded"; }, std::chrono::seconds(30))) << daemon_->log();
+  ASSERT_TRUE(wait_for([&] { return entry("/models")["state"] == "loaded"; }, std::chrono::seconds(30))) << daemon_->log();
   auto res = complete("back again");
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 200) << res->body;
@@ -671,14 +675,14 @@ TEST_F(ServerDaemonReload, AKilledWorkerIsReplacedWithoutAnOperator) {
   ASSERT_EQ(now.size(), 1u);
   EXPECT_NE(now[0], old_worker);
   EXPECT_TRUE(::kill(old_worker, 0) != 0 && errno == ESRCH) << "the killed worker was never reaped";
-  EXPECT_EQ(entry("/health")["status"], "loaded");
+  EXPECT_EQ(entry("/health")["state"], "loaded");
 
   // A second failure soon after waits longer (backoff doubles).
   kill_worker_mid_request();
   const json again = entry("/models");
   EXPECT_EQ(again["reload"]["attempt"], 2) << again.dump();
   EXPECT_GT(again["reload"]["next_try_in_ms"].get<int>(), 1000) << again.dump();
-  EXPECT_TRUE(wait_for([&] { return entry("/models")["status"] == "loaded"; }, std::chrono::seconds(30)));
+  EXPECT_TRUE(wait_for([&] { return entry("/models")["state"] == "loaded"; }, std::chrono::seconds(30)));
   EXPECT_EQ(complete("and again")->status, 200);
 }
 
@@ -686,11 +690,11 @@ TEST_F(ServerDaemonReload, WithAutoReloadOffTheModelStaysFailed) {
   start({"--no-auto-reload"});
   kill_worker_mid_request();
   const json failed = entry("/models");
-  EXPECT_EQ(failed["status"], "failed") << failed.dump();
+  EXPECT_EQ(failed["state"], "failed") << failed.dump();
   EXPECT_FALSE(failed.contains("reload")) << failed.dump();
   expect_503_with_retry_after();
   std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // past the first backoff
-  EXPECT_EQ(entry("/models")["status"], "failed");
+  EXPECT_EQ(entry("/models")["state"], "failed");
   EXPECT_TRUE(workers().empty()) << "no worker was started again";
   expect_503_with_retry_after();
   ASSERT_EQ(daemon_->post("/models/unload", {{"model_id", model_}})->status, 200);
@@ -700,7 +704,7 @@ TEST_F(ServerDaemonReload, WithAutoReloadOffTheModelStaysFailed) {
 TEST_F(ServerDaemonReload, UnloadDuringTheBackoffStopsTheReloads) {
   start();
   kill_worker_mid_request();
-  EXPECT_EQ(entry("/models")["status"], "failed");
+  EXPECT_EQ(entry("/models")["state"], "failed");
   const auto t0 = Clock::now();
   auto res = daemon_->post("/models/unload", {{"model_id", model_}});
   ASSERT_TRUE(res);
@@ -758,7 +762,8 @@ TEST(ServerDaemonAuth, ApiKeyGuardsEveryRouteButHealth) {
 
 TEST(ServerDaemonCli, InvalidSettingsExitTwo) {
   for (std::vector<std::string> args : {std::vector<std::string>{"--port", "http"}, {"--queue-depth", "0"}, {"--config", "/nonexistent.json"},
-                                     {"--model", "/nonexistent/model"}, {"--model", "m:tp=x"}}) {
+                                     {"--model", "/nonexistent/model"}, {"--model", "m:tp=x"}, {"--keep-alive", "later"},
+                                     {"--model", "a", "--model", "b", "--served-model-name", "x"}}) {
     std::string cmd = std::string(NEURON_BINARY) + " serve";
     for (const auto& a : args) cmd += " " + a;
     cmd += " 2>/dev/null";
@@ -804,13 +809,56 @@ TEST(ServerDaemonMemory, UnloadGivesTheWeightsAndCacheBack) {
   ASSERT_EQ(daemon.post("/models/unload", {{"model_id", id}})->status, 200);
   const long after = rss_kib(daemon.pid());
   // The KV pool is address space until positions are written: the weights are what must show.
-  const long model_kib = static_cast<long>(info["memory"]["weight_bytes"].get<std::uint64_t>() / 1024);
+  const long model_kib = static_cast<long>(info["model"]["memory"]["weight_bytes"].get<std::uint64_t>() / 1024);
   ASSERT_GT(model_kib, 50 << 10) << "the test model is meant to be ~60 MB";
   EXPECT_GT(loaded, before + model_kib / 2) << "loading did not show in RSS";
   std::printf("daemon RSS before load %ld KiB, loaded %ld KiB, after unload %ld KiB (model %ld KiB)\n", before, loaded, after,
               model_kib);
   EXPECT_LT(after, before + model_kib / 3) << "unload must give the memory back (before " << before << " KiB, loaded "
                                            << loaded << " KiB, after " << after << " KiB, model " << model_kib << " KiB)";
+  EXPECT_EQ(daemon.stop(), 0);
+}
+
+// The lifecycle flags end to end: a startup model with a served name and a
+// keep_alive pre-warms, answers under its name, unloads itself once idle (its
+// weights leave the daemon's RSS), and --load-on-request brings it back when a
+// request names its folder under --models-dir.
+TEST(ServerDaemonLifecycle, IdleUnloadGivesTheMemoryBackAndARequestLoadsItAgain) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "the ASan daemon keeps freed memory in quarantine; its RSS says nothing about neuron";
+#endif
+  test_support::TempDir tmp("neuron-lifecycle");
+  const std::filesystem::path dir = tmp.path() / "mem-model";
+  std::filesystem::create_directories(dir);
+  test_support::write_memory_test_model(dir, tiny_model_dir());
+  Daemon daemon({"--model", dir.string() + ":max_context=1024,keep_alive=1s", "--served-model-name", "mem", "--models-dir",
+                 tmp.path().string(), "--load-on-request"});
+  const json health = json::parse(daemon.client().Get("/health")->body);
+  EXPECT_EQ(health["activation"]["completed"], json::array({"mem"})) << health.dump();
+  auto done = daemon.post("/v1/completions", completion_request("mem", "hello"));
+  ASSERT_EQ(done->status, 200) << done->body;
+  EXPECT_EQ(json::parse(done->body)["model"], "mem");
+  const json models = json::parse(daemon.client().Get("/models")->body);
+  ASSERT_EQ(models.size(), 1u);
+  EXPECT_EQ(models[0]["id"], "mem");
+  EXPECT_EQ(models[0]["keep_alive_ms"], 1000);
+  const long model_kib = static_cast<long>(models[0]["memory"]["weight_bytes"].get<std::uint64_t>() / 1024);
+  const long loaded = rss_kib(daemon.pid());
+
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+  while (!json::parse(daemon.client().Get("/models")->body).empty() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(json::parse(daemon.client().Get("/models")->body).empty()) << "not unloaded after keep_alive:\n" << daemon.log();
+  const long idle = rss_kib(daemon.pid());
+  std::printf("daemon RSS loaded %ld KiB, after idle unload %ld KiB (model %ld KiB)\n", loaded, idle, model_kib);
+  EXPECT_LT(idle, loaded - model_kib / 2) << "idle unload must give the weights back";
+
+  auto again = daemon.post("/v1/completions", completion_request("mem-model", "hello again"));
+  ASSERT_EQ(again->status, 200) << again->body;
+  EXPECT_EQ(json::parse(again->body)["model"], "mem-model");
+  const json reloaded = json::parse(daemon.client().Get("/models")->body);
+  ASSERT_EQ(reloaded.size(), 1u);
+  EXPECT_EQ(reloaded[0]["model_id"], std::filesystem::canonical(dir).string());
   EXPECT_EQ(daemon.stop(), 0);
 }
 

@@ -122,6 +122,33 @@ TEST(ServerServeOptions, AutoReloadComesFromFlagEnvOrFile) {
   }
 }
 
+TEST(ServerServeOptions, KeepAliveAndLoadOnRequestComeFromFlagEnvOrFile) {
+  const ServeOptions d = resolve_serve_options({}, env_of({}));
+  EXPECT_LT(d.keep_alive.count(), 0) << "models stay loaded unless told otherwise";
+  EXPECT_FALSE(d.load_on_request);
+  ServeFlags flags;
+  flags.keep_alive = "5m";
+  flags.load_on_request = "1";  // --load-on-request
+  const ServeOptions o = resolve_serve_options(flags, env_of({{"NEURON_KEEP_ALIVE", "1s"}}));
+  EXPECT_EQ(o.keep_alive, std::chrono::milliseconds(300000));
+  EXPECT_TRUE(o.load_on_request);
+  EXPECT_EQ(resolve_serve_options({}, env_of({{"NEURON_KEEP_ALIVE", "0"}})).keep_alive, std::chrono::milliseconds(0));
+  std::string path = testing::TempDir() + "/neuron-serve-keep-alive.json";
+  std::ofstream(path) << R"({"keep_alive": 30, "load_on_request": true})";
+  ServeFlags file;
+  file.config = path;
+  const ServeOptions from_file = resolve_serve_options(file, env_of({}));
+  std::remove(path.c_str());
+  EXPECT_EQ(from_file.keep_alive, std::chrono::milliseconds(30000));
+  EXPECT_TRUE(from_file.load_on_request);
+  try {
+    resolve_serve_options({}, env_of({{"NEURON_KEEP_ALIVE", "a while"}}));
+    ADD_FAILURE() << "a bad duration was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("NEURON_KEEP_ALIVE"), std::string::npos) << e.what();
+  }
+}
+
 TEST(ServerServeOptions, LoopbackHosts) {
   for (const char* h : {"127.0.0.1", "127.1.2.3", "::1", "[::1]", "localhost", "LocalHost", "::ffff:127.0.0.1", "0:0:0:0:0:0:0:1"})
     EXPECT_TRUE(is_loopback_host(h)) << h;
@@ -187,7 +214,12 @@ TEST(ServerDiscovery, ReportsThisHost) {
   nlohmann::json d = discover();
   EXPECT_GT(d["memory"]["total_bytes"].get<std::uint64_t>(), 0u);
   EXPECT_GT(d["cpu"]["logical_cores"].get<long>(), 0);
-  EXPECT_TRUE(d["gpus"].is_array());
+  EXPECT_TRUE(d["devices"].is_array());
+  EXPECT_FALSE(d["hostname"].get<std::string>().empty());
+  EXPECT_FALSE(d["kernel"].get<std::string>().empty());
+  EXPECT_EQ(d["harnesses"], nlohmann::json::array({"neuron"}));
+  // Without devices the reason is given (this build may have CUDA while the host has no GPU).
+  if (d["devices"].empty()) EXPECT_FALSE(d["cuda_unavailable_reason"].get<std::string>().empty()) << d.dump();
 }
 
 }  // namespace

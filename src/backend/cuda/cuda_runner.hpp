@@ -3,6 +3,8 @@
 // g++ alone. Only compiled when NEURON_HAVE_CUDA is defined.
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "backend/model_runner.hpp"
 
@@ -16,6 +18,12 @@ std::unique_ptr<ModelRunner> make_cuda_runner(const model::Qwen3Config& cfg, con
 int device_count() noexcept;
 // The device's total memory in bytes (no context is made); throws Error{invalid_argument} for no such device.
 std::uint64_t device_total_memory(int device);  // 0 when no driver or device
+// Facts for /discovery (nullopt when the device cannot be queried).
+std::optional<CudaDeviceInfo> device_info(int device);
+std::string device_count_error();              // why cudaGetDeviceCount failed ("" when it did not)
+std::optional<std::string> runtime_version();  // "12.4"
+std::optional<std::string> driver_version();
+std::optional<CudaMemoryUse> memory_use(int device);  // cudaMemGetInfo on `device` (makes a context if none)
 // Device-to-device copy bandwidth in GB/s (1e9 bytes/s), measured now.
 double measure_copy_bandwidth_gbs(int device);
 

@@ -25,6 +25,63 @@ std::uint64_t device_total_memory(int device) {
   return prop.totalGlobalMem;
 }
 
+std::optional<CudaDeviceInfo> device_info(int device) {
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return std::nullopt;
+  }
+  return CudaDeviceInfo{device, prop.name, static_cast<std::uint64_t>(prop.totalGlobalMem),
+                        std::to_string(prop.major) + "." + std::to_string(prop.minor)};
+}
+
+std::string device_count_error() {
+  int n = 0;
+  const cudaError_t err = cudaGetDeviceCount(&n);
+  if (err == cudaSuccess) return n > 0 ? std::string{} : "no device";
+  (void)cudaGetLastError();
+  return cudaGetErrorString(err);
+}
+
+namespace {
+std::optional<std::string> version_string(int v) {
+  if (v <= 0) return std::nullopt;
+  return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
+}
+}  // namespace
+
+std::optional<std::string> runtime_version() {
+  int v = 0;
+  if (cudaRuntimeGetVersion(&v) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return std::nullopt;
+  }
+  return version_string(v);
+}
+
+std::optional<std::string> driver_version() {
+  int v = 0;
+  if (cudaDriverGetVersion(&v) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return std::nullopt;
+  }
+  return version_string(v);
+}
+
+std::optional<CudaMemoryUse> memory_use(int device) {
+  int previous = 0;
+  if (cudaGetDevice(&previous) != cudaSuccess || cudaSetDevice(device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return std::nullopt;
+  }
+  std::size_t free = 0, total = 0;
+  const bool ok = cudaMemGetInfo(&free, &total) == cudaSuccess;
+  if (!ok) (void)cudaGetLastError();
+  (void)cudaSetDevice(previous);
+  if (!ok) return std::nullopt;
+  return CudaMemoryUse{static_cast<std::uint64_t>(total - free), static_cast<std::uint64_t>(free)};
+}
+
 // Convention (METHOD.md, and DESIGN.md's 4301 GB/s): a copy of S bytes moves
 // 2*S bytes through HBM (S read + S written). The median of 20 timed 1 GiB
 // copies after warm-up, so one slow copy does not move the figure.
