@@ -72,8 +72,10 @@ void raise_fd_limit() {
 int run_serve(const server::ServeFlags& flags) {
   server::ServeOptions opts;
   std::vector<engine::ModelSpec> specs;
+  io::HubOptions hub;
   try {
     opts = server::resolve_serve_options(flags, server::process_env());
+    hub = io::HubOptions::from_env();  // HF_ENDPOINT, HF_TOKEN, HF_HUB_OFFLINE
     for (const auto& text : opts.models) specs.push_back(server::parse_model_spec_text(text));
   } catch (const Error& e) {
     std::fprintf(stderr, "neuron serve: %s\n", e.what());
@@ -114,6 +116,7 @@ int run_serve(const server::ServeFlags& flags) {
   ropts.kv_budget = backend::KvBudget{.bytes = opts.kv_cache_bytes, .device_fraction = opts.gpu_memory_fraction};
   ropts.step_timeout = opts.step_timeout;
   ropts.reload.enabled = opts.auto_reload;
+  ropts.hub = std::move(hub);
 
   engine::Registry registry(ropts);
   server::Api api(registry, server::ApiOptions{opts.api_key});

@@ -74,6 +74,12 @@ json model_info_json(const engine::ModelInfo& m) {
   if (m.status == engine::ModelStatus::failed || m.status == engine::ModelStatus::reloading)
     j["error"] = {{"kind", m.error_kind}, {"message", m.error_message}};
   if (auto r = reload_json(m); !r.is_null()) j["reload"] = std::move(r);
+  if (m.download) {
+    j["download"] = {{"bytes_done", m.download->bytes_done},
+                     {"bytes_total", m.download->bytes_total},
+                     {"files_done", m.download->files_done},
+                     {"files_total", m.download->files_total}};
+  }
   return j;
 }
 
