@@ -89,6 +89,7 @@ void validate_model_id(const std::string& id, bool allow_any_directory) {
 // The model directory of `id`, within what the options allow.
 std::filesystem::path resolve(const std::string& id, const RegistryOptions& options) {
   io::ResolveOptions resolve;
+  if (options.hub) resolve.hf_hub_cache = options.hub->cache_dir();  // the cache downloads go to
   if (!options.allow_any_directory) {
     if (options.model_roots.empty()) {
       // No roots configured: only Hugging Face cache ids, never a directory.

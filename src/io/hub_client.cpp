@@ -80,6 +80,15 @@ std::int64_t parse_size(const std::string& text, const std::string& what) {
   fail(errc::unavailable, what + ": the hub answered HTTP " + std::to_string(r.status) + suffix);
 }
 
+// "'org/name' file config.json", for messages (appended: GCC 12 warns falsely on a chain of +).
+std::string file_label(const RepoRevision& rev, const std::string& file) {
+  std::string out = "'";
+  out += rev.id.repo();
+  out += "' file ";
+  out += file;
+  return out;
+}
+
 bool env_true(const char* name) {
   const char* v = std::getenv(name);
   if (v == nullptr) return false;
@@ -162,7 +171,7 @@ RepoRevision HubClient::revision(const HfModelId& id, const std::function<bool()
 FileMeta HubClient::file_meta(HttpSession& session, const RepoRevision& rev, const std::string& file,
                               const std::function<bool()>& cancelled) const {
   if (!safe_file_name(file)) fail(errc::invalid_argument, "unsafe file name '" + file + "'");
-  const std::string what = "'" + rev.id.repo() + "' file " + file;
+  const std::string what = file_label(rev, file);
   std::string url = file_url(rev, file);
   for (int hop = 0;; ++hop) {
     HttpRequest req = request(url, cancelled);
@@ -196,7 +205,7 @@ FileMeta HubClient::file_meta(HttpSession& session, const RepoRevision& rev, con
 
 long HubClient::fetch(HttpSession& session, const RepoRevision& rev, const std::string& file, std::int64_t offset,
                       const BodySink& sink, const std::function<bool()>& cancelled) const {
-  const std::string what = "'" + rev.id.repo() + "' file " + file;
+  const std::string what = file_label(rev, file);
   std::string url = file_url(rev, file);
   for (int hop = 0; hop <= kMaxRedirects; ++hop) {
     HttpRequest req = request(url, cancelled);

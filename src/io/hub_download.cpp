@@ -65,6 +65,13 @@ class BlobLock {
   Fd fd_;
 };
 
+// A name next to `path` no other writer uses (process and counter), for write-then-rename.
+fs::path temp_sibling(const fs::path& path) {
+  static std::atomic<std::uint64_t> counter{0};
+  return path.parent_path() /
+         ("." + path.filename().string() + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+}
+
 std::int64_t file_size_or_zero(const fs::path& p) {
   std::error_code ec;
   const auto size = fs::file_size(p, ec);
@@ -293,12 +300,12 @@ class Downloader {
   static void replace_symlink(const fs::path& target, const fs::path& link) {
     std::error_code ec;
     fs::create_directories(link.parent_path(), ec);
-    const fs::path tmp = link.parent_path() / ("." + link.filename().string() + ".tmp-" + std::to_string(::getpid()));
-    fs::remove(tmp, ec);
+    const fs::path tmp = temp_sibling(link);
     fs::create_symlink(target, tmp, ec);
     if (!ec) fs::rename(tmp, link, ec);
     if (ec) {
-      fs::remove(tmp);
+      std::error_code ignored;
+      fs::remove(tmp, ignored);
       fail(errc::io, "cannot link " + link.string() + ": " + ec.message());
     }
   }
@@ -317,7 +324,7 @@ class Downloader {
       const fs::path ref = repo_dir_ / "refs" / rev_.id.revision;
       std::error_code ec;
       fs::create_directories(ref.parent_path(), ec);
-      const fs::path tmp = ref.parent_path() / ("." + ref.filename().string() + ".tmp-" + std::to_string(::getpid()));
+      const fs::path tmp = temp_sibling(ref);
       {
         std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
         out << rev_.commit;
@@ -354,7 +361,12 @@ fs::path pull_model(std::string_view ref, const std::optional<std::string>& quan
     ResolveOptions opts;
     opts.hf_hub_cache = hub.options().cache_dir();
     opts.allow_directories = false;
-    return resolve_model(ref, opts);
+    try {
+      return resolve_model(ref, opts);
+    } catch (const Error& e) {
+      if (e.kind() != errc::not_found) throw;
+      fail(errc::not_found, std::string(e.what()) + "; HF_HUB_OFFLINE is set, so nothing is downloaded");
+    }
   }
   const RepoRevision rev = hub.revision(id, cancelled);
   return download_snapshot(hub, rev, select_model_files(rev, quant), progress, cancelled);
