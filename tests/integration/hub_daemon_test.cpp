@@ -29,8 +29,9 @@ TEST(HubDaemon, LoadDownloadsWithProgressThenServes) {
 
   test_support::TestHub hub;
   hub.add_model_dir("org/tiny", model_dir.path(), "89abcdef0123456789abcdef0123456789abcdef");
-  hub.chunk_delay_ms = 8;  // ~10 MB of weights in 64 KiB chunks over two files: about 0.6 s
-  Daemon daemon({}, /*wait_loaded=*/true, {"HF_ENDPOINT=" + hub.endpoint(), "HF_HOME=" + home.path().string(),
+  hub.chunk_delay_ms = 5;  // ~10 MB of weights in 64 KiB chunks: 150 chunks, about 1 s
+  // The bundled model loads meanwhile: nothing here waits for it.
+  Daemon daemon({}, /*wait_loaded=*/false, {"HF_ENDPOINT=" + hub.endpoint(), "HF_HOME=" + home.path().string(),
                                            "HF_HUB_CACHE=", "HF_HUB_OFFLINE=0", "HF_TOKEN="});
 
   auto missing = daemon.post("/models/load", {{"model_id", "org/absent"}});
@@ -49,7 +50,8 @@ TEST(HubDaemon, LoadDownloadsWithProgressThenServes) {
   while (status != "loaded" && std::chrono::steady_clock::now() < deadline) {
     auto res = daemon.client().Get("/models");
     ASSERT_TRUE(res);
-    for (const auto& m : json::parse(res->body)["models"]) {
+    const json models = json::parse(res->body)["models"];
+    for (const auto& m : models) {
       if (m["id"] != "org/tiny") continue;
       status = m["status"];
       ASSERT_NE(status, "failed") << m.dump() << "\n" << daemon.log();
