@@ -3,6 +3,9 @@
 // and the registry loading an id that only the hub has.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -282,6 +285,38 @@ TEST_F(HubDownload, RegistryDownloadsAnAbsentIdThenFindsItOfflineWithTheHubStopp
   EXPECT_EQ(registry.load(spec, true).status, engine::ModelStatus::loaded);
   spec.model_id = "org/other";
   EXPECT_EQ(error_kind([&] { registry.load(spec, true); }), errc::not_found);
+}
+
+}  // namespace
+}  // namespace neuron::io
+
+namespace neuron::io {
+namespace {
+
+// `neuron pull`: the snapshot directory on stdout, progress on stderr, typed errors and exit 1.
+TEST_F(HubDownload, PullCommandDownloadsWithProgressOnStderr) {
+  hub.add_repo("org/model", small_repo());
+  const std::string env = "HF_ENDPOINT=" + hub.endpoint() + " HF_HUB_CACHE=" + cache.path().string() + " HF_HUB_OFFLINE= HF_TOKEN= ";
+  const fs::path err = cache.path() / "stderr.txt";
+  const auto run = [&](const std::string& args, std::string& out) {
+    FILE* p = ::popen((env + NEURON_BINARY + " pull " + args + " 2>" + err.string()).c_str(), "r");
+    char buf[4096];
+    out.clear();
+    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+    const int status = ::pclose(p);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  std::string out;
+  ASSERT_EQ(run("org/model --revision main", out), 0) << read_file(err);
+  EXPECT_EQ(out, (repo_dir() / "snapshots" / kCommit).string() + "\n");
+  const std::string progress = read_file(err);
+  EXPECT_NE(progress.find("100.0%"), std::string::npos) << progress;
+  EXPECT_NE(progress.find("3 of 3 files"), std::string::npos) << progress;
+
+  EXPECT_EQ(run("org/absent", out), 1);
+  EXPECT_NE(read_file(err).find("not_found"), std::string::npos) << read_file(err);
+  EXPECT_EQ(run("org/model --quant Q4_K_M", out), 1);
+  EXPECT_NE(read_file(err).find("Q4_K_M"), std::string::npos) << read_file(err);
 }
 
 }  // namespace
