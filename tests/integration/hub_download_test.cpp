@@ -321,3 +321,30 @@ TEST_F(HubDownload, PullCommandDownloadsWithProgressOnStderr) {
 
 }  // namespace
 }  // namespace neuron::io
+
+namespace neuron::io {
+namespace {
+
+// Shutting the registry down does not wait for a download to finish.
+TEST_F(HubDownload, RegistryShutdownCancelsADownload) {
+  hub.add_repo("org/model", small_repo());
+  hub.chunk_delay_ms = 900;  // 300 kB in 64 KiB chunks: 4.5 s
+  std::chrono::steady_clock::time_point stopping;
+  {
+    engine::RegistryOptions ro;
+    ro.hub = options();
+    engine::Registry registry(ro);
+    engine::ModelSpec spec;
+    spec.model_id = "org/model";
+    registry.load(spec, /*wait=*/false);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    ASSERT_EQ(registry.info("org/model")->status, engine::ModelStatus::loading);
+    stopping = std::chrono::steady_clock::now();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - stopping, std::chrono::milliseconds(2500));
+  EXPECT_FALSE(fs::exists(repo_dir() / "refs" / "main"));
+  EXPECT_FALSE(fs::exists(repo_dir() / "snapshots" / kCommit / "config.json"));
+}
+
+}  // namespace
+}  // namespace neuron::io
