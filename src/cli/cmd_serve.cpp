@@ -73,8 +73,10 @@ void raise_fd_limit() {
 int run_serve(const server::ServeFlags& flags) {
   server::ServeOptions opts;
   std::vector<engine::ModelSpec> specs;
+  io::HubOptions hub;
   try {
     opts = server::resolve_serve_options(flags, server::process_env());
+    hub = io::HubOptions::from_env();  // HF_ENDPOINT, HF_TOKEN, HF_HUB_OFFLINE
     for (const auto& text : opts.models) specs.push_back(server::parse_model_spec_text(text));
     if (!opts.served_model_name.empty()) {
       if (specs.size() != 1)
@@ -125,6 +127,7 @@ int run_serve(const server::ServeFlags& flags) {
   ropts.keep_alive = opts.keep_alive;
   server::Activation activation;  // the startup models' pre-warm, for /health
   ropts.on_load_end = [&activation](const engine::ModelInfo& info) { activation.load_ended(info); };
+  ropts.hub = std::move(hub);
 
   engine::Registry registry(ropts);
   server::ApiOptions api_opts;

@@ -17,6 +17,7 @@
 
 #include "engine/model_assets.hpp"
 #include "engine/model_loader.hpp"
+#include "io/hub_download.hpp"
 #include "io/model_resolver.hpp"
 #include "model/shard.hpp"
 #include "util/error.hpp"
@@ -88,6 +89,7 @@ void validate_model_id(const std::string& id, bool allow_any_directory) {
 // The model directory of `id`, within what the options allow.
 std::filesystem::path resolve(const std::string& id, const RegistryOptions& options) {
   io::ResolveOptions resolve;
+  if (options.hub) resolve.hf_hub_cache = options.hub->cache_dir();  // the cache downloads go to
   if (!options.allow_any_directory) {
     if (options.model_roots.empty()) {
       // No roots configured: only Hugging Face cache ids, never a directory.
@@ -100,6 +102,26 @@ std::filesystem::path resolve(const std::string& id, const RegistryOptions& opti
     resolve.allowed_roots = options.model_roots;
   }
   return io::resolve_model(id, resolve);
+}
+
+// `id` could not be resolved (`missing`). With a hub configured and online, a
+// Hugging Face id is looked up there (one API call, so a repository that does
+// not exist or cannot be used is refused now) and the revision to download is
+// returned; otherwise `missing` is rethrown.
+io::RepoRevision hub_revision(const std::string& id, const RegistryOptions& options, const Error& missing) {
+  if (missing.kind() != errc::not_found || !options.hub || options.hub->offline) throw missing;
+  io::HfModelId hf;
+  try {
+    hf = io::parse_hf_model_id(id);
+  } catch (const Error&) {
+    throw missing;  // a missing directory, not a hub id
+  }
+  const io::HubClient hub(*options.hub);
+  io::RepoRevision rev = hub.revision(hf);
+  io::select_model_files(rev, std::nullopt);  // no config.json or weights there: not_found now
+  io::HttpSession session;
+  hub.file_meta(session, rev, "config.json");  // a gated repository lists its files but refuses them
+  return rev;
 }
 
 // A LoadedHandle: Single or Tp is only the runner behind the engine, so every
@@ -115,6 +137,8 @@ struct Entry {
   std::optional<Clock::time_point> loaded_at;  // when the current (or last) engine started serving
   std::atomic<int> leases{0};                  // engine() leases held now (requests using it)
   std::atomic<Clock::rep> last_used{0};        // when the last lease ended (or the load did), steady ticks
+  std::optional<io::RepoRevision> download;    // not in the cache: fetched from the hub before loading
+  std::atomic<bool> cancel{false};             // ~Registry: an ongoing download stops
 };
 
 // Wakes the idle reaper: a lease ended, a load ended, or the registry is closing.
@@ -243,6 +267,9 @@ struct Registry::State {
     double ms = 0;
   };
   static Built build(const LoadOptions& load, const EngineOptions& engine_options);
+  // Downloads entry->download into the cache and checks the model as load() checks a cached one;
+  // returns the model directory. Progress goes to entry->info.download.
+  std::filesystem::path fetch_from_hub(Entry* entry, const LoadOptions& load, const io::RepoRevision& rev);
   void run_load(Entry* entry);
   // Engine::on_failed of `entry`'s engine (on its engine thread).
   void engine_failed(const std::weak_ptr<Entry>& entry, const std::string& kind, const std::string& message);
@@ -298,17 +325,55 @@ Registry::State::Built Registry::State::build(const LoadOptions& load, const Eng
   return out;
 }
 
+std::filesystem::path Registry::State::fetch_from_hub(Entry* entry, const LoadOptions& load, const io::RepoRevision& rev) {
+  const io::HubClient hub(*options.hub);
+  const auto progress = [this, entry](const io::TransferProgress& p) {
+    std::lock_guard lock(mu);
+    entry->info.download = DownloadProgress{p.bytes_done, p.bytes_total, p.files_done, p.files_total};
+  };
+  const auto started = Clock::now();
+  const std::filesystem::path dir = io::download_snapshot(hub, rev, io::select_model_files(rev, std::nullopt), progress,
+                                                          [entry] { return entry->cancel.load(); });
+  spdlog::info("model {} downloaded in {:.1f} s", load.model_id,
+               std::chrono::duration<double>(Clock::now() - started).count());
+  LoadOptions checked = load;
+  checked.model_dir = dir;
+  check_host_memory(plan_load(checked, model::load_model_configs(dir).model));
+  return dir;
+}
+
 void Registry::State::run_load(Entry* entry) {
   LoadOptions load;
   EngineOptions engine_options;
-  std::unique_lock building(build_mu);  // queued until the load before this one ends
+  std::optional<io::RepoRevision> download;
   {
     std::lock_guard lock(mu);
     load = entry->load;
     engine_options = entry->engine_options;
+    download = entry->download;
+  }
+  Built built;
+  if (download) {  // before taking the build lock: a download does not hold other loads back
+    try {
+      load.model_dir = fetch_from_hub(entry, load, *download);
+      std::lock_guard lock(mu);
+      entry->load.model_dir = load.model_dir;  // reloads use the snapshot
+      entry->info.path = load.model_dir;
+      entry->download.reset();
+    } catch (const Error& e) {
+      built.kind = e.kind();
+      built.message = e.what();
+    } catch (const std::exception& e) {
+      built.kind = errc::load_failed;
+      built.message = e.what();
+    }
+  }
+  std::unique_lock building(build_mu);  // queued until the load before this one ends
+  {
+    std::lock_guard lock(mu);
     entry->info.queued = false;
   }
-  Built built = build(load, engine_options);
+  if (built.kind.empty()) built = build(load, engine_options);
   building.unlock();
   ModelInfo ended;
   {
@@ -318,6 +383,7 @@ void Registry::State::run_load(Entry* entry) {
       entry->info.status = ModelStatus::loaded;
       entry->info.max_context = built.engine->max_context();
       entry->info.memory = built.engine->memory();
+      entry->info.download.reset();
       entry->engine = std::move(built.engine);
       entry->assets = std::move(built.assets);
       entry->loaded_at = Clock::now();
@@ -510,7 +576,10 @@ Registry::~Registry() {
   std::map<std::string, std::shared_ptr<Entry>> entries;
   {
     std::lock_guard lock(state_->mu);
-    for (auto& [id, entry] : state_->entries) entry->unloading = true;  // ends reload loops, ignores new failures
+    for (auto& [id, entry] : state_->entries) {
+      entry->unloading = true;  // ends reload loops, ignores new failures
+      entry->cancel = true;     // ends downloads
+    }
     entries.swap(state_->entries);
   }
   state_->reload_cv.notify_all();
@@ -569,11 +638,18 @@ ModelInfo Registry::load(const ModelSpec& spec, bool wait) {
     if (s.entries.count(id)) fail(errc::conflict, "model " + id + " is already loaded");
   }
 
-  load.model_dir = resolve(id, s.options);
-  // Shape problems answer now, not from the background thread.
-  const model::ModelConfigs configs = model::load_model_configs(load.model_dir);
-  // Split, max_context, KV budget and host memory answer now (507 when it cannot fit).
-  check_host_memory(plan_load(load, configs.model));
+  std::optional<io::RepoRevision> download;
+  try {
+    load.model_dir = resolve(id, s.options);
+  } catch (const Error& e) {
+    download = hub_revision(id, s.options, e);  // rethrows `e` when the hub cannot help
+  }
+  if (!download) {
+    // Shape problems answer now, not from the background thread.
+    const model::ModelConfigs configs = model::load_model_configs(load.model_dir);
+    // Split, max_context, KV budget and host memory answer now (507 when it cannot fit).
+    check_host_memory(plan_load(load, configs.model));
+  }
 
   auto entry = std::make_shared<Entry>();
   entry->load = load;
@@ -589,6 +665,8 @@ ModelInfo Registry::load(const ModelSpec& spec, bool wait) {
   entry->info.devices = std::move(devices);
   entry->info.max_context = spec.max_context;
   entry->info.path = load.model_dir;
+  entry->download = download;
+  if (download) entry->info.download = DownloadProgress{0, 0, 0, 0};
   entry->info.created = std::chrono::system_clock::now();
   entry->info.served_name = spec.served_name;
   entry->info.quant = spec.quant.value_or("");
@@ -604,7 +682,7 @@ ModelInfo Registry::load(const ModelSpec& spec, bool wait) {
     }
     // Another id for the same files ("org/name" and "org/name@main" share a snapshot).
     for (const auto& [other, e] : s.entries)
-      if (e->info.path == load.model_dir) fail(errc::conflict, "model " + id + " is already loaded as " + other);
+      if (!load.model_dir.empty() && e->info.path == load.model_dir) fail(errc::conflict, "model " + id + " is already loaded as " + other);
     s.entries.emplace(id, entry);
     // The entry cannot leave the map while loading (unload refuses it; ~Registry joins
     // first), so the thread may keep a plain pointer to it.
@@ -615,7 +693,8 @@ ModelInfo Registry::load(const ModelSpec& spec, bool wait) {
       fail(errc::load_failed, std::string("cannot start the loader thread: ") + e.what());
     }
   }
-  spdlog::info("loading model {} from {} (tensor_parallel {}, {})", id, load.model_dir.string(),
+  spdlog::info("loading model {} from {} (tensor_parallel {}, {})", id,
+               download ? s.options.hub->endpoint + " (commit " + download->commit + ")" : load.model_dir.string(),
                spec.tensor_parallel, load.device.str());
 
   if (wait) return wait_loaded(id);

@@ -36,6 +36,7 @@
 #include "backend/device.hpp"
 #include "backend/model_runner.hpp"
 #include "engine/engine.hpp"
+#include "io/hub_client.hpp"
 
 namespace neuron::engine {
 
@@ -58,6 +59,9 @@ struct ModelSpec {
   std::optional<std::chrono::milliseconds> keep_alive;  // idle time before unload; negative never; unset: RegistryOptions
   std::string served_name;         // another name clients use for it, echoed in responses; empty: none
 };
+
+// How far the download of a model that was not in the Hugging Face cache is.
+struct DownloadProgress { std::int64_t bytes_done, bytes_total, files_done, files_total; };
 
 enum class ModelStatus { loading, loaded, failed, reloading };
 std::string_view to_string(ModelStatus s) noexcept;
@@ -105,6 +109,10 @@ struct RegistryOptions {
   std::chrono::milliseconds keep_alive{-1};        // a spec's default: idle time before unload; negative never
   // Called on the loading thread when a load (not a reload) ends, loaded or failed.
   std::function<void(const ModelInfo&)> on_load_end;
+  // Set: a Hugging Face id missing from the cache is downloaded from the hub
+  // (io::download_snapshot) as part of its background load. Unset, or offline:
+  // such an id is not_found.
+  std::optional<io::HubOptions> hub;
 };
 
 class Registry {
@@ -116,7 +124,11 @@ class Registry {
   // allow_any_directory off, ".." components and directories outside model_roots:
   // invalid_argument), tensor_parallel in [1, 16] and dividing the model's heads
   // (bad_tensor_parallel, from its config.json), device and devices (invalid_argument),
-  // quant (unsupported_arch), an id not in the local cache (not_found), a model already
+  // quant (unsupported_arch), an id not in the local cache (not_found; with a hub, one
+  // API call first: no such repo or revision, no config.json or safetensors there
+  // (not_found), gated (gated), refused credentials (unauthorized), hub unreachable
+  // (unavailable); a model that downloads is checked for shape and memory once its
+  // files are here, and shows its progress in ModelInfo::download), a model already
   // present in any state, failed included (conflict: unload it first). A directory's id
   // is its real path (io::canonical_model_ref), so every spelling of it is the same
   // model; two ids for the same files are a conflict too. A relative id that names a

@@ -29,6 +29,8 @@ constexpr KindRow kRows[] = {
     {http_errc::invalid_json, 400, "invalid_request_error", 0},
     {http_errc::unsupported, 400, "invalid_request_error", 0},
     {http_errc::unauthorized, 401, "authentication_error", 0},
+    {errc::unauthorized, 403, "permission_error", 0},  // the hub refused the daemon's HF_TOKEN
+    {errc::gated, 403, "permission_error", 0},
     {errc::not_found, 404, "not_found_error", 0},
     {http_errc::model_not_found, 404, "invalid_request_error", 0},
     {http_errc::route_not_found, 404, "not_found_error", 0},
@@ -44,6 +46,8 @@ constexpr KindRow kRows[] = {
     {errc::model_failed, 503, "server_error", 0},
     {errc::out_of_memory, 507, "server_error", 0},
     {errc::timeout, 504, "server_error", 0},
+    {errc::unavailable, 502, "server_error", 0},  // the hub could not be reached
+    {errc::checksum_mismatch, 502, "server_error", 0},
     {errc::worker_failed, 500, "server_error", 0},
     {errc::comm, 500, "server_error", 0},
     {errc::cuda, 500, "server_error", 0},

@@ -34,6 +34,10 @@ inline constexpr const char* busy = "busy";                  // e.g. unload with
 inline constexpr const char* loading = "loading";            // model not ready yet
 inline constexpr const char* model_failed = "model_failed";  // runner state unknown after a failure
 inline constexpr const char* shutting_down = "shutting_down";
+inline constexpr const char* unavailable = "unavailable";              // a remote service (the Hugging Face hub) could not be reached
+inline constexpr const char* unauthorized = "unauthorized";            // the hub refused the credentials (401/403)
+inline constexpr const char* gated = "gated";                          // a gated hub repository whose terms were not accepted
+inline constexpr const char* checksum_mismatch = "checksum_mismatch";  // a download's size or sha256 is not what the hub announced
 inline constexpr const char* internal = "internal";
 }  // namespace errc
 

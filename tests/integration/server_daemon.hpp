@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <filesystem>
@@ -41,21 +42,35 @@ inline std::string read_all(const std::string& path) {
 class Daemon {
  public:
   // Starts `neuron serve --port 0 <args>` and waits until it listens and every
-  // startup model is loaded.
-  explicit Daemon(std::vector<std::string> args, bool wait_loaded = true) {
+  // startup model is loaded. `env`: "NAME=value" entries added to (or replacing
+  // those of) this process's environment.
+  explicit Daemon(std::vector<std::string> args, bool wait_loaded = true, std::vector<std::string> env = {}) {
     static int counter = 0;
     log_path_ = ::testing::TempDir() + "/neuron-serve-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + ".log";
     std::vector<std::string> argv = {NEURON_BINARY, "serve", "--port", "0"};
     argv.insert(argv.end(), args.begin(), args.end());
+    // Built before fork: the child may only exec.
+    std::vector<std::string> env_strings;
+    for (char** e = environ; *e != nullptr; ++e) {
+      const std::string entry(*e);
+      const bool replaced = std::any_of(env.begin(), env.end(), [&](const std::string& x) {
+        return entry.compare(0, x.find('=') + 1, x, 0, x.find('=') + 1) == 0;
+      });
+      if (!replaced) env_strings.push_back(entry);
+    }
+    env_strings.insert(env_strings.end(), env.begin(), env.end());
+    std::vector<char*> cenv;
+    for (auto& e : env_strings) cenv.push_back(e.data());
+    cenv.push_back(nullptr);
+    std::vector<char*> cargv;
+    for (auto& a : argv) cargv.push_back(a.data());
+    cargv.push_back(nullptr);
     pid_ = ::fork();
     if (pid_ == 0) {
       int fd = ::open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       ::dup2(fd, 2);
       ::dup2(fd, 1);
-      std::vector<char*> cargv;
-      for (auto& a : argv) cargv.push_back(a.data());
-      cargv.push_back(nullptr);
-      ::execv(cargv[0], cargv.data());
+      ::execve(cargv[0], cargv.data(), cenv.data());
       ::_exit(127);
     }
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
