@@ -40,7 +40,7 @@
 
 namespace neuron::engine {
 
-// Bytes and files of a model being fetched from the Hugging Face hub (filled by src/hub).
+// Bytes and files of a model being fetched from the Hugging Face hub (io/hub_download).
 struct DownloadProgress {
   std::int64_t bytes_done = 0;
   std::int64_t bytes_total = 0;
@@ -59,9 +59,6 @@ struct ModelSpec {
   std::optional<std::chrono::milliseconds> keep_alive;  // idle time before unload; negative never; unset: RegistryOptions
   std::string served_name;         // another name clients use for it, echoed in responses; empty: none
 };
-
-// How far the download of a model that was not in the Hugging Face cache is.
-struct DownloadProgress { std::int64_t bytes_done, bytes_total, files_done, files_total; };
 
 enum class ModelStatus { loading, loaded, failed, reloading };
 std::string_view to_string(ModelStatus s) noexcept;
@@ -87,7 +84,7 @@ struct ModelInfo {
   std::chrono::milliseconds keep_alive{-1};  // idle time before unload; negative: never
   int active = 0;                          // requests holding its engine now
   std::optional<std::chrono::steady_clock::time_point> idle_since;  // loaded, no request holds it: since when
-  std::optional<DownloadProgress> download;  // while its files are being fetched (src/hub)
+  std::optional<DownloadProgress> download;  // while its files are being fetched; kept when the download failed
 };
 
 // How a model whose engine failed is brought back.
