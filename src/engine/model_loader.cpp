@@ -40,6 +40,7 @@ LoadPlan plan_load(const LoadOptions& options, const model::Qwen3Config& cfg) {
   backend::RunnerOptions& ro = plan.runner;
   ro.max_context = model::resolve_max_context(cfg, options.max_context, backend::default_max_context(plan.devices[0]));
   ro.kv_block_size = options.kv_block_size > 0 ? options.kv_block_size : backend::kDefaultKvBlockSize;
+  ro.quantize = options.quantize;
   // Every rank's plan, so a bad split fails here, before a process starts.
   std::vector<model::ShardPlan> shards;
   for (int r = 0; r < n; ++r) shards.push_back(model::ShardPlan::make(cfg, r, n));
@@ -98,6 +99,7 @@ std::unique_ptr<backend::ModelRunner> open_runner(const LoadOptions& options) {
   to.max_context = ro.max_context;
   to.kv_block_size = ro.kv_block_size;
   to.kv_blocks = ro.kv_blocks;
+  to.quantize = ro.quantize;
   to.step_timeout = options.step_timeout;
   to.load_timeout = options.load_timeout;
   to.worker_binary = options.worker_binary;

@@ -6,19 +6,21 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "backend/device.hpp"
 #include "backend/model_runner.hpp"
 #include "model/config.hpp"
+#include "quant/ggml_type.hpp"
 
 namespace neuron::engine {
 
 inline constexpr int kMaxTensorParallel = 16;
 
 struct LoadOptions {
-  std::filesystem::path model_dir;  // config.json + model.safetensors[.index.json]
+  std::filesystem::path model_dir;  // config.json + model.safetensors[.index.json], or a .gguf file
   std::string model_id;             // the shards' key on TP workers; default: the directory name
   int tensor_parallel = 1;
   backend::Device device;           // every rank's device unless `devices` is given
@@ -26,6 +28,7 @@ struct LoadOptions {
   std::int32_t max_context = 0;     // 0: min(max_position_embeddings, the backend's default)
   backend::KvBudget kv_budget;      // the KV pool's size on each rank (backend/model_runner.hpp)
   std::int32_t kv_block_size = 0;   // 0: backend::kDefaultKvBlockSize
+  std::optional<quant::GgmlType> quantize;  // quantize-at-load (CPU: q8_0, q4_k, q6_k); see backend::RunnerOptions
   std::chrono::milliseconds step_timeout{30000};   // TP: per-step reply deadline and collective timeout
   std::chrono::milliseconds load_timeout{600000};  // TP: deadline for the workers' shard loads
   std::filesystem::path worker_binary;             // TP: the neuron executable (default /proc/self/exe)

@@ -1,5 +1,7 @@
 #include "engine/registry.hpp"
 
+#include <algorithm>
+#include <cctype>
 #include <condition_variable>
 #include <cstdlib>
 #include <future>
@@ -16,8 +18,10 @@
 
 #include "engine/model_assets.hpp"
 #include "engine/model_loader.hpp"
+#include "io/gguf.hpp"
 #include "io/model_resolver.hpp"
 #include "model/shard.hpp"
+#include "quant/ggml_type.hpp"
 #include "util/error.hpp"
 #include "util/retry_later.hpp"
 
@@ -85,8 +89,9 @@ void validate_model_id(const std::string& id, bool allow_any_directory) {
 }
 
 // The model directory of `id`, within what the options allow.
-std::filesystem::path resolve(const std::string& id, const RegistryOptions& options) {
+std::filesystem::path resolve(const std::string& id, const RegistryOptions& options, const std::string& gguf_quant) {
   io::ResolveOptions resolve;
+  resolve.gguf_quant = gguf_quant;
   if (!options.allow_any_directory) {
     if (options.model_roots.empty()) {
       // No roots configured: only Hugging Face cache ids, never a directory.
@@ -385,9 +390,14 @@ ModelInfo Registry::load(const ModelSpec& spec, bool wait) {
     fail(errc::bad_tensor_parallel, "tensor_parallel must be between 1 and " + std::to_string(kMaxTensorParallel) +
                                         ", got " + std::to_string(spec.tensor_parallel));
   }
-  if (spec.quant && *spec.quant != "none" && *spec.quant != "bf16") {
-    fail(errc::unsupported_arch, "quant '" + *spec.quant + "' is not supported (use none or bf16)");
-  }
+  // quant: none / bf16 (weights as bf16); a GGUF file's tag in a cached GGUF
+  // repo ("Q4_K_M" picks Qwen3-0.6B-Q4_K_M.gguf); or, for a safetensors
+  // model, a type to quantize to at load (q8_0, q4_k, q6_k; CPU only).
+  const std::string quant = spec.quant && *spec.quant != "none" && *spec.quant != "bf16" ? *spec.quant : std::string();
+  if (quant.size() > 32 || !std::all_of(quant.begin(), quant.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+      }))
+    fail(errc::invalid_argument, "quant must be none, bf16, q8_0, q4_k, q6_k or a GGUF file's quantization tag (such as Q4_K_M)");
   if (spec.max_context < 0) {
     fail(errc::invalid_argument, "max_context must be >= 0, got " + std::to_string(spec.max_context));
   }
@@ -423,7 +433,16 @@ ModelInfo Registry::load(const ModelSpec& spec, bool wait) {
     if (s.entries.count(id)) fail(errc::conflict, "model " + id + " is already loaded");
   }
 
-  load.model_dir = resolve(id, s.options);
+  load.model_dir = resolve(id, s.options, quant);
+  if (!quant.empty() && !io::is_gguf_path(load.model_dir)) {
+    load.quantize = quant::parse_ggml_type(quant);
+    if (!load.quantize || (*load.quantize != quant::GgmlType::q8_0 && *load.quantize != quant::GgmlType::q4_k &&
+                           *load.quantize != quant::GgmlType::q6_k))
+      fail(errc::unsupported_arch, "quant '" + quant + "' cannot be applied at load to " + id +
+                                       " (a safetensors model): use q8_0, q4_k or q6_k");
+  } else if (!quant.empty() && io::canonical_model_ref(spec.model_id) == load.model_dir.string()) {
+    fail(errc::invalid_argument, "quant '" + quant + "' does not apply to " + id + ", which is one GGUF file");
+  }
   // Shape problems answer now, not from the background thread.
   const model::ModelConfigs configs = model::load_model_configs(load.model_dir);
   // Split, max_context, KV budget and host memory answer now (507 when it cannot fit).
