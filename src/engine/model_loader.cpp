@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "dist/communicator.hpp"
+#include "io/gguf.hpp"
 #include "io/safetensors.hpp"
 #include "model/config.hpp"
 #include "model/shard.hpp"
@@ -58,6 +59,21 @@ LoadPlan plan_load(const LoadOptions& options, const model::Qwen3Config& cfg) {
                                   static_cast<std::uint64_t>(ro.kv_blocks));
   }
   return plan;
+}
+
+std::optional<quant::GgmlType> quantize_for(const std::filesystem::path& model, const std::string& quant, bool named_file) {
+  if (quant.empty() || quant == "none" || quant == "bf16") return std::nullopt;
+  if (io::is_gguf_path(model)) {
+    if (named_file)
+      fail(errc::invalid_argument, "quant '" + quant + "' does not apply to " + model.string() +
+                                       ", which is one GGUF file (its tensors are used as stored)");
+    return std::nullopt;
+  }
+  const auto t = quant::parse_ggml_type(quant);
+  if (!t || (*t != quant::GgmlType::q8_0 && *t != quant::GgmlType::q4_k && *t != quant::GgmlType::q6_k))
+    fail(errc::unsupported_arch, "quant '" + quant + "' cannot be applied at load to " + model.string() +
+                                     " (a safetensors model): use none, bf16, q8_0, q4_k or q6_k");
+  return t;
 }
 
 void check_host_memory(const LoadPlan& plan) {

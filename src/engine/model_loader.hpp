@@ -35,6 +35,15 @@ struct LoadOptions {
   std::vector<std::vector<std::string>> worker_args;  // TP: extra worker arguments per rank (test hooks)
 };
 
+// The quantize-at-load type a model spec's `quant` asks for once the model
+// resolved to `model` (io::resolve_model with ResolveOptions::gguf_quant):
+// nullopt for "", "none" and "bf16", and for a GGUF file (whose tensors are
+// used as stored: in a GGUF repo, quant picked the file); q8_0, q4_k or q6_k
+// for a safetensors model. Throws Error{unsupported_arch} for any other
+// quant on a safetensors model, Error{invalid_argument} for one on a .gguf
+// file the reference named directly (`named_file`).
+std::optional<quant::GgmlType> quantize_for(const std::filesystem::path& model, const std::string& quant, bool named_file);
+
 // What a load will allocate, decided before anything is: each rank's device,
 // the runner options (max_context resolved, the KV pool's blocks: the fewest
 // any rank's budget buys, so all ranks' pools match) and the bytes each rank

@@ -18,10 +18,8 @@
 
 #include "engine/model_assets.hpp"
 #include "engine/model_loader.hpp"
-#include "io/gguf.hpp"
 #include "io/model_resolver.hpp"
 #include "model/shard.hpp"
-#include "quant/ggml_type.hpp"
 #include "util/error.hpp"
 #include "util/retry_later.hpp"
 
@@ -434,15 +432,7 @@ ModelInfo Registry::load(const ModelSpec& spec, bool wait) {
   }
 
   load.model_dir = resolve(id, s.options, quant);
-  if (!quant.empty() && !io::is_gguf_path(load.model_dir)) {
-    load.quantize = quant::parse_ggml_type(quant);
-    if (!load.quantize || (*load.quantize != quant::GgmlType::q8_0 && *load.quantize != quant::GgmlType::q4_k &&
-                           *load.quantize != quant::GgmlType::q6_k))
-      fail(errc::unsupported_arch, "quant '" + quant + "' cannot be applied at load to " + id +
-                                       " (a safetensors model): use q8_0, q4_k or q6_k");
-  } else if (!quant.empty() && io::canonical_model_ref(spec.model_id) == load.model_dir.string()) {
-    fail(errc::invalid_argument, "quant '" + quant + "' does not apply to " + id + ", which is one GGUF file");
-  }
+  load.quantize = quantize_for(load.model_dir, quant, id == load.model_dir.string());
   // Shape problems answer now, not from the background thread.
   const model::ModelConfigs configs = model::load_model_configs(load.model_dir);
   // Split, max_context, KV budget and host memory answer now (507 when it cannot fit).
