@@ -51,10 +51,19 @@ LoadPlan plan_load(const LoadOptions& options, const model::Qwen3Config& cfg) {
                                                         ro.kv_block_size, ro.max_context);
     ro.kv_blocks = r == 0 ? blocks : std::min(ro.kv_blocks, blocks);
   }
+  // A rank holds its weights in bf16 at most; on the CPU a GGUF's quantized
+  // tensors stay packed, so no CPU rank holds more than the whole file either.
+  std::uint64_t weight_cap = ~std::uint64_t{0};
+  if (io::is_gguf_path(options.model_dir)) {
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(options.model_dir, ec);
+    if (!ec) weight_cap = size;
+  }
   for (int r = 0; r < n; ++r) {
     const auto& shard = shards[static_cast<std::size_t>(r)];
     const auto& device = plan.devices[static_cast<std::size_t>(r)];
-    plan.rank_bytes.push_back(static_cast<std::uint64_t>(model::weight_elements(cfg, shard)) * 2 +
+    const std::uint64_t bf16_bytes = static_cast<std::uint64_t>(model::weight_elements(cfg, shard)) * 2;
+    plan.rank_bytes.push_back((device.is_cuda() ? bf16_bytes : std::min(bf16_bytes, weight_cap)) +
                               backend::kv_bytes_per_block(cfg, shard, device, ro.kv_block_size) *
                                   static_cast<std::uint64_t>(ro.kv_blocks));
   }
