@@ -8,6 +8,7 @@
 #include "io/gguf.hpp"
 #include "model/gguf_config.hpp"
 #include "tokenizer/gguf_vocab.hpp"
+#include "tokenizer/utf8.hpp"
 #include "util/error.hpp"
 
 namespace neuron::engine {
@@ -22,6 +23,8 @@ ModelAssets load_gguf_assets(const std::filesystem::path& path) {
   assets.configs = model::configs_from_gguf(file);
   assets.tokenizer = std::make_shared<const tokenizer::Tokenizer>(tokenizer::tokenizer_from_gguf(file.metadata()));
   if (auto source = file.metadata().string("tokenizer.chat_template")) {
+    if (!tokenizer::is_valid_utf8(*source))
+      fail(errc::template_error, path.string() + ": tokenizer.chat_template is not valid UTF-8");
     // The special tokens a template may print ({{ bos_token }}, {{ eos_token }}), by id.
     nlohmann::json special = nlohmann::json::object();
     for (const auto& [field, key] : {std::pair{"bos_token", "tokenizer.ggml.bos_token_id"},

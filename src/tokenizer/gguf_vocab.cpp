@@ -3,6 +3,7 @@
 #include <limits>
 #include <string>
 
+#include "tokenizer/utf8.hpp"
 #include "util/error.hpp"
 
 namespace neuron::tokenizer {
@@ -38,6 +39,8 @@ nlohmann::json gguf_tokenizer_document(const io::GgufMetadata& md) {
   json added = json::array();
   for (std::size_t id = 0; id < tokens->size(); ++id) {
     const std::string& text = (*tokens)[id];
+    // tokenizer.json is JSON text: its tokens are UTF-8 (byte-level BPE spells every byte as a character).
+    if (!is_valid_utf8(text)) bad(md, "token " + std::to_string(id) + " is not valid UTF-8");
     const std::int64_t type = types ? (*types)[id] : kNormal;
     switch (type) {
       case kNormal:
@@ -59,7 +62,10 @@ nlohmann::json gguf_tokenizer_document(const io::GgufMetadata& md) {
   }
   json merges = json::array();
   if (const auto* m = md.strings("tokenizer.ggml.merges"))
-    for (const std::string& rule : *m) merges.push_back(rule);
+    for (std::size_t i = 0; i < m->size(); ++i) {
+      if (!is_valid_utf8((*m)[i])) bad(md, "merge " + std::to_string(i) + " is not valid UTF-8");
+      merges.push_back((*m)[i]);
+    }
 
   json doc;
   doc["version"] = "1.0";

@@ -130,6 +130,18 @@ TEST(GgufTokenizer, RefusesOtherModelsAndMalformedVocabularies) {
               w.add_strings("tokenizer.ggml.merges", {"a"});
             })).find("bad_model"),
             std::string::npos);
+  // Bytes that are not UTF-8 cannot be tokenizer.json text: refused, not thrown from the JSON library.
+  EXPECT_NE(error_of(md_of([&](auto& w) {
+              base(w);
+              w.add_strings("tokenizer.ggml.tokens", {"a", std::string("\xff\xfe", 2)});
+            })).find("token 1 is not valid UTF-8"),
+            std::string::npos);
+  EXPECT_NE(error_of(md_of([&](auto& w) {
+              base(w);
+              w.add_strings("tokenizer.ggml.tokens", {"a", "b"});
+              w.add_strings("tokenizer.ggml.merges", {std::string("a \xc3", 3)});
+            })).find("merge 0 is not valid UTF-8"),
+            std::string::npos);
 }
 
 }  // namespace

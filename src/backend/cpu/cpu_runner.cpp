@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
+#include <mutex>
 #include <optional>
 #include <cstdint>
 #include <span>
@@ -9,6 +11,7 @@
 #include <vector>
 
 #include "backend/cpu/attention.hpp"
+#include "backend/cpu/chunk_pool.hpp"
 #include "backend/cpu/matmul.hpp"
 #include "backend/cpu/matmul_quant.hpp"
 #include "backend/cpu/ops.hpp"
@@ -173,27 +176,35 @@ class WeightSource {
     m.q.cols = m.cols;
     m.q.row_bytes = quant::row_bytes(type, m.cols);
     m.q.data.resize(static_cast<std::size_t>(m.rows) * m.q.row_bytes);
-    // Row by row through f32, so no whole-matrix f32 copy is ever held.
-    std::vector<float> row(static_cast<std::size_t>(m.cols));
-    std::vector<std::uint16_t> h(static_cast<std::size_t>(m.cols));
-    const io::TensorView* view = nullptr;
-    io::TensorView v;
-    if (ckpt_) {
-      v = model::slice_view(*ckpt_, spec);
-      view = &v;
-    }
-    for (std::int64_t r = 0; r < m.rows; ++r) {
-      SliceSpec one = spec;
-      one.row_begin = spec.row_begin + r;
-      one.row_end = one.row_begin + 1;
-      if (view) {
-        view->rows(r, r + 1).to_f32(row);
-      } else {
-        model::fill_dummy(one, h);
-        for (std::size_t i = 0; i < h.size(); ++i) row[i] = bf16_to_f32(h[i]);
+    // Row by row through f32 (no whole-matrix f32 copy is ever held), rows
+    // spread over the CPU pool: the k-quants' scale search is the slow part of a load.
+    std::optional<io::TensorView> view;
+    if (ckpt_) view = model::slice_view(*ckpt_, spec);
+    std::mutex failed_mu;
+    std::exception_ptr failed;
+    const std::int64_t chunk = 16;
+    ChunkPool::shared().run((m.rows + chunk - 1) / chunk, [&](std::int64_t c) {
+      try {
+        std::vector<float> row(static_cast<std::size_t>(m.cols));
+        std::vector<std::uint16_t> h(view ? 0 : static_cast<std::size_t>(m.cols));
+        for (std::int64_t r = c * chunk; r < std::min(m.rows, (c + 1) * chunk); ++r) {
+          if (view) {
+            view->rows(r, r + 1).to_f32(row);
+          } else {
+            SliceSpec one = spec;
+            one.row_begin = spec.row_begin + r;
+            one.row_end = one.row_begin + 1;
+            model::fill_dummy(one, h);
+            for (std::size_t i = 0; i < h.size(); ++i) row[i] = bf16_to_f32(h[i]);
+          }
+          quant::quantize_row(type, row.data(), m.q.data.data() + static_cast<std::size_t>(r) * m.q.row_bytes, m.cols);
+        }
+      } catch (...) {  // the pool's tasks must not throw: the first failure is rethrown below
+        std::lock_guard lock(failed_mu);
+        if (!failed) failed = std::current_exception();
       }
-      quant::quantize_row(type, row.data(), m.q.data.data() + static_cast<std::size_t>(r) * m.q.row_bytes, m.cols);
-    }
+    });
+    if (failed) std::rethrow_exception(failed);
     return m;
   }
 
