@@ -78,6 +78,99 @@ __attribute__((target("avx2,fma"))) float q8_0_row_avx2(const std::byte* row, co
   return hsum8(acc);
 }
 
+// Sum over 8 groups of 8 int8/uint8 values in buf times x, each group scaled by scale[g] (broadcast).
+__attribute__((target("avx2,fma"))) inline __m256 int8_groups(const std::int8_t* buf, const float* x, int groups,
+                                                              const float* scale, int group_len, __m256 acc) {
+  for (int g = 0; g < groups; ++g) {
+    __m256 s = _mm256_setzero_ps();
+    for (int k = 0; k < group_len; k += 8) {
+      const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(buf + g * group_len + k));
+      s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)), _mm256_loadu_ps(x + g * group_len + k), s);
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(scale[g]), s, acc);
+  }
+  return acc;
+}
+
+// Q4_K from the blocks: per 32-element sub-block d*sc * sum(q x) - dmin*m * sum(x).
+__attribute__((target("avx2,fma"))) float q4_k_row_avx2(const std::byte* row, const float* x, std::int64_t cols) {
+  __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+  const __m256i low = _mm256_set1_epi8(0x0F);
+  alignas(32) std::int8_t buf[64];
+  for (std::int64_t b = 0; b < cols / quant::kQK_K; ++b, row += quant::kQ4_KBytes, x += quant::kQK_K) {
+    std::uint16_t dh, mh;
+    std::memcpy(&dh, row, 2);
+    std::memcpy(&mh, row + 2, 2);
+    const float d = f16_to_f32(dh), dmin = f16_to_f32(mh);
+    const auto* scales = reinterpret_cast<const std::uint8_t*>(row + 4);
+    for (int j = 0; j < 4; ++j) {
+      float sc[2], mn[2];
+      for (int h = 0; h < 2; ++h) {
+        const int is = 2 * j + h;
+        std::uint8_t s6, m6;
+        if (is < 4) {
+          s6 = scales[is] & 63;
+          m6 = scales[is + 4] & 63;
+        } else {
+          s6 = static_cast<std::uint8_t>((scales[is + 4] & 0xF) | ((scales[is - 4] >> 6) << 4));
+          m6 = static_cast<std::uint8_t>((scales[is + 4] >> 4) | ((scales[is] >> 6) << 4));
+        }
+        sc[h] = d * s6;
+        mn[h] = dmin * m6;
+      }
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 16 + 32 * j));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(buf), _mm256_and_si256(q, low));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(buf + 32), _mm256_and_si256(_mm256_srli_epi16(q, 4), low));
+      const float* xs = x + 64 * j;
+      acc = int8_groups(buf, xs, 2, sc, 32, acc);
+      for (int h = 0; h < 2; ++h) {
+        const float* xh = xs + 32 * h;
+        const __m256 sx = _mm256_add_ps(_mm256_add_ps(_mm256_loadu_ps(xh), _mm256_loadu_ps(xh + 8)),
+                                        _mm256_add_ps(_mm256_loadu_ps(xh + 16), _mm256_loadu_ps(xh + 24)));
+        accm = _mm256_fmadd_ps(_mm256_set1_ps(mn[h]), sx, accm);
+      }
+    }
+  }
+  return hsum8(_mm256_sub_ps(acc, accm));
+}
+
+// Q6_K from the blocks: per 16-element group d*sc * sum(q x), q in [-32, 31].
+__attribute__((target("avx2,fma"))) float q6_k_row_avx2(const std::byte* row, const float* x, std::int64_t cols) {
+  __m256 acc = _mm256_setzero_ps();
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x03), off = _mm256_set1_epi8(32);
+  alignas(32) std::int8_t buf[128];
+  for (std::int64_t b = 0; b < cols / quant::kQK_K; ++b, row += quant::kQ6_KBytes, x += quant::kQK_K) {
+    std::uint16_t dh;
+    std::memcpy(&dh, row + 208, 2);
+    const float d = f16_to_f32(dh);
+    const auto* sc = reinterpret_cast<const std::int8_t*>(row + 192);
+    for (int n = 0; n < 2; ++n) {
+      const std::byte* ql = row + 64 * n;
+      const std::byte* qh = row + 128 + 32 * n;
+      const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+      const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
+      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh));
+      // The 2 high bits of each value, moved up to bits 4-5 (16-bit shifts; the masks drop what crosses bytes).
+      const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(h, m2), 4);
+      const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4);
+      const __m256i h2 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4);
+      const __m256i h3 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4);
+      const __m256i q1 = _mm256_or_si256(_mm256_and_si256(l0, m4), h0);
+      const __m256i q2 = _mm256_or_si256(_mm256_and_si256(l1, m4), h1);
+      const __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), h2);
+      const __m256i q4 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), h3);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(buf), _mm256_sub_epi8(q1, off));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(buf + 32), _mm256_sub_epi8(q2, off));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(buf + 64), _mm256_sub_epi8(q3, off));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(buf + 96), _mm256_sub_epi8(q4, off));
+      float scale[8];
+      for (int g = 0; g < 8; ++g) scale[g] = d * static_cast<float>(sc[8 * n + g]);
+      acc = int8_groups(buf, x + 128 * n, 8, scale, 16, acc);
+    }
+  }
+  return hsum8(acc);
+}
+
 bool use_avx2(Isa isa) { return isa != Isa::scalar; }  // every AVX-512 CPU has AVX2 + FMA
 
 }  // namespace
@@ -88,6 +181,13 @@ void gemv_quant_rows(Isa isa, const QuantMatrix& w, const float* x, std::int64_t
     for (std::int64_t r = r0; r < r1; ++r) {
       const std::byte* row = w.data.data() + static_cast<std::size_t>(r) * w.row_bytes;
       y[r] = avx2 ? q8_0_row_avx2(row, x, w.cols) : q8_0_row_scalar(row, x, w.cols);
+    }
+    return;
+  }
+  if (avx2 && (w.type == quant::GgmlType::q4_k || w.type == quant::GgmlType::q6_k)) {
+    for (std::int64_t r = r0; r < r1; ++r) {
+      const std::byte* row = w.data.data() + static_cast<std::size_t>(r) * w.row_bytes;
+      y[r] = w.type == quant::GgmlType::q4_k ? q4_k_row_avx2(row, x, w.cols) : q6_k_row_avx2(row, x, w.cols);
     }
     return;
   }

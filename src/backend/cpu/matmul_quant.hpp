@@ -3,9 +3,10 @@
 // type quant::dequantize_row knows), never unpacked as a whole.
 //
 // One token (gemv_quant): each thread takes chunks of W's rows and reads each
-// row's blocks once: Q8_0 rows are dotted block by block straight from the
-// int8 quants (AVX2 or scalar, chosen at run time as the bf16 kernels are);
-// other types dequantize one row into an L1-sized f32 buffer and dot that.
+// row's blocks once. With AVX2 (chosen at run time as the bf16 kernels are)
+// Q8_0, Q4_K and Q6_K rows are dotted block by block straight from their
+// quants (a sub-block's sum of q x, times its scale); the scalar fallback and
+// the other types dequantize one row into an L1-sized f32 buffer and dot that.
 // Several tokens (matmul_quant): each thread dequantizes an L2-sized tile of
 // rows to f32 and multiplies it with OpenBLAS sgemm, as matmul_bf16 does, so
 // W is read once per call whatever n is.
