@@ -179,24 +179,24 @@ class WeightSource {
     // Row by row through f32 (no whole-matrix f32 copy is ever held), rows
     // spread over the CPU pool: the k-quants' scale search is the slow part of a load.
     std::optional<io::TensorView> view;
-    if (ckpt_) view = model::slice_view(*ckpt_, spec);
+    std::vector<std::uint16_t> dummy;  // [rows, cols] bf16 stand-in weights (fill_dummy is parallel itself)
+    if (ckpt_) {
+      view = model::slice_view(*ckpt_, spec);
+    } else {
+      dummy.resize(static_cast<std::size_t>(spec.numel()));
+      model::fill_dummy(spec, dummy);
+    }
     std::mutex failed_mu;
     std::exception_ptr failed;
     const std::int64_t chunk = 16;
     ChunkPool::shared().run((m.rows + chunk - 1) / chunk, [&](std::int64_t c) {
       try {
         std::vector<float> row(static_cast<std::size_t>(m.cols));
-        std::vector<std::uint16_t> h(view ? 0 : static_cast<std::size_t>(m.cols));
         for (std::int64_t r = c * chunk; r < std::min(m.rows, (c + 1) * chunk); ++r) {
-          if (view) {
+          if (view)
             view->rows(r, r + 1).to_f32(row);
-          } else {
-            SliceSpec one = spec;
-            one.row_begin = spec.row_begin + r;
-            one.row_end = one.row_begin + 1;
-            model::fill_dummy(one, h);
-            for (std::size_t i = 0; i < h.size(); ++i) row[i] = bf16_to_f32(h[i]);
-          }
+          else
+            for (std::int64_t i = 0; i < m.cols; ++i) row[static_cast<std::size_t>(i)] = bf16_to_f32(dummy[static_cast<std::size_t>(r * m.cols + i)]);
           quant::quantize_row(type, row.data(), m.q.data.data() + static_cast<std::size_t>(r) * m.q.row_bytes, m.cols);
         }
       } catch (...) {  // the pool's tasks must not throw: the first failure is rethrown below
