@@ -63,7 +63,7 @@ __attribute__((target("avx2,fma"))) inline __m256 widen_i8x8(const std::byte* p)
   return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
 }
 
-__attribute__((target("avx2,fma"))) float q8_0_row_avx2(const std::byte* row, const float* x, std::int64_t cols) {
+__attribute__((target("avx2,fma,f16c"))) float q8_0_row_avx2(const std::byte* row, const float* x, std::int64_t cols) {
   __m256 acc = _mm256_setzero_ps();
   for (std::int64_t b = 0; b < cols / quant::kQK8_0; ++b, row += quant::kQ8_0Bytes, x += quant::kQK8_0) {
     std::uint16_t dh;
@@ -73,7 +73,7 @@ __attribute__((target("avx2,fma"))) float q8_0_row_avx2(const std::byte* row, co
     s = _mm256_fmadd_ps(widen_i8x8(q + 8), _mm256_loadu_ps(x + 8), s);
     s = _mm256_fmadd_ps(widen_i8x8(q + 16), _mm256_loadu_ps(x + 16), s);
     s = _mm256_fmadd_ps(widen_i8x8(q + 24), _mm256_loadu_ps(x + 24), s);
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_to_f32(dh)), s, acc);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(dh)), s, acc);
   }
   return hsum8(acc);
 }
@@ -93,7 +93,7 @@ __attribute__((target("avx2,fma"))) inline __m256 int8_groups(const std::int8_t*
 }
 
 // Q4_K from the blocks: per 32-element sub-block d*sc * sum(q x) - dmin*m * sum(x).
-__attribute__((target("avx2,fma"))) float q4_k_row_avx2(const std::byte* row, const float* x, std::int64_t cols) {
+__attribute__((target("avx2,fma,f16c"))) float q4_k_row_avx2(const std::byte* row, const float* x, std::int64_t cols) {
   __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
   const __m256i low = _mm256_set1_epi8(0x0F);
   alignas(32) std::int8_t buf[64];
@@ -101,7 +101,7 @@ __attribute__((target("avx2,fma"))) float q4_k_row_avx2(const std::byte* row, co
     std::uint16_t dh, mh;
     std::memcpy(&dh, row, 2);
     std::memcpy(&mh, row + 2, 2);
-    const float d = f16_to_f32(dh), dmin = f16_to_f32(mh);
+    const float d = _cvtsh_ss(dh), dmin = _cvtsh_ss(mh);
     const auto* scales = reinterpret_cast<const std::uint8_t*>(row + 4);
     for (int j = 0; j < 4; ++j) {
       float sc[2], mn[2];
@@ -135,14 +135,14 @@ __attribute__((target("avx2,fma"))) float q4_k_row_avx2(const std::byte* row, co
 }
 
 // Q6_K from the blocks: per 16-element group d*sc * sum(q x), q in [-32, 31].
-__attribute__((target("avx2,fma"))) float q6_k_row_avx2(const std::byte* row, const float* x, std::int64_t cols) {
+__attribute__((target("avx2,fma,f16c"))) float q6_k_row_avx2(const std::byte* row, const float* x, std::int64_t cols) {
   __m256 acc = _mm256_setzero_ps();
   const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x03), off = _mm256_set1_epi8(32);
   alignas(32) std::int8_t buf[128];
   for (std::int64_t b = 0; b < cols / quant::kQK_K; ++b, row += quant::kQ6_KBytes, x += quant::kQK_K) {
     std::uint16_t dh;
     std::memcpy(&dh, row + 208, 2);
-    const float d = f16_to_f32(dh);
+    const float d = _cvtsh_ss(dh);
     const auto* sc = reinterpret_cast<const std::int8_t*>(row + 192);
     for (int n = 0; n < 2; ++n) {
       const std::byte* ql = row + 64 * n;
@@ -171,7 +171,11 @@ __attribute__((target("avx2,fma"))) float q6_k_row_avx2(const std::byte* row, co
   return hsum8(acc);
 }
 
-bool use_avx2(Isa isa) { return isa != Isa::scalar; }  // every AVX-512 CPU has AVX2 + FMA
+// Every AVX-512 CPU has AVX2 + FMA; the fused kernels also read f16 scales with F16C.
+bool use_avx2(Isa isa) {
+  static const bool f16c = __builtin_cpu_supports("f16c");
+  return isa != Isa::scalar && f16c;
+}
 
 }  // namespace
 
