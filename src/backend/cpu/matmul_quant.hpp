@@ -4,7 +4,7 @@
 //
 // One token (gemv_quant): each thread takes chunks of W's rows and reads each
 // row's blocks once. With AVX2 (chosen at run time as the bf16 kernels are)
-// Q8_0, Q4_K and Q6_K rows are dotted block by block straight from their
+// Q8_0 (also AVX-512), Q4_K and Q6_K rows are dotted block by block straight from their
 // quants (a sub-block's sum of q x, times its scale); the scalar fallback and
 // the other types dequantize one row into an L1-sized f32 buffer and dot that.
 // Several tokens (matmul_quant): each thread dequantizes an L2-sized tile of
