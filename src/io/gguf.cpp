@@ -309,13 +309,18 @@ GgufContents parse_gguf(std::span<const std::byte> file, const std::string& what
     if (n_dims == 0 || n_dims > kMaxGgufDims)
       bad(what, item + ": " + std::to_string(n_dims) + " dimensions (1 to " + std::to_string(kMaxGgufDims) + " supported)");
     std::uint64_t numel = 1;
+    // With a zero dimension numel is 0 whatever the others are, yet views
+    // still multiply the other dimensions (row widths): bound their product too.
+    std::uint64_t extent = 1;
     for (std::uint32_t d = 0; d < n_dims; ++d) {
       const auto v = r.read<std::uint64_t>(item.c_str());
       if (v > (1ull << 40)) bad(what, item + ": dimension " + std::to_string(v) + " is too large");
       numel = checked_mul(numel, v, what, item);
+      extent = checked_mul(extent, std::max<std::uint64_t>(v, 1), what, item);
       t.ne.push_back(static_cast<std::int64_t>(v));
     }
-    if (numel > (1ull << 50)) bad(what, item + ": " + std::to_string(numel) + " elements are too many");
+    if (numel > (1ull << 50) || extent > (1ull << 58))
+      bad(what, item + ": " + std::to_string(numel) + " elements (extent " + std::to_string(extent) + ") are too many");
     const auto type_id = r.read<std::uint32_t>(item.c_str());
     const auto tr = quant::ggml_type_traits(type_id);
     if (!tr) bad(what, item + ": unknown or unsupported ggml type " + std::to_string(type_id));

@@ -109,6 +109,7 @@ template <typename Out, typename Convert>
 void convert_rows(const TensorView& v, std::int64_t row_stride, std::span<Out> out, Convert convert) {
   if (static_cast<std::int64_t>(out.size()) != v.numel())
     fail(errc::invalid_argument, "conversion buffer size mismatch for tensor " + v.shape_string());
+  if (v.numel() == 0) return;  // [2^29, 0] holds nothing: no loop over its empty rows
   const std::int64_t nrows = v.rank() >= 2 ? v.dim(0) : 1;
   const std::int64_t width = nrows ? v.numel() / (nrows ? nrows : 1) : 0;
   const std::size_t es = dtype_size(v.dtype());
@@ -126,8 +127,9 @@ template <typename Out, typename Store>
 void dequantize_rows(const TensorView& v, std::span<Out> out, Store store) {
   if (static_cast<std::int64_t>(out.size()) != v.numel())
     fail(errc::invalid_argument, "conversion buffer size mismatch for tensor " + v.shape_string());
+  if (v.numel() == 0) return;
   const std::int64_t nrows = v.rank() >= 2 ? v.dim(0) : 1;
-  const std::int64_t width = nrows ? v.numel() / nrows : 0;
+  const std::int64_t width = v.numel() / nrows;
   std::vector<float> row(static_cast<std::size_t>(width));
   for (std::int64_t r = 0; r < nrows; ++r) {
     quant::dequantize_row(v.ggml_type(), v.data() + r * v.row_stride(), row.data(), width);

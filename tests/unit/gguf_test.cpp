@@ -228,6 +228,19 @@ TEST(Gguf, BadValuesAndTensorsAreNamed) {
   EXPECT_NE(parse_error(bytes_of([](GgufWriter& w) { w.add_tensor("t", GgmlType::f32, {std::int64_t{1} << 41}, {}); }))
                 .find("too large"),
             std::string::npos);
+  // Zero elements but a huge extent: refused before any view multiplies the other dimensions.
+  EXPECT_NE(parse_error(bytes_of([](GgufWriter& w) {
+              w.add_tensor("t", GgmlType::f32, {0, std::int64_t{1} << 40, std::int64_t{1} << 40}, {});
+            })).find("too many"),
+            std::string::npos);
+  {
+    // An empty tensor of 2^29 empty rows converts at once (found by fuzz_gguf: it looped over the rows).
+    GgufWriter w;
+    w.add_tensor("e", GgmlType::f32, {0, std::int64_t{1} << 29}, {});
+    const auto b = w.bytes();
+    const GgufContents c = parse_gguf(b, "t");
+    EXPECT_TRUE(c.tensors[0].view().to_f32().empty());
+  }
   // Data past the end (the writer wrote fewer bytes than the shape needs).
   EXPECT_NE(parse_error(bytes_of([](GgufWriter& w) { w.add_tensor("t", GgmlType::f32, {64, 64}, std::vector<std::byte>(4)); }))
                 .find("outside the data section"),
