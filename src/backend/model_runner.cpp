@@ -125,6 +125,9 @@ std::unique_ptr<ModelRunner> make_runner(const model::Qwen3Config& cfg, const io
                                          const model::ShardPlan& plan, const Device& device,
                                          std::shared_ptr<dist::Communicator> comm, const RunnerOptions& options) {
   if (!device.is_cuda()) return cpu::make_cpu_runner(cfg, checkpoint, plan, std::move(comm), options);
+  if (options.quantize)
+    fail(errc::unsupported_arch, "quant '" + std::string(quant::ggml_type_name(*options.quantize)) +
+                                     "' (quantize at load) runs on the CPU only; the CUDA backend holds bf16 weights");
 #ifdef NEURON_HAVE_CUDA
   return cuda::make_cuda_runner(cfg, checkpoint, plan, device, std::move(comm), options);
 #else

@@ -7,12 +7,14 @@
 // models alike.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "backend/batch.hpp"
 #include "backend/device.hpp"
+#include "quant/ggml_type.hpp"
 #include "model/config.hpp"
 #include "model/shard.hpp"
 
@@ -31,6 +33,10 @@ struct RunnerOptions {
   std::int32_t max_context = 0;    // positions per sequence; 0 = min(max_position_embeddings, backend default)
   std::int32_t kv_block_size = 0;  // positions per KV block; 0 = kDefaultKvBlockSize
   std::int32_t kv_blocks = 0;      // blocks in the pool; 0 = enough for one sequence of max_context
+  // Quantize-at-load: the projection weights (q/k/v/o, gate/up/down) of a
+  // float checkpoint stored in this GGUF block type (q8_0, q4_k, q6_k; CPU
+  // only). A GGUF checkpoint's quantized tensors stay as they are either way.
+  std::optional<quant::GgmlType> quantize;
 };
 
 inline constexpr std::int32_t kDefaultKvBlockSize = 16;

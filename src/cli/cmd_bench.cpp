@@ -53,6 +53,7 @@ struct BenchArgs {
   std::int32_t gen = 32;
   int batch = 1;
   bool json = false;
+  std::string quant;  // quantize-at-load type (CPU): q8_0, q4_k, q6_k
 };
 
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
@@ -145,6 +146,10 @@ int run(const BenchArgs& a) {
   ro.max_context = *std::max_element(a.prompt_lens.begin(), a.prompt_lens.end()) + a.gen;
   ro.kv_block_size = backend::kDefaultKvBlockSize;
   ro.kv_blocks = a.batch * ((ro.max_context + ro.kv_block_size - 1) / ro.kv_block_size);
+  if (!a.quant.empty() && a.quant != "none" && a.quant != "bf16") {
+    ro.quantize = quant::parse_ggml_type(a.quant);
+    if (!ro.quantize) fail(errc::invalid_argument, "--quant must be none, bf16, q8_0, q4_k or q6_k, got " + a.quant);
+  }
 
   auto t = Clock::now();
   const auto runner = backend::make_runner(cfg, nullptr, plan, device, std::make_shared<dist::LocalCommunicator>(), ro);
@@ -213,6 +218,7 @@ int run(const BenchArgs& a) {
                         {"kernel", kernel},
                         {"threads", device.is_cuda() ? 0 : omp_get_max_threads()},
                         {"batch", a.batch},
+                        {"quant", a.quant.empty() ? std::string("bf16") : a.quant},
                         {"load_ms", load_ms},
                         {"weight_bytes", mem.weight_bytes},
                         {"kv_cache_bytes", mem.kv_cache_bytes},
@@ -254,6 +260,7 @@ Run setup(CLI::App& sub) {
   sub.add_option("--gen", a->gen, "Tokens to decode after each prompt");
   sub.add_option("--batch", a->batch, "Sequences decoded together in each step (tokens/s counts all of them)");
   sub.add_flag("--json", a->json, "Print one JSON object");
+  sub.add_option("--quant", a->quant, "Quantize the projections at load: q8_0, q4_k or q6_k (CPU; default bf16)");
   return [a] { return run(*a); };
 }
 

@@ -28,6 +28,7 @@ namespace neuron::cli {
 namespace {
 
 struct GenerateArgs {
+  std::string quant;  // --quant
   std::string model;
   std::string prompt_ids;
   std::int32_t max_tokens = 16;
@@ -77,7 +78,10 @@ model::SamplingParams sampling_params(const GenerateArgs& a, const model::Genera
 
 int run(const GenerateArgs& a) {
   engine::LoadOptions load;
-  load.model_dir = io::resolve_model(a.model);
+  io::ResolveOptions resolve;
+  resolve.gguf_quant = a.quant;
+  load.model_dir = io::resolve_model(a.model, resolve);
+  load.quantize = engine::quantize_for(load.model_dir, a.quant, io::canonical_model_ref(a.model) == load.model_dir.string());
   load.device = backend::Device::parse(a.device);
   load.max_context = a.max_context;
   load.tensor_parallel = a.tensor_parallel;
@@ -120,7 +124,9 @@ int run(const GenerateArgs& a) {
 
 Run setup(CLI::App& sub) {
   auto a = std::make_shared<GenerateArgs>();
-  sub.add_option("--model", a->model, "Model directory or Hugging Face id in the local cache")->required();
+  sub.add_option("--model", a->model, "Model directory, .gguf file or Hugging Face id in the local cache")->required();
+  sub.add_option("--quant", a->quant,
+                 "q8_0, q4_k or q6_k: quantize a safetensors model at load (CPU); in a GGUF repo, the file's tag (Q4_K_M)");
   sub.add_option("--prompt-ids", a->prompt_ids, "Prompt token ids, comma separated")->required();
   sub.add_option("--max-tokens", a->max_tokens, "Most tokens to generate")->check(CLI::PositiveNumber);
   sub.add_option("--temperature", a->temperature, "0 = greedy (default: generation_config.json, else 1)");

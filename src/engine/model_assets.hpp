@@ -17,13 +17,14 @@ struct ModelAssets {
   std::shared_ptr<const tokenizer::Tokenizer> tokenizer;  // from tokenizer.json
   std::optional<chat::ChatFormatter> chat;  // tokenizer_config.json's chat_template; absent when the model has none
   model::ModelConfigs configs;              // config.json + generation_config.json (sampling defaults, EOS ids)
-  std::filesystem::path dir;                // the resolved model directory
+  std::filesystem::path dir;                // the resolved model directory (or .gguf file)
 };
 
 // Reads a model directory's tokenizer.json (required), tokenizer_config.json
 // (optional; a template that does not parse fails the load with
-// Error{template_error}) and configs. Throws Error{not_found|bad_model|...}
-// naming the file.
+// Error{template_error}) and configs; or a .gguf file's metadata
+// (tokenizer.ggml.*, tokenizer.chat_template, qwen3.*). Throws
+// Error{not_found|bad_model|...} naming the file.
 ModelAssets load_model_assets(const std::filesystem::path& dir);
 
 }  // namespace neuron::engine

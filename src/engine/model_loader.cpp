@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "dist/communicator.hpp"
+#include "io/gguf.hpp"
 #include "io/safetensors.hpp"
 #include "model/config.hpp"
 #include "model/shard.hpp"
@@ -40,6 +41,7 @@ LoadPlan plan_load(const LoadOptions& options, const model::Qwen3Config& cfg) {
   plan.devices = rank_devices(options);
   backend::RunnerOptions& ro = plan.runner;
   ro.kv_block_size = options.kv_block_size > 0 ? options.kv_block_size : backend::kDefaultKvBlockSize;
+  ro.quantize = options.quantize;
   // Every rank's plan, so a bad split fails here, before a process starts.
   std::vector<model::ShardPlan> shards;
   for (int r = 0; r < n; ++r) shards.push_back(model::ShardPlan::make(cfg, r, n));
@@ -58,14 +60,38 @@ LoadPlan plan_load(const LoadOptions& options, const model::Qwen3Config& cfg) {
                                                         ro.kv_block_size, ro.max_context);
     ro.kv_blocks = r == 0 ? blocks : std::min(ro.kv_blocks, blocks);
   }
+  // A rank holds its weights in bf16 at most; on the CPU a GGUF's quantized
+  // tensors stay packed, so no CPU rank holds more than the whole file either.
+  std::uint64_t weight_cap = ~std::uint64_t{0};
+  if (io::is_gguf_path(options.model_dir)) {
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(options.model_dir, ec);
+    if (!ec) weight_cap = size;
+  }
   for (int r = 0; r < n; ++r) {
     const auto& shard = shards[static_cast<std::size_t>(r)];
     const auto& device = plan.devices[static_cast<std::size_t>(r)];
-    plan.rank_bytes.push_back(static_cast<std::uint64_t>(model::weight_elements(cfg, shard)) * 2 +
+    const std::uint64_t bf16_bytes = static_cast<std::uint64_t>(model::weight_elements(cfg, shard)) * 2;
+    plan.rank_bytes.push_back((device.is_cuda() ? bf16_bytes : std::min(bf16_bytes, weight_cap)) +
                               backend::kv_bytes_per_block(cfg, shard, device, ro.kv_block_size) *
                                   static_cast<std::uint64_t>(ro.kv_blocks));
   }
   return plan;
+}
+
+std::optional<quant::GgmlType> quantize_for(const std::filesystem::path& model, const std::string& quant, bool named_file) {
+  if (quant.empty() || quant == "none" || quant == "bf16") return std::nullopt;
+  if (io::is_gguf_path(model)) {
+    if (named_file)
+      fail(errc::invalid_argument, "quant '" + quant + "' does not apply to " + model.string() +
+                                       ", which is one GGUF file (its tensors are used as stored)");
+    return std::nullopt;
+  }
+  const auto t = quant::parse_ggml_type(quant);
+  if (!t || (*t != quant::GgmlType::q8_0 && *t != quant::GgmlType::q4_k && *t != quant::GgmlType::q6_k))
+    fail(errc::unsupported_arch, "quant '" + quant + "' cannot be applied at load to " + model.string() +
+                                     " (a safetensors model): use none, bf16, q8_0, q4_k or q6_k");
+  return t;
 }
 
 void check_host_memory(const LoadPlan& plan) {
@@ -107,6 +133,7 @@ std::unique_ptr<backend::ModelRunner> open_runner(const LoadOptions& options) {
   to.max_context = ro.max_context;
   to.kv_block_size = ro.kv_block_size;
   to.kv_blocks = ro.kv_blocks;
+  to.quantize = ro.quantize;
   to.step_timeout = options.step_timeout;
   to.load_timeout = options.load_timeout;
   to.worker_binary = options.worker_binary;

@@ -6,19 +6,21 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "backend/device.hpp"
 #include "backend/model_runner.hpp"
 #include "model/config.hpp"
+#include "quant/ggml_type.hpp"
 
 namespace neuron::engine {
 
 inline constexpr int kMaxTensorParallel = 16;
 
 struct LoadOptions {
-  std::filesystem::path model_dir;  // config.json + model.safetensors[.index.json]
+  std::filesystem::path model_dir;  // config.json + model.safetensors[.index.json], or a .gguf file
   std::string model_id;             // the shards' key on TP workers; default: the directory name
   int tensor_parallel = 1;
   backend::Device device;           // every rank's device unless `devices` is given
@@ -26,11 +28,21 @@ struct LoadOptions {
   std::int32_t max_context = 0;     // 0: min(max_position_embeddings, the positions the KV budget holds)
   backend::KvBudget kv_budget;      // the KV pool's size on each rank (backend/model_runner.hpp)
   std::int32_t kv_block_size = 0;   // 0: backend::kDefaultKvBlockSize
+  std::optional<quant::GgmlType> quantize;  // quantize-at-load (CPU: q8_0, q4_k, q6_k); see backend::RunnerOptions
   std::chrono::milliseconds step_timeout{30000};   // TP: per-step reply deadline and collective timeout
   std::chrono::milliseconds load_timeout{600000};  // TP: deadline for the workers' shard loads
   std::filesystem::path worker_binary;             // TP: the neuron executable (default /proc/self/exe)
   std::vector<std::vector<std::string>> worker_args;  // TP: extra worker arguments per rank (test hooks)
 };
+
+// The quantize-at-load type a model spec's `quant` asks for once the model
+// resolved to `model` (io::resolve_model with ResolveOptions::gguf_quant):
+// nullopt for "", "none" and "bf16", and for a GGUF file (whose tensors are
+// used as stored: in a GGUF repo, quant picked the file); q8_0, q4_k or q6_k
+// for a safetensors model. Throws Error{unsupported_arch} for any other
+// quant on a safetensors model, Error{invalid_argument} for one on a .gguf
+// file the reference named directly (`named_file`).
+std::optional<quant::GgmlType> quantize_for(const std::filesystem::path& model, const std::string& quant, bool named_file);
 
 // What a load will allocate, decided before anything is: each rank's device,
 // the runner options (max_context resolved, the KV pool's blocks: the fewest

@@ -1,6 +1,8 @@
 #include "engine/registry.hpp"
 
 #include <atomic>
+#include <algorithm>
+#include <cctype>
 #include <condition_variable>
 #include <cstdlib>
 #include <future>
@@ -87,9 +89,10 @@ void validate_model_id(const std::string& id, bool allow_any_directory) {
 }
 
 // The model directory of `id`, within what the options allow.
-std::filesystem::path resolve(const std::string& id, const RegistryOptions& options) {
+std::filesystem::path resolve(const std::string& id, const RegistryOptions& options, const std::string& gguf_quant) {
   io::ResolveOptions resolve;
   if (options.hub) resolve.hf_hub_cache = options.hub->cache_dir();  // the cache downloads go to
+  resolve.gguf_quant = gguf_quant;
   if (!options.allow_any_directory) {
     if (options.model_roots.empty()) {
       // No roots configured: only Hugging Face cache ids, never a directory.
@@ -270,6 +273,8 @@ struct Registry::State {
   // Downloads entry->download into the cache and checks the model as load() checks a cached one;
   // returns the model directory. Progress goes to entry->info.download.
   std::filesystem::path fetch_from_hub(Entry* entry, const LoadOptions& load, const io::RepoRevision& rev);
+  // The quantize-at-load type of a downloaded model (its spec's quant, as quantize_for reads it).
+  std::optional<quant::GgmlType> downloaded_quantize(Entry* entry, const std::filesystem::path& dir);
   void run_load(Entry* entry);
   // Engine::on_failed of `entry`'s engine (on its engine thread).
   void engine_failed(const std::weak_ptr<Entry>& entry, const std::string& kind, const std::string& message);
@@ -342,6 +347,15 @@ std::filesystem::path Registry::State::fetch_from_hub(Entry* entry, const LoadOp
   return dir;
 }
 
+std::optional<quant::GgmlType> Registry::State::downloaded_quantize(Entry* entry, const std::filesystem::path& dir) {
+  std::string quant;
+  {
+    std::lock_guard lock(mu);
+    quant = entry->info.quant;
+  }
+  return quantize_for(dir, quant, false);
+}
+
 void Registry::State::run_load(Entry* entry) {
   LoadOptions load;
   EngineOptions engine_options;
@@ -356,8 +370,10 @@ void Registry::State::run_load(Entry* entry) {
   if (download) {  // before taking the build lock: a download does not hold other loads back
     try {
       load.model_dir = fetch_from_hub(entry, load, *download);
+      load.quantize = downloaded_quantize(entry, load.model_dir);
       std::lock_guard lock(mu);
       entry->load.model_dir = load.model_dir;  // reloads use the snapshot
+      entry->load.quantize = load.quantize;
       entry->info.path = load.model_dir;
       entry->download.reset();
     } catch (const Error& e) {
@@ -597,9 +613,14 @@ ModelInfo Registry::load(const ModelSpec& spec, bool wait) {
     fail(errc::bad_tensor_parallel, "tensor_parallel must be between 1 and " + std::to_string(kMaxTensorParallel) +
                                         ", got " + std::to_string(spec.tensor_parallel));
   }
-  if (spec.quant && *spec.quant != "none" && *spec.quant != "bf16") {
-    fail(errc::unsupported_arch, "quant '" + *spec.quant + "' is not supported (use none or bf16)");
-  }
+  // quant: none / bf16 (weights as bf16); a GGUF file's tag in a cached GGUF
+  // repo ("Q4_K_M" picks Qwen3-0.6B-Q4_K_M.gguf); or, for a safetensors
+  // model, a type to quantize to at load (q8_0, q4_k, q6_k; CPU only).
+  const std::string quant = spec.quant && *spec.quant != "none" && *spec.quant != "bf16" ? *spec.quant : std::string();
+  if (quant.size() > 32 || !std::all_of(quant.begin(), quant.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+      }))
+    fail(errc::invalid_argument, "quant must be none, bf16, q8_0, q4_k, q6_k or a GGUF file's quantization tag (such as Q4_K_M)");
   if (spec.max_context < 0) {
     fail(errc::invalid_argument, "max_context must be >= 0, got " + std::to_string(spec.max_context));
   }
@@ -640,11 +661,12 @@ ModelInfo Registry::load(const ModelSpec& spec, bool wait) {
 
   std::optional<io::RepoRevision> download;
   try {
-    load.model_dir = resolve(id, s.options);
+    load.model_dir = resolve(id, s.options, quant);
   } catch (const Error& e) {
     download = hub_revision(id, s.options, e);  // rethrows `e` when the hub cannot help
   }
   if (!download) {
+    load.quantize = quantize_for(load.model_dir, quant, id == load.model_dir.string());
     // Shape problems answer now, not from the background thread.
     const model::ModelConfigs configs = model::load_model_configs(load.model_dir);
     // Split, max_context, KV budget and host memory answer now (507 when it cannot fit).

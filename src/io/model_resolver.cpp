@@ -1,10 +1,13 @@
 #include "io/model_resolver.hpp"
 
 #include <algorithm>
+#include <cctype>
+#include <vector>
 #include <cstdlib>
 #include <fstream>
 #include <system_error>
 
+#include "io/gguf.hpp"
 #include "util/error.hpp"
 
 namespace neuron::io {
@@ -78,12 +81,12 @@ bool is_within(const fs::path& child, const fs::path& root) {
   return true;
 }
 
-// The real path of the directory `ref` names; nullopt when it names none.
+// The real path of the directory or .gguf file `ref` names; nullopt when it names neither.
 std::optional<fs::path> real_directory(std::string_view ref) {
   if (ref.empty() || has_control(ref)) return std::nullopt;
   std::error_code ec;
   const fs::path path{std::string(ref)};
-  if (!fs::is_directory(path, ec)) return std::nullopt;
+  if (!fs::is_directory(path, ec) && !(is_gguf_path(path) && fs::is_regular_file(path, ec))) return std::nullopt;
   fs::path real = fs::canonical(path, ec);
   if (ec) return std::nullopt;
   return real;
@@ -104,11 +107,27 @@ fs::path resolve_directory(const fs::path& real, const ResolveOptions& opts) {
       fail(errc::invalid_argument, "model directory " + real.string() + " is outside the allowed model roots (" + roots + ")");
     }
   }
+  if (fs::is_regular_file(real)) return real;  // a .gguf file (real_directory checked)
   if (!fs::is_regular_file(real / "config.json")) fail(errc::not_found, "model directory " + real.string() + " has no config.json");
   return real;
 }
 
-fs::path resolve_in_cache(std::string_view ref, const HfModelId& id, const fs::path& cache) {
+std::string upper(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// The quantization tag of a GGUF file name: what follows the last '-' or '.'
+// of its stem ("Qwen3-0.6B-Q4_K_M.gguf" -> "Q4_K_M").
+std::string gguf_quant_tag(const fs::path& file) {
+  const std::string stem = file.stem().string();
+  const auto cut = stem.find_last_of("-.");
+  return cut == std::string::npos ? stem : stem.substr(cut + 1);
+}
+
+bool gguf_has_quant(const fs::path& file, const std::string& quant) { return upper(gguf_quant_tag(file)) == upper(quant); }
+
+fs::path resolve_in_cache(std::string_view ref, const HfModelId& id, const fs::path& cache, const std::string& gguf_quant) {
   const fs::path repo = cache / id.cache_folder();
   const std::string where = " (cache " + cache.string() + "; set HF_HUB_CACHE or HF_HOME to use another)";
   if (!fs::is_directory(repo))
@@ -131,9 +150,29 @@ fs::path resolve_in_cache(std::string_view ref, const HfModelId& id, const fs::p
   const fs::path snapshot = repo / "snapshots" / commit;
   if (!fs::is_directory(snapshot))
     fail(errc::not_found, "snapshot " + snapshot.string() + " of '" + id.repo() + "@" + id.revision + "' is missing" + where);
-  if (!fs::exists(snapshot / "config.json"))
-    fail(errc::not_found, "snapshot " + snapshot.string() + " of '" + id.repo() + "' has no config.json (incomplete download?)");
-  return snapshot;
+  std::vector<fs::path> ggufs;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(snapshot, ec))
+    if (is_gguf_path(e.path()) && fs::is_regular_file(e.path(), ec)) ggufs.push_back(e.path());
+  std::sort(ggufs.begin(), ggufs.end());
+  std::string names;
+  for (const auto& g : ggufs) names += (names.empty() ? "" : ", ") + g.filename().string();
+  if (!gguf_quant.empty() && !ggufs.empty()) {
+    std::vector<fs::path> match;
+    for (const auto& g : ggufs)
+      if (gguf_has_quant(g, gguf_quant)) match.push_back(g);
+    if (match.size() == 1) return match.front();
+    if (match.empty())
+      fail(errc::not_found, "'" + id.repo() + "' has no GGUF file for quant '" + gguf_quant + "' (" +
+                                (ggufs.empty() ? std::string("it has no .gguf files") : "it has " + names) + ")");
+    fail(errc::invalid_argument, "several GGUF files of '" + id.repo() + "' match quant '" + gguf_quant + "': " + names);
+  }
+  if (fs::exists(snapshot / "config.json")) return snapshot;
+  if (ggufs.size() == 1) return ggufs.front();
+  if (ggufs.size() > 1)
+    fail(errc::invalid_argument, "'" + id.repo() + "' holds several GGUF files (" + names + "); pick one with quant, e.g. \"" +
+                                     gguf_quant_tag(ggufs.front()) + "\"");
+  fail(errc::not_found, "snapshot " + snapshot.string() + " of '" + id.repo() + "' has no config.json (incomplete download?)");
 }
 
 }  // namespace
@@ -198,7 +237,7 @@ fs::path resolve_model(std::string_view ref, const ResolveOptions& opts) {
   if (ref.front() == '/' || ref.starts_with("./") || ref.starts_with("../") || ref == "." || ref == "..")
     fail(errc::not_found, "model directory " + std::string(ref) + " does not exist");
   const HfModelId id = parse_hf_model_id(ref);
-  return resolve_in_cache(ref, id, opts.hf_hub_cache ? *opts.hf_hub_cache : default_hf_hub_cache());
+  return resolve_in_cache(ref, id, opts.hf_hub_cache ? *opts.hf_hub_cache : default_hf_hub_cache(), opts.gguf_quant);
 }
 
 }  // namespace neuron::io

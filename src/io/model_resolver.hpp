@@ -1,13 +1,18 @@
 #pragma once
-// Turning a model reference into a directory that holds config.json.
+// Turning a model reference into a directory that holds config.json, or a
+// .gguf file.
 //
 // A reference is either
-//   - a directory (absolute or relative) containing config.json, or
+//   - a directory (absolute or relative) containing config.json,
+//   - a .gguf file (absolute or relative), or
 //   - a Hugging Face id `org/name` or `name`, optionally `@revision`, found in
 //     the local Hugging Face cache: <cache>/models--org--name/refs/<revision>
 //     holds a commit hash and <cache>/models--org--name/snapshots/<hash>/ the
 //     files. A revision that is itself a 40-hex commit names the snapshot
-//     directly. Nothing is downloaded.
+//     directly. Nothing is downloaded. A snapshot of GGUF files (no
+//     config.json) resolves to its one .gguf file, or, when it holds
+//     several, to the one whose name ends in ResolveOptions::gguf_quant
+//     ("Qwen3-0.6B-Q4_K_M.gguf" for "Q4_K_M", any case).
 // An existing directory wins over an id of the same spelling, as in
 // transformers. Ids are validated before they touch the file system, so no
 // id can name a path outside the cache.
@@ -47,6 +52,9 @@ struct ResolveOptions {
   // False: only Hugging Face ids; a reference that names an existing
   // directory is refused (a daemon with no configured model roots).
   bool allow_directories = true;
+  // Picks the GGUF file of a cached repo by its quantization tag ("Q4_K_M");
+  // empty: config.json, else the repo's only .gguf file.
+  std::string gguf_quant;
 };
 
 // The one spelling of a model reference, used as the model's id: for a
@@ -57,8 +65,8 @@ struct ResolveOptions {
 // nothing: resolve_model() decides whether the reference may be loaded.
 std::string canonical_model_ref(std::string_view ref);
 
-// Returns the model's directory (canonical for directory references, the
-// snapshot directory for cache hits). Throws Error{invalid_argument} for a
+// Returns the model's directory or .gguf file (canonical for path
+// references; the snapshot directory or its .gguf file for cache hits). Throws Error{invalid_argument} for a
 // malformed id or a directory outside the allowed roots, Error{not_found}
 // naming the places it looked, Error{bad_model} for a corrupt cache ref.
 std::filesystem::path resolve_model(std::string_view ref, const ResolveOptions& opts = {});

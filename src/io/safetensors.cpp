@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/gguf.hpp"
+#include "io/gguf_names.hpp"
 #include "util/error.hpp"
 #include "util/json_parse.hpp"
 
@@ -23,10 +25,14 @@ constexpr int kMaxHeaderDepth = 8;
 
 [[noreturn]] void bad(const std::string& what, const std::string& msg) { fail(errc::bad_model, what + ": " + msg); }
 
-// Weights are mapped and an index is read whole, so only a regular file will
-// do: a directory, a device (/dev/zero never ends) or a FIFO (whose open
-// blocks) in a model folder is a broken checkpoint, refused before any open.
-const std::filesystem::path& regular_file(const std::filesystem::path& path) {
+std::uint64_t checked_mul(std::uint64_t a, std::uint64_t b, const std::string& what, const std::string& name) {
+  if (a != 0 && b > std::numeric_limits<std::uint64_t>::max() / a) bad(what, "tensor '" + name + "': shape overflows");
+  return a * b;
+}
+
+}  // namespace
+
+const std::filesystem::path& require_regular_file(const std::filesystem::path& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::file_status st = fs::status(path, ec);
@@ -41,13 +47,6 @@ const std::filesystem::path& regular_file(const std::filesystem::path& path) {
                                                  : "not a regular file";
   fail(errc::bad_model, path.string() + " is " + kind + "; checkpoint files must be regular files");
 }
-
-std::uint64_t checked_mul(std::uint64_t a, std::uint64_t b, const std::string& what, const std::string& name) {
-  if (a != 0 && b > std::numeric_limits<std::uint64_t>::max() / a) bad(what, "tensor '" + name + "': shape overflows");
-  return a * b;
-}
-
-}  // namespace
 
 std::map<std::string, TensorView> parse_safetensors(std::span<const std::byte> file, const std::string& what) {
   if (file.size() < 8) bad(what, "file too short for a safetensors header (" + std::to_string(file.size()) + " bytes)");
@@ -131,7 +130,7 @@ std::map<std::string, TensorView> parse_safetensors(std::span<const std::byte> f
   return out;
 }
 
-SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : file_(regular_file(path)) {
+SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : file_(require_regular_file(path)) {
   tensors_ = parse_safetensors(file_.bytes(), path.string());
 }
 
@@ -142,10 +141,11 @@ const TensorView* SafetensorsFile::find(const std::string& name) const noexcept 
 
 std::vector<std::filesystem::path> checkpoint_files(const std::filesystem::path& dir) {
   namespace fs = std::filesystem;
+  if (is_gguf_path(dir) && !fs::is_directory(dir)) return {require_regular_file(dir)};
   fs::path single = dir / "model.safetensors";
   fs::path index = dir / "model.safetensors.index.json";
   if (fs::exists(index)) {
-    std::ifstream in(regular_file(index));
+    std::ifstream in(require_regular_file(index));
     if (!in) fail(errc::io, "cannot read " + index.string());
     const json j = parse_json(std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()), index.string(),
                               errc::bad_model, kMaxHeaderDepth);
@@ -166,15 +166,33 @@ std::vector<std::filesystem::path> checkpoint_files(const std::filesystem::path&
     for (const auto& n : names) files.push_back(dir / n);
     return files;
   }
-  if (fs::exists(single)) return {regular_file(single)};
+  if (fs::exists(single)) return {require_regular_file(single)};
   fail(errc::not_found, "no model.safetensors or model.safetensors.index.json in " + dir.string());
 }
+
+Checkpoint::Checkpoint() = default;
+Checkpoint::~Checkpoint() = default;
+Checkpoint::Checkpoint(Checkpoint&&) noexcept = default;
+Checkpoint& Checkpoint::operator=(Checkpoint&&) noexcept = default;
 
 Checkpoint Checkpoint::open_dir(const std::filesystem::path& dir) { return open_files(checkpoint_files(dir)); }
 
 Checkpoint Checkpoint::open_files(const std::vector<std::filesystem::path>& files) {
   if (files.empty()) fail(errc::invalid_argument, "a checkpoint needs at least one safetensors file");
   Checkpoint c;
+  if (std::any_of(files.begin(), files.end(), [](const auto& f) { return is_gguf_path(f); })) {
+    if (files.size() != 1)
+      fail(errc::invalid_argument, "a GGUF checkpoint is exactly one .gguf file (split GGUF files are not supported), got " +
+                                       std::to_string(files.size()) + " files");
+    c.gguf_ = std::make_unique<GgufFile>(files[0]);
+    for (const GgufTensor& t : c.gguf_->tensors()) {
+      const std::string name = hf_name_for_gguf(t.name).value_or(t.name);
+      if (!c.gguf_views_.emplace(name, t.view()).second)
+        fail(errc::bad_model, files[0].string() + ": tensor '" + t.name + "' names " + name + " a second time");
+    }
+    for (const auto& [name, view] : c.gguf_views_) c.index_.emplace(name, &view);
+    return c;
+  }
   for (const auto& f : files) {
     c.files_.push_back(std::make_unique<SafetensorsFile>(f));
     for (const auto& [name, view] : c.files_.back()->tensors()) {

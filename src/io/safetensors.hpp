@@ -18,7 +18,15 @@
 
 namespace neuron::io {
 
+class GgufFile;
+
 inline constexpr std::uint64_t kMaxSafetensorsHeader = 100ull << 20;  // 100 MiB, as the reference reader
+
+// Weights are mapped and an index is read whole, so only a regular file will
+// do: a directory, a device (/dev/zero never ends) or a FIFO (whose open
+// blocks) in a model folder is a broken checkpoint, refused before any open.
+// Returns `path`; throws Error{not_found|io|bad_model}.
+const std::filesystem::path& require_regular_file(const std::filesystem::path& path);
 
 // Parses and validates a header over `file` bytes (the whole file). Throws
 // Error{bad_model} naming the tensor and the problem. Exposed for fuzzing.
@@ -37,13 +45,21 @@ class SafetensorsFile {
   std::map<std::string, TensorView> tensors_;  // views into file_
 };
 
-// All tensors of a model: one model.safetensors, or the shards listed by
-// model.safetensors.index.json. Tensor names must be unique across shards.
+// All tensors of a model: one model.safetensors, the shards listed by
+// model.safetensors.index.json, or one GGUF file (its tensors under the
+// Hugging Face names, io/gguf_names.hpp; possibly block-quantized views).
+// Tensor names must be unique across shards.
 class Checkpoint {
  public:
+  Checkpoint();
+  ~Checkpoint();
+  Checkpoint(Checkpoint&&) noexcept;
+  Checkpoint& operator=(Checkpoint&&) noexcept;
+
   // A directory with model.safetensors or model.safetensors.index.json.
   static Checkpoint open_dir(const std::filesystem::path& dir);
-  // An explicit file list (what the TP wire protocol carries).
+  // An explicit file list (what the TP wire protocol carries): safetensors
+  // shards, or exactly one .gguf file.
   static Checkpoint open_files(const std::vector<std::filesystem::path>& files);
 
   // Throws Error{not_found} naming the tensor.
@@ -52,13 +68,18 @@ class Checkpoint {
   std::vector<std::filesystem::path> files() const;
   std::size_t tensor_count() const noexcept { return index_.size(); }
   std::vector<std::string> names() const;
+  // The GGUF file this checkpoint is, or nullptr for safetensors.
+  const GgufFile* gguf() const noexcept { return gguf_.get(); }
 
  private:
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
-  std::map<std::string, const TensorView*> index_;  // into files_
+  std::unique_ptr<GgufFile> gguf_;
+  std::map<std::string, TensorView> gguf_views_;     // HF name -> view into gguf_
+  std::map<std::string, const TensorView*> index_;  // into files_ or gguf_views_
 };
 
-// Files a checkpoint directory is made of, in a stable order (for the wire protocol).
+// Files a checkpoint directory is made of, in a stable order (for the wire
+// protocol); a .gguf file is its own single file.
 std::vector<std::filesystem::path> checkpoint_files(const std::filesystem::path& dir);
 
 }  // namespace neuron::io

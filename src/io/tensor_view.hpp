@@ -2,12 +2,18 @@
 // A typed, possibly strided, window onto bytes held elsewhere (an mmap'd
 // checkpoint). Slicing never copies: a TP rank takes rows(b, e) or cols(b, e)
 // of a 2-D weight and converts only those elements.
+//
+// Elements are a plain DType (safetensors, GGUF's F32/F16/BF16) or a GGUF
+// block-quantized type (Q8_0, Q4_K, ...: quant/ggml_type.hpp), whose rows are
+// whole blocks: such a view converts by dequantizing, and its columns can be
+// sliced only at block boundaries.
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "quant/ggml_type.hpp"
 #include "tensor/dtype.hpp"
 
 namespace neuron::io {
@@ -17,8 +23,15 @@ class TensorView {
   TensorView() = default;
   // `data` holds the tensor row-major and contiguous; the caller has checked the byte range.
   TensorView(DType dtype, std::vector<std::int64_t> shape, const std::byte* data);
+  // A GGUF tensor in PyTorch order; the last dimension is a multiple of the type's block size (checked by the caller).
+  TensorView(quant::GgmlType type, std::vector<std::int64_t> shape, const std::byte* data);
 
-  DType dtype() const noexcept { return dtype_; }
+  DType dtype() const noexcept { return dtype_; }  // meaningful when !quantized()
+  bool quantized() const noexcept { return quantized_; }
+  // The storage type in ggml's terms (F32/F16/BF16 for plain views).
+  quant::GgmlType ggml_type() const noexcept;
+  // Bytes between rows (2-D; a 1-D view is one row).
+  std::int64_t row_stride() const noexcept { return row_stride_; }
   const std::vector<std::int64_t>& shape() const noexcept { return shape_; }
   std::int64_t dim(std::size_t i) const { return shape_.at(i); }
   std::size_t rank() const noexcept { return shape_.size(); }
@@ -26,6 +39,8 @@ class TensorView {
   std::string shape_string() const;  // "[64, 32]"
 
   // Rows [begin, end) / columns [begin, end) of a 2-D view (1-D views: rows() slices elements).
+  // A quantized view's column bounds (and a 1-D one's element bounds) must
+  // fall on block boundaries: Error{bad_tensor_parallel} otherwise.
   TensorView rows(std::int64_t begin, std::int64_t end) const;
   TensorView cols(std::int64_t begin, std::int64_t end) const;
 
@@ -42,9 +57,14 @@ class TensorView {
 
  private:
   DType dtype_ = DType::f32;
+  bool quantized_ = false;
+  quant::GgmlType qtype_ = quant::GgmlType::f32;  // when quantized_
   std::vector<std::int64_t> shape_;
   const std::byte* data_ = nullptr;  // first element
   std::int64_t row_stride_ = 0;      // bytes between rows (2-D); full row width unless cols() sliced
+
+  std::int64_t width() const noexcept;                           // elements per row (1-D: all)
+  std::int64_t byte_offset(std::int64_t elements, const char* what) const;  // of `elements` within a row
 };
 
 }  // namespace neuron::io

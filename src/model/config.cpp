@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/gguf.hpp"
+#include "model/gguf_config.hpp"
 #include "util/error.hpp"
 #include "util/json_parse.hpp"
 
@@ -280,6 +282,7 @@ std::vector<std::int32_t> ModelConfigs::stop_ids() const {
 
 ModelConfigs load_model_configs(const std::filesystem::path& dir) {
   namespace fs = std::filesystem;
+  if (io::is_gguf_path(dir) && !fs::is_directory(dir)) return configs_from_gguf(io::GgufFile(dir));
   const fs::path config = dir / "config.json";
   if (!fs::is_regular_file(config)) fail(errc::not_found, "no config.json in " + dir.string());
   ModelConfigs out;

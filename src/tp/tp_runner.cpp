@@ -63,6 +63,8 @@ std::unique_ptr<TpRunner> TpRunner::load(const model::Qwen3Config& cfg,
   req.max_context = ro.max_context;
   req.kv_block_size = ro.kv_block_size;
   req.kv_blocks = ro.kv_blocks;
+  ro.quantize = options.quantize;
+  if (options.quantize) req.quant = std::string(quant::ggml_type_name(*options.quantize));
   pool.round(req, "load_dense_shard_ok",
              [&] {
                const auto checkpoint = io::Checkpoint::open_files(checkpoint_files);

@@ -16,12 +16,15 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "backend/model_runner.hpp"
 #include "dist/timed_communicator.hpp"
 #include "tp/worker_pool.hpp"
+
+#include "quant/ggml_type.hpp"
 
 namespace neuron::tp {
 
@@ -32,6 +35,7 @@ struct TpRunnerOptions {
   std::int32_t max_context = 0;          // 0: min(max_position_embeddings, backend::default_max_context(rank 0's device))
   std::int32_t kv_block_size = 0;        // 0: backend::kDefaultKvBlockSize
   std::int32_t kv_blocks = 0;            // 0: enough for one sequence of max_context
+  std::optional<quant::GgmlType> quantize;  // quantize-at-load on every rank (CPU; backend::RunnerOptions)
   std::chrono::milliseconds step_timeout{30000};
   std::chrono::milliseconds load_timeout{600000};
   std::filesystem::path worker_binary;    // empty: /proc/self/exe

@@ -14,6 +14,7 @@
 #include "model/config.hpp"
 #include "model/shard.hpp"
 #include "tp/line_channel.hpp"
+#include "quant/ggml_type.hpp"
 #include "util/error.hpp"
 #include "util/overloaded.hpp"
 
@@ -101,8 +102,11 @@ Response Worker::dispatch(const Request& request) {
             need_comm("load_dense_shard");
             if (shards_.contains(m.model_id))
               fail(errc::conflict, "model \"" + m.model_id + "\" is already loaded on rank " + std::to_string(options_.rank));
-            if (m.quant && *m.quant != "none" && *m.quant != "bf16")
-              fail(errc::invalid_argument, "quant \"" + *m.quant + "\" is not implemented (only null)");
+            std::optional<quant::GgmlType> quantize;
+            if (m.quant && *m.quant != "none" && *m.quant != "bf16") {
+              quantize = quant::parse_ggml_type(*m.quant);
+              if (!quantize) fail(errc::invalid_argument, "quant \"" + *m.quant + "\" is not a GGUF type (q8_0, q4_k, q6_k)");
+            }
             const auto cfg = model::Qwen3Config::parse(m.config_json);
             const auto plan = model::ShardPlan::make(cfg, options_.rank, options_.world);
             std::vector<std::filesystem::path> paths(m.safetensors_paths.begin(), m.safetensors_paths.end());
@@ -111,6 +115,7 @@ Response Worker::dispatch(const Request& request) {
             ro.max_context = m.max_context;
             ro.kv_block_size = m.kv_block_size;
             ro.kv_blocks = m.kv_blocks;
+            ro.quantize = quantize;
             shards_[m.model_id] = backend::make_runner(cfg, &checkpoint, plan, options_.device, comm_, ro);
             spdlog::info("worker rank {}: loaded shard of \"{}\"", options_.rank, m.model_id);
             return LoadDenseShardOkResponse{};

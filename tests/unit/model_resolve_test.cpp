@@ -215,5 +215,38 @@ TEST_F(ResolveTest, AllowedRootsConfineDirectories) {
   EXPECT_EQ(resolve_model(inside.string(), o), fs::canonical(inside));
 }
 
+// GGUF: a .gguf file is a model reference of its own; a cached GGUF repo
+// (no config.json) resolves to its one file, or the one quant names.
+TEST_F(ResolveTest, GgufFilesAndReposPickedByQuant) {
+  const fs::path file = root_ / "models" / "tiny.gguf";
+  fs::create_directories(file.parent_path());
+  std::ofstream(file) << "GGUF";
+  EXPECT_EQ(resolve_model(file.string(), opts_), fs::canonical(file));
+  EXPECT_EQ(canonical_model_ref((root_ / "models" / "." / "tiny.gguf").string()), fs::canonical(file).string());
+  ResolveOptions o = opts_;
+  o.allowed_roots = {root_ / "elsewhere"};
+  expect_error([&] { resolve_model(file.string(), o); }, errc::invalid_argument, {"outside the allowed model roots"});
+
+  const fs::path snap = cache_ / "models--Qwen--Qwen3-0.6B-GGUF" / "snapshots" / kCommit;
+  fs::create_directories(snap);
+  fs::create_directories(cache_ / "models--Qwen--Qwen3-0.6B-GGUF" / "refs");
+  std::ofstream(cache_ / "models--Qwen--Qwen3-0.6B-GGUF" / "refs" / "main") << kCommit;
+  std::ofstream(snap / "Qwen3-0.6B-Q8_0.gguf") << "GGUF";
+  EXPECT_EQ(resolve_model("Qwen/Qwen3-0.6B-GGUF", opts_), snap / "Qwen3-0.6B-Q8_0.gguf");  // the only one
+  std::ofstream(snap / "Qwen3-0.6B-Q4_K_M.gguf") << "GGUF";
+  std::ofstream(snap / "README.md") << "x";
+  expect_error([&] { resolve_model("Qwen/Qwen3-0.6B-GGUF", opts_); }, errc::invalid_argument,
+               {"several GGUF files", "Qwen3-0.6B-Q4_K_M.gguf, Qwen3-0.6B-Q8_0.gguf", "quant"});
+  o = opts_;
+  o.gguf_quant = "q4_k_m";
+  EXPECT_EQ(resolve_model("Qwen/Qwen3-0.6B-GGUF", o), snap / "Qwen3-0.6B-Q4_K_M.gguf");
+  o.gguf_quant = "Q8_0";
+  EXPECT_EQ(resolve_model("Qwen/Qwen3-0.6B-GGUF", o), snap / "Qwen3-0.6B-Q8_0.gguf");
+  o.gguf_quant = "Q5_K_M";
+  expect_error([&] { resolve_model("Qwen/Qwen3-0.6B-GGUF", o); }, errc::not_found, {"no GGUF file for quant 'Q5_K_M'", "Q8_0.gguf"});
+  // A safetensors repo ignores gguf_quant (the loader quantizes it instead).
+  EXPECT_EQ(resolve_model("Qwen/Qwen3-0.6B", o), cache_ / "models--Qwen--Qwen3-0.6B" / "snapshots" / kCommit);
+}
+
 }  // namespace
 }  // namespace neuron::io

@@ -20,6 +20,7 @@
 #include "util/error.hpp"
 #include "util/retry_later.hpp"
 #include "support/memory_test_model.hpp"
+#include "support/gguf_writer.hpp"
 #include "support/temp_dir.hpp"
 
 namespace neuron::engine {
@@ -300,6 +301,34 @@ TEST_F(RegistryTest, DeviceAndQuantAreValidated) {
   s.max_context = 64;
   const ModelInfo info = registry.load(s, true);
   EXPECT_EQ(info.max_context, 64);
+}
+
+// quant reaches the loader: q8_0 quantizes the tiny model at load (half the
+// projection bytes); a .gguf file under a model root loads as a model of its
+// own, tokenizer and all; a quant on that one file is refused.
+TEST_F(RegistryTest, QuantAndGgufFilesLoad) {
+  TempDir dir;
+  const fs::path gguf = dir.path() / "tiny-q8_0.gguf";
+  test_support::gguf_from_checkpoint(kTinyModel, quant::GgmlType::q8_0).write(gguf);
+  RegistryOptions options = daemon_options();
+  options.model_roots.push_back(dir.path());
+  Registry registry(options);
+  ModelSpec s = spec_for(kTinyModel);
+  s.quant = "q8_0";
+  s.max_context = 64;
+  const ModelInfo q = registry.load(s, true);
+  EXPECT_EQ(q.status, ModelStatus::loaded);
+  s = spec_for(gguf);
+  s.max_context = 64;
+  const ModelInfo g = registry.load(s, true);
+  EXPECT_EQ(g.status, ModelStatus::loaded);
+  EXPECT_EQ(g.path, fs::canonical(gguf));
+  EXPECT_EQ(registry.assets(g.model_id)->tokenizer->encode("Hello, world!"), (std::vector<std::int32_t>{9707, 11, 1879, 0}));
+  s.quant = "q4_k";
+  s.model_id = (dir.path() / "." / "tiny-q8_0.gguf").string();
+  EXPECT_EQ(error_kind_of([&] { registry.load(s, true); }), errc::conflict);  // one file, one model however spelled
+  registry.unload(g.model_id);
+  EXPECT_EQ(error_kind_of([&] { registry.load(s, true); }), errc::invalid_argument);
 }
 
 TEST_F(RegistryTest, FailedLoadIsReportedAndCanBeUnloaded) {

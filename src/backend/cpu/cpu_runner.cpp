@@ -1,18 +1,26 @@
 #include "backend/cpu/cpu_runner.hpp"
 
 #include <algorithm>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <optional>
 #include <cstdint>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "backend/cpu/attention.hpp"
+#include "backend/cpu/chunk_pool.hpp"
 #include "backend/cpu/matmul.hpp"
+#include "backend/cpu/matmul_quant.hpp"
 #include "backend/cpu/ops.hpp"
 #include "backend/cpu/weight_buffer.hpp"
 #include "dist/communicator.hpp"
 #include "io/safetensors.hpp"
 #include "model/shard_weights.hpp"
+#include "quant/dequantize.hpp"
+#include "quant/quantize.hpp"
 #include "util/error.hpp"
 
 namespace neuron::backend::cpu {
@@ -21,22 +29,65 @@ namespace {
 
 using model::SliceSpec;
 
+// A weight matrix [rows, cols] as the runner holds it: bf16 (2 bytes per
+// parameter), or packed GGUF blocks (a GGUF file's quantized tensors, or
+// quantize-at-load).
+struct Matrix {
+  std::int64_t rows = 0, cols = 0;
+  bool quantized = false;
+  WeightVector<std::uint16_t> bf16;  // [rows, cols] bf16 when !quantized
+  QuantMatrix q;                     // when quantized
+
+  std::uint64_t bytes() const noexcept { return quantized ? q.data.size() : bf16.size() * 2; }
+  // Row r as f32 into out[cols] (embedding lookup).
+  void row_f32(std::int64_t r, float* out) const {
+    if (quantized)
+      quant::dequantize_row(q.type, q.data.data() + static_cast<std::size_t>(r) * q.row_bytes, out, cols);
+    else
+      widen_bf16(bf16.data() + r * cols, out, cols);
+  }
+};
+
+// Several matrices with the same column count whose rows are stacked (q/k/v,
+// gate/up): outputs side by side. Consecutive parts stored alike are merged,
+// so a bf16 or uniformly quantized model runs one product per stack; a GGUF
+// mixing types (Q4_K_M: Q6_K for some v/down) runs one per run of a type.
+using Stack = std::vector<Matrix>;
+
+// y[:, 0 .. rows of the stack) = x W^T for x: [n, in] (row stride ldx), y row stride ldy.
+void multiply(const Stack& w, const float* x, std::int64_t n, std::int64_t in, std::int64_t ldx, float* y, std::int64_t ldy) {
+  std::int64_t offset = 0;
+  for (const Matrix& m : w) {
+    if (m.quantized)
+      matmul_quant(x, n, ldx, m.q, y + offset, ldy);
+    else
+      matmul_bf16(x, n, in, ldx, m.bf16.data(), m.rows, y + offset, ldy);
+    offset += m.rows;
+  }
+}
+
+std::uint64_t bytes_of(const Stack& s) {
+  std::uint64_t b = 0;
+  for (const Matrix& m : s) b += m.bytes();
+  return b;
+}
+
 // One decoder layer of this rank (hd = head_dim; H, KV = the rank's query and KV heads; F = its ff slice).
 struct Layer {
-  std::vector<float> input_norm;       // [hidden] f32
-  std::vector<float> q_norm;           // [hd] f32
-  std::vector<float> k_norm;           // [hd] f32
-  std::vector<float> post_norm;        // [hidden] f32
-  WeightVector<std::uint16_t> qkv;      // [(H + 2 KV) * hd, hidden] bf16: q_proj, k_proj, v_proj rows stacked
-  WeightVector<std::uint16_t> o;        // [hidden, H * hd] bf16: o_proj's input columns of this rank
-  WeightVector<std::uint16_t> gate_up;  // [2 F, hidden] bf16: gate_proj rows, then up_proj rows
-  WeightVector<std::uint16_t> down;     // [hidden, F] bf16: down_proj's input columns of this rank
+  std::vector<float> input_norm;  // [hidden] f32
+  std::vector<float> q_norm;      // [hd] f32
+  std::vector<float> k_norm;      // [hd] f32
+  std::vector<float> post_norm;   // [hidden] f32
+  Stack qkv;                      // [(H + 2 KV) * hd, hidden]: q_proj, k_proj, v_proj rows stacked
+  Stack o;                        // [hidden, H * hd]: o_proj's input columns of this rank
+  Stack gate_up;                  // [2 F, hidden]: gate_proj rows, then up_proj rows
+  Stack down;                     // [hidden, F]: down_proj's input columns of this rank
 };
 
 // Reads a slice from the checkpoint, or makes stand-in weights when there is none.
 class WeightSource {
  public:
-  explicit WeightSource(const io::Checkpoint* ckpt) : ckpt_(ckpt) {}
+  WeightSource(const io::Checkpoint* ckpt, std::optional<quant::GgmlType> quantize) : ckpt_(ckpt), quantize_(quantize) {}
 
   void bf16(const SliceSpec& spec, std::span<std::uint16_t> dst) const {
     if (ckpt_)
@@ -44,30 +95,131 @@ class WeightSource {
     else
       model::fill_dummy(spec, dst);
   }
-  // Norm weights stay f32: they are tiny, and bf16 -> f32 is exact.
+  // Norm weights stay f32: they are tiny (and a bf16 checkpoint's convert exactly).
   std::vector<float> f32(const SliceSpec& spec) const {
-    std::vector<std::uint16_t> h(static_cast<std::size_t>(spec.numel()));
-    bf16(spec, h);
-    std::vector<float> f(h.size());
+    std::vector<float> f(static_cast<std::size_t>(spec.numel()));
+    if (ckpt_) {
+      model::slice_view(*ckpt_, spec).to_f32(f);
+      return f;
+    }
+    std::vector<std::uint16_t> h(f.size());
+    model::fill_dummy(spec, h);
     for (std::size_t i = 0; i < h.size(); ++i) f[i] = bf16_to_f32(h[i]);
     return f;
   }
-  // Several slices with the same column count, stacked by rows into one matrix.
-  WeightVector<std::uint16_t> stacked(std::initializer_list<const SliceSpec*> specs) const {
-    std::size_t total = 0;
-    for (const SliceSpec* s : specs) total += static_cast<std::size_t>(s->numel());
-    WeightVector<std::uint16_t> out(total);
-    std::size_t at = 0;
+
+  // One 2-D slice as the runner holds it. `quantizable`: quantize-at-load applies.
+  Matrix matrix(const SliceSpec& spec, bool quantizable) const {
+    if (ckpt_) {
+      const io::TensorView v = model::slice_view(*ckpt_, spec);
+      if (v.quantized()) return packed(spec, v);  // a GGUF tensor: its blocks as they are
+    }
+    if (quantizable && quantize_) return quantized(spec, *quantize_);
+    Matrix m;
+    m.rows = spec.rows();
+    m.cols = spec.cols();
+    m.bf16.resize(static_cast<std::size_t>(spec.numel()));
+    bf16(spec, m.bf16);
+    return m;
+  }
+
+  Stack stacked(std::initializer_list<const SliceSpec*> specs, bool quantizable) const {
+    Stack out;
     for (const SliceSpec* s : specs) {
-      const auto n = static_cast<std::size_t>(s->numel());
-      bf16(*s, std::span<std::uint16_t>(out).subspan(at, n));
-      at += n;
+      Matrix m = matrix(*s, quantizable);
+      if (!out.empty() && out.back().quantized == m.quantized && (!m.quantized || out.back().q.type == m.q.type))
+        append_rows(out.back(), std::move(m));
+      else
+        out.push_back(std::move(m));
     }
     return out;
   }
 
  private:
+  static Matrix packed(const SliceSpec& spec, const io::TensorView& v) {
+    Matrix m;
+    m.rows = spec.rows();
+    m.cols = spec.cols();
+    m.quantized = true;
+    m.q.type = v.ggml_type();
+    if (!quant::traits(m.q.type).dequantizable)
+      fail(errc::unsupported_arch, "tensor " + spec.name + " is " + std::string(quant::ggml_type_name(m.q.type)) +
+                                       ", which neuron cannot compute with (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K)");
+    m.q.rows = m.rows;
+    m.q.cols = m.cols;
+    m.q.row_bytes = quant::row_bytes(m.q.type, m.cols);
+    m.q.data.resize(static_cast<std::size_t>(m.rows) * m.q.row_bytes);
+    for (std::int64_t r = 0; r < m.rows; ++r)
+      std::memcpy(m.q.data.data() + static_cast<std::size_t>(r) * m.q.row_bytes, v.row_data(r), m.q.row_bytes);
+    return m;
+  }
+
+  Matrix quantized(const SliceSpec& spec, quant::GgmlType type) const {
+    const std::int64_t block = quant::traits(type).block_size;
+    const std::int64_t full_cols = spec.shape.size() == 2 ? spec.shape[1] : 1;
+    if (spec.cols() % block != 0) {
+      if (spec.cols() == full_cols)
+        fail(errc::unsupported_arch, "cannot quantize " + spec.name + " to " + std::string(quant::ggml_type_name(type)) +
+                                         ": rows of " + std::to_string(spec.cols()) + " are not whole blocks of " +
+                                         std::to_string(block));
+      fail(errc::bad_tensor_parallel, "cannot quantize " + spec.name + " to " + std::string(quant::ggml_type_name(type)) +
+                                          ": this rank's columns [" + std::to_string(spec.col_begin) + ", " +
+                                          std::to_string(spec.col_end) + ") do not fall on block boundaries (" +
+                                          std::to_string(block) + "); choose a tensor_parallel that splits them evenly");
+    }
+    Matrix m;
+    m.rows = spec.rows();
+    m.cols = spec.cols();
+    m.quantized = true;
+    m.q.type = type;
+    m.q.rows = m.rows;
+    m.q.cols = m.cols;
+    m.q.row_bytes = quant::row_bytes(type, m.cols);
+    m.q.data.resize(static_cast<std::size_t>(m.rows) * m.q.row_bytes);
+    // Row by row through f32 (no whole-matrix f32 copy is ever held), rows
+    // spread over the CPU pool: the k-quants' scale search is the slow part of a load.
+    std::optional<io::TensorView> view;
+    std::vector<std::uint16_t> dummy;  // [rows, cols] bf16 stand-in weights (fill_dummy is parallel itself)
+    if (ckpt_) {
+      view = model::slice_view(*ckpt_, spec);
+    } else {
+      dummy.resize(static_cast<std::size_t>(spec.numel()));
+      model::fill_dummy(spec, dummy);
+    }
+    std::mutex failed_mu;
+    std::exception_ptr failed;
+    const std::int64_t chunk = 16;
+    ChunkPool::shared().run((m.rows + chunk - 1) / chunk, [&](std::int64_t c) {
+      try {
+        std::vector<float> row(static_cast<std::size_t>(m.cols));
+        for (std::int64_t r = c * chunk; r < std::min(m.rows, (c + 1) * chunk); ++r) {
+          if (view)
+            view->rows(r, r + 1).to_f32(row);
+          else
+            for (std::int64_t i = 0; i < m.cols; ++i) row[static_cast<std::size_t>(i)] = bf16_to_f32(dummy[static_cast<std::size_t>(r * m.cols + i)]);
+          quant::quantize_row(type, row.data(), m.q.data.data() + static_cast<std::size_t>(r) * m.q.row_bytes, m.cols);
+        }
+      } catch (...) {  // the pool's tasks must not throw: the first failure is rethrown below
+        std::lock_guard lock(failed_mu);
+        if (!failed) failed = std::current_exception();
+      }
+    });
+    if (failed) std::rethrow_exception(failed);
+    return m;
+  }
+
+  static void append_rows(Matrix& to, Matrix&& from) {
+    to.rows += from.rows;
+    if (to.quantized) {
+      to.q.rows += from.q.rows;
+      to.q.data.insert(to.q.data.end(), from.q.data.begin(), from.q.data.end());
+    } else {
+      to.bf16.insert(to.bf16.end(), from.bf16.begin(), from.bf16.end());
+    }
+  }
+
   const io::Checkpoint* ckpt_;
+  std::optional<quant::GgmlType> quantize_;
 };
 
 template <typename T, typename A>
@@ -79,7 +231,7 @@ class CpuRunner final : public ModelRunner {
  public:
   CpuRunner(const model::Qwen3Config& cfg, const io::Checkpoint* ckpt, const model::ShardPlan& plan,
             std::shared_ptr<dist::Communicator> comm, std::int32_t max_context, std::int32_t block_size,
-            std::int32_t num_blocks)
+            std::int32_t num_blocks, std::optional<quant::GgmlType> quantize)
       : cfg_(cfg),
         plan_(plan),
         comm_(std::move(comm)),
@@ -93,25 +245,22 @@ class CpuRunner final : public ModelRunner {
         rope_(cfg.head_dim, cfg.rope_theta, max_context) {
     NEURON_ASSERT(pool_.bytes() == pool_shape_.bytes_per_block * static_cast<std::uint64_t>(num_blocks));
     if (ckpt) model::reject_unsupported_tensors(*ckpt);
-    const WeightSource src(ckpt);
+    const WeightSource src(ckpt, quantize);
     const model::ShardSpecs specs = model::shard_specs(cfg, plan);
-    embed_.resize(static_cast<std::size_t>(specs.embed.numel()));
-    src.bf16(specs.embed, embed_);
+    // The embedding and LM head stay as the checkpoint has them (quantize-at-load leaves them bf16).
+    embed_.push_back(src.matrix(specs.embed, false));
     final_norm_ = src.f32(specs.final_norm);
-    if (!cfg.tie_word_embeddings) {
-      lm_head_.resize(static_cast<std::size_t>(specs.lm_head.numel()));
-      src.bf16(specs.lm_head, lm_head_);
-    }
+    if (!cfg.tie_word_embeddings) lm_head_.push_back(src.matrix(specs.lm_head, false));
     for (const model::LayerSpecs& ls : specs.layers) {
       Layer l;
       l.input_norm = src.f32(ls.input_norm);
       l.q_norm = src.f32(ls.q_norm);
       l.k_norm = src.f32(ls.k_norm);
       l.post_norm = src.f32(ls.post_norm);
-      l.qkv = src.stacked({&ls.q_proj, &ls.k_proj, &ls.v_proj});
-      l.o = src.stacked({&ls.o_proj});
-      l.gate_up = src.stacked({&ls.gate_proj, &ls.up_proj});
-      l.down = src.stacked({&ls.down_proj});
+      l.qkv = src.stacked({&ls.q_proj, &ls.k_proj, &ls.v_proj}, true);
+      l.o = src.stacked({&ls.o_proj}, true);
+      l.gate_up = src.stacked({&ls.gate_proj, &ls.up_proj}, true);
+      l.down = src.stacked({&ls.down_proj}, true);
       layers_.push_back(std::move(l));
     }
     for (std::int64_t h = 0; h < plan.q_heads; ++h) kv_of_q_.push_back(plan.kv_of_q(h, cfg));
@@ -124,8 +273,7 @@ class CpuRunner final : public ModelRunner {
     place_tokens(batch);
     x_.resize(static_cast<std::size_t>(n * hidden));
     for (std::int64_t i = 0; i < n; ++i)
-      widen_bf16(embed_.data() + static_cast<std::int64_t>(batch.tokens[static_cast<std::size_t>(i)]) * hidden,
-                 x_.data() + i * hidden, hidden);
+      embed_.front().row_f32(batch.tokens[static_cast<std::size_t>(i)], x_.data() + i * hidden);
     for (std::size_t l = 0; l < layers_.size(); ++l) layer(static_cast<std::int64_t>(l), batch);
     if (!logits.empty()) lm_head(batch, logits);
   }
@@ -178,7 +326,7 @@ class CpuRunner final : public ModelRunner {
 
     // Attention block: projections over every token of every sequence at once.
     rms_norm(x_.data(), n, hidden, hidden, L.input_norm.data(), eps(), xn_.data(), hidden);
-    matmul_bf16(xn_.data(), n, hidden, hidden, L.qkv.data(), qkv_w, qkv_.data(), qkv_w);
+    multiply(L.qkv, xn_.data(), n, hidden, hidden, qkv_.data(), qkv_w);
     for (std::int64_t i = 0; i < n; ++i) {
       float* row = qkv_.data() + i * qkv_w;
       const std::int64_t pos = pos_[static_cast<std::size_t>(i)], kv_row = kv_row_[static_cast<std::size_t>(i)];
@@ -197,18 +345,18 @@ class CpuRunner final : public ModelRunner {
       }
     }
     attention(qkv_.data(), qkv_w, batch, pool_, li, kv_of_q_, attn_.data(), q_dim_);
-    matmul_bf16(attn_.data(), n, q_dim_, q_dim_, L.o.data(), hidden, proj_.data(), hidden);
+    multiply(L.o, attn_.data(), n, q_dim_, q_dim_, proj_.data(), hidden);
     comm_->all_reduce_sum(proj_.data(), proj_.size(), DType::f32);
     for (std::size_t i = 0; i < proj_.size(); ++i) x_[i] += proj_[i];
 
     // MLP block.
     rms_norm(x_.data(), n, hidden, hidden, L.post_norm.data(), eps(), xn_.data(), hidden);
-    matmul_bf16(xn_.data(), n, hidden, hidden, L.gate_up.data(), 2 * ff, gate_up_.data(), 2 * ff);
+    multiply(L.gate_up, xn_.data(), n, hidden, hidden, gate_up_.data(), 2 * ff);
     for (std::int64_t i = 0; i < n; ++i) {
       const float* g = gate_up_.data() + i * 2 * ff;
       silu_mul(g, g + ff, act_.data() + i * ff, ff);
     }
-    matmul_bf16(act_.data(), n, ff, ff, L.down.data(), hidden, proj_.data(), hidden);
+    multiply(L.down, act_.data(), n, ff, ff, proj_.data(), hidden);
     comm_->all_reduce_sum(proj_.data(), proj_.size(), DType::f32);
     for (std::size_t i = 0; i < proj_.size(); ++i) x_[i] += proj_[i];
   }
@@ -227,8 +375,7 @@ class CpuRunner final : public ModelRunner {
       rows += take;
     }
     NEURON_ASSERT(static_cast<std::uint64_t>(rows * vocab) == logits.size());
-    const std::uint16_t* head = cfg_.tie_word_embeddings ? embed_.data() : lm_head_.data();
-    matmul_bf16(xn_.data(), rows, hidden, hidden, head, vocab, logits.data(), vocab);
+    multiply(cfg_.tie_word_embeddings ? embed_ : lm_head_, xn_.data(), rows, hidden, hidden, logits.data(), vocab);
   }
 
   model::Qwen3Config cfg_;
@@ -238,8 +385,8 @@ class CpuRunner final : public ModelRunner {
   std::int64_t q_dim_, kv_dim_;  // this rank's H * hd and KV * hd
   KvPoolShape pool_shape_;
 
-  WeightVector<std::uint16_t> embed_;    // [vocab, hidden] bf16 (also the LM head when tied)
-  WeightVector<std::uint16_t> lm_head_;  // [vocab, hidden] bf16; empty when tied
+  Stack embed_;    // one [vocab, hidden] matrix (also the LM head when tied)
+  Stack lm_head_;  // one [vocab, hidden] matrix; empty when tied
   std::vector<float> final_norm_;       // [hidden] f32
   std::vector<Layer> layers_;
   std::vector<std::int64_t> kv_of_q_;   // [H] local KV head each local query head reads
@@ -307,7 +454,12 @@ std::unique_ptr<ModelRunner> make_cpu_runner(const model::Qwen3Config& cfg, cons
   if (per_block > (std::uint64_t{1} << 62) / static_cast<std::uint64_t>(num_blocks))
     fail(errc::out_of_memory, "a KV pool of " + std::to_string(num_blocks) + " blocks of " + std::to_string(block_size) +
                                   " positions does not fit in memory");
-  return std::make_unique<CpuRunner>(cfg, checkpoint, plan, std::move(comm), max_context, block_size, num_blocks);
+  if (options.quantize && *options.quantize != quant::GgmlType::q8_0 && *options.quantize != quant::GgmlType::q4_k &&
+      *options.quantize != quant::GgmlType::q6_k)
+    fail(errc::unsupported_arch, "quantize at load supports q8_0, q4_k and q6_k, not " +
+                                     std::string(quant::ggml_type_name(*options.quantize)));
+  return std::make_unique<CpuRunner>(cfg, checkpoint, plan, std::move(comm), max_context, block_size, num_blocks,
+                                     options.quantize);
 }
 
 }  // namespace neuron::backend::cpu

@@ -1,6 +1,9 @@
 #pragma once
 // The CPU backend: one rank's shard of a Qwen3 model computed in f32 over
-// weights held in bf16 (2 bytes per parameter, read once per decode token).
+// weights held in bf16 (2 bytes per parameter, read once per decode token),
+// or in GGUF blocks (Q8_0, Q4_K, Q6_K, ...: a GGUF file's quantized tensors
+// as they are, or float weights quantized at load with options.quantize;
+// matmul_quant.hpp), never unpacked as a whole.
 //
 // A step multiplies all its tokens, every sequence's, at once (matmul_bf16:
 // OpenBLAS sgemm over L2-sized f32 tiles); a step of one token is one bf16 x
@@ -21,8 +24,10 @@ namespace neuron::backend::cpu {
 // options.kv_blocks blocks of options.kv_block_size positions
 // (RunnerOptions' defaults).
 // Throws Error{not_found|bad_model} for missing or misshapen tensors,
-// Error{unsupported_arch} for biases, Error{bad_tensor_parallel} when `comm`
-// does not match the plan, Error{invalid_argument} for a bad max_context or a
+// Error{unsupported_arch} for biases, a quantize type other than q8_0 / q4_k /
+// q6_k or rows that are not whole blocks of it, Error{bad_tensor_parallel}
+// when `comm` does not match the plan or a rank's o_proj / down_proj columns
+// do not fall on block boundaries, Error{invalid_argument} for a bad max_context or a
 // negative kv_block_size / kv_blocks, Error{out_of_memory} for a pool past
 // the address space.
 std::unique_ptr<ModelRunner> make_cpu_runner(const model::Qwen3Config& cfg, const io::Checkpoint* checkpoint,

@@ -1,0 +1,252 @@
+#include "backend/cpu/matmul_quant.hpp"
+
+#include <cblas.h>
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/chunk_pool.hpp"
+#include "backend/cpu/matmul.hpp"
+#include "quant/dequantize.hpp"
+#include "tensor/dtype.hpp"
+
+namespace neuron::backend::cpu {
+
+namespace {
+
+constexpr std::int64_t kTileBytes = 512 << 10;  // a tile's f32 copy, as matmul_bf16's
+constexpr std::int64_t kTileRowAlign = 16;
+constexpr std::int64_t kGemvChunkRows = 16;
+
+float dot_scalar(const float* a, const float* b, std::int64_t n) {
+  float acc = 0.0f;
+  for (std::int64_t i = 0; i < n; ++i) acc += a[i] * b[i];
+  return acc;
+}
+
+__attribute__((target("avx2,fma"))) inline float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+__attribute__((target("avx2,fma"))) float dot_avx2(const float* a, const float* b, std::int64_t n) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+  std::int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+  }
+  float s = hsum8(_mm256_add_ps(acc0, acc1));
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// Q8_0 straight from the blocks: per block d * sum(q_i x_i).
+float q8_0_row_scalar(const std::byte* row, const float* x, std::int64_t cols) {
+  float acc = 0.0f;
+  for (std::int64_t b = 0; b < cols / quant::kQK8_0; ++b, row += quant::kQ8_0Bytes, x += quant::kQK8_0) {
+    std::uint16_t dh;
+    std::memcpy(&dh, row, 2);
+    float s = 0.0f;
+    for (int j = 0; j < quant::kQK8_0; ++j) s += static_cast<float>(static_cast<std::int8_t>(row[2 + j])) * x[j];
+    acc += f16_to_f32(dh) * s;
+  }
+  return acc;
+}
+
+__attribute__((target("avx2,fma"))) inline __m256 widen_i8x8(const std::byte* p) {
+  const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));  // 8 bytes, upper half zero
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
+}
+
+__attribute__((target("avx2,fma,f16c"))) float q8_0_row_avx2(const std::byte* row, const float* x, std::int64_t cols) {
+  __m256 acc = _mm256_setzero_ps();
+  for (std::int64_t b = 0; b < cols / quant::kQK8_0; ++b, row += quant::kQ8_0Bytes, x += quant::kQK8_0) {
+    std::uint16_t dh;
+    std::memcpy(&dh, row, 2);
+    const std::byte* q = row + 2;
+    __m256 s = _mm256_mul_ps(widen_i8x8(q), _mm256_loadu_ps(x));
+    s = _mm256_fmadd_ps(widen_i8x8(q + 8), _mm256_loadu_ps(x + 8), s);
+    s = _mm256_fmadd_ps(widen_i8x8(q + 16), _mm256_loadu_ps(x + 16), s);
+    s = _mm256_fmadd_ps(widen_i8x8(q + 24), _mm256_loadu_ps(x + 24), s);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(dh)), s, acc);
+  }
+  return hsum8(acc);
+}
+
+// Q8_0 on 16 lanes: a block is two int8x16 -> f32x16 products.
+__attribute__((target("avx512f,avx512bw,avx512vl,f16c"))) float q8_0_row_avx512(const std::byte* row, const float* x,
+                                                                                  std::int64_t cols) {
+  __m512 acc = _mm512_setzero_ps();
+  for (std::int64_t b = 0; b < cols / quant::kQK8_0; ++b, row += quant::kQ8_0Bytes, x += quant::kQK8_0) {
+    std::uint16_t dh;
+    std::memcpy(&dh, row, 2);
+    const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2));
+    const __m128i q1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 18));
+    __m512 s = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0)), _mm512_loadu_ps(x));
+    s = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1)), _mm512_loadu_ps(x + 16), s);
+    acc = _mm512_fmadd_ps(_mm512_set1_ps(_cvtsh_ss(dh)), s, acc);
+  }
+  return _mm512_reduce_add_ps(acc);
+}
+
+// Sum over 8 groups of 8 int8/uint8 values in buf times x, each group scaled by scale[g] (broadcast).
+__attribute__((target("avx2,fma"))) inline __m256 int8_groups(const std::int8_t* buf, const float* x, int groups,
+                                                              const float* scale, int group_len, __m256 acc) {
+  for (int g = 0; g < groups; ++g) {
+    __m256 s = _mm256_setzero_ps();
+    for (int k = 0; k < group_len; k += 8) {
+      const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(buf + g * group_len + k));
+      s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)), _mm256_loadu_ps(x + g * group_len + k), s);
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(scale[g]), s, acc);
+  }
+  return acc;
+}
+
+// Q4_K from the blocks: per 32-element sub-block d*sc * sum(q x) - dmin*m * sum(x).
+__attribute__((target("avx2,fma,f16c"))) float q4_k_row_avx2(const std::byte* row, const float* x, std::int64_t cols) {
+  __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+  const __m256i low = _mm256_set1_epi8(0x0F);
+  alignas(32) std::int8_t buf[64];
+  for (std::int64_t b = 0; b < cols / quant::kQK_K; ++b, row += quant::kQ4_KBytes, x += quant::kQK_K) {
+    std::uint16_t dh, mh;
+    std::memcpy(&dh, row, 2);
+    std::memcpy(&mh, row + 2, 2);
+    const float d = _cvtsh_ss(dh), dmin = _cvtsh_ss(mh);
+    const auto* scales = reinterpret_cast<const std::uint8_t*>(row + 4);
+    for (int j = 0; j < 4; ++j) {
+      float sc[2], mn[2];
+      for (int h = 0; h < 2; ++h) {
+        const int is = 2 * j + h;
+        std::uint8_t s6, m6;
+        if (is < 4) {
+          s6 = scales[is] & 63;
+          m6 = scales[is + 4] & 63;
+        } else {
+          s6 = static_cast<std::uint8_t>((scales[is + 4] & 0xF) | ((scales[is - 4] >> 6) << 4));
+          m6 = static_cast<std::uint8_t>((scales[is + 4] >> 4) | ((scales[is] >> 6) << 4));
+        }
+        sc[h] = d * s6;
+        mn[h] = dmin * m6;
+      }
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 16 + 32 * j));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(buf), _mm256_and_si256(q, low));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(buf + 32), _mm256_and_si256(_mm256_srli_epi16(q, 4), low));
+      const float* xs = x + 64 * j;
+      acc = int8_groups(buf, xs, 2, sc, 32, acc);
+      for (int h = 0; h < 2; ++h) {
+        const float* xh = xs + 32 * h;
+        const __m256 sx = _mm256_add_ps(_mm256_add_ps(_mm256_loadu_ps(xh), _mm256_loadu_ps(xh + 8)),
+                                        _mm256_add_ps(_mm256_loadu_ps(xh + 16), _mm256_loadu_ps(xh + 24)));
+        accm = _mm256_fmadd_ps(_mm256_set1_ps(mn[h]), sx, accm);
+      }
+    }
+  }
+  return hsum8(_mm256_sub_ps(acc, accm));
+}
+
+// Q6_K from the blocks: per 16-element group d*sc * sum(q x), q in [-32, 31].
+__attribute__((target("avx2,fma,f16c"))) float q6_k_row_avx2(const std::byte* row, const float* x, std::int64_t cols) {
+  __m256 acc = _mm256_setzero_ps();
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x03), off = _mm256_set1_epi8(32);
+  alignas(32) std::int8_t buf[128];
+  for (std::int64_t b = 0; b < cols / quant::kQK_K; ++b, row += quant::kQ6_KBytes, x += quant::kQK_K) {
+    std::uint16_t dh;
+    std::memcpy(&dh, row + 208, 2);
+    const float d = _cvtsh_ss(dh);
+    const auto* sc = reinterpret_cast<const std::int8_t*>(row + 192);
+    for (int n = 0; n < 2; ++n) {
+      const std::byte* ql = row + 64 * n;
+      const std::byte* qh = row + 128 + 32 * n;
+      const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+      const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
+      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh));
+      // The 2 high bits of each value, moved up to bits 4-5 (16-bit shifts; the masks drop what crosses bytes).
+      const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(h, m2), 4);
+      const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4);
+      const __m256i h2 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4);
+      const __m256i h3 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4);
+      const __m256i q1 = _mm256_or_si256(_mm256_and_si256(l0, m4), h0);
+      const __m256i q2 = _mm256_or_si256(_mm256_and_si256(l1, m4), h1);
+      const __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), h2);
+      const __m256i q4 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), h3);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(buf), _mm256_sub_epi8(q1, off));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(buf + 32), _mm256_sub_epi8(q2, off));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(buf + 64), _mm256_sub_epi8(q3, off));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(buf + 96), _mm256_sub_epi8(q4, off));
+      float scale[8];
+      for (int g = 0; g < 8; ++g) scale[g] = d * static_cast<float>(sc[8 * n + g]);
+      acc = int8_groups(buf, x + 128 * n, 8, scale, 16, acc);
+    }
+  }
+  return hsum8(acc);
+}
+
+// Every AVX-512 CPU has AVX2 + FMA; the fused kernels also read f16 scales with F16C.
+bool use_avx2(Isa isa) {
+  static const bool f16c = __builtin_cpu_supports("f16c");
+  return isa != Isa::scalar && f16c;
+}
+
+}  // namespace
+
+void gemv_quant_rows(Isa isa, const QuantMatrix& w, const float* x, std::int64_t r0, std::int64_t r1, float* y) {
+  const bool avx2 = use_avx2(isa);
+  const bool avx512 = avx2 && (isa == Isa::avx512 || isa == Isa::avx512_bf16);
+  if (w.type == quant::GgmlType::q8_0) {
+    for (std::int64_t r = r0; r < r1; ++r) {
+      const std::byte* row = w.data.data() + static_cast<std::size_t>(r) * w.row_bytes;
+      y[r] = avx512 ? q8_0_row_avx512(row, x, w.cols)
+             : avx2 ? q8_0_row_avx2(row, x, w.cols)
+                    : q8_0_row_scalar(row, x, w.cols);
+    }
+    return;
+  }
+  if (avx2 && (w.type == quant::GgmlType::q4_k || w.type == quant::GgmlType::q6_k)) {
+    for (std::int64_t r = r0; r < r1; ++r) {
+      const std::byte* row = w.data.data() + static_cast<std::size_t>(r) * w.row_bytes;
+      y[r] = w.type == quant::GgmlType::q4_k ? q4_k_row_avx2(row, x, w.cols) : q6_k_row_avx2(row, x, w.cols);
+    }
+    return;
+  }
+  thread_local std::vector<float> scratch;  // [cols] one dequantized row, L1/L2-resident
+  scratch.resize(static_cast<std::size_t>(w.cols));
+  for (std::int64_t r = r0; r < r1; ++r) {
+    quant::dequantize_row(w.type, w.data.data() + static_cast<std::size_t>(r) * w.row_bytes, scratch.data(), w.cols);
+    y[r] = avx2 ? dot_avx2(scratch.data(), x, w.cols) : dot_scalar(scratch.data(), x, w.cols);
+  }
+}
+
+void gemv_quant(const QuantMatrix& w, const float* x, float* y) {
+  const Isa isa = selected_isa();
+  const std::int64_t chunks = (w.rows + kGemvChunkRows - 1) / kGemvChunkRows;
+  ChunkPool::shared().run(chunks, [&](std::int64_t c) {
+    const std::int64_t r0 = c * kGemvChunkRows;
+    gemv_quant_rows(isa, w, x, r0, std::min(w.rows, r0 + kGemvChunkRows), y);
+  });
+}
+
+void matmul_quant(const float* x, std::int64_t n, std::int64_t ldx, const QuantMatrix& w, float* y, std::int64_t ldy) {
+  if (n <= 0 || w.rows <= 0) return;
+  if (n == 1) return gemv_quant(w, x, y);
+  init_blas_threads();
+  const std::int64_t in = w.cols;
+  const std::int64_t tile_rows = std::max(kTileRowAlign, kTileBytes / (in * 4) / kTileRowAlign * kTileRowAlign);
+  const std::int64_t tiles = (w.rows + tile_rows - 1) / tile_rows;
+  ChunkPool::shared().run(tiles, [&](std::int64_t t) {
+    thread_local std::vector<float> scratch;  // [tile_rows, in] f32
+    scratch.resize(static_cast<std::size_t>(tile_rows * in));
+    const std::int64_t r0 = t * tile_rows, rows = std::min(tile_rows, w.rows - r0);
+    for (std::int64_t r = 0; r < rows; ++r)
+      quant::dequantize_row(w.type, w.data.data() + static_cast<std::size_t>(r0 + r) * w.row_bytes, scratch.data() + r * in, in);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n), static_cast<int>(rows), static_cast<int>(in),
+                1.0f, x, static_cast<int>(ldx), scratch.data(), static_cast<int>(in), 0.0f, y + r0, static_cast<int>(ldy));
+  });
+}
+
+}  // namespace neuron::backend::cpu

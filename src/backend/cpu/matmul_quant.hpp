@@ -1,0 +1,37 @@
+#pragma once
+// Y = X W^T with W held in a GGUF block format (Q8_0, Q4_K, Q6_K, ... any
+// type quant::dequantize_row knows), never unpacked as a whole.
+//
+// One token (gemv_quant): each thread takes chunks of W's rows and reads each
+// row's blocks once. With AVX2 (chosen at run time as the bf16 kernels are)
+// Q8_0 (also AVX-512), Q4_K and Q6_K rows are dotted block by block straight from their
+// quants (a sub-block's sum of q x, times its scale); the scalar fallback and
+// the other types dequantize one row into an L1-sized f32 buffer and dot that.
+// Several tokens (matmul_quant): each thread dequantizes an L2-sized tile of
+// rows to f32 and multiplies it with OpenBLAS sgemm, as matmul_bf16 does, so
+// W is read once per call whatever n is.
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cpu/isa.hpp"
+#include "backend/cpu/weight_buffer.hpp"
+#include "quant/ggml_type.hpp"
+
+namespace neuron::backend::cpu {
+
+// [rows, cols] in `type`'s blocks, row-major: row r at data + r * row_bytes.
+struct QuantMatrix {
+  quant::GgmlType type = quant::GgmlType::q8_0;
+  std::int64_t rows = 0, cols = 0;
+  std::size_t row_bytes = 0;        // quant::row_bytes(type, cols)
+  WeightVector<std::byte> data;     // [rows * row_bytes]
+};
+
+// x: [n, in] f32 (row stride ldx), w: [out, in], y: [n, out] f32 (row stride ldy).
+void matmul_quant(const float* x, std::int64_t n, std::int64_t ldx, const QuantMatrix& w, float* y, std::int64_t ldy);
+// y[0, w.rows) = W x.
+void gemv_quant(const QuantMatrix& w, const float* x, float* y);
+// Rows [r0, r1) of W x on the calling thread with the given ISA's kernel (tests compare ISAs).
+void gemv_quant_rows(Isa isa, const QuantMatrix& w, const float* x, std::int64_t r0, std::int64_t r1, float* y);
+
+}  // namespace neuron::backend::cpu

@@ -1,0 +1,105 @@
+#include "model/gguf_config.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <utility>
+#include <nlohmann/json.hpp>
+
+#include "util/error.hpp"
+
+namespace neuron::model {
+
+namespace {
+
+using nlohmann::json;
+
+const io::GgufTensor* find_tensor(const io::GgufFile& f, const std::string& name) {
+  for (const io::GgufTensor& t : f.tensors())
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+// Token ids llama.cpp ends generation on (llama-vocab.cpp special_eog_ids), for Qwen's spellings.
+std::vector<std::int32_t> stop_ids(const io::GgufMetadata& md) {
+  std::vector<std::int32_t> ids;
+  auto add = [&](std::int64_t id) {
+    if (id < 0 || id > std::numeric_limits<std::int32_t>::max()) return;
+    if (std::find(ids.begin(), ids.end(), static_cast<std::int32_t>(id)) == ids.end())
+      ids.push_back(static_cast<std::int32_t>(id));
+  };
+  for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"})
+    if (auto id = md.integer(key)) add(*id);
+  const auto* tokens = md.strings("tokenizer.ggml.tokens");
+  const auto* types = md.integers("tokenizer.ggml.token_type");
+  if (tokens && types && types->size() == tokens->size()) {
+    constexpr std::int64_t kControl = 3;
+    for (std::size_t i = 0; i < tokens->size(); ++i)
+      if ((*types)[i] == kControl && ((*tokens)[i] == "<|im_end|>" || (*tokens)[i] == "<|endoftext|>"))
+        add(static_cast<std::int64_t>(i));
+  }
+  return ids;
+}
+
+}  // namespace
+
+ModelConfigs configs_from_gguf(const io::GgufFile& file) {
+  const io::GgufMetadata& md = file.metadata();
+  const std::string what = file.path().string();
+  const std::string arch = md.require_string("general.architecture");
+  if (arch != "qwen3")
+    fail(errc::unsupported_arch, what + ": general.architecture is '" + arch + "'; only 'qwen3' is supported");
+  const std::string p = "qwen3.";
+  if (auto t = md.string(p + "rope.scaling.type"); t && *t != "none")
+    fail(errc::unsupported_arch, what + ": qwen3.rope.scaling.type is '" + *t + "'; only plain RoPE is implemented");
+  if (md.contains(p + "attention.sliding_window"))
+    fail(errc::unsupported_arch, what + ": qwen3.attention.sliding_window is set; sliding-window attention is not implemented");
+
+  json j;
+  j["model_type"] = "qwen3";
+  j["hidden_size"] = md.require_integer(p + "embedding_length");
+  j["intermediate_size"] = md.require_integer(p + "feed_forward_length");
+  j["num_hidden_layers"] = md.require_integer(p + "block_count");
+  j["num_attention_heads"] = md.require_integer(p + "attention.head_count");
+  j["num_key_value_heads"] = md.integer(p + "attention.head_count_kv").value_or(j["num_attention_heads"].get<std::int64_t>());
+  if (auto k = md.integer(p + "attention.key_length")) {
+    if (auto v = md.integer(p + "attention.value_length"); v && *v != *k)
+      fail(errc::unsupported_arch, what + ": attention.key_length " + std::to_string(*k) + " differs from value_length " +
+                                       std::to_string(*v));
+    j["head_dim"] = *k;
+  }
+  if (auto r = md.real(p + "rope.freq_base")) j["rope_theta"] = *r;
+  if (auto e = md.real(p + "attention.layer_norm_rms_epsilon")) j["rms_norm_eps"] = *e;
+  if (auto c = md.integer(p + "context_length")) j["max_position_embeddings"] = *c;
+
+  const io::GgufTensor* embd = find_tensor(file, "token_embd.weight");
+  if (!embd || embd->ne.size() != 2) fail(errc::bad_model, what + ": tensor 'token_embd.weight' is missing or not 2-D");
+  j["vocab_size"] = embd->ne[1];
+  if (auto v = md.integer(p + "vocab_size"); v && *v != embd->ne[1])
+    fail(errc::bad_model, what + ": qwen3.vocab_size " + std::to_string(*v) + " differs from token_embd's " +
+                              std::to_string(embd->ne[1]) + " rows");
+  j["tie_word_embeddings"] = find_tensor(file, "output.weight") == nullptr;
+  if (auto b = md.integer("tokenizer.ggml.bos_token_id")) j["bos_token_id"] = *b;
+  if (auto e = md.integer("tokenizer.ggml.eos_token_id")) j["eos_token_id"] = *e;
+
+  json g;
+  g["eos_token_id"] = stop_ids(md);
+  for (const auto& [key, field] : {std::pair{"general.sampling.temp", "temperature"}, std::pair{"general.sampling.top_p", "top_p"},
+                                   std::pair{"general.sampling.min_p", "min_p"},
+                                   std::pair{"general.sampling.penalty_repeat", "repetition_penalty"}})
+    if (auto r = md.real(key)) g[field] = *r;
+  if (auto k = md.integer("general.sampling.top_k")) g["top_k"] = *k;
+
+  ModelConfigs out;
+  try {
+    out.model = Qwen3Config::parse(j.dump());
+    out.generation = GenerationDefaults::parse(g.dump());
+  } catch (const Error& e) {
+    fail(e.kind(), what + " (GGUF metadata as config.json): " + e.what());
+  }
+  for (std::int32_t id : out.generation.eos_token_ids)
+    if (std::find(out.model.eos_token_ids.begin(), out.model.eos_token_ids.end(), id) == out.model.eos_token_ids.end())
+      out.model.eos_token_ids.push_back(id);
+  return out;
+}
+
+}  // namespace neuron::model

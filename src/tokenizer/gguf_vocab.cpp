@@ -1,0 +1,99 @@
+#include "tokenizer/gguf_vocab.hpp"
+
+#include <limits>
+#include <string>
+
+#include "tokenizer/utf8.hpp"
+#include "util/error.hpp"
+
+namespace neuron::tokenizer {
+
+namespace {
+
+enum TokenType : std::int64_t { kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6 };
+
+[[noreturn]] void bad(const io::GgufMetadata& md, const std::string& msg) { fail(errc::bad_model, md.what + ": " + msg); }
+
+}  // namespace
+
+nlohmann::json gguf_tokenizer_document(const io::GgufMetadata& md) {
+  using nlohmann::json;
+  const auto model = md.string("tokenizer.ggml.model");
+  if (!model) bad(md, "metadata 'tokenizer.ggml.model' is missing: the file carries no tokenizer");
+  if (*model != "gpt2")
+    fail(errc::unsupported_arch, md.what + ": tokenizer.ggml.model is '" + *model + "'; only byte-level BPE ('gpt2') is supported");
+  const std::string pre = md.string("tokenizer.ggml.pre").value_or("default");
+  if (pre != "qwen2")
+    fail(errc::unsupported_arch, md.what + ": tokenizer.ggml.pre is '" + pre + "'; only the 'qwen2' pre-tokenizer is supported");
+
+  const auto* tokens = md.strings("tokenizer.ggml.tokens");
+  if (!tokens || tokens->empty()) bad(md, "metadata 'tokenizer.ggml.tokens' is missing or empty");
+  const auto* types = md.integers("tokenizer.ggml.token_type");
+  if (types && types->size() != tokens->size())
+    bad(md, "tokenizer.ggml.token_type has " + std::to_string(types->size()) + " entries for " +
+                std::to_string(tokens->size()) + " tokens");
+  if (tokens->size() > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()))
+    bad(md, "tokenizer.ggml.tokens has too many entries");
+
+  json vocab = json::object();
+  json added = json::array();
+  for (std::size_t id = 0; id < tokens->size(); ++id) {
+    const std::string& text = (*tokens)[id];
+    // tokenizer.json is JSON text: its tokens are UTF-8 (byte-level BPE spells every byte as a character).
+    if (!is_valid_utf8(text)) bad(md, "token " + std::to_string(id) + " is not valid UTF-8");
+    const std::int64_t type = types ? (*types)[id] : kNormal;
+    switch (type) {
+      case kNormal:
+      case kByte:
+        if (vocab.contains(text)) bad(md, "token '" + text + "' appears twice in tokenizer.ggml.tokens");
+        vocab[text] = id;
+        break;
+      case kUnknown:
+      case kControl:
+      case kUserDefined:
+        added.push_back({{"id", id}, {"content", text}, {"single_word", false}, {"lstrip", false}, {"rstrip", false},
+                         {"normalized", false}, {"special", type != kUserDefined}});
+        break;
+      case kUnused:
+        break;
+      default:
+        bad(md, "token " + std::to_string(id) + " has unknown type " + std::to_string(type));
+    }
+  }
+  json merges = json::array();
+  if (const auto* m = md.strings("tokenizer.ggml.merges"))
+    for (std::size_t i = 0; i < m->size(); ++i) {
+      if (!is_valid_utf8((*m)[i])) bad(md, "merge " + std::to_string(i) + " is not valid UTF-8");
+      merges.push_back((*m)[i]);
+    }
+
+  json doc;
+  doc["version"] = "1.0";
+  doc["model"] = {{"type", "BPE"}, {"vocab", std::move(vocab)}, {"merges", std::move(merges)}, {"dropout", nullptr},
+                  {"unk_token", nullptr}, {"continuing_subword_prefix", ""}, {"end_of_word_suffix", ""},
+                  {"fuse_unk", false}, {"byte_fallback", false}, {"ignore_merges", false}};
+  doc["added_tokens"] = std::move(added);
+  doc["normalizer"] = {{"type", "NFC"}};
+  const json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}};
+  doc["pre_tokenizer"] = {{"type", "Sequence"},
+                          {"pretokenizers",
+                           {{{"type", "Split"},
+                             {"pattern", {{"Regex", kQwen2PreTokenizerRegex}}},
+                             {"behavior", "Isolated"},
+                             {"invert", false}},
+                            byte_level}}};
+  doc["decoder"] = byte_level;
+  return doc;
+}
+
+Tokenizer tokenizer_from_gguf(const io::GgufMetadata& metadata) {
+  const std::string doc = gguf_tokenizer_document(metadata).dump();
+  try {
+    return Tokenizer::from_json(doc);
+  } catch (const Error& e) {
+    if (e.kind() != errc::bad_model) throw;
+    fail(errc::bad_model, metadata.what + " (GGUF tokenizer): " + e.what());
+  }
+}
+
+}  // namespace neuron::tokenizer

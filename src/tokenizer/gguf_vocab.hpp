@@ -1,0 +1,31 @@
+#pragma once
+// A GGUF file's tokenizer (tokenizer.ggml.*) as the tokenizer.json document
+// Hugging Face would have for it, so one loader (Tokenizer::from_json) builds
+// both and they cannot drift apart:
+//   tokenizer.ggml.model "gpt2"         model {type BPE, vocab, merges}, decoder ByteLevel
+//   tokenizer.ggml.pre "qwen2"          normalizer NFC, pre_tokenizer Split(Qwen2's regex) + ByteLevel
+//   tokenizer.ggml.tokens / token_type  NORMAL (1) and BYTE (6) tokens form the BPE vocab;
+//                                       CONTROL (3) and UNKNOWN (2) are special added tokens,
+//                                       USER_DEFINED (4) non-special ones (<think>, ...), all
+//                                       matched on the raw text (llama.cpp's convention: it stores
+//                                       them pre-normalized); UNUSED (5) ids ([PAD151669]...) are holes
+//   tokenizer.ggml.merges               "a b" merge rules, highest priority first
+// Other models or pre-tokenizers are Error{unsupported_arch}; malformed keys Error{bad_model}.
+#include <nlohmann/json.hpp>
+
+#include "io/gguf.hpp"
+#include "tokenizer/tokenizer.hpp"
+
+namespace neuron::tokenizer {
+
+nlohmann::json gguf_tokenizer_document(const io::GgufMetadata& metadata);
+
+// The tokenizer of a GGUF file: Tokenizer::from_json over that document.
+// Errors name the file. Throws Error{bad_model|unsupported_arch}.
+Tokenizer tokenizer_from_gguf(const io::GgufMetadata& metadata);
+
+// The pre-tokenizer regex of Qwen2/Qwen3 (tokenizer.json's Split pattern; llama.cpp's "qwen2").
+inline constexpr const char* kQwen2PreTokenizerRegex =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+}  // namespace neuron::tokenizer

@@ -1,0 +1,149 @@
+// GGUF dequantizers and quantizers against llama.cpp: tests/data/quant/ holds
+// golden vectors made by tests/tools/gen_quant_golden.py (gguf-py's numpy
+// dequantizers; ggml-quants.c's quantize_row_*_ref). Equality is bitwise.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "quant/dequantize.hpp"
+#include "quant/ggml_type.hpp"
+#include "quant/quantize.hpp"
+#include "util/error.hpp"
+
+namespace neuron::quant {
+namespace {
+
+std::vector<std::byte> read_bytes(const std::string& name) {
+  std::ifstream in(std::string(NEURON_TEST_DATA) + "/quant/" + name, std::ios::binary);
+  EXPECT_TRUE(in) << name;
+  std::vector<char> raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::byte> out(raw.size());
+  std::memcpy(out.data(), raw.data(), raw.size());
+  return out;
+}
+
+std::uint32_t bits(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+class DequantGolden : public ::testing::TestWithParam<GgmlType> {};
+
+TEST_P(DequantGolden, BitEqualToLlamaCpp) {
+  const GgmlType t = GetParam();
+  const auto file = read_bytes("dequant_" + std::string(ggml_type_name(t)) + ".bin");
+  ASSERT_GE(file.size(), 4u);
+  std::uint32_t n;
+  std::memcpy(&n, file.data(), 4);
+  const std::size_t enc = row_bytes(t, n);
+  ASSERT_EQ(file.size(), 4 + enc + 4ull * n);
+  std::vector<float> want(n), got(n);
+  std::memcpy(want.data(), file.data() + 4 + enc, 4ull * n);
+  dequantize_row(t, file.data() + 4, got.data(), n);
+  int mismatches = 0;
+  for (std::uint32_t i = 0; i < n && mismatches < 5; ++i)
+    if (bits(got[i]) != bits(want[i])) {
+      ++mismatches;
+      ADD_FAILURE() << ggml_type_name(t) << " element " << i << ": got " << got[i] << " want " << want[i];
+    }
+  // Any byte offset works (blocks come from mapped files at any alignment).
+  std::vector<std::byte> shifted(enc + 1);
+  std::memcpy(shifted.data() + 1, file.data() + 4, enc);
+  dequantize_row(t, shifted.data() + 1, got.data(), n);
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), 4ull * n), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, DequantGolden,
+                         ::testing::Values(GgmlType::f32, GgmlType::f16, GgmlType::bf16, GgmlType::q8_0, GgmlType::q4_0,
+                                           GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k),
+                         [](const auto& info) { return std::string(ggml_type_name(info.param)); });
+
+class QuantGolden : public ::testing::TestWithParam<GgmlType> {};
+
+TEST_P(QuantGolden, BlocksEqualQuantizeRowRef) {
+  const GgmlType t = GetParam();
+  const auto file = read_bytes("quant_" + std::string(ggml_type_name(t)) + ".bin");
+  ASSERT_GE(file.size(), 4u);
+  std::uint32_t n;
+  std::memcpy(&n, file.data(), 4);
+  const std::size_t enc = row_bytes(t, n);
+  ASSERT_EQ(file.size(), 4 + 4ull * n + enc);
+  std::vector<float> x(n);
+  std::memcpy(x.data(), file.data() + 4, 4ull * n);
+  std::vector<std::byte> got(enc);
+  quantize_row(t, x.data(), got.data(), n);
+  const std::byte* want = file.data() + 4 + 4ull * n;
+  const std::size_t block = traits(t).type_size;
+  for (std::size_t b = 0; b < enc / block; ++b)
+    EXPECT_EQ(std::memcmp(got.data() + b * block, want + b * block, block), 0) << ggml_type_name(t) << " block " << b;
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, QuantGolden, ::testing::Values(GgmlType::q8_0, GgmlType::q4_k, GgmlType::q6_k),
+                         [](const auto& info) { return std::string(ggml_type_name(info.param)); });
+
+// Round trip on Gaussian rows: the error of each element stays within what the format's step allows.
+TEST(Quantize, RoundTripErrorIsBounded) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  const std::int64_t n = 4096;
+  std::vector<float> x(n), y(n);
+  for (auto& v : x) v = normal(rng);
+  // Relative RMS error bounds: llama.cpp's own test-quantize-fns uses similar ones.
+  for (auto [t, bound] : {std::pair{GgmlType::q8_0, 0.01}, std::pair{GgmlType::q6_k, 0.04}, std::pair{GgmlType::q4_k, 0.15}}) {
+    std::vector<std::byte> q(row_bytes(t, n));
+    quantize_row(t, x.data(), q.data(), n);
+    dequantize_row(t, q.data(), y.data(), n);
+    double err = 0, ref = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      err += (x[i] - y[i]) * double(x[i] - y[i]);
+      ref += double(x[i]) * x[i];
+    }
+    EXPECT_LT(std::sqrt(err / ref), bound) << ggml_type_name(t);
+  }
+}
+
+TEST(Quantize, RefusesNonFiniteInputs) {
+  std::vector<float> x(256, 1.0f);
+  x[17] = std::nanf("");
+  std::vector<std::byte> q(row_bytes(GgmlType::q4_k, 256));
+  EXPECT_THROW(quantize_row(GgmlType::q4_k, x.data(), q.data(), 256), Error);
+  x[17] = INFINITY;
+  EXPECT_THROW(quantize_row(GgmlType::q8_0, x.data(), q.data(), 256), Error);
+}
+
+TEST(Quantize, SubnormalScalesDoNotOverflow) {
+  // amax so small that 1/d is infinite: the reference's store would be undefined; ours clamps.
+  std::vector<float> x(32, 0.0f);
+  x[3] = 1e-40f;
+  std::vector<std::byte> q(row_bytes(GgmlType::q8_0, 32));
+  quantize_row(GgmlType::q8_0, x.data(), q.data(), 32);
+  std::vector<float> y(32);
+  dequantize_row(GgmlType::q8_0, q.data(), y.data(), 32);
+  for (float v : y) EXPECT_TRUE(std::isfinite(v));
+}
+
+TEST(GgmlTypes, TraitsAndNames) {
+  EXPECT_EQ(row_bytes(GgmlType::q4_k, 512), 288u);
+  EXPECT_EQ(row_bytes(GgmlType::q8_0, 64), 68u);
+  EXPECT_EQ(row_bytes(GgmlType::q6_k, 256), 210u);
+  EXPECT_EQ(parse_ggml_type("q4_k"), GgmlType::q4_k);
+  EXPECT_EQ(parse_ggml_type("Q8_0"), GgmlType::q8_0);
+  EXPECT_EQ(parse_ggml_type("q4_k_m"), std::nullopt);
+  EXPECT_FALSE(ggml_type_traits(16).has_value());  // IQ2_XXS: not known to neuron
+  EXPECT_THROW(
+      {
+        std::vector<std::byte> b(84);
+        std::vector<float> f(256);
+        dequantize_row(GgmlType::q2_k, b.data(), f.data(), 256);
+      },
+      Error);
+}
+
+}  // namespace
+}  // namespace neuron::quant
