@@ -21,7 +21,7 @@
 namespace neuron::server {
 
 struct ApiOptions {
-  std::string api_key;  // empty: no authentication; else every route but /health needs "Authorization: Bearer KEY"
+  std::string api_key;  // empty: no authentication; else every route but /health needs "Authorization: Bearer KEY" or "x-api-key: KEY"
 };
 
 class Api {

@@ -1,5 +1,7 @@
 #include "server/serve_options.hpp"
 
+#include "server/cors.hpp"
+
 #include <arpa/inet.h>
 
 #include <algorithm>
@@ -119,7 +121,7 @@ json read_config_file(const std::string& path, const std::string& source) {
                                  "threads",      "shutdown_grace_ms", "max_num_seqs", "max_batch_tokens",
                                  "kv_cache_bytes", "gpu_memory_fraction", "prefix_caching", "auto_reload",
                                  "io_threads",     "max_connections", "header_timeout_ms", "idle_timeout_ms",
-                                 "write_timeout_ms"};
+                                 "write_timeout_ms", "allowed_origins"};
   for (const auto& [key, value] : j.items()) {
     bool known = false;
     for (const char* k : kKnown) known = known || key == k;
@@ -205,6 +207,10 @@ ServeOptions resolve_serve_options(const ServeFlags& flags, const EnvLookup& env
     o.idle_timeout = std::chrono::milliseconds(parse_int(*r, 1, kMaxSize));
   if (auto r = src.get(flags.write_timeout_ms, "--write-timeout-ms", "NEURON_WRITE_TIMEOUT_MS", "write_timeout_ms"))
     o.write_timeout = std::chrono::milliseconds(parse_int(*r, 1, kMaxSize));
+  if (auto r = src.get(flags.allowed_origins, "--allowed-origins", "NEURON_ALLOWED_ORIGINS", "allowed_origins")) {
+    CorsPolicy::parse(r->text, r->source);  // refused here, at startup, when an entry is not an origin
+    o.allowed_origins = r->text;
+  }
   o.models = src.list(flags.models, "NEURON_MODEL", "models");
   for (auto& d : src.list(flags.models_dirs, "NEURON_MODELS_DIR", "models_dirs")) o.models_dirs.emplace_back(d);
   return o;

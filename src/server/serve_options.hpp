@@ -39,6 +39,7 @@ struct ServeOptions {
   double gpu_memory_fraction = 0;   // of each GPU, for weights + KV + activations; 0: 0.9
   bool prefix_caching = true;       // share full KV blocks between requests with the same prefix
   bool auto_reload = true;  // reload a model whose engine failed, with backoff (engine::ReloadPolicy)
+  std::string allowed_origins;  // CORS: comma-separated origins or "*" (server/cors.hpp); empty: same origin only
 };
 
 // The values given on the command line (absent: not given).
@@ -47,6 +48,7 @@ struct ServeFlags {
   std::optional<std::string> port, queue_depth, max_body_bytes, step_timeout_ms, threads, shutdown_grace_ms;
   std::optional<std::string> max_num_seqs, max_batch_tokens, kv_cache_bytes, gpu_memory_fraction, prefix_caching;
   std::optional<std::string> auto_reload;  // "0" from --no-auto-reload
+  std::optional<std::string> allowed_origins;
   std::optional<std::string> io_threads, max_connections, header_timeout_ms, idle_timeout_ms, write_timeout_ms;
   std::vector<std::string> models;
   std::vector<std::string> models_dirs;
