@@ -354,6 +354,7 @@ void Session::reject(int status, const char* kind, const std::string& message) {
     const auto& msg = parser_->get();
     method_ = std::string(msg.method_string());
     path_ = percent_decode(msg.target().substr(0, msg.target().find('?')));
+    origin_ = std::string(msg[http::field::origin]);  // a browser can read the refusal too
     started_ = Clock::now();
     logged_ = false;
   }
