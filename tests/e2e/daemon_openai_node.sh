@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The official `openai` npm client against the daemon, at tensor_parallel 1
-# and 2 on the CPU.   Usage: daemon_openai_node.sh BUILD/neuron
+# and 2 on the CPU; at 1 also logprobs, n > 1, CORS and the responses against
+# OpenAI's schemas (api_features_test.mjs).   Usage: daemon_openai_node.sh BUILD/neuron
 source "$(dirname "${BASH_SOURCE[0]}")/daemon_lib.sh"
 bin="$1"
 
@@ -17,10 +18,11 @@ links="$(mktemp -d /tmp/neuron-e2e-models-XXXXXX)"
 # spelled, so a symlink to the first would be the same model (409).
 mkdir "$links/qwen3-tiny-tp2"
 for f in "$TINY_MODEL"/*; do ln -s "$f" "$links/qwen3-tiny-tp2/"; done
-start_daemon "$bin" --model "$TINY_MODEL" --models-dir "$links"
+start_daemon "$bin" --model "$TINY_MODEL" --models-dir "$links" --allowed-origins http://app.example
 trap 'stop_daemon >/dev/null 2>&1 || true; rm -rf "$links" "$DAEMON_LOG"' EXIT
 wait_loaded
 NEURON_MODEL="$TINY_MODEL" node "$E2E_DIR/node/openai_client_test.mjs" || die "openai client at tensor_parallel 1"
+NEURON_MODEL="$TINY_MODEL" node "$E2E_DIR/node/api_features_test.mjs" || die "logprobs, n, CORS and the OpenAI schemas"
 
 tp_id=$(realpath "$links/qwen3-tiny-tp2")
 load=$(curl -s "$NEURON_BASE_URL/models/load" -d "{\"model_id\":\"$tp_id\",\"tensor_parallel\":2,\"wait\":true}")
