@@ -233,11 +233,27 @@ TEST_F(ServerApi, WithToolsStreamedAndBlockingAnswersCarryTheSameText) {
     if (e["choices"].empty()) continue;
     const json& delta = e["choices"][0]["delta"];
     if (delta.contains("content") && delta["content"].is_string()) content += delta["content"].get<std::string>();
-    if (delta.contains("tool_calls")) calls = delta["tool_calls"];
+    // Reassembled as clients do: a call's first delta names it, the next ones append arguments.
+    if (delta.contains("tool_calls"))
+      for (const json& d : delta["tool_calls"]) {
+        const std::size_t index = d["index"];
+        if (d.contains("id")) {
+          ASSERT_EQ(index, calls.size());
+          calls.push_back({{"id", d["id"]}, {"type", d["type"]}, {"function", {{"name", d["function"]["name"]}, {"arguments", ""}}}});
+        }
+        ASSERT_LT(index, calls.size());
+        calls[index]["function"]["arguments"] = calls[index]["function"]["arguments"].get<std::string>() +
+                                                d["function"].value("arguments", "");
+      }
   }
   // Held text (a possible call) must come out one way or the other, the same both ways.
   EXPECT_EQ(content, message["content"].is_null() ? "" : message["content"].get<std::string>());
-  EXPECT_EQ(calls.size(), message.contains("tool_calls") ? message["tool_calls"].size() : 0u);
+  const json blocking_calls = message.value("tool_calls", json::array());
+  ASSERT_EQ(calls.size(), blocking_calls.size());
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    EXPECT_EQ(calls[i]["function"]["name"], blocking_calls[i]["function"]["name"]);
+    EXPECT_EQ(calls[i]["function"]["arguments"], blocking_calls[i]["function"]["arguments"]);
+  }
 }
 
 TEST_F(ServerApi, DeeplyNestedJsonIsA400OnEveryRouteAndTheApiKeepsServing) {
