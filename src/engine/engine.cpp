@@ -133,7 +133,7 @@ struct Engine::State {
     std::shared_ptr<Channel> channel;
     Clock::time_point submitted;
     std::int32_t choice = 0;
-    Job* leader = nullptr;  // choice 0's job, alive as long as this one (a request's jobs retire together)
+    Job* leader = nullptr;  // choice 0's job while it is in the books (retire() clears this when it leaves)
     bool held = false;      // a sibling not yet given to the batcher
     tokenizer::StreamDecoder decoder;
     TextStream text;
@@ -267,22 +267,16 @@ std::size_t Engine::State::held_siblings() const {
 
 void Engine::State::retire() {
   std::vector<std::pair<std::shared_ptr<Channel>, Event>> out;
-  // A request's jobs leave together (siblings point at choice 0's job), each
-  // with its own final event.
-  auto over = [](const Job& j) { return j.seq.finished && j.last.has_value(); };
   for (auto it = jobs.begin(); it != jobs.end();) {
-    if (it->choice != 0) {
+    if (!(it->seq.finished && it->last)) {
       ++it;
       continue;
     }
-    auto end = std::next(it);
-    while (end != jobs.end() && end->choice != 0) ++end;
-    if (!std::all_of(it, end, over)) {
-      it = end;
-      continue;
-    }
-    for (auto j = it; j != end; ++j) out.emplace_back(j->channel, std::move(*j->last));
-    it = jobs.erase(it, end);
+    // Choice 0 may leave before its siblings: those still held need it no more.
+    for (Job& other : jobs)
+      if (other.leader == &*it) other.leader = nullptr;
+    out.emplace_back(it->channel, std::move(*it->last));
+    it = jobs.erase(it);
   }
   publish();
   for (auto& [channel, event] : out) channel->push(std::move(event));
