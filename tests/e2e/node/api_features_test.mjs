@@ -166,5 +166,35 @@ await check("browser preflight and fetch from an allowed origin", async () => {
   assert(other.headers.get("access-control-allow-origin") === null, "another origin gets no CORS header");
 });
 
+// A model that always answers with one tool call (make_tool_call_model.mjs).
+const toolModel = process.env.NEURON_TOOL_MODEL;
+const tools = [{ type: "function", function: { name: "lookup", parameters: { type: "object", properties: { q: { type: "array" } } } } }];
+const toolMessages = [{ role: "user", content: "Look it up." }];
+if (toolModel) {
+  await check("streamed tool calls arrive as deltas and the client reassembles them", async () => {
+    const blocking = await client.chat.completions.create({ model: toolModel, messages: toolMessages, tools, temperature: 0, max_tokens: 40 });
+    validate("chatCompletion", blocking);
+    const call = blocking.choices[0].message.tool_calls?.[0];
+    assert(blocking.choices[0].finish_reason === "tool_calls", `finish ${blocking.choices[0].finish_reason}`);
+    assert(call && call.function.name === "lookup" && call.function.arguments === '{"q":[1,2]}', JSON.stringify(blocking.choices[0].message));
+
+    let deltas = 0, firstHasName = false;
+    const stream = client.beta.chat.completions.stream({ model: toolModel, messages: toolMessages, tools, temperature: 0, max_tokens: 40, stream: true });
+    stream.on("chunk", (chunk) => {
+      validate("chatCompletionChunk", chunk);
+      for (const d of chunk.choices[0]?.delta?.tool_calls || []) {
+        if (deltas++ === 0) firstHasName = d.id?.startsWith("call_") && d.type === "function" && d.function?.name === "lookup" && d.function?.arguments === "";
+      }
+    });
+    const final = await stream.finalChatCompletion();
+    const got = final.choices[0].message.tool_calls?.[0];
+    assert(firstHasName, "the first delta has index, id, type, name and arguments \"\"");
+    assert(deltas > 2, `arguments came in fragments (${deltas} deltas)`);
+    assert(final.choices[0].finish_reason === "tool_calls", `streamed finish ${final.choices[0].finish_reason}`);
+    assert(got && got.function.name === "lookup" && got.function.arguments === call.function.arguments, JSON.stringify(got));
+    return `${deltas} tool call deltas`;
+  });
+}
+
 console.log(failures ? `${failures} check(s) failed` : "all checks passed");
 process.exit(failures ? 1 : 0);
