@@ -1,5 +1,7 @@
 #include "server/tool_calls.hpp"
 
+#include <cctype>
+
 #include <nlohmann/json.hpp>
 
 #include "server/openai_response.hpp"
