@@ -19,8 +19,16 @@ TokenLogprobs token_logprobs(std::span<const float> logits, std::int32_t token, 
   float max_logit = -INFINITY;
   for (float l : logits) max_logit = std::max(max_logit, l);
   if (!std::isfinite(max_logit)) fail(errc::invalid_argument, "logits have no finite maximum");
+  // Float exponentials (a third of the double ones' cost), summed per block in
+  // float and across blocks in double: relative error ~1e-6 at any vocabulary size.
+  constexpr std::size_t kBlock = 1024;
   double sum = 0.0;
-  for (float l : logits) sum += std::exp(static_cast<double>(l) - max_logit);
+  for (std::size_t begin = 0; begin < vocab; begin += kBlock) {
+    const std::size_t end = std::min(vocab, begin + kBlock);
+    float block = 0.0f;
+    for (std::size_t i = begin; i < end; ++i) block += std::exp(logits[i] - max_logit);
+    sum += block;
+  }
   const double log_norm = static_cast<double>(max_logit) + std::log(sum);
   auto logprob = [&](std::size_t id) { return static_cast<float>(static_cast<double>(logits[id]) - log_norm); };
 
