@@ -570,3 +570,79 @@ TEST_F(ServerApi, TheApiKeyComesAsBearerInAnyCaseOrAsXApiKey) {
 
 }  // namespace
 }  // namespace neuron::server
+
+namespace neuron::server {
+namespace {
+
+// A model whose greedy answer is one tool call, written by the e2e suite's
+// node script (tests/e2e/node/make_tool_call_model.mjs); skipped without node.
+TEST(ServerApiToolCalls, StreamedCallsAreIncrementalDeltasThatReassembleToTheBlockingOnes) {
+  if (std::system("node --version >/dev/null 2>&1") != 0) GTEST_SKIP() << "node is not installed";
+  test_support::TempDir dir("neuron-tool-model");
+  const std::string model = (dir.path() / "tool-call").string();
+  const std::string cmd = "node " + std::string(NEURON_REPO_ROOT) + "/tests/e2e/node/make_tool_call_model.mjs " + tiny_model_dir() + " " + model;
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  engine::RegistryOptions ro;
+  ro.model_roots = {dir.path().string()};
+  engine::Registry registry(ro);
+  engine::ModelSpec spec;
+  spec.model_id = model;
+  registry.load(spec, true);
+  Api api(registry, {});
+
+  json body = {{"messages", {{{"role", "user"}, {"content", "Look it up."}}}},
+               {"tools", {{{"type", "function"}, {"function", {{"name", "lookup"}, {"parameters", {{"type", "object"}}}}}}}},
+               {"temperature", 0},
+               {"max_tokens", 40}};
+  HttpResponse blocking = api.handle(post_json("/v1/chat/completions", body));
+  ASSERT_EQ(blocking.status, 200) << blocking.body;
+  const json choice = json::parse(blocking.body)["choices"][0];
+  EXPECT_EQ(choice["finish_reason"], "tool_calls");
+  EXPECT_TRUE(choice["message"]["content"].is_null());
+  ASSERT_EQ(choice["message"]["tool_calls"].size(), 1u) << choice;
+  EXPECT_EQ(choice["message"]["tool_calls"][0]["function"]["name"], "lookup");
+  EXPECT_EQ(choice["message"]["tool_calls"][0]["function"]["arguments"], R"({"q":[1,2]})");
+
+  body["stream"] = true;
+  body["n"] = 2;
+  HttpResponse streamed = api.handle(post_json("/v1/chat/completions", body));
+  ASSERT_TRUE(streamed.stream);
+  Drained sink = drain(*streamed.stream);
+  ASSERT_TRUE(sink.finished);
+  json calls[2] = {json::array(), json::array()};
+  int deltas[2] = {0, 0};
+  std::string finish[2];
+  for (const json& e : events_of(sink.received)) {
+    const json& c = e["choices"][0];
+    const int i = c["index"];
+    if (!c["finish_reason"].is_null()) finish[i] = c["finish_reason"];
+    EXPECT_FALSE(c["delta"].contains("content") && !c["delta"]["content"].get<std::string>().empty()) << "no text outside the call";
+    if (!c["delta"].contains("tool_calls")) continue;
+    for (const json& d : c["delta"]["tool_calls"]) {
+      const std::size_t index = d["index"];
+      if (deltas[i]++ == 0) {  // the announcement: everything but the arguments
+        EXPECT_EQ(d["type"], "function");
+        EXPECT_EQ(d["function"]["name"], "lookup");
+        EXPECT_EQ(d["function"]["arguments"], "");
+        EXPECT_TRUE(d["id"].get<std::string>().starts_with("call_"));
+        calls[i].push_back(d);
+        continue;
+      }
+      EXPECT_FALSE(d.contains("id")) << "later deltas carry only arguments";
+      ASSERT_LT(index, calls[i].size());
+      calls[i][index]["function"]["arguments"] =
+          calls[i][index]["function"]["arguments"].get<std::string>() + d["function"]["arguments"].get<std::string>();
+    }
+  }
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(finish[i], "tool_calls") << i;
+    EXPECT_GT(deltas[i], 2) << "the arguments stream in fragments, as the model writes them";
+    ASSERT_EQ(calls[i].size(), 1u) << i;
+    EXPECT_EQ(calls[i][0]["function"]["arguments"], R"({"q":[1,2]})") << i;
+  }
+  EXPECT_NE(calls[0][0]["id"], calls[1][0]["id"]) << "every call has its own id";
+  EXPECT_EQ(api.in_flight(), 0u);
+}
+
+}  // namespace
+}  // namespace neuron::server
