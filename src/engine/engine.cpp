@@ -273,8 +273,9 @@ void Engine::State::retire() {
       continue;
     }
     // Choice 0 may leave before its siblings: those still held need it no more.
-    for (Job& other : jobs)
-      if (other.leader == &*it) other.leader = nullptr;
+    if (it->choice == 0)
+      for (Job& other : jobs)
+        if (other.leader == &*it) other.leader = nullptr;
     out.emplace_back(it->channel, std::move(*it->last));
     it = jobs.erase(it);
   }
