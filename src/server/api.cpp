@@ -26,6 +26,8 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kPoll = std::chrono::milliseconds(1000);
 // After cancelling, how long to wait for the engine's final event (for usage metrics).
 constexpr auto kCancelDrain = std::chrono::seconds(10);
+// Logprob entries (tokens times alternatives plus one) a blocking answer may hold.
+constexpr std::int64_t kMaxBlockingLogprobEntries = 1'000'000;
 // How often a non-streaming request checks that its client is still there.
 constexpr auto kProbeEvery = std::chrono::milliseconds(100);
 
@@ -773,6 +775,15 @@ HttpResponse Api::generate(const HttpRequest& request, bool chat) {
                          ") exceeds the model's context of " + std::to_string(context) + " tokens",
                      errc::context_length_exceeded);
   cr.max_tokens = static_cast<std::int32_t>(req.max_tokens ? *req.max_tokens : context - prompt_len);
+  // A blocking answer holds every choice's logprobs until its end (a few
+  // hundred bytes of JSON per entry); a stream lets them go as it goes.
+  if (!req.stream && req.top_logprobs >= 0) {
+    const std::int64_t entries = static_cast<std::int64_t>(req.n) * cr.max_tokens * (req.top_logprobs + 1);
+    if (entries > kMaxBlockingLogprobEntries)
+      throw FieldError(chat ? "top_logprobs" : "logprobs",
+                       "n * max_tokens * (top_logprobs + 1) is " + std::to_string(entries) + " logprob entries; a blocking answer holds at most " +
+                           std::to_string(kMaxBlockingLogprobEntries) + ": stream it, or lower n, max_tokens or top_logprobs");
+  }
   cr.sampling = sampling_for(assets->configs.generation, req.sampling);
   cr.stop = req.stop;
   cr.ignore_eos = req.ignore_eos;

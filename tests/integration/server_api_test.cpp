@@ -546,6 +546,22 @@ TEST_F(ServerApi, CompletionLogprobsAndEchoInTheLegacyShape) {
   EXPECT_EQ(json::parse(refused.body)["error"]["param"], "echo");
 }
 
+TEST_F(ServerApi, ABlockingAnswerCannotHoldUnboundedLogprobs) {
+  Api api(*registry_, {});
+  json body = {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"n", 16}, {"logprobs", true}, {"top_logprobs", 20},
+               {"max_tokens", 4000}};
+  HttpResponse r = api.handle(post("/v1/chat/completions", body));
+  ASSERT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(json::parse(r.body)["error"]["param"], "top_logprobs");
+  EXPECT_NE(r.body.find("stream it"), std::string::npos) << r.body;
+  // Streamed, the cap does not apply (nothing piles up); kept short here to be quick.
+  body["stream"] = true;
+  body["max_tokens"] = 2;
+  HttpResponse s = api.handle(post("/v1/chat/completions", body));
+  ASSERT_TRUE(s.stream) << s.body;
+  EXPECT_TRUE(drain(*s.stream).finished);
+}
+
 TEST_F(ServerApi, CancellingAStreamOfSeveralChoicesEndsThemAll) {
   Api api(*registry_, {});
   json body = {{"prompt", "again and again"}, {"max_tokens", 3000}, {"ignore_eos", true}, {"stream", true}, {"n", 3}};
