@@ -364,7 +364,13 @@ TEST_F(ServerDaemon, ClientDisconnectDuringANonStreamingRequestCancelsTheGenerat
 
 TEST_F(ServerDaemon, MetricsCountRequestsTokensAndLatencies) {
   ASSERT_EQ(daemon_->post("/v1/completions", completion_request(model_, "metrics"))->status, 200);
+  // An exchange is counted once its response is written, which may be just
+  // after the client has read it: wait (bounded) for the count.
   std::string text = metrics();
+  for (int i = 0; i < 100 && metric_sum(text, "neuron_http_requests_total{route=\"/v1/completions\",status=\"200\"}") == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    text = metrics();
+  }
   EXPECT_GT(metric_sum(text, "neuron_http_requests_total{route=\"/v1/completions\",status=\"200\"}"), 0);
   EXPECT_GT(metric_sum(text, "neuron_prompt_tokens_total{model="), 0);
   EXPECT_GT(metric_sum(text, "neuron_generated_tokens_total{model="), 0);
