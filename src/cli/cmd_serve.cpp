@@ -145,6 +145,7 @@ int run_serve(const server::ServeFlags& flags) {
   http_opts.header_timeout = opts.header_timeout;
   http_opts.idle_timeout = opts.idle_timeout;
   http_opts.write_timeout = opts.write_timeout;
+  http_opts.cors = server::CorsPolicy::parse(opts.allowed_origins, "--allowed-origins");
   server::HttpServer http(std::move(http_opts),
                           [&api](const server::HttpRequest& r) { return api.handle(r); },
                           [&api](const std::string& m, const std::string& p, int s, double ms) { api.record_exchange(m, p, s, ms); });
@@ -200,7 +201,9 @@ Run setup(CLI::App& sub) {
                  "Model to load at startup: a directory or Hugging Face id, optionally 'ID:tp=2,device=cuda', or a ModelSpec JSON "
                  "object; repeatable (NEURON_MODEL, ';'-separated; default the bundled models/qwen3-tiny-a)");
   opt("--config", "JSON config file with the same settings (NEURON_CONFIG)");
-  opt("--api-key", "Require 'Authorization: Bearer KEY' on every route but /health (NEURON_API_KEY)");
+  opt("--api-key", "Require 'Authorization: Bearer KEY' (or 'x-api-key: KEY') on every route but /health (NEURON_API_KEY)");
+  opt("--allowed-origins",
+      "Browser origins allowed to call the API (CORS), comma-separated, or '*' (NEURON_ALLOWED_ORIGINS; default none beyond the same origin)");
   sub.add_option("--models-dir", flags->models_dirs, "Directory POST /models/load may load models from; repeatable (NEURON_MODELS_DIR)");
   opt("--queue-depth", "Waiting requests per model before 503 (NEURON_QUEUE_DEPTH; default 64)");
   opt("--max-body-bytes", "Largest request body accepted, else 413 (NEURON_MAX_BODY_BYTES; default 8 MiB)");
@@ -255,6 +258,7 @@ Run setup(CLI::App& sub) {
     flags->header_timeout_ms = given("--header-timeout-ms");
     flags->idle_timeout_ms = given("--idle-timeout-ms");
     flags->write_timeout_ms = given("--write-timeout-ms");
+    flags->allowed_origins = given("--allowed-origins");
     return run_serve(*flags);
   };
 }

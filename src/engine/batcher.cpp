@@ -73,8 +73,8 @@ StepStats Batcher::step() {
   stats.preempted = plan.preempted;
   if (plan.empty()) return stats;
 
-  // A plain greedy sequence takes its pick from the runner (made on the device: one id copied back instead
-  // of a [vocab] row); the others sample their logits row here.
+  // A plain greedy sequence that wants no logprobs takes its pick from the runner (made on the device: one
+  // id copied back instead of a [vocab] row); the others sample their logits row here.
   batch_.clear();
   std::vector<Sequence*> sampled, greedy;  // in batch order within each kind
   for (const ScheduledSequence& p : plan.seqs) {
@@ -82,7 +82,7 @@ StepStats Batcher::step() {
     const auto tokens = std::span<const std::int32_t>(s.tokens).subspan(static_cast<std::size_t>(s.computed),
                                                                         static_cast<std::size_t>(p.num_new));
     backend::LogitsWanted want = backend::LogitsWanted::none;
-    if (p.sample && s.sampler().plain_greedy()) {
+    if (p.sample && s.sampler().plain_greedy() && s.params().top_logprobs < 0) {
       want = backend::LogitsWanted::argmax;
       greedy.push_back(p.seq);
     } else if (p.sample) {
@@ -106,6 +106,7 @@ StepStats Batcher::step() {
 
   // Sample every row in parallel (each sequence owns its sampler and history).
   picks_.assign(sampled.size(), -1);
+  picked_logprobs_.assign(sampled.size(), std::nullopt);
   std::exception_ptr error;
   const auto n = static_cast<std::int64_t>(sampled.size());
 #pragma omp parallel for schedule(dynamic, 1) if (n >= 4)
@@ -113,7 +114,13 @@ StepStats Batcher::step() {
     try {
       Sequence& s = *sampled[static_cast<std::size_t>(i)];
       const auto row = logits.subspan(static_cast<std::size_t>(i * vocab_), static_cast<std::size_t>(vocab_));
-      picks_[static_cast<std::size_t>(i)] = s.sampler().sample(row, s.tokens, static_cast<std::size_t>(s.prompt_len()));
+      const std::int32_t top_n = s.params().top_logprobs;
+      // The sampler's penalties rewrite the row in place; logprobs are of the raw one.
+      thread_local std::vector<float> raw;  // [vocab] a copy of the row, for sequences that want logprobs
+      if (top_n >= 0) raw.assign(row.begin(), row.end());
+      const std::int32_t pick = s.sampler().sample(row, s.tokens, static_cast<std::size_t>(s.prompt_len()));
+      picks_[static_cast<std::size_t>(i)] = pick;
+      if (top_n >= 0) picked_logprobs_[static_cast<std::size_t>(i)] = model::token_logprobs(raw, pick, top_n);
     } catch (...) {
 #pragma omp critical(neuron_batcher_error)
       if (!error) error = std::current_exception();
@@ -121,7 +128,10 @@ StepStats Batcher::step() {
   }
   if (error) std::rethrow_exception(error);
   for (std::size_t i = 0; i < greedy.size(); ++i) accept(*greedy[i], device_picks_[i]);
-  for (std::size_t i = 0; i < sampled.size(); ++i) accept(*sampled[i], picks_[i]);
+  for (std::size_t i = 0; i < sampled.size(); ++i) {
+    sampled[i]->sampled_logprobs = std::move(picked_logprobs_[i]);
+    accept(*sampled[i], picks_[i]);
+  }
   stats.sampled = static_cast<std::int32_t>(sampled.size() + greedy.size());
   return stats;
 }

@@ -3,12 +3,14 @@
 // thread) and generate() (the command-line tools): a Scheduler and a
 // BlockManager over one runner's KV pool. Each step() plans a batch, runs
 // the runner once, samples every sequence that reached the end of its tokens
-// (in parallel: each sequence has its own Sampler), and tells each
+// (in parallel: each sequence has its own Sampler; a sequence that asked for
+// logprobs gets them from its raw row, which costs the others nothing), and tells each
 // sequence's observer about its token. EOS ids, max_tokens and the context
 // limit end a sequence here; its observer can end it too (stop strings,
 // cancellation). A finished sequence's blocks go back to the pool at once
 // (full ones stay cached for reuse).
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "backend/model_runner.hpp"
@@ -72,6 +74,7 @@ class Batcher {
   std::int64_t logits_rows_ = 0;
   std::vector<std::int32_t> device_picks_;  // [argmax sequences] greedy picks the runner made
   std::vector<std::int32_t> picks_;         // [sampling sequences] the tokens sampled this step on the host
+  std::vector<std::optional<model::TokenLogprobs>> picked_logprobs_;  // [sampling sequences] set for rows that asked
 };
 
 }  // namespace neuron::engine

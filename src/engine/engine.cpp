@@ -38,9 +38,10 @@ bool poisons_runner(const std::string& kind) {
   return kind == errc::worker_failed || kind == errc::comm || kind == errc::cuda || kind == errc::timeout;
 }
 
-Event error_event(std::string kind, std::string message) {
+Event error_event(std::string kind, std::string message, std::int32_t choice = 0) {
   Event e;
   e.kind = Event::Kind::error;
+  e.choice = choice;
   e.error_kind = std::move(kind);
   e.error_message = std::move(message);
   return e;
@@ -54,6 +55,13 @@ struct Submission {
   std::shared_ptr<Channel> channel;
   Clock::time_point submitted;
 };
+
+// Sequences a queue of submissions stands for (each of a request's n choices is one).
+std::size_t sequences_in(const std::deque<Submission>& subs) {
+  std::size_t n = 0;
+  for (const Submission& sub : subs) n += static_cast<std::size_t>(sub.request.n);
+  return n;
+}
 
 }  // namespace
 
@@ -72,7 +80,7 @@ struct Engine::State {
   mutable std::mutex mu;
   std::condition_variable work_cv;  // the engine thread waits for submissions here
   std::deque<Submission> incoming;
-  std::size_t waiting = 0;  // in the batcher's queue (engine thread writes under mu)
+  std::size_t waiting = 0;  // in the batcher's queue or held siblings (engine thread writes under mu)
   std::size_t running = 0;  // in the batcher's running set
   bool stopping = false;
   bool failed = false;
@@ -84,34 +92,54 @@ struct Engine::State {
 
   // One request on the engine thread: its sequence and what turns tokens into events.
   struct Job final : SequenceObserver {
-    Job(State& state, Submission sub, std::uint64_t id)
+    // Choice `choice` of the submission; `lead` is choice 0's job (null for choice 0 itself).
+    Job(State& state, const Submission& sub, std::uint64_t id, std::int32_t choice, Job* lead)
         : st(state),
-          request(std::move(sub.request)),
-          channel(std::move(sub.channel)),
+          request(sub.request),
+          channel(sub.channel),
           submitted(sub.submitted),
+          choice(choice),
+          leader(lead),
+          held(lead != nullptr),
           decoder(*state.tok, /*skip_special_tokens=*/true),
           text({.stop = request.stop, .split_reasoning = request.split_reasoning,
                 .start_in_reasoning = request.prompt_in_reasoning}),
           seq(id,
-              SequenceParams{.prompt = request.prompt, .max_tokens = request.max_tokens, .sampling = request.sampling,
+              SequenceParams{.prompt = request.prompt, .max_tokens = request.max_tokens, .sampling = choice_sampling(request, choice),
                              .stop_ids = state.stop_ids,
-                             .ignore_eos = request.ignore_eos},
+                             .ignore_eos = request.ignore_eos,
+                             .top_logprobs = request.top_logprobs},
               *this) {
       done.kind = Event::Kind::done;
+      done.choice = choice;
       done.usage.prompt_tokens = static_cast<std::int32_t>(request.prompt.size());
     }
 
     std::optional<FinishReason> on_token(std::int32_t token) override;
     void on_finish(FinishReason reason) override;
+    // Choice i draws from seed + i, so every choice of a seeded request is reproducible and they differ.
+    static model::SamplingParams choice_sampling(const CompletionRequest& r, std::int32_t choice) {
+      model::SamplingParams p = r.sampling;
+      if (p.seed) *p.seed += static_cast<std::uint64_t>(choice);
+      return p;
+    }
+    // A held sibling may start once choice 0's prompt is computed (its full
+    // blocks are then in the prefix cache) or choice 0 is over.
+    bool may_start() const { return leader == nullptr || leader->seq.finished || leader->seq.computed >= leader->seq.prompt_len(); }
+    void push_delta(TextChunk chunk);
 
     State& st;
     CompletionRequest request;
     std::shared_ptr<Channel> channel;
     Clock::time_point submitted;
+    std::int32_t choice = 0;
+    Job* leader = nullptr;  // choice 0's job while it is in the books (retire() clears this when it leaves)
+    bool held = false;      // a sibling not yet given to the batcher
     tokenizer::StreamDecoder decoder;
     TextStream text;
     Sequence seq;
     std::vector<std::int32_t> pending;  // generated ids not yet carried by a delta
+    std::vector<model::TokenLogprobs> pending_logprobs;  // theirs, when the request asked for logprobs
     Clock::time_point last_token;
     bool first = true;
     Event done;                 // filled as the request goes
@@ -125,6 +153,9 @@ struct Engine::State {
 
   void loop();
   void admit(std::deque<Submission>& fresh);
+  // Gives held siblings whose choice 0 has its prompt computed to the batcher.
+  void start_siblings();
+  std::size_t held_siblings() const;
   void run_step();
   // Pushes the final events of finished jobs after dropping them from the books,
   // so a client that saw its last event may unload at once.
@@ -147,18 +178,24 @@ std::optional<FinishReason> Engine::State::Job::on_token(std::int32_t token) {
   last_token = now;
   done.tokens.push_back(token);
   pending.push_back(token);
+  if (seq.sampled_logprobs) pending_logprobs.push_back(std::move(*seq.sampled_logprobs));
   // Ids past the tokenizer's vocabulary (the embedding's padding rows) have no text.
   TextChunk chunk = text.push(st.tok->is_known(token) ? decoder.push(token) : std::string());
-  if (!chunk.empty()) {
-    Event delta;
-    delta.text = std::move(chunk.text);
-    delta.reasoning = std::move(chunk.reasoning);
-    delta.tokens = std::move(pending);
-    pending.clear();
-    channel->push(std::move(delta));
-  }
+  if (!chunk.empty()) push_delta(std::move(chunk));
   if (text.stopped()) return FinishReason::stop;
   return std::nullopt;
+}
+
+void Engine::State::Job::push_delta(TextChunk chunk) {
+  Event delta;
+  delta.choice = choice;
+  delta.text = std::move(chunk.text);
+  delta.reasoning = std::move(chunk.reasoning);
+  delta.tokens = std::move(pending);
+  delta.logprobs = std::move(pending_logprobs);
+  pending.clear();
+  pending_logprobs.clear();
+  channel->push(std::move(delta));
 }
 
 void Engine::State::Job::on_finish(FinishReason reason) {
@@ -175,14 +212,7 @@ void Engine::State::Job::on_finish(FinishReason reason) {
     tail.text += rest.text;
     tail.reasoning += rest.reasoning;
     if (text.stopped()) reason = FinishReason::stop;
-    if (!tail.empty()) {
-      Event delta;
-      delta.text = std::move(tail.text);
-      delta.reasoning = std::move(tail.reasoning);
-      delta.tokens = std::move(pending);
-      pending.clear();
-      channel->push(std::move(delta));
-    }
+    if (!tail.empty()) push_delta(std::move(tail));
   }
   done.finish_reason = finish_reason_name(reason);
   done.usage.completion_tokens = seq.generated;
@@ -203,26 +233,51 @@ void Engine::State::Job::on_finish(FinishReason reason) {
 
 void Engine::State::admit(std::deque<Submission>& fresh) {
   for (Submission& sub : fresh) {
-    Job& job = jobs.emplace_back(*this, std::move(sub), next_id++);
-    if (job.channel->cancelled()) {  // gave up while queued
-      job.seq.finished = true;
-      job.on_finish(FinishReason::cancelled);
-      continue;
+    Job* lead = nullptr;
+    for (std::int32_t c = 0; c < sub.request.n; ++c) {
+      Job& job = jobs.emplace_back(*this, sub, next_id++, c, lead);
+      if (c == 0) lead = &job;
+      if (job.channel->cancelled()) {  // gave up while queued
+        job.seq.finished = true;
+        job.held = false;
+        job.on_finish(FinishReason::cancelled);
+        continue;
+      }
+      // Without the prefix cache there is nothing to share: every choice starts at once.
+      if (!options.prefix_caching) job.held = false;
+      if (!job.held) batcher->add(job.seq);
     }
-    batcher->add(job.seq);
   }
   fresh.clear();
+}
+
+void Engine::State::start_siblings() {
+  for (Job& job : jobs) {
+    if (!job.held || !job.may_start()) continue;
+    job.held = false;
+    if (!job.seq.finished) batcher->add(job.seq);
+  }
+}
+
+std::size_t Engine::State::held_siblings() const {
+  std::size_t n = 0;
+  for (const Job& job : jobs) n += job.held && !job.seq.finished ? 1 : 0;
+  return n;
 }
 
 void Engine::State::retire() {
   std::vector<std::pair<std::shared_ptr<Channel>, Event>> out;
   for (auto it = jobs.begin(); it != jobs.end();) {
-    if (it->seq.finished && it->last) {
-      out.emplace_back(it->channel, std::move(*it->last));
-      it = jobs.erase(it);
-    } else {
+    if (!(it->seq.finished && it->last)) {
       ++it;
+      continue;
     }
+    // Choice 0 may leave before its siblings: those still held need it no more.
+    if (it->choice == 0)
+      for (Job& other : jobs)
+        if (other.leader == &*it) other.leader = nullptr;
+    out.emplace_back(it->channel, std::move(*it->last));
+    it = jobs.erase(it);
   }
   publish();
   for (auto& [channel, event] : out) channel->push(std::move(event));
@@ -230,8 +285,9 @@ void Engine::State::retire() {
 
 void Engine::State::publish() {
   const BlockStats b = batcher->blocks();
+  const std::size_t held = held_siblings();
   std::lock_guard lock(mu);
-  waiting = batcher->waiting();
+  waiting = batcher->waiting() + held;
   running = batcher->running();
   counters.kv_blocks_total = b.total;
   counters.kv_blocks_used = b.used;
@@ -245,7 +301,8 @@ void Engine::State::fail_jobs(const std::string& kind, const std::string& messag
     // The running sequences (those holding blocks) may have been in the failed step; queued ones were not.
     if (only_in_step && job.seq.blocks.empty()) continue;
     batcher->drop(job.seq);
-    job.last = error_event(kind, message);
+    job.held = false;
+    job.last = error_event(kind, message, job.choice);
     ++n;
   }
   std::lock_guard lock(mu);
@@ -259,13 +316,18 @@ void Engine::State::fail_incoming(const std::string& kind, const std::string& me
     dropped.swap(incoming);
     counters.requests_failed += dropped.size();
   }
-  for (auto& sub : dropped) sub.channel->push(error_event(kind, message));
+  for (auto& sub : dropped)
+    for (std::int32_t c = 0; c < sub.request.n; ++c) sub.channel->push(error_event(kind, message, c));
 }
 
 void Engine::State::run_step() {
   // Requests whose clients went away end before the step, freeing their blocks.
   for (Job& job : jobs)
-    if (!job.seq.finished && job.channel->cancelled()) batcher->finish(job.seq, FinishReason::cancelled);
+    if (!job.seq.finished && job.channel->cancelled()) {
+      job.held = false;
+      batcher->finish(job.seq, FinishReason::cancelled);
+    }
+  start_siblings();
   if (batcher->idle()) return;
   try {
     const auto step_started = Clock::now();
@@ -319,7 +381,7 @@ void Engine::State::loop() {
   for (;;) {
     {
       std::unique_lock lock(mu);
-      const bool busy = !batcher->idle();
+      const bool busy = !batcher->idle() || held_siblings() > 0;
       if (!busy) work_cv.wait(lock, [this] { return stopping || !incoming.empty(); });
       if (stopping) break;
       fresh.swap(incoming);
@@ -333,7 +395,8 @@ void Engine::State::loop() {
   for (Job& job : jobs) {
     if (job.seq.finished && job.last) continue;
     batcher->drop(job.seq);
-    job.last = error_event(errc::shutting_down, "model " + model_id + " was unloaded during the request");
+    job.held = false;
+    job.last = error_event(errc::shutting_down, "model " + model_id + " was unloaded during the request", job.choice);
     std::lock_guard lock(mu);
     counters.requests_failed += 1;
   }
@@ -408,6 +471,11 @@ std::shared_ptr<Channel> Engine::submit(CompletionRequest request) {
              " (" + std::to_string(needed) + " in total)");
   }
   request.sampling.validate();
+  if (request.n < 1 || request.n > kMaxChoices)
+    fail(errc::invalid_argument, "n must be between 1 and " + std::to_string(kMaxChoices) + ", got " + std::to_string(request.n));
+  if (request.top_logprobs < -1 || request.top_logprobs > model::kMaxTopLogprobs)
+    fail(errc::invalid_argument, "top_logprobs must be between 0 and " + std::to_string(model::kMaxTopLogprobs) + ", got " +
+                                     std::to_string(request.top_logprobs));
   // Stop matching re-scans the held-back text each token, so bound its size.
   if (request.stop.size() > kMaxStopStrings) {
     fail(errc::invalid_argument, "stop has " + std::to_string(request.stop.size()) + " strings; at most " +
@@ -429,9 +497,12 @@ std::shared_ptr<Channel> Engine::submit(CompletionRequest request) {
     if (s.batcher) s.batcher->check_fits(static_cast<std::int64_t>(request.prompt.size()), request.max_tokens);
     // queue_depth requests may wait behind max_num_seqs running ones (counted together, so the
     // answer does not depend on whether the engine thread has admitted the latest arrivals yet).
-    const std::size_t in_system = s.incoming.size() + s.waiting + s.running;
+    const std::size_t in_system = sequences_in(s.incoming) + s.waiting + s.running;
     const std::size_t capacity = s.options.queue_depth + static_cast<std::size_t>(s.options.max_num_seqs);
-    if (in_system >= capacity) {
+    if (static_cast<std::size_t>(request.n) > capacity)
+      fail(errc::invalid_argument, "n is " + std::to_string(request.n) + " but model " + s.model_id + " holds at most " +
+                                       std::to_string(capacity) + " sequences (running and queued)");
+    if (in_system + static_cast<std::size_t>(request.n) > capacity) {
       ++s.counters.rejected_queue_full;
       fail(errc::overloaded, "model " + s.model_id + " is busy: " + std::to_string(in_system) + " requests are running or waiting (" +
                                  std::to_string(s.options.max_num_seqs) + " run at once, queue depth " +
@@ -449,7 +520,7 @@ EngineStats Engine::stats() const {
   {
     std::lock_guard lock(s.mu);
     out = s.counters;
-    out.queue_depth = s.incoming.size() + s.waiting;
+    out.queue_depth = sequences_in(s.incoming) + s.waiting;
     out.running = s.running;
     out.failed = s.failed;
     out.failure = s.failure;

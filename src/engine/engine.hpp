@@ -85,10 +85,12 @@ class Engine {
   // Queues a request; its events arrive on the returned channel. Throws
   // Error{invalid_argument} for an empty prompt, ids outside the vocabulary,
   // max_tokens < 1, bad sampling parameters (naming the field), more than 16
-  // stop strings or one over 1024 bytes,
+  // stop strings or one over 1024 bytes, n outside 1..kMaxChoices,
+  // top_logprobs outside -1..kMaxTopLogprobs,
   // Error{context_length_exceeded} when prompt + max_tokens > max_context()
   // or needs more KV blocks than the whole cache,
-  // Error{overloaded} when queue_depth requests already wait, Error{model_failed}
+  // Error{overloaded} when queue_depth sequences already wait (a request of n
+  // choices counts n), Error{model_failed}
   // after a runner failure, Error{shutting_down} after shutdown().
   std::shared_ptr<Channel> submit(CompletionRequest request);
 

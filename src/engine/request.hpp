@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "model/logprobs.hpp"
 #include "model/sampler.hpp"
 
 namespace neuron::engine {
@@ -24,7 +25,15 @@ struct CompletionRequest {
   bool ignore_eos = false;
   bool split_reasoning = false;       // route <think>...</think> text to reasoning deltas (Qwen3 chat)
   bool prompt_in_reasoning = false;   // the prompt already opened <think> (template ended inside it)
+  // Choices (1..kMaxChoices): n sequences over one prompt. The prompt is
+  // prefilled once: choices 1..n-1 start when choice 0's prompt is computed
+  // and take its full KV blocks from the prefix cache. Choice i samples with
+  // seed + i when a seed is given.
+  std::int32_t n = 1;
+  std::int32_t top_logprobs = -1;     // -1: none; 0..model::kMaxTopLogprobs: per token (Event::logprobs)
 };
+
+inline constexpr std::int32_t kMaxChoices = 16;
 
 struct Usage {
   std::int32_t prompt_tokens = 0;
@@ -32,18 +41,22 @@ struct Usage {
   std::int32_t cached_tokens = 0;  // prompt tokens whose KV came from the prefix cache
 };
 
-// One step's output, or the end of the request. Each request gets deltas
-// (only ones with non-empty text or reasoning), then exactly one done or one
-// error event, which is the last.
+// One step's output, or the end of one choice. Each choice of a request gets
+// deltas (only ones with non-empty text or reasoning), then exactly one done
+// or one error event, which is its last; the request is over when all n
+// choices have ended. A request of n = 1 has only choice 0.
 struct Event {
   enum class Kind { delta, done, error };
   Kind kind = Kind::delta;
+  std::int32_t choice = 0;      // which of the request's n choices
   std::string text;             // delta: visible content (complete UTF-8, stop strings held back)
   std::string reasoning;        // delta: reasoning content (<think> body) when split_reasoning
   // delta: the ids generated since the previous delta (a token whose text is held back,
   // or decodes to nothing, rides with the next delta); done: every generated id, in order
   // (an EOS that ended the request excluded, tokens of a matched stop string included).
   std::vector<std::int32_t> tokens;
+  // delta, with top_logprobs >= 0: one entry per id in `tokens`, in order.
+  std::vector<model::TokenLogprobs> logprobs;
   std::string finish_reason;    // done: "stop" | "length" | "cancelled"
   Usage usage;                  // done: final counts
   std::string error_kind;       // error: an errc kind
@@ -66,7 +79,7 @@ class Channel {
   // throw (post the work elsewhere). Called once at once if events already
   // wait. Replaces an earlier listener; an empty function removes it.
   void set_listener(std::function<void()> on_event);
-  // Asks the engine to stop this request at its next step (client went away).
+  // Asks the engine to stop this request (all of its choices) at its next step (client went away).
   void cancel() noexcept;
   bool cancelled() const noexcept;
 

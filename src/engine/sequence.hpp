@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "model/logprobs.hpp"
 #include "model/sampler.hpp"
 
 namespace neuron::engine {
@@ -21,6 +22,9 @@ struct SequenceParams {
   model::SamplingParams sampling;       // validated by the Sampler
   std::vector<std::int32_t> stop_ids;   // EOS ids: end with "stop", never emitted
   bool ignore_eos = false;              // keep going through stop_ids
+  // -1: no logprobs; 0..kMaxTopLogprobs: each sampled token's logprob and this
+  // many most likely alternatives (Sequence::sampled_logprobs).
+  std::int32_t top_logprobs = -1;
 };
 
 // What a sequence's owner hears, on the engine thread, in order: on_token for
@@ -51,6 +55,9 @@ class Sequence {
   std::int32_t cached_prompt_tokens = -1;  // prompt tokens found in the prefix cache at first admission; -1 before
   std::int32_t preemptions = 0;      // times its blocks were taken back to make room
   bool finished = false;
+  // The token being accepted's logprobs (model/logprobs.hpp), set by the
+  // Batcher before the observer hears on_token when params().top_logprobs >= 0.
+  std::optional<model::TokenLogprobs> sampled_logprobs;
 
   std::int32_t prompt_len() const noexcept { return static_cast<std::int32_t>(params_.prompt.size()); }
   std::int32_t len() const noexcept { return static_cast<std::int32_t>(tokens.size()); }

@@ -11,6 +11,9 @@
 #include "io/model_resolver.hpp"
 #include "server/api_error.hpp"
 #include "server/api_helpers.hpp"
+#include "server/discovery.hpp"
+#include "server/logprobs_json.hpp"
+#include "server/model_spec.hpp"
 #include "server/openai_request.hpp"
 #include "server/openai_response.hpp"
 #include "server/tool_calls.hpp"
@@ -27,6 +30,8 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kPoll = std::chrono::milliseconds(1000);
 // After cancelling, how long to wait for the engine's final event (for usage metrics).
 constexpr auto kCancelDrain = std::chrono::seconds(10);
+// Logprob entries (tokens times alternatives plus one) a blocking answer may hold.
+constexpr std::int64_t kMaxBlockingLogprobEntries = 1'000'000;
 // How often a non-streaming request checks that its client is still there.
 constexpr auto kProbeEvery = std::chrono::milliseconds(100);
 
@@ -34,6 +39,26 @@ bool constant_time_equals(const std::string& a, const std::string& b) {
   unsigned char diff = a.size() == b.size() ? 0 : 1;
   for (std::size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i % (b.empty() ? 1 : b.size())]);
   return diff == 0 && !b.empty();
+}
+
+// The API key a request presents: "Authorization: Bearer KEY" (the scheme
+// in any case, as RFC 9110 has it) or "x-api-key: KEY" (Anthropic's clients).
+std::optional<std::string> presented_key(const HttpRequest& request) {
+  const std::string header = request.header("Authorization");
+  std::string_view auth = header;
+  while (!auth.empty() && auth.front() == ' ') auth.remove_prefix(1);
+  constexpr std::string_view kScheme = "bearer";
+  if (auth.size() > kScheme.size() && auth[kScheme.size()] == ' ' &&
+      std::equal(kScheme.begin(), kScheme.end(), auth.begin(),
+                 [](char a, char b) { return a == std::tolower(static_cast<unsigned char>(b)); })) {
+    auth.remove_prefix(kScheme.size());
+    while (!auth.empty() && auth.front() == ' ') auth.remove_prefix(1);
+    while (!auth.empty() && auth.back() == ' ') auth.remove_suffix(1);
+    if (!auth.empty()) return std::string(auth);
+  }
+  if (std::string x = request.header("x-api-key"); !x.empty()) return x;
+  if (!header.empty()) return std::string();  // some other scheme: presented, and wrong
+  return std::nullopt;
 }
 
 nlohmann::ordered_json messages_json(const std::vector<ChatMessage>& messages) {
@@ -99,7 +124,8 @@ class Api::Tracker {
   std::uint64_t id_ = 0;
 };
 
-// One admitted request: its channel and what the metrics need to know about it.
+// One admitted request (n choices over one channel): what the response and
+// the metrics need to know about it.
 struct Api::Generation {
   Generation(Api& a, std::shared_ptr<engine::Engine> e, std::string m) : api(a), engine(std::move(e)), model(std::move(m)) {}
   Generation(const Generation&) = delete;
@@ -107,14 +133,21 @@ struct Api::Generation {
 
   Api& api;
   std::shared_ptr<engine::Engine> engine;  // keeps the model alive while the request runs
+  std::shared_ptr<const engine::ModelAssets> assets;  // the tokenizer for logprobs' token texts
   std::shared_ptr<engine::Channel> channel;
   std::unique_ptr<Tracker> tracker;
   ResponseMeta meta;
   std::string model;
+  std::int32_t choices = 1;
+  std::int32_t top_logprobs = -1;  // -1: no logprobs
+  std::string echo;                // completions with echo: the prompt text, before each choice's text
+  TokenUsage usage;                // summed over the choices that ended
   Clock::time_point last_delta = Clock::now();
   bool seen_delta = false;
   bool client_gone = false;
-  bool ended = false;
+  bool cancelled = false;  // some choice ended "cancelled"
+  std::int32_t ended_choices = 0;
+  bool ended = false;  // every choice has ended
 
   // A stream whose body never ran (the connection failed first) still must
   // not leave the engine generating for nobody.
@@ -132,49 +165,78 @@ struct Api::Generation {
     last_delta = now;
   }
 
+  // One choice's last event. The prompt counts once (choice 0's), the
+  // completion tokens of every choice.
   void on_end(const engine::Event& e) {
-    ended = true;
+    if (ended) return;
     Labels model_label{{"model", model}};
     if (e.kind == engine::Event::Kind::done) {
-      api.metrics_.inc("neuron_prompt_tokens_total", model_label, e.usage.prompt_tokens);
+      if (e.choice == 0) {
+        usage.prompt_tokens = e.usage.prompt_tokens;
+        usage.cached_tokens = e.usage.cached_tokens;
+        api.metrics_.inc("neuron_prompt_tokens_total", model_label, e.usage.prompt_tokens);
+        if (e.usage.completion_tokens > 0)
+          api.metrics_.observe("neuron_time_to_first_token_seconds", e.time_to_first_token_ms / 1000.0);
+      }
+      usage.completion_tokens += e.usage.completion_tokens;
       api.metrics_.inc("neuron_generated_tokens_total", model_label, e.usage.completion_tokens);
-      if (e.usage.completion_tokens > 0)
-        api.metrics_.observe("neuron_time_to_first_token_seconds", e.time_to_first_token_ms / 1000.0);
+      if (e.finish_reason == "cancelled") cancelled = true;
     }
-    if (client_gone || (e.kind == engine::Event::Kind::done && e.finish_reason == "cancelled"))
-      api.metrics_.inc("neuron_requests_cancelled_total", model_label);
+    if (++ended_choices < choices) return;
+    ended = true;
+    if (client_gone || cancelled) api.metrics_.inc("neuron_requests_cancelled_total", model_label);
     // Last: no longer in flight, even while the response object lingers. Once
     // the tracker is gone shutdown may destroy the Api, and this may run on
     // the engine's thread (a cancelled stream), so nothing of it is touched after.
     tracker.reset();
   }
 
-  // The client went away: stop the engine at its next step, then wait
-  // (bounded) for its last event so usage and cancellation are counted.
-  void abandon() {
-    client_gone = true;
+  // Stop the engine at its next step (all choices), then wait (bounded) for
+  // the choices' last events so usage and cancellation are counted.
+  void drain(bool gone) {
+    client_gone = client_gone || gone;
     channel->cancel();
     auto deadline = Clock::now() + kCancelDrain;
-    while (Clock::now() < deadline) {
+    while (!ended && Clock::now() < deadline) {
       auto e = channel->next(kPoll);
-      if (!e || e->kind == engine::Event::Kind::delta) continue;
-      on_end(*e);
-      return;
+      if (e && e->kind != engine::Event::Kind::delta) on_end(*e);
     }
     engine::Event lost;
     lost.kind = engine::Event::Kind::error;
-    on_end(lost);
+    while (!ended) on_end(lost);
+  }
+  // The client went away.
+  void abandon() { drain(true); }
+};
+
+// One choice's streamed logprobs: the ids and logprobs of deltas not yet
+// sent (a delta whose text is held back still brings its tokens).
+struct PendingLogprobs {
+  std::vector<std::int32_t> ids;
+  std::vector<model::TokenLogprobs> logprobs;
+  void add(const engine::Event& e) {
+    ids.insert(ids.end(), e.tokens.begin(), e.tokens.end());
+    logprobs.insert(logprobs.end(), e.logprobs.begin(), e.logprobs.end());
+    ids.resize(logprobs.size());  // the engine sends one per id; never index past them
   }
 };
 
 // A streaming generation as server-sent events, driven by the transport: the
 // engine's pushes wake the connection (Channel listener), pull() turns the
 // queued events into SSE bytes on the connection's executor, cancel() stops
-// the engine and leaves the last event's accounting to the engine's thread.
+// the engine and leaves the last events' accounting to the engine's thread.
+// Each of the n choices has its own role chunk, tool call extractor, logprobs
+// and finish chunk; usage and [DONE] follow the last choice's end.
 class Api::SseStream final : public BodyStream {
  public:
-  SseStream(std::shared_ptr<Generation> gen, bool include_usage, std::unique_ptr<ToolCallExtractor> extractor)
-      : gen_(std::move(gen)), include_usage_(include_usage), extractor_(std::move(extractor)) {}
+  SseStream(std::shared_ptr<Generation> gen, bool include_usage, bool tool_calls)
+      : gen_(std::move(gen)), include_usage_(include_usage), choices_(static_cast<std::size_t>(gen_->choices)) {
+    for (Choice& c : choices_) {
+      if (tool_calls) c.extractor = std::make_unique<ToolCallExtractor>();
+      if (!gen_->meta.chat && gen_->top_logprobs >= 0)
+        c.completion_logprobs = std::make_unique<CompletionLogprobs>(*gen_->assets->tokenizer, code_points(gen_->echo));
+    }
+  }
   ~SseStream() override {
     if (!finished_ && !cancelled_) cancel();  // dropped before its end: nobody reads it any more
   }
@@ -184,32 +246,52 @@ class Api::SseStream final : public BodyStream {
   void start(std::function<void()> wake) override { gen_->channel->set_listener(std::move(wake)); }
 
   bool pull(std::string& out) override {
-    if (!role_sent_) {
-      role_sent_ = true;
-      if (gen_->meta.chat) out += sse_event(role_chunk(gen_->meta));
+    if (!started_) {
+      started_ = true;
+      for (std::size_t i = 0; i < choices_.size(); ++i) {
+        if (gen_->meta.chat) out += sse_event(role_chunk(gen_->meta, static_cast<int>(i)));
+        else if (!gen_->echo.empty()) out += sse_event(delta_chunk(gen_->meta, gen_->echo, {}, static_cast<int>(i)));
+      }
     }
     while (auto e = gen_->channel->try_next()) {
+      if (e->choice < 0 || static_cast<std::size_t>(e->choice) >= choices_.size()) continue;  // never sent: n choices only
+      const int index = e->choice;
+      Choice& c = choices_[static_cast<std::size_t>(index)];
       if (e->kind == engine::Event::Kind::delta) {
         gen_->on_delta(*e);
-        const std::string text = extractor_ ? extractor_->feed(e->text) : e->text;
-        if (text.empty() && e->reasoning.empty()) continue;  // held: may be a tool call
-        out += sse_event(delta_chunk(gen_->meta, text, e->reasoning));
+        if (gen_->top_logprobs >= 0) c.pending.add(*e);
+        std::string text = e->text;
+        std::vector<ToolCallDelta> calls;
+        if (c.extractor) {
+          ToolCallExtractor::Output o = c.extractor->feed(text);
+          text = std::move(o.content);
+          calls = std::move(o.deltas);
+        }
+        if (!text.empty() || !e->reasoning.empty()) out += sse_event(delta_chunk(gen_->meta, text, e->reasoning, index, take_logprobs(c)));
+        if (!calls.empty()) out += sse_event(tool_call_deltas_chunk(gen_->meta, calls, index));
         continue;
       }
       gen_->on_end(*e);
       if (e->kind == engine::Event::Kind::error) {
+        // One choice failed: the answer is incomplete, so end it here and stop the others.
         out += sse_event(envelope(classify(e->error_kind, e->error_message)));
-      } else {
-        std::string finish_reason = e->finish_reason;
-        if (extractor_) {
-          const ToolCallExtractor::Result rest = extractor_->finish();
-          if (!rest.content.empty()) out += sse_event(delta_chunk(gen_->meta, rest.content, {}));
-          if (!rest.calls.empty()) out += sse_event(tool_calls_chunk(gen_->meta, rest.calls));
-          finish_reason = rest.finish_reason(finish_reason);
-        }
-        out += sse_event(finish_chunk(gen_->meta, finish_reason));
-        if (include_usage_) out += sse_event(usage_chunk(gen_->meta, {e->usage.prompt_tokens, e->usage.completion_tokens, e->usage.cached_tokens}));
+        out += kSseDone;
+        finished_ = true;
+        stop_rest();
+        return false;
       }
+      std::string finish_reason = e->finish_reason;
+      if (c.extractor) {
+        ToolCallExtractor::Output rest = c.extractor->finish();
+        if (!rest.content.empty()) out += sse_event(delta_chunk(gen_->meta, rest.content, {}, index, take_logprobs(c)));
+        if (!rest.deltas.empty()) out += sse_event(tool_call_deltas_chunk(gen_->meta, rest.deltas, index));
+        finish_reason = c.extractor->finish_reason(finish_reason);
+      }
+      // Tokens whose text never showed (held, or a stop string's) keep their logprobs.
+      if (!c.pending.ids.empty()) out += sse_event(delta_chunk(gen_->meta, {}, {}, index, take_logprobs(c)));
+      out += sse_event(finish_chunk(gen_->meta, finish_reason, index));
+      if (!gen_->ended) continue;
+      if (include_usage_) out += sse_event(usage_chunk(gen_->meta, gen_->usage));
       out += kSseDone;
       finished_ = true;
       gen_->channel->set_listener({});
@@ -221,29 +303,55 @@ class Api::SseStream final : public BodyStream {
   void cancel() override {
     if (cancelled_ || finished_) return;
     cancelled_ = true;
-    std::shared_ptr<Generation> gen = gen_;
-    gen->client_gone = true;
-    gen->channel->cancel();
-    // The engine still sends the request's last event (it always does);
-    // count it when it comes, on the engine's thread, then let go of `gen`.
-    gen->channel->set_listener([gen] {
-      while (auto e = gen->channel->try_next()) {
-        if (e->kind == engine::Event::Kind::delta) continue;
-        gen->on_end(*e);
-        gen->channel->set_listener({});
-        return;
-      }
-    });
+    gen_->client_gone = true;
+    stop_rest();
   }
 
   // Also what keeps a stream visibly alive while it waits in the queue.
   std::string heartbeat() const override { return ": keep-alive\n\n"; }
 
  private:
+  struct Choice {
+    std::unique_ptr<ToolCallExtractor> extractor;
+    std::unique_ptr<CompletionLogprobs> completion_logprobs;
+    PendingLogprobs pending;
+  };
+
+  // The logprobs object for a chunk: null when not asked for, else the pending tokens'.
+  nlohmann::json take_logprobs(Choice& c) {
+    if (gen_->top_logprobs < 0) return nullptr;
+    nlohmann::json j = c.completion_logprobs ? c.completion_logprobs->take(c.pending.ids, c.pending.logprobs)
+                                             : chat_logprobs(*gen_->assets->tokenizer, c.pending.ids, c.pending.logprobs);
+    c.pending = {};
+    return j;
+  }
+
+  // Stops the engine's work on every choice. It still sends each choice's
+  // last event (it always does); they are counted when they come, on the
+  // engine's thread, and then `gen` is let go.
+  void stop_rest() {
+    std::shared_ptr<Generation> gen = gen_;
+    gen->channel->cancel();
+    if (gen->ended) {  // nothing more will come (and a listener holding `gen` would never let go)
+      gen->channel->set_listener({});
+      return;
+    }
+    gen->channel->set_listener([gen] {
+      while (auto e = gen->channel->try_next()) {
+        if (e->kind == engine::Event::Kind::delta) continue;
+        gen->on_end(*e);
+        if (gen->ended) {
+          gen->channel->set_listener({});
+          return;
+        }
+      }
+    });
+  }
+
   std::shared_ptr<Generation> gen_;
   const bool include_usage_;
-  std::unique_ptr<ToolCallExtractor> extractor_;
-  bool role_sent_ = false;
+  std::vector<Choice> choices_;
+  bool started_ = false;
   bool finished_ = false;
   bool cancelled_ = false;
 };
@@ -292,11 +400,10 @@ Api::~Api() {
 HttpResponse Api::handle(const HttpRequest& request) {
   const bool exempt = request.path == "/health";
   if (!options_.api_key.empty() && !exempt) {
-    const std::string auth = request.header("Authorization");
-    const std::string prefix = "Bearer ";
-    if (auth.rfind(prefix, 0) != 0 || !constant_time_equals(auth.substr(prefix.size()), options_.api_key)) {
-      HttpResponse r = error_response(classify(http_errc::unauthorized, auth.empty() ? "missing API key: send 'Authorization: Bearer <key>'"
-                                                                                     : "invalid API key"));
+    const std::optional<std::string> key = presented_key(request);
+    if (!key || !constant_time_equals(*key, options_.api_key)) {
+      HttpResponse r = error_response(classify(
+          http_errc::unauthorized, key ? "invalid API key" : "missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'"));
       r.set_header("WWW-Authenticate", "Bearer");
       return r;
     }
@@ -530,34 +637,78 @@ HttpResponse Api::generate(const HttpRequest& request, bool chat) {
                          ") exceeds the model's context of " + std::to_string(context) + " tokens",
                      errc::context_length_exceeded);
   cr.max_tokens = static_cast<std::int32_t>(req.max_tokens ? *req.max_tokens : context - prompt_len);
+  // A blocking answer holds every choice's logprobs until its end (a few
+  // hundred bytes of JSON per entry); a stream lets them go as it goes.
+  if (!req.stream && req.top_logprobs >= 0) {
+    const std::int64_t entries = static_cast<std::int64_t>(req.n) * cr.max_tokens * (req.top_logprobs + 1);
+    if (entries > kMaxBlockingLogprobEntries)
+      throw FieldError(chat ? "top_logprobs" : "logprobs",
+                       "n * max_tokens * (top_logprobs + 1) is " + std::to_string(entries) + " logprob entries; a blocking answer holds at most " +
+                           std::to_string(kMaxBlockingLogprobEntries) + ": stream it, or lower n, max_tokens or top_logprobs");
+  }
   cr.sampling = sampling_for(assets->configs.generation, req.sampling);
   cr.stop = req.stop;
   cr.ignore_eos = req.ignore_eos;
+  cr.n = req.n;
+  cr.top_logprobs = req.top_logprobs;
 
   auto gen = std::make_shared<Generation>(*this, engine, model);
   // Responses name the model as the client did (else by its served or folder name), never by its path.
   gen->meta = ResponseMeta{chat, new_completion_id(chat), unix_now(), req.model.empty() ? display_name(model) : req.model};
+  gen->assets = assets;
+  gen->choices = req.n;
+  gen->top_logprobs = req.top_logprobs;
+  if (req.echo) {
+    const auto* text = std::get_if<std::string>(&req.prompt);
+    gen->echo = text ? *text : assets->tokenizer->decode(cr.prompt);
+  }
   gen->channel = engine->submit(std::move(cr));
   gen->tracker = std::make_unique<Tracker>(*this, gen->channel);
 
   if (!req.stream) {
-    std::string content, reasoning;
+    struct Acc {
+      std::string content, reasoning, finish_reason;
+      PendingLogprobs logprobs;
+    };
+    std::vector<Acc> acc(static_cast<std::size_t>(req.n));
     auto next_probe = Clock::now() + kProbeEvery;
     for (;;) {
       auto e = gen->channel->next(kProbeEvery);
+      if (e && (e->choice < 0 || e->choice >= req.n)) continue;  // never sent: n choices only
       if (e && e->kind != engine::Event::Kind::delta) {
+        if (e->kind == engine::Event::Kind::error) {
+          gen->on_end(*e);
+          gen->drain(false);  // the other choices are of no use now
+          return error_response(classify(e->error_kind, e->error_message));
+        }
+        acc[static_cast<std::size_t>(e->choice)].finish_reason = e->finish_reason;
         gen->on_end(*e);
-        if (e->kind == engine::Event::Kind::error) return error_response(classify(e->error_kind, e->error_message));
-        const TokenUsage usage{e->usage.prompt_tokens, e->usage.completion_tokens, e->usage.cached_tokens};
-        if (!req.tool_calls) return json_response(completion_body(gen->meta, content, reasoning, e->finish_reason, usage));
-        const ToolCallExtractor::Result split = ToolCallExtractor::split(content);
-        return json_response(completion_body(gen->meta, split.content, reasoning, split.finish_reason(e->finish_reason),
-                                             usage, split.calls));
+        if (!gen->ended) continue;
+        std::vector<ChoiceOutput> choices;
+        for (Acc& a : acc) {
+          ChoiceOutput c;
+          c.content = gen->echo + a.content;
+          c.reasoning = std::move(a.reasoning);
+          c.finish_reason = a.finish_reason;
+          if (req.tool_calls) {
+            ToolCallExtractor::Result split = ToolCallExtractor::split(a.content);
+            c.content = std::move(split.content);
+            c.finish_reason = split.finish_reason(a.finish_reason);
+            c.calls = std::move(split.calls);
+          }
+          if (req.top_logprobs >= 0)
+            c.logprobs = chat ? chat_logprobs(*assets->tokenizer, a.logprobs.ids, a.logprobs.logprobs)
+                              : CompletionLogprobs(*assets->tokenizer, code_points(gen->echo)).take(a.logprobs.ids, a.logprobs.logprobs);
+          choices.push_back(std::move(c));
+        }
+        return json_response(completion_body(gen->meta, choices, gen->usage));
       }
       if (e) {
         gen->on_delta(*e);
-        content += e->text;
-        reasoning += e->reasoning;
+        Acc& a = acc[static_cast<std::size_t>(e->choice)];
+        a.content += e->text;
+        a.reasoning += e->reasoning;
+        if (req.top_logprobs >= 0) a.logprobs.add(*e);
       }
       if (request.client_gone && Clock::now() >= next_probe) {
         if (request.client_gone()) {
@@ -573,8 +724,7 @@ HttpResponse Api::generate(const HttpRequest& request, bool chat) {
 
   HttpResponse r;
   r.content_type = "text/event-stream";
-  r.stream = std::make_shared<SseStream>(std::move(gen), req.include_usage,
-                                         req.tool_calls ? std::make_unique<ToolCallExtractor>() : nullptr);
+  r.stream = std::make_shared<SseStream>(std::move(gen), req.include_usage, req.tool_calls);
   return r;
 }
 

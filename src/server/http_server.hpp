@@ -15,13 +15,17 @@
 // cancelled); the body size counted on bytes received whatever the transfer
 // encoding (413), `Content-Encoding` other than identity (415, bodies are
 // never decompressed). Every method and path reaches the one handler (the
-// Router decides 404/405); HEAD gets GET's headers without the body.
+// Router decides 404/405); HEAD gets GET's headers without the body. CORS
+// (server/cors.hpp) lives here too: a preflight never reaches the handler
+// (so it needs no API key), and every response, the transport's own refusals
+// included, carries Access-Control-Allow-Origin for an allowed Origin.
 #include <chrono>
 #include <cstddef>
 #include <functional>
 #include <memory>
 #include <string>
 
+#include "server/cors.hpp"
 #include "server/http_types.hpp"
 
 namespace neuron::server {
@@ -37,6 +41,7 @@ struct HttpServerOptions {
   std::chrono::milliseconds idle_timeout{60000};    // keep-alive wait for the next request; longest pause in a body
   std::chrono::milliseconds write_timeout{30000};   // longest a write may wait for the client to read
   std::chrono::milliseconds heartbeat_interval{2000};  // silence before a stream's heartbeat bytes
+  CorsPolicy cors;  // cross-origin access (server/cors.hpp); preflights are answered here, before the handler
 };
 
 // Called once per finished exchange (after a streamed body is complete), for

@@ -253,6 +253,7 @@ bool Session::on_head() {
   const std::string_view target = msg.target();
   path_ = percent_decode(target.substr(0, target.find('?')));
   version_ = msg.version();
+  origin_ = std::string(msg[http::field::origin]);
   started_ = Clock::now();
   status_ = 0;
   logged_ = false;
@@ -280,6 +281,13 @@ void Session::dispatch() {
   auto msg = parser_->release();
   keep_alive_ = msg.keep_alive();
   head_only_ = msg.method() == http::verb::head;
+  if (opt_.cors.enabled() && CorsPolicy::is_preflight(method_, origin_, msg[http::field::access_control_request_method])) {
+    // Answered here, before the handler: a preflight carries no API key.
+    const std::string request_headers(msg[http::field::access_control_request_headers]);
+    new_parser();
+    respond(opt_.cors.preflight(origin_, request_headers));
+    return;
+  }
   auto request = std::make_shared<HttpRequest>();
   request->method = method_;
   request->path = path_;
@@ -315,7 +323,8 @@ void Session::respond(HttpResponse response) {
   http::response<http::empty_body> head;
   head.version(version_);
   head.result(static_cast<unsigned>(response.status));
-  head.set(http::field::content_type, response.content_type);
+  if (!response.content_type.empty()) head.set(http::field::content_type, response.content_type);
+  if (opt_.cors.enabled() && response.header("Access-Control-Allow-Origin").empty()) opt_.cors.decorate(origin_, response.headers);
   for (const auto& [name, value] : response.headers) head.insert(name, value);
   if (response.stream && !head_only_) {
     head.set(http::field::cache_control, "no-cache");
@@ -330,7 +339,7 @@ void Session::respond(HttpResponse response) {
     return;
   }
   if (response.stream) response.stream->cancel();  // HEAD of a stream: its headers only
-  else head.content_length(response.body.size());
+  else if (response.status != 204) head.content_length(response.body.size());  // a 204 has no body and no length
   head.keep_alive(keep_alive_);
   std::ostringstream os;
   os << head.base();
@@ -345,6 +354,7 @@ void Session::reject(int status, const char* kind, const std::string& message) {
     const auto& msg = parser_->get();
     method_ = std::string(msg.method_string());
     path_ = percent_decode(msg.target().substr(0, msg.target().find('?')));
+    origin_ = std::string(msg[http::field::origin]);  // a browser can read the refusal too
     started_ = Clock::now();
     logged_ = false;
   }
@@ -462,6 +472,7 @@ void Session::finish_exchange() {
   stream_.reset();
   stream_done_ = false;
   client_gone_.reset();
+  origin_.clear();
   if (!keep_alive_ || peer_closed_ || ctx_->stopping) {
     linger();
     return;

@@ -135,6 +135,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // The exchange in progress.
   std::string method_, path_;
+  std::string origin_;        // its Origin header (CORS), empty when none
   Clock::time_point started_{};
   int status_ = 0;
   unsigned version_ = 11;

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <limits>
 
+#include "engine/request.hpp"
+#include "model/logprobs.hpp"
 #include "server/api_error.hpp"
 #include "util/json_parse.hpp"
 
@@ -10,6 +12,8 @@ namespace neuron::server {
 namespace {
 
 using json = nlohmann::ordered_json;
+
+constexpr std::int64_t kMaxCompletionLogprobs = 5;  // OpenAI's bound for /v1/completions
 
 // Absent and null mean the same thing: the client did not set the field.
 const json* field(const json& obj, const char* key) {
@@ -111,9 +115,7 @@ void parse_common(const json& body, OpenAiRequest& r) {
   if (auto v = integer_in(body, "seed", std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max()))
     s.seed = static_cast<std::uint64_t>(*v);
 
-  if (auto n = integer_in(body, "n", std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max());
-      n && *n != 1)
-    throw FieldError("n", "'n' must be 1: neuron returns one choice per request, got " + std::to_string(*n));
+  if (auto n = integer_in(body, "n", 1, engine::kMaxChoices)) r.n = static_cast<std::int32_t>(*n);
   r.stop = parse_stop(body);
   r.stream = boolean(body, "stream").value_or(false);
   if (const json* so = field(body, "stream_options")) {
@@ -169,9 +171,13 @@ std::vector<ChatMessage> parse_messages(const json& body) {
                                             msg.role + "'");
     if (const json* c = field(m, "content")) msg.content = part_text(*c, where + ".content");
     else if (msg.role != "assistant") throw FieldError(where + ".content", "'" + where + ".content' is required");
-    if (const json* rc = field(m, "reasoning_content")) {
-      if (!rc->is_string()) throw FieldError(where + ".reasoning_content", "'" + where + ".reasoning_content' must be a string");
-      msg.reasoning_content = rc->get<std::string>();
+    // Both names clients use for an earlier turn's thinking (the answers carry both).
+    for (const char* key : {"reasoning_content", "reasoning"}) {
+      const json* rc = field(m, key);
+      if (!rc) continue;
+      const std::string w = where + "." + key;
+      if (!rc->is_string()) throw FieldError(w, "'" + w + "' must be a string");
+      if (!msg.reasoning_content) msg.reasoning_content = rc->get<std::string>();
     }
     if (const json* n = field(m, "name")) {
       if (!n->is_string()) throw FieldError(where + ".name", "'" + where + ".name' must be a string");
@@ -239,8 +245,13 @@ OpenAiRequest parse_chat_request(const json& body) {
   r.kind = OpenAiRequest::Kind::chat;
   parse_common(body, r);
   r.messages = parse_messages(body);
-  if (auto lp = boolean(body, "logprobs"); lp && *lp) unsupported("logprobs", "'logprobs'");
-  if (field(body, "top_logprobs")) unsupported("top_logprobs", "'top_logprobs'");
+  const bool logprobs = boolean(body, "logprobs").value_or(false);
+  if (auto top = integer_in(body, "top_logprobs", 0, model::kMaxTopLogprobs)) {
+    if (!logprobs) throw FieldError("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    r.top_logprobs = static_cast<std::int32_t>(*top);
+  } else if (logprobs) {
+    r.top_logprobs = 0;
+  }
   if (const json* k = field(body, "chat_template_kwargs")) {
     if (!k->is_object()) throw FieldError("chat_template_kwargs", "'chat_template_kwargs' must be an object");
     r.chat_template_kwargs = *k;
@@ -277,12 +288,12 @@ OpenAiRequest parse_completion_request(const json& body) {
   r.kind = OpenAiRequest::Kind::completion;
   parse_common(body, r);
   r.prompt = parse_prompt(body);
-  if (const json* lp = field(body, "logprobs")) {
-    if (!lp->is_number_integer() && !lp->is_boolean()) throw FieldError("logprobs", "'logprobs' must be an integer");
-    if ((lp->is_boolean() && lp->get<bool>()) || (lp->is_number_integer() && lp->get<std::int64_t>() != 0))
-      unsupported("logprobs", "'logprobs'");
-  }
-  if (auto echo = boolean(body, "echo"); echo && *echo) unsupported("echo", "'echo'");
+  // OpenAI's legacy endpoint: logprobs N (at most 5) gives the sampled token and N alternatives.
+  if (auto lp = integer_in(body, "logprobs", 0, kMaxCompletionLogprobs)) r.top_logprobs = static_cast<std::int32_t>(*lp);
+  r.echo = boolean(body, "echo").value_or(false);
+  // The prompt's logprobs would need logits at every prompt position, which
+  // the prefix cache and chunked prefill do not keep.
+  if (r.echo && r.top_logprobs >= 0) unsupported("echo", "'echo' together with 'logprobs' (prompt logprobs)");
   if (auto b = integer_in(body, "best_of", std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max());
       b && *b != 1)
     unsupported("best_of", "'best_of' other than 1");

@@ -3,8 +3,8 @@
 // /v1/completions), before any model is involved. Every field is checked for
 // type and range and a failure names it in FieldError::param, so a client
 // sees exactly which field to fix. Unknown fields are ignored (as vLLM does);
-// features neuron does not have (logprobs, n > 1, ...) are refused, never
-// silently dropped.
+// features neuron does not have (best_of, suffix, echo with logprobs, ...)
+// are refused, never silently dropped.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -19,7 +19,7 @@ namespace neuron::server {
 struct ChatMessage {
   std::string role;     // system | developer | user | assistant | tool
   std::string content;  // text parts joined
-  std::optional<std::string> reasoning_content;  // an earlier assistant turn's thinking
+  std::optional<std::string> reasoning_content;  // an earlier assistant turn's thinking ("reasoning_content" or "reasoning")
   std::optional<std::string> name, tool_call_id;
   nlohmann::ordered_json tool_calls;  // assistant turns: passed through to the template (null when absent)
 };
@@ -48,6 +48,11 @@ struct OpenAiRequest {
   nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
   nlohmann::ordered_json tools;  // null or array
   bool tool_calls = false;       // tools given and tool_choice not "none": parse <tool_call> blocks out of the answer
+  std::int32_t n = 1;            // choices, 1..kMaxChoices
+  // -1: no logprobs. Chat: logprobs true gives 0 and top_logprobs (0..20) sets
+  // it; completions: logprobs N (0..5) is N.
+  std::int32_t top_logprobs = -1;
+  bool echo = false;             // completions: the prompt text before the answer (no prompt logprobs)
 };
 
 // Body text -> JSON object. Throws FieldError{invalid_json} for malformed

@@ -9,6 +9,8 @@ namespace neuron::server {
 
 using nlohmann::json;
 
+std::string system_fingerprint() { return std::string("neuron-") + NEURON_VERSION; }
+
 std::string new_random_id(std::string_view prefix) {
   thread_local std::mt19937_64 rng{std::random_device{}()};
   static constexpr char kHex[] = "0123456789abcdef";
@@ -34,7 +36,7 @@ namespace {
 
 json header(const ResponseMeta& meta, bool chunk) {
   const char* object = meta.chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion";
-  return {{"id", meta.id}, {"object", object}, {"created", meta.created}, {"model", meta.model}, {"system_fingerprint", nullptr}};
+  return {{"id", meta.id}, {"object", object}, {"created", meta.created}, {"model", meta.model}, {"system_fingerprint", system_fingerprint()}};
 }
 
 json chunk_with(const ResponseMeta& meta, json choice) {
@@ -43,48 +45,55 @@ json chunk_with(const ResponseMeta& meta, json choice) {
   return j;
 }
 
-json tool_calls_json(const std::vector<ToolCall>& calls, bool with_index) {
+json tool_calls_json(const std::vector<ToolCall>& calls) {
   json out = json::array();
-  for (std::size_t i = 0; i < calls.size(); ++i) {
-    json c = {{"id", calls[i].id}, {"type", "function"}, {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}};
-    if (with_index) c["index"] = i;
-    out.push_back(std::move(c));
-  }
+  for (const ToolCall& c : calls)
+    out.push_back({{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
   return out;
+}
+
+void set_reasoning(json& message, const std::string& reasoning) {
+  if (reasoning.empty()) return;
+  message["reasoning_content"] = reasoning;
+  message["reasoning"] = reasoning;
 }
 
 }  // namespace
 
-json completion_body(const ResponseMeta& meta, const std::string& content, const std::string& reasoning,
-                     const std::string& finish_reason, const TokenUsage& usage, const std::vector<ToolCall>& calls) {
+json completion_body(const ResponseMeta& meta, const std::vector<ChoiceOutput>& choices, const TokenUsage& usage) {
   json j = header(meta, false);
-  json choice = {{"index", 0}, {"finish_reason", finish_reason}, {"logprobs", nullptr}};
-  if (meta.chat) {
-    json message = {{"role", "assistant"}, {"content", content}};
-    if (!calls.empty()) {
-      if (content.find_first_not_of(" \t\r\n") == std::string::npos) message["content"] = nullptr;
-      message["tool_calls"] = tool_calls_json(calls, false);
+  json out = json::array();
+  for (std::size_t i = 0; i < choices.size(); ++i) {
+    const ChoiceOutput& c = choices[i];
+    json choice = {{"index", i}, {"finish_reason", c.finish_reason}, {"logprobs", c.logprobs}};
+    if (meta.chat) {
+      json message = {{"role", "assistant"}, {"content", c.content}, {"refusal", nullptr}};
+      if (!c.calls.empty()) {
+        if (c.content.find_first_not_of(" \t\r\n") == std::string::npos) message["content"] = nullptr;
+        message["tool_calls"] = tool_calls_json(c.calls);
+      }
+      set_reasoning(message, c.reasoning);
+      choice["message"] = std::move(message);
+    } else {
+      choice["text"] = c.content;
     }
-    if (!reasoning.empty()) message["reasoning_content"] = reasoning;
-    choice["message"] = std::move(message);
-  } else {
-    choice["text"] = content;
+    out.push_back(std::move(choice));
   }
-  j["choices"] = json::array({std::move(choice)});
+  j["choices"] = std::move(out);
   j["usage"] = usage_json(usage);
   return j;
 }
 
-json role_chunk(const ResponseMeta& meta) {
-  return chunk_with(meta, {{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}});
+json role_chunk(const ResponseMeta& meta, int index) {
+  return chunk_with(meta, {{"index", index}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}});
 }
 
-json delta_chunk(const ResponseMeta& meta, const std::string& content, const std::string& reasoning) {
-  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+json delta_chunk(const ResponseMeta& meta, const std::string& content, const std::string& reasoning, int index, json logprobs) {
+  json choice = {{"index", index}, {"logprobs", std::move(logprobs)}, {"finish_reason", nullptr}};
   if (meta.chat) {
     json delta = json::object();
     if (!content.empty()) delta["content"] = content;
-    if (!reasoning.empty()) delta["reasoning_content"] = reasoning;
+    set_reasoning(delta, reasoning);
     choice["delta"] = std::move(delta);
   } else {
     choice["text"] = content;
@@ -92,15 +101,22 @@ json delta_chunk(const ResponseMeta& meta, const std::string& content, const std
   return chunk_with(meta, std::move(choice));
 }
 
-json finish_chunk(const ResponseMeta& meta, const std::string& finish_reason) {
-  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_reason}};
+json finish_chunk(const ResponseMeta& meta, const std::string& finish_reason, int index) {
+  json choice = {{"index", index}, {"logprobs", nullptr}, {"finish_reason", finish_reason}};
   if (meta.chat) choice["delta"] = json::object();
   else choice["text"] = "";
   return chunk_with(meta, std::move(choice));
 }
 
-json tool_calls_chunk(const ResponseMeta& meta, const std::vector<ToolCall>& calls) {
-  return chunk_with(meta, {{"index", 0}, {"delta", {{"tool_calls", tool_calls_json(calls, true)}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}});
+json tool_call_deltas_chunk(const ResponseMeta& meta, const std::vector<ToolCallDelta>& deltas, int index) {
+  json calls = json::array();
+  for (const ToolCallDelta& d : deltas) {
+    if (d.first)
+      calls.push_back({{"index", d.index}, {"id", d.id}, {"type", "function"}, {"function", {{"name", d.name}, {"arguments", ""}}}});
+    else
+      calls.push_back({{"index", d.index}, {"function", {{"arguments", d.arguments}}}});
+  }
+  return chunk_with(meta, {{"index", index}, {"delta", {{"tool_calls", std::move(calls)}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}});
 }
 
 json usage_chunk(const ResponseMeta& meta, const TokenUsage& usage) {

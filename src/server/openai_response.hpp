@@ -1,6 +1,11 @@
 #pragma once
 // OpenAI response bodies and server-sent-event chunks, built from plain
 // values so both the blocking and the streaming paths (and tests) share them.
+//
+// Every body and chunk carries system_fingerprint "neuron-<version>". The
+// reasoning text (Qwen3's <think> body) goes out twice, as
+// `reasoning_content` (vLLM, DeepSeek) and `reasoning` (OpenRouter, newer
+// vLLM), in messages and deltas alike, so clients of either kind find it.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -26,6 +31,17 @@ struct TokenUsage {
   std::int32_t cached_tokens = 0;  // prompt tokens served from the prefix cache (usage.prompt_tokens_details)
 };
 
+// One choice of a blocking answer.
+struct ChoiceOutput {
+  std::string content;    // chat: message.content; completions: text
+  std::string reasoning;  // chat; omitted when empty
+  std::string finish_reason;
+  std::vector<ToolCall> calls;  // chat: message.tool_calls; then a blank content is null
+  nlohmann::json logprobs;      // null, or the choice's logprobs object (server/logprobs_json.hpp)
+};
+
+// "neuron-<version>".
+std::string system_fingerprint();
 // `prefix` and 24 random hex digits ("chatcmpl-...", "call_...").
 std::string new_random_id(std::string_view prefix);
 // A fresh id with the endpoint's prefix.
@@ -34,21 +50,22 @@ std::int64_t unix_now();
 
 nlohmann::json usage_json(const TokenUsage& u);
 
-// The blocking response: one choice. `reasoning` is omitted when empty; with
-// tool calls (chat), message.tool_calls is set and an empty content is null.
-nlohmann::json completion_body(const ResponseMeta& meta, const std::string& content, const std::string& reasoning,
-                               const std::string& finish_reason, const TokenUsage& usage,
-                               const std::vector<ToolCall>& calls = {});
+// The blocking response: choices[i] gets index i. Chat messages carry
+// refusal: null.
+nlohmann::json completion_body(const ResponseMeta& meta, const std::vector<ChoiceOutput>& choices, const TokenUsage& usage);
 
-// Streaming chunks. A content chunk carries delta {content} and/or
-// {reasoning_content} (chat) or text (completions); the first chat chunk is
-// the role chunk; the finish chunk has an empty delta and the finish_reason;
-// the usage chunk has no choices.
-nlohmann::json role_chunk(const ResponseMeta& meta);
-nlohmann::json delta_chunk(const ResponseMeta& meta, const std::string& content, const std::string& reasoning);
-nlohmann::json finish_chunk(const ResponseMeta& meta, const std::string& finish_reason);
-// Every call whole in one delta (index, id, type, function {name, arguments}).
-nlohmann::json tool_calls_chunk(const ResponseMeta& meta, const std::vector<ToolCall>& calls);
+// Streaming chunks, each with one choice of the given index. The first chat
+// chunk of a choice is its role chunk; a content chunk carries delta
+// {content} and/or {reasoning_content, reasoning} (chat) or text
+// (completions), and `logprobs` (null when not asked for); the finish chunk
+// has an empty delta and the finish_reason; the usage chunk has no choices.
+nlohmann::json role_chunk(const ResponseMeta& meta, int index = 0);
+nlohmann::json delta_chunk(const ResponseMeta& meta, const std::string& content, const std::string& reasoning, int index = 0,
+                           nlohmann::json logprobs = nullptr);
+nlohmann::json finish_chunk(const ResponseMeta& meta, const std::string& finish_reason, int index = 0);
+// Tool call deltas as OpenAI streams them: a call's first delta {index, id,
+// type, function {name, arguments: ""}}, later ones {index, function {arguments}}.
+nlohmann::json tool_call_deltas_chunk(const ResponseMeta& meta, const std::vector<ToolCallDelta>& deltas, int index = 0);
 nlohmann::json usage_chunk(const ResponseMeta& meta, const TokenUsage& usage);
 
 // "data: <json>\n\n", and the terminator "data: [DONE]\n\n".

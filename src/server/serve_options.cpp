@@ -1,5 +1,7 @@
 #include "server/serve_options.hpp"
 
+#include "server/cors.hpp"
+
 #include <arpa/inet.h>
 
 #include <algorithm>
@@ -120,7 +122,8 @@ json read_config_file(const std::string& path, const std::string& source) {
                                  "threads",      "shutdown_grace_ms", "max_num_seqs", "max_batch_tokens",
                                  "kv_cache_bytes", "gpu_memory_fraction", "prefix_caching", "auto_reload",
                                  "io_threads",     "max_connections", "header_timeout_ms", "idle_timeout_ms",
-                                 "write_timeout_ms", "keep_alive",     "load_on_request", "served_model_name"};
+                                 "write_timeout_ms", "keep_alive",     "load_on_request", "served_model_name",
+                                 "allowed_origins"};
   for (const auto& [key, value] : j.items()) {
     bool known = false;
     for (const char* k : kKnown) known = known || key == k;
@@ -218,6 +221,10 @@ ServeOptions resolve_serve_options(const ServeFlags& flags, const EnvLookup& env
   if (auto r = src.get(flags.served_model_name, "--served-model-name", "NEURON_SERVED_MODEL_NAME", "served_model_name")) {
     if (r->text.empty()) fail(errc::invalid_argument, r->source + " must not be empty");
     o.served_model_name = r->text;
+  }
+  if (auto r = src.get(flags.allowed_origins, "--allowed-origins", "NEURON_ALLOWED_ORIGINS", "allowed_origins")) {
+    CorsPolicy::parse(r->text, r->source);  // refused here, at startup, when an entry is not an origin
+    o.allowed_origins = r->text;
   }
   o.models = src.list(flags.models, "NEURON_MODEL", "models");
   for (auto& d : src.list(flags.models_dirs, "NEURON_MODELS_DIR", "models_dirs")) o.models_dirs.emplace_back(d);

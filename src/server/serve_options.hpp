@@ -42,6 +42,7 @@ struct ServeOptions {
   std::chrono::milliseconds keep_alive{-1};  // default idle time before a model unloads; negative: never
   bool load_on_request = false;  // an OpenAI request for a model not loaded loads it (under --models-dir or the HF cache)
   std::string served_model_name;  // vLLM's flag: the name of the one startup model (per spec: `name=` in --model)
+  std::string allowed_origins;  // CORS: comma-separated origins or "*" (server/cors.hpp); empty: same origin only
 };
 
 // The values given on the command line (absent: not given).
@@ -52,6 +53,7 @@ struct ServeFlags {
   std::optional<std::string> auto_reload;  // "0" from --no-auto-reload
   std::optional<std::string> keep_alive, served_model_name;
   std::optional<std::string> load_on_request;  // "1" from --load-on-request
+  std::optional<std::string> allowed_origins;
   std::optional<std::string> io_threads, max_connections, header_timeout_ms, idle_timeout_ms, write_timeout_ms;
   std::vector<std::string> models;
   std::vector<std::string> models_dirs;

@@ -1,5 +1,7 @@
 #include "server/tool_calls.hpp"
 
+#include <cctype>
+
 #include <nlohmann/json.hpp>
 
 #include "server/openai_response.hpp"
@@ -18,82 +20,306 @@ std::size_t partial_tag_suffix(std::string_view text) {
   return 0;
 }
 
+bool is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
 bool is_blank(std::string_view s) { return s.find_first_not_of(" \t\r\n") == std::string_view::npos; }
+
+// A complete JSON string literal's value; nullopt when it is not one.
+std::optional<std::string> decode_string(const std::string& literal) {
+  try {
+    auto j = parse_json<nlohmann::json>(literal, "tool call string");
+    if (j.is_string()) return j.get<std::string>();
+  } catch (const Error&) {
+  }
+  return std::nullopt;
+}
 
 }  // namespace
 
-std::string ToolCallExtractor::feed(std::string_view text) {
-  held_.append(text);
-  if (in_calls_) return {};
-  if (auto at = held_.find(kOpen); at != std::string::npos) {
-    std::string out = held_.substr(0, at);
-    held_.erase(0, at);
-    in_calls_ = true;
-    return out;
+ToolCallExtractor::ValueScan::Step ToolCallExtractor::ValueScan::feed(char c) {
+  if (!started) {
+    started = true;
+    if (c == '"') {
+      kind = '"';
+      in_string = true;
+      return Step::more;
+    }
+    if (c == '{' || c == '[') {
+      kind = '{';
+      depth = 1;
+      return Step::more;
+    }
+    if (c == '-' || std::isalnum(static_cast<unsigned char>(c))) {
+      kind = 's';
+      return Step::more;
+    }
+    return Step::fail;
   }
-  const std::size_t keep = partial_tag_suffix(held_);
-  std::string out = held_.substr(0, held_.size() - keep);
-  held_.erase(0, held_.size() - keep);
+  if (in_string) {
+    if (escape) {
+      escape = false;
+    } else if (c == '\\') {
+      escape = true;
+    } else if (c == '"') {
+      in_string = false;
+      if (kind == '"') return Step::done;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      return Step::fail;  // raw control characters are not JSON
+    }
+    return Step::more;
+  }
+  if (kind == '{') {
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      ++depth;  // a counter, never recursion: any nesting the model writes is just text to pass on
+    } else if (c == '}' || c == ']') {
+      if (--depth == 0) return Step::done;
+    }
+    return Step::more;
+  }
+  // A number or a literal (true, false, null): ends at the first other character.
+  if (std::isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '-' || c == '.') return Step::more;
+  return Step::done_before;
+}
+
+ToolCallExtractor::Output ToolCallExtractor::feed(std::string_view text) {
+  Output out;
+  std::size_t i = 0;
+  while (i < text.size()) {
+    switch (mode_) {
+      case Mode::content: {
+        // Look for the tag in what was held plus the new text.
+        std::string buf = std::move(held_);
+        held_.clear();
+        const std::size_t from_held = buf.size();
+        buf.append(text.substr(i));
+        if (const auto at = buf.find(kOpen); at != std::string::npos) {
+          content(std::string_view(buf).substr(0, at), out);
+          i += at + kOpen.size() - from_held;
+          start_call();
+          continue;
+        }
+        const std::size_t keep = partial_tag_suffix(buf);
+        content(std::string_view(buf).substr(0, buf.size() - keep), out);
+        held_ = buf.substr(buf.size() - keep);
+        i = text.size();
+        break;
+      }
+      case Mode::call:
+      case Mode::closing:
+        call_char(text[i++], out);
+        break;
+      case Mode::passthrough:
+        content(text.substr(i), out);
+        i = text.size();
+        break;
+    }
+  }
+  flush_fragment(out);
   return out;
 }
 
-ToolCallExtractor::Result ToolCallExtractor::finish() {
-  Result r;
-  std::string held = std::move(held_);
-  held_.clear();
-  if (!in_calls_) {
-    r.content = std::move(held);
-    return r;
-  }
-  // Blocks of <tool_call> JSON </tool_call>, separated by blank text only.
-  std::string_view rest = held;
-  std::vector<ToolCall> calls;
-  bool ok = true;
-  while (ok && !is_blank(rest)) {
-    const std::size_t open = rest.find(kOpen);
-    if (open == std::string_view::npos || !is_blank(rest.substr(0, open))) ok = false;
-    if (!ok) break;
-    rest.remove_prefix(open + kOpen.size());
-    const std::size_t close = rest.find(kClose);
-    if (close == std::string_view::npos) {
-      ok = false;
+ToolCallExtractor::Output ToolCallExtractor::finish() {
+  Output out;
+  switch (mode_) {
+    case Mode::content:
+      content(held_, out);
+      held_.clear();
       break;
-    }
-    nlohmann::ordered_json call;
-    try {
-      call = parse_json<nlohmann::ordered_json>(rest.substr(0, close), "tool call");
-    } catch (const Error&) {  // not JSON, or nested past the limit: the text stays content
-      ok = false;
+    case Mode::call:
+      if (!announced_) content(raw_, out);  // never became a call: the model's text, as written
+      flush_fragment(out);                  // else a call cut off: it stays one
       break;
-    }
-    rest.remove_prefix(close + kClose.size());
-    const auto name = call.is_object() ? call.find("name") : call.end();
-    if (!call.is_object() || name == call.end() || !name->is_string() || name->get<std::string>().empty()) {
-      ok = false;
+    case Mode::closing:
+    case Mode::passthrough:
       break;
+  }
+  mode_ = Mode::passthrough;
+  return out;
+}
+
+// Content, except that blank text right after a call is held (and dropped
+// unless other text follows).
+void ToolCallExtractor::content(std::string_view text, Output& out) {
+  if (text.empty()) return;
+  if (!after_call_) {
+    out.content.append(text);
+    return;
+  }
+  held_blank_.append(text);
+  if (is_blank(held_blank_)) return;
+  out.content += held_blank_;
+  held_blank_.clear();
+  after_call_ = false;
+}
+
+void ToolCallExtractor::start_call() {
+  mode_ = Mode::call;
+  held_blank_.clear();
+  raw_ = kOpen;
+  obj_ = Obj::open;
+  any_key_ = false;
+  key_raw_.clear();
+  value_raw_.clear();
+  name_.clear();
+  have_name_ = args_started_ = announced_ = false;
+  args_pending_.clear();
+  fragment_.clear();
+  close_matched_ = 0;
+}
+
+void ToolCallExtractor::announce(Output& out) {
+  if (announced_) return;
+  announced_ = true;
+  out.deltas.push_back(ToolCallDelta{calls_, true, new_random_id("call_"), name_, ""});
+  ++calls_;
+  fragment_ += args_pending_;
+  args_pending_.clear();
+}
+
+void ToolCallExtractor::flush_fragment(Output& out) {
+  if (fragment_.empty() || !announced_) return;
+  out.deltas.push_back(ToolCallDelta{calls_ - 1, false, {}, {}, std::move(fragment_)});
+  fragment_.clear();
+}
+
+void ToolCallExtractor::fail_call(char c, Output& out) {
+  if (announced_) {
+    flush_fragment(out);
+    mode_ = Mode::passthrough;
+    after_call_ = true;  // what follows is content (blank text dropped)
+    content(std::string(1, c), out);
+    return;
+  }
+  mode_ = Mode::passthrough;
+  content(raw_, out);  // raw_ ends with c
+}
+
+void ToolCallExtractor::call_char(char c, Output& out) {
+  if (mode_ == Mode::closing) {
+    if (close_matched_ == 0 && is_space(c)) return;
+    if (c == kClose[close_matched_]) {
+      if (++close_matched_ == kClose.size()) {
+        mode_ = Mode::content;
+        after_call_ = true;
+      }
+      return;
     }
-    ToolCall tc;
-    tc.id = new_random_id("call_");
-    tc.name = name->get<std::string>();
-    const auto args = call.find("arguments");
-    if (args == call.end() || args->is_null()) tc.arguments = "{}";
-    else if (args->is_string()) tc.arguments = args->get<std::string>();  // already JSON text
-    else tc.arguments = args->dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
-    calls.push_back(std::move(tc));
+    mode_ = Mode::passthrough;
+    after_call_ = true;
+    content(std::string(kClose.substr(0, close_matched_)) + c, out);
+    return;
   }
-  if (!ok || calls.empty()) {
-    r.content = std::move(held);
-    return r;
+  if (!announced_) raw_ += c;
+  step(c, out);
+}
+
+void ToolCallExtractor::step(char c, Output& out) {
+  switch (obj_) {
+    case Obj::open:
+      if (is_space(c)) return;
+      if (c != '{') return fail_call(c, out);
+      obj_ = Obj::key_start;
+      return;
+    case Obj::key_start:
+      if (is_space(c)) return;
+      if (c == '}' && !any_key_) return object_end(c, out);
+      if (c != '"') return fail_call(c, out);
+      any_key_ = true;
+      scan_ = ValueScan{};
+      scan_.feed(c);
+      key_raw_ = c;
+      obj_ = Obj::key;
+      return;
+    case Obj::key: {
+      const ValueScan::Step s = scan_.feed(c);
+      if (s == ValueScan::Step::fail) return fail_call(c, out);
+      key_raw_ += c;
+      if (s == ValueScan::Step::done) obj_ = Obj::after_key;
+      return;
+    }
+    case Obj::after_key:
+      if (is_space(c)) return;
+      if (c != ':') return fail_call(c, out);
+      obj_ = Obj::value_start;
+      return;
+    case Obj::value_start: {
+      if (is_space(c)) return;
+      const std::optional<std::string> key = decode_string(key_raw_);
+      if (!key) return fail_call(c, out);
+      target_ = Target::skip;
+      if (*key == "name" && !have_name_) {
+        if (c != '"') return fail_call(c, out);
+        target_ = Target::name;
+      } else if (*key == "arguments" && !args_started_) {
+        target_ = c == '"' ? Target::arguments_string : Target::arguments_stream;
+        args_started_ = true;
+        if (have_name_) announce(out);  // the arguments begin: the call is one
+      }
+      scan_ = ValueScan{};
+      value_raw_.clear();
+      obj_ = Obj::value;
+      return step(c, out);
+    }
+    case Obj::value: {
+      const ValueScan::Step s = scan_.feed(c);
+      if (s == ValueScan::Step::fail) return fail_call(c, out);
+      if (s != ValueScan::Step::done_before) {
+        if (target_ == Target::arguments_stream) (announced_ ? fragment_ : args_pending_) += c;
+        else if (target_ != Target::skip) value_raw_ += c;
+        if (s == ValueScan::Step::more) return;
+      }
+      obj_ = Obj::after_value;
+      if (target_ == Target::name) {
+        std::optional<std::string> name = decode_string(value_raw_);
+        if (!name || name->empty()) return fail_call(c, out);
+        name_ = std::move(*name);
+        have_name_ = true;
+        if (args_started_) announce(out);
+      } else if (target_ == Target::arguments_string) {
+        std::optional<std::string> args = decode_string(value_raw_);
+        if (!args) return fail_call(c, out);
+        (announced_ ? fragment_ : args_pending_) += *args;
+      } else if (target_ == Target::arguments_stream && have_name_) {
+        announce(out);
+      }
+      if (s == ValueScan::Step::done_before) return step(c, out);  // c belongs to what follows the value
+      return;
+    }
+    case Obj::after_value:
+      if (is_space(c)) return;
+      if (c == ',') {
+        obj_ = Obj::key_start;
+        return;
+      }
+      if (c == '}') return object_end(c, out);
+      return fail_call(c, out);
   }
-  r.calls = std::move(calls);
-  return r;
+}
+
+void ToolCallExtractor::object_end(char c, Output& out) {
+  if (!have_name_) return fail_call(c, out);
+  if (!args_started_) {
+    args_started_ = true;
+    args_pending_ = "{}";
+  }
+  announce(out);
+  flush_fragment(out);
+  mode_ = Mode::closing;
+  close_matched_ = 0;
 }
 
 ToolCallExtractor::Result ToolCallExtractor::split(std::string_view text) {
   ToolCallExtractor x;
-  std::string before = x.feed(text);
-  Result r = x.finish();
-  r.content.insert(0, before);
+  Output a = x.feed(text);
+  Output b = x.finish();
+  Result r;
+  r.content = a.content + b.content;
+  for (const Output* o : {&a, &b})
+    for (const ToolCallDelta& d : o->deltas) {
+      if (d.first) r.calls.push_back(ToolCall{d.id, d.name, {}});
+      r.calls[d.index].arguments += d.arguments;
+    }
   return r;
 }
 

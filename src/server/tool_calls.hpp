@@ -5,12 +5,27 @@
 //   {"name": "get_weather", "arguments": {"city": "Paris"}}
 //   </tool_call>
 // and OpenAI clients expect them as message.tool_calls with finish_reason
-// "tool_calls". ToolCallExtractor separates the two while the text streams:
-// content before the first <tool_call> goes out as it arrives (minus a tail
-// that may be the start of the tag), everything from the tag on is held and
-// parsed at the end. Held text that does not parse as calls (a call cut off
-// by max_tokens, invalid JSON, no "name") is given back as plain content, so
-// nothing the model wrote is ever lost.
+// "tool_calls", or, streamed, as incremental deltas: a call's first delta has
+// its index, id, type, function.name and arguments "", the next ones
+// fragments of function.arguments as the model writes them.
+//
+// ToolCallExtractor separates content and calls while the text streams, with
+// a small incremental scanner of the call object (strings, escapes and
+// nesting; values it does not need are skipped):
+//  - content before a <tool_call> goes out as it arrives (minus a tail that
+//    may be the start of the tag);
+//  - a call is announced once its "name" is read and its "arguments" value
+//    has begun (or the object ended without one: arguments "{}"); until then
+//    its text is held, and text that turns out not to be a call (not an
+//    object, no name, cut off, bad syntax) is given back as content, so
+//    nothing the model wrote is lost;
+//  - an announced call's arguments stream verbatim (the model's JSON text;
+//    arguments written as a JSON string are sent decoded, whole); a call cut
+//    off after its announcement stays a call (its finish reason "length");
+//  - blank text between and after calls is dropped; other text after a call
+//    is content.
+#include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -23,29 +38,86 @@ struct ToolCall {
   std::string arguments;  // a JSON object, as text (OpenAI's function.arguments)
 };
 
+// One streamed piece of a call (OpenAI's delta.tool_calls[]).
+struct ToolCallDelta {
+  std::size_t index = 0;  // the call's position in this answer
+  bool first = false;     // the announcement: id and name set, arguments ""
+  std::string id, name;
+  std::string arguments;  // a fragment (empty on the first delta)
+};
+
 class ToolCallExtractor {
  public:
-  // Content text as it arrives; returns what can be sent as content now.
-  std::string feed(std::string_view text);
+  struct Output {
+    std::string content;                // text to send as content now
+    std::vector<ToolCallDelta> deltas;  // call pieces to send now, in order
+    bool empty() const noexcept { return content.empty() && deltas.empty(); }
+  };
+  // Content text as it arrives.
+  Output feed(std::string_view text);
+  // At the end of the generation: what was held.
+  Output finish();
 
+  bool has_calls() const noexcept { return calls_ > 0; }
+  // The engine's finish reason as the client sees it: "tool_calls" when a
+  // generation that stopped by itself made calls.
+  std::string finish_reason(const std::string& engine_reason) const {
+    return has_calls() && engine_reason == "stop" ? "tool_calls" : engine_reason;
+  }
+
+  // A whole answer at once (blocking responses): its content, and its calls
+  // with their deltas joined, so both paths give the same calls.
   struct Result {
-    std::string content;  // held text that is content after all (may be empty)
+    std::string content;
     std::vector<ToolCall> calls;
-    // The engine's finish reason as the client sees it: "tool_calls" when a
-    // generation that stopped by itself ended in calls.
     std::string finish_reason(const std::string& engine_reason) const {
       return !calls.empty() && engine_reason == "stop" ? "tool_calls" : engine_reason;
     }
   };
-  // At the end of the generation: the rest.
-  Result finish();
-
-  // A whole answer at once: all of its content, and its calls.
   static Result split(std::string_view text);
 
  private:
-  std::string held_;
-  bool in_calls_ = false;  // a <tool_call> tag has been seen
+  enum class Mode { content, call, closing, passthrough };
+  enum class Obj { open, key_start, key, after_key, value_start, value, after_value };
+  enum class Target { skip, name, arguments_stream, arguments_string };
+  // Scans one JSON value a character at a time.
+  struct ValueScan {
+    enum class Step { more, done, done_before, fail };
+    Step feed(char c);
+    bool started = false, in_string = false, escape = false;
+    char kind = 0;  // '"' string, '{' container, 's' scalar
+    int depth = 0;
+  };
+
+  void content(std::string_view text, Output& out);
+  void call_char(char c, Output& out);
+  void step(char c, Output& out);        // one character of the call object
+  void object_end(char c, Output& out);  // its closing brace
+  // `c` shows the text is not (or no longer) a call: held text back to
+  // content, and everything after passes through as content.
+  void fail_call(char c, Output& out);
+  void announce(Output& out);
+  void start_call();
+  void flush_fragment(Output& out);
+
+  Mode mode_ = Mode::content;
+  std::string held_;        // content mode: a tail that may start <tool_call>
+  std::string held_blank_;  // blank text after a call (dropped unless other text follows)
+  bool after_call_ = false;
+  std::size_t calls_ = 0;  // calls announced
+
+  // The call being read.
+  std::string raw_;      // its text since the tag, given back if it is not a call
+  Obj obj_ = Obj::open;
+  bool any_key_ = false;
+  std::string key_raw_, value_raw_;
+  ValueScan scan_;
+  Target target_ = Target::skip;
+  std::string name_;
+  bool have_name_ = false, args_started_ = false, announced_ = false;
+  std::string args_pending_;  // arguments read before the name
+  std::string fragment_;      // arguments to send with this feed
+  std::size_t close_matched_ = 0;  // closing mode: chars of </tool_call> seen
 };
 
 }  // namespace neuron::server

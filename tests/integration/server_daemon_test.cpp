@@ -365,7 +365,13 @@ TEST_F(ServerDaemon, ClientDisconnectDuringANonStreamingRequestCancelsTheGenerat
 
 TEST_F(ServerDaemon, MetricsCountRequestsTokensAndLatencies) {
   ASSERT_EQ(daemon_->post("/v1/completions", completion_request(model_, "metrics"))->status, 200);
+  // An exchange is counted once its response is written, which may be just
+  // after the client has read it: wait (bounded) for the count.
   std::string text = metrics();
+  for (int i = 0; i < 100 && metric_sum(text, "neuron_http_requests_total{route=\"/v1/completions\",status=\"200\"}") == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    text = metrics();
+  }
   EXPECT_GT(metric_sum(text, "neuron_http_requests_total{route=\"/v1/completions\",status=\"200\"}"), 0);
   EXPECT_GT(metric_sum(text, "neuron_prompt_tokens_total{model="), 0);
   EXPECT_GT(metric_sum(text, "neuron_generated_tokens_total{model="), 0);
@@ -417,8 +423,9 @@ TEST_F(ServerDaemon, BadInputGetsTheRightEnvelopeAndTheDaemonKeepsServing) {
       {"negative max_tokens", "POST", "/v1/chat/completions", "{" + m + ", " + msgs + ", \"max_tokens\": -5}", 400, "invalid_argument", "max_tokens"},
       {"huge max_tokens", "POST", "/v1/chat/completions", "{" + m + ", " + msgs + ", \"max_tokens\": 1e300}", 400, "invalid_argument", "max_tokens"},
       {"max_tokens past the context", "POST", "/v1/chat/completions", "{" + m + ", " + msgs + ", \"max_tokens\": 2000000000}", 400, "context_length_exceeded", "max_tokens"},
-      {"n = 2", "POST", "/v1/chat/completions", "{" + m + ", " + msgs + ", \"n\": 2}", 400, "invalid_argument", "n"},
-      {"logprobs", "POST", "/v1/chat/completions", "{" + m + ", " + msgs + ", \"logprobs\": true}", 400, "unsupported_parameter", "logprobs"},
+      {"n = 17", "POST", "/v1/chat/completions", "{" + m + ", " + msgs + ", \"n\": 17}", 400, "invalid_argument", "n"},
+      {"top_logprobs = 21", "POST", "/v1/chat/completions", "{" + m + ", " + msgs + ", \"logprobs\": true, \"top_logprobs\": 21}", 400, "invalid_argument", "top_logprobs"},
+      {"echo with logprobs", "POST", "/v1/completions", "{" + m + ", \"prompt\": \"a\", \"echo\": true, \"logprobs\": 1}", 400, "unsupported_parameter", "echo"},
       {"batched prompts", "POST", "/v1/completions", "{" + m + ", \"prompt\": [\"a\", \"b\"]}", 400, "invalid_argument", "prompt"},
       {"token id outside the vocabulary", "POST", "/v1/completions", "{" + m + ", \"prompt\": [1, 2000000000]}", 400, nullptr, "prompt[1]"},
       {"unknown model", "POST", "/v1/chat/completions", "{\"model\": \"no-such-model\", " + msgs + "}", 404, "model_not_found", "model"},

@@ -313,3 +313,75 @@ TEST(ServerTransport, KeepAliveCarriesStreamsPipelinedRequestsAndHead) {
 
 }  // namespace
 }  // namespace neuron::server
+
+namespace neuron::server {
+namespace {
+
+// Head and body of one exchange on a fresh connection (Connection: close).
+std::string exchange(int port, const std::string& request) {
+  RawConnection c(port);
+  c.send(request);
+  return c.read_until([](const std::string&) { return false; });
+}
+
+std::string head_of(const std::string& response) { return response.substr(0, response.find("\r\n\r\n") + 2); }
+
+TEST(ServerTransport, BrowsersFromAllowedOriginsGetCorsHeadersAndPreflightsNeedNoKey) {
+  Daemon d({"--model", tiny_model_dir(), "--api-key", "k3y", "--allowed-origins", "http://app.example, http://localhost:5173",
+            "--max-body-bytes", "4096"},
+           false);
+  d.api_key = "k3y";
+  d.wait_models_loaded();
+  const std::string origin = "Origin: http://app.example\r\n";
+  // The preflight of a fetch() with the key: answered without one.
+  const std::string pre = exchange(d.port(), "OPTIONS /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + origin +
+                                                 "Access-Control-Request-Method: POST\r\n"
+                                                 "Access-Control-Request-Headers: authorization, content-type, x-stainless-os\r\n\r\n");
+  EXPECT_EQ(pre.rfind("HTTP/1.1 204", 0), 0u) << pre;
+  EXPECT_NE(pre.find("Access-Control-Allow-Origin: http://app.example\r\n"), std::string::npos) << pre;
+  EXPECT_NE(pre.find("Vary: Origin\r\n"), std::string::npos) << pre;
+  EXPECT_NE(pre.find("Access-Control-Allow-Methods: GET, POST, OPTIONS"), std::string::npos) << pre;
+  EXPECT_NE(pre.find("x-stainless-os"), std::string::npos) << pre;
+  EXPECT_NE(pre.find("Access-Control-Max-Age: 600"), std::string::npos) << pre;
+  EXPECT_EQ(pre.find("Content-Length"), std::string::npos) << "a 204 has no body\n" << pre;
+  // From another origin: refused.
+  const std::string other = exchange(d.port(), "OPTIONS /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\nOrigin: http://evil.example\r\n"
+                                               "Access-Control-Request-Method: GET\r\n\r\n");
+  EXPECT_EQ(other.rfind("HTTP/1.1 403", 0), 0u) << other;
+  EXPECT_EQ(other.find("Access-Control-Allow-Origin"), std::string::npos) << other;
+
+  // Answers of every kind carry the header: success, a 401, a transport refusal (413), a stream.
+  const std::string ok = exchange(d.port(), "GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer k3y\r\n" + origin + "\r\n");
+  EXPECT_EQ(ok.rfind("HTTP/1.1 200", 0), 0u) << ok;
+  EXPECT_NE(head_of(ok).find("Access-Control-Allow-Origin: http://app.example\r\n"), std::string::npos) << ok;
+  const std::string unauthorized = exchange(d.port(), "GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + origin + "\r\n");
+  EXPECT_EQ(unauthorized.rfind("HTTP/1.1 401", 0), 0u) << unauthorized;
+  EXPECT_NE(head_of(unauthorized).find("Access-Control-Allow-Origin: http://app.example"), std::string::npos) << unauthorized;
+  const std::string big = exchange(d.port(), http_post_text("/v1/completions", std::string(8000, ' '), origin + "Authorization: Bearer k3y\r\n"));
+  EXPECT_EQ(big.rfind("HTTP/1.1 413", 0), 0u) << big;
+  EXPECT_NE(head_of(big).find("Access-Control-Allow-Origin: http://app.example"), std::string::npos) << big;
+  const json body = {{"prompt", "hi"}, {"max_tokens", 2}, {"stream", true}};
+  const std::string stream = exchange(d.port(), http_post_text("/v1/completions", body.dump(), origin + "authorization: bearer k3y\r\n"));
+  EXPECT_EQ(stream.rfind("HTTP/1.1 200", 0), 0u) << stream;
+  EXPECT_NE(head_of(stream).find("Access-Control-Allow-Origin: http://app.example"), std::string::npos) << stream;
+  EXPECT_NE(stream.find("data: [DONE]"), std::string::npos) << stream;
+  // No Origin (curl, SDKs), or one not allowed: no CORS headers.
+  const std::string plain = exchange(d.port(), "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(plain.find("Access-Control"), std::string::npos) << plain;
+  const std::string evil = exchange(d.port(), "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\nOrigin: http://evil.example\r\n\r\n");
+  EXPECT_EQ(evil.rfind("HTTP/1.1 200", 0), 0u) << evil;
+  EXPECT_EQ(evil.find("Access-Control"), std::string::npos) << evil;
+  EXPECT_EQ(d.stop(), 0);
+}
+
+TEST(ServerTransport, WithoutAllowedOriginsThereIsNoCors) {
+  Daemon d({"--model", tiny_model_dir()});
+  const std::string pre = exchange(d.port(), "OPTIONS /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\nOrigin: http://app.example\r\n"
+                                             "Access-Control-Request-Method: GET\r\n\r\n");
+  EXPECT_EQ(pre.rfind("HTTP/1.1 405", 0), 0u) << pre;
+  EXPECT_EQ(pre.find("Access-Control"), std::string::npos) << pre;
+  EXPECT_EQ(d.stop(), 0);
+}
+
+}  // namespace
+}  // namespace neuron::server

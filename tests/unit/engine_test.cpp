@@ -377,6 +377,164 @@ TEST_F(EngineTest, StatsRecordLatencies) {
   EXPECT_EQ(stats.running, 0u);
 }
 
+// Every choice's events, by index, until all n have ended.
+std::vector<Outcome> drain_choices(Channel& channel, std::int32_t n, std::chrono::milliseconds timeout = 60s) {
+  std::vector<Outcome> out(static_cast<std::size_t>(n));
+  std::int32_t ended = 0;
+  while (ended < n) {
+    std::optional<Event> e = channel.next(timeout);
+    if (!e) throw std::runtime_error("no event within the timeout");
+    if (e->choice < 0 || e->choice >= n) throw std::runtime_error("an event for choice " + std::to_string(e->choice));
+    Outcome& o = out[static_cast<std::size_t>(e->choice)];
+    if (e->kind == Event::Kind::delta) {
+      EXPECT_FALSE(o.last.kind != Event::Kind::delta) << "a delta after its choice ended";
+      o.text += e->text;
+      o.reasoning += e->reasoning;
+      o.delta_tokens.insert(o.delta_tokens.end(), e->tokens.begin(), e->tokens.end());
+      o.deltas.push_back(*e);
+      continue;
+    }
+    o.last = std::move(*e);
+    ++ended;
+  }
+  return out;
+}
+
+std::vector<std::int32_t> long_prompt() {
+  return tiny_tokenizer()->encode("In a quiet village by the sea there lived an old fisherman who told stories every evening to anyone who would listen");
+}
+
+TEST_F(EngineTest, ChoicesShareOnePrefillOfThePrompt) {
+  const std::vector<std::int32_t> p = long_prompt();
+  const auto P = static_cast<std::int64_t>(p.size());
+  ASSERT_GT(P, 12);
+  constexpr std::int32_t kN = 3, kMax = 6;
+  auto alone = make_engine();
+  const Outcome single = drain(*alone->submit(greedy_request(p, kMax)));
+
+  auto engine = make_engine();
+  CompletionRequest r = greedy_request(p, kMax);
+  r.n = kN;
+  const std::vector<Outcome> got = drain_choices(*engine->submit(r), kN);
+  // The test runner's blocks hold 4 positions; a sibling reuses every full block
+  // of the first P - 1 tokens (its last prompt token is always computed).
+  const std::int32_t shared = static_cast<std::int32_t>((P - 1) / 4 * 4);
+  for (std::int32_t c = 0; c < kN; ++c) {
+    const Outcome& o = got[static_cast<std::size_t>(c)];
+    ASSERT_EQ(o.last.kind, Event::Kind::done) << o.last.error_message;
+    EXPECT_EQ(o.last.choice, c);
+    EXPECT_EQ(o.last.tokens, single.last.tokens) << "greedy choices are equal; choice " << c;
+    EXPECT_EQ(o.last.usage.cached_tokens, c == 0 ? 0 : shared) << "choice " << c;
+  }
+  const EngineStats st = engine->stats();
+  EXPECT_EQ(st.prompt_tokens_cached, static_cast<std::uint64_t>((kN - 1) * shared));
+  // The prompt ran once in full; each sibling ran only what its shared blocks did not hold.
+  EXPECT_EQ(st.step_tokens, static_cast<std::uint64_t>(P + (kN - 1) * (P - shared) + kN * (kMax - 1)));
+
+  // Without the prefix cache every choice prefills the whole prompt.
+  auto uncached = make_engine(EngineOptions{.prefix_caching = false});
+  drain_choices(*uncached->submit(r), kN);
+  EXPECT_EQ(uncached->stats().step_tokens, static_cast<std::uint64_t>(kN * P + kN * (kMax - 1)));
+}
+
+TEST_F(EngineTest, ChoiceIDrawsFromSeedPlusI) {
+  auto sampled = [](std::uint64_t seed, std::int32_t n) {
+    CompletionRequest r = greedy_request(long_prompt(), 10);
+    r.sampling.temperature = 1.0f;
+    r.sampling.seed = seed;
+    r.n = n;
+    return r;
+  };
+  auto engine = make_engine();
+  const std::vector<Outcome> two = drain_choices(*engine->submit(sampled(41, 2)), 2);
+  const Outcome a = drain(*engine->submit(sampled(41, 1)));
+  const Outcome b = drain(*engine->submit(sampled(42, 1)));
+  EXPECT_EQ(two[0].last.tokens, a.last.tokens);
+  EXPECT_EQ(two[1].last.tokens, b.last.tokens);
+  EXPECT_NE(two[0].last.tokens, two[1].last.tokens) << "different seeds, different draws (10 tokens at temperature 1)";
+}
+
+TEST_F(EngineTest, CancellingARequestEndsEveryChoice) {
+  auto engine = make_engine();
+  CompletionRequest r = greedy_request(long_prompt(), 400);
+  r.n = 4;
+  auto channel = engine->submit(r);
+  ASSERT_TRUE(channel->next(60s).has_value());
+  channel->cancel();
+  const std::vector<Outcome> got = drain_choices(*channel, 4);
+  for (const Outcome& o : got) {
+    ASSERT_EQ(o.last.kind, Event::Kind::done);
+    EXPECT_EQ(o.last.finish_reason, "cancelled");
+    EXPECT_LT(o.last.usage.completion_tokens, 400);
+  }
+  EXPECT_TRUE(engine->idle());
+}
+
+TEST_F(EngineTest, RefusesChoicesAndLogprobsOutOfRange) {
+  auto engine = make_engine();
+  for (std::int32_t n : {0, kMaxChoices + 1}) {
+    CompletionRequest r = greedy_request(prompt(), 4);
+    r.n = n;
+    EXPECT_THROW(engine->submit(r), Error) << n;
+  }
+  for (std::int32_t top : {-2, model::kMaxTopLogprobs + 1}) {
+    CompletionRequest r = greedy_request(prompt(), 4);
+    r.top_logprobs = top;
+    EXPECT_THROW(engine->submit(r), Error) << top;
+  }
+  auto small = make_engine(EngineOptions{.queue_depth = 1, .max_num_seqs = 2});
+  CompletionRequest r = greedy_request(prompt(), 4);
+  r.n = 4;
+  EXPECT_THROW(small->submit(r), Error) << "more choices than the model can ever hold";
+}
+
+TEST_F(EngineTest, LogprobsRideWithTheirTokens) {
+  auto engine = make_engine();
+  CompletionRequest r = greedy_request(prompt(), 12);
+  r.top_logprobs = 3;
+  const Outcome got = drain(*engine->submit(r));
+  ASSERT_EQ(got.last.kind, Event::Kind::done);
+  std::size_t with = 0;
+  for (const Event& d : got.deltas) {
+    ASSERT_EQ(d.logprobs.size(), d.tokens.size());
+    for (std::size_t i = 0; i < d.tokens.size(); ++i) {
+      const model::TokenLogprobs& lp = d.logprobs[i];
+      ASSERT_EQ(lp.top.size(), 3u);
+      EXPECT_EQ(lp.top[0].token, d.tokens[i]) << "greedy: the sampled token is the most likely";
+      EXPECT_FLOAT_EQ(lp.logprob, lp.top[0].logprob);
+      EXPECT_LE(lp.logprob, 0.0f);
+      EXPECT_GE(lp.top[0].logprob, lp.top[1].logprob);
+      ++with;
+    }
+  }
+  EXPECT_GT(with, 0u);
+  // Without the request for them, nothing is computed or sent.
+  const Outcome plain = drain(*engine->submit(greedy_request(prompt(), 12)));
+  for (const Event& d : plain.deltas) EXPECT_TRUE(d.logprobs.empty());
+  EXPECT_EQ(plain.last.tokens, got.last.tokens) << "asking for logprobs changes nothing else";
+}
+
+TEST_F(EngineTest, LogprobsAreOfTheRawLogitsNotThePenalisedOnes) {
+  // A strong repetition penalty changes which token is drawn, not what the
+  // model's distribution said: the reported top entries of a step equal the
+  // unpenalised run's for the same history.
+  auto engine = make_engine();
+  CompletionRequest plain = greedy_request(prompt(), 1);
+  plain.top_logprobs = 5;
+  CompletionRequest penalised = plain;
+  penalised.sampling.repetition_penalty = 5.0f;
+  const Outcome a = drain(*engine->submit(plain));
+  const Outcome b = drain(*engine->submit(penalised));
+  ASSERT_FALSE(a.deltas.empty());
+  ASSERT_FALSE(b.deltas.empty());
+  const model::TokenLogprobs& la = a.deltas[0].logprobs.at(0);
+  const model::TokenLogprobs& lb = b.deltas[0].logprobs.at(0);
+  for (std::size_t i = 0; i < la.top.size(); ++i) {
+    EXPECT_EQ(la.top[i].token, lb.top[i].token);
+    EXPECT_NEAR(la.top[i].logprob, lb.top[i].logprob, 1e-5);
+  }
+}
+
 TEST_F(EngineTest, ConcurrentClientsGetTheAnswersTheyGetAlone) {
   // Prompts that share prefixes with each other exercise the cache reuse between requests.
   const std::vector<std::string> texts = {"The capital of France is", "The capital of Spain is", "The capital",

@@ -126,24 +126,64 @@ TEST(ServerOpenAiRequest, NamesTheBadField) {
   }
 }
 
-TEST(ServerOpenAiRequest, RefusesMoreThanOneChoice) {
-  ApiError e = expect_field_error([] { parse_chat_request(chat_body({{"n", 2}})); });
-  EXPECT_EQ(e.param, "n");
-  EXPECT_NE(e.message.find("1"), std::string::npos);
+TEST(ServerOpenAiRequest, ChoicesAreBounded) {
+  EXPECT_EQ(parse_chat_request(chat_body()).n, 1);
+  EXPECT_EQ(parse_chat_request(chat_body({{"n", 16}})).n, 16);
+  EXPECT_EQ(parse_completion_request(completion_body({{"n", 3}})).n, 3);
+  for (json n : {json(0), json(17), json(-1), json("2")}) {
+    ApiError e = expect_field_error([&] { parse_chat_request(chat_body({{"n", n}})); });
+    EXPECT_EQ(e.param, "n") << n.dump();
+    EXPECT_EQ(e.status, 400);
+  }
+}
+
+TEST(ServerOpenAiRequest, LogprobsInOpenAisTwoDialects) {
+  // Chat: logprobs true, top_logprobs 0..20 (needs logprobs).
+  EXPECT_EQ(parse_chat_request(chat_body()).top_logprobs, -1);
+  EXPECT_EQ(parse_chat_request(chat_body({{"logprobs", false}})).top_logprobs, -1);
+  EXPECT_EQ(parse_chat_request(chat_body({{"logprobs", true}})).top_logprobs, 0);
+  EXPECT_EQ(parse_chat_request(chat_body({{"logprobs", true}, {"top_logprobs", 20}})).top_logprobs, 20);
+  for (json extra : {json{{"top_logprobs", 2}}, json{{"logprobs", true}, {"top_logprobs", 21}},
+                     json{{"logprobs", true}, {"top_logprobs", -1}}}) {
+    ApiError e = expect_field_error([&] { parse_chat_request(chat_body(extra)); });
+    EXPECT_EQ(e.param, "top_logprobs") << extra.dump();
+  }
+  EXPECT_EQ(expect_field_error([] { parse_chat_request(chat_body({{"logprobs", 3}})); }).param, "logprobs");
+  // Completions: logprobs N in 0..5.
+  EXPECT_EQ(parse_completion_request(completion_body({{"logprobs", 0}})).top_logprobs, 0);
+  EXPECT_EQ(parse_completion_request(completion_body({{"logprobs", 5}})).top_logprobs, 5);
+  EXPECT_EQ(parse_completion_request(completion_body({{"logprobs", nullptr}})).top_logprobs, -1);
+  EXPECT_EQ(expect_field_error([] { parse_completion_request(completion_body({{"logprobs", 6}})); }).param, "logprobs");
+  // echo is cheap; the prompt's own logprobs are not (refused, naming echo).
+  EXPECT_TRUE(parse_completion_request(completion_body({{"echo", true}})).echo);
+  ApiError e = expect_field_error([] { parse_completion_request(completion_body({{"echo", true}, {"logprobs", 1}})); });
+  EXPECT_EQ(e.param, "echo");
+  EXPECT_EQ(e.code, "unsupported_parameter");
 }
 
 TEST(ServerOpenAiRequest, RefusesUnsupportedFeaturesClearly) {
-  for (json extra : {json{{"logprobs", true}}, json{{"top_logprobs", 2}}, json{{"logit_bias", {{"1", 5}}}},
-                     json{{"response_format", {{"type", "json_object"}}}}}) {
+  for (json extra : {json{{"logit_bias", {{"1", 5}}}}, json{{"response_format", {{"type", "json_object"}}}}}) {
     ApiError e = expect_field_error([&] { parse_chat_request(chat_body(extra)); });
     EXPECT_EQ(e.status, 400);
     EXPECT_EQ(e.code, "unsupported_parameter") << extra.dump();
     EXPECT_NE(e.message.find("not supported"), std::string::npos);
   }
   EXPECT_NO_THROW(parse_chat_request(chat_body({{"logprobs", false}, {"logit_bias", json::object()}})));
-  for (json extra : {json{{"logprobs", 3}}, json{{"echo", true}}, json{{"best_of", 2}}, json{{"suffix", "x"}}}) {
+  for (json extra : {json{{"best_of", 2}}, json{{"suffix", "x"}}}) {
     ApiError e = expect_field_error([&] { parse_completion_request(completion_body(extra)); });
     EXPECT_EQ(e.code, "unsupported_parameter") << extra.dump();
+  }
+}
+
+TEST(ServerOpenAiRequest, AnEarlierTurnsReasoningUnderEitherName) {
+  for (const char* key : {"reasoning_content", "reasoning"}) {
+    json body = chat_body();
+    body["messages"] = {{{"role", "user"}, {"content", "hi"}}, {{"role", "assistant"}, {"content", "hello"}, {key, "they greet"}}};
+    const OpenAiRequest r = parse_chat_request(body);
+    ASSERT_TRUE(r.messages[1].reasoning_content) << key;
+    EXPECT_EQ(*r.messages[1].reasoning_content, "they greet");
+    body["messages"][1][key] = 5;
+    EXPECT_EQ(expect_field_error([&] { parse_chat_request(body); }).param, std::string("messages[1].") + key);
   }
 }
 

@@ -100,8 +100,8 @@ await check("completions.create stream", async () => {
 
 await check("errors map to the client's exception classes", async () => {
   try {
-    await client.chat.completions.create({ model, messages, n: 2 });
-    throw new Error("n=2 was accepted");
+    await client.chat.completions.create({ model, messages, n: 17 });
+    throw new Error("n=17 was accepted");
   } catch (e) {
     assert(e instanceof OpenAI.BadRequestError, `expected BadRequestError, got ${e.constructor.name}`);
     assert(e.param === "n", `param ${e.param}`);
