@@ -49,14 +49,28 @@ void Batcher::drop(Sequence& seq) {
 
 bool Batcher::accept(Sequence& seq, std::int32_t token) {
   const SequenceParams& p = seq.params();
-  if (!p.ignore_eos && std::find(p.stop_ids.begin(), p.stop_ids.end(), token) != p.stop_ids.end()) {
+  if (token == kNoToken) {  // the grammar allows nothing here (a depth bound cut the only way on)
+    finish(seq, FinishReason::length);
+    return true;
+  }
+  grammar::Matcher* matcher = seq.matcher();
+  const bool is_eos = std::find(p.stop_ids.begin(), p.stop_ids.end(), token) != p.stop_ids.end();
+  // With a grammar, EOS is only ever sampled once the output is complete.
+  if (is_eos && (!p.ignore_eos || (matcher && matcher->complete()))) {
     finish(seq, FinishReason::stop);
     return true;
   }
+  // The sampler drew from the grammar's mask, so the grammar takes the token.
+  const bool grammar_ok = !matcher || matcher->accept_token(token);
+  NEURON_ASSERT(grammar_ok);
   seq.tokens.push_back(token);
   seq.generated += 1;
   if (const auto reason = seq.observer().on_token(token)) {
     finish(seq, *reason);
+    return true;
+  }
+  if (matcher && matcher->done()) {  // a whole value and nothing may follow: end here, as EOS would
+    finish(seq, FinishReason::stop);
     return true;
   }
   // The next step would write position len() - 1.
@@ -105,7 +119,17 @@ StepStats Batcher::step() {
     try {
       Sequence& s = *sampled[static_cast<std::size_t>(i)];
       const auto row = logits.subspan(static_cast<std::size_t>(i * vocab_), static_cast<std::size_t>(vocab_));
-      picks_[static_cast<std::size_t>(i)] = s.sampler().sample(row, s.tokens, static_cast<std::size_t>(s.prompt_len()));
+      const std::uint64_t* allowed = nullptr;
+      if (grammar::Matcher* m = s.matcher()) {
+        const grammar::TokenMask& mask = m->mask(s.params().stop_ids);
+        if (mask.count == 0) {
+          picks_[static_cast<std::size_t>(i)] = kNoToken;
+          continue;
+        }
+        allowed = mask.bits.data();
+      }
+      picks_[static_cast<std::size_t>(i)] =
+          s.sampler().sample(row, s.tokens, static_cast<std::size_t>(s.prompt_len()), allowed);
     } catch (...) {
 #pragma omp critical(neuron_batcher_error)
       if (!error) error = std::current_exception();

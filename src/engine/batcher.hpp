@@ -6,7 +6,9 @@
 // (in parallel: each sequence has its own Sampler), and tells each
 // sequence's observer about its token. EOS ids, max_tokens and the context
 // limit end a sequence here; its observer can end it too (stop strings,
-// cancellation). A finished sequence's blocks go back to the pool at once
+// cancellation). A sequence with a grammar samples from its matcher's mask
+// (computed in the same parallel loop), advances the matcher by the sampled
+// token, and ends ("stop") when the grammar is done. A finished sequence's blocks go back to the pool at once
 // (full ones stay cached for reuse).
 #include <cstdint>
 #include <vector>
@@ -59,6 +61,7 @@ class Batcher {
   std::int32_t max_context() const noexcept { return max_context_; }
 
  private:
+  static constexpr std::int32_t kNoToken = -1;  // a grammar allowed no token: the sequence ends ("length")
   // Applies a sampled token; returns true when the sequence finished.
   bool accept(Sequence& seq, std::int32_t token);
 

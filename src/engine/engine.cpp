@@ -95,7 +95,8 @@ struct Engine::State {
           seq(id,
               SequenceParams{.prompt = request.prompt, .max_tokens = request.max_tokens, .sampling = request.sampling,
                              .stop_ids = state.stop_ids,
-                             .ignore_eos = request.ignore_eos},
+                             .ignore_eos = request.ignore_eos,
+                             .grammar = request.grammar},
               *this) {
       done.kind = Event::Kind::done;
       done.usage.prompt_tokens = static_cast<std::int32_t>(request.prompt.size());
@@ -399,6 +400,10 @@ std::shared_ptr<Channel> Engine::submit(CompletionRequest request) {
              " (" + std::to_string(needed) + " in total)");
   }
   request.sampling.validate();
+  if (request.grammar && request.grammar->logits_vocab() != s.vocab)
+    fail(errc::invalid_argument, "the grammar was compiled for a vocabulary of " +
+                                     std::to_string(request.grammar->logits_vocab()) + " tokens; this model has " +
+                                     std::to_string(s.vocab));
   // Stop matching re-scans the held-back text each token, so bound its size.
   if (request.stop.size() > kMaxStopStrings) {
     fail(errc::invalid_argument, "stop has " + std::to_string(request.stop.size()) + " strings; at most " +

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "grammar/matcher.hpp"
 #include "model/sampler.hpp"
 
 namespace neuron::engine {
@@ -24,6 +25,9 @@ struct CompletionRequest {
   bool ignore_eos = false;
   bool split_reasoning = false;       // route <think>...</think> text to reasoning deltas (Qwen3 chat)
   bool prompt_in_reasoning = false;   // the prompt already opened <think> (template ended inside it)
+  // Constrained decoding (response_format, tool_choice): compiled for this
+  // model's vocabulary (grammar/cache.hpp); null: unconstrained.
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;
 };
 
 struct Usage {

@@ -4,10 +4,12 @@
 // state, and whom to tell about its tokens. The engine thread owns every
 // Sequence; the Scheduler and the BlockManager only point at them.
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "grammar/matcher.hpp"
 #include "model/sampler.hpp"
 
 namespace neuron::engine {
@@ -21,6 +23,10 @@ struct SequenceParams {
   model::SamplingParams sampling;       // validated by the Sampler
   std::vector<std::int32_t> stop_ids;   // EOS ids: end with "stop", never emitted
   bool ignore_eos = false;              // keep going through stop_ids
+  // Constrained decoding: only tokens that keep the output a valid prefix of
+  // this grammar are sampled; EOS only once it is complete, and the sequence
+  // ends ("stop") as soon as nothing may follow. Null: unconstrained.
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;
 };
 
 // What a sequence's owner hears, on the engine thread, in order: on_token for
@@ -42,6 +48,7 @@ class Sequence {
   const SequenceParams& params() const noexcept { return params_; }
   SequenceObserver& observer() noexcept { return observer_; }
   model::Sampler& sampler() noexcept { return sampler_; }
+  grammar::Matcher* matcher() noexcept { return matcher_.get(); }  // null when unconstrained
 
   std::vector<std::int32_t> tokens;  // [prompt + generated] position p's KV comes from tokens[p]
   std::vector<std::int32_t> blocks;  // its block table; covers at least `computed` positions
@@ -60,6 +67,7 @@ class Sequence {
   SequenceParams params_;
   SequenceObserver& observer_;
   model::Sampler sampler_;
+  std::unique_ptr<grammar::Matcher> matcher_;
 };
 
 }  // namespace neuron::engine

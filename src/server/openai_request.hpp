@@ -14,6 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "grammar/cache.hpp"
+
 namespace neuron::server {
 
 struct ChatMessage {
@@ -48,7 +50,25 @@ struct OpenAiRequest {
   nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
   nlohmann::ordered_json tools;  // null or array
   bool tool_calls = false;       // tools given and tool_choice not "none": parse <tool_call> blocks out of the answer
+  // Constrained decoding: response_format json_object / json_schema, vLLM's
+  // guided_json, or tool_choice "required" / a named function (one tool call
+  // is forced). Compiled per model by the handler (grammar/cache.hpp); a
+  // schema it cannot compile is a 400 on `constraint_param`.
+  std::optional<grammar::Constraint> constraint;
+  std::string constraint_param;
 };
+
+// The pieces, for other endpoints that take the same fields (/v1/responses,
+// /v1/messages). Throw FieldError naming the field.
+// response_format: {"type": "text"} -> nullopt; {"type": "json_object"};
+// {"type": "json_schema", "json_schema": {"name", "schema", "strict"}}.
+std::optional<grammar::Constraint> parse_response_format(const nlohmann::ordered_json& rf, const std::string& param);
+// vLLM's guided_json: a schema object, or its JSON text.
+grammar::Constraint parse_guided_json(const nlohmann::ordered_json& v, const std::string& param);
+// The tools one forced call may use: all of `tools` (OpenAI chat format:
+// [{"type": "function", "function": {"name", "parameters"}}]), or only the
+// one named `only` (FieldError on `param` when no tool has that name).
+grammar::Constraint tool_call_constraint(const nlohmann::ordered_json& tools, const std::string* only, const std::string& param);
 
 // Body text -> JSON object. Throws FieldError{invalid_json} for malformed
 // JSON (nlohmann also rejects invalid UTF-8 and lone surrogates in strings),
