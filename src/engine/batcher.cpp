@@ -119,17 +119,34 @@ StepStats Batcher::step() {
     try {
       Sequence& s = *sampled[static_cast<std::size_t>(i)];
       const auto row = logits.subspan(static_cast<std::size_t>(i * vocab_), static_cast<std::size_t>(vocab_));
-      const std::uint64_t* allowed = nullptr;
-      if (grammar::Matcher* m = s.matcher()) {
-        const grammar::TokenMask& mask = m->mask(s.params().stop_ids);
-        if (mask.count == 0) {
-          picks_[static_cast<std::size_t>(i)] = kNoToken;
+      std::int32_t& pick = picks_[static_cast<std::size_t>(i)];
+      grammar::Matcher* m = s.matcher();
+      if (!m) {
+        pick = s.sampler().sample(row, s.tokens, static_cast<std::size_t>(s.prompt_len()));
+        continue;
+      }
+      const auto eos = std::span<const std::int32_t>(s.params().stop_ids);
+      const grammar::TokenMask* mask = m->cached_mask(eos);
+      if (!mask) {
+        // No mask cached for this state: computing one walks the vocabulary.
+        // Draw without it first and keep the token if the grammar takes it
+        // (sampling p and, on a refusal, p restricted to the allowed set gives
+        // exactly the constrained distribution; greedy keeps the argmax).
+        thread_local std::vector<float> saved;
+        saved.assign(row.begin(), row.end());
+        const std::int32_t t = s.sampler().sample(row, s.tokens, static_cast<std::size_t>(s.prompt_len()));
+        if (m->allows(t, eos)) {
+          pick = t;
           continue;
         }
-        allowed = mask.bits.data();
+        std::copy(saved.begin(), saved.end(), row.begin());
+        mask = &m->mask(eos);
       }
-      picks_[static_cast<std::size_t>(i)] =
-          s.sampler().sample(row, s.tokens, static_cast<std::size_t>(s.prompt_len()), allowed);
+      if (mask->count == 0) {
+        pick = kNoToken;
+        continue;
+      }
+      pick = s.sampler().sample(row, s.tokens, static_cast<std::size_t>(s.prompt_len()), mask->bits.data());
     } catch (...) {
 #pragma omp critical(neuron_batcher_error)
       if (!error) error = std::current_exception();

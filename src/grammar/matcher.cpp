@@ -234,6 +234,35 @@ const TokenMask& Matcher::mask(std::span<const std::int32_t> eos_ids) {
       current_ = std::move(m);
     }
   }
+  return with_eos(eos_ids);
+}
+
+const TokenMask* Matcher::cached_mask(std::span<const std::int32_t> eos_ids) {
+  if (!current_) current_ = g_->cached(key(state_));
+  if (!current_) return nullptr;
+  return &with_eos(eos_ids);
+}
+
+bool Matcher::allows(std::int32_t id, std::span<const std::int32_t> eos_ids) {
+  if (std::find(eos_ids.begin(), eos_ids.end(), id) != eos_ids.end()) return state_.accepted;
+  const std::string_view bytes = g_->trie().bytes(id);
+  if (bytes.empty()) return false;
+  const std::size_t mark = arena_.size();
+  State cur = state_;
+  bool ok = true;
+  for (char c : bytes) {
+    advance(cur, static_cast<std::uint8_t>(c), scratch_);
+    if (scratch_.tops.empty() && !scratch_.accepted) {
+      ok = false;
+      break;
+    }
+    std::swap(cur, scratch_);
+  }
+  arena_.resize(mark);  // a trial: its nodes are garbage
+  return ok;
+}
+
+const TokenMask& Matcher::with_eos(std::span<const std::int32_t> eos_ids) {
   if (!state_.accepted) return *current_;
   with_eos_ = *current_;
   for (std::int32_t id : eos_ids) {

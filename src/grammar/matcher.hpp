@@ -88,6 +88,12 @@ class Matcher {
   // refused the only way on): the caller ends the sequence.
   const TokenMask& mask(std::span<const std::int32_t> eos_ids);
 
+  // The mask if this state's is already cached (cheap), else null; as mask().
+  const TokenMask* cached_mask(std::span<const std::int32_t> eos_ids);
+  // Whether `id` may come next (an EOS id: whether complete()), without
+  // changing the state: checks one token without computing a mask.
+  bool allows(std::int32_t id, std::span<const std::int32_t> eos_ids);
+
   bool complete() const noexcept { return state_.accepted; }                   // the output so far is a whole value
   bool done() const noexcept { return state_.accepted && state_.tops.empty(); }  // ... and nothing may follow
   const CompiledGrammar& grammar() const noexcept { return *g_; }
@@ -113,6 +119,7 @@ class Matcher {
   std::string key(const State& s) const;
   void compute(const State& s, TokenMask& out);
   void collect_garbage();
+  const TokenMask& with_eos(std::span<const std::int32_t> eos_ids);
 
   std::shared_ptr<const CompiledGrammar> g_;
   std::vector<Node> arena_;

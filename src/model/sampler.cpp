@@ -74,32 +74,21 @@ std::int32_t Sampler::sample(std::span<float> logits, std::span<const std::int32
                                        std::to_string(vocab));
   apply_penalties(logits, history, prompt_len);
 
-  // Candidates: every token, or only the allowed ones. A small allowed set is
-  // listed (sampling then costs nothing per excluded token); a large one
-  // masks the rest to -inf instead.
+  // Candidates: every token, or only the allowed ones (listed, so an
+  // excluded token costs nothing past the scan of its bit).
   std::size_t n = vocab;
   bool listed = false;
   if (allowed) {
     const std::size_t words = (vocab + 63) / 64;
-    std::size_t count = 0;
-    for (std::size_t w = 0; w < words; ++w) count += static_cast<std::size_t>(std::popcount(allowed[w]));
-    if (count == 0) fail(errc::invalid_argument, "no token is allowed");
-    if (count <= vocab / 4) {
-      order_.clear();
-      for (std::size_t w = 0; w < words; ++w)
-        for (std::uint64_t bits = allowed[w]; bits; bits &= bits - 1) {
-          const std::size_t id = w * 64 + static_cast<std::size_t>(std::countr_zero(bits));
-          if (id < vocab) order_.push_back(static_cast<std::int32_t>(id));
-        }
-      n = order_.size();
-      listed = true;
-    } else {
-      for (std::size_t w = 0; w < words; ++w)
-        for (std::uint64_t off = ~allowed[w]; off; off &= off - 1) {
-          const std::size_t id = w * 64 + static_cast<std::size_t>(std::countr_zero(off));
-          if (id < vocab) logits[id] = -INFINITY;
-        }
-    }
+    order_.clear();
+    for (std::size_t w = 0; w < words; ++w)
+      for (std::uint64_t bits = allowed[w]; bits; bits &= bits - 1) {
+        const std::size_t id = w * 64 + static_cast<std::size_t>(std::countr_zero(bits));
+        if (id < vocab) order_.push_back(static_cast<std::int32_t>(id));
+      }
+    if (order_.empty()) fail(errc::invalid_argument, "no token is allowed");
+    n = order_.size();
+    listed = true;
   }
   const std::size_t candidates = n;
 

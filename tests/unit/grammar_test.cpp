@@ -328,7 +328,7 @@ TEST(GrammarMask, SamplerDrawsOnlyAllowedTokens) {
     const std::int32_t t = sampler.sample(logits, {}, 0, bits.data());
     EXPECT_TRUE(t == 3 || t == 40 || t == 70) << t;
   }
-  // A large allowed set masks the rest instead of listing.
+  // A large allowed set too.
   std::vector<std::uint64_t> most(2, ~0ull);
   most[0] &= ~(1ull << 5);
   for (int i = 0; i < 50; ++i) {
