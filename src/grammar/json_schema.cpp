@@ -58,13 +58,16 @@ class Common {
     return s;
   }
 
-  // One character of a string's content: a plain byte, an escape, or a UTF-8 multi-byte character.
+  // One character of a length-bounded string: a plain byte, an escape, or a
+  // UTF-8 multi-byte character of the Basic Multilingual Plane. Characters
+  // past it are left out: JSON Schema counts them as one, JavaScript (zod's
+  // .max()) as two, so either count holds.
   std::uint32_t character() {
     if (char_) return *char_;
     const std::uint32_t r = b_.rule("char");
     b_.alt(r, {b_.set(plain())});
     b_.alt(r, {lit('\\'), GrammarBuilder::ref(escape())});
-    for (const auto& seq : utf8_multibyte()) b_.alt(r, seq);
+    for (const auto& seq : utf8_multibyte(/*astral=*/false)) b_.alt(r, seq);
     char_ = r;
     return r;
   }
@@ -213,21 +216,24 @@ class Common {
   }
 
   // Well-formed UTF-8 sequences of 2 to 4 bytes (Unicode table 3-7).
-  std::vector<std::vector<Element>> utf8_multibyte() {
+  std::vector<std::vector<Element>> utf8_multibyte(bool astral = true) {
     const Element cont = b_.set(range(0x80, 0xbf));
     ByteSet e1_ec;
     e1_ec.add_range(0xe1, 0xec);
     e1_ec.add(0xee);
     e1_ec.add(0xef);
-    return {
+    std::vector<std::vector<Element>> out = {
         {b_.set(range(0xc2, 0xdf)), cont},
         {b_.set(ByteSet::of(0xe0)), b_.set(range(0xa0, 0xbf)), cont},
         {b_.set(e1_ec), cont, cont},
         {b_.set(ByteSet::of(0xed)), b_.set(range(0x80, 0x9f)), cont},
-        {b_.set(ByteSet::of(0xf0)), b_.set(range(0x90, 0xbf)), cont, cont},
-        {b_.set(range(0xf1, 0xf3)), cont, cont, cont},
-        {b_.set(ByteSet::of(0xf4)), b_.set(range(0x80, 0x8f)), cont, cont},
     };
+    if (astral) {
+      out.push_back({b_.set(ByteSet::of(0xf0)), b_.set(range(0x90, 0xbf)), cont, cont});
+      out.push_back({b_.set(range(0xf1, 0xf3)), cont, cont, cont});
+      out.push_back({b_.set(ByteSet::of(0xf4)), b_.set(range(0x80, 0x8f)), cont, cont});
+    }
+    return out;
   }
 
   // After a backslash: a one-letter escape or \uXXXX outside the surrogates.

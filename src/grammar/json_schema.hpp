@@ -11,7 +11,8 @@
 // it; extra keys are ASCII without escapes and never a declared name), array
 // with items, minItems, maxItems; string with minLength, maxLength (in code
 // points; an escape or a UTF-8 character counts one), enum, const, integer
-// and number (minimum 0 / exclusiveMinimum 0 on integers), boolean, null,
+// and number (minimum 0 / exclusiveMinimum 0 on integers; a length-bounded
+// string holds no characters past U+FFFF, which JavaScript counts twice), boolean, null,
 // anyOf and oneOf (both as anyOf), allOf of one schema, $ref to "#" or a
 // local JSON pointer ($defs, definitions; recursion included), OpenAPI's
 // nullable: true. Annotations (title, description, default, examples,

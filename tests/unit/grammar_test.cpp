@@ -120,6 +120,7 @@ TEST(GrammarSchema, StringsAreValidUtf8JsonWithLengthsInCodePoints) {
   EXPECT_TRUE(accepts(bounded, R"("ab")"));
   EXPECT_TRUE(accepts(bounded, "\"\xc3\xa9\xc3\xa9\xc3\xa9\"")) << "three code points, six bytes";
   EXPECT_TRUE(accepts(bounded, R"("\n\u0041")"));
+  EXPECT_FALSE(prefix(bounded, "\"\xf0\x9f")) << "bounded strings stay in the BMP (JavaScript counts the rest twice)";
   EXPECT_FALSE(prefix(bounded, R"("abcd)"));
   EXPECT_TRUE(accepts(json::parse(R"({"type":"string","minLength":2})"), R"("abcdefgh")"));
   EXPECT_FALSE(accepts(json::parse(R"({"type":"string","minLength":2})"), R"("a")"));
