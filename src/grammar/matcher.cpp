@@ -34,7 +34,8 @@ CompiledGrammar::CacheStats CompiledGrammar::cache_stats() const {
   return stats_;
 }
 
-Matcher::Matcher(std::shared_ptr<const CompiledGrammar> grammar) : g_(std::move(grammar)) {
+Matcher::Matcher(std::shared_ptr<const CompiledGrammar> grammar, std::uint64_t max_mask_work)
+    : g_(std::move(grammar)), max_mask_work_(max_mask_work) {
   NEURON_ASSERT(g_ != nullptr);
   table_.resize(256);
   begin_round();
@@ -200,7 +201,8 @@ void Matcher::compute(const State& s, TokenMask& out) {
     std::uint32_t node, next;
   };
   std::vector<Frame> path{{0, 0}};
-  while (!path.empty()) {
+  std::uint64_t work = 0;  // stacks advanced; bounded so that no schema makes a step slow
+  while (!path.empty() && work < max_mask_work_) {
     Frame& f = path.back();
     const TokenTrie::Node& parent = nodes[f.node];
     if (f.next == parent.num_children) {
@@ -210,6 +212,7 @@ void Matcher::compute(const State& s, TokenMask& out) {
     const std::uint32_t child = parent.first_child + f.next++;
     const std::size_t depth = path.size();
     if (levels_.size() <= depth) levels_.resize(depth + 1);
+    work += levels_[depth - 1].tops.size();
     advance(levels_[depth - 1], nodes[child].byte, levels_[depth]);
     const State& here = levels_[depth];
     if (here.tops.empty() && !here.accepted) continue;

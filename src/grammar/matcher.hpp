@@ -20,7 +20,8 @@
 // mask(): the tokens that keep the output a valid prefix, as a bitset over
 // the logits row, computed by walking the TokenTrie with the state (a
 // refused byte prunes the subtree) and cached by the state's canonical form;
-// EOS ids are added when the grammar is complete. accept_token() advances
+// EOS ids are added when the grammar is complete. The walk's work is bounded
+// (kMaxMaskWork), so a hostile schema cannot stall the batch. accept_token() advances
 // the state by a sampled token's bytes. done(): the output is complete and
 // nothing may follow (the caller ends the sequence).
 #include <cstdint>
@@ -39,6 +40,11 @@ namespace neuron::grammar {
 
 inline constexpr std::size_t kMaxStacks = 1024;
 inline constexpr std::uint32_t kMaxStackDepth = 512;
+// Stack advances one mask may cost (a JSON string state over Qwen3's
+// vocabulary takes about 3M, 130-200 ms on the 2-core Xeon guest).
+// A pathological grammar (hundreds of ambiguous stacks over a permissive
+// state) stops there with the tokens found so far: still only valid ones.
+inline constexpr std::uint64_t kMaxMaskWork = 8'000'000;
 
 // Tokens allowed in one state: a bitset over the logits row.
 struct TokenMask {
@@ -74,7 +80,8 @@ class CompiledGrammar {
 
 class Matcher {
  public:
-  explicit Matcher(std::shared_ptr<const CompiledGrammar> grammar);
+  // `max_mask_work`: the bound on one mask's walk (tests lower it).
+  explicit Matcher(std::shared_ptr<const CompiledGrammar> grammar, std::uint64_t max_mask_work = kMaxMaskWork);
 
   // Advances by `bytes` if the grammar allows all of them; false (state
   // unchanged) otherwise.
@@ -122,6 +129,7 @@ class Matcher {
   const TokenMask& with_eos(std::span<const std::int32_t> eos_ids);
 
   std::shared_ptr<const CompiledGrammar> g_;
+  std::uint64_t max_mask_work_;
   std::vector<Node> arena_;
   State state_;
   State scratch_;  // accept_bytes' next state

@@ -315,6 +315,34 @@ TEST(GrammarMask, WalksTheVocabularyAndAddsEosWhenComplete) {
   EXPECT_GE(g->cache_stats().hits, 1u);
 }
 
+TEST(GrammarMask, AHostileSchemaCannotMakeAMaskSlow) {
+  // 148,877 three-letter tokens, and 200 string branches alive at once inside a string.
+  std::vector<std::string> vocab;
+  const std::string letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ \"";
+  for (char a : letters)
+    for (char b : letters)
+      for (char c : letters) vocab.push_back(std::string{a, b, c});
+  const auto trie = std::make_shared<const TokenTrie>(vocab);
+  json branches = json::array();
+  for (int i = 1; i <= 200; ++i) branches.push_back({{"type", "string"}, {"maxLength", 50 + i}});
+  const auto g = std::make_shared<const CompiledGrammar>(compile_json_schema({{"anyOf", branches}}), trie);
+  // The bound is lowered 40x for the test's speed; the walk stops there.
+  Matcher m(g, kMaxMaskWork / 40);
+  ASSERT_TRUE(m.accept_bytes("\""));
+  const auto start = std::chrono::steady_clock::now();
+  const TokenMask& mask = m.mask({});
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  ASSERT_GT(mask.count, 0);
+  EXPECT_LT(mask.count, static_cast<std::int64_t>(vocab.size()) / 2) << "the walk was cut short";
+  // Whatever the bounded walk found is valid.
+  int checked = 0;
+  for (std::size_t id = 0; id < vocab.size() && checked < 50; ++id)
+    if ((mask.bits[id >> 6] >> (id & 63)) & 1) {
+      EXPECT_TRUE(m.allows(static_cast<std::int32_t>(id), {})) << vocab[id];
+      ++checked;
+    }
+}
+
 TEST(GrammarMask, SamplerDrawsOnlyAllowedTokens) {
   model::SamplingParams p;
   p.temperature = 1.0f;
