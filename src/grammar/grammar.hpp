@@ -29,6 +29,14 @@ class ByteSet {
   }
   void remove(std::uint8_t b) noexcept { bits_[b >> 6] &= ~(std::uint64_t{1} << (b & 63)); }
   bool empty() const noexcept { return (bits_[0] | bits_[1] | bits_[2] | bits_[3]) == 0; }
+  void add_all(const ByteSet& o) noexcept {
+    for (int i = 0; i < 4; ++i) bits_[i] |= o.bits_[i];
+  }
+  bool contains_all(const ByteSet& o) const noexcept {
+    for (int i = 0; i < 4; ++i)
+      if (o.bits_[i] & ~bits_[i]) return false;
+    return true;
+  }
   bool operator==(const ByteSet&) const = default;
   const std::array<std::uint64_t, 4>& words() const noexcept { return bits_; }
   static ByteSet of(std::uint8_t b) noexcept {

@@ -192,6 +192,7 @@ void Matcher::compute(const State& s, TokenMask& out) {
   const TokenTrie& trie = g_->trie();
   const auto& nodes = trie.nodes();
   const auto& ids = trie.ids();
+  const Grammar& g = g_->grammar();
   out.bits.assign(static_cast<std::size_t>((trie.logits_vocab() + 63) / 64), 0);
   out.count = 0;
   const std::size_t mark = arena_.size();
@@ -216,12 +217,24 @@ void Matcher::compute(const State& s, TokenMask& out) {
     advance(levels_[depth - 1], nodes[child].byte, levels_[depth]);
     const State& here = levels_[depth];
     if (here.tops.empty() && !here.accepted) continue;
-    for (std::uint32_t i = nodes[child].ids_begin; i < nodes[child].ids_end; ++i) {
+    // A top that loops on every byte below (a string's content) keeps the
+    // whole subtree alive: its tokens are allowed without walking them.
+    bool whole = false;
+    if (nodes[child].num_children > 0)
+      for (std::int32_t id : here.tops) {
+        const Element& el = g.elements[arena_[static_cast<std::size_t>(id)].pos];
+        if (el.op == Op::star && g.sets[el.arg].contains_all(trie.below(child))) {
+          whole = true;
+          break;
+        }
+      }
+    const std::uint32_t end = whole ? nodes[child].subtree_end : nodes[child].ids_end;
+    for (std::uint32_t i = nodes[child].ids_begin; i < end; ++i) {
       const auto id = static_cast<std::uint32_t>(ids[i]);
       out.bits[id >> 6] |= std::uint64_t{1} << (id & 63);
       out.count += 1;
     }
-    if (!here.tops.empty() && nodes[child].num_children > 0) path.push_back({child, 0});
+    if (!whole && !here.tops.empty() && nodes[child].num_children > 0) path.push_back({child, 0});
   }
   arena_.resize(mark);  // the walk's nodes are garbage
 }

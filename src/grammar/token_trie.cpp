@@ -72,8 +72,18 @@ void TokenTrie::build(const std::vector<std::int32_t>& tokens) {
         lo = hi;
       }
       nodes_[w.node].num_children = children;
+      nodes_[w.node].subtree_end = static_cast<std::uint32_t>(w.hi);
     }
     work.swap(next);
+  }
+  // Children come after their parents, so one backward pass unions the bytes below each node.
+  below_.assign(nodes_.size(), ByteSet{});
+  for (std::size_t n = nodes_.size(); n-- > 0;) {
+    const Node& node = nodes_[n];
+    for (std::uint32_t c = node.first_child; c < node.first_child + node.num_children; ++c) {
+      below_[n].add(nodes_[c].byte);
+      below_[n].add_all(below_[c]);
+    }
   }
 }
 

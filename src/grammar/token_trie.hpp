@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "grammar/grammar.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace neuron::grammar {
@@ -25,6 +26,7 @@ class TokenTrie {
     std::uint32_t num_children = 0;
     std::uint32_t ids_begin = 0;    // tokens whose bytes end here: ids()[ids_begin, ids_end)
     std::uint32_t ids_end = 0;
+    std::uint32_t subtree_end = 0;  // tokens at or below this node: ids()[ids_begin, subtree_end)
     std::uint8_t byte = 0;          // the byte leading here from the parent (root: unused)
   };
 
@@ -37,6 +39,9 @@ class TokenTrie {
   std::int64_t logits_vocab() const noexcept { return logits_vocab_; }
   const std::vector<Node>& nodes() const noexcept { return nodes_; }  // [0] is the root (the empty prefix)
   const std::vector<std::int32_t>& ids() const noexcept { return ids_; }
+  // Every byte on the paths below `node` (not its own): a state that loops on
+  // all of them allows the whole subtree without walking it.
+  const ByteSet& below(std::uint32_t node) const noexcept { return below_[node]; }
   // The bytes of a token in the trie; empty for any other id.
   std::string_view bytes(std::int32_t id) const noexcept;
 
@@ -45,6 +50,7 @@ class TokenTrie {
   std::int64_t logits_vocab_;
   std::vector<Node> nodes_;
   std::vector<std::int32_t> ids_;
+  std::vector<ByteSet> below_;  // [nodes]
   std::vector<std::uint32_t> offsets_;  // [logits_vocab + 1] token id -> its bytes in data_
   std::string data_;
 };
