@@ -19,7 +19,8 @@
 //
 // mask(): the tokens that keep the output a valid prefix, as a bitset over
 // the logits row, computed by walking the TokenTrie with the state (a
-// refused byte prunes the subtree) and cached by the state's canonical form;
+// refused byte prunes the subtree; a `star` top whose set holds every byte
+// below a node takes its whole subtree) and cached by the state's canonical form;
 // EOS ids are added when the grammar is complete. The walk's work is bounded
 // (kMaxMaskWork), so a hostile schema cannot stall the batch. accept_token() advances
 // the state by a sampled token's bytes. done(): the output is complete and
