@@ -44,7 +44,7 @@ struct Constraint {
 
 class GrammarCache {
  public:
-  static constexpr std::size_t kMaxGrammars = 32;
+  static constexpr std::size_t kMaxGrammars = 16;  // with their mask caches: at most ~80 MB per model
 
   // `logits_vocab`: the model's logits row size (config vocab_size).
   GrammarCache(std::shared_ptr<const tokenizer::Tokenizer> tok, std::int64_t logits_vocab);

@@ -70,7 +70,7 @@ class CompiledGrammar {
   CacheStats cache_stats() const;
 
  private:
-  static constexpr std::size_t kMaxCachedMasks = 512;  // ~19 KB each for Qwen3: about 10 MB per grammar
+  static constexpr std::size_t kMaxCachedMasks = 256;  // ~19 KB each for Qwen3: at most ~5 MB per grammar
 
   Grammar grammar_;
   std::shared_ptr<const TokenTrie> trie_;
