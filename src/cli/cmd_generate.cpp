@@ -3,12 +3,19 @@
 //                   [--top-p P] [--top-k K] [--min-p P] [--seed S] [--ignore-eos]
 //                   [--json] [--device cpu|cuda:N] [--max-context N]
 //                   [--tensor-parallel N [--devices 0,1,...] [--step-timeout-ms MS]]
+//                   [--json-schema FILE | --json-object] [--repeat N]
 // Prints the generated ids (space separated), or with --json one object on the
 // last line: {"prompt_tokens", "tokens", "finish_reason", "timings"}.
 // Sampling flags left out fall back to the model's generation_config.json.
+// --json-schema / --json-object constrain the output (grammar/); --repeat runs
+// the request N times in one process (the grammar's mask cache stays warm
+// after the first) and reports the decode speed over all runs: the command
+// behind bench/GRAMMAR.md.
 #include <charconv>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <string>
@@ -19,6 +26,9 @@
 #include "backend/device.hpp"
 #include "cli/command.hpp"
 #include "engine/generator.hpp"
+#include "engine/model_assets.hpp"
+#include "grammar/cache.hpp"
+#include "util/json_parse.hpp"
 #include "engine/model_loader.hpp"
 #include "io/model_resolver.hpp"
 #include "model/config.hpp"
@@ -42,6 +52,9 @@ struct GenerateArgs {
   int tensor_parallel = 1;
   std::string devices;  // CUDA ordinals per rank, comma separated
   long long step_timeout_ms = 30000;
+  std::string json_schema;  // a file holding a JSON Schema
+  bool json_object = false;
+  int repeat = 1;
 };
 
 // "1, 2,3" -> {1, 2, 3}; anything else is refused with the offending piece named.
@@ -97,8 +110,32 @@ int run(const GenerateArgs& a) {
   req.stop_ids = configs.stop_ids();
   req.ignore_eos = a.ignore_eos;
 
+  if (!a.json_schema.empty() || a.json_object) {
+    const engine::ModelAssets assets = engine::load_model_assets(load.model_dir);
+    grammar::Constraint c = grammar::Constraint::json_object();
+    if (!a.json_schema.empty()) {
+      std::ifstream in(a.json_schema);
+      if (!in) fail(errc::not_found, "--json-schema: cannot read " + a.json_schema);
+      const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      c = grammar::Constraint::json_schema(parse_json<nlohmann::ordered_json>(text, "--json-schema " + a.json_schema));
+    }
+    req.grammar = assets.grammars->get(c);
+  }
+
   const auto runner = engine::open_runner(load);
-  const engine::GenerateResult r = engine::generate(*runner, req);
+  engine::GenerateResult r;
+  double decode_ms = 0;
+  std::int64_t decode_steps = 0;
+  for (int i = 0; i < a.repeat; ++i) {
+    if (req.sampling.seed) req.sampling.seed = *req.sampling.seed + (i == 0 ? 0 : 1);
+    r = engine::generate(*runner, req);
+    decode_ms += r.timings.decode_ms;
+    decode_steps += std::max<std::int64_t>(0, static_cast<std::int64_t>(r.tokens.size()) - 1);
+  }
+  if (a.repeat > 1) {
+    r.timings.decode_ms = decode_ms;
+    r.timings.decode_tok_s = decode_ms > 0 ? static_cast<double>(decode_steps) * 1000.0 / decode_ms : 0.0;
+  }
 
   if (a.json) {
     const nlohmann::json out = {
@@ -137,6 +174,10 @@ Run setup(CLI::App& sub) {
   sub.add_option("--seed", a->seed, "Seed for reproducible sampling");
   sub.add_flag("--ignore-eos", a->ignore_eos, "Keep generating through end-of-sequence tokens");
   sub.add_flag("--json", a->json, "Print one JSON object on the last line");
+  sub.add_option("--json-schema", a->json_schema, "Constrain the output to this JSON Schema (a file)");
+  sub.add_flag("--json-object", a->json_object, "Constrain the output to a JSON object");
+  sub.add_option("--repeat", a->repeat, "Run the request N times; timings cover all runs (last run's tokens shown)")
+      ->check(CLI::PositiveNumber);
   sub.add_option("--device", a->device, "cpu, cuda or cuda:N");
   sub.add_option("--max-context", a->max_context, "KV cache positions (0 = the backend's default)")
       ->check(CLI::NonNegativeNumber);

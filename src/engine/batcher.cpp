@@ -49,14 +49,28 @@ void Batcher::drop(Sequence& seq) {
 
 bool Batcher::accept(Sequence& seq, std::int32_t token) {
   const SequenceParams& p = seq.params();
-  if (!p.ignore_eos && std::find(p.stop_ids.begin(), p.stop_ids.end(), token) != p.stop_ids.end()) {
+  if (token == kNoToken) {  // the grammar allows nothing here (a depth bound cut the only way on)
+    finish(seq, FinishReason::length);
+    return true;
+  }
+  grammar::Matcher* matcher = seq.matcher();
+  const bool is_eos = std::find(p.stop_ids.begin(), p.stop_ids.end(), token) != p.stop_ids.end();
+  // With a grammar, EOS is only ever sampled once the output is complete.
+  if (is_eos && (!p.ignore_eos || (matcher && matcher->complete()))) {
     finish(seq, FinishReason::stop);
     return true;
   }
+  // The sampler drew from the grammar's mask, so the grammar takes the token.
+  const bool grammar_ok = !matcher || matcher->accept_token(token);
+  NEURON_ASSERT(grammar_ok);
   seq.tokens.push_back(token);
   seq.generated += 1;
   if (const auto reason = seq.observer().on_token(token)) {
     finish(seq, *reason);
+    return true;
+  }
+  if (matcher && matcher->done()) {  // a whole value and nothing may follow: end here, as EOS would
+    finish(seq, FinishReason::stop);
     return true;
   }
   // The next step would write position len() - 1.
@@ -67,13 +81,34 @@ bool Batcher::accept(Sequence& seq, std::int32_t token) {
   return false;
 }
 
+std::int32_t Batcher::sample_row(Sequence& s, std::span<float> row) {
+  grammar::Matcher* m = s.matcher();
+  if (!m) return s.sampler().sample(row, s.tokens, static_cast<std::size_t>(s.prompt_len()));
+  const auto eos = std::span<const std::int32_t>(s.params().stop_ids);
+  const grammar::TokenMask* mask = m->cached_mask(eos);
+  if (!mask) {
+    // No mask cached for this state: computing one walks the vocabulary.
+    // Draw without it first and keep the token if the grammar takes it
+    // (sampling p and, on a refusal, p restricted to the allowed set gives
+    // exactly the constrained distribution; greedy keeps the argmax).
+    thread_local std::vector<float> saved;
+    saved.assign(row.begin(), row.end());
+    const std::int32_t t = s.sampler().sample(row, s.tokens, static_cast<std::size_t>(s.prompt_len()));
+    if (m->allows(t, eos)) return t;
+    std::copy(saved.begin(), saved.end(), row.begin());
+    mask = &m->mask(eos);
+  }
+  if (mask->count == 0) return kNoToken;
+  return s.sampler().sample(row, s.tokens, static_cast<std::size_t>(s.prompt_len()), mask->bits.data());
+}
+
 StepStats Batcher::step() {
   StepStats stats;
   const StepPlan plan = scheduler_.schedule();
   stats.preempted = plan.preempted;
   if (plan.empty()) return stats;
 
-  // A plain greedy sequence that wants no logprobs takes its pick from the runner (made on the device: one
+  // A plain greedy, unconstrained sequence that wants no logprobs takes its pick from the runner (made on the device: one
   // id copied back instead of a [vocab] row); the others sample their logits row here.
   batch_.clear();
   std::vector<Sequence*> sampled, greedy;  // in batch order within each kind
@@ -82,7 +117,7 @@ StepStats Batcher::step() {
     const auto tokens = std::span<const std::int32_t>(s.tokens).subspan(static_cast<std::size_t>(s.computed),
                                                                         static_cast<std::size_t>(p.num_new));
     backend::LogitsWanted want = backend::LogitsWanted::none;
-    if (p.sample && s.sampler().plain_greedy() && s.params().top_logprobs < 0) {
+    if (p.sample && s.sampler().plain_greedy() && s.params().top_logprobs < 0 && !s.matcher()) {
       want = backend::LogitsWanted::argmax;
       greedy.push_back(p.seq);
     } else if (p.sample) {
@@ -118,9 +153,9 @@ StepStats Batcher::step() {
       // The sampler's penalties rewrite the row in place; logprobs are of the raw one.
       thread_local std::vector<float> raw;  // [vocab] a copy of the row, for sequences that want logprobs
       if (top_n >= 0) raw.assign(row.begin(), row.end());
-      const std::int32_t pick = s.sampler().sample(row, s.tokens, static_cast<std::size_t>(s.prompt_len()));
+      const std::int32_t pick = sample_row(s, row);
       picks_[static_cast<std::size_t>(i)] = pick;
-      if (top_n >= 0) picked_logprobs_[static_cast<std::size_t>(i)] = model::token_logprobs(raw, pick, top_n);
+      if (top_n >= 0 && pick != kNoToken) picked_logprobs_[static_cast<std::size_t>(i)] = model::token_logprobs(raw, pick, top_n);
     } catch (...) {
 #pragma omp critical(neuron_batcher_error)
       if (!error) error = std::current_exception();

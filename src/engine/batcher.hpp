@@ -7,7 +7,9 @@
 // logprobs gets them from its raw row, which costs the others nothing), and tells each
 // sequence's observer about its token. EOS ids, max_tokens and the context
 // limit end a sequence here; its observer can end it too (stop strings,
-// cancellation). A finished sequence's blocks go back to the pool at once
+// cancellation). A sequence with a grammar samples from its matcher's mask
+// (computed in the same parallel loop), advances the matcher by the sampled
+// token, and ends ("stop") when the grammar is done. A finished sequence's blocks go back to the pool at once
 // (full ones stay cached for reuse).
 #include <cstdint>
 #include <optional>
@@ -61,6 +63,9 @@ class Batcher {
   std::int32_t max_context() const noexcept { return max_context_; }
 
  private:
+  // The pick for one host-sampled row: from the sampler, within the grammar's allowed tokens when constrained.
+  std::int32_t sample_row(Sequence& s, std::span<float> row);
+  static constexpr std::int32_t kNoToken = -1;  // a grammar allowed no token: the sequence ends ("length")
   // Applies a sampled token; returns true when the sequence finished.
   bool accept(Sequence& seq, std::int32_t token);
 

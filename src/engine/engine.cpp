@@ -108,7 +108,8 @@ struct Engine::State {
               SequenceParams{.prompt = request.prompt, .max_tokens = request.max_tokens, .sampling = choice_sampling(request, choice),
                              .stop_ids = state.stop_ids,
                              .ignore_eos = request.ignore_eos,
-                             .top_logprobs = request.top_logprobs},
+                             .top_logprobs = request.top_logprobs,
+                             .grammar = request.grammar},
               *this) {
       done.kind = Event::Kind::done;
       done.choice = choice;
@@ -476,6 +477,10 @@ std::shared_ptr<Channel> Engine::submit(CompletionRequest request) {
   if (request.top_logprobs < -1 || request.top_logprobs > model::kMaxTopLogprobs)
     fail(errc::invalid_argument, "top_logprobs must be between 0 and " + std::to_string(model::kMaxTopLogprobs) + ", got " +
                                      std::to_string(request.top_logprobs));
+  if (request.grammar && request.grammar->logits_vocab() != s.vocab)
+    fail(errc::invalid_argument, "the grammar was compiled for a vocabulary of " +
+                                     std::to_string(request.grammar->logits_vocab()) + " tokens; this model has " +
+                                     std::to_string(s.vocab));
   // Stop matching re-scans the held-back text each token, so bound its size.
   if (request.stop.size() > kMaxStopStrings) {
     fail(errc::invalid_argument, "stop has " + std::to_string(request.stop.size()) + " strings; at most " +

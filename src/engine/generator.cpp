@@ -54,7 +54,7 @@ GenerateResult generate(backend::ModelRunner& runner, const GenerateRequest& req
   Collector collector(result, on_token);
   Sequence seq(0,
                SequenceParams{.prompt = req.prompt, .max_tokens = max_tokens, .sampling = req.sampling,
-                              .stop_ids = req.stop_ids, .ignore_eos = req.ignore_eos},
+                              .stop_ids = req.stop_ids, .ignore_eos = req.ignore_eos, .grammar = req.grammar},
                collector);
   batcher.check_fits(prompt_len, max_tokens);
   batcher.add(seq);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/model_runner.hpp"
+#include "grammar/matcher.hpp"
 #include "model/sampler.hpp"
 
 namespace neuron::engine {
@@ -19,6 +20,7 @@ struct GenerateRequest {
   model::SamplingParams sampling;
   std::vector<std::int32_t> stop_ids;  // EOS ids: end with "stop", never emitted
   bool ignore_eos = false;             // keep going through stop_ids
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;  // constrained decoding; null: none
 };
 
 struct GenerateTimings {

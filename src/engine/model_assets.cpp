@@ -58,6 +58,7 @@ ModelAssets load_model_assets(const std::filesystem::path& dir) {
     fail(errc::not_found, "model directory " + dir.string() + " has no tokenizer.json");
   }
   assets.tokenizer = std::make_shared<const tokenizer::Tokenizer>(tokenizer::Tokenizer::from_file(tokenizer_json));
+  assets.grammars = std::make_shared<grammar::GrammarCache>(assets.tokenizer, assets.configs.model.vocab_size);
 
   const auto tokenizer_config = dir / "tokenizer_config.json";
   if (std::filesystem::is_regular_file(tokenizer_config, ec)) {

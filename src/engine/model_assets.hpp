@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "chat/formatter.hpp"
+#include "grammar/cache.hpp"
 #include "model/config.hpp"
 #include "tokenizer/tokenizer.hpp"
 
@@ -18,6 +19,7 @@ struct ModelAssets {
   std::optional<chat::ChatFormatter> chat;  // tokenizer_config.json's chat_template; absent when the model has none
   model::ModelConfigs configs;              // config.json + generation_config.json (sampling defaults, EOS ids)
   std::filesystem::path dir;                // the resolved model directory (or .gguf file)
+  std::shared_ptr<grammar::GrammarCache> grammars;  // constrained decoding: compiled constraints for this vocabulary
 };
 
 // Reads a model directory's tokenizer.json (required), tokenizer_config.json

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "model/logprobs.hpp"
+#include "grammar/matcher.hpp"
 #include "model/sampler.hpp"
 
 namespace neuron::engine {
@@ -31,6 +32,9 @@ struct CompletionRequest {
   // seed + i when a seed is given.
   std::int32_t n = 1;
   std::int32_t top_logprobs = -1;     // -1: none; 0..model::kMaxTopLogprobs: per token (Event::logprobs)
+  // Constrained decoding (response_format, tool_choice): compiled for this
+  // model's vocabulary (grammar/cache.hpp); null: unconstrained.
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;
 };
 
 inline constexpr std::int32_t kMaxChoices = 16;

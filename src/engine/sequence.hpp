@@ -4,11 +4,13 @@
 // state, and whom to tell about its tokens. The engine thread owns every
 // Sequence; the Scheduler and the BlockManager only point at them.
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "model/logprobs.hpp"
+#include "grammar/matcher.hpp"
 #include "model/sampler.hpp"
 
 namespace neuron::engine {
@@ -25,6 +27,10 @@ struct SequenceParams {
   // -1: no logprobs; 0..kMaxTopLogprobs: each sampled token's logprob and this
   // many most likely alternatives (Sequence::sampled_logprobs).
   std::int32_t top_logprobs = -1;
+  // Constrained decoding: only tokens that keep the output a valid prefix of
+  // this grammar are sampled; EOS only once it is complete, and the sequence
+  // ends ("stop") as soon as nothing may follow. Null: unconstrained.
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;
 };
 
 // What a sequence's owner hears, on the engine thread, in order: on_token for
@@ -46,6 +52,7 @@ class Sequence {
   const SequenceParams& params() const noexcept { return params_; }
   SequenceObserver& observer() noexcept { return observer_; }
   model::Sampler& sampler() noexcept { return sampler_; }
+  grammar::Matcher* matcher() noexcept { return matcher_.get(); }  // null when unconstrained
 
   std::vector<std::int32_t> tokens;  // [prompt + generated] position p's KV comes from tokens[p]
   std::vector<std::int32_t> blocks;  // its block table; covers at least `computed` positions
@@ -67,6 +74,7 @@ class Sequence {
   SequenceParams params_;
   SequenceObserver& observer_;
   model::Sampler sampler_;
+  std::unique_ptr<grammar::Matcher> matcher_;
 };
 
 }  // namespace neuron::engine

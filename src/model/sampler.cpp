@@ -1,6 +1,7 @@
 #include "model/sampler.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <numeric>
 #include <string>
@@ -79,7 +80,8 @@ void Sampler::apply_penalties(std::span<float> logits, std::span<const std::int3
   }
 }
 
-std::int32_t Sampler::sample(std::span<float> logits, std::span<const std::int32_t> history, std::size_t prompt_len) {
+std::int32_t Sampler::sample(std::span<float> logits, std::span<const std::int32_t> history, std::size_t prompt_len,
+                             const std::uint64_t* allowed) {
   const std::size_t vocab = logits.size();
   if (vocab == 0) fail(errc::invalid_argument, "cannot sample from empty logits");
   for (std::int32_t id : history)
@@ -88,21 +90,46 @@ std::int32_t Sampler::sample(std::span<float> logits, std::span<const std::int32
                                        std::to_string(vocab));
   apply_penalties(logits, history, prompt_len);
 
+  // Candidates: every token, or only the allowed ones (listed, so an
+  // excluded token costs nothing past the scan of its bit).
+  std::size_t n = vocab;
+  bool listed = false;
+  if (allowed) {
+    const std::size_t words = (vocab + 63) / 64;
+    order_.clear();
+    for (std::size_t w = 0; w < words; ++w)
+      for (std::uint64_t bits = allowed[w]; bits; bits &= bits - 1) {
+        const std::size_t id = w * 64 + static_cast<std::size_t>(std::countr_zero(bits));
+        if (id < vocab) order_.push_back(static_cast<std::int32_t>(id));
+      }
+    if (order_.empty()) fail(errc::invalid_argument, "no token is allowed");
+    n = order_.size();
+    listed = true;
+  }
+  const std::size_t candidates = n;
+
   if (params_.temperature == 0.0f) {
-    return greedy_pick(logits);
+    if (!listed) return greedy_pick(logits);
+    // The first maximum among the allowed ids (listed in ascending order).
+    std::int32_t best = order_[0];
+    for (std::size_t i = 1; i < n; ++i)
+      if (logits[static_cast<std::size_t>(order_[i])] > logits[static_cast<std::size_t>(best)]) best = order_[i];
+    return best;
   }
 
   // Candidates, sorted by descending logit only as far as a filter needs.
-  order_.resize(vocab);
-  std::iota(order_.begin(), order_.end(), 0);
+  if (!listed) {
+    order_.resize(vocab);
+    std::iota(order_.begin(), order_.end(), 0);
+  }
   auto by_logit = [&](std::int32_t a, std::int32_t b) {
     const float la = logits[static_cast<std::size_t>(a)], lb = logits[static_cast<std::size_t>(b)];
     return la > lb || (la == lb && a < b);
   };
-  std::size_t n = vocab;
-  if (params_.top_k > 0 && static_cast<std::size_t>(params_.top_k) < vocab) {
+  if (params_.top_k > 0 && static_cast<std::size_t>(params_.top_k) < n) {
     n = static_cast<std::size_t>(params_.top_k);
-    std::partial_sort(order_.begin(), order_.begin() + static_cast<std::ptrdiff_t>(n), order_.end(), by_logit);
+    std::partial_sort(order_.begin(), order_.begin() + static_cast<std::ptrdiff_t>(n),
+                      order_.begin() + static_cast<std::ptrdiff_t>(candidates), by_logit);
   }
 
   float max_logit = -INFINITY;
@@ -123,7 +150,7 @@ std::int32_t Sampler::sample(std::span<float> logits, std::span<const std::int32
     // ~10 ms a token; the nucleus is usually a few dozen tokens, so sort a
     // growing head until its mass reaches the target.
     const double target = static_cast<double>(params_.top_p) * total;
-    const bool sorted = n < vocab;  // top_k sorted its candidates already
+    const bool sorted = n < candidates;  // top_k sorted its candidates already
     for (std::size_t head = sorted ? n : std::min<std::size_t>(n, 64);; head = std::min(n, head * 8)) {
       if (!sorted)
         std::partial_sort(order_.begin(), order_.begin() + static_cast<std::ptrdiff_t>(head),

@@ -42,9 +42,13 @@ class Sampler {
   // `history` is the sequence so far; its first `prompt_len` tokens are the
   // prompt, which counts for repetition_penalty but not for the presence and
   // frequency penalties (those apply to generated tokens, as OpenAI defines
-  // them). Throws Error{invalid_argument} for empty logits or history ids
-  // outside the vocabulary.
-  std::int32_t sample(std::span<float> logits, std::span<const std::int32_t> history, std::size_t prompt_len = 0);
+  // them). `allowed` (constrained decoding, grammar/matcher.hpp), when not
+  // null, is a bitset over the logits ([(vocab + 63) / 64] words) with at
+  // least one bit set: only those tokens may be drawn, and the filters and
+  // the renormalisation see only them. Throws Error{invalid_argument} for
+  // empty logits, history ids outside the vocabulary, or an empty `allowed`.
+  std::int32_t sample(std::span<float> logits, std::span<const std::int32_t> history, std::size_t prompt_len = 0,
+                      const std::uint64_t* allowed = nullptr);
 
   const SamplingParams& params() const noexcept { return params_; }
   // True when sample() is greedy_pick() of the raw logits (temperature 0, no

@@ -103,6 +103,20 @@ model::SamplingParams sampling_for(const model::GenerationDefaults& d, const Sam
 
 }  // namespace
 
+std::shared_ptr<const grammar::CompiledGrammar> compile_constraint(const engine::ModelAssets& assets,
+                                                                   const grammar::Constraint& constraint,
+                                                                   const std::string& param) {
+  if (!assets.grammars) throw FieldError(param, "constrained decoding is not available for this model", http_errc::unsupported);
+  try {
+    return assets.grammars->get(constraint);
+  } catch (const FieldError&) {
+    throw;
+  } catch (const Error& e) {
+    if (e.kind() != errc::invalid_argument) throw;
+    throw FieldError(param, std::string("cannot constrain the output to this schema: ") + e.what());
+  }
+}
+
 // Registers one in-flight generation so shutdown can wait for or cancel it.
 class Api::Tracker {
  public:
@@ -609,11 +623,16 @@ HttpResponse Api::generate(const HttpRequest& request, bool chat) {
 
   engine::CompletionRequest cr;
   const char* prompt_param = chat ? "messages" : "prompt";
+  if (req.constraint) cr.grammar = compile_constraint(*assets, *req.constraint, req.constraint_param);
   if (chat) {
     if (!assets->chat) throw FieldError("messages", "model '" + model + "' has no chat template; use /v1/completions");
+    // A constrained answer starts at once: Qwen3's thinking is switched off
+    // (the template writes an empty <think></think>), and the content is
+    // passed on verbatim, never split at a "<think>" inside a JSON string.
+    if (cr.grammar) req.chat_template_kwargs["enable_thinking"] = false;
     std::string text = assets->chat->apply(messages_json(req.messages), req.tools, true, req.chat_template_kwargs);
     cr.prompt = assets->tokenizer->encode(text);
-    cr.split_reasoning = assets->tokenizer->token_to_id("<think>").has_value();
+    cr.split_reasoning = !cr.grammar && assets->tokenizer->token_to_id("<think>").has_value();
     cr.prompt_in_reasoning = cr.split_reasoning && ends_inside_think(text);
   } else if (const auto* text = std::get_if<std::string>(&req.prompt)) {
     cr.prompt = assets->tokenizer->encode(*text);

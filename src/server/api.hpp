@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/model_assets.hpp"
 #include "engine/registry.hpp"
 #include "server/http_types.hpp"
 #include "server/metrics.hpp"
@@ -33,6 +34,13 @@ struct ApiOptions {
   std::chrono::milliseconds load_wait{30000};
   std::string api_key;  // empty: no authentication; else every route but /health needs "Authorization: Bearer KEY" or "x-api-key: KEY"
 };
+
+// The grammar for a request's constraint on this model (grammar/cache.hpp),
+// for every endpoint that offers one. A schema neuron cannot compile is a
+// FieldError on `param` (400) whose message names the construct.
+std::shared_ptr<const grammar::CompiledGrammar> compile_constraint(const engine::ModelAssets& assets,
+                                                                   const grammar::Constraint& constraint,
+                                                                   const std::string& param);
 
 class Api {
  public:

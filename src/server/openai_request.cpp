@@ -227,7 +227,88 @@ std::variant<std::string, std::vector<std::int32_t>> parse_prompt(const json& bo
   throw FieldError("prompt[0]", "'prompt[0]' must be a string or an array of token ids");
 }
 
+// response_format, guided_json: shared by both endpoints; a tool_choice constraint is set before this runs.
+void parse_constraint(const json& body, OpenAiRequest& r) {
+  std::optional<grammar::Constraint> c;
+  std::string param;
+  if (const json* rf = field(body, "response_format")) {
+    c = parse_response_format(*rf, "response_format");
+    param = "response_format";
+  }
+  if (const json* gj = field(body, "guided_json")) {
+    if (c) throw FieldError("guided_json", "'guided_json' and 'response_format' both constrain the output; send one");
+    c = parse_guided_json(*gj, "guided_json");
+    param = "guided_json";
+  }
+  if (!c) return;
+  if (r.constraint)
+    throw FieldError(param, "'" + param + "' and tool_choice '" + r.constraint_param +
+                                "' both constrain the answer; send one of them");
+  r.constraint = std::move(c);
+  r.constraint_param = param;
+}
+
 }  // namespace
+
+std::optional<grammar::Constraint> parse_response_format(const json& rf, const std::string& param) {
+  if (!rf.is_object()) throw FieldError(param, "'" + param + "' must be an object");
+  const json* type = field(rf, "type");
+  if (!type || !type->is_string()) throw FieldError(param + ".type", "'" + param + ".type' must be a string");
+  const std::string t = type->get<std::string>();
+  if (t == "text") return std::nullopt;
+  if (t == "json_object") return grammar::Constraint::json_object();
+  if (t != "json_schema")
+    throw FieldError(param + ".type", "'" + param + ".type' must be \"text\", \"json_object\" or \"json_schema\"; got '" + t + "'");
+  const std::string where = param + ".json_schema";
+  const json* js = field(rf, "json_schema");
+  if (!js || !js->is_object()) throw FieldError(where, "'" + where + "' must be an object with a 'schema'");
+  if (const json* n = field(*js, "name"); n && !n->is_string()) throw FieldError(where + ".name", "'" + where + ".name' must be a string");
+  if (const json* st = field(*js, "strict"); st && !st->is_boolean())
+    throw FieldError(where + ".strict", "'" + where + ".strict' must be a boolean");
+  const json* schema = field(*js, "schema");
+  if (!schema) throw FieldError(where + ".schema", "'" + where + ".schema' is required");
+  if (!schema->is_object() && !schema->is_boolean())
+    throw FieldError(where + ".schema", "'" + where + ".schema' must be a JSON Schema object");
+  return grammar::Constraint::json_schema(*schema);
+}
+
+grammar::Constraint parse_guided_json(const json& v, const std::string& param) {
+  if (v.is_object()) return grammar::Constraint::json_schema(v);
+  if (!v.is_string()) throw FieldError(param, "'" + param + "' must be a JSON Schema (an object or its JSON text)");
+  json schema;
+  try {
+    schema = parse_json<json>(v.get<std::string>(), "'" + param + "'");
+  } catch (const Error& e) {
+    throw FieldError(param, e.what());
+  }
+  if (!schema.is_object()) throw FieldError(param, "'" + param + "' must be a JSON Schema object");
+  return grammar::Constraint::json_schema(std::move(schema));
+}
+
+grammar::Constraint tool_call_constraint(const json& tools, const std::string* only, const std::string& param) {
+  std::vector<grammar::ToolSpec> specs;
+  if (tools.is_array()) {
+    for (std::size_t i = 0; i < tools.size(); ++i) {
+      const std::string where = "tools[" + std::to_string(i) + "]";
+      const json& t = tools[i];
+      const json* fn = t.is_object() ? field(t, "function") : nullptr;
+      if (!fn || !fn->is_object()) throw FieldError(where + ".function", "'" + where + ".function' must be an object");
+      const json* name = field(*fn, "name");
+      if (!name || !name->is_string() || name->get<std::string>().empty())
+        throw FieldError(where + ".function.name", "'" + where + ".function.name' must be a non-empty string");
+      if (only && name->get<std::string>() != *only) continue;
+      const json* params = field(*fn, "parameters");
+      if (params && !params->is_object())
+        throw FieldError(where + ".function.parameters", "'" + where + ".function.parameters' must be a JSON Schema object");
+      specs.push_back({name->get<std::string>(), params ? *params : json()});
+    }
+  }
+  if (specs.empty()) {
+    if (only) throw FieldError(param, "'" + param + "' names the function '" + *only + "', which is not among 'tools'");
+    throw FieldError(param, "'" + param + "' requires a tool call, but 'tools' is empty");
+  }
+  return grammar::Constraint::tool_call(std::move(specs));
+}
 
 json parse_body(std::string_view body) {
   json j;
@@ -264,22 +345,33 @@ OpenAiRequest parse_chat_request(const json& body) {
   }
   r.tool_calls = !r.tools.is_null() && !r.tools.empty();
   if (const json* tc = field(body, "tool_choice")) {
-    // "required" and a named function need constrained decoding, which neuron
-    // does not have: refused rather than silently treated as "auto".
-    if (!tc->is_string()) unsupported("tool_choice", "'tool_choice' naming a function");
-    const std::string choice = tc->get<std::string>();
-    if (choice == "none") r.tool_calls = false;
-    else if (choice != "auto") {
-      if (choice == "required") unsupported("tool_choice", "tool_choice 'required'");
-      throw FieldError("tool_choice", "'tool_choice' must be \"none\", \"auto\" or \"required\"; got '" + choice + "'");
+    // "required" and a named function force one call through constrained decoding.
+    if (tc->is_object()) {
+      const json* type = field(*tc, "type");
+      const json* fn = field(*tc, "function");
+      const json* name = fn && fn->is_object() ? field(*fn, "name") : nullptr;
+      if (!type || *type != "function" || !name || !name->is_string())
+        throw FieldError("tool_choice", "'tool_choice' as an object must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
+      const std::string wanted = name->get<std::string>();
+      r.constraint = tool_call_constraint(r.tools, &wanted, "tool_choice");
+      r.constraint_param = "tool_choice";
+      r.tool_calls = true;
+    } else if (!tc->is_string()) {
+      throw FieldError("tool_choice", "'tool_choice' must be a string or an object naming a function");
+    } else {
+      const std::string choice = tc->get<std::string>();
+      if (choice == "none") {
+        r.tool_calls = false;
+      } else if (choice == "required") {
+        r.constraint = tool_call_constraint(r.tools, nullptr, "tool_choice");
+        r.constraint_param = "tool_choice";
+        r.tool_calls = true;
+      } else if (choice != "auto") {
+        throw FieldError("tool_choice", "'tool_choice' must be \"none\", \"auto\" or \"required\"; got '" + choice + "'");
+      }
     }
   }
-  if (const json* rf = field(body, "response_format")) {
-    if (!rf->is_object()) throw FieldError("response_format", "'response_format' must be an object");
-    const json* type = field(*rf, "type");
-    if (!type || !type->is_string()) throw FieldError("response_format.type", "'response_format.type' must be a string");
-    if (*type != "text") unsupported("response_format.type", "response_format type '" + type->get<std::string>() + "'");
-  }
+  parse_constraint(body, r);
   return r;
 }
 
@@ -301,6 +393,7 @@ OpenAiRequest parse_completion_request(const json& body) {
     if (!s->is_string()) throw FieldError("suffix", "'suffix' must be a string");
     if (!s->get<std::string>().empty()) unsupported("suffix", "'suffix'");
   }
+  parse_constraint(body, r);
   return r;
 }
 

@@ -14,6 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "grammar/cache.hpp"
+
 namespace neuron::server {
 
 struct ChatMessage {
@@ -53,7 +55,25 @@ struct OpenAiRequest {
   // it; completions: logprobs N (0..5) is N.
   std::int32_t top_logprobs = -1;
   bool echo = false;             // completions: the prompt text before the answer (no prompt logprobs)
+  // Constrained decoding: response_format json_object / json_schema, vLLM's
+  // guided_json, or tool_choice "required" / a named function (one tool call
+  // is forced). Compiled per model by the handler (grammar/cache.hpp); a
+  // schema it cannot compile is a 400 on `constraint_param`.
+  std::optional<grammar::Constraint> constraint;
+  std::string constraint_param;
 };
+
+// The pieces, for other endpoints that take the same fields (/v1/responses,
+// /v1/messages). Throw FieldError naming the field.
+// response_format: {"type": "text"} -> nullopt; {"type": "json_object"};
+// {"type": "json_schema", "json_schema": {"name", "schema", "strict"}}.
+std::optional<grammar::Constraint> parse_response_format(const nlohmann::ordered_json& rf, const std::string& param);
+// vLLM's guided_json: a schema object, or its JSON text.
+grammar::Constraint parse_guided_json(const nlohmann::ordered_json& v, const std::string& param);
+// The tools one forced call may use: all of `tools` (OpenAI chat format:
+// [{"type": "function", "function": {"name", "parameters"}}]), or only the
+// one named `only` (FieldError on `param` when no tool has that name).
+grammar::Constraint tool_call_constraint(const nlohmann::ordered_json& tools, const std::string* only, const std::string& param);
 
 // Body text -> JSON object. Throws FieldError{invalid_json} for malformed
 // JSON (nlohmann also rejects invalid UTF-8 and lone surrogates in strings),

@@ -375,6 +375,59 @@ TEST(ServerApiLoad, WeightsThatAreNotRegularFilesAreA400NamingTheFile) {
   }
 }
 
+// Constrained decoding through the API with the random-weight model at
+// temperature 1: every answer is complete, parses and has the schema's shape;
+// thinking is off for constrained requests; a forced tool call comes back as
+// message.tool_calls.
+TEST_F(ServerApi, ResponseFormatAndForcedToolCallsConstrainTheAnswer) {
+  Api api(*registry_, {});
+  const json schema = json::parse(R"({"type":"object","properties":{"name":{"type":"string","maxLength":8},
+      "n":{"type":"integer"},"tags":{"type":"array","items":{"enum":["x","y"]},"maxItems":2}},
+      "required":["name","n","tags"],"additionalProperties":false})");
+  const json msgs = json::array({{{"role", "user"}, {"content", "hi"}}});
+  for (int seed = 0; seed < 8; ++seed) {
+    HttpResponse r = api.handle(post("/v1/chat/completions",
+                                     {{"messages", msgs}, {"max_tokens", 400}, {"temperature", 1}, {"seed", seed},
+                                      {"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "t"}, {"schema", schema}}}}}}));
+    ASSERT_EQ(r.status, 200) << r.body;
+    const json body = json::parse(r.body);
+    ASSERT_EQ(body["choices"][0]["finish_reason"], "stop") << r.body;
+    const json v = json::parse(body["choices"][0]["message"]["content"].get<std::string>());
+    ASSERT_TRUE(v.is_object()) << v.dump();
+    EXPECT_EQ(v.size(), 3u) << v.dump();
+    EXPECT_TRUE(v["name"].is_string() && v["n"].is_number_integer() && v["tags"].is_array()) << v.dump();
+    EXPECT_LE(v["tags"].size(), 2u);
+    EXPECT_FALSE(body["choices"][0]["message"].contains("reasoning_content")) << "thinking is off";
+  }
+  HttpResponse r = api.handle(post("/v1/completions", {{"prompt", "x"}, {"max_tokens", 200}, {"temperature", 1},
+                                                       {"response_format", {{"type", "json_object"}}}}));
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json c = json::parse(r.body)["choices"][0];
+  if (c["finish_reason"] == "stop") EXPECT_TRUE(json::parse(c["text"].get<std::string>()).is_object()) << c.dump();
+  const json tools = json::parse(R"([{"type":"function","function":{"name":"f","parameters":{"type":"object",
+      "properties":{"a":{"enum":[1,2]}},"required":["a"]}}},{"type":"function","function":{"name":"g"}}])");
+  HttpResponse t = api.handle(post("/v1/chat/completions", {{"messages", msgs}, {"max_tokens", 300}, {"temperature", 1},
+                                                            {"tools", tools}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "f"}}}}}}));
+  ASSERT_EQ(t.status, 200) << t.body;
+  const json choice = json::parse(t.body)["choices"][0];
+  EXPECT_EQ(choice["finish_reason"], "tool_calls") << t.body;
+  ASSERT_EQ(choice["message"]["tool_calls"].size(), 1u) << t.body;
+  EXPECT_EQ(choice["message"]["tool_calls"][0]["function"]["name"], "f");
+  const json args = json::parse(choice["message"]["tool_calls"][0]["function"]["arguments"].get<std::string>());
+  EXPECT_TRUE(args["a"] == 1 || args["a"] == 2) << args.dump();
+  // Refusals are 400s naming the field and the construct; the API keeps serving.
+  HttpResponse bad = api.handle(post("/v1/chat/completions",
+                                     {{"messages", msgs}, {"response_format", {{"type", "json_schema"},
+                                      {"json_schema", {{"name", "t"}, {"schema", {{"type", "string"}, {"pattern", "a"}}}}}}}}));
+  EXPECT_EQ(bad.status, 400) << bad.body;
+  EXPECT_EQ(json::parse(bad.body)["error"]["param"], "response_format");
+  EXPECT_NE(bad.body.find("pattern"), std::string::npos);
+  HttpResponse unknown = api.handle(post("/v1/chat/completions", {{"messages", msgs}, {"tools", tools},
+                                                                  {"tool_choice", {{"type", "function"}, {"function", {{"name", "nope"}}}}}}));
+  EXPECT_EQ(unknown.status, 400) << unknown.body;
+  EXPECT_EQ(json::parse(unknown.body)["error"]["param"], "tool_choice");
+}
+
 }  // namespace
 }  // namespace neuron::server
 

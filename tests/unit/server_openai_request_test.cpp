@@ -162,7 +162,7 @@ TEST(ServerOpenAiRequest, LogprobsInOpenAisTwoDialects) {
 }
 
 TEST(ServerOpenAiRequest, RefusesUnsupportedFeaturesClearly) {
-  for (json extra : {json{{"logit_bias", {{"1", 5}}}}, json{{"response_format", {{"type", "json_object"}}}}}) {
+  for (json extra : {json{{"logit_bias", {{"1", 5}}}}}) {
     ApiError e = expect_field_error([&] { parse_chat_request(chat_body(extra)); });
     EXPECT_EQ(e.status, 400);
     EXPECT_EQ(e.code, "unsupported_parameter") << extra.dump();
@@ -300,6 +300,47 @@ TEST(ServerModelSpec, ParsesCommandLineSpecs) {
       ADD_FAILURE() << bad << " was accepted";
     } catch (const Error& e) {
       EXPECT_EQ(e.kind(), errc::invalid_argument) << bad;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace neuron::server
+
+namespace neuron::server {
+namespace {
+
+TEST(ServerOpenAiRequest, ResponseFormatAndGuidedJsonBecomeConstraints) {
+  using nlohmann::ordered_json;
+  auto body = [](ordered_json extra) {
+    ordered_json b = {{"model", "m"}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}};
+    for (auto& [k, v] : extra.items()) b[k] = v;
+    return b;
+  };
+  EXPECT_FALSE(parse_chat_request(body({{"response_format", {{"type", "text"}}}})).constraint);
+  auto obj = parse_chat_request(body({{"response_format", {{"type", "json_object"}}}}));
+  ASSERT_TRUE(obj.constraint);
+  EXPECT_EQ(obj.constraint->kind, grammar::Constraint::Kind::json_object);
+  auto schema = parse_chat_request(body(
+      {{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"strict", true}, {"schema", {{"type", "string"}}}}}}}}));
+  ASSERT_TRUE(schema.constraint);
+  EXPECT_EQ(schema.constraint->schema["type"], "string");
+  EXPECT_EQ(schema.constraint_param, "response_format");
+  auto guided = parse_completion_request(ordered_json{{"prompt", "x"}, {"guided_json", R"({"type":"integer"})"}});
+  ASSERT_TRUE(guided.constraint);
+  EXPECT_EQ(guided.constraint->schema["type"], "integer");
+  auto rf_completion = parse_completion_request(ordered_json{{"prompt", "x"}, {"response_format", {{"type", "json_object"}}}});
+  EXPECT_TRUE(rf_completion.constraint);
+  for (const ordered_json& bad :
+       {ordered_json{{"response_format", {{"type", "yaml"}}}}, ordered_json{{"response_format", {{"type", "json_schema"}}}},
+        ordered_json{{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"}}}}}},
+        ordered_json{{"response_format", "json"}}, ordered_json{{"guided_json", "{not json"}},
+        ordered_json{{"guided_json", {{"type", "string"}}}, {"response_format", {{"type", "json_object"}}}}}) {
+    try {
+      parse_chat_request(body(bad));
+      ADD_FAILURE() << "accepted " << bad.dump();
+    } catch (const FieldError& e) {
+      EXPECT_TRUE(e.param().starts_with("response_format") || e.param() == "guided_json") << e.param();
     }
   }
 }

@@ -221,7 +221,8 @@ TEST(ToolCallRequests, ToolChoiceDecidesWhetherCallsAreParsed) {
   EXPECT_TRUE(parse_chat_request(body).tool_calls);
   body["tool_choice"] = "none";
   EXPECT_FALSE(parse_chat_request(body).tool_calls);
-  for (const json& refused : {json("required"), json("sometimes"), json({{"type", "function"}, {"function", {{"name", "x"}}}})}) {
+  for (const json& refused : {json("sometimes"), json({{"type", "function"}, {"function", {{"name", "x"}}}}), json(3),
+                              json({{"type", "function"}})}) {
     body["tool_choice"] = refused;
     try {
       parse_chat_request(body);
@@ -229,6 +230,34 @@ TEST(ToolCallRequests, ToolChoiceDecidesWhetherCallsAreParsed) {
     } catch (const FieldError& e) {
       EXPECT_EQ(e.param(), "tool_choice");
     }
+  }
+  // "required" and a named function force one call through constrained decoding.
+  body["tool_choice"] = "required";
+  OpenAiRequest required = parse_chat_request(body);
+  EXPECT_TRUE(required.tool_calls);
+  ASSERT_TRUE(required.constraint.has_value());
+  EXPECT_EQ(required.constraint->kind, grammar::Constraint::Kind::tool_call);
+  EXPECT_EQ(required.constraint_param, "tool_choice");
+  body["tool_choice"] = {{"type", "function"}, {"function", {{"name", "get_weather"}}}};
+  OpenAiRequest named = parse_chat_request(body);
+  ASSERT_TRUE(named.constraint.has_value());
+  ASSERT_EQ(named.constraint->tools.size(), 1u);
+  EXPECT_EQ(named.constraint->tools[0].name, "get_weather");
+  body["response_format"] = {{"type", "json_object"}};
+  try {
+    parse_chat_request(body);
+    ADD_FAILURE() << "tool_choice and response_format together were accepted";
+  } catch (const FieldError& e) {
+    EXPECT_EQ(e.param(), "response_format");
+  }
+  body.erase("response_format");
+  body["tools"] = json::array();
+  body["tool_choice"] = "required";
+  try {
+    parse_chat_request(body);
+    ADD_FAILURE() << "tool_choice required without tools was accepted";
+  } catch (const FieldError& e) {
+    EXPECT_EQ(e.param(), "tool_choice");
   }
   body.erase("tool_choice");
   body.erase("tools");
