@@ -26,13 +26,13 @@ namespace neuron::server {
 class Activation;
 
 struct ApiOptions {
+  std::string api_key;  // empty: no authentication; else every route but /health needs "Authorization: Bearer KEY" or "x-api-key: KEY"
   const Activation* activation = nullptr;  // startup pre-warm for /health (null: nothing to pre-warm); must outlive the Api
   // An OpenAI request for a model that is not loaded loads it when its name is a
   // folder under a model root or a Hugging Face id in the local cache; the request
   // waits up to load_wait, then gets 503 loading with Retry-After.
   bool load_on_request = false;
   std::chrono::milliseconds load_wait{30000};
-  std::string api_key;  // empty: no authentication; else every route but /health needs "Authorization: Bearer KEY" or "x-api-key: KEY"
 };
 
 // The grammar for a request's constraint on this model (grammar/cache.hpp),
