@@ -197,6 +197,7 @@ TEST(HelexaContract, EveryManagementRouteParsesIncludingTensorParallelTwo) {
   FakeHfCache hf;
   test_support::TempDir root("neuron-contract");
   link_tiny_model(root.path() / "tiny-copy");
+  link_tiny_model(root.path() / "tiny-quant");  // never loaded: its quant is refused
   Activation activation;
   engine::RegistryOptions ro = registry_options(root.path());
   ro.on_load_end = [&activation](const engine::ModelInfo& info) { activation.load_ended(info); };
@@ -289,7 +290,7 @@ TEST(HelexaContract, EveryManagementRouteParsesIncludingTensorParallelTwo) {
   const std::vector<std::pair<json, std::string>> impossible = {
       {{{"model_id", "Nobody/no-such-model"}}, "not_found"},
       {{{"model_id", "tiny-copy-2"}}, "not_found"},
-      {{{"model_id", "Qwen/Qwen3-Tiny"}, {"quant", "q4_k_m"}}, "unsupported_arch"},
+      {{{"model_id", "tiny-quant"}, {"quant", "q4_k_m"}}, "unsupported_arch"},  // a GGUF tag on safetensors
       {{{"model_id", "tiny-copy"}, {"harness", "vllm"}}, "unsupported_arch"},
   };
   for (const auto& [body, code] : impossible) {
