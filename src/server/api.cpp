@@ -15,6 +15,8 @@
 #include "server/openai_request.hpp"
 #include "server/openai_response.hpp"
 #include "server/tool_calls.hpp"
+#include "server/chat_stream.hpp"
+#include "server/messages_api.hpp"
 
 namespace neuron::server {
 namespace {
@@ -169,8 +171,11 @@ struct Api::Generation {
   std::shared_ptr<engine::Engine> engine;  // keeps the model alive while the request runs
   std::shared_ptr<engine::Channel> channel;
   std::unique_ptr<Tracker> tracker;
-  ResponseMeta meta;
   std::string model;
+  std::shared_ptr<const engine::ModelAssets> assets;  // the tokenizer, to name a matched stop string
+  std::vector<std::string> stop;                      // the request's stop strings
+  std::int32_t prompt_tokens = 0;
+  std::int32_t reasoning_tokens = 0;  // tokens of deltas that carried reasoning (TurnEnd::reasoning_tokens)
   Clock::time_point last_delta = Clock::now();
   bool seen_delta = false;
   bool client_gone = false;
@@ -190,6 +195,26 @@ struct Api::Generation {
     }
     seen_delta = true;
     last_delta = now;
+    if (!e.reasoning.empty()) reasoning_tokens += static_cast<std::int32_t>(e.tokens.size());
+  }
+
+  // The done event as the shapers see it.
+  TurnEnd end_of(const engine::Event& e) const {
+    TurnEnd end{e.finish_reason, {e.usage.prompt_tokens, e.usage.completion_tokens, e.usage.cached_tokens}, reasoning_tokens, {}};
+    if (e.finish_reason == "stop" && !stop.empty()) {
+      // The engine stops at the first match and keeps the stop string's tokens
+      // in `tokens` (an EOS is left out), so the earliest match in their text is it.
+      const std::string raw = assets->tokenizer->decode(e.tokens);
+      std::size_t best = std::string::npos;
+      for (const auto& s : stop) {
+        const std::size_t at = raw.find(s);
+        if (at != std::string::npos && (best == std::string::npos || at < best)) {
+          best = at;
+          end.stop_sequence = s;
+        }
+      }
+    }
+    return end;
   }
 
   void on_end(const engine::Event& e) {
@@ -229,12 +254,12 @@ struct Api::Generation {
 
 // A streaming generation as server-sent events, driven by the transport: the
 // engine's pushes wake the connection (Channel listener), pull() turns the
-// queued events into SSE bytes on the connection's executor, cancel() stops
-// the engine and leaves the last event's accounting to the engine's thread.
+// queued events into SSE bytes through the API's TurnShaper on the
+// connection's executor, cancel() stops the engine and leaves the last
+// event's accounting to the engine's thread.
 class Api::SseStream final : public BodyStream {
  public:
-  SseStream(std::shared_ptr<Generation> gen, bool include_usage, std::unique_ptr<ToolCallExtractor> extractor)
-      : gen_(std::move(gen)), include_usage_(include_usage), extractor_(std::move(extractor)) {}
+  SseStream(std::shared_ptr<Generation> gen, std::unique_ptr<TurnShaper> shaper) : gen_(std::move(gen)), shaper_(std::move(shaper)) {}
   ~SseStream() override {
     if (!finished_ && !cancelled_) cancel();  // dropped before its end: nobody reads it any more
   }
@@ -244,33 +269,19 @@ class Api::SseStream final : public BodyStream {
   void start(std::function<void()> wake) override { gen_->channel->set_listener(std::move(wake)); }
 
   bool pull(std::string& out) override {
-    if (!role_sent_) {
-      role_sent_ = true;
-      if (gen_->meta.chat) out += sse_event(role_chunk(gen_->meta));
+    if (!opened_) {
+      opened_ = true;
+      out += shaper_->open();
     }
     while (auto e = gen_->channel->try_next()) {
       if (e->kind == engine::Event::Kind::delta) {
         gen_->on_delta(*e);
-        const std::string text = extractor_ ? extractor_->feed(e->text) : e->text;
-        if (text.empty() && e->reasoning.empty()) continue;  // held: may be a tool call
-        out += sse_event(delta_chunk(gen_->meta, text, e->reasoning));
+        out += shaper_->delta(e->text, e->reasoning);
         continue;
       }
       gen_->on_end(*e);
-      if (e->kind == engine::Event::Kind::error) {
-        out += sse_event(envelope(classify(e->error_kind, e->error_message)));
-      } else {
-        std::string finish_reason = e->finish_reason;
-        if (extractor_) {
-          const ToolCallExtractor::Result rest = extractor_->finish();
-          if (!rest.content.empty()) out += sse_event(delta_chunk(gen_->meta, rest.content, {}));
-          if (!rest.calls.empty()) out += sse_event(tool_calls_chunk(gen_->meta, rest.calls));
-          finish_reason = rest.finish_reason(finish_reason);
-        }
-        out += sse_event(finish_chunk(gen_->meta, finish_reason));
-        if (include_usage_) out += sse_event(usage_chunk(gen_->meta, {e->usage.prompt_tokens, e->usage.completion_tokens, e->usage.cached_tokens}));
-      }
-      out += kSseDone;
+      if (e->kind == engine::Event::Kind::error) out += shaper_->fail(classify(e->error_kind, e->error_message));
+      else out += shaper_->close(gen_->end_of(*e));
       finished_ = true;
       gen_->channel->set_listener({});
       return false;
@@ -301,14 +312,16 @@ class Api::SseStream final : public BodyStream {
 
  private:
   std::shared_ptr<Generation> gen_;
-  const bool include_usage_;
-  std::unique_ptr<ToolCallExtractor> extractor_;
-  bool role_sent_ = false;
+  std::unique_ptr<TurnShaper> shaper_;
+  bool opened_ = false;
   bool finished_ = false;
   bool cancelled_ = false;
 };
 
-Api::Api(engine::Registry& registry, ApiOptions options) : registry_(registry), options_(std::move(options)) {
+Api::Api(engine::Registry& registry, ApiOptions options)
+    : registry_(registry),
+      options_(std::move(options)),
+      responses_(std::make_shared<ResponseStore>(options_.stored_responses, options_.stored_response_bytes)) {
   metrics_.declare_counter("neuron_http_requests_total", "HTTP requests by route and status");
   metrics_.declare_counter("neuron_prompt_tokens_total", "Prompt tokens processed");
   metrics_.declare_counter("neuron_generated_tokens_total", "Tokens generated");
@@ -342,6 +355,10 @@ Api::Api(engine::Registry& registry, ApiOptions options) : registry_(registry), 
   router_.add_prefix("GET", "/v1/models/", "/v1/models/{id}", bind(&Api::openai_model));
   router_.add("POST", "/v1/chat/completions", bind(&Api::chat_completions));
   router_.add("POST", "/v1/completions", bind(&Api::completions));
+  router_.add("POST", "/v1/responses", bind(&Api::responses));
+  router_.add_prefix("GET", "/v1/responses/", "/v1/responses/{id}", bind(&Api::get_response));
+  router_.add_prefix("DELETE", "/v1/responses/", "/v1/responses/{id}", bind(&Api::delete_response));
+  router_.add("POST", "/v1/messages", bind(&Api::messages));
   router_.add("POST", "/tokenize", bind(&Api::tokenize));
   router_.add("POST", "/detokenize", bind(&Api::detokenize));
   router_.add("GET", "/metrics", bind(&Api::render_metrics));
@@ -355,18 +372,25 @@ Api::~Api() {
 
 HttpResponse Api::handle(const HttpRequest& request) {
   const bool exempt = request.path == "/health";
+  // Anthropic's route answers errors in Anthropic's shape and takes its key header.
+  const bool anthropic = request.path == "/v1/messages";
+  auto fail = [anthropic](const ApiError& e) { return anthropic ? anthropic_error_response(e) : error_response(e); };
   if (!options_.api_key.empty() && !exempt) {
     const std::string auth = request.header("Authorization");
     const std::string prefix = "Bearer ";
-    if (auth.rfind(prefix, 0) != 0 || !constant_time_equals(auth.substr(prefix.size()), options_.api_key)) {
-      HttpResponse r = error_response(classify(http_errc::unauthorized, auth.empty() ? "missing API key: send 'Authorization: Bearer <key>'"
-                                                                                     : "invalid API key"));
+    const std::string x_api_key = anthropic ? request.header("x-api-key") : std::string();
+    const bool bearer_ok = auth.rfind(prefix, 0) == 0 && constant_time_equals(auth.substr(prefix.size()), options_.api_key);
+    const bool x_api_key_ok = !x_api_key.empty() && constant_time_equals(x_api_key, options_.api_key);
+    if (!bearer_ok && !x_api_key_ok) {
+      const bool missing = auth.empty() && x_api_key.empty();
+      HttpResponse r = fail(classify(http_errc::unauthorized, !missing ? "invalid API key"
+                                                              : anthropic ? "missing API key: send 'x-api-key: <key>' or 'Authorization: Bearer <key>'"
+                                                                          : "missing API key: send 'Authorization: Bearer <key>'"));
       r.set_header("WWW-Authenticate", "Bearer");
       return r;
     }
   }
-  if (shutting_down_ && !exempt && request.path != "/metrics")
-    return error_response(classify(errc::shutting_down, "the server is shutting down"));
+  if (shutting_down_ && !exempt && request.path != "/metrics") return fail(classify(errc::shutting_down, "the server is shutting down"));
   return router_.dispatch(request);
 }
 
@@ -635,7 +659,94 @@ HttpResponse Api::completions(const HttpRequest& request) { return generate(requ
 
 HttpResponse Api::generate(const HttpRequest& request, bool chat) {
   const nlohmann::ordered_json body = parse_body(request.body);
-  OpenAiRequest req = chat ? parse_chat_request(body) : parse_completion_request(body);
+  const OpenAiRequest req = chat ? parse_chat_request(body) : parse_completion_request(body);
+  auto gen = submit(req);
+  ResponseMeta meta{chat, new_completion_id(chat), unix_now(), gen->model};
+  if (req.stream) return stream(std::move(gen), std::make_unique<ChatTurnShaper>(std::move(meta), req.include_usage, req.tool_calls));
+  std::optional<Turn> turn = collect(*gen, request, req.tool_calls);
+  if (!turn) return client_gone_response();
+  const std::string finish_reason = ToolCallExtractor::Result{{}, turn->calls}.finish_reason(turn->end.finish_reason);
+  return json_response(completion_body(meta, turn->content, turn->reasoning, finish_reason, turn->end.usage, turn->calls));
+}
+
+// ---- the Responses API (responses_api.hpp) ----
+
+HttpResponse Api::responses(const HttpRequest& request) {
+  ResponsesRequest req = parse_responses_request(parse_body(request.body));
+  std::optional<StoredResponse> previous;
+  if (req.previous_response_id) {
+    previous = responses_->get(*req.previous_response_id);
+    if (!previous)
+      throw FieldError("previous_response_id", "Previous response with id '" + *req.previous_response_id + "' not found.", errc::not_found);
+  }
+  std::vector<ChatMessage> input = req.chat.messages;  // this request's own; a stored response remembers them after `previous`'s
+  req.chat.messages = conversation(req, previous ? &previous->conversation : nullptr);
+  auto gen = submit(req.chat);
+  const std::string model = gen->model;
+
+  const std::string id = new_random_id("resp_");
+  const std::int64_t created_at = unix_now();
+  // Keeps a finished response for GET and for chaining: the conversation so far, this input and the answer.
+  auto keep = [store = req.store ? responses_ : nullptr, id, input = std::move(input),
+               before = previous ? std::move(previous->conversation) : std::vector<ChatMessage>{}](
+                  const nlohmann::ordered_json& response, const Turn& turn) mutable {
+    if (!store) return;
+    std::vector<ChatMessage> conversation = std::move(before);
+    conversation.insert(conversation.end(), std::make_move_iterator(input.begin()), std::make_move_iterator(input.end()));
+    conversation.push_back(assistant_message(turn));
+    store->put(id, StoredResponse{response, std::move(conversation)});
+  };
+  if (req.chat.stream)
+    return stream(std::move(gen), std::make_unique<ResponsesTurnShaper>(id, created_at, model, req.echo, req.chat.tool_calls, std::move(keep)));
+  std::optional<Turn> turn = collect(*gen, request, req.chat.tool_calls);
+  if (!turn) return client_gone_response();
+  const auto response = response_object(id, created_at, model, req.echo, response_status(turn->end), output_items(*turn), &turn->end);
+  keep(response, *turn);
+  HttpResponse r;
+  r.body = dump(response);
+  return r;
+}
+
+HttpResponse Api::get_response(const HttpRequest& request) {
+  const std::string id = request.path.substr(std::string("/v1/responses/").size());
+  auto stored = responses_->get(id);
+  if (!stored) throw FieldError("response_id", "Response with id '" + id + "' not found.", errc::not_found);
+  HttpResponse r;
+  r.body = dump(stored->response);
+  return r;
+}
+
+HttpResponse Api::delete_response(const HttpRequest& request) {
+  const std::string id = request.path.substr(std::string("/v1/responses/").size());
+  if (!responses_->erase(id)) throw FieldError("response_id", "Response with id '" + id + "' not found.", errc::not_found);
+  return json_response({{"id", id}, {"object", "response.deleted"}, {"deleted", true}});
+}
+
+// ---- the Anthropic Messages API (messages_api.hpp) ----
+
+// Its own error boundary: everything this route throws is answered in Anthropic's shape.
+HttpResponse Api::messages(const HttpRequest& request) {
+  try {
+    const OpenAiRequest req = parse_messages_request(parse_body(request.body));
+    auto gen = submit(req);
+    const std::string id = new_random_id("msg_");
+    if (req.stream) return stream(gen, std::make_unique<MessagesTurnShaper>(id, gen->model, gen->prompt_tokens, req.tool_calls));
+    std::optional<Turn> turn = collect(*gen, request, req.tool_calls);
+    if (!turn) return client_gone_response();
+    HttpResponse r;
+    r.body = dump(message_body(id, gen->model, *turn));
+    return r;
+  } catch (const std::exception& e) {
+    const ApiError err = from_exception(e);
+    if (err.status >= 500) spdlog::error("{} {}: {}", request.method, request.path, e.what());
+    return anthropic_error_response(err);
+  }
+}
+
+// ---- the generation core, shared by every generating route (turn.hpp) ----
+
+std::shared_ptr<Api::Generation> Api::submit(const OpenAiRequest& req) {
+  const bool chat = req.kind == OpenAiRequest::Kind::chat;
   const std::string model = resolve_model_name(req.model);
   auto engine = engine_for(model);
   auto assets = assets_for(model);
@@ -664,9 +775,10 @@ HttpResponse Api::generate(const HttpRequest& request, bool chat) {
     throw FieldError(prompt_param,
                      "the prompt is " + std::to_string(prompt_len) + " tokens; the model's context is " + std::to_string(context),
                      errc::context_length_exceeded);
+  const std::string max_param = req.max_tokens_param.empty() ? "max_tokens" : req.max_tokens_param;
   if (req.max_tokens && prompt_len + *req.max_tokens > context)
-    throw FieldError("max_tokens",
-                     "prompt (" + std::to_string(prompt_len) + " tokens) plus max_tokens (" + std::to_string(*req.max_tokens) +
+    throw FieldError(max_param,
+                     "prompt (" + std::to_string(prompt_len) + " tokens) plus " + max_param + " (" + std::to_string(*req.max_tokens) +
                          ") exceeds the model's context of " + std::to_string(context) + " tokens",
                      errc::context_length_exceeded);
   cr.max_tokens = static_cast<std::int32_t>(req.max_tokens ? *req.max_tokens : context - prompt_len);
@@ -675,46 +787,56 @@ HttpResponse Api::generate(const HttpRequest& request, bool chat) {
   cr.ignore_eos = req.ignore_eos;
 
   auto gen = std::make_shared<Generation>(*this, engine, model);
-  gen->meta = ResponseMeta{chat, new_completion_id(chat), unix_now(), model};
+  gen->assets = std::move(assets);
+  gen->stop = req.stop;
+  gen->prompt_tokens = static_cast<std::int32_t>(prompt_len);
   gen->channel = engine->submit(std::move(cr));
   gen->tracker = std::make_unique<Tracker>(*this, gen->channel);
+  return gen;
+}
 
-  if (!req.stream) {
-    std::string content, reasoning;
-    auto next_probe = Clock::now() + kProbeEvery;
-    for (;;) {
-      auto e = gen->channel->next(kProbeEvery);
-      if (e && e->kind != engine::Event::Kind::delta) {
-        gen->on_end(*e);
-        if (e->kind == engine::Event::Kind::error) return error_response(classify(e->error_kind, e->error_message));
-        const TokenUsage usage{e->usage.prompt_tokens, e->usage.completion_tokens, e->usage.cached_tokens};
-        if (!req.tool_calls) return json_response(completion_body(gen->meta, content, reasoning, e->finish_reason, usage));
-        const ToolCallExtractor::Result split = ToolCallExtractor::split(content);
-        return json_response(completion_body(gen->meta, split.content, reasoning, split.finish_reason(e->finish_reason),
-                                             usage, split.calls));
+std::optional<Turn> Api::collect(Generation& gen, const HttpRequest& request, bool tool_calls) {
+  Turn turn;
+  auto next_probe = Clock::now() + kProbeEvery;
+  for (;;) {
+    auto e = gen.channel->next(kProbeEvery);
+    if (e && e->kind != engine::Event::Kind::delta) {
+      gen.on_end(*e);
+      if (e->kind == engine::Event::Kind::error) throw Error(e->error_kind, e->error_message);
+      turn.end = gen.end_of(*e);
+      if (tool_calls) {
+        ToolCallExtractor::Result split = ToolCallExtractor::split(turn.content);
+        turn.content = std::move(split.content);
+        turn.calls = std::move(split.calls);
       }
-      if (e) {
-        gen->on_delta(*e);
-        content += e->text;
-        reasoning += e->reasoning;
+      return turn;
+    }
+    if (e) {
+      gen.on_delta(*e);
+      turn.content += e->text;
+      turn.reasoning += e->reasoning;
+    }
+    if (request.client_gone && Clock::now() >= next_probe) {
+      if (request.client_gone()) {
+        gen.abandon();
+        return std::nullopt;
       }
-      if (request.client_gone && Clock::now() >= next_probe) {
-        if (request.client_gone()) {
-          gen->abandon();
-          ApiError gone = classify(errc::cancelled, "the client closed the connection");
-          gone.status = 499;  // nginx's "client closed request": for the access log and metrics, nobody reads it
-          return error_response(gone);
-        }
-        next_probe = Clock::now() + kProbeEvery;
-      }
+      next_probe = Clock::now() + kProbeEvery;
     }
   }
+}
 
+HttpResponse Api::stream(std::shared_ptr<Generation> gen, std::unique_ptr<TurnShaper> shaper) {
   HttpResponse r;
   r.content_type = "text/event-stream";
-  r.stream = std::make_shared<SseStream>(std::move(gen), req.include_usage,
-                                         req.tool_calls ? std::make_unique<ToolCallExtractor>() : nullptr);
+  r.stream = std::make_shared<SseStream>(std::move(gen), std::move(shaper));
   return r;
+}
+
+HttpResponse Api::client_gone_response() {
+  ApiError gone = classify(errc::cancelled, "the client closed the connection");
+  gone.status = 499;  // nginx's "client closed request": for the access log and metrics, nobody reads it
+  return error_response(gone);
 }
 
 }  // namespace neuron::server

@@ -11,17 +11,26 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "engine/registry.hpp"
 #include "server/http_types.hpp"
 #include "server/metrics.hpp"
 #include "server/router.hpp"
+#include "server/openai_request.hpp"
+#include "server/responses_api.hpp"
+#include "server/turn.hpp"
 
 namespace neuron::server {
 
 struct ApiOptions {
-  std::string api_key;  // empty: no authentication; else every route but /health needs "Authorization: Bearer KEY"
+  // Empty: no authentication; else every route but /health needs "Authorization: Bearer KEY"
+  // (/v1/messages also takes it as "x-api-key: KEY", as Anthropic's clients send it).
+  std::string api_key;
+  // Responses kept for GET /v1/responses/{id} and previous_response_id (least recently used evicted).
+  std::size_t stored_responses = 1000;
+  std::size_t stored_response_bytes = std::size_t{64} << 20;
 };
 
 class Api {
@@ -59,6 +68,10 @@ class Api {
   HttpResponse openai_models(const HttpRequest&);
   HttpResponse openai_model(const HttpRequest&);
   HttpResponse chat_completions(const HttpRequest&);
+  HttpResponse responses(const HttpRequest&);  // responses_api.hpp
+  HttpResponse get_response(const HttpRequest&);
+  HttpResponse delete_response(const HttpRequest&);
+  HttpResponse messages(const HttpRequest&);  // messages_api.hpp
   HttpResponse completions(const HttpRequest&);
   HttpResponse tokenize(const HttpRequest&);
   HttpResponse detokenize(const HttpRequest&);
@@ -66,6 +79,16 @@ class Api {
   HttpResponse version(const HttpRequest&);
 
   HttpResponse generate(const HttpRequest& request, bool chat);
+  // The generation core (turn.hpp), shared by every generating route.
+  // submit: renders (chat) or encodes the prompt, checks it against the
+  // context, submits it; throws FieldError for what the client must fix.
+  std::shared_ptr<Generation> submit(const OpenAiRequest& req);
+  // Blocks until the turn ends. nullopt: the client left (the generation is
+  // cancelled; answer client_gone_response()). An engine error is thrown as Error.
+  std::optional<Turn> collect(Generation& gen, const HttpRequest& request, bool tool_calls);
+  // A streaming answer: the shaper's bytes as the engine produces them.
+  HttpResponse stream(std::shared_ptr<Generation> gen, std::unique_ptr<TurnShaper> shaper);
+  static HttpResponse client_gone_response();
   std::string resolve_model_name(const std::string& requested) const;
   std::shared_ptr<engine::Engine> engine_for(const std::string& model) const;
   std::shared_ptr<const engine::ModelAssets> assets_for(const std::string& model) const;
@@ -73,6 +96,7 @@ class Api {
   engine::Registry& registry_;
   ApiOptions options_;
   Router router_;
+  std::shared_ptr<ResponseStore> responses_;  // shared with the streams that store into it
   Metrics metrics_;
   std::atomic<bool> shutting_down_{false};
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();

@@ -1,0 +1,277 @@
+// /v1/responses and /v1/messages through the Api (no sockets) over the
+// bundled tiny model: blocking and streamed answers agree at temperature 0,
+// stored responses chain and can be read and deleted, tool round trips in the
+// input are rendered as chat would render them, and errors come in each API's
+// own shape.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/registry.hpp"
+#include "server/api.hpp"
+#include "support/drain_stream.hpp"
+
+namespace neuron::server {
+namespace {
+
+using json = nlohmann::json;
+
+std::string tiny_model_dir() { return std::string(NEURON_REPO_ROOT) + "/models/qwen3-tiny-a"; }
+
+struct Event {
+  std::string name;
+  json data;
+};
+
+std::vector<Event> events_of(const std::string& sse) {
+  std::vector<Event> out;
+  std::size_t pos = 0;
+  while (pos < sse.size()) {
+    const std::size_t end = sse.find("\n\n", pos);
+    if (end == std::string::npos) {
+      ADD_FAILURE() << "unterminated event: " << sse.substr(pos);
+      break;
+    }
+    const std::string block = sse.substr(pos, end - pos);
+    pos = end + 2;
+    if (block.starts_with(":")) continue;  // keep-alive comment
+    const std::size_t nl = block.find('\n');
+    out.push_back(Event{block.substr(7, nl - 7), json::parse(block.substr(nl + 7))});
+  }
+  return out;
+}
+
+class ResponsesMessagesApi : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    engine::RegistryOptions ro;
+    ro.model_roots = {std::string(NEURON_REPO_ROOT) + "/models"};
+    registry_ = new engine::Registry(ro);
+    engine::ModelSpec spec;
+    spec.model_id = tiny_model_dir();
+    registry_->load(spec, true);
+  }
+  static void TearDownTestSuite() {
+    delete registry_;
+    registry_ = nullptr;
+  }
+  static HttpRequest post(const std::string& path, const json& body, std::vector<std::pair<std::string, std::string>> headers = {}) {
+    return HttpRequest{"POST", path, std::move(headers), body.dump(), "test"};
+  }
+  static HttpRequest get(const std::string& path, const std::string& method = "GET") { return HttpRequest{method, path, {}, {}, "test"}; }
+  // Input tokens of a chat request as /tokenize renders it.
+  static int chat_tokens(Api& api, const json& messages, const json& tools = nullptr) {
+    json body = {{"messages", messages}};
+    if (!tools.is_null()) body["tools"] = tools;
+    const HttpResponse r = api.handle(post("/tokenize", body));
+    EXPECT_EQ(r.status, 200) << r.body;
+    return json::parse(r.body)["count"].get<int>();
+  }
+  static engine::Registry* registry_;
+};
+
+engine::Registry* ResponsesMessagesApi::registry_ = nullptr;
+
+TEST_F(ResponsesMessagesApi, AResponseIsStoredChainsAndCanBeDeleted) {
+  Api api(*registry_, {});
+  const json first_body = {{"input", "Tell me a story."}, {"instructions", "Be brief."}, {"max_output_tokens", 6}, {"temperature", 0},
+                           {"metadata", {{"run", "1"}}}};
+  const HttpResponse first = api.handle(post("/v1/responses", first_body));
+  ASSERT_EQ(first.status, 200) << first.body;
+  const json r1 = json::parse(first.body);
+  EXPECT_EQ(r1["object"], "response");
+  EXPECT_TRUE(r1["id"].get<std::string>().starts_with("resp_"));
+  EXPECT_EQ(r1["metadata"], json({{"run", "1"}}));
+  EXPECT_EQ(r1["instructions"], "Be brief.");
+  const json& usage = r1["usage"];
+  EXPECT_EQ(usage["input_tokens"], chat_tokens(api, json::parse(R"([{"role": "system", "content": "Be brief."},
+                                                                    {"role": "user", "content": "Tell me a story."}])")));
+  EXPECT_GT(usage["output_tokens"].get<int>(), 0);
+  EXPECT_EQ(usage["total_tokens"], usage["input_tokens"].get<int>() + usage["output_tokens"].get<int>());
+  // The random model rarely ends by itself within 6 tokens: then it is incomplete.
+  if (usage["output_tokens"] == 6) {
+    EXPECT_EQ(r1["status"], "incomplete");
+    EXPECT_EQ(r1["incomplete_details"]["reason"], "max_output_tokens");
+  }
+  ASSERT_FALSE(r1["output"].empty());
+
+  const std::string id = r1["id"];
+  const HttpResponse got = api.handle(get("/v1/responses/" + id));
+  ASSERT_EQ(got.status, 200) << got.body;
+  EXPECT_EQ(json::parse(got.body), r1);
+
+  // Chaining: the stored conversation (input + output, not the instructions) comes before the new input.
+  const HttpResponse second =
+      api.handle(post("/v1/responses", {{"input", "Go on."}, {"previous_response_id", id}, {"max_output_tokens", 4}, {"store", false}}));
+  ASSERT_EQ(second.status, 200) << second.body;
+  const json r2 = json::parse(second.body);
+  EXPECT_EQ(r2["previous_response_id"], id);
+  EXPECT_GT(r2["usage"]["input_tokens"].get<int>(), usage["input_tokens"].get<int>() + 2);
+  EXPECT_EQ(api.handle(get("/v1/responses/" + r2["id"].get<std::string>())).status, 404);  // store: false
+
+  const HttpResponse deleted = api.handle(get("/v1/responses/" + id, "DELETE"));
+  ASSERT_EQ(deleted.status, 200) << deleted.body;
+  EXPECT_EQ(json::parse(deleted.body)["deleted"], true);
+  const HttpResponse gone = api.handle(get("/v1/responses/" + id));
+  EXPECT_EQ(gone.status, 404);
+  EXPECT_TRUE(json::parse(gone.body)["error"]["message"].get<std::string>().find(id) != std::string::npos);
+  const HttpResponse unknown = api.handle(post("/v1/responses", {{"input", "x"}, {"previous_response_id", id}}));
+  EXPECT_EQ(unknown.status, 404);
+  EXPECT_EQ(json::parse(unknown.body)["error"]["param"], "previous_response_id");
+}
+
+TEST_F(ResponsesMessagesApi, AStreamedResponseEqualsTheBlockingOneAndIsStored) {
+  Api api(*registry_, {});
+  const json body = {{"input", "Name three colours."}, {"max_output_tokens", 12}, {"temperature", 0}};
+  const HttpResponse blocking = api.handle(post("/v1/responses", body));
+  ASSERT_EQ(blocking.status, 200) << blocking.body;
+  const json whole = json::parse(blocking.body);
+
+  json streamed_body = body;
+  streamed_body["stream"] = true;
+  HttpResponse streamed = api.handle(post("/v1/responses", streamed_body));
+  ASSERT_EQ(streamed.status, 200) << streamed.body;
+  ASSERT_TRUE(streamed.stream);
+  EXPECT_EQ(streamed.content_type, "text/event-stream");
+  const auto d = test_support::drain(*streamed.stream);
+  ASSERT_TRUE(d.finished);
+  const auto events = events_of(d.received);
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events[0].name, "response.created");
+  EXPECT_EQ(events[1].name, "response.in_progress");
+  std::string text, reasoning;
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    EXPECT_EQ(events[i].data["sequence_number"], i);
+    if (events[i].name == "response.output_text.delta") text += events[i].data["delta"].get<std::string>();
+    if (events[i].name == "response.reasoning_text.delta") reasoning += events[i].data["delta"].get<std::string>();
+  }
+  const json& last = events.back().data["response"];
+  EXPECT_TRUE(events.back().name == "response.completed" || events.back().name == "response.incomplete") << events.back().name;
+  // Same items and usage as the blocking answer (ids differ).
+  ASSERT_EQ(last["output"].size(), whole["output"].size());
+  for (std::size_t i = 0; i < whole["output"].size(); ++i) {
+    EXPECT_EQ(last["output"][i]["type"], whole["output"][i]["type"]);
+    EXPECT_EQ(last["output"][i]["content"], whole["output"][i]["content"]);
+    if (last["output"][i]["type"] == "message") EXPECT_EQ(last["output"][i]["content"][0]["text"], text);
+    if (last["output"][i]["type"] == "reasoning") EXPECT_EQ(last["output"][i]["content"][0]["text"], reasoning);
+  }
+  EXPECT_EQ(last["usage"], whole["usage"]);
+  EXPECT_EQ(last["status"], whole["status"]);
+
+  const HttpResponse got = api.handle(get("/v1/responses/" + last["id"].get<std::string>()));
+  ASSERT_EQ(got.status, 200) << got.body;
+  EXPECT_EQ(json::parse(got.body), last);
+}
+
+TEST_F(ResponsesMessagesApi, AToolRoundTripInTheInputIsRenderedAsChatRendersIt) {
+  Api api(*registry_, {});
+  const json input = json::parse(R"([
+      {"role": "user", "content": "Weather in Paris?"},
+      {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": "{\"city\": \"Paris\"}"},
+      {"type": "function_call_output", "call_id": "call_1", "output": "sunny, 21 C"}])");
+  const json tools = json::parse(R"([{"type": "function", "name": "get_weather", "description": "Weather of a city",
+                                      "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}])");
+  const HttpResponse r = api.handle(post("/v1/responses", {{"input", input}, {"tools", tools}, {"max_output_tokens", 3}}));
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json chat_messages = json::parse(R"([
+      {"role": "user", "content": "Weather in Paris?"},
+      {"role": "assistant", "content": "", "tool_calls": [{"id": "call_1", "type": "function",
+                                                           "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+      {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 21 C"}])");
+  const json chat_tools = json::parse(R"([{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
+                                           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}])");
+  EXPECT_EQ(json::parse(r.body)["usage"]["input_tokens"], chat_tokens(api, chat_messages, chat_tools));
+  EXPECT_EQ(json::parse(r.body)["tools"], tools);
+}
+
+TEST_F(ResponsesMessagesApi, BadResponsesRequestsAre400sInOpenAisShape) {
+  Api api(*registry_, {});
+  const HttpResponse r = api.handle(post("/v1/responses", {{"input", "x"}, {"tool_choice", "required"}}));
+  EXPECT_EQ(r.status, 400);
+  const json e = json::parse(r.body)["error"];
+  EXPECT_EQ(e["param"], "tool_choice");
+  EXPECT_EQ(e["type"], "invalid_request_error");
+  EXPECT_EQ(api.handle(HttpRequest{"POST", "/v1/responses", {}, "{nope", "test"}).status, 400);
+  EXPECT_EQ(api.handle(post("/v1/responses", {{"input", "x"}, {"max_output_tokens", 100000}})).status, 400);  // past the context
+  EXPECT_EQ(api.handle(get("/v1/responses/resp_missing")).status, 404);
+  EXPECT_EQ(api.handle(get("/v1/responses/resp_missing", "DELETE")).status, 404);
+}
+
+TEST_F(ResponsesMessagesApi, AMessageStreamedEqualsTheBlockingOne) {
+  Api api(*registry_, {});
+  const json body = {{"max_tokens", 12}, {"temperature", 0}, {"system", "Be brief."},
+                     {"messages", {{{"role", "user"}, {"content", "Name three colours."}}}}};
+  const HttpResponse blocking = api.handle(post("/v1/messages", body, {{"anthropic-version", "2023-06-01"}}));
+  ASSERT_EQ(blocking.status, 200) << blocking.body;
+  const json whole = json::parse(blocking.body);
+  EXPECT_EQ(whole["type"], "message");
+  EXPECT_TRUE(whole["id"].get<std::string>().starts_with("msg_"));
+  const std::string stop = whole["stop_reason"];
+  EXPECT_TRUE(stop == "end_turn" || stop == "max_tokens") << stop;
+  EXPECT_EQ(whole["usage"]["input_tokens"].get<int>() + whole["usage"]["cache_read_input_tokens"].get<int>(),
+            chat_tokens(api, json::parse(R"([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name three colours."}])")));
+
+  json streamed_body = body;
+  streamed_body["stream"] = true;
+  HttpResponse streamed = api.handle(post("/v1/messages", streamed_body));
+  ASSERT_EQ(streamed.status, 200) << streamed.body;
+  ASSERT_TRUE(streamed.stream);
+  const auto d = test_support::drain(*streamed.stream);
+  ASSERT_TRUE(d.finished);
+  const auto events = events_of(d.received);
+  ASSERT_GE(events.size(), 4u);
+  EXPECT_EQ(events.front().name, "message_start");
+  EXPECT_EQ(events.back().name, "message_stop");
+  json blocks = json::array();
+  std::string stop_reason;
+  for (const auto& e : events) {
+    if (e.name == "content_block_start") blocks.push_back(e.data["content_block"]);
+    if (e.name == "content_block_delta") {
+      const json& delta = e.data["delta"];
+      json& block = blocks[e.data["index"].get<std::size_t>()];
+      if (delta["type"] == "text_delta") block["text"] = block["text"].get<std::string>() + delta["text"].get<std::string>();
+      if (delta["type"] == "thinking_delta") block["thinking"] = block["thinking"].get<std::string>() + delta["thinking"].get<std::string>();
+    }
+    if (e.name == "message_delta") {
+      stop_reason = e.data["delta"]["stop_reason"];
+      EXPECT_EQ(e.data["usage"]["output_tokens"], whole["usage"]["output_tokens"]);
+    }
+  }
+  EXPECT_EQ(blocks, whole["content"]);
+  EXPECT_EQ(stop_reason, stop);
+}
+
+TEST_F(ResponsesMessagesApi, MessagesErrorsAndAuthUseAnthropicsShape) {
+  Api api(*registry_, {.api_key = "sekrit"});
+  const json ok = {{"max_tokens", 2}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}};
+  HttpResponse r = api.handle(post("/v1/messages", ok));
+  EXPECT_EQ(r.status, 401);
+  EXPECT_EQ(json::parse(r.body), json::parse(R"({"type": "error", "error": {"type": "authentication_error",
+      "message": "missing API key: send 'x-api-key: <key>' or 'Authorization: Bearer <key>'"}})"));
+  EXPECT_EQ(api.handle(post("/v1/messages", ok, {{"x-api-key", "wrong"}})).status, 401);
+  r = api.handle(post("/v1/messages", ok, {{"x-api-key", "sekrit"}}));
+  EXPECT_EQ(r.status, 200) << r.body;
+  r = api.handle(post("/v1/messages", ok, {{"Authorization", "Bearer sekrit"}}));
+  EXPECT_EQ(r.status, 200) << r.body;
+  // x-api-key is Anthropic's header: the OpenAI routes keep to Bearer.
+  EXPECT_EQ(api.handle(post("/v1/responses", {{"input", "x"}}, {{"x-api-key", "sekrit"}})).status, 401);
+
+  r = api.handle(post("/v1/messages", {{"messages", ok["messages"]}}, {{"x-api-key", "sekrit"}}));
+  EXPECT_EQ(r.status, 400);
+  const json e = json::parse(r.body);
+  EXPECT_EQ(e["type"], "error");
+  EXPECT_EQ(e["error"]["type"], "invalid_request_error");
+  EXPECT_NE(e["error"]["message"].get<std::string>().find("max_tokens"), std::string::npos);
+  r = api.handle(post("/v1/messages", {{"model", "no-such-model"}, {"max_tokens", 2}, {"messages", ok["messages"]}}, {{"x-api-key", "sekrit"}}));
+  EXPECT_EQ(r.status, 404);
+  EXPECT_EQ(json::parse(r.body)["error"]["type"], "not_found_error");
+  r = api.handle(HttpRequest{"POST", "/v1/messages", {{"x-api-key", "sekrit"}}, "[1,", "test"});
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(json::parse(r.body)["type"], "error");
+}
+
+}  // namespace
+}  // namespace neuron::server
