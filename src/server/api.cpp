@@ -391,7 +391,8 @@ HttpResponse Api::handle(const HttpRequest& request) {
     }
   }
   if (shutting_down_ && !exempt && request.path != "/metrics") return fail(classify(errc::shutting_down, "the server is shutting down"));
-  return router_.dispatch(request);
+  HttpResponse r = router_.dispatch(request);
+  return anthropic ? as_anthropic_error(std::move(r)) : r;
 }
 
 void Api::record_exchange(const std::string& method, const std::string& path, int status, double ms) {
@@ -724,23 +725,17 @@ HttpResponse Api::delete_response(const HttpRequest& request) {
 
 // ---- the Anthropic Messages API (messages_api.hpp) ----
 
-// Its own error boundary: everything this route throws is answered in Anthropic's shape.
+// Errors thrown here reach the client in Anthropic's shape (handle()).
 HttpResponse Api::messages(const HttpRequest& request) {
-  try {
-    const OpenAiRequest req = parse_messages_request(parse_body(request.body));
-    auto gen = submit(req);
-    const std::string id = new_random_id("msg_");
-    if (req.stream) return stream(gen, std::make_unique<MessagesTurnShaper>(id, gen->model, gen->prompt_tokens, req.tool_calls));
-    std::optional<Turn> turn = collect(*gen, request, req.tool_calls);
-    if (!turn) return client_gone_response();
-    HttpResponse r;
-    r.body = dump(message_body(id, gen->model, *turn));
-    return r;
-  } catch (const std::exception& e) {
-    const ApiError err = from_exception(e);
-    if (err.status >= 500) spdlog::error("{} {}: {}", request.method, request.path, e.what());
-    return anthropic_error_response(err);
-  }
+  const OpenAiRequest req = parse_messages_request(parse_body(request.body));
+  auto gen = submit(req);
+  const std::string id = new_random_id("msg_");
+  if (req.stream) return stream(gen, std::make_unique<MessagesTurnShaper>(id, gen->model, gen->prompt_tokens, req.tool_calls));
+  std::optional<Turn> turn = collect(*gen, request, req.tool_calls);
+  if (!turn) return client_gone_response();
+  HttpResponse r;
+  r.body = dump(message_body(id, gen->model, *turn));
+  return r;
 }
 
 // ---- the generation core, shared by every generating route (turn.hpp) ----
@@ -752,9 +747,9 @@ std::shared_ptr<Api::Generation> Api::submit(const OpenAiRequest& req) {
   auto assets = assets_for(model);
 
   engine::CompletionRequest cr;
-  const char* prompt_param = chat ? "messages" : "prompt";
+  const std::string prompt_param = !req.prompt_param.empty() ? req.prompt_param : chat ? "messages" : "prompt";
   if (chat) {
-    if (!assets->chat) throw FieldError("messages", "model '" + model + "' has no chat template; use /v1/completions");
+    if (!assets->chat) throw FieldError(prompt_param, "model '" + model + "' has no chat template; use /v1/completions");
     std::string text = assets->chat->apply(messages_json(req.messages), req.tools, true, req.chat_template_kwargs);
     cr.prompt = assets->tokenizer->encode(text);
     cr.split_reasoning = assets->tokenizer->token_to_id("<think>").has_value();
@@ -767,7 +762,7 @@ std::shared_ptr<Api::Generation> Api::submit(const OpenAiRequest& req) {
       if (!assets->tokenizer->is_known(cr.prompt[i]))
         throw FieldError("prompt[" + std::to_string(i) + "]", "token id " + std::to_string(cr.prompt[i]) + " is not in the vocabulary");
   }
-  if (cr.prompt.empty()) throw FieldError(prompt_param, std::string("'") + prompt_param + "' encodes to no tokens");
+  if (cr.prompt.empty()) throw FieldError(prompt_param, "'" + prompt_param + "' encodes to no tokens");
 
   const std::int64_t context = engine->max_context();
   const std::int64_t prompt_len = static_cast<std::int64_t>(cr.prompt.size());

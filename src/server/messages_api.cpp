@@ -225,6 +225,22 @@ HttpResponse anthropic_error_response(const ApiError& e) {
   return r;
 }
 
+HttpResponse as_anthropic_error(HttpResponse r) {
+  if (r.status < 400 || r.stream) return r;
+  std::string message;
+  try {
+    const auto body = parse_json<nlohmann::json>(r.body, "error body");
+    if (const auto it = body.find("error"); it != body.end() && it->is_object() && it->contains("message") && (*it)["message"].is_string())
+      message = (*it)["message"].get<std::string>();
+  } catch (const Error&) {  // not the envelope: the status alone says it
+  }
+  ApiError e;
+  e.status = r.status;
+  e.message = std::move(message);
+  r.body = dump(anthropic_error_body(e));
+  return r;
+}
+
 json anthropic_usage(const TurnEnd& end) {
   return {{"input_tokens", end.usage.prompt_tokens - end.usage.cached_tokens},
           {"cache_creation_input_tokens", 0},

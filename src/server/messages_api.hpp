@@ -36,6 +36,10 @@ OpenAiRequest parse_messages_request(const nlohmann::ordered_json& body);
 std::string anthropic_error_type(int status);
 nlohmann::json anthropic_error_body(const ApiError& e);  // {type: "error", error: {type, message}}
 HttpResponse anthropic_error_response(const ApiError& e);
+// The route's boundary: an error answer in the OpenAI envelope (what the
+// router and the handlers produce) rewritten in Anthropic's shape, status and
+// headers kept; any other response as it is.
+HttpResponse as_anthropic_error(HttpResponse r);
 
 nlohmann::ordered_json anthropic_usage(const TurnEnd& end);
 // "end_turn", "max_tokens", "stop_sequence", "tool_use".

@@ -173,6 +173,7 @@ ResponsesRequest parse_responses_request(const json& body) {
   c.kind = OpenAiRequest::Kind::chat;
   c.model = string_in(body, "model").value_or("");
   c.messages = parse_input(body);
+  c.prompt_param = "input";
   r.instructions = string_in(body, "instructions");
   r.previous_response_id = string_in(body, "previous_response_id");
   if (r.previous_response_id && r.previous_response_id->empty())

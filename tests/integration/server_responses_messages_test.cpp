@@ -195,7 +195,10 @@ TEST_F(ResponsesMessagesApi, BadResponsesRequestsAre400sInOpenAisShape) {
   EXPECT_EQ(e["param"], "tool_choice");
   EXPECT_EQ(e["type"], "invalid_request_error");
   EXPECT_EQ(api.handle(HttpRequest{"POST", "/v1/responses", {}, "{nope", "test"}).status, 400);
-  EXPECT_EQ(api.handle(post("/v1/responses", {{"input", "x"}, {"max_output_tokens", 100000}})).status, 400);  // past the context
+  const HttpResponse too_long = api.handle(post("/v1/responses", {{"input", "x"}, {"max_output_tokens", 100000}}));  // past the context
+  EXPECT_EQ(too_long.status, 400);
+  EXPECT_EQ(json::parse(too_long.body)["error"]["param"], "max_output_tokens");
+  EXPECT_EQ(json::parse(too_long.body)["error"]["code"], "context_length_exceeded");
   EXPECT_EQ(api.handle(get("/v1/responses/resp_missing")).status, 404);
   EXPECT_EQ(api.handle(get("/v1/responses/resp_missing", "DELETE")).status, 404);
 }
@@ -271,6 +274,15 @@ TEST_F(ResponsesMessagesApi, MessagesErrorsAndAuthUseAnthropicsShape) {
   r = api.handle(HttpRequest{"POST", "/v1/messages", {{"x-api-key", "sekrit"}}, "[1,", "test"});
   EXPECT_EQ(r.status, 400);
   EXPECT_EQ(json::parse(r.body)["type"], "error");
+  r = api.handle(HttpRequest{"GET", "/v1/messages", {{"x-api-key", "sekrit"}}, {}, "test"});
+  EXPECT_EQ(r.status, 405);
+  EXPECT_EQ(r.header("Allow"), "POST");
+  EXPECT_EQ(json::parse(r.body)["error"]["type"], "invalid_request_error");
+  EXPECT_NE(json::parse(r.body)["error"]["message"].get<std::string>().find("GET is not allowed"), std::string::npos);
+  api.begin_shutdown();
+  r = api.handle(post("/v1/messages", ok, {{"x-api-key", "sekrit"}}));
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(json::parse(r.body)["error"]["type"], "overloaded_error");
 }
 
 }  // namespace
