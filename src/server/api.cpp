@@ -101,6 +101,13 @@ bool ends_inside_think(const std::string& prompt) {
   return close == std::string::npos || close < open;
 }
 
+// A chat request's prompt text: the model's template over its messages and tools.
+std::string render_chat(const engine::ModelAssets& assets, const OpenAiRequest& req, const std::string& model, const std::string& param,
+                        bool add_generation_prompt = true) {
+  if (!assets.chat) throw FieldError(param, "model '" + model + "' has no chat template: it takes plain prompts ('prompt', /v1/completions)");
+  return assets.chat->apply(messages_json(req.messages), req.tools, add_generation_prompt, req.chat_template_kwargs);
+}
+
 // How /health names a model. /health needs no API key, so it shows no file
 // system paths: a directory-loaded model (its id is its real path) shows as
 // its folder name, the alias clients may use; Hugging Face ids as they are.
@@ -359,6 +366,7 @@ Api::Api(engine::Registry& registry, ApiOptions options)
   router_.add_prefix("GET", "/v1/responses/", "/v1/responses/{id}", bind(&Api::get_response));
   router_.add_prefix("DELETE", "/v1/responses/", "/v1/responses/{id}", bind(&Api::delete_response));
   router_.add("POST", "/v1/messages", bind(&Api::messages));
+  router_.add("POST", "/v1/messages/count_tokens", bind(&Api::count_message_tokens));
   router_.add("POST", "/tokenize", bind(&Api::tokenize));
   router_.add("POST", "/detokenize", bind(&Api::detokenize));
   router_.add("GET", "/metrics", bind(&Api::render_metrics));
@@ -373,7 +381,7 @@ Api::~Api() {
 HttpResponse Api::handle(const HttpRequest& request) {
   const bool exempt = request.path == "/health";
   // Anthropic's route answers errors in Anthropic's shape and takes its key header.
-  const bool anthropic = request.path == "/v1/messages";
+  const bool anthropic = request.path == "/v1/messages" || request.path == "/v1/messages/count_tokens";
   auto fail = [anthropic](const ApiError& e) { return anthropic ? anthropic_error_response(e) : error_response(e); };
   if (!options_.api_key.empty() && !exempt) {
     const std::string auth = request.header("Authorization");
@@ -619,13 +627,12 @@ HttpResponse Api::tokenize(const HttpRequest& request) {
   std::vector<std::int32_t> ids;
   if (body.contains("messages") && !body["messages"].is_null()) {
     OpenAiRequest chat = parse_chat_request(body);
-    if (!assets->chat) throw FieldError("messages", "model '" + model + "' has no chat template; send 'prompt' instead");
     bool add_generation_prompt = true;
     if (auto it = body.find("add_generation_prompt"); it != body.end() && !it->is_null()) {
       if (!it->is_boolean()) throw FieldError("add_generation_prompt", "'add_generation_prompt' must be a boolean");
       add_generation_prompt = it->get<bool>();
     }
-    std::string text = assets->chat->apply(messages_json(chat.messages), chat.tools, add_generation_prompt, chat.chat_template_kwargs);
+    std::string text = render_chat(*assets, chat, model, "messages", add_generation_prompt);
     ids = assets->tokenizer->encode(text);
   } else {
     ids = assets->tokenizer->encode(string_field(body, "prompt", true));
@@ -738,6 +745,14 @@ HttpResponse Api::messages(const HttpRequest& request) {
   return r;
 }
 
+HttpResponse Api::count_message_tokens(const HttpRequest& request) {
+  const OpenAiRequest req = parse_messages_request(parse_body(request.body), true);
+  const std::string model = resolve_model_name(req.model);
+  auto assets = assets_for(model);
+  const std::size_t n = assets->tokenizer->encode(render_chat(*assets, req, model, "messages")).size();
+  return json_response({{"input_tokens", n}});
+}
+
 // ---- the generation core, shared by every generating route (turn.hpp) ----
 
 std::shared_ptr<Api::Generation> Api::submit(const OpenAiRequest& req) {
@@ -749,8 +764,7 @@ std::shared_ptr<Api::Generation> Api::submit(const OpenAiRequest& req) {
   engine::CompletionRequest cr;
   const std::string prompt_param = !req.prompt_param.empty() ? req.prompt_param : chat ? "messages" : "prompt";
   if (chat) {
-    if (!assets->chat) throw FieldError(prompt_param, "model '" + model + "' has no chat template; use /v1/completions");
-    std::string text = assets->chat->apply(messages_json(req.messages), req.tools, true, req.chat_template_kwargs);
+    std::string text = render_chat(*assets, req, model, prompt_param);
     cr.prompt = assets->tokenizer->encode(text);
     cr.split_reasoning = assets->tokenizer->token_to_id("<think>").has_value();
     cr.prompt_in_reasoning = cr.split_reasoning && ends_inside_think(text);

@@ -72,6 +72,7 @@ class Api {
   HttpResponse get_response(const HttpRequest&);
   HttpResponse delete_response(const HttpRequest&);
   HttpResponse messages(const HttpRequest&);  // messages_api.hpp
+  HttpResponse count_message_tokens(const HttpRequest&);
   HttpResponse completions(const HttpRequest&);
   HttpResponse tokenize(const HttpRequest&);
   HttpResponse detokenize(const HttpRequest&);

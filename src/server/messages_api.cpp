@@ -144,13 +144,13 @@ std::string event(const char* type, json payload) {
 
 }  // namespace
 
-OpenAiRequest parse_messages_request(const json& body) {
+OpenAiRequest parse_messages_request(const json& body, bool for_count) {
   OpenAiRequest r;
   r.kind = OpenAiRequest::Kind::chat;
   r.model = string_in(body, "model").value_or("");
   auto max_tokens = integer_in(body, "max_tokens", 1, std::numeric_limits<std::int32_t>::max());
-  if (!max_tokens) throw FieldError("max_tokens", "'max_tokens' is required");
-  r.max_tokens = static_cast<std::int32_t>(*max_tokens);
+  if (!max_tokens && !for_count) throw FieldError("max_tokens", "'max_tokens' is required");
+  if (max_tokens) r.max_tokens = static_cast<std::int32_t>(*max_tokens);
   r.stream = boolean(body, "stream").value_or(false);
   r.sampling.temperature = number_in(body, "temperature", 0, 1);
   r.sampling.top_p = number_in(body, "top_p", 0, 1);
@@ -194,7 +194,7 @@ OpenAiRequest parse_messages_request(const json& body) {
     if (type == "disabled") r.chat_template_kwargs["enable_thinking"] = false;
     else if (type == "enabled") r.chat_template_kwargs["enable_thinking"] = true;
     else throw FieldError("thinking.type", "'thinking.type' must be \"enabled\" or \"disabled\"; got '" + type + "'");
-    if (auto b = integer_in(*thinking, "budget_tokens", 0, std::numeric_limits<std::int32_t>::max()); b && type == "enabled" && *b >= *max_tokens)
+    if (auto b = integer_in(*thinking, "budget_tokens", 0, std::numeric_limits<std::int32_t>::max()); b && type == "enabled" && max_tokens && *b >= *max_tokens)
       throw FieldError("thinking.budget_tokens", "'thinking.budget_tokens' must be less than 'max_tokens'");
   }
   if (const json* md = field(body, "metadata"); md && !md->is_object()) throw FieldError("metadata", "'metadata' must be an object");

@@ -1,5 +1,6 @@
 #pragma once
-// The Anthropic Messages API: POST /v1/messages, blocking and streamed. A
+// The Anthropic Messages API: POST /v1/messages, blocking and streamed, and
+// POST /v1/messages/count_tokens (the rendered prompt's length). A
 // request becomes the same chat turn /v1/chat/completions generates
 // (OpenAiRequest, kind chat; turn.hpp); this module owns the Anthropic shapes:
 //   - parse_messages_request: `system` (string or text blocks), `messages`
@@ -29,7 +30,8 @@
 
 namespace neuron::server {
 
-OpenAiRequest parse_messages_request(const nlohmann::ordered_json& body);
+// `for_count`: the body of POST /v1/messages/count_tokens, which has no max_tokens.
+OpenAiRequest parse_messages_request(const nlohmann::ordered_json& body, bool for_count = false);
 
 // Anthropic's error type for a status (invalid_request_error, authentication_error,
 // not_found_error, request_too_large, overloaded_error, api_error, ...).

@@ -155,8 +155,12 @@ TEST_F(ResponsesMessagesApi, AStreamedResponseEqualsTheBlockingOneAndIsStored) {
   for (std::size_t i = 0; i < whole["output"].size(); ++i) {
     EXPECT_EQ(last["output"][i]["type"], whole["output"][i]["type"]);
     EXPECT_EQ(last["output"][i]["content"], whole["output"][i]["content"]);
-    if (last["output"][i]["type"] == "message") EXPECT_EQ(last["output"][i]["content"][0]["text"], text);
-    if (last["output"][i]["type"] == "reasoning") EXPECT_EQ(last["output"][i]["content"][0]["text"], reasoning);
+    if (last["output"][i]["type"] == "message") {
+      EXPECT_EQ(last["output"][i]["content"][0]["text"], text);
+    }
+    if (last["output"][i]["type"] == "reasoning") {
+      EXPECT_EQ(last["output"][i]["content"][0]["text"], reasoning);
+    }
   }
   EXPECT_EQ(last["usage"], whole["usage"]);
   EXPECT_EQ(last["status"], whole["status"]);
@@ -201,6 +205,14 @@ TEST_F(ResponsesMessagesApi, BadResponsesRequestsAre400sInOpenAisShape) {
   EXPECT_EQ(json::parse(too_long.body)["error"]["code"], "context_length_exceeded");
   EXPECT_EQ(api.handle(get("/v1/responses/resp_missing")).status, 404);
   EXPECT_EQ(api.handle(get("/v1/responses/resp_missing", "DELETE")).status, 404);
+  // Deep JSON anywhere is refused by the parser, before anything is built from it.
+  const std::string deep = std::string(100'000, '[') + std::string(100'000, ']');
+  for (const std::string& body : {deep, R"({"input": )" + deep + "}", R"({"input": "x", "tools": )" + deep + "}",
+                                  R"({"input": [{"role": "user", "content": )" + deep + "}]}"}) {
+    const HttpResponse r = api.handle(HttpRequest{"POST", "/v1/responses", {}, body, "test"});
+    EXPECT_EQ(r.status, 400);
+    EXPECT_EQ(json::parse(r.body)["error"]["code"], "invalid_json");
+  }
 }
 
 TEST_F(ResponsesMessagesApi, AMessageStreamedEqualsTheBlockingOne) {
@@ -245,6 +257,17 @@ TEST_F(ResponsesMessagesApi, AMessageStreamedEqualsTheBlockingOne) {
   }
   EXPECT_EQ(blocks, whole["content"]);
   EXPECT_EQ(stop_reason, stop);
+
+  // count_tokens renders the same prompt (max_tokens not needed there).
+  json count_body = body;
+  count_body.erase("max_tokens");
+  const HttpResponse counted = api.handle(post("/v1/messages/count_tokens", count_body));
+  ASSERT_EQ(counted.status, 200) << counted.body;
+  EXPECT_EQ(json::parse(counted.body)["input_tokens"],
+            whole["usage"]["input_tokens"].get<int>() + whole["usage"]["cache_read_input_tokens"].get<int>());
+  const HttpResponse bad_count = api.handle(post("/v1/messages/count_tokens", {{"messages", 3}}));
+  EXPECT_EQ(bad_count.status, 400);
+  EXPECT_EQ(json::parse(bad_count.body)["type"], "error");
 }
 
 TEST_F(ResponsesMessagesApi, MessagesErrorsAndAuthUseAnthropicsShape) {
@@ -274,6 +297,10 @@ TEST_F(ResponsesMessagesApi, MessagesErrorsAndAuthUseAnthropicsShape) {
   r = api.handle(HttpRequest{"POST", "/v1/messages", {{"x-api-key", "sekrit"}}, "[1,", "test"});
   EXPECT_EQ(r.status, 400);
   EXPECT_EQ(json::parse(r.body)["type"], "error");
+  const std::string deep = std::string(100'000, '[') + std::string(100'000, ']');
+  r = api.handle(HttpRequest{"POST", "/v1/messages", {{"x-api-key", "sekrit"}}, R"({"max_tokens": 2, "messages": )" + deep + "}", "test"});
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(json::parse(r.body)["error"]["message"].get<std::string>().find("nests deeper"), std::string::npos) << r.body;
   r = api.handle(HttpRequest{"GET", "/v1/messages", {{"x-api-key", "sekrit"}}, {}, "test"});
   EXPECT_EQ(r.status, 405);
   EXPECT_EQ(r.header("Allow"), "POST");

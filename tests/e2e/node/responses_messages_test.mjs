@@ -74,6 +74,13 @@ await check("responses.create stream", async () => {
   return `${seq + 1} events`;
 });
 
+await check("responses.stream helper (the SDK's own accumulation of the events)", async () => {
+  const final = await openai.responses
+    .stream({ model, input: "Write a haiku about the sea.", instructions: "Be brief.", max_output_tokens: 16, temperature: 0 })
+    .finalResponse();
+  assert(itemText(final.output, "message") === itemText(first.output, "message"), `accumulated ${JSON.stringify(final.output)}`);
+});
+
 await check("responses previous_response_id chaining, retrieve and delete", async () => {
   const got = await openai.responses.retrieve(first.id);
   assert(got.id === first.id && JSON.stringify(got.output) === JSON.stringify(first.output), "retrieve returns the stored response");
@@ -160,6 +167,13 @@ await check("anthropic messages.create stream", async () => {
   assert(JSON.stringify(blocks) === JSON.stringify(message.content),
          `streamed ${JSON.stringify(blocks)} != blocking ${JSON.stringify(message.content)}`);
   return `${blocks.length} block(s)`;
+});
+
+await check("anthropic messages.countTokens", async () => {
+  const counted = await anthropic.messages.countTokens({ model, system: "Be brief.", messages });
+  assert(counted.input_tokens === message.usage.input_tokens + (message.usage.cache_read_input_tokens || 0),
+         `counted ${counted.input_tokens}, used ${JSON.stringify(message.usage)}`);
+  return `${counted.input_tokens} tokens`;
 });
 
 await check("anthropic messages.stream helper and a tool_result turn", async () => {
