@@ -250,11 +250,11 @@ ResponsesRequest parse_responses_request(const json& body) {
   e["previous_response_id"] = r.previous_response_id ? json(*r.previous_response_id) : json(nullptr);
   e["reasoning"] = std::move(reasoning);
   e["store"] = r.store;
-  e["temperature"] = c.sampling.temperature ? json(*c.sampling.temperature) : json(nullptr);
+  e["temperature"] = c.sampling.temperature ? body["temperature"] : json(nullptr);  // as sent (the float would print 0.2 as 0.200000003)
   e["text"] = std::move(text);
   e["tool_choice"] = std::move(tool_choice);
   e["tools"] = field(body, "tools") ? body["tools"] : json::array();
-  e["top_p"] = c.sampling.top_p ? json(*c.sampling.top_p) : json(nullptr);
+  e["top_p"] = c.sampling.top_p ? body["top_p"] : json(nullptr);
   e["truncation"] = truncation.value_or("disabled");
   e["user"] = user ? json(*user) : json(nullptr);
   return r;

@@ -78,6 +78,8 @@ TEST(ResponsesRequest, AStringInputIsOneUserTurnAndInstructionsComeFirst) {
   EXPECT_TRUE(r.store);
   EXPECT_EQ(r.echo["metadata"], json({{"k", "v"}}));
   EXPECT_EQ(r.echo["max_output_tokens"], 7);
+  EXPECT_EQ(r.echo["temperature"].dump(), "0.5");
+  EXPECT_TRUE(r.echo["top_p"].is_null());
 
   const std::vector<ChatMessage> previous = {{"user", "first", {}, {}, {}, nullptr}, {"assistant", "answer", {}, {}, {}, nullptr}};
   const std::vector<ChatMessage> all = conversation(r, &previous);
