@@ -276,7 +276,7 @@ MessagesTurnShaper::MessagesTurnShaper(std::string id, std::string model, std::i
     : id_(std::move(id)),
       model_(std::move(model)),
       prompt_tokens_(prompt_tokens),
-      extractor_(tool_calls ? std::make_unique<ToolCallExtractor>() : nullptr) {}
+      extractor_(tool_calls ? std::make_unique<WholeToolCalls>() : nullptr) {}
 
 std::string MessagesTurnShaper::open() {
   json message = {{"id", id_},

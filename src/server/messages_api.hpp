@@ -66,7 +66,7 @@ class MessagesTurnShaper final : public TurnShaper {
 
   std::string id_, model_;
   std::int32_t prompt_tokens_;
-  std::unique_ptr<ToolCallExtractor> extractor_;
+  std::unique_ptr<WholeToolCalls> extractor_;  // null: tool calls are not parsed
   int index_ = -1;  // the current content block's index
   Block open_ = Block::none;
   bool had_text_ = false;

@@ -322,7 +322,7 @@ ResponsesTurnShaper::ResponsesTurnShaper(std::string id, std::int64_t created_at
       model_(std::move(model)),
       created_at_(created_at),
       echo_(std::move(echo)),
-      extractor_(tool_calls ? std::make_unique<ToolCallExtractor>() : nullptr),
+      extractor_(tool_calls ? std::make_unique<WholeToolCalls>() : nullptr),
       on_done_(std::move(on_done)) {}
 
 std::string ResponsesTurnShaper::event(const char* type, json payload) {

@@ -96,7 +96,7 @@ class ResponsesTurnShaper final : public TurnShaper {
   std::string id_, model_;
   std::int64_t created_at_;
   nlohmann::ordered_json echo_;
-  std::unique_ptr<ToolCallExtractor> extractor_;
+  std::unique_ptr<WholeToolCalls> extractor_;  // null: tool calls are not parsed
   OnDone on_done_;
   std::int64_t sequence_ = 0;
   nlohmann::ordered_json items_ = nlohmann::ordered_json::array();  // finished items

@@ -2,6 +2,10 @@
 
 namespace neuron::server {
 
+std::string WholeToolCalls::feed(std::string_view text) { return extractor_.feed(text); }
+
+ToolCallExtractor::Result WholeToolCalls::finish() { return extractor_.finish(); }
+
 std::string sse_named_event(std::string_view name, const nlohmann::json& payload) {
   std::string out = "event: ";
   out += name;

@@ -54,6 +54,19 @@ class TurnShaper {
   virtual std::string fail(const ApiError& error) = 0;
 };
 
+// Tool calls out of a streamed turn, for shapers that send each call whole
+// once the turn ends (Responses' function_call items, Messages' tool_use
+// blocks): content goes out as it arrives, the calls come at finish(). The one
+// place those shapers meet ToolCallExtractor's streaming interface.
+class WholeToolCalls {
+ public:
+  std::string feed(std::string_view text);  // content to send now
+  ToolCallExtractor::Result finish();       // the rest of the content, and the calls
+
+ private:
+  ToolCallExtractor extractor_;
+};
+
 // "event: <name>\ndata: <json>\n\n" (the Responses and Messages APIs name their events).
 std::string sse_named_event(std::string_view name, const nlohmann::json& payload);
 
