@@ -279,7 +279,7 @@ TEST(GrammarMatcher, ToolCallsMatchTheQwen3FormatTheExtractorParses) {
   const auto split = server::ToolCallExtractor::split(call);
   ASSERT_EQ(split.calls.size(), 1u);
   EXPECT_EQ(split.calls[0].name, "get_weather");
-  EXPECT_EQ(split.calls[0].arguments, R"({"city":"Paris"})");
+  EXPECT_EQ(split.calls[0].arguments, R"({"city": "Paris"})");  // the model's JSON text, verbatim (tool_calls.hpp)
   EXPECT_TRUE(split.content.empty());
 }
 
