@@ -17,6 +17,7 @@
 #include "server/openai_request.hpp"
 #include "server/openai_response.hpp"
 #include "server/tool_calls.hpp"
+#include "server/messages_api.hpp"
 
 namespace neuron::server {
 namespace {
@@ -81,6 +82,13 @@ bool ends_inside_think(const std::string& prompt) {
   if (open == std::string::npos) return false;
   auto close = prompt.rfind("</think>");
   return close == std::string::npos || close < open;
+}
+
+// A chat request's prompt text: the model's template over its messages and tools.
+std::string render_chat(const engine::ModelAssets& assets, const OpenAiRequest& req, const std::string& model, const std::string& param,
+                        const decltype(OpenAiRequest::chat_template_kwargs)& template_kwargs, bool add_generation_prompt = true) {
+  if (!assets.chat) throw FieldError(param, "model '" + model + "' has no chat template; use /v1/completions");
+  return assets.chat->apply(messages_json(req.messages), req.tools, add_generation_prompt, template_kwargs);
 }
 
 model::SamplingParams sampling_for(const model::GenerationDefaults& d, const SamplingOverrides& o) {
@@ -156,6 +164,9 @@ struct Api::Generation {
   std::int32_t top_logprobs = -1;  // -1: no logprobs
   std::string echo;                // completions with echo: the prompt text, before each choice's text
   TokenUsage usage;                // summed over the choices that ended
+  std::vector<std::string> stop;   // the request's stop strings
+  std::int32_t prompt_tokens = 0;
+  std::int32_t reasoning_tokens = 0;  // tokens of deltas that carried reasoning (TurnEnd::reasoning_tokens)
   Clock::time_point last_delta = Clock::now();
   bool seen_delta = false;
   bool client_gone = false;
@@ -177,6 +188,26 @@ struct Api::Generation {
     }
     seen_delta = true;
     last_delta = now;
+    if (!e.reasoning.empty()) reasoning_tokens += static_cast<std::int32_t>(e.tokens.size());
+  }
+
+  // A one-choice generation's done event as the TurnShapers see it.
+  TurnEnd end_of(const engine::Event& e) const {
+    TurnEnd end{e.finish_reason, {e.usage.prompt_tokens, e.usage.completion_tokens, e.usage.cached_tokens}, reasoning_tokens, {}};
+    if (e.finish_reason == "stop" && !stop.empty()) {
+      // The engine stops at the first match and keeps the stop string's tokens
+      // in `tokens` (an EOS is left out), so the earliest match in their text is it.
+      const std::string raw = assets->tokenizer->decode(e.tokens);
+      std::size_t best = std::string::npos;
+      for (const auto& s : stop) {
+        const std::size_t at = raw.find(s);
+        if (at != std::string::npos && (best == std::string::npos || at < best)) {
+          best = at;
+          end.stop_sequence = s;
+        }
+      }
+    }
+    return end;
   }
 
   // One choice's last event. The prompt counts once (choice 0's), the
@@ -370,7 +401,80 @@ class Api::SseStream final : public BodyStream {
   bool cancelled_ = false;
 };
 
-Api::Api(engine::Registry& registry, ApiOptions options) : registry_(registry), options_(std::move(options)) {
+// A one-choice generation (Responses, Messages) as server-sent events through
+// the API's TurnShaper: the same transport contract as SseStream, the bytes
+// are the shaper's.
+class Api::TurnStream final : public BodyStream {
+ public:
+  TurnStream(std::shared_ptr<Generation> gen, std::unique_ptr<TurnShaper> shaper) : gen_(std::move(gen)), shaper_(std::move(shaper)) {}
+  ~TurnStream() override {
+    if (!finished_ && !cancelled_) cancel();  // dropped before its end: nobody reads it any more
+  }
+  TurnStream(const TurnStream&) = delete;
+  TurnStream& operator=(const TurnStream&) = delete;
+
+  void start(std::function<void()> wake) override { gen_->channel->set_listener(std::move(wake)); }
+
+  bool pull(std::string& out) override {
+    if (!opened_) {
+      opened_ = true;
+      out += shaper_->open();
+    }
+    while (auto e = gen_->channel->try_next()) {
+      if (e->choice != 0) continue;  // never sent: one choice only
+      if (e->kind == engine::Event::Kind::delta) {
+        gen_->on_delta(*e);
+        out += shaper_->delta(e->text, e->reasoning);
+        continue;
+      }
+      gen_->on_end(*e);
+      if (e->kind == engine::Event::Kind::error) out += shaper_->fail(classify(e->error_kind, e->error_message));
+      else out += shaper_->close(gen_->end_of(*e));
+      finished_ = true;
+      gen_->channel->set_listener({});
+      return false;
+    }
+    return true;
+  }
+
+  void cancel() override {
+    if (cancelled_ || finished_) return;
+    cancelled_ = true;
+    gen_->client_gone = true;
+    // The engine still sends the last event (it always does); it is counted
+    // when it comes, on the engine's thread, and then `gen` is let go.
+    std::shared_ptr<Generation> gen = gen_;
+    gen->channel->cancel();
+    if (gen->ended) {
+      gen->channel->set_listener({});
+      return;
+    }
+    gen->channel->set_listener([gen] {
+      while (auto e = gen->channel->try_next()) {
+        if (e->kind == engine::Event::Kind::delta) continue;
+        gen->on_end(*e);
+        if (gen->ended) {
+          gen->channel->set_listener({});
+          return;
+        }
+      }
+    });
+  }
+
+  std::string heartbeat() const override { return ": keep-alive\n\n"; }
+
+ private:
+  std::shared_ptr<Generation> gen_;
+  std::unique_ptr<TurnShaper> shaper_;
+  bool opened_ = false;
+  bool finished_ = false;
+  bool cancelled_ = false;
+};
+
+Api::Api(engine::Registry& registry, ApiOptions options)
+    : registry_(registry),
+      options_(std::move(options)),
+      responses_(std::make_shared<ResponseStore>(options_.stored_responses, options_.stored_response_bytes)) {
   metrics_.declare_counter("neuron_http_requests_total", "HTTP requests by route and status");
   metrics_.declare_counter("neuron_prompt_tokens_total", "Prompt tokens processed");
   metrics_.declare_counter("neuron_generated_tokens_total", "Tokens generated");
@@ -400,6 +504,11 @@ Api::Api(engine::Registry& registry, ApiOptions options) : registry_(registry), 
   router_.add_prefix("GET", "/v1/models/", "/v1/models/{id}", bind(&Api::openai_model));
   router_.add("POST", "/v1/chat/completions", bind(&Api::chat_completions));
   router_.add("POST", "/v1/completions", bind(&Api::completions));
+  router_.add("POST", "/v1/responses", bind(&Api::responses));
+  router_.add_prefix("GET", "/v1/responses/", "/v1/responses/{id}", bind(&Api::get_response));
+  router_.add_prefix("DELETE", "/v1/responses/", "/v1/responses/{id}", bind(&Api::delete_response));
+  router_.add("POST", "/v1/messages", bind(&Api::messages));
+  router_.add("POST", "/v1/messages/count_tokens", bind(&Api::count_message_tokens));
   router_.add("POST", "/tokenize", bind(&Api::tokenize));
   router_.add("POST", "/detokenize", bind(&Api::detokenize));
   router_.add("GET", "/metrics", bind(&Api::render_metrics));
@@ -413,18 +522,21 @@ Api::~Api() {
 
 HttpResponse Api::handle(const HttpRequest& request) {
   const bool exempt = request.path == "/health";
+  // Anthropic's routes answer errors in Anthropic's shape.
+  const bool anthropic = request.path == "/v1/messages" || request.path == "/v1/messages/count_tokens";
+  auto fail = [anthropic](const ApiError& e) { return anthropic ? anthropic_error_response(e) : error_response(e); };
   if (!options_.api_key.empty() && !exempt) {
     const std::optional<std::string> key = presented_key(request);
     if (!key || !constant_time_equals(*key, options_.api_key)) {
-      HttpResponse r = error_response(classify(
+      HttpResponse r = fail(classify(
           http_errc::unauthorized, key ? "invalid API key" : "missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'"));
       r.set_header("WWW-Authenticate", "Bearer");
       return r;
     }
   }
-  if (shutting_down_ && !exempt && request.path != "/metrics")
-    return error_response(classify(errc::shutting_down, "the server is shutting down"));
-  return router_.dispatch(request);
+  if (shutting_down_ && !exempt && request.path != "/metrics") return fail(classify(errc::shutting_down, "the server is shutting down"));
+  HttpResponse r = router_.dispatch(request);
+  return anthropic ? as_anthropic_error(std::move(r)) : r;
 }
 
 void Api::record_exchange(const std::string& method, const std::string& path, int status, double ms) {
@@ -616,74 +728,9 @@ HttpResponse Api::completions(const HttpRequest& request) { return generate(requ
 
 HttpResponse Api::generate(const HttpRequest& request, bool chat) {
   const nlohmann::ordered_json body = parse_body(request.body);
-  OpenAiRequest req = chat ? parse_chat_request(body) : parse_completion_request(body);
-  const std::string model = load_on_request(resolve_model_name(req.model));
-  auto engine = engine_for(model);
-  auto assets = assets_for(model);
-
-  engine::CompletionRequest cr;
-  const char* prompt_param = chat ? "messages" : "prompt";
-  if (req.constraint) cr.grammar = compile_constraint(*assets, *req.constraint, req.constraint_param);
-  if (chat) {
-    if (!assets->chat) throw FieldError("messages", "model '" + model + "' has no chat template; use /v1/completions");
-    // A constrained answer starts at once: Qwen3's thinking is switched off
-    // (the template writes an empty <think></think>), and the content is
-    // passed on verbatim, never split at a "<think>" inside a JSON string.
-    if (cr.grammar) req.chat_template_kwargs["enable_thinking"] = false;
-    std::string text = assets->chat->apply(messages_json(req.messages), req.tools, true, req.chat_template_kwargs);
-    cr.prompt = assets->tokenizer->encode(text);
-    cr.split_reasoning = !cr.grammar && assets->tokenizer->token_to_id("<think>").has_value();
-    cr.prompt_in_reasoning = cr.split_reasoning && ends_inside_think(text);
-  } else if (const auto* text = std::get_if<std::string>(&req.prompt)) {
-    cr.prompt = assets->tokenizer->encode(*text);
-  } else {
-    cr.prompt = std::get<std::vector<std::int32_t>>(req.prompt);
-    for (std::size_t i = 0; i < cr.prompt.size(); ++i)
-      if (!assets->tokenizer->is_known(cr.prompt[i]))
-        throw FieldError("prompt[" + std::to_string(i) + "]", "token id " + std::to_string(cr.prompt[i]) + " is not in the vocabulary");
-  }
-  if (cr.prompt.empty()) throw FieldError(prompt_param, std::string("'") + prompt_param + "' encodes to no tokens");
-
-  const std::int64_t context = engine->max_context();
-  const std::int64_t prompt_len = static_cast<std::int64_t>(cr.prompt.size());
-  if (prompt_len >= context)
-    throw FieldError(prompt_param,
-                     "the prompt is " + std::to_string(prompt_len) + " tokens; the model's context is " + std::to_string(context),
-                     errc::context_length_exceeded);
-  if (req.max_tokens && prompt_len + *req.max_tokens > context)
-    throw FieldError("max_tokens",
-                     "prompt (" + std::to_string(prompt_len) + " tokens) plus max_tokens (" + std::to_string(*req.max_tokens) +
-                         ") exceeds the model's context of " + std::to_string(context) + " tokens",
-                     errc::context_length_exceeded);
-  cr.max_tokens = static_cast<std::int32_t>(req.max_tokens ? *req.max_tokens : context - prompt_len);
-  // A blocking answer holds every choice's logprobs until its end (a few
-  // hundred bytes of JSON per entry); a stream lets them go as it goes.
-  if (!req.stream && req.top_logprobs >= 0) {
-    const std::int64_t entries = static_cast<std::int64_t>(req.n) * cr.max_tokens * (req.top_logprobs + 1);
-    if (entries > kMaxBlockingLogprobEntries)
-      throw FieldError(chat ? "top_logprobs" : "logprobs",
-                       "n * max_tokens * (top_logprobs + 1) is " + std::to_string(entries) + " logprob entries; a blocking answer holds at most " +
-                           std::to_string(kMaxBlockingLogprobEntries) + ": stream it, or lower n, max_tokens or top_logprobs");
-  }
-  cr.sampling = sampling_for(assets->configs.generation, req.sampling);
-  cr.stop = req.stop;
-  cr.ignore_eos = req.ignore_eos;
-  cr.n = req.n;
-  cr.top_logprobs = req.top_logprobs;
-
-  auto gen = std::make_shared<Generation>(*this, engine, model);
-  // Responses name the model as the client did (else by its served or folder name), never by its path.
-  gen->meta = ResponseMeta{chat, new_completion_id(chat), unix_now(), req.model.empty() ? display_name(model) : req.model};
-  gen->assets = assets;
-  gen->choices = req.n;
-  gen->top_logprobs = req.top_logprobs;
-  if (req.echo) {
-    const auto* text = std::get_if<std::string>(&req.prompt);
-    gen->echo = text ? *text : assets->tokenizer->decode(cr.prompt);
-  }
-  gen->channel = engine->submit(std::move(cr));
-  gen->tracker = std::make_unique<Tracker>(*this, gen->channel);
-
+  const OpenAiRequest req = chat ? parse_chat_request(body) : parse_completion_request(body);
+  auto gen = submit(req);
+  const auto& assets = gen->assets;
   if (!req.stream) {
     struct Acc {
       std::string content, reasoning, finish_reason;
@@ -746,5 +793,205 @@ HttpResponse Api::generate(const HttpRequest& request, bool chat) {
   r.stream = std::make_shared<SseStream>(std::move(gen), req.include_usage, req.tool_calls);
   return r;
 }
+
+// ---- the Responses API (responses_api.hpp) ----
+
+HttpResponse Api::responses(const HttpRequest& request) {
+  ResponsesRequest req = parse_responses_request(parse_body(request.body));
+  std::optional<StoredResponse> previous;
+  if (req.previous_response_id) {
+    previous = responses_->get(*req.previous_response_id);
+    if (!previous)
+      throw FieldError("previous_response_id", "Previous response with id '" + *req.previous_response_id + "' not found.", errc::not_found);
+  }
+  std::vector<ChatMessage> input = req.chat.messages;  // this request's own; a stored response remembers them after `previous`'s
+  req.chat.messages = conversation(req, previous ? &previous->conversation : nullptr);
+  auto gen = submit(req.chat);
+  const std::string model = gen->meta.model;  // as the client named it
+
+  const std::string id = new_random_id("resp_");
+  const std::int64_t created_at = unix_now();
+  // Keeps a finished response for GET and for chaining: the conversation so far, this input and the answer.
+  auto keep = [store = req.store ? responses_ : nullptr, id, input = std::move(input),
+               before = previous ? std::move(previous->conversation) : std::vector<ChatMessage>{}](
+                  const nlohmann::ordered_json& response, const Turn& turn) mutable {
+    if (!store) return;
+    std::vector<ChatMessage> conversation = std::move(before);
+    conversation.insert(conversation.end(), std::make_move_iterator(input.begin()), std::make_move_iterator(input.end()));
+    conversation.push_back(assistant_message(turn));
+    store->put(id, StoredResponse{response, std::move(conversation)});
+  };
+  if (req.chat.stream)
+    return stream(std::move(gen), std::make_unique<ResponsesTurnShaper>(id, created_at, model, req.echo, req.chat.tool_calls, std::move(keep)));
+  std::optional<Turn> turn = collect(*gen, request, req.chat.tool_calls);
+  if (!turn) return client_gone_response();
+  const auto response = response_object(id, created_at, model, req.echo, response_status(turn->end), output_items(*turn), &turn->end);
+  keep(response, *turn);
+  HttpResponse r;
+  r.body = dump(response);
+  return r;
+}
+
+HttpResponse Api::get_response(const HttpRequest& request) {
+  const std::string id = request.path.substr(std::string("/v1/responses/").size());
+  auto stored = responses_->get(id);
+  if (!stored) throw FieldError("response_id", "Response with id '" + id + "' not found.", errc::not_found);
+  HttpResponse r;
+  r.body = dump(stored->response);
+  return r;
+}
+
+HttpResponse Api::delete_response(const HttpRequest& request) {
+  const std::string id = request.path.substr(std::string("/v1/responses/").size());
+  if (!responses_->erase(id)) throw FieldError("response_id", "Response with id '" + id + "' not found.", errc::not_found);
+  return json_response({{"id", id}, {"object", "response.deleted"}, {"deleted", true}});
+}
+
+// ---- the Anthropic Messages API (messages_api.hpp) ----
+
+// Errors thrown here reach the client in Anthropic's shape (handle()).
+HttpResponse Api::messages(const HttpRequest& request) {
+  const OpenAiRequest req = parse_messages_request(parse_body(request.body));
+  auto gen = submit(req);
+  const std::string id = new_random_id("msg_");
+  const std::string model = gen->meta.model;  // as the client named it
+  if (req.stream) return stream(gen, std::make_unique<MessagesTurnShaper>(id, model, gen->prompt_tokens, req.tool_calls));
+  std::optional<Turn> turn = collect(*gen, request, req.tool_calls);
+  if (!turn) return client_gone_response();
+  HttpResponse r;
+  r.body = dump(message_body(id, model, *turn));
+  return r;
+}
+
+HttpResponse Api::count_message_tokens(const HttpRequest& request) {
+  const OpenAiRequest req = parse_messages_request(parse_body(request.body), true);
+  const std::string model = resolve_model_name(req.model);
+  auto assets = assets_for(model);
+  const std::size_t n = assets->tokenizer->encode(render_chat(*assets, req, model, "messages", req.chat_template_kwargs)).size();
+  return json_response({{"input_tokens", n}});
+}
+
+// ---- the generation core, shared by every generating route ----
+
+std::shared_ptr<Api::Generation> Api::submit(const OpenAiRequest& req) {
+  const bool chat = req.kind == OpenAiRequest::Kind::chat;
+  // Only chat and completions ask for several choices, logprobs or echo; the one-choice routes leave them off.
+  const std::string model = load_on_request(resolve_model_name(req.model));
+  auto engine = engine_for(model);
+  auto assets = assets_for(model);
+
+  engine::CompletionRequest cr;
+  const std::string prompt_param = !req.prompt_param.empty() ? req.prompt_param : chat ? "messages" : "prompt";
+  if (req.constraint) cr.grammar = compile_constraint(*assets, *req.constraint, req.constraint_param);
+  if (chat) {
+    // A constrained answer starts at once: Qwen3's thinking is switched off
+    // (the template writes an empty <think></think>), and the content is
+    // passed on verbatim, never split at a "<think>" inside a JSON string.
+    auto kwargs = req.chat_template_kwargs;
+    if (cr.grammar) kwargs["enable_thinking"] = false;
+    std::string text = render_chat(*assets, req, model, prompt_param, kwargs);
+    cr.prompt = assets->tokenizer->encode(text);
+    cr.split_reasoning = !cr.grammar && assets->tokenizer->token_to_id("<think>").has_value();
+    cr.prompt_in_reasoning = cr.split_reasoning && ends_inside_think(text);
+  } else if (const auto* text = std::get_if<std::string>(&req.prompt)) {
+    cr.prompt = assets->tokenizer->encode(*text);
+  } else {
+    cr.prompt = std::get<std::vector<std::int32_t>>(req.prompt);
+    for (std::size_t i = 0; i < cr.prompt.size(); ++i)
+      if (!assets->tokenizer->is_known(cr.prompt[i]))
+        throw FieldError("prompt[" + std::to_string(i) + "]", "token id " + std::to_string(cr.prompt[i]) + " is not in the vocabulary");
+  }
+  if (cr.prompt.empty()) throw FieldError(prompt_param, std::string("'") + prompt_param + "' encodes to no tokens");
+
+  const std::int64_t context = engine->max_context();
+  const std::int64_t prompt_len = static_cast<std::int64_t>(cr.prompt.size());
+  if (prompt_len >= context)
+    throw FieldError(prompt_param,
+                     "the prompt is " + std::to_string(prompt_len) + " tokens; the model's context is " + std::to_string(context),
+                     errc::context_length_exceeded);
+  const std::string max_param = req.max_tokens_param.empty() ? "max_tokens" : req.max_tokens_param;
+  if (req.max_tokens && prompt_len + *req.max_tokens > context)
+    throw FieldError(max_param,
+                     "prompt (" + std::to_string(prompt_len) + " tokens) plus " + max_param + " (" + std::to_string(*req.max_tokens) +
+                         ") exceeds the model's context of " + std::to_string(context) + " tokens",
+                     errc::context_length_exceeded);
+  cr.max_tokens = static_cast<std::int32_t>(req.max_tokens ? *req.max_tokens : context - prompt_len);
+  // A blocking answer holds every choice's logprobs until its end (a few
+  // hundred bytes of JSON per entry); a stream lets them go as it goes.
+  if (!req.stream && req.top_logprobs >= 0) {
+    const std::int64_t entries = static_cast<std::int64_t>(req.n) * cr.max_tokens * (req.top_logprobs + 1);
+    if (entries > kMaxBlockingLogprobEntries)
+      throw FieldError(chat ? "top_logprobs" : "logprobs",
+                       "n * max_tokens * (top_logprobs + 1) is " + std::to_string(entries) + " logprob entries; a blocking answer holds at most " +
+                           std::to_string(kMaxBlockingLogprobEntries) + ": stream it, or lower n, max_tokens or top_logprobs");
+  }
+  cr.sampling = sampling_for(assets->configs.generation, req.sampling);
+  cr.stop = req.stop;
+  cr.ignore_eos = req.ignore_eos;
+  cr.n = req.n;
+  cr.top_logprobs = req.top_logprobs;
+
+  auto gen = std::make_shared<Generation>(*this, engine, model);
+  // Responses name the model as the client did (else by its served or folder name), never by its path.
+  gen->meta = ResponseMeta{chat, new_completion_id(chat), unix_now(), req.model.empty() ? display_name(model) : req.model};
+  gen->assets = assets;
+  gen->choices = req.n;
+  gen->top_logprobs = req.top_logprobs;
+  gen->stop = req.stop;
+  gen->prompt_tokens = static_cast<std::int32_t>(prompt_len);
+  if (req.echo) {
+    const auto* text = std::get_if<std::string>(&req.prompt);
+    gen->echo = text ? *text : assets->tokenizer->decode(cr.prompt);
+  }
+  gen->channel = engine->submit(std::move(cr));
+  gen->tracker = std::make_unique<Tracker>(*this, gen->channel);
+  return gen;
+}
+
+std::optional<Turn> Api::collect(Generation& gen, const HttpRequest& request, bool tool_calls) {
+  Turn turn;
+  auto next_probe = Clock::now() + kProbeEvery;
+  for (;;) {
+    auto e = gen.channel->next(kProbeEvery);
+    if (e && e->choice != 0) continue;  // never sent: one choice only
+    if (e && e->kind != engine::Event::Kind::delta) {
+      gen.on_end(*e);
+      if (e->kind == engine::Event::Kind::error) throw Error(e->error_kind, e->error_message);
+      turn.end = gen.end_of(*e);
+      if (tool_calls) {
+        ToolCallExtractor::Result split = ToolCallExtractor::split(turn.content);
+        turn.content = std::move(split.content);
+        turn.calls = std::move(split.calls);
+      }
+      return turn;
+    }
+    if (e) {
+      gen.on_delta(*e);
+      turn.content += e->text;
+      turn.reasoning += e->reasoning;
+    }
+    if (request.client_gone && Clock::now() >= next_probe) {
+      if (request.client_gone()) {
+        gen.abandon();
+        return std::nullopt;
+      }
+      next_probe = Clock::now() + kProbeEvery;
+    }
+  }
+}
+
+HttpResponse Api::stream(std::shared_ptr<Generation> gen, std::unique_ptr<TurnShaper> shaper) {
+  HttpResponse r;
+  r.content_type = "text/event-stream";
+  r.stream = std::make_shared<TurnStream>(std::move(gen), std::move(shaper));
+  return r;
+}
+
+HttpResponse Api::client_gone_response() {
+  ApiError gone = classify(errc::cancelled, "the client closed the connection");
+  gone.status = 499;  // nginx's "client closed request": for the access log and metrics, nobody reads it
+  return error_response(gone);
+}
+
 
 }  // namespace neuron::server

@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -20,6 +21,9 @@
 #include "server/http_types.hpp"
 #include "server/metrics.hpp"
 #include "server/router.hpp"
+#include "server/openai_request.hpp"
+#include "server/responses_api.hpp"
+#include "server/turn.hpp"
 
 namespace neuron::server {
 
@@ -33,6 +37,9 @@ struct ApiOptions {
   // waits up to load_wait, then gets 503 loading with Retry-After.
   bool load_on_request = false;
   std::chrono::milliseconds load_wait{30000};
+  // Responses kept for GET /v1/responses/{id} and previous_response_id (least recently used evicted).
+  std::size_t stored_responses = 1000;
+  std::size_t stored_response_bytes = std::size_t{64} << 20;
 };
 
 // The grammar for a request's constraint on this model (grammar/cache.hpp),
@@ -67,7 +74,8 @@ class Api {
  private:
   class Tracker;  // one in-flight generation (RAII registration for shutdown)
   struct Generation;
-  class SseStream;  // a streaming generation as the transport's BodyStream
+  class SseStream;   // a chat/completions generation (n choices) as the transport's BodyStream
+  class TurnStream;  // a one-choice generation through a TurnShaper (Responses, Messages)
 
   // The helexa node contract (server/management_api.cpp, DESIGN.md section 5).
   void add_management_routes();
@@ -88,6 +96,11 @@ class Api {
   HttpResponse openai_models(const HttpRequest&);
   HttpResponse openai_model(const HttpRequest&);
   HttpResponse chat_completions(const HttpRequest&);
+  HttpResponse responses(const HttpRequest&);  // responses_api.hpp
+  HttpResponse get_response(const HttpRequest&);
+  HttpResponse delete_response(const HttpRequest&);
+  HttpResponse messages(const HttpRequest&);  // messages_api.hpp
+  HttpResponse count_message_tokens(const HttpRequest&);
   HttpResponse completions(const HttpRequest&);
   HttpResponse tokenize(const HttpRequest&);
   HttpResponse detokenize(const HttpRequest&);
@@ -95,6 +108,19 @@ class Api {
   HttpResponse version(const HttpRequest&);
 
   HttpResponse generate(const HttpRequest& request, bool chat);
+  // The generation core, shared by every generating route.
+  // submit: renders (chat) or encodes the prompt, compiles its constraint,
+  // checks it against the context, submits it; throws FieldError for what the
+  // client must fix. Chat and completions then answer through SseStream or
+  // their own blocking loop (n choices, logprobs, streamed tool-call deltas);
+  // Responses and Messages (one choice) through collect() and stream() (turn.hpp).
+  std::shared_ptr<Generation> submit(const OpenAiRequest& req);
+  // Blocks until the turn ends. nullopt: the client left (the generation is
+  // cancelled; answer client_gone_response()). An engine error is thrown as Error.
+  std::optional<Turn> collect(Generation& gen, const HttpRequest& request, bool tool_calls);
+  // A streaming answer: the shaper's bytes as the engine produces them.
+  HttpResponse stream(std::shared_ptr<Generation> gen, std::unique_ptr<TurnShaper> shaper);
+  static HttpResponse client_gone_response();
   std::string resolve_model_name(const std::string& requested) const;
   std::shared_ptr<engine::Engine> engine_for(const std::string& model) const;
   std::shared_ptr<const engine::ModelAssets> assets_for(const std::string& model) const;
@@ -102,6 +128,7 @@ class Api {
   engine::Registry& registry_;
   ApiOptions options_;
   Router router_;
+  std::shared_ptr<ResponseStore> responses_;  // shared with the streams that store into it
   Metrics metrics_;
   std::atomic<bool> shutting_down_{false};
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();

@@ -6,6 +6,7 @@
 #include "engine/request.hpp"
 #include "model/logprobs.hpp"
 #include "server/api_error.hpp"
+#include "server/request_fields.hpp"
 #include "util/json_parse.hpp"
 
 namespace neuron::server {
@@ -14,55 +15,6 @@ namespace {
 using json = nlohmann::ordered_json;
 
 constexpr std::int64_t kMaxCompletionLogprobs = 5;  // OpenAI's bound for /v1/completions
-
-// Absent and null mean the same thing: the client did not set the field.
-const json* field(const json& obj, const char* key) {
-  auto it = obj.find(key);
-  if (it == obj.end() || it->is_null()) return nullptr;
-  return &*it;
-}
-
-std::string range_text(double lo, double hi) {
-  auto fmt = [](double v) {
-    json j = v;
-    if (v == std::floor(v) && std::fabs(v) < 1e15) j = static_cast<std::int64_t>(v);
-    return j.dump();
-  };
-  return fmt(lo) + " and " + fmt(hi);
-}
-
-std::optional<float> number_in(const json& obj, const char* key, double lo, double hi) {
-  const json* v = field(obj, key);
-  if (!v) return std::nullopt;
-  if (!v->is_number()) throw FieldError(key, std::string("'") + key + "' must be a number");
-  double d = v->get<double>();
-  if (!(d >= lo && d <= hi))
-    throw FieldError(key, std::string("'") + key + "' must be between " + range_text(lo, hi) + ", got " + v->dump());
-  return static_cast<float>(d);
-}
-
-std::optional<std::int64_t> integer_in(const json& obj, const char* key, std::int64_t lo, std::int64_t hi) {
-  const json* v = field(obj, key);
-  if (!v) return std::nullopt;
-  if (!v->is_number_integer()) throw FieldError(key, std::string("'") + key + "' must be an integer");
-  bool too_big = v->is_number_unsigned() && v->get<std::uint64_t>() > static_cast<std::uint64_t>(hi);
-  std::int64_t i = too_big ? hi : v->get<std::int64_t>();
-  if (too_big || i < lo || i > hi)
-    throw FieldError(key, std::string("'") + key + "' must be between " + std::to_string(lo) + " and " + std::to_string(hi) +
-                              ", got " + v->dump());
-  return i;
-}
-
-std::optional<bool> boolean(const json& obj, const char* key) {
-  const json* v = field(obj, key);
-  if (!v) return std::nullopt;
-  if (!v->is_boolean()) throw FieldError(key, std::string("'") + key + "' must be a boolean");
-  return v->get<bool>();
-}
-
-[[noreturn]] void unsupported(const std::string& param, const std::string& what) {
-  throw FieldError(param, what + " is not supported by neuron", http_errc::unsupported);
-}
 
 std::string parse_model(const json& body) {
   const json* v = field(body, "model");

@@ -41,6 +41,8 @@ struct OpenAiRequest {
   std::vector<ChatMessage> messages;                                    // chat
   std::variant<std::string, std::vector<std::int32_t>> prompt;          // completion: text or token ids
   std::optional<std::int32_t> max_tokens;  // max_tokens or max_completion_tokens; absent: up to the context
+  std::string max_tokens_param;             // the field errors about max_tokens name (empty: "max_tokens")
+  std::string prompt_param;                 // the field errors about the prompt name (empty: "messages" / "prompt")
   SamplingOverrides sampling;
   std::vector<std::string> stop;
   bool stream = false;

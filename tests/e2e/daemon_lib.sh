@@ -28,11 +28,11 @@ start_daemon() {
   export NEURON_PORT NEURON_BASE_URL
 }
 
-# Waits until every model is loaded (fails on a failed load).
+# Waits until every model is loaded (fails on a failed load); sends $NEURON_API_KEY when set.
 wait_loaded() {
   local i body
   for i in $(seq 1 1200); do
-    body=$(curl -s "$NEURON_BASE_URL/models" || true)
+    body=$(curl -s ${NEURON_API_KEY:+-H "Authorization: Bearer $NEURON_API_KEY"} "$NEURON_BASE_URL/models" || true)
     case "$body" in
       *'"state":"failed"'*) die "a model failed to load: $body" ;;
       *'"status":"loaded"'*) case "$body" in *'"status":"loading"'*) ;; *) return 0 ;; esac ;;

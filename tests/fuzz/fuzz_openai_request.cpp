@@ -1,5 +1,5 @@
 // libFuzzer target: arbitrary bytes as the body of the daemon's POST routes
-// (chat, completions, /models/load) and as `neuron serve --model` text. Bad
+// (chat, completions, responses, messages, /models/load) and as `neuron serve --model` text. Bad
 // input must end in neuron::Error, whose error envelope must serialise;
 // anything else escaping (a nlohmann type_error, say) is a validation hole.
 #include <cstddef>
@@ -7,8 +7,10 @@
 #include <string>
 
 #include "server/api_error.hpp"
+#include "server/messages_api.hpp"
 #include "server/model_spec.hpp"
 #include "server/openai_request.hpp"
+#include "server/responses_api.hpp"
 
 namespace {
 
@@ -31,6 +33,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     expect_clean([&] { (void)parse_chat_request(body); });
     expect_clean([&] { (void)parse_completion_request(body); });
     expect_clean([&] { (void)parse_load_request(body); });
+    expect_clean([&] { (void)conversation(parse_responses_request(body), nullptr); });
+    expect_clean([&] { (void)parse_messages_request(body); });
+    expect_clean([&] { (void)parse_messages_request(body, true); });
   });
   expect_clean([&] { (void)parse_model_spec_text(text); });
   return 0;

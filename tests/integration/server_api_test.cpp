@@ -18,6 +18,7 @@
 #include "engine/model_assets.hpp"
 #include "engine/registry.hpp"
 #include "server/api.hpp"
+#include "support/drain_stream.hpp"
 #include "support/temp_dir.hpp"
 #include "util/json_parse.hpp"
 
@@ -34,47 +35,8 @@ std::string tiny_model_dir() { return models_dir() + "/qwen3-tiny-a"; }
 HttpRequest raw_post(const std::string& path, std::string body) { return HttpRequest{"POST", path, {}, std::move(body), "test"}; }
 HttpRequest post_json(const std::string& path, const nlohmann::json& body) { return raw_post(path, body.dump()); }
 
-// Drives a BodyStream on this thread as the transport does: start, then a
-// pull after every wake. After `budget` pulls that brought bytes it cancels,
-// like a connection whose client went away.
-struct Drained {
-  std::string received;
-  bool finished = false;
-};
-Drained drain(BodyStream& stream, int budget = INT_MAX) {
-  struct Wakes {  // shared: the engine may still call the wake after we return
-    std::mutex mu;
-    std::condition_variable cv;
-    bool woken = false;
-  };
-  auto wakes = std::make_shared<Wakes>();
-  stream.start([wakes] {
-    std::lock_guard lock(wakes->mu);
-    wakes->woken = true;
-    wakes->cv.notify_one();
-  });
-  Drained d;
-  for (int pulls = 0;;) {
-    std::string out;
-    const bool more = stream.pull(out);
-    d.received += out;
-    if (!more) {
-      d.finished = true;
-      return d;
-    }
-    if (!out.empty() && ++pulls >= budget) {
-      stream.cancel();
-      return d;
-    }
-    std::unique_lock lock(wakes->mu);
-    if (!wakes->cv.wait_for(lock, std::chrono::seconds(60), [&] { return wakes->woken; })) {
-      ADD_FAILURE() << "the stream stopped waking";
-      stream.cancel();
-      return d;
-    }
-    wakes->woken = false;
-  }
-}
+using test_support::drain;
+using test_support::Drained;
 
 bool wait_for(const std::function<bool()>& done, std::chrono::seconds timeout = std::chrono::seconds(20)) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -147,7 +109,7 @@ TEST_F(ServerApi, StreamsEndWithDoneAndBlockingAnswersMatchThem) {
 }
 
 TEST_F(ServerApi, ApiKeyIsRequiredEverywhereButHealth) {
-  Api api(*registry_, ApiOptions{"k3y"});
+  Api api(*registry_, ApiOptions{.api_key = "k3y"});
   EXPECT_EQ(api.handle({"GET", "/health", {}, "", ""}).status, 200);
   HttpResponse missing = api.handle({"GET", "/v1/models", {}, "", ""});
   EXPECT_EQ(missing.status, 401);
@@ -320,7 +282,7 @@ TEST_F(ServerApi, EverySpellingOfTheDirectoryIsTheLoadedModel) {
 
 TEST_F(ServerApi, HealthShowsFolderNamesNotPaths) {
   for (const std::string key : {"", "secret"}) {
-    Api api(*registry_, ApiOptions{key});
+    Api api(*registry_, ApiOptions{.api_key = key});
     const HttpResponse r = api.handle({"GET", "/health", {}, "", ""});
     ASSERT_EQ(r.status, 200);
     EXPECT_EQ(r.body.find(NEURON_REPO_ROOT), std::string::npos) << r.body;
@@ -628,7 +590,7 @@ TEST_F(ServerApi, CancellingAStreamOfSeveralChoicesEndsThemAll) {
 }
 
 TEST_F(ServerApi, TheApiKeyComesAsBearerInAnyCaseOrAsXApiKey) {
-  Api api(*registry_, ApiOptions{"k3y"});
+  Api api(*registry_, ApiOptions{.api_key = "k3y"});
   for (const char* auth : {"Bearer k3y", "bearer k3y", "BEARER  k3y "})
     EXPECT_EQ(api.handle({"GET", "/v1/models", {{"Authorization", auth}}, "", ""}).status, 200) << auth;
   EXPECT_EQ(api.handle({"GET", "/v1/models", {{"x-api-key", "k3y"}}, "", ""}).status, 200);
