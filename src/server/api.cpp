@@ -266,29 +266,75 @@ struct PendingLogprobs {
   }
 };
 
+// What every streamed generation shares as the transport's BodyStream: the
+// engine's pushes wake the connection (Channel listener); cancel() stops the
+// engine's work and leaves the last events' accounting to the engine's thread;
+// a stream dropped before its end cancels.
+class Api::GenerationStream : public BodyStream {
+ public:
+  explicit GenerationStream(std::shared_ptr<Generation> gen) : gen_(std::move(gen)) {}
+  ~GenerationStream() override {
+    if (!finished_ && !cancelled_) cancel();  // dropped before its end: nobody reads it any more
+  }
+  GenerationStream(const GenerationStream&) = delete;
+  GenerationStream& operator=(const GenerationStream&) = delete;
+
+  void start(std::function<void()> wake) override { gen_->channel->set_listener(std::move(wake)); }
+
+  void cancel() override {
+    if (cancelled_ || finished_) return;
+    cancelled_ = true;
+    gen_->client_gone = true;
+    stop_rest();
+  }
+
+  // Also what keeps a stream visibly alive while it waits in the queue.
+  std::string heartbeat() const override { return ": keep-alive\n\n"; }
+
+ protected:
+  // Stops the engine's work on every choice. It still sends each choice's
+  // last event (it always does); they are counted when they come, on the
+  // engine's thread, and then `gen` is let go.
+  void stop_rest() {
+    std::shared_ptr<Generation> gen = gen_;
+    gen->channel->cancel();
+    if (gen->ended) {  // nothing more will come (and a listener holding `gen` would never let go)
+      gen->channel->set_listener({});
+      return;
+    }
+    gen->channel->set_listener([gen] {
+      while (auto e = gen->channel->try_next()) {
+        if (e->kind == engine::Event::Kind::delta) continue;
+        gen->on_end(*e);
+        if (gen->ended) {
+          gen->channel->set_listener({});
+          return;
+        }
+      }
+    });
+  }
+
+  std::shared_ptr<Generation> gen_;
+  bool finished_ = false;
+  bool cancelled_ = false;
+};
+
 // A streaming generation as server-sent events, driven by the transport: the
 // engine's pushes wake the connection (Channel listener), pull() turns the
 // queued events into SSE bytes on the connection's executor, cancel() stops
 // the engine and leaves the last events' accounting to the engine's thread.
 // Each of the n choices has its own role chunk, tool call extractor, logprobs
 // and finish chunk; usage and [DONE] follow the last choice's end.
-class Api::SseStream final : public BodyStream {
+class Api::SseStream final : public GenerationStream {
  public:
   SseStream(std::shared_ptr<Generation> gen, bool include_usage, bool tool_calls)
-      : gen_(std::move(gen)), include_usage_(include_usage), choices_(static_cast<std::size_t>(gen_->choices)) {
+      : GenerationStream(std::move(gen)), include_usage_(include_usage), choices_(static_cast<std::size_t>(gen_->choices)) {
     for (Choice& c : choices_) {
       if (tool_calls) c.extractor = std::make_unique<ToolCallExtractor>();
       if (!gen_->meta.chat && gen_->top_logprobs >= 0)
         c.completion_logprobs = std::make_unique<CompletionLogprobs>(*gen_->assets->tokenizer, code_points(gen_->echo));
     }
   }
-  ~SseStream() override {
-    if (!finished_ && !cancelled_) cancel();  // dropped before its end: nobody reads it any more
-  }
-  SseStream(const SseStream&) = delete;
-  SseStream& operator=(const SseStream&) = delete;
-
-  void start(std::function<void()> wake) override { gen_->channel->set_listener(std::move(wake)); }
 
   bool pull(std::string& out) override {
     if (!started_) {
@@ -345,16 +391,6 @@ class Api::SseStream final : public BodyStream {
     return true;
   }
 
-  void cancel() override {
-    if (cancelled_ || finished_) return;
-    cancelled_ = true;
-    gen_->client_gone = true;
-    stop_rest();
-  }
-
-  // Also what keeps a stream visibly alive while it waits in the queue.
-  std::string heartbeat() const override { return ": keep-alive\n\n"; }
-
  private:
   struct Choice {
     std::unique_ptr<ToolCallExtractor> extractor;
@@ -371,49 +407,19 @@ class Api::SseStream final : public BodyStream {
     return j;
   }
 
-  // Stops the engine's work on every choice. It still sends each choice's
-  // last event (it always does); they are counted when they come, on the
-  // engine's thread, and then `gen` is let go.
-  void stop_rest() {
-    std::shared_ptr<Generation> gen = gen_;
-    gen->channel->cancel();
-    if (gen->ended) {  // nothing more will come (and a listener holding `gen` would never let go)
-      gen->channel->set_listener({});
-      return;
-    }
-    gen->channel->set_listener([gen] {
-      while (auto e = gen->channel->try_next()) {
-        if (e->kind == engine::Event::Kind::delta) continue;
-        gen->on_end(*e);
-        if (gen->ended) {
-          gen->channel->set_listener({});
-          return;
-        }
-      }
-    });
-  }
 
-  std::shared_ptr<Generation> gen_;
   const bool include_usage_;
   std::vector<Choice> choices_;
   bool started_ = false;
-  bool finished_ = false;
-  bool cancelled_ = false;
 };
 
 // A one-choice generation (Responses, Messages) as server-sent events through
 // the API's TurnShaper: the same transport contract as SseStream, the bytes
 // are the shaper's.
-class Api::TurnStream final : public BodyStream {
+class Api::TurnStream final : public GenerationStream {
  public:
-  TurnStream(std::shared_ptr<Generation> gen, std::unique_ptr<TurnShaper> shaper) : gen_(std::move(gen)), shaper_(std::move(shaper)) {}
-  ~TurnStream() override {
-    if (!finished_ && !cancelled_) cancel();  // dropped before its end: nobody reads it any more
-  }
-  TurnStream(const TurnStream&) = delete;
-  TurnStream& operator=(const TurnStream&) = delete;
-
-  void start(std::function<void()> wake) override { gen_->channel->set_listener(std::move(wake)); }
+  TurnStream(std::shared_ptr<Generation> gen, std::unique_ptr<TurnShaper> shaper)
+      : GenerationStream(std::move(gen)), shaper_(std::move(shaper)) {}
 
   bool pull(std::string& out) override {
     if (!opened_) {
@@ -437,38 +443,9 @@ class Api::TurnStream final : public BodyStream {
     return true;
   }
 
-  void cancel() override {
-    if (cancelled_ || finished_) return;
-    cancelled_ = true;
-    gen_->client_gone = true;
-    // The engine still sends the last event (it always does); it is counted
-    // when it comes, on the engine's thread, and then `gen` is let go.
-    std::shared_ptr<Generation> gen = gen_;
-    gen->channel->cancel();
-    if (gen->ended) {
-      gen->channel->set_listener({});
-      return;
-    }
-    gen->channel->set_listener([gen] {
-      while (auto e = gen->channel->try_next()) {
-        if (e->kind == engine::Event::Kind::delta) continue;
-        gen->on_end(*e);
-        if (gen->ended) {
-          gen->channel->set_listener({});
-          return;
-        }
-      }
-    });
-  }
-
-  std::string heartbeat() const override { return ": keep-alive\n\n"; }
-
  private:
-  std::shared_ptr<Generation> gen_;
   std::unique_ptr<TurnShaper> shaper_;
   bool opened_ = false;
-  bool finished_ = false;
-  bool cancelled_ = false;
 };
 
 Api::Api(engine::Registry& registry, ApiOptions options)

@@ -74,6 +74,7 @@ class Api {
  private:
   class Tracker;  // one in-flight generation (RAII registration for shutdown)
   struct Generation;
+  class GenerationStream;  // what every streamed generation shares (transport wiring, cancel)
   class SseStream;   // a chat/completions generation (n choices) as the transport's BodyStream
   class TurnStream;  // a one-choice generation through a TurnShaper (Responses, Messages)
 
