@@ -16,8 +16,10 @@ namespace neuron::backend {
 
 namespace {
 // Held back on a GPU beyond weights and KV: activations, cuBLAS workspace, graphs, the CUDA context.
+#ifdef NEURON_HAVE_CUDA
 constexpr std::uint64_t kCudaActivationReserve = 2ull << 30;
 constexpr double kDefaultDeviceFraction = 0.9;
+#endif
 constexpr std::uint64_t kMaxKvBlocks = 1u << 20;
 
 std::string gib(std::uint64_t bytes) { return std::to_string(static_cast<double>(bytes) / (1ull << 30)).substr(0, 5) + " GiB"; }

@@ -293,16 +293,8 @@ class Common {
       boolean_, null_, any_, any_object_, any_array_, escape_;
 };
 
-// Keywords that only annotate, or that neuron deliberately does not enforce.
-bool ignored_keyword(std::string_view k) {
-  static constexpr std::string_view kIgnored[] = {
-      "$schema", "$id", "$comment", "$anchor", "title", "description", "default", "examples", "deprecated",
-      "readOnly", "writeOnly", "$defs", "definitions", "format", "contentEncoding", "contentMediaType", "strict",
-      "name", "discriminator", "x-stainless", "propertyOrdering"};
-  return std::find(std::begin(kIgnored), std::end(kIgnored), k) != std::end(kIgnored) || k.starts_with("x-");
-}
-
-// Keywords that constrain values in ways the grammar does not express.
+// Keywords not listed here only annotate (title, format, $defs, x-*) and are
+// ignored; these constrain values in ways the grammar does not express.
 bool refused_keyword(std::string_view k) {
   static constexpr std::string_view kRefused[] = {
       "pattern", "patternProperties", "propertyNames", "minProperties", "maxProperties", "dependencies",

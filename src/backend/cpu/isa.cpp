@@ -1,5 +1,7 @@
 #include "backend/cpu/isa.hpp"
 
+#include <cpuid.h>
+
 #include <cstdlib>
 
 #include <spdlog/spdlog.h>
@@ -16,11 +18,20 @@ std::string_view isa_name(Isa isa) noexcept {
   return "scalar";
 }
 
+namespace {
+// F16C (CPUID.1:ECX bit 29) is read from CPUID directly: clang's
+// __builtin_cpu_supports does not know the name "f16c".
+bool has_f16c() noexcept {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+}
+}  // namespace
+
 bool isa_supported(Isa isa) noexcept {
   __builtin_cpu_init();
   switch (isa) {
     case Isa::scalar: return true;
-    case Isa::avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case Isa::avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
     case Isa::avx512:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl");

@@ -7,7 +7,7 @@ namespace neuron::backend::cpu {
 
 enum class Isa {
   scalar,       // portable C++
-  avx2,         // AVX2 + FMA, bf16 widened to f32
+  avx2,         // AVX2 + FMA + F16C, bf16 widened to f32
   avx512,       // AVX-512F/BW, bf16 widened to f32, masked tails
   avx512_bf16,  // AVX-512 BF16 dot products (vdpbf16ps) on a two-term bf16 split of the f32 operand
 };

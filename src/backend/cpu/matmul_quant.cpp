@@ -187,11 +187,9 @@ __attribute__((target("avx2,fma,f16c"))) float q6_k_row_avx2(const std::byte* ro
   return hsum8(acc);
 }
 
-// Every AVX-512 CPU has AVX2 + FMA; the fused kernels also read f16 scales with F16C.
-bool use_avx2(Isa isa) {
-  static const bool f16c = __builtin_cpu_supports("f16c");
-  return isa != Isa::scalar && f16c;
-}
+// Every AVX-512 CPU has AVX2 + FMA + F16C (isa_supported checks F16C for
+// avx2, which the fused kernels use to read f16 scales).
+bool use_avx2(Isa isa) { return isa != Isa::scalar; }
 
 }  // namespace
 
