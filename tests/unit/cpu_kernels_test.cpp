@@ -13,6 +13,7 @@
 
 #include "backend/cpu/attention.hpp"
 #include "backend/cpu/chunk_pool.hpp"
+#include "backend/cpu/gemm_bf16_few.hpp"
 #include "backend/cpu/gemv_bf16.hpp"
 #include "backend/cpu/isa.hpp"
 #include "backend/cpu/matmul.hpp"
@@ -99,11 +100,55 @@ TEST(CpuGemv, ThreadedProductCoversEveryRow) {
   for (std::int64_t r = 0; r < rows; ++r) EXPECT_NEAR(y[r], ref[r], 2e-3) << r;
 }
 
+// Every row block (4 or 2 rows and the remainders) against every token tile
+// (4 tokens and the remainders), with column tails of every length mod 32.
+void check_gemm_few(Isa isa, double tolerance) {
+  if (!isa_supported(isa)) GTEST_SKIP() << isa_name(isa) << " not supported here";
+  std::uint32_t seed = 11;
+  for (const Shape& s : kShapes) {
+    for (std::int64_t n : {1, 2, 3, 4, 5, 7, 8, 9, 13}) {
+      const std::int64_t ldx = s.cols + 3, ldy = s.rows + 2;
+      const auto w = random_bf16(static_cast<std::size_t>(s.rows * s.ld), seed++);
+      const auto x = random_floats(static_cast<std::size_t>(n * ldx), seed++);
+      std::vector<float> y(static_cast<std::size_t>(n * ldy), -7.0f);
+      gemm_bf16_few_rows(isa, x.data(), n, s.cols, ldx, w.data(), s.ld, s.rows, y.data(), ldy);
+      for (std::int64_t t = 0; t < n; ++t) {
+        for (std::int64_t r = 0; r < s.rows; ++r) {
+          double exact = 0, magnitude = 0;
+          for (std::int64_t c = 0; c < s.cols; ++c) {
+            const double p = double(bf16_to_f32(w[r * s.ld + c])) * x[t * ldx + c];
+            exact += p;
+            magnitude += std::abs(p);
+          }
+          ASSERT_LE(std::abs(y[t * ldy + r] - exact), tolerance * magnitude + 1e-30)
+              << isa_name(isa) << " rows " << s.rows << " cols " << s.cols << " n " << n << " token " << t << " row " << r;
+        }
+        for (std::int64_t r = s.rows; r < ldy; ++r) ASSERT_EQ(y[t * ldy + r], -7.0f) << "wrote past the row";
+      }
+    }
+  }
+}
+
+TEST(CpuGemmFew, ScalarMatchesReference) { check_gemm_few(Isa::scalar, 1e-6 * 8); }
+TEST(CpuGemmFew, Avx2MatchesReference) { check_gemm_few(Isa::avx2, 1e-6 * 8); }
+TEST(CpuGemmFew, Avx512MatchesReference) { check_gemm_few(Isa::avx512, 1e-6 * 8); }
+TEST(CpuGemmFew, Avx512Bf16MatchesReference) { check_gemm_few(Isa::avx512_bf16, 1e-6 * 8); }
+
+TEST(CpuGemmFew, ThreadedProductCoversEveryRowAndToken) {
+  const std::int64_t rows = 1027, cols = 1031, n = 6;
+  const auto w = random_bf16(static_cast<std::size_t>(rows * cols), 15);
+  const auto x = random_floats(static_cast<std::size_t>(n * cols), 16);
+  std::vector<float> y(static_cast<std::size_t>(n * rows), NAN), ref(y.size());
+  gemm_bf16_few(x.data(), n, cols, cols, w.data(), rows, y.data(), rows);
+  gemm_bf16_few_rows(Isa::scalar, x.data(), n, cols, cols, w.data(), cols, rows, ref.data(), rows);
+  for (std::size_t i = 0; i < y.size(); ++i) ASSERT_NEAR(y[i], ref[i], 2e-3) << i;
+}
+
 TEST(CpuMatmul, MatchesReferenceAcrossTilesAndTokenCounts) {
   // in = 1000 makes 128-row tiles; out = 300 ends in a partial one.
   const std::int64_t in = 1000, out = 300, ldx = 1003, ldy = 305;
   const auto w = random_bf16(static_cast<std::size_t>(out * in), 7);
-  for (std::int64_t n : {1, 2, 5, 70}) {
+  for (std::int64_t n : {std::int64_t{1}, std::int64_t{2}, std::int64_t{5}, kFewTokensMax - 1, kFewTokensMax, std::int64_t{70}}) {
     const auto x = random_floats(static_cast<std::size_t>(n * ldx), 8 + static_cast<std::uint32_t>(n));
     std::vector<float> y(static_cast<std::size_t>(n * ldy), -7.0f);
     matmul_bf16(x.data(), n, in, ldx, w.data(), out, y.data(), ldy);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/cpu/chunk_pool.hpp"
+#include "backend/cpu/gemm_bf16_few.hpp"
 #include "backend/cpu/gemv_bf16.hpp"
 #include "backend/cpu/isa.hpp"
 #include "tensor/dtype.hpp"
@@ -47,6 +48,7 @@ void matmul_bf16(const float* x, std::int64_t n, std::int64_t in, std::int64_t l
                  std::int64_t out, float* y, std::int64_t ldy) {
   if (n <= 0 || out <= 0) return;
   if (n == 1) return gemv_bf16(w, out, in, x, y);
+  if (n < kFewTokensMax) return gemm_bf16_few(x, n, in, ldx, w, out, y, ldy);
   init_blas_threads();
   const std::int64_t tile_rows =
       std::max(kTileRowAlign, kTileBytes / (in * 4) / kTileRowAlign * kTileRowAlign);
