@@ -37,17 +37,6 @@ void dequantize_q4_0(const std::byte* x, float* y, std::int64_t nb) {
   }
 }
 
-// The 6-bit scale and min of sub-block j from a k-quant's 12 packed bytes.
-inline void scale_min_k4(int j, const std::byte* q, std::uint8_t& d, std::uint8_t& m) noexcept {
-  if (j < 4) {
-    d = u8_at(q + j) & 63;
-    m = u8_at(q + j + 4) & 63;
-  } else {
-    d = static_cast<std::uint8_t>((u8_at(q + j + 4) & 0xF) | ((u8_at(q + j - 4) >> 6) << 4));
-    m = static_cast<std::uint8_t>((u8_at(q + j + 4) >> 4) | ((u8_at(q + j) >> 6) << 4));
-  }
-}
-
 void dequantize_q4_k(const std::byte* x, float* y, std::int64_t nb) {
   for (std::int64_t i = 0; i < nb; ++i, x += kQ4_KBytes) {
     const float d = f16_at(x), min = f16_at(x + 2);

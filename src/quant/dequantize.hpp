@@ -10,6 +10,19 @@
 
 namespace neuron::quant {
 
+// The 6-bit scale and min of sub-block j (0..7) of a Q4_K / Q5_K super-block
+// from its 12 packed bytes (ggml's get_scale_min_k4).
+inline void scale_min_k4(int j, const std::byte* q, std::uint8_t& d, std::uint8_t& m) noexcept {
+  auto u8 = [q](int k) { return static_cast<std::uint8_t>(q[k]); };
+  if (j < 4) {
+    d = u8(j) & 63;
+    m = u8(j + 4) & 63;
+  } else {
+    d = static_cast<std::uint8_t>((u8(j + 4) & 0xF) | ((u8(j - 4) >> 6) << 4));
+    m = static_cast<std::uint8_t>((u8(j + 4) >> 4) | ((u8(j) >> 6) << 4));
+  }
+}
+
 // src: n elements of `type` (n a multiple of its block size, bytes
 // row_bytes(type, n), any alignment), dst: [n] f32. Throws
 // Error{unsupported_arch} for a type that is not dequantizable.

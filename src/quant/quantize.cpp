@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "quant/dequantize.hpp"
 #include "tensor/dtype.hpp"
 #include "util/error.hpp"
 
@@ -182,16 +183,6 @@ float make_qx_quants(int n, int nmax, const float* x, std::int8_t* L, int rmse_t
   return scale;
 }
 
-inline void scale_min_k4(int j, const std::uint8_t* q, std::uint8_t& d, std::uint8_t& m) noexcept {
-  if (j < 4) {
-    d = q[j] & 63;
-    m = q[j + 4] & 63;
-  } else {
-    d = static_cast<std::uint8_t>((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
-    m = static_cast<std::uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-  }
-}
-
 void quantize_q4_k(const float* x, std::byte* out, std::int64_t nb) {
   std::uint8_t L[kQK_K], Laux[32];
   float weights[32], mins[kQK_K / 32], scales[kQK_K / 32];
@@ -229,7 +220,7 @@ void quantize_q4_k(const float* x, std::byte* out, std::int64_t nb) {
     std::memcpy(out + 4, sc_bytes, 12);
     std::uint8_t sc, m;
     for (int j = 0; j < kQK_K / 32; ++j) {
-      scale_min_k4(j, sc_bytes, sc, m);
+      scale_min_k4(j, reinterpret_cast<const std::byte*>(sc_bytes), sc, m);
       const float d = f16_to_f32(dh) * sc;
       if (d == 0.0f) continue;
       const float dm = f16_to_f32(mh) * m;

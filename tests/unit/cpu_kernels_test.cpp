@@ -13,6 +13,7 @@
 
 #include "backend/cpu/attention.hpp"
 #include "backend/cpu/chunk_pool.hpp"
+#include "backend/cpu/gemm_bf16_amx.hpp"
 #include "backend/cpu/gemm_bf16_few.hpp"
 #include "backend/cpu/gemv_bf16.hpp"
 #include "backend/cpu/isa.hpp"
@@ -144,21 +145,57 @@ TEST(CpuGemmFew, ThreadedProductCoversEveryRowAndToken) {
   for (std::size_t i = 0; i < y.size(); ++i) ASSERT_NEAR(y[i], ref[i], 2e-3) << i;
 }
 
-TEST(CpuMatmul, MatchesReferenceAcrossTilesAndTokenCounts) {
-  // in = 1000 makes 128-row tiles; out = 300 ends in a partial one.
-  const std::int64_t in = 1000, out = 300, ldx = 1003, ldy = 305;
-  const auto w = random_bf16(static_cast<std::size_t>(out * in), 7);
-  for (std::int64_t n : {std::int64_t{1}, std::int64_t{2}, std::int64_t{5}, kFewTokensMax - 1, kFewTokensMax, std::int64_t{70}}) {
-    const auto x = random_floats(static_cast<std::size_t>(n * ldx), 8 + static_cast<std::uint32_t>(n));
-    std::vector<float> y(static_cast<std::size_t>(n * ldy), -7.0f);
-    matmul_bf16(x.data(), n, in, ldx, w.data(), out, y.data(), ldy);
-    for (std::int64_t i = 0; i < n; ++i) {
-      for (std::int64_t o = 0; o < out; ++o) {
-        double exact = 0;
-        for (std::int64_t c = 0; c < in; ++c) exact += double(bf16_to_f32(w[o * in + c])) * x[i * ldx + c];
-        ASSERT_NEAR(y[i * ldy + o], exact, 1e-3) << "n " << n << " token " << i << " out " << o;
+// The AMX product: token counts around its 32-token passes and 16-token
+// tiles, row counts with a partial block (left to the caller), f32 accuracy
+// from the three-term split of x (values over a wide range of magnitudes).
+TEST(CpuGemmAmx, MatchesReferenceAtF32Accuracy) {
+  if (!gemm_bf16_amx_fits(32, 32)) GTEST_SKIP() << "no usable AMX-BF16 here";
+  std::mt19937 rng(21);
+  std::uniform_real_distribution<float> exponent(-8.0f, 8.0f);
+  for (const auto& [in, out] : {std::pair<std::int64_t, std::int64_t>{32, 32}, {96, 70}, {1024, 64}}) {
+    const auto w = random_bf16(static_cast<std::size_t>(out * in), static_cast<std::uint32_t>(in + out));
+    for (std::int64_t n : {1, 15, 16, 17, 33, 64, 100}) {
+      const std::int64_t ldx = in + 3, ldy = out + 5;
+      auto x = random_floats(static_cast<std::size_t>(n * ldx), static_cast<std::uint32_t>(n));
+      for (auto& v : x) v *= std::exp2(exponent(rng));
+      std::vector<float> y(static_cast<std::size_t>(n * ldy), -7.0f);
+      gemm_bf16_amx(x.data(), n, in, ldx, w.data(), out, y.data(), ldy);
+      const std::int64_t covered = out / kAmxRows * kAmxRows;
+      for (std::int64_t t = 0; t < n; ++t) {
+        for (std::int64_t o = 0; o < covered; ++o) {
+          double exact = 0, magnitude = 0;
+          for (std::int64_t c = 0; c < in; ++c) {
+            const double p = double(bf16_to_f32(w[o * in + c])) * x[t * ldx + c];
+            exact += p;
+            magnitude += std::abs(p);
+          }
+          ASSERT_LE(std::abs(y[t * ldy + o] - exact), 1e-6 * 8 * magnitude + 1e-30)
+              << "in " << in << " out " << out << " n " << n << " token " << t << " row " << o;
+        }
+        for (std::int64_t o = covered; o < ldy; ++o) ASSERT_EQ(y[t * ldy + o], -7.0f) << "wrote outside its rows";
       }
-      for (std::int64_t o = out; o < ldy; ++o) ASSERT_EQ(y[i * ldy + o], -7.0f) << "wrote past the row";
+    }
+  }
+}
+
+TEST(CpuMatmul, MatchesReferenceAcrossTilesAndTokenCounts) {
+  // in = 1000 makes 128-row tiles; out = 300 ends in a partial one. in = 1024
+  // also takes the AMX path where there is one, with 12 rows left to sgemm.
+  for (const std::int64_t in : {1000, 1024}) {
+    const std::int64_t out = 300, ldx = in + 3, ldy = 305;
+    const auto w = random_bf16(static_cast<std::size_t>(out * in), 7);
+    for (std::int64_t n : {std::int64_t{1}, std::int64_t{2}, std::int64_t{5}, kFewTokensMax - 1, kFewTokensMax, std::int64_t{70}}) {
+      const auto x = random_floats(static_cast<std::size_t>(n * ldx), 8 + static_cast<std::uint32_t>(n));
+      std::vector<float> y(static_cast<std::size_t>(n * ldy), -7.0f);
+      matmul_bf16(x.data(), n, in, ldx, w.data(), out, y.data(), ldy);
+      for (std::int64_t i = 0; i < n; ++i) {
+        for (std::int64_t o = 0; o < out; ++o) {
+          double exact = 0;
+          for (std::int64_t c = 0; c < in; ++c) exact += double(bf16_to_f32(w[o * in + c])) * x[i * ldx + c];
+          ASSERT_NEAR(y[i * ldy + o], exact, 1e-3) << "n " << n << " token " << i << " out " << o;
+        }
+        for (std::int64_t o = out; o < ldy; ++o) ASSERT_EQ(y[i * ldy + o], -7.0f) << "wrote past the row";
+      }
     }
   }
 }

@@ -7,6 +7,8 @@
 #include <random>
 #include <vector>
 
+#include "backend/cpu/gemm_bf16_few.hpp"
+#include "backend/cpu/gemm_quant_few.hpp"
 #include "backend/cpu/isa.hpp"
 #include "backend/cpu/matmul_quant.hpp"
 #include "quant/dequantize.hpp"
@@ -84,6 +86,61 @@ TEST(QuantKernels, MatmulMatchesGemvRowByRow) {
       for (std::int64_t r = 0; r < rows; ++r)
         ASSERT_NEAR(y[t * ldy + r], want[r], 1e-5 * scale[r]) << quant::ggml_type_name(type) << " token " << t << " row " << r;
       EXPECT_EQ(y[t * ldy + rows], -7.0f);  // the stride's padding is untouched
+    }
+  }
+}
+
+// The few-token kernel: every row block (4 and the remainders 1-3) against
+// every token tile (4 and the remainders), with row strides in both operands.
+TEST(QuantKernels, FewTokenGemmMatchesDequantizedReference) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  bool ran = false;
+  for (auto type : {quant::GgmlType::q8_0, quant::GgmlType::q4_k, quant::GgmlType::q6_k}) {
+    for (Isa isa : {Isa::avx512, Isa::avx512_bf16}) {
+      if (!gemm_quant_few_supported(isa, type)) continue;
+      ran = true;
+      const std::int64_t cols = type == quant::GgmlType::q8_0 ? 160 : 512, rows = 39;
+      const QuantMatrix m = make(type, rows, cols, rng);
+      for (std::int64_t n : {1, 2, 3, 4, 5, 7, 9}) {
+        const std::int64_t ldx = cols + 5, ldy = rows + 3;
+        std::vector<float> x(static_cast<std::size_t>(n * ldx));
+        for (auto& v : x) v = normal(rng);
+        std::vector<float> y(static_cast<std::size_t>(n * ldy), -7.0f);
+        gemm_quant_few_rows(isa, x.data(), n, ldx, m, 0, rows, y.data(), ldy);
+        for (std::int64_t t = 0; t < n; ++t) {
+          std::vector<double> want, scale;
+          reference(m, x.data() + t * ldx, want, scale);
+          for (std::int64_t r = 0; r < rows; ++r)
+            ASSERT_NEAR(y[t * ldy + r], want[r], 1e-5 * scale[r])
+                << quant::ggml_type_name(type) << " " << isa_name(isa) << " n " << n << " token " << t << " row " << r;
+          for (std::int64_t r = rows; r < ldy; ++r) ASSERT_EQ(y[t * ldy + r], -7.0f) << "wrote past the row";
+        }
+      }
+    }
+  }
+  if (!ran) GTEST_SKIP() << "no AVX-512 here";
+}
+
+// Both sides of the few-token threshold through the public entry point, on
+// enough rows that the work is split over the pool's threads.
+TEST(QuantKernels, MatmulAroundTheFewTokenThreshold) {
+  std::mt19937 rng(4);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (auto type : {quant::GgmlType::q8_0, quant::GgmlType::q4_k, quant::GgmlType::q6_k}) {
+    const std::int64_t cols = 256, rows = 1030;
+    const QuantMatrix m = make(type, rows, cols, rng);
+    for (std::int64_t n : {std::int64_t{1}, std::int64_t{6}, kFewTokensMax - 1, kFewTokensMax}) {
+      std::vector<float> x(static_cast<std::size_t>(n * cols));
+      for (auto& v : x) v = normal(rng);
+      std::vector<float> y(static_cast<std::size_t>(n * rows), NAN);
+      matmul_quant(x.data(), n, cols, m, y.data(), rows);
+      for (std::int64_t t : {std::int64_t{0}, n - 1}) {
+        std::vector<double> want, scale;
+        reference(m, x.data() + t * cols, want, scale);
+        for (std::int64_t r = 0; r < rows; ++r)
+          ASSERT_NEAR(y[t * rows + r], want[r], 1e-5 * scale[r]) << quant::ggml_type_name(type) << " n " << n << " row " << r;
+      }
     }
   }
 }

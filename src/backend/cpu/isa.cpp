@@ -1,8 +1,11 @@
 #include "backend/cpu/isa.hpp"
 
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cstdlib>
+#include <string_view>
 
 #include <spdlog/spdlog.h>
 
@@ -63,6 +66,30 @@ Isa choose() {
 Isa selected_isa() {
   static const Isa isa = choose();
   return isa;
+}
+
+namespace {
+bool amx_bf16_probe() {
+  if (const char* env = std::getenv("NEURON_CPU_AMX"); env && std::string_view(env) == "0") return false;
+  if (selected_isa() != Isa::avx512 && selected_isa() != Isa::avx512_bf16) return false;
+  if (!isa_supported(Isa::avx512_bf16)) return false;  // packs the activations (every AMX CPU has it)
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  // CPUID.(7,0):EDX bit 22 AMX-BF16, bit 24 AMX-TILE.
+  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0 || (edx & (1u << 22)) == 0 || (edx & (1u << 24)) == 0)
+    return false;
+  // Linux hands out the 8 KiB tile state only on request (ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA).
+  constexpr long kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  if (syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) != 0) {
+    spdlog::info("cpu: AMX present but the kernel refused the tile state; prefill stays on AVX-512");
+    return false;
+  }
+  return true;
+}
+}  // namespace
+
+bool amx_bf16_usable() {
+  static const bool usable = amx_bf16_probe();
+  return usable;
 }
 
 }  // namespace neuron::backend::cpu

@@ -21,4 +21,10 @@ bool isa_supported(Isa isa) noexcept;          // this CPU can run it
 // decode is memory-bound (bench/CPU.md).
 Isa selected_isa();
 
+// Intel AMX with BF16 tiles (Sapphire Rapids and later), and the kernel has
+// granted this process the tile state: multi-token bf16 products (prefill)
+// run on the tile unit. False on every AMD CPU so far, when NEURON_CPU_AMX=0,
+// or when NEURON_CPU_ISA forces a kernel below avx512.
+bool amx_bf16_usable();
+
 }  // namespace neuron::backend::cpu

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/cpu/chunk_pool.hpp"
+#include "backend/cpu/gemm_bf16_amx.hpp"
 #include "backend/cpu/gemm_bf16_few.hpp"
 #include "backend/cpu/gemv_bf16.hpp"
 #include "backend/cpu/isa.hpp"
@@ -49,6 +50,14 @@ void matmul_bf16(const float* x, std::int64_t n, std::int64_t in, std::int64_t l
   if (n <= 0 || out <= 0) return;
   if (n == 1) return gemv_bf16(w, out, in, x, y);
   if (n < kFewTokensMax) return gemm_bf16_few(x, n, in, ldx, w, out, y, ldy);
+  if (gemm_bf16_amx_fits(in, out)) {
+    gemm_bf16_amx(x, n, in, ldx, w, out, y, ldy);
+    const std::int64_t done = out / kAmxRows * kAmxRows;  // the rest below
+    if (done == out) return;
+    w += done * in;
+    y += done;
+    out -= done;
+  }
   init_blas_threads();
   const std::int64_t tile_rows =
       std::max(kTileRowAlign, kTileBytes / (in * 4) / kTileRowAlign * kTileRowAlign);

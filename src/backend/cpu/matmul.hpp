@@ -2,7 +2,8 @@
 // Y = X W^T for n tokens at once (prefill), with W held in bf16.
 //
 // One token is a matrix-vector product (gemv_bf16); a few (batched decode,
-// fewer than kFewTokensMax) go to gemm_bf16_few, which streams W once. For more, each thread of
+// fewer than kFewTokensMax) go to gemm_bf16_few, which streams W once. More go
+// to the AMX tiles where the CPU has them (gemm_bf16_amx). Otherwise each thread of
 // ChunkPool::shared() takes tiles of W's rows, widens a tile to f32 in a
 // scratch buffer sized to stay in its L2 cache, and multiplies it with
 // OpenBLAS sgemm (single-threaded per tile: the tiles are the parallelism). W is read from

@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "backend/cpu/chunk_pool.hpp"
+#include "backend/cpu/gemm_bf16_few.hpp"
+#include "backend/cpu/gemm_quant_few.hpp"
 #include "backend/cpu/matmul.hpp"
 #include "quant/dequantize.hpp"
 #include "tensor/dtype.hpp"
@@ -231,6 +233,8 @@ void gemv_quant(const QuantMatrix& w, const float* x, float* y) {
 
 void matmul_quant(const float* x, std::int64_t n, std::int64_t ldx, const QuantMatrix& w, float* y, std::int64_t ldy) {
   if (n <= 0 || w.rows <= 0) return;
+  if (const Isa isa = selected_isa(); n < kFewTokensMax && gemm_quant_few_supported(isa, w.type))
+    return gemm_quant_few(isa, x, n, ldx, w, y, ldy);
   if (n == 1) return gemv_quant(w, x, y);
   init_blas_threads();
   const std::int64_t in = w.cols;

@@ -1,0 +1,160 @@
+#include "backend/cpu/gemm_bf16_amx.hpp"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "backend/cpu/chunk_pool.hpp"
+#include "backend/cpu/isa.hpp"
+#include "tensor/dtype.hpp"
+#include "util/error.hpp"
+
+namespace neuron::backend::cpu {
+
+namespace {
+
+#define NEURON_AMX __attribute__((target("amx-tile,amx-bf16,avx512f")))
+#define NEURON_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+constexpr int kTerms = 3;              // bf16 terms of x: hi, mid, lo
+constexpr std::int64_t kRows = kAmxRows;  // two A tiles of 16
+constexpr std::int64_t kCols = 32;     // columns per tile: 64 bytes of bf16
+constexpr std::int64_t kTile = 16 * kCols;  // bf16 elements of one X tile
+constexpr std::int64_t kChunkBytes = 256 << 10;  // W bytes a pool task takes
+constexpr std::int64_t kPassBytes = 1 << 20;     // packed x per pass: half of a Sapphire Rapids core's L2
+
+// The tile registers: 0-3 accumulators ([16 rows of W, 16 tokens] f32), 4-5 W
+// ([16 rows, 32 columns] bf16), 6-7 X ([16 column pairs, 16 tokens, 2] bf16).
+struct alignas(64) TileConfig {
+  std::uint8_t palette = 1;
+  std::uint8_t start_row = 0;
+  std::uint8_t reserved[14] = {};
+  std::uint16_t colsb[16] = {};  // bytes per row of each tile
+  std::uint8_t rows[16] = {};
+  TileConfig() {
+    for (int t = 0; t < 8; ++t) {
+      colsb[t] = 64;
+      rows[t] = 16;
+    }
+  }
+};
+
+// X in the tiles' layout: [kTerms][token groups of 16][column blocks of 32]
+// tiles, a tile [16 column pairs][16 tokens][2] bf16 (the pair-interleaved
+// "VNNI" layout TDPBF16PS reads its second operand in). Token groups past n
+// are zeros.
+struct PackedX {
+  std::vector<std::uint16_t> data;  // [kTerms * groups * blocks * kTile] bf16
+  std::int64_t groups = 0, blocks = 0;
+
+  const std::uint16_t* tile(int term, std::int64_t group, std::int64_t block) const {
+    return data.data() + ((term * groups + group) * blocks + block) * kTile;
+  }
+
+  void pack(const float* x, std::int64_t n, std::int64_t in, std::int64_t ldx);
+};
+
+// x = hi + mid + lo: each term is the bf16 rounding (to nearest even) of what
+// the terms before it left; 32 columns of a token at a time, each pair of
+// columns scattered to its row of the tile (rows 64 bytes apart).
+NEURON_AVX512_BF16 void PackedX::pack(const float* x, std::int64_t n, std::int64_t in, std::int64_t ldx) {
+  groups = (n + 31) / 32 * 2;
+  blocks = in / kCols;
+  data.assign(static_cast<std::size_t>(kTerms * groups * blocks * kTile), 0);
+  const std::int64_t term_stride = groups * blocks * kTile;
+  const __m512i rows = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                          _mm512_set1_epi32(64));  // byte offset of each column pair's tile row
+  for (std::int64_t t = 0; t < n; ++t) {
+    const float* row = x + t * ldx;
+    std::uint16_t* group = data.data() + (t / 16) * blocks * kTile + (t % 16) * 2;
+    for (std::int64_t b = 0; b < blocks; ++b) {
+      __m512 left = _mm512_loadu_ps(row + b * kCols), right = _mm512_loadu_ps(row + b * kCols + 16);  // what is left to pack
+      for (int term = 0; term < kTerms; ++term) {
+        const __m256bh bl = _mm512_cvtneps_pbh(left), br = _mm512_cvtneps_pbh(right);
+        const __m512i pairs = _mm512_inserti64x4(_mm512_castsi256_si512((__m256i)bl), (__m256i)br, 1);
+        _mm512_i32scatter_epi32(group + term * term_stride + b * kTile, rows, pairs, 1);
+        left = _mm512_sub_ps(left, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)bl), 16)));
+        right = _mm512_sub_ps(right, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)br), 16)));
+      }
+    }
+  }
+}
+
+// Rows [0, 32) of W (row stride `in`) against x's token groups [g0, g1) (g0 even), into y's columns [0, 32).
+NEURON_AMX void row_block(const std::uint16_t* w, std::int64_t in, const PackedX& x, std::int64_t g0, std::int64_t g1,
+                          std::int64_t n, float* y, std::int64_t ldy) {
+  alignas(64) float c[4][16 * 16];  // the accumulators, stored: [16 rows][16 tokens] f32 each
+  const std::int64_t stride = in * 2;
+  const std::uint16_t* w1 = w + 16 * in;
+  for (std::int64_t g = g0; g < g1; g += 2) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (std::int64_t b = 0; b < x.blocks; ++b) {
+      _tile_loadd(4, w + b * kCols, stride);
+      _tile_loadd(5, w1 + b * kCols, stride);
+      for (int term = 0; term < kTerms; ++term) {
+        _tile_loadd(6, x.tile(term, g, b), 64);
+        _tile_loadd(7, x.tile(term, g + 1, b), 64);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 5, 6);
+        _tile_dpbf16ps(2, 4, 7);
+        _tile_dpbf16ps(3, 5, 7);
+      }
+    }
+    _tile_stored(0, c[0], 64);
+    _tile_stored(1, c[1], 64);
+    _tile_stored(2, c[2], 64);
+    _tile_stored(3, c[3], 64);
+    for (int q = 0; q < 4; ++q) {
+      const std::int64_t row0 = (q & 1) * 16, token0 = (g + q / 2) * 16;
+      for (std::int64_t m = 0; m < 16 && token0 + m < n; ++m) {
+        float* out = y + (token0 + m) * ldy + row0;
+        for (int r = 0; r < 16; ++r) out[r] = c[q][r * 16 + m];
+      }
+    }
+  }
+}
+
+NEURON_AMX void configure_tiles() {
+  static const TileConfig config;
+  _tile_loadconfig(&config);
+}
+
+NEURON_AMX void release_tiles() { _tile_release(); }
+
+}  // namespace
+
+bool gemm_bf16_amx_fits(std::int64_t in, std::int64_t out) noexcept {
+  return in > 0 && in % kCols == 0 && out >= kRows && amx_bf16_usable();
+}
+
+void gemm_bf16_amx(const float* x, std::int64_t n, std::int64_t in, std::int64_t ldx, const std::uint16_t* w,
+                   std::int64_t out, float* y, std::int64_t ldy) {
+  NEURON_ASSERT(gemm_bf16_amx_fits(in, out));
+  if (n <= 0) return;
+  thread_local PackedX mine;  // the calling thread's, reused between calls
+  PackedX& packed = mine;     // a reference, so the pool's threads read this one
+  packed.pack(x, n, in, ldx);
+  const std::int64_t blocks = out / kRows;
+  const std::int64_t per_task = std::max<std::int64_t>(1, kChunkBytes / (kRows * in * 2));
+  const std::int64_t tasks = (blocks + per_task - 1) / per_task;
+  // Tokens in passes whose packed x stays in L2 while every row block of W
+  // meets it: W is read once a pass, x once a pass from memory.
+  const std::int64_t group_bytes = 16 * in * 2 * kTerms;
+  const std::int64_t pass_groups = std::max<std::int64_t>(2, kPassBytes / group_bytes / 2 * 2);
+  for (std::int64_t g0 = 0; g0 < packed.groups; g0 += pass_groups) {
+    const std::int64_t g1 = std::min(packed.groups, g0 + pass_groups);
+    ChunkPool::shared().run(tasks, [&](std::int64_t task) {
+      configure_tiles();  // tile configuration is per thread
+      const std::int64_t end = std::min(blocks, (task + 1) * per_task);
+      for (std::int64_t b = task * per_task; b < end; ++b)
+        row_block(w + b * kRows * in, in, packed, g0, g1, n, y + b * kRows, ldy);
+      release_tiles();
+    });
+  }
+}
+
+}  // namespace neuron::backend::cpu

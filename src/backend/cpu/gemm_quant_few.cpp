@@ -1,0 +1,207 @@
+#include "backend/cpu/gemm_quant_few.hpp"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <utility>
+
+#include "backend/cpu/chunk_pool.hpp"
+#include "quant/dequantize.hpp"
+#include "util/error.hpp"
+
+// GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), which it then
+// reports as uninitialized once inlined into these templates (a false positive).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace neuron::backend::cpu {
+
+namespace {
+
+#define NEURON_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,f16c")))
+
+using quant::GgmlType;
+
+constexpr int kRowBlock = 4;   // rows dequantized together (8 registers of weights)
+constexpr int kTokenTile = 4;  // tokens per pass (16 registers of accumulators)
+constexpr std::int64_t kPrefetchBytes = 1024;  // how far ahead of its loads each row is prefetched
+
+NEURON_AVX512 inline float f16_at(const std::byte* p) {
+  std::uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+// A block format's in-register dequantization: prepare() reads a block's
+// scales, chunk(i) gives its columns [32 i, 32 i + 32) as two f32 vectors,
+// computed as quant::dequantize_row computes them.
+
+// Q8_0: d * q.
+struct Q8_0 {
+  static constexpr std::int64_t kCols = quant::kQK8_0;
+  static constexpr std::size_t kBytes = quant::kQ8_0Bytes;
+  const std::byte* q = nullptr;
+  __m512 d;
+
+  NEURON_AVX512 void prepare(const std::byte* block) {
+    d = _mm512_set1_ps(f16_at(block));
+    q = block + 2;
+  }
+  NEURON_AVX512 void chunk(int, __m512& lo, __m512& hi) const {
+    const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
+    const __m128i q1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16));
+    lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0)), d);
+    hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1)), d);
+  }
+};
+
+// Q4_K: (d * sc_j) * q - dmin * m_j for sub-block j (32 columns, a nibble of 32 bytes).
+struct Q4_K {
+  static constexpr std::int64_t kCols = quant::kQK_K;
+  static constexpr std::size_t kBytes = quant::kQ4_KBytes;
+  const std::byte* q = nullptr;
+  float scale[8], min[8];
+
+  NEURON_AVX512 void prepare(const std::byte* block) {
+    const float d = f16_at(block), dmin = f16_at(block + 2);
+    for (int j = 0; j < 8; ++j) {
+      std::uint8_t sc, m;
+      quant::scale_min_k4(j, block + 4, sc, m);
+      scale[j] = d * sc;
+      min[j] = dmin * m;
+    }
+    q = block + 16;
+  }
+  NEURON_AVX512 void chunk(int i, __m512& lo, __m512& hi) const {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + (i / 2) * 32));
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    const __m256i nib = (i & 1) ? _mm256_and_si256(_mm256_srli_epi16(v, 4), low4) : _mm256_and_si256(v, low4);
+    const __m512 s = _mm512_set1_ps(scale[i]), m = _mm512_set1_ps(min[i]);
+    lo = _mm512_fmsub_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(nib))), s, m);
+    hi = _mm512_fmsub_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(nib, 1))), s, m);
+  }
+};
+
+// Q6_K: (d * sc_k) * (6-bit q - 32), a scale per 16 columns; columns 128 h +
+// 32 k + l take ql's nibble (low for k < 2) at 64 h + 32 (k & 1) + l and qh's
+// bits 2k, 2k + 1 at 32 h + l.
+struct Q6_K {
+  static constexpr std::int64_t kCols = quant::kQK_K;
+  static constexpr std::size_t kBytes = quant::kQ6_KBytes;
+  const std::byte* block = nullptr;
+  float scale[16];
+
+  NEURON_AVX512 void prepare(const std::byte* b) {
+    block = b;
+    const float d = f16_at(b + 208);
+    for (int k = 0; k < 16; ++k) scale[k] = d * static_cast<float>(static_cast<std::int8_t>(b[192 + k]));
+  }
+  NEURON_AVX512 void chunk(int i, __m512& lo, __m512& hi) const {
+    const int h = i / 4, k = i % 4;
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    const __m256i l = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + h * 64 + (k & 1) * 32));
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 128 + h * 32));
+    const __m256i nib = k >= 2 ? _mm256_and_si256(_mm256_srli_epi16(l, 4), low4) : _mm256_and_si256(l, low4);
+    const __m256i top = _mm256_slli_epi16(
+        _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * k)), _mm256_set1_epi8(0x03)), 4);
+    const __m256i q = _mm256_sub_epi8(_mm256_or_si256(nib, top), _mm256_set1_epi8(32));
+    lo = _mm512_mul_ps(_mm512_set1_ps(scale[h * 8 + 2 * k]), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q))));
+    hi = _mm512_mul_ps(_mm512_set1_ps(scale[h * 8 + 2 * k + 1]),
+                       _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1))));
+  }
+};
+
+// R rows from `rows` (row r at rows + r * row_bytes) times T tokens (token t at x + t * ldx), into y[t * ldy + r].
+template <class Q, int R, int T>
+NEURON_AVX512 void block_kernel(const std::byte* rows, std::size_t row_bytes, std::int64_t cols, const float* x,
+                                std::int64_t ldx, float* y, std::int64_t ldy) {
+  __m512 acc[R][T];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+  const std::int64_t blocks = cols / Q::kCols;
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    Q q[R];
+    for (int r = 0; r < R; ++r) {
+      const std::byte* block = rows + r * row_bytes + static_cast<std::size_t>(b) * Q::kBytes;
+      for (std::size_t off = 0; off < Q::kBytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(block + kPrefetchBytes + off), _MM_HINT_T0);
+      q[r].prepare(block);
+    }
+    const float* xb = x + b * Q::kCols;
+    for (int i = 0; i < static_cast<int>(Q::kCols / 32); ++i) {
+      __m512 lo[R], hi[R];
+      for (int r = 0; r < R; ++r) q[r].chunk(i, lo[r], hi[r]);
+      for (int t = 0; t < T; ++t) {
+        const __m512 x0 = _mm512_loadu_ps(xb + t * ldx + 32 * i), x1 = _mm512_loadu_ps(xb + t * ldx + 32 * i + 16);
+        for (int r = 0; r < R; ++r) acc[r][t] = _mm512_fmadd_ps(hi[r], x1, _mm512_fmadd_ps(lo[r], x0, acc[r][t]));
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) y[t * ldy + r] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+using BlockFn = void (*)(const std::byte*, std::size_t, std::int64_t, const float*, std::int64_t, float*, std::int64_t);
+
+// fn[r - 1][t - 1]: the kernel for r rows and t tokens of format Q.
+template <class Q>
+struct Table {
+  std::array<std::array<BlockFn, kTokenTile>, kRowBlock> fn{};
+  constexpr Table() { fill(std::make_integer_sequence<int, kRowBlock * kTokenTile>{}); }
+  template <int... I>
+  constexpr void fill(std::integer_sequence<int, I...>) {
+    ((fn[I / kTokenTile][I % kTokenTile] = &block_kernel<Q, I / kTokenTile + 1, I % kTokenTile + 1>), ...);
+  }
+};
+
+constexpr Table<Q8_0> kQ8_0{};
+constexpr Table<Q4_K> kQ4_K{};
+constexpr Table<Q6_K> kQ6_K{};
+
+const std::array<std::array<BlockFn, kTokenTile>, kRowBlock>& table(GgmlType type) {
+  switch (type) {
+    case GgmlType::q4_k: return kQ4_K.fn;
+    case GgmlType::q6_k: return kQ6_K.fn;
+    default: return kQ8_0.fn;
+  }
+}
+
+}  // namespace
+
+bool gemm_quant_few_supported(Isa isa, quant::GgmlType type) noexcept {
+  return (isa == Isa::avx512 || isa == Isa::avx512_bf16) && isa_supported(isa) &&
+         (type == GgmlType::q8_0 || type == GgmlType::q4_k || type == GgmlType::q6_k);
+}
+
+void gemm_quant_few_rows(Isa isa, const float* x, std::int64_t n, std::int64_t ldx, const QuantMatrix& w,
+                         std::int64_t r0, std::int64_t r1, float* y, std::int64_t ldy) {
+  NEURON_ASSERT(gemm_quant_few_supported(isa, w.type));
+  const auto& fn = table(w.type);
+  for (std::int64_t r = r0; r < r1; r += kRowBlock) {
+    const std::int64_t rr = std::min<std::int64_t>(kRowBlock, r1 - r);
+    const std::byte* rows = w.data.data() + static_cast<std::size_t>(r) * w.row_bytes;
+    for (std::int64_t t = 0; t < n; t += kTokenTile) {
+      const std::int64_t tt = std::min<std::int64_t>(kTokenTile, n - t);
+      fn[rr - 1][tt - 1](rows, w.row_bytes, w.cols, x + t * ldx, ldx, y + t * ldy + r, ldy);
+    }
+  }
+}
+
+void gemm_quant_few(Isa isa, const float* x, std::int64_t n, std::int64_t ldx, const QuantMatrix& w, float* y,
+                    std::int64_t ldy) {
+  if (n <= 0 || w.rows <= 0) return;
+  // Chunks of ~64 KiB of blocks, a multiple of the row block.
+  const std::int64_t chunk_rows =
+      std::max<std::int64_t>(kRowBlock, static_cast<std::int64_t>((64u << 10) / w.row_bytes) / kRowBlock * kRowBlock);
+  const std::int64_t chunks = (w.rows + chunk_rows - 1) / chunk_rows;
+  if (chunks == 1) return gemm_quant_few_rows(isa, x, n, ldx, w, 0, w.rows, y, ldy);
+  ChunkPool::shared().run(chunks, [&](std::int64_t c) {
+    const std::int64_t r0 = c * chunk_rows;
+    gemm_quant_few_rows(isa, x, n, ldx, w, r0, std::min(w.rows, r0 + chunk_rows), y, ldy);
+  });
+}
+
+}  // namespace neuron::backend::cpu
