@@ -140,7 +140,7 @@ llama_source() {
   log "llama.cpp source: $stamp"
 }
 
-# build_llama BUILD_DIR [cmake flags...]: builds llama-server (static, no downloads) and sets LLAMA_SERVER.
+# build_llama BUILD_DIR [cmake flags...]: builds llama-server (or LLAMA_TARGETS; static, no downloads) and sets LLAMA_SERVER.
 build_llama() {
   local build=$1; shift
   local t0=$SECONDS
@@ -153,7 +153,8 @@ build_llama() {
   cmake -S "$LLAMA_SRC" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
     -DLLAMA_OPENSSL=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
     -DLLAMA_BUILD_APP=OFF "$@" >"$WORK/llama-cmake.log" 2>&1 || { tail -30 "$WORK/llama-cmake.log" | tee -a "$OUT/run.log"; return 1; }
-  cmake --build "$build" --target llama-server -j "${LLAMA_JOBS:-$(nproc)}" >"$WORK/llama-build.log" 2>&1 ||
+  # shellcheck disable=SC2086
+  cmake --build "$build" --target ${LLAMA_TARGETS:-llama-server} -j "${LLAMA_JOBS:-$(nproc)}" >"$WORK/llama-build.log" 2>&1 ||
     { tail -40 "$WORK/llama-build.log" | tee -a "$OUT/run.log"; return 1; }
   LLAMA_SERVER="$build/bin/llama-server"
   log "built $LLAMA_SERVER in $((SECONDS - t0)) s"

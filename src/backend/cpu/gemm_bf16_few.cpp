@@ -1,6 +1,5 @@
 #include "backend/cpu/gemm_bf16_few.hpp"
 
-#include <immintrin.h>
 
 #include <algorithm>
 #include <array>
@@ -8,16 +7,10 @@
 #include <utility>
 #include <vector>
 
+#include "backend/cpu/avx512_intrinsics.hpp"
 #include "backend/cpu/chunk_pool.hpp"
 #include "tensor/dtype.hpp"
 #include "util/error.hpp"
-
-// GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), which it then
-// reports as uninitialized once inlined into these templates (a false positive).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 
 namespace neuron::backend::cpu {
 

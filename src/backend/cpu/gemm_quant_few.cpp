@@ -1,22 +1,15 @@
 #include "backend/cpu/gemm_quant_few.hpp"
 
-#include <immintrin.h>
 
 #include <algorithm>
 #include <array>
 #include <cstring>
 #include <utility>
 
+#include "backend/cpu/avx512_intrinsics.hpp"
 #include "backend/cpu/chunk_pool.hpp"
 #include "quant/dequantize.hpp"
 #include "util/error.hpp"
-
-// GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), which it then
-// reports as uninitialized once inlined into these templates (a false positive).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 
 namespace neuron::backend::cpu {
 

@@ -1,12 +1,12 @@
 #include "backend/cpu/matmul_quant.hpp"
 
 #include <cblas.h>
-#include <immintrin.h>
 
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
+#include "backend/cpu/avx512_intrinsics.hpp"
 #include "backend/cpu/chunk_pool.hpp"
 #include "backend/cpu/gemm_bf16_few.hpp"
 #include "backend/cpu/gemm_quant_few.hpp"
