@@ -26,7 +26,7 @@ struct CommOptions {
 };
 
 // A fresh rendezvous for one group. For Gloo this creates a private directory
-// (mode 0700) that the rank-0 communicator removes when it is destroyed.
+// (mode 0700) that the rank-0 communicator removes once the group has connected.
 // Throws Error{io} (Gloo) or Error{comm|cuda} (NCCL, or NCCL not built in).
 std::string new_comm_id(CommKind kind);
 

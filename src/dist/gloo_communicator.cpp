@@ -113,6 +113,14 @@ GlooCommunicator::GlooCommunicator(const std::filesystem::path& store_dir, const
     auto context = std::make_shared<gloo::rendezvous::Context>(rank, world);
     context->setTimeout(timeout);
     context->connectFullMesh(store, device);
+    // Once every rank is connected the store is no longer read: rank 0
+    // removes the directory now, so a leader that is later killed (SIGKILL,
+    // a crash) leaves nothing behind in the temporary directory.
+    if (world > 1) {
+      gloo::BarrierOptions opts(context);
+      opts.setTimeout(timeout);
+      gloo::barrier(opts);
+    }
     context_ = std::move(context);
   } catch (const std::exception& e) {
     // No destructor runs for a constructor that throws: rank 0 removes its directory here.
@@ -121,16 +129,14 @@ GlooCommunicator::GlooCommunicator(const std::filesystem::path& store_dir, const
                          " failed (a peer did not join within " + std::to_string(timeout.count()) +
                          " ms?): " + e.what());
   }
+  if (!owned_store_dir_.empty()) {
+    std::filesystem::remove_all(owned_store_dir_, ec);
+    owned_store_dir_.clear();
+  }
   spdlog::debug("gloo: rank {} of {} connected", rank, world);
 }
 
-GlooCommunicator::~GlooCommunicator() {
-  context_.reset();
-  if (!owned_store_dir_.empty()) {
-    std::error_code ec;
-    std::filesystem::remove_all(owned_store_dir_, ec);
-  }
-}
+GlooCommunicator::~GlooCommunicator() { context_.reset(); }
 
 void GlooCommunicator::poison(const std::string& why) noexcept {
   {

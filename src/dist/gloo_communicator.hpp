@@ -33,7 +33,8 @@ namespace neuron::dist {
 class GlooCommunicator final : public Communicator {
  public:
   // Rendezvous through files in `store_dir` under the key prefix `session`.
-  // Rank 0 owns `store_dir` and removes it on destruction.
+  // Rank 0 owns `store_dir` and removes it once every rank has connected (or
+  // when the rendezvous fails).
   GlooCommunicator(const std::filesystem::path& store_dir, const std::string& session, int rank, int world,
                    std::chrono::milliseconds timeout);
   ~GlooCommunicator() override;
@@ -59,7 +60,7 @@ class GlooCommunicator final : public Communicator {
   int rank_;
   int world_;
   std::chrono::milliseconds timeout_;
-  std::filesystem::path owned_store_dir_;  // rank 0 only; removed on destruction
+  std::filesystem::path owned_store_dir_;  // rank 0 only, during the rendezvous
   std::shared_ptr<gloo::Context> context_;
   void poison(const std::string& why) noexcept;
 

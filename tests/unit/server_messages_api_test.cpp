@@ -203,9 +203,9 @@ TEST(MessagesShape, AStreamedTurnWithThinkingTextAndAToolCall) {
   EXPECT_EQ(names(events), expected);
   EXPECT_EQ(events[0].data["message"]["usage"]["input_tokens"], 12);
   EXPECT_EQ(events[2].data["content_block"]["type"], "thinking");
-  EXPECT_EQ(events[3].data["delta"], json({{"type", "thinking_delta"}, {"thinking", "think"}}));
+  EXPECT_EQ(events[3].data["delta"], nlohmann::json({{"type", "thinking_delta"}, {"thinking", "think"}}));
   EXPECT_EQ(events[5].data["index"], 1);
-  EXPECT_EQ(events[6].data["delta"], json({{"type", "text_delta"}, {"text", "Let me check."}}));
+  EXPECT_EQ(events[6].data["delta"], nlohmann::json({{"type", "text_delta"}, {"text", "Let me check."}}));
   EXPECT_EQ(events[7].data["delta"]["text"], "\n");
   EXPECT_EQ(events[9].data["index"], 2);
   EXPECT_EQ(events[9].data["content_block"]["type"], "tool_use");

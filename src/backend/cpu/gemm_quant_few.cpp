@@ -137,44 +137,174 @@ NEURON_AVX512 void block_kernel(const std::byte* rows, std::size_t row_bytes, st
     for (int t = 0; t < T; ++t) y[t * ldy + r] = _mm512_reduce_add_ps(acc[r][t]);
 }
 
-using BlockFn = void (*)(const std::byte*, std::size_t, std::int64_t, const float*, std::int64_t, float*, std::int64_t);
+// ---- AVX2: the same formats 16 columns at a time, two rows per block (16 registers) ----
 
-// fn[r - 1][t - 1]: the kernel for r rows and t tokens of format Q.
-template <class Q>
-struct Table {
-  std::array<std::array<BlockFn, kTokenTile>, kRowBlock> fn{};
-  constexpr Table() { fill(std::make_integer_sequence<int, kRowBlock * kTokenTile>{}); }
-  template <int... I>
-  constexpr void fill(std::integer_sequence<int, I...>) {
-    ((fn[I / kTokenTile][I % kTokenTile] = &block_kernel<Q, I / kTokenTile + 1, I % kTokenTile + 1>), ...);
+#define NEURON_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+constexpr int kRowBlockAvx2 = 2;
+
+NEURON_AVX2 inline float f16_at_avx2(const std::byte* p) {
+  std::uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+NEURON_AVX2 inline __m256 i8x8(const std::byte* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+
+NEURON_AVX2 inline float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// chunk(i): columns [16 i, 16 i + 16) as two f32 vectors of 8.
+struct Q8_0x8 {
+  static constexpr std::int64_t kCols = quant::kQK8_0;
+  static constexpr std::size_t kBytes = quant::kQ8_0Bytes;
+  const std::byte* q = nullptr;
+  __m256 d;
+  NEURON_AVX2 void prepare(const std::byte* block) {
+    d = _mm256_set1_ps(f16_at_avx2(block));
+    q = block + 2;
+  }
+  NEURON_AVX2 void chunk(int i, __m256& lo, __m256& hi) const {
+    lo = _mm256_mul_ps(i8x8(q + 16 * i), d);
+    hi = _mm256_mul_ps(i8x8(q + 16 * i + 8), d);
   }
 };
 
-constexpr Table<Q8_0> kQ8_0{};
-constexpr Table<Q4_K> kQ4_K{};
-constexpr Table<Q6_K> kQ6_K{};
+struct Q4_Kx8 {
+  static constexpr std::int64_t kCols = quant::kQK_K;
+  static constexpr std::size_t kBytes = quant::kQ4_KBytes;
+  const std::byte* q = nullptr;
+  float scale[8], min[8];
+  NEURON_AVX2 void prepare(const std::byte* block) {
+    const float d = f16_at_avx2(block), dmin = f16_at_avx2(block + 2);
+    for (int j = 0; j < 8; ++j) {
+      std::uint8_t sc, m;
+      quant::scale_min_k4(j, block + 4, sc, m);
+      scale[j] = d * sc;
+      min[j] = dmin * m;
+    }
+    q = block + 16;
+  }
+  NEURON_AVX2 void chunk(int i, __m256& lo, __m256& hi) const {
+    const int j = i / 2;  // the 32-column sub-block
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + (j / 2) * 32 + (i & 1) * 16));
+    const __m128i nib = (j & 1) ? _mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(0x0F)) : _mm_and_si128(v, _mm_set1_epi8(0x0F));
+    const __m256 s = _mm256_set1_ps(scale[j]), m = _mm256_set1_ps(min[j]);
+    lo = _mm256_fmsub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(nib)), s, m);
+    hi = _mm256_fmsub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(nib, 8))), s, m);
+  }
+};
 
-const std::array<std::array<BlockFn, kTokenTile>, kRowBlock>& table(GgmlType type) {
+struct Q6_Kx8 {
+  static constexpr std::int64_t kCols = quant::kQK_K;
+  static constexpr std::size_t kBytes = quant::kQ6_KBytes;
+  const std::byte* block = nullptr;
+  float scale[16];
+  NEURON_AVX2 void prepare(const std::byte* b) {
+    block = b;
+    const float d = f16_at_avx2(b + 208);
+    for (int k = 0; k < 16; ++k) scale[k] = d * static_cast<float>(static_cast<std::int8_t>(b[192 + k]));
+  }
+  NEURON_AVX2 void chunk(int i, __m256& lo, __m256& hi) const {
+    const int c = i / 2, half = i & 1, h = c / 4, k = c % 4;
+    const __m128i l = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + h * 64 + (k & 1) * 32 + half * 16));
+    const __m128i qh = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 128 + h * 32 + half * 16));
+    const __m128i low4 = _mm_set1_epi8(0x0F);
+    const __m128i nib = k >= 2 ? _mm_and_si128(_mm_srli_epi16(l, 4), low4) : _mm_and_si128(l, low4);
+    const __m128i top = _mm_slli_epi16(_mm_and_si128(_mm_srl_epi16(qh, _mm_cvtsi32_si128(2 * k)), _mm_set1_epi8(0x03)), 4);
+    const __m128i q = _mm_sub_epi8(_mm_or_si128(nib, top), _mm_set1_epi8(32));
+    const __m256 s = _mm256_set1_ps(scale[h * 8 + 2 * k + half]);
+    lo = _mm256_mul_ps(s, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)));
+    hi = _mm256_mul_ps(s, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q, 8))));
+  }
+};
+
+template <class Q, int R, int T>
+NEURON_AVX2 void block_kernel_avx2(const std::byte* rows, std::size_t row_bytes, std::int64_t cols, const float* x,
+                                   std::int64_t ldx, float* y, std::int64_t ldy) {
+  __m256 acc[R][T];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
+  const std::int64_t blocks = cols / Q::kCols;
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    Q q[R];
+    for (int r = 0; r < R; ++r) {
+      const std::byte* block = rows + r * row_bytes + static_cast<std::size_t>(b) * Q::kBytes;
+      for (std::size_t off = 0; off < Q::kBytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(block + kPrefetchBytes + off), _MM_HINT_T0);
+      q[r].prepare(block);
+    }
+    const float* xb = x + b * Q::kCols;
+    for (int i = 0; i < static_cast<int>(Q::kCols / 16); ++i) {
+      __m256 lo[R], hi[R];
+      for (int r = 0; r < R; ++r) q[r].chunk(i, lo[r], hi[r]);
+      for (int t = 0; t < T; ++t) {
+        const __m256 x0 = _mm256_loadu_ps(xb + t * ldx + 16 * i), x1 = _mm256_loadu_ps(xb + t * ldx + 16 * i + 8);
+        for (int r = 0; r < R; ++r) acc[r][t] = _mm256_fmadd_ps(hi[r], x1, _mm256_fmadd_ps(lo[r], x0, acc[r][t]));
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) y[t * ldy + r] = hsum8(acc[r][t]);
+}
+
+using BlockFn = void (*)(const std::byte*, std::size_t, std::int64_t, const float*, std::int64_t, float*, std::int64_t);
+
+using Kernels = std::array<std::array<BlockFn, kTokenTile>, kRowBlock>;
+
+// fn[r - 1][t - 1]: the kernel for r rows and t tokens of format Q (AVX-512),
+// or of format Q8 (AVX2, at most kRowBlockAvx2 rows).
+template <class Q, class Q8, bool Avx2>
+struct Table {
+  Kernels fn{};
+  constexpr Table() { fill(std::make_integer_sequence<int, kRowBlock * kTokenTile>{}); }
+  template <int... I>
+  constexpr void fill(std::integer_sequence<int, I...>) {
+    ((fn[I / kTokenTile][I % kTokenTile] = pick<I / kTokenTile + 1, I % kTokenTile + 1>()), ...);
+  }
+  template <int R, int T>
+  static constexpr BlockFn pick() {
+    if constexpr (!Avx2) return &block_kernel<Q, R, T>;
+    else if constexpr (R <= kRowBlockAvx2) return &block_kernel_avx2<Q8, R, T>;
+    else return nullptr;
+  }
+};
+
+constexpr Table<Q8_0, Q8_0x8, false> kQ8_0{};
+constexpr Table<Q4_K, Q4_Kx8, false> kQ4_K{};
+constexpr Table<Q6_K, Q6_Kx8, false> kQ6_K{};
+constexpr Table<Q8_0, Q8_0x8, true> kQ8_0Avx2{};
+constexpr Table<Q4_K, Q4_Kx8, true> kQ4_KAvx2{};
+constexpr Table<Q6_K, Q6_Kx8, true> kQ6_KAvx2{};
+
+const Kernels& table(Isa isa, GgmlType type) {
+  const bool avx2 = isa == Isa::avx2;
   switch (type) {
-    case GgmlType::q4_k: return kQ4_K.fn;
-    case GgmlType::q6_k: return kQ6_K.fn;
-    default: return kQ8_0.fn;
+    case GgmlType::q4_k: return avx2 ? kQ4_KAvx2.fn : kQ4_K.fn;
+    case GgmlType::q6_k: return avx2 ? kQ6_KAvx2.fn : kQ6_K.fn;
+    default: return avx2 ? kQ8_0Avx2.fn : kQ8_0.fn;
   }
 }
 
 }  // namespace
 
 bool gemm_quant_few_supported(Isa isa, quant::GgmlType type) noexcept {
-  return (isa == Isa::avx512 || isa == Isa::avx512_bf16) && isa_supported(isa) &&
+  return isa != Isa::scalar && isa_supported(isa) &&
          (type == GgmlType::q8_0 || type == GgmlType::q4_k || type == GgmlType::q6_k);
 }
 
 void gemm_quant_few_rows(Isa isa, const float* x, std::int64_t n, std::int64_t ldx, const QuantMatrix& w,
                          std::int64_t r0, std::int64_t r1, float* y, std::int64_t ldy) {
   NEURON_ASSERT(gemm_quant_few_supported(isa, w.type));
-  const auto& fn = table(w.type);
-  for (std::int64_t r = r0; r < r1; r += kRowBlock) {
-    const std::int64_t rr = std::min<std::int64_t>(kRowBlock, r1 - r);
+  const Kernels& fn = table(isa, w.type);
+  const std::int64_t group = isa == Isa::avx2 ? kRowBlockAvx2 : kRowBlock;
+  for (std::int64_t r = r0; r < r1; r += group) {
+    const std::int64_t rr = std::min<std::int64_t>(group, r1 - r);
     const std::byte* rows = w.data.data() + static_cast<std::size_t>(r) * w.row_bytes;
     for (std::int64_t t = 0; t < n; t += kTokenTile) {
       const std::int64_t tt = std::min<std::int64_t>(kTokenTile, n - t);

@@ -9,7 +9,8 @@
 // call, four tokens at a time, while the rows' blocks are in L1. W is read
 // from memory once per call; the activations stay f32 (no int8 rounding of
 // x), so the result is a dequantize-then-f32 product up to summation order.
-// AVX-512 only; matmul_quant keeps its other paths for other CPUs and types.
+// AVX-512 (4 rows, 32 columns a step) and AVX2 + FMA + F16C (2 rows, 16
+// columns); matmul_quant keeps its other paths for the scalar CPU and types.
 #include <cstdint>
 
 #include "backend/cpu/isa.hpp"
@@ -18,7 +19,7 @@
 
 namespace neuron::backend::cpu {
 
-// This kernel handles `type` with `isa` (avx512 or avx512_bf16; Q8_0, Q4_K, Q6_K).
+// This kernel handles `type` with `isa` (any but scalar; Q8_0, Q4_K, Q6_K).
 bool gemm_quant_few_supported(Isa isa, quant::GgmlType type) noexcept;
 
 // x: [n, w.cols] f32 (row stride ldx), y: [n, w.rows] f32 (row stride ldy).

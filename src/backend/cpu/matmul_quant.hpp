@@ -7,7 +7,7 @@
 // Q8_0 (also AVX-512), Q4_K and Q6_K rows are dotted block by block straight from their
 // quants (a sub-block's sum of q x, times its scale); the scalar fallback and
 // the other types dequantize one row into an L1-sized f32 buffer and dot that.
-// On AVX-512 CPUs, Q8_0 / Q4_K / Q6_K products of fewer than kFewTokensMax
+// On AVX2 and AVX-512 CPUs, Q8_0 / Q4_K / Q6_K products of fewer than kFewTokensMax
 // tokens (decode, batched decode) go to gemm_quant_few instead.
 // Several tokens (matmul_quant): each thread dequantizes an L2-sized tile of
 // rows to f32 and multiplies it with OpenBLAS sgemm, as matmul_bf16 does, so
