@@ -225,7 +225,7 @@ TEST(MessagesShape, AStreamStoppedBySequenceOrFailingSaysSo) {
   MessagesTurnShaper failing("msg_2", "model", 3, false);
   events = parse_events(script(failing, {}, [&] { return failing.fail(classify(errc::worker_failed, "rank 1 died")); }));
   EXPECT_EQ(events.back().name, "error");
-  EXPECT_EQ(events.back().data["error"], json({{"type", "api_error"}, {"message", "rank 1 died"}}));
+  EXPECT_EQ(events.back().data["error"], nlohmann::json({{"type", "api_error"}, {"message", "rank 1 died"}}));
 
   // A blank answer with tools on and no call is still the answer's text.
   MessagesTurnShaper blank("msg_3", "model", 3, true);

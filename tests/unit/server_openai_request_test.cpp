@@ -270,7 +270,7 @@ TEST(ServerModelSpec, ParsesLoadBodies) {
            {{{"model_id", "m"}, {"tensor_parallel", 1e9}}, "tensor_parallel"},
            {{{"model_id", "m"}, {"devices", {0, -1}}}, "devices[1]"},
            {{{"model_id", "m"}, {"wait", "yes"}}, "wait"}}) {
-    ApiError e = expect_field_error([&] { parse_load_request(body); });
+    ApiError e = expect_field_error([&body = body] { parse_load_request(body); });
     EXPECT_EQ(e.param, param) << body.dump();
     EXPECT_EQ(e.status, 400) << body.dump();
   }
