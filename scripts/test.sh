@@ -7,5 +7,5 @@ bash scripts/build.sh
 (cd build && ctest --output-on-failure -j"$(nproc)" --timeout 900)
 if [[ ${CI:-} == true ]]; then
   bash scripts/test-sanitizers.sh
-  bash scripts/fuzz-smoke.sh
+  FUZZ_BUILD=build-asan bash scripts/fuzz-smoke.sh
 fi

@@ -15,6 +15,7 @@
 #include "server_daemon.hpp"
 #include "support/memory_test_model.hpp"
 #include "support/temp_dir.hpp"
+#include "util/sanitizers.hpp"
 
 namespace neuron::server {
 namespace {
@@ -790,7 +791,7 @@ long rss_kib(pid_t pid) {
 // the daemon's RSS. The model is ~60 MB of weights so that allocator and
 // thread noise (a few MB) cannot decide the outcome either way.
 TEST(ServerDaemonMemory, UnloadGivesTheWeightsAndCacheBack) {
-#if defined(__SANITIZE_ADDRESS__)
+#if NEURON_ASAN
   GTEST_SKIP() << "the ASan daemon keeps freed memory in quarantine; its RSS says nothing about neuron";
 #endif
   test_support::TempDir tmp("neuron-rss");
@@ -831,7 +832,7 @@ TEST(ServerDaemonMemory, UnloadGivesTheWeightsAndCacheBack) {
 // weights leave the daemon's RSS), and --load-on-request brings it back when a
 // request names its folder under --models-dir.
 TEST(ServerDaemonLifecycle, IdleUnloadGivesTheMemoryBackAndARequestLoadsItAgain) {
-#if defined(__SANITIZE_ADDRESS__)
+#if NEURON_ASAN
   GTEST_SKIP() << "the ASan daemon keeps freed memory in quarantine; its RSS says nothing about neuron";
 #endif
   test_support::TempDir tmp("neuron-lifecycle");

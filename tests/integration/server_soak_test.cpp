@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "server_daemon.hpp"
+#include "util/sanitizers.hpp"
 
 namespace neuron::server {
 namespace {
@@ -217,7 +218,7 @@ TEST(ServerSoak, StreamingClientsWithRandomDisconnects) {
   EXPECT_GT(n.hangups.load(), 0);
   EXPECT_EQ(in_flight, 0) << "generations outlived their clients";
   EXPECT_LE(fds_after, fds_before) << "descriptors leaked";
-#if !defined(__SANITIZE_ADDRESS__)  // ASan's quarantine holds freed memory: RSS says nothing there
+#if !NEURON_ASAN  // ASan's quarantine holds freed memory: RSS says nothing there
   // Warm from the first third on: past it RSS must stay flat (allocator noise only).
   ASSERT_GE(samples.size(), 3u);
   const long warm = samples[samples.size() / 3].rss;

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "server_daemon.hpp"
+#include "util/sanitizers.hpp"
 
 namespace neuron::server {
 namespace {
@@ -106,7 +107,7 @@ TEST(ServerTransport, HealthAnswersFastUnderSlowConnectionsAndOpenStreams) {
   std::printf("/health under %d slow connections and %d open streams: min %.2f ms, median %.2f ms, max %.2f ms\n", kSlow, kStreams,
               times.front(), times[times.size() / 2], times.back());
   EXPECT_GE(times.front(), 0) << "a /health request failed";
-#if !defined(__SANITIZE_ADDRESS__)  // the sanitized daemon is several times slower: only the answers count there
+#if !NEURON_ASAN  // the sanitized daemon is several times slower: only the answers count there
   // Answered within 50 ms (the 90th percentile of 20; the worst may meet a
   // busy shared CPU, but never a transport that waits for a free thread).
   EXPECT_LT(times[times.size() * 9 / 10 - 1], 50.0) << "/health took too long under load";
@@ -155,7 +156,7 @@ TEST(ServerTransport, SlowAndIdleConnectionsAreClosedAtTheirDeadlines) {
 }
 
 TEST(ServerTransport, ChunkedBodyOverTheLimitIs413AndMemoryStaysBounded) {
-#if defined(__SANITIZE_ADDRESS__)
+#if NEURON_ASAN
   GTEST_SKIP() << "ASan's allocator makes RSS meaningless";
 #endif
   constexpr std::size_t kLimit = 1 << 20, kTotal = 256u << 20, kChunk = 64 << 10;

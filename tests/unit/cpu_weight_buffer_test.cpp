@@ -10,6 +10,7 @@
 #include <numeric>
 
 #include "backend/cpu/weight_buffer.hpp"
+#include "util/sanitizers.hpp"
 
 namespace neuron::backend::cpu {
 namespace {
@@ -22,7 +23,7 @@ std::uint64_t rss_bytes() {
 }
 
 TEST(CpuWeightBuffer, LargeBuffersAreHugePageAlignedAndGivenBack) {
-#if defined(__SANITIZE_ADDRESS__)
+#if NEURON_ASAN
   GTEST_SKIP() << "under ASan weights come from malloc, so that their bounds stay checked";
 #endif
   constexpr std::size_t kCount = std::size_t{48} << 20;  // 96 MiB of bf16

@@ -22,6 +22,7 @@
 #include "support/memory_test_model.hpp"
 #include "support/gguf_writer.hpp"
 #include "support/temp_dir.hpp"
+#include "util/sanitizers.hpp"
 
 namespace neuron::engine {
 namespace {
@@ -376,7 +377,7 @@ TEST_F(RegistryTest, UnloadWaitsForRequestsOrAnswersBusy) {
 }
 
 TEST_F(RegistryTest, UnloadReturnsTheMemory) {
-#if defined(__SANITIZE_ADDRESS__)
+#if NEURON_ASAN
   GTEST_SKIP() << "ASan's allocator keeps freed memory in quarantine; RSS says nothing about neuron under it";
 #endif
   TempDir dir;

@@ -14,6 +14,8 @@
 #include <new>
 #include <vector>
 
+#include "util/sanitizers.hpp"
+
 namespace neuron::backend::cpu {
 
 namespace weight_memory {
@@ -54,14 +56,14 @@ struct WeightAllocator {
 
   T* allocate(std::size_t n) {
     const std::size_t bytes = n * sizeof(T);
-#if !defined(__SANITIZE_ADDRESS__)  // under ASan, malloc'd buffers keep their bounds checked
+#if !NEURON_ASAN  // under ASan, malloc'd buffers keep their bounds checked
     if (bytes >= weight_memory::kMapThreshold) return static_cast<T*>(weight_memory::map(bytes));
 #endif
     return std::allocator<T>{}.allocate(n);
   }
   void deallocate(T* p, std::size_t n) noexcept {
     const std::size_t bytes = n * sizeof(T);
-#if !defined(__SANITIZE_ADDRESS__)
+#if !NEURON_ASAN
     if (bytes >= weight_memory::kMapThreshold) return weight_memory::unmap(p, bytes);
 #endif
     std::allocator<T>{}.deallocate(p, n);
