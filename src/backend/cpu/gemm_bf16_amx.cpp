@@ -7,7 +7,6 @@
 
 #include "backend/cpu/chunk_pool.hpp"
 #include "backend/cpu/isa.hpp"
-#include "tensor/dtype.hpp"
 #include "util/error.hpp"
 
 namespace neuron::backend::cpu {
