@@ -21,7 +21,6 @@ using quant::GgmlType;
 
 constexpr int kRowBlock = 4;   // rows dequantized together (8 registers of weights)
 constexpr int kTokenTile = 4;  // tokens per pass (16 registers of accumulators)
-constexpr std::int64_t kPrefetchBytes = 1024;  // how far ahead of its loads each row is prefetched
 
 NEURON_AVX512 inline float f16_at(const std::byte* p) {
   std::uint16_t h;
@@ -120,7 +119,10 @@ NEURON_AVX512 void block_kernel(const std::byte* rows, std::size_t row_bytes, st
     Q q[R];
     for (int r = 0; r < R; ++r) {
       const std::byte* block = rows + r * row_bytes + static_cast<std::size_t>(b) * Q::kBytes;
-      for (std::size_t off = 0; off < Q::kBytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(block + kPrefetchBytes + off), _MM_HINT_T0);
+      // The same block of the row R rows below: the next row block's, one
+      // block pass ahead (a fixed 1 KiB ahead left Q8_0 decode 25% slower).
+      for (std::size_t off = 0; off < Q::kBytes; off += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(block + R * row_bytes + off), _MM_HINT_T0);
       q[r].prepare(block);
     }
     const float* xb = x + b * Q::kCols;
@@ -236,7 +238,10 @@ NEURON_AVX2 void block_kernel_avx2(const std::byte* rows, std::size_t row_bytes,
     Q q[R];
     for (int r = 0; r < R; ++r) {
       const std::byte* block = rows + r * row_bytes + static_cast<std::size_t>(b) * Q::kBytes;
-      for (std::size_t off = 0; off < Q::kBytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(block + kPrefetchBytes + off), _MM_HINT_T0);
+      // The same block of the row R rows below: the next row block's, one
+      // block pass ahead (a fixed 1 KiB ahead left Q8_0 decode 25% slower).
+      for (std::size_t off = 0; off < Q::kBytes; off += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(block + R * row_bytes + off), _MM_HINT_T0);
       q[r].prepare(block);
     }
     const float* xb = x + b * Q::kCols;
