@@ -137,6 +137,7 @@ NEURON_AVX512 void block_kernel(const std::byte* rows, std::size_t row_bytes, st
       q[r].prepare(block);
     }
     const float* xb = x + b * Q::kCols;
+#pragma GCC unroll 8  // a constant i: no branches on it, and a Q4_K byte load serves two chunks
     for (int i = 0; i < static_cast<int>(Q::kCols / 32); ++i) {
       __m512 lo[R], hi[R];
       for (int r = 0; r < R; ++r) q[r].chunk(i, lo[r], hi[r]);
@@ -256,6 +257,7 @@ NEURON_AVX2 void block_kernel_avx2(const std::byte* rows, std::size_t row_bytes,
       q[r].prepare(block);
     }
     const float* xb = x + b * Q::kCols;
+#pragma GCC unroll 16
     for (int i = 0; i < static_cast<int>(Q::kCols / 16); ++i) {
       __m256 lo[R], hi[R];
       for (int r = 0; r < R; ++r) q[r].chunk(i, lo[r], hi[r]);
