@@ -55,16 +55,14 @@ struct WeightAllocator {
   WeightAllocator(const WeightAllocator<U>&) noexcept {}
 
   T* allocate(std::size_t n) {
-    const std::size_t bytes = n * sizeof(T);
 #if !NEURON_ASAN  // under ASan, malloc'd buffers keep their bounds checked
-    if (bytes >= weight_memory::kMapThreshold) return static_cast<T*>(weight_memory::map(bytes));
+    if (const std::size_t bytes = n * sizeof(T); bytes >= weight_memory::kMapThreshold) return static_cast<T*>(weight_memory::map(bytes));
 #endif
     return std::allocator<T>{}.allocate(n);
   }
   void deallocate(T* p, std::size_t n) noexcept {
-    const std::size_t bytes = n * sizeof(T);
 #if !NEURON_ASAN
-    if (bytes >= weight_memory::kMapThreshold) return weight_memory::unmap(p, bytes);
+    if (const std::size_t bytes = n * sizeof(T); bytes >= weight_memory::kMapThreshold) return weight_memory::unmap(p, bytes);
 #endif
     std::allocator<T>{}.deallocate(p, n);
   }
