@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "backend/cpu/avx512_intrinsics.hpp"
+#include "backend/cpu/simd.hpp"
 #include "backend/cpu/chunk_pool.hpp"
 #include "tensor/dtype.hpp"
 #include "util/error.hpp"
@@ -79,13 +79,6 @@ void rows_scalar(const Operand& x, std::int64_t n, std::int64_t in, const std::u
 // ---- AVX2 (16 registers: 2 rows x 4 tokens of accumulators) -------------------
 
 #define NEURON_AVX2 __attribute__((target("avx2,fma")))
-
-NEURON_AVX2 inline float hsum8(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 // acc[r][t] += the 16 columns of rows src[r] times token t's block at x + t * ldx.
 template <int R, int T>

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <utility>
 
-#include "backend/cpu/avx512_intrinsics.hpp"
+#include "backend/cpu/simd.hpp"
 #include "backend/cpu/chunk_pool.hpp"
 #include "quant/dequantize.hpp"
 #include "util/error.hpp"
@@ -21,12 +21,6 @@ using quant::GgmlType;
 
 constexpr int kRowBlock = 4;   // rows dequantized together (8 registers of weights)
 constexpr int kTokenTile = 4;  // tokens per pass (16 registers of accumulators)
-
-NEURON_AVX512 inline float f16_at(const std::byte* p) {
-  std::uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
-}
 
 // The eight 6-bit scales and mins of a Q4_K super-block from its 12 packed
 // bytes, all at once with 32-bit masks and shifts (llama.cpp's unpacking of
@@ -64,14 +58,16 @@ struct Q8_0 {
   }
 };
 
-// Q4_K: (d * sc_j) * q - dmin * m_j for sub-block j (32 columns, a nibble of 32 bytes).
-struct Q4_K {
+// A Q4_K super-block's scales and mins as f32, for both ISAs' kernels
+// (256-bit operations, which every AVX-512 CPU runs too).
+#define NEURON_SCALES __attribute__((target("avx2,f16c")))
+struct Q4_KScales {
   static constexpr std::int64_t kCols = quant::kQK_K;
   static constexpr std::size_t kBytes = quant::kQ4_KBytes;
-  const std::byte* q = nullptr;
-  float scale[8], min[8];
+  const std::byte* q = nullptr;  // the 128 bytes of nibbles
+  float scale[8], min[8];        // d * sc_j, dmin * m_j
 
-  NEURON_AVX512 void prepare(const std::byte* block) {
+  NEURON_SCALES void prepare(const std::byte* block) {
     std::uint8_t sc[8], m[8];
     unpack_k4_scales(block + 4, sc, m);
     const __m256 d = _mm256_set1_ps(f16_at(block)), dmin = _mm256_set1_ps(f16_at(block + 2));
@@ -79,6 +75,26 @@ struct Q4_K {
     _mm256_storeu_ps(min, _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m))))));
     q = block + 16;
   }
+};
+
+// A Q6_K super-block's 16 scales as f32 (d * sc_k), for both ISAs' kernels.
+struct Q6_KScales {
+  static constexpr std::int64_t kCols = quant::kQK_K;
+  static constexpr std::size_t kBytes = quant::kQ6_KBytes;
+  const std::byte* block = nullptr;
+  float scale[16];
+
+  NEURON_SCALES void prepare(const std::byte* b) {
+    block = b;
+    const __m256 d = _mm256_set1_ps(f16_at(b + 208));
+    const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192));
+    _mm256_storeu_ps(scale, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc))));
+    _mm256_storeu_ps(scale + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8)))));
+  }
+};
+
+// Q4_K: (d * sc_j) * q - dmin * m_j for sub-block j (32 columns, a nibble of 32 bytes).
+struct Q4_K : Q4_KScales {
   NEURON_AVX512 void chunk(int i, __m512& lo, __m512& hi) const {
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + (i / 2) * 32));
     const __m256i low4 = _mm256_set1_epi8(0x0F);
@@ -92,17 +108,7 @@ struct Q4_K {
 // Q6_K: (d * sc_k) * (6-bit q - 32), a scale per 16 columns; columns 128 h +
 // 32 k + l take ql's nibble (low for k < 2) at 64 h + 32 (k & 1) + l and qh's
 // bits 2k, 2k + 1 at 32 h + l.
-struct Q6_K {
-  static constexpr std::int64_t kCols = quant::kQK_K;
-  static constexpr std::size_t kBytes = quant::kQ6_KBytes;
-  const std::byte* block = nullptr;
-  float scale[16];
-
-  NEURON_AVX512 void prepare(const std::byte* b) {
-    block = b;
-    const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192));
-    _mm512_storeu_ps(scale, _mm512_mul_ps(_mm512_set1_ps(f16_at(b + 208)), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc))));
-  }
+struct Q6_K : Q6_KScales {
   NEURON_AVX512 void chunk(int i, __m512& lo, __m512& hi) const {
     const int h = i / 4, k = i % 4;
     const __m256i low4 = _mm256_set1_epi8(0x0F);
@@ -118,6 +124,15 @@ struct Q6_K {
   }
 };
 
+// Every cache line of the block at `block`. The kernels pass the same block
+// of the row R rows below: the next row block's, one block pass ahead (a
+// fixed 1 KiB ahead left Q8_0 decode 25% slower).
+template <class Q>
+inline void prefetch_block(const std::byte* block) {
+  for (std::size_t off = 0; off < Q::kBytes + 63; off += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(block + std::min(off, Q::kBytes - 1)), _MM_HINT_T0);
+}
+
 // R rows from `rows` (row r at rows + r * row_bytes) times T tokens (token t at x + t * ldx), into y[t * ldy + r].
 template <class Q, int R, int T>
 NEURON_AVX512 void block_kernel(const std::byte* rows, std::size_t row_bytes, std::int64_t cols, const float* x,
@@ -130,10 +145,7 @@ NEURON_AVX512 void block_kernel(const std::byte* rows, std::size_t row_bytes, st
     Q q[R];
     for (int r = 0; r < R; ++r) {
       const std::byte* block = rows + r * row_bytes + static_cast<std::size_t>(b) * Q::kBytes;
-      // The same block of the row R rows below: the next row block's, one
-      // block pass ahead (a fixed 1 KiB ahead left Q8_0 decode 25% slower).
-      for (std::size_t off = 0; off < Q::kBytes + 63; off += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(block + R * row_bytes + std::min(off, Q::kBytes - 1)), _MM_HINT_T0);
+      prefetch_block<Q>(block + R * row_bytes);
       q[r].prepare(block);
     }
     const float* xb = x + b * Q::kCols;
@@ -157,21 +169,9 @@ NEURON_AVX512 void block_kernel(const std::byte* rows, std::size_t row_bytes, st
 
 constexpr int kRowBlockAvx2 = 2;
 
-NEURON_AVX2 inline float f16_at_avx2(const std::byte* p) {
-  std::uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
-}
 
 NEURON_AVX2 inline __m256 i8x8(const std::byte* p) {
   return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
-}
-
-NEURON_AVX2 inline float hsum8(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
 }
 
 // chunk(i): columns [16 i, 16 i + 16) as two f32 vectors of 8.
@@ -181,7 +181,7 @@ struct Q8_0x8 {
   const std::byte* q = nullptr;
   __m256 d;
   NEURON_AVX2 void prepare(const std::byte* block) {
-    d = _mm256_set1_ps(f16_at_avx2(block));
+    d = _mm256_set1_ps(f16_at(block));
     q = block + 2;
   }
   NEURON_AVX2 void chunk(int i, __m256& lo, __m256& hi) const {
@@ -190,19 +190,7 @@ struct Q8_0x8 {
   }
 };
 
-struct Q4_Kx8 {
-  static constexpr std::int64_t kCols = quant::kQK_K;
-  static constexpr std::size_t kBytes = quant::kQ4_KBytes;
-  const std::byte* q = nullptr;
-  float scale[8], min[8];
-  NEURON_AVX2 void prepare(const std::byte* block) {
-    std::uint8_t sc[8], m[8];
-    unpack_k4_scales(block + 4, sc, m);
-    const __m256 d = _mm256_set1_ps(f16_at_avx2(block)), dmin = _mm256_set1_ps(f16_at_avx2(block + 2));
-    _mm256_storeu_ps(scale, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc))))));
-    _mm256_storeu_ps(min, _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m))))));
-    q = block + 16;
-  }
+struct Q4_Kx8 : Q4_KScales {
   NEURON_AVX2 void chunk(int i, __m256& lo, __m256& hi) const {
     const int j = i / 2;  // the 32-column sub-block
     const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + (j / 2) * 32 + (i & 1) * 16));
@@ -213,18 +201,7 @@ struct Q4_Kx8 {
   }
 };
 
-struct Q6_Kx8 {
-  static constexpr std::int64_t kCols = quant::kQK_K;
-  static constexpr std::size_t kBytes = quant::kQ6_KBytes;
-  const std::byte* block = nullptr;
-  float scale[16];
-  NEURON_AVX2 void prepare(const std::byte* b) {
-    block = b;
-    const __m256 d = _mm256_set1_ps(f16_at_avx2(b + 208));
-    const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192));
-    _mm256_storeu_ps(scale, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc))));
-    _mm256_storeu_ps(scale + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8)))));
-  }
+struct Q6_Kx8 : Q6_KScales {
   NEURON_AVX2 void chunk(int i, __m256& lo, __m256& hi) const {
     const int c = i / 2, half = i & 1, h = c / 4, k = c % 4;
     const __m128i l = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + h * 64 + (k & 1) * 32 + half * 16));
@@ -250,10 +227,7 @@ NEURON_AVX2 void block_kernel_avx2(const std::byte* rows, std::size_t row_bytes,
     Q q[R];
     for (int r = 0; r < R; ++r) {
       const std::byte* block = rows + r * row_bytes + static_cast<std::size_t>(b) * Q::kBytes;
-      // The same block of the row R rows below: the next row block's, one
-      // block pass ahead (a fixed 1 KiB ahead left Q8_0 decode 25% slower).
-      for (std::size_t off = 0; off < Q::kBytes + 63; off += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(block + R * row_bytes + std::min(off, Q::kBytes - 1)), _MM_HINT_T0);
+      prefetch_block<Q>(block + R * row_bytes);
       q[r].prepare(block);
     }
     const float* xb = x + b * Q::kCols;

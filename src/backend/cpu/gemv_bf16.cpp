@@ -1,10 +1,9 @@
 #include "backend/cpu/gemv_bf16.hpp"
 
-#include <immintrin.h>
-
 #include <algorithm>
 
 #include "backend/cpu/chunk_pool.hpp"
+#include "backend/cpu/simd.hpp"
 #include "tensor/dtype.hpp"
 #include "util/error.hpp"
 
@@ -41,13 +40,6 @@ void rows_scalar(const std::uint16_t* w, std::int64_t ld, std::int64_t rows, con
 __attribute__((target("avx2,fma"))) inline __m256 widen8(const std::uint16_t* p) {
   const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-
-__attribute__((target("avx2,fma"))) inline float hsum8(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
 }
 
 __attribute__((target("avx2,fma"))) void rows_avx2(const std::uint16_t* w, std::int64_t ld, std::int64_t rows,

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <vector>
 
-#include "backend/cpu/avx512_intrinsics.hpp"
+#include "backend/cpu/simd.hpp"
 #include "backend/cpu/chunk_pool.hpp"
 #include "backend/cpu/gemm_bf16_few.hpp"
 #include "backend/cpu/gemm_quant_few.hpp"
@@ -26,13 +26,6 @@ float dot_scalar(const float* a, const float* b, std::int64_t n) {
   float acc = 0.0f;
   for (std::int64_t i = 0; i < n; ++i) acc += a[i] * b[i];
   return acc;
-}
-
-__attribute__((target("avx2,fma"))) inline float hsum8(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
 }
 
 __attribute__((target("avx2,fma"))) float dot_avx2(const float* a, const float* b, std::int64_t n) {

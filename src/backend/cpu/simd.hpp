@@ -1,0 +1,37 @@
+#pragma once
+// What the SIMD kernel files share: <immintrin.h> with GCC 12's false
+// positive silenced, and the small helpers each of them needs.
+//
+// GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), which it
+// reports as uninitialized once they are inlined into templates
+// (-Wuninitialized, -Wmaybe-uninitialized). Include this instead of
+// <immintrin.h> in a kernel file; the pragmas then cover that file.
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace neuron::backend::cpu {
+
+// The sum of a vector's 8 lanes.
+__attribute__((target("avx2,fma"))) inline float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// An f16 at any alignment (a GGUF block's scale) as f32.
+__attribute__((target("f16c"))) inline float f16_at(const std::byte* p) {
+  std::uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+}  // namespace neuron::backend::cpu
