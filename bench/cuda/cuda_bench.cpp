@@ -7,6 +7,8 @@
 //
 //   cuda_bench --config qwen3-8b [--prompt-lens 128,2048] [--gen 128] [--gemv-shapes]
 //   cuda_bench --config qwen3-8b --batch 1,8,32,64 [--prompt 128] [--gen 64]
+//   cuda_bench --config qwen3-8b --quant-gemv   (the projections' GEMV per weight
+//              format: bf16, Q8_0, Q4_K, Q6_K, FP8, at 1 and 8 tokens)
 //
 // Batched decode feeds a fixed token per step (not the argmax, which would
 // time the host's scan of B x vocab logits); a step's speed does not depend
@@ -31,7 +33,10 @@
 #include "backend/cuda/blas.hpp"
 #include "backend/cuda/cuda_runner.hpp"
 #include "backend/cuda/device_buffer.hpp"
+#include "backend/cuda/fp8_kernels.hpp"
 #include "backend/cuda/kernels.hpp"
+#include "backend/cuda/quant_kernels.hpp"
+#include "quant/ggml_type.hpp"
 #include "backend/single_sequence.hpp"
 #include "dist/communicator.hpp"
 #include "model/config.hpp"
@@ -106,6 +111,71 @@ void gemv_shapes(const model::Qwen3Config& c, double copy_gbs) {
         bytes / (t_blas * 1e-3) / 1e9 / copy_gbs);
     std::fflush(stdout);
   }
+}
+
+// The GEMV of each weight format on the model's projection shapes, at 1 and
+// 8 tokens: microseconds and the fraction of the copy bandwidth its weight
+// bytes reach. Weights are arbitrary bytes (speed does not depend on them).
+void quant_gemv_shapes(const model::Qwen3Config& c, double copy_gbs) {
+  using namespace neuron::backend::cuda;
+  using quant::GgmlType;
+  struct Shape { const char* name; int rows, cols; };
+  const int h = static_cast<int>(c.hidden_size), hd = static_cast<int>(c.head_dim);
+  const int qkv = static_cast<int>((c.num_attention_heads + 2 * c.num_key_value_heads) * hd);
+  const int f = static_cast<int>(c.intermediate_size);
+  const Shape shapes[] = {{"qkv", qkv, h}, {"o", h, static_cast<int>(c.num_attention_heads * hd)},
+                          {"gate_up", 2 * f, h}, {"down", h, f}, {"lm_head", static_cast<int>(c.vocab_size), h}};
+  const GgmlType types[] = {GgmlType::bf16, GgmlType::q8_0, GgmlType::q4_k, GgmlType::q6_k, GgmlType::fp8_e4m3};
+  Stream stream;
+  Event start(cudaEventDefault), stop(cudaEventDefault);
+  for (const Shape& s : shapes)
+    for (GgmlType t : types) {
+      const std::size_t row = t == GgmlType::bf16 ? 2ull * s.cols
+                              : t == GgmlType::fp8_e4m3 ? static_cast<std::size_t>(s.cols)
+                                                        : quant::row_bytes(t, s.cols);
+      const std::size_t bytes = row * s.rows;
+      const int copies = static_cast<int>(std::max<std::size_t>(1, (256ull << 20) / bytes + 1));
+      std::vector<DeviceBuffer> w;
+      for (int i = 0; i < copies; ++i) {
+        w.emplace_back(bytes);
+        NEURON_CUDA_CHECK(cudaMemsetAsync(w.back().data(), 0x11 + i, bytes, stream.get()));  // finite f16 scales
+      }
+      DeviceBuffer scales(4ull * s.rows), x(2ull * 8 * s.cols), y(4ull * 8 * s.rows);
+      NEURON_CUDA_CHECK(cudaMemsetAsync(scales.data(), 0x3c, scales.bytes(), stream.get()));
+      kernels::fill_random_bf16(x.data<kernels::bf16_t>(), 8, s.cols, 0, 0, s.cols, 3, 1.f, stream.get());
+      for (int n : {1, 8}) {
+        auto run = [&](int i) {
+          const auto* xp = x.data<kernels::bf16_t>();
+          if (t == GgmlType::bf16) {
+            for (int k = 0; k < n; ++k)
+              kernels::gemv(w[i].data<kernels::bf16_t>(), xp + k * s.cols, s.rows, s.cols, y.data<float>() + k * s.rows,
+                            stream.get());
+          } else if (t == GgmlType::fp8_e4m3) {
+            kernels::fp8_gemv(w[i].data<std::uint8_t>(), scales.data<float>(), s.rows, s.cols, xp, n, y.data<float>(),
+                              s.rows, false, stream.get());
+          } else {
+            kernels::quant_gemv(t, w[i].data(), s.rows, s.cols, xp, n, y.data<float>(), s.rows, false, stream.get());
+          }
+        };
+        for (int i = 0; i < 5; ++i) run(i % copies);
+        std::vector<double> ms;
+        for (int rep = 0; rep < 50; ++rep) {
+          NEURON_CUDA_CHECK(cudaEventRecord(start.get(), stream.get()));
+          run(rep % copies);
+          NEURON_CUDA_CHECK(cudaEventRecord(stop.get(), stream.get()));
+          NEURON_CUDA_CHECK(cudaEventSynchronize(stop.get()));
+          float ms1 = 0;
+          NEURON_CUDA_CHECK(cudaEventElapsedTime(&ms1, start.get(), stop.get()));
+          ms.push_back(ms1);
+        }
+        const double m = median(ms);
+        std::printf("{\"quant_gemv\":\"%s\",\"type\":\"%s\",\"tokens\":%d,\"rows\":%d,\"cols\":%d,\"us\":%.2f,"
+                    "\"weight_bw_fraction\":%.3f}\n",
+                    s.name, std::string(quant::ggml_type_name(t)).c_str(), n, s.rows, s.cols, m * 1e3,
+                    bytes / (m * 1e-3) / 1e9 / copy_gbs);
+        std::fflush(stdout);
+      }
+    }
 }
 
 std::vector<int> parse_list(const std::string& text) {
@@ -189,12 +259,13 @@ int main(int argc, char** argv) try {
   int gen = 128;
   int batch_prompt = 128;
   std::vector<int> batches;
-  bool shapes = false;
+  bool shapes = false, quant_shapes = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--config" && i + 1 < argc) config = argv[++i];
     else if (a == "--gen" && i + 1 < argc) gen = std::stoi(argv[++i]);
     else if (a == "--gemv-shapes") shapes = true;
+    else if (a == "--quant-gemv") quant_shapes = true;
     else if (a == "--prompt-lens" && i + 1 < argc) prompt_lens = parse_list(argv[++i]);
     else if (a == "--batch" && i + 1 < argc) batches = parse_list(argv[++i]);
     else if (a == "--prompt" && i + 1 < argc) batch_prompt = std::stoi(argv[++i]);
@@ -212,6 +283,10 @@ int main(int argc, char** argv) try {
   }
   const double copy_gbs = cuda::measure_copy_bandwidth_gbs(0);
   if (shapes) gemv_shapes(cfg, copy_gbs);
+  if (quant_shapes) {
+    quant_gemv_shapes(cfg, copy_gbs);
+    return 0;
+  }
 
   RunnerOptions options;
   options.max_context = *std::max_element(prompt_lens.begin(), prompt_lens.end()) + gen + 16;

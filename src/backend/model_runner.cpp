@@ -6,6 +6,7 @@
 #include "backend/cpu/cpu_runner.hpp"
 #include "model/sampler.hpp"
 #include "model/shard_weights.hpp"
+#include "quant/quantize.hpp"
 #include "util/error.hpp"
 
 #ifdef NEURON_HAVE_CUDA
@@ -126,10 +127,13 @@ std::int32_t plan_kv_blocks(const model::Qwen3Config& cfg, const model::ShardPla
 std::unique_ptr<ModelRunner> make_runner(const model::Qwen3Config& cfg, const io::Checkpoint* checkpoint,
                                          const model::ShardPlan& plan, const Device& device,
                                          std::shared_ptr<dist::Communicator> comm, const RunnerOptions& options) {
+  if (options.quantize && !quant::quantizable_at_load(*options.quantize))
+    fail(errc::unsupported_arch, "quantize at load supports q8_0, q4_k, q6_k and fp8 (CUDA), not " +
+                                     std::string(quant::ggml_type_name(*options.quantize)));
+  if (options.quantize == quant::GgmlType::fp8_e4m3 && !device.is_cuda())
+    fail(errc::unsupported_arch, "quant 'fp8' runs on CUDA devices (compute capability 9.0); on " + device.str() +
+                                     " use q8_0, q4_k or q6_k");
   if (!device.is_cuda()) return cpu::make_cpu_runner(cfg, checkpoint, plan, std::move(comm), options);
-  if (options.quantize)
-    fail(errc::unsupported_arch, "quant '" + std::string(quant::ggml_type_name(*options.quantize)) +
-                                     "' (quantize at load) runs on the CPU only; the CUDA backend holds bf16 weights");
 #ifdef NEURON_HAVE_CUDA
   return cuda::make_cuda_runner(cfg, checkpoint, plan, device, std::move(comm), options);
 #else

@@ -34,8 +34,9 @@ struct RunnerOptions {
   std::int32_t kv_block_size = 0;  // positions per KV block; 0 = kDefaultKvBlockSize
   std::int32_t kv_blocks = 0;      // blocks in the pool; 0 = enough for one sequence of max_context
   // Quantize-at-load: the projection weights (q/k/v/o, gate/up/down) of a
-  // float checkpoint stored in this GGUF block type (q8_0, q4_k, q6_k; CPU
-  // only). A GGUF checkpoint's quantized tensors stay as they are either way.
+  // float checkpoint stored in this GGUF block type (q8_0, q4_k, q6_k; others
+  // are refused by make_runner). A GGUF checkpoint's quantized tensors stay
+  // as they are either way.
   std::optional<quant::GgmlType> quantize;
 };
 

@@ -53,7 +53,7 @@ struct BenchArgs {
   std::int32_t gen = 32;
   int batch = 1;
   bool json = false;
-  std::string quant;  // quantize-at-load type (CPU): q8_0, q4_k, q6_k
+  std::string quant;  // quantize-at-load type: q8_0, q4_k, q6_k
 };
 
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
@@ -148,7 +148,7 @@ int run(const BenchArgs& a) {
   ro.kv_blocks = a.batch * ((ro.max_context + ro.kv_block_size - 1) / ro.kv_block_size);
   if (!a.quant.empty() && a.quant != "none" && a.quant != "bf16") {
     ro.quantize = quant::parse_ggml_type(a.quant);
-    if (!ro.quantize) fail(errc::invalid_argument, "--quant must be none, bf16, q8_0, q4_k or q6_k, got " + a.quant);
+    if (!ro.quantize) fail(errc::invalid_argument, "--quant must be none, bf16, q8_0, q4_k, q6_k or fp8, got " + a.quant);
   }
 
   auto t = Clock::now();
@@ -260,7 +260,7 @@ Run setup(CLI::App& sub) {
   sub.add_option("--gen", a->gen, "Tokens to decode after each prompt");
   sub.add_option("--batch", a->batch, "Sequences decoded together in each step (tokens/s counts all of them)");
   sub.add_flag("--json", a->json, "Print one JSON object");
-  sub.add_option("--quant", a->quant, "Quantize the projections at load: q8_0, q4_k or q6_k (CPU; default bf16)");
+  sub.add_option("--quant", a->quant, "Quantize the projections at load: q8_0, q4_k, q6_k or fp8 (CUDA) (default bf16)");
   return [a] { return run(*a); };
 }
 

@@ -9,6 +9,7 @@
 #include "model/config.hpp"
 #include "model/shard.hpp"
 #include "model/shard_weights.hpp"
+#include "quant/quantize.hpp"
 #include "tp/tp_runner.hpp"
 #include "util/error.hpp"
 #include "util/meminfo.hpp"
@@ -88,9 +89,9 @@ std::optional<quant::GgmlType> quantize_for(const std::filesystem::path& model, 
     return std::nullopt;
   }
   const auto t = quant::parse_ggml_type(quant);
-  if (!t || (*t != quant::GgmlType::q8_0 && *t != quant::GgmlType::q4_k && *t != quant::GgmlType::q6_k))
+  if (!t || !quant::quantizable_at_load(*t))
     fail(errc::unsupported_arch, "quant '" + quant + "' cannot be applied at load to " + model.string() +
-                                     " (a safetensors model): use none, bf16, q8_0, q4_k or q6_k");
+                                     " (a safetensors model): use none, bf16, q8_0, q4_k, q6_k or fp8 (CUDA)");
   return t;
 }
 

@@ -615,7 +615,7 @@ ModelInfo Registry::load(const ModelSpec& spec, bool wait) {
   }
   // quant: none / bf16 (weights as bf16); a GGUF file's tag in a cached GGUF
   // repo ("Q4_K_M" picks Qwen3-0.6B-Q4_K_M.gguf); or, for a safetensors
-  // model, a type to quantize to at load (q8_0, q4_k, q6_k; CPU only).
+  // model, a type to quantize to at load (q8_0, q4_k, q6_k).
   const std::string quant = spec.quant && *spec.quant != "none" && *spec.quant != "bf16" ? *spec.quant : std::string();
   if (quant.size() > 32 || !std::all_of(quant.begin(), quant.end(), [](char c) {
         return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';

@@ -15,7 +15,7 @@ struct Entry {
 };
 
 // Sizes from ggml.c's type_traits table.
-constexpr std::array<Entry, 15> kTable{{
+constexpr std::array<Entry, 16> kTable{{
     {GgmlType::f32, {"F32", 1, 4, true}},
     {GgmlType::f16, {"F16", 1, 2, true}},
     {GgmlType::q4_0, {"Q4_0", 32, 18, true}},
@@ -31,11 +31,13 @@ constexpr std::array<Entry, 15> kTable{{
     {GgmlType::q6_k, {"Q6_K", 256, 210, true}},
     {GgmlType::q8_k, {"Q8_K", 256, 292, false}},
     {GgmlType::bf16, {"BF16", 1, 2, true}},
+    {GgmlType::fp8_e4m3, {"FP8", 1, 1, false}},  // its row scales live beside the rows
 }};
 
 }  // namespace
 
 std::optional<GgmlTypeTraits> ggml_type_traits(std::uint32_t id) noexcept {
+  if (id == static_cast<std::uint32_t>(GgmlType::fp8_e4m3)) return std::nullopt;
   for (const Entry& e : kTable)
     if (static_cast<std::uint32_t>(e.type) == id) return e.traits;
   return std::nullopt;

@@ -27,6 +27,10 @@ enum class GgmlType : std::uint32_t {
   q6_k = 14,
   q8_k = 15,
   bf16 = 30,
+  // neuron's own, not a GGUF type (a file naming this id is refused): FP8
+  // e4m3 weights with one f32 scale per row, made at load on CUDA devices
+  // of compute capability 9.0 (backend/cuda/fp8_kernels.hpp).
+  fp8_e4m3 = 0x10000,
 };
 
 struct GgmlTypeTraits {
@@ -36,7 +40,8 @@ struct GgmlTypeTraits {
   bool dequantizable;       // dequantize_row() handles it
 };
 
-// The traits of a type id from a file, or nullopt when neuron does not know it.
+// The traits of a type id from a file, or nullopt when neuron does not know it
+// (or it is not a GGUF type: fp8_e4m3).
 std::optional<GgmlTypeTraits> ggml_type_traits(std::uint32_t id) noexcept;
 GgmlTypeTraits traits(GgmlType t) noexcept;  // a listed type
 std::string_view ggml_type_name(GgmlType t) noexcept;

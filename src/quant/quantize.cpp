@@ -297,4 +297,8 @@ void quantize_row(GgmlType type, const float* src, std::byte* dst, std::int64_t 
   }
 }
 
+bool quantizable_at_load(GgmlType type) noexcept {
+  return type == GgmlType::q8_0 || type == GgmlType::q4_k || type == GgmlType::q6_k || type == GgmlType::fp8_e4m3;
+}
+
 }  // namespace neuron::quant

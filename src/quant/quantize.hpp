@@ -10,6 +10,11 @@
 
 namespace neuron::quant {
 
+// The types a float checkpoint's projections can be quantized to at load:
+// q8_0, q4_k, q6_k (every backend, through quantize_row) and fp8_e4m3 (CUDA,
+// quantized on the device).
+bool quantizable_at_load(GgmlType type) noexcept;
+
 // src: [n] f32 (n a multiple of the type's block size), dst: row_bytes(type, n)
 // bytes. Types: q8_0, q4_k, q6_k. Throws Error{bad_model} when src holds an
 // infinity or a NaN (no block can hold one; the reference would be undefined),

@@ -105,7 +105,7 @@ Response Worker::dispatch(const Request& request) {
             std::optional<quant::GgmlType> quantize;
             if (m.quant && *m.quant != "none" && *m.quant != "bf16") {
               quantize = quant::parse_ggml_type(*m.quant);
-              if (!quantize) fail(errc::invalid_argument, "quant \"" + *m.quant + "\" is not a GGUF type (q8_0, q4_k, q6_k)");
+              if (!quantize) fail(errc::invalid_argument, "quant \"" + *m.quant + "\" is not a weight type (q8_0, q4_k, q6_k, fp8)");
             }
             const auto cfg = model::Qwen3Config::parse(m.config_json);
             const auto plan = model::ShardPlan::make(cfg, options_.rank, options_.world);

@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <exception>
-#include <mutex>
 #include <optional>
 #include <cstdint>
 #include <span>
@@ -16,11 +14,11 @@
 #include "backend/cpu/matmul_quant.hpp"
 #include "backend/cpu/ops.hpp"
 #include "backend/cpu/weight_buffer.hpp"
+#include "backend/packed_weights.hpp"
 #include "dist/communicator.hpp"
 #include "io/safetensors.hpp"
 #include "model/shard_weights.hpp"
 #include "quant/dequantize.hpp"
-#include "quant/quantize.hpp"
 #include "util/error.hpp"
 
 namespace neuron::backend::cpu {
@@ -137,36 +135,20 @@ class WeightSource {
 
  private:
   static Matrix packed(const SliceSpec& spec, const io::TensorView& v) {
-    Matrix m;
-    m.rows = spec.rows();
-    m.cols = spec.cols();
-    m.quantized = true;
-    m.q.type = v.ggml_type();
-    if (!quant::traits(m.q.type).dequantizable)
-      fail(errc::unsupported_arch, "tensor " + spec.name + " is " + std::string(quant::ggml_type_name(m.q.type)) +
-                                       ", which neuron cannot compute with (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K)");
-    m.q.rows = m.rows;
-    m.q.cols = m.cols;
-    m.q.row_bytes = quant::row_bytes(m.q.type, m.cols);
-    m.q.data.resize(static_cast<std::size_t>(m.rows) * m.q.row_bytes);
-    for (std::int64_t r = 0; r < m.rows; ++r)
-      std::memcpy(m.q.data.data() + static_cast<std::size_t>(r) * m.q.row_bytes, v.row_data(r), m.q.row_bytes);
+    Matrix m = empty_quantized(spec, v.ggml_type());
+    copy_packed(spec, v, quant::traits(m.q.type).dequantizable, "F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K",
+                std::span<std::byte>(m.q.data.data(), m.q.data.size()));
     return m;
   }
 
   Matrix quantized(const SliceSpec& spec, quant::GgmlType type) const {
-    const std::int64_t block = quant::traits(type).block_size;
-    const std::int64_t full_cols = spec.shape.size() == 2 ? spec.shape[1] : 1;
-    if (spec.cols() % block != 0) {
-      if (spec.cols() == full_cols)
-        fail(errc::unsupported_arch, "cannot quantize " + spec.name + " to " + std::string(quant::ggml_type_name(type)) +
-                                         ": rows of " + std::to_string(spec.cols()) + " are not whole blocks of " +
-                                         std::to_string(block));
-      fail(errc::bad_tensor_parallel, "cannot quantize " + spec.name + " to " + std::string(quant::ggml_type_name(type)) +
-                                          ": this rank's columns [" + std::to_string(spec.col_begin) + ", " +
-                                          std::to_string(spec.col_end) + ") do not fall on block boundaries (" +
-                                          std::to_string(block) + "); choose a tensor_parallel that splits them evenly");
-    }
+    check_quantizable(spec, type);
+    Matrix m = empty_quantized(spec, type);
+    quantize_slice(ckpt_, spec, type, std::span<std::byte>(m.q.data.data(), m.q.data.size()));
+    return m;
+  }
+
+  static Matrix empty_quantized(const SliceSpec& spec, quant::GgmlType type) {
     Matrix m;
     m.rows = spec.rows();
     m.cols = spec.cols();
@@ -174,37 +156,8 @@ class WeightSource {
     m.q.type = type;
     m.q.rows = m.rows;
     m.q.cols = m.cols;
-    m.q.row_bytes = quant::row_bytes(type, m.cols);
+    m.q.row_bytes = quant::row_bytes(type, m.cols);  // whole blocks: a GGUF's rows are, check_quantizable checked
     m.q.data.resize(static_cast<std::size_t>(m.rows) * m.q.row_bytes);
-    // Row by row through f32 (no whole-matrix f32 copy is ever held), rows
-    // spread over the CPU pool: the k-quants' scale search is the slow part of a load.
-    std::optional<io::TensorView> view;
-    std::vector<std::uint16_t> dummy;  // [rows, cols] bf16 stand-in weights (fill_dummy is parallel itself)
-    if (ckpt_) {
-      view = model::slice_view(*ckpt_, spec);
-    } else {
-      dummy.resize(static_cast<std::size_t>(spec.numel()));
-      model::fill_dummy(spec, dummy);
-    }
-    std::mutex failed_mu;
-    std::exception_ptr failed;
-    const std::int64_t chunk = 16;
-    ChunkPool::shared().run((m.rows + chunk - 1) / chunk, [&](std::int64_t c) {
-      try {
-        std::vector<float> row(static_cast<std::size_t>(m.cols));
-        for (std::int64_t r = c * chunk; r < std::min(m.rows, (c + 1) * chunk); ++r) {
-          if (view)
-            view->rows(r, r + 1).to_f32(row);
-          else
-            for (std::int64_t i = 0; i < m.cols; ++i) row[static_cast<std::size_t>(i)] = bf16_to_f32(dummy[static_cast<std::size_t>(r * m.cols + i)]);
-          quant::quantize_row(type, row.data(), m.q.data.data() + static_cast<std::size_t>(r) * m.q.row_bytes, m.cols);
-        }
-      } catch (...) {  // the pool's tasks must not throw: the first failure is rethrown below
-        std::lock_guard lock(failed_mu);
-        if (!failed) failed = std::current_exception();
-      }
-    });
-    if (failed) std::rethrow_exception(failed);
     return m;
   }
 
@@ -454,10 +407,6 @@ std::unique_ptr<ModelRunner> make_cpu_runner(const model::Qwen3Config& cfg, cons
   if (per_block > (std::uint64_t{1} << 62) / static_cast<std::uint64_t>(num_blocks))
     fail(errc::out_of_memory, "a KV pool of " + std::to_string(num_blocks) + " blocks of " + std::to_string(block_size) +
                                   " positions does not fit in memory");
-  if (options.quantize && *options.quantize != quant::GgmlType::q8_0 && *options.quantize != quant::GgmlType::q4_k &&
-      *options.quantize != quant::GgmlType::q6_k)
-    fail(errc::unsupported_arch, "quantize at load supports q8_0, q4_k and q6_k, not " +
-                                     std::string(quant::ggml_type_name(*options.quantize)));
   return std::make_unique<CpuRunner>(cfg, checkpoint, plan, std::move(comm), max_context, block_size, num_blocks,
                                      options.quantize);
 }

@@ -38,17 +38,24 @@
 #include <climits>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "backend/cuda/blas.hpp"
 #include "backend/cuda/device_buffer.hpp"
+#include "backend/cuda/fp8_kernels.hpp"
 #include "backend/cuda/kernels.hpp"
+#include "backend/cuda/linear.hpp"
+#include "backend/cuda/quant_kernels.hpp"
+#include "backend/packed_weights.hpp"
 #include "backend/cuda/step_inputs.hpp"
 #include "dist/communicator.hpp"
 #include "io/safetensors.hpp"
 #include "model/shard_weights.hpp"
+#include "quant/ggml_type.hpp"
 #include "util/error.hpp"
 
 namespace neuron::backend::cuda {
@@ -100,6 +107,19 @@ class Uploader {
                                         copy_stream_.get()));
       NEURON_CUDA_CHECK(cudaEventRecord(done_[b].get(), copy_stream_.get()));
       bytes_ += count * 2;
+    }
+  }
+  // Raw bytes (packed blocks) to dst through the same staging buffers.
+  void upload_bytes(std::span<const std::byte> src, std::byte* dst) {
+    for (std::size_t at = 0; at < src.size(); at += kStagingBytes) {
+      const std::size_t count = std::min(kStagingBytes, src.size() - at);
+      const int b = next_;
+      next_ ^= 1;
+      NEURON_CUDA_CHECK(cudaEventSynchronize(done_[b].get()));
+      std::memcpy(staging_[b].data(), src.data() + at, count);
+      NEURON_CUDA_CHECK(cudaMemcpyAsync(dst + at, staging_[b].data(), count, cudaMemcpyHostToDevice, copy_stream_.get()));
+      NEURON_CUDA_CHECK(cudaEventRecord(done_[b].get(), copy_stream_.get()));
+      bytes_ += count;
     }
   }
   void finish() { copy_stream_.synchronize(); }
@@ -158,17 +178,23 @@ class CudaRunner final : public ModelRunner {
  private:
   struct Layer {
     DeviceBuffer input_norm;  // [hidden] bf16
-    DeviceBuffer qkv;         // [(hq + 2 hkv) * hd, hidden] bf16: the rank's q, k, v rows stacked
+    DeviceMatrix qkv;         // [(hq + 2 hkv) * hd, hidden]: the rank's q, k, v rows stacked
     DeviceBuffer q_norm;      // [hd] bf16
     DeviceBuffer k_norm;      // [hd] bf16
-    DeviceBuffer o;           // [hidden, hq * hd] bf16: the rank's input columns
+    DeviceMatrix o;           // [hidden, hq * hd]: the rank's input columns
     DeviceBuffer post_norm;   // [hidden] bf16
-    DeviceBuffer gate_up;     // [2 * ff, hidden] bf16: gate rows then up rows of the rank's slice
-    DeviceBuffer down;        // [hidden, ff] bf16: the rank's input columns
+    DeviceMatrix gate_up;     // [2 * ff, hidden]: gate rows then up rows of the rank's slice
+    DeviceMatrix down;        // [hidden, ff]: the rank's input columns
   };
 
   void load_weights(const io::Checkpoint* checkpoint);
   void place(const model::SliceSpec& spec, const io::Checkpoint* checkpoint, std::optional<Uploader>& up, bf16_t* dst);
+  // How a matrix is held: always bf16 (the embedding, read by row), as the
+  // checkpoint stores it (a GGUF's blocks, else bf16), or also quantized at load.
+  enum class Hold { bf16, as_stored, quantizable };
+  // A matrix of stacked slices, one part per run of a type.
+  DeviceMatrix matrix(std::initializer_list<const model::SliceSpec*> specs, const io::Checkpoint* checkpoint,
+                      std::optional<Uploader>& up, Hold hold);
   kernels::PagedKv kv(std::size_t layer) const;
   int decode_splits(int items, int max_len) const;
   // decode_splits rounded up to a power of two: a graph's grid, captured once per bucket.
@@ -180,7 +206,9 @@ class CudaRunner final : public ModelRunner {
   void run_layers(const PassPlan& p, int splits);
   void lm_head(const bf16_t* h_rows, int rows, float* out);
   template <class Y>
-  void linear(const bf16_t* x, int n, const DeviceBuffer& w, int rows, int cols, Y* y);
+  void linear(const bf16_t* x, int n, const DeviceMatrix& w, Y* y) {
+    (*linear_)(x, n, w, y);
+  }
   void all_reduce(float* data, std::size_t count);
   // Runs one pass and writes its logits rows to `out` ([rows, vocab]) and its picks to `picks` ([picks]).
   void run_pass(std::span<const PassSeq> seqs, std::span<float> out, std::span<std::int32_t> picks);
@@ -190,6 +218,7 @@ class CudaRunner final : public ModelRunner {
   void pick(const std::int32_t* dev_rows, int first, int n, int at);
 
   const bf16_t* w(const DeviceBuffer& b) const { return b.data<bf16_t>(); }
+  const bf16_t* w(const DeviceMatrix& m) const { return m.bf16(); }
 
   model::Qwen3Config cfg_;
   model::ShardPlan plan_;
@@ -202,13 +231,14 @@ class CudaRunner final : public ModelRunner {
   int decode_target_blocks_ = 0;
   float eps_ = 1e-6f, scale_ = 1.f;
   bool use_gemv_ = true, use_graphs_ = true, fuse_decode_rope_ = true, fused_decode_ = false;
+  std::optional<quant::GgmlType> quantize_;  // quantize-at-load type of the projections
   DeviceGuard guard_;
   Stream stream_;
-  Blas blas_;
+  std::optional<Linear> linear_;  // the projections' products (made once the weights say whether to dequantize)
 
-  DeviceBuffer embed_;       // [vocab, hidden] bf16
+  DeviceMatrix embed_;       // [vocab, hidden] bf16 (a quantized GGUF embedding is dequantized)
   DeviceBuffer final_norm_;  // [hidden] bf16
-  DeviceBuffer lm_head_;     // [vocab, hidden] bf16; empty when tied to embed_
+  DeviceMatrix lm_head_;     // [vocab, hidden]; empty when tied to embed_
   DeviceBuffer inv_freq_;    // [hd / 2] f32: rope_theta^(-2j / hd)
   std::vector<Layer> layers_;
   std::uint64_t weight_bytes_ = 0;
@@ -243,9 +273,9 @@ CudaRunner::CudaRunner(const model::Qwen3Config& cfg, const io::Checkpoint* chec
       plan_(plan),
       device_(device),
       comm_(std::move(comm)),
+      quantize_(options.quantize),
       guard_(device.index),
-      stream_(),
-      blas_(stream_.get()) {
+      stream_() {
   if (!comm_) throw Error(errc::invalid_argument, "CUDA runner: no communicator");
   if (comm_->size() != plan.world || comm_->rank() != plan.rank)
     throw Error(errc::bad_tensor_parallel, "CUDA runner: communicator is rank " + std::to_string(comm_->rank()) +
@@ -281,17 +311,34 @@ CudaRunner::CudaRunner(const model::Qwen3Config& cfg, const io::Checkpoint* chec
   use_gemv_ = env_flag("NEURON_CUDA_GEMV", true);
   kernels::set_programmatic_launch(env_flag("NEURON_CUDA_PDL", true));
   fuse_decode_rope_ = env_flag("NEURON_CUDA_FUSED_ROPE", true);
-  fused_decode_ = env_flag("NEURON_CUDA_FUSED_DECODE", false) && comm_->size() == 1 && use_gemv_ &&
+  fused_decode_ = env_flag("NEURON_CUDA_FUSED_DECODE", false) && !quantize_ && comm_->size() == 1 && use_gemv_ &&
                   fuse_decode_rope_ && kernels::gemv_swiglu_supported(ff_) && (hq_ * hd_) % 8 == 0;
   // A host communicator cannot run inside a graph; NCCL could, but one rank is what graphs are measured on.
   use_graphs_ = env_flag("NEURON_CUDA_GRAPHS", true) && comm_->size() == 1;
 
   cudaDeviceProp prop{};
   NEURON_CUDA_CHECK(cudaGetDeviceProperties(&prop, device.index));
+  if (quantize_ == quant::GgmlType::fp8_e4m3 && prop.major < 9)
+    throw Error(errc::unsupported_arch, "quant 'fp8' needs FP8 tensor cores (compute capability 9.0); " +
+                                            device.str() + " is " + std::to_string(prop.major) + "." +
+                                            std::to_string(prop.minor));
   decode_target_blocks_ = 4 * prop.multiProcessorCount;  // about four decode blocks per SM
 
   const auto t0 = std::chrono::steady_clock::now();
   load_weights(checkpoint);
+  LinearScratch scratch;
+  auto note = [&](const DeviceMatrix& m) {
+    for (const DeviceMatrix::Part& p : m.parts) {
+      scratch.fp8 = scratch.fp8 || p.type == quant::GgmlType::fp8_e4m3;
+      scratch.dequantize = scratch.dequantize || (p.type != quant::GgmlType::bf16 && p.type != quant::GgmlType::fp8_e4m3);
+    }
+  };
+  if (!cfg_.tie_word_embeddings) note(lm_head_);
+  for (const Layer& l : layers_)
+    for (const DeviceMatrix* m : {&l.qkv, &l.o, &l.gate_up, &l.down}) note(*m);
+  if (scratch.fp8 || scratch.dequantize) fused_decode_ = false;  // its kernels read bf16 weights
+  linear_.emplace(stream_.get(), use_gemv_, scratch, std::max(kMaxPassTokens, kLogitRows),
+                  std::max({hidden_, hq_ * hd_, ff_}));
   // Zeros, not garbage, in the slots no step has written yet: cheap, and a
   // bug that reads one then yields a wrong number rather than a NaN cascade.
   kv_pool_ = DeviceBuffer(static_cast<std::size_t>(bytes_per_block_) * (static_cast<std::size_t>(kv_blocks_) + 1));
@@ -372,9 +419,9 @@ void CudaRunner::load_weights(const io::Checkpoint* checkpoint) {
     weight_bytes_ += buf.bytes();
     return buf;
   };
-  embed_ = alloc({&specs.embed});
+  embed_ = matrix({&specs.embed}, checkpoint, up, Hold::bf16);
   final_norm_ = alloc({&specs.final_norm});
-  if (!cfg_.tie_word_embeddings) lm_head_ = alloc({&specs.lm_head});
+  if (!cfg_.tie_word_embeddings) lm_head_ = matrix({&specs.lm_head}, checkpoint, up, Hold::as_stored);
 
   std::vector<float> inv(static_cast<std::size_t>(hd_ / 2));
   for (int j = 0; j < hd_ / 2; ++j)
@@ -386,16 +433,113 @@ void CudaRunner::load_weights(const io::Checkpoint* checkpoint) {
   for (const model::LayerSpecs& s : specs.layers) {
     Layer l;
     l.input_norm = alloc({&s.input_norm});
-    l.qkv = alloc({&s.q_proj, &s.k_proj, &s.v_proj});
+    l.qkv = matrix({&s.q_proj, &s.k_proj, &s.v_proj}, checkpoint, up, Hold::quantizable);
     l.q_norm = alloc({&s.q_norm});
     l.k_norm = alloc({&s.k_norm});
-    l.o = alloc({&s.o_proj});
+    l.o = matrix({&s.o_proj}, checkpoint, up, Hold::quantizable);
     l.post_norm = alloc({&s.post_norm});
-    l.gate_up = alloc({&s.gate_proj, &s.up_proj});
-    l.down = alloc({&s.down_proj});
+    l.gate_up = matrix({&s.gate_proj, &s.up_proj}, checkpoint, up, Hold::quantizable);
+    l.down = matrix({&s.down_proj}, checkpoint, up, Hold::quantizable);
     layers_.push_back(std::move(l));
   }
   if (up) up->finish();
+}
+
+DeviceMatrix CudaRunner::matrix(std::initializer_list<const model::SliceSpec*> specs, const io::Checkpoint* checkpoint,
+                                std::optional<Uploader>& up, Hold hold) {
+  using quant::GgmlType;
+  constexpr std::size_t kAlign = 256;  // every part, and an FP8 part's scales, start here
+  auto align = [](std::size_t b) { return (b + kAlign - 1) / kAlign * kAlign; };
+  struct Slice {
+    const model::SliceSpec* spec = nullptr;
+    std::optional<io::TensorView> view;  // when there is a checkpoint
+    bool quantize = false;               // quantize-at-load (from the view, or the stand-in weights)
+  };
+  struct PartSlices {
+    std::vector<Slice> slices;
+  };
+  DeviceMatrix m;
+  m.cols = static_cast<int>(specs.begin()[0]->cols());
+  const auto cols = static_cast<std::size_t>(m.cols);
+  auto row_bytes = [&](GgmlType t) {
+    if (t == GgmlType::bf16) return 2 * cols;
+    if (t == GgmlType::fp8_e4m3) return cols;
+    return quant::row_bytes(t, m.cols);
+  };
+  std::vector<PartSlices> by_part;
+  for (const model::SliceSpec* spec : specs) {
+    NEURON_ASSERT(spec->cols() == m.cols);
+    Slice sl;
+    sl.spec = spec;
+    GgmlType type = GgmlType::bf16;
+    if (checkpoint) {
+      sl.view = model::slice_view(*checkpoint, *spec);
+      if (sl.view->quantized() && hold != Hold::bf16) type = sl.view->ggml_type();
+    }
+    if (type == GgmlType::bf16 && hold == Hold::quantizable && quantize_) {
+      check_quantizable(*spec, *quantize_);
+      type = *quantize_;
+      sl.quantize = true;
+    }
+    if (type != GgmlType::bf16 && type != GgmlType::fp8_e4m3 && !kernels::quant_supported(type))
+      fail(errc::unsupported_arch, "tensor " + spec->name + " is " + std::string(quant::ggml_type_name(type)) +
+                                       ", which the CUDA backend cannot compute with (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, or "
+                                       "a float type)");
+    if (m.parts.empty() || m.parts.back().type != type) {
+      m.parts.push_back({type, 0, 0, 0});
+      by_part.emplace_back();
+    }
+    m.parts.back().rows += static_cast<int>(spec->rows());
+    m.rows += static_cast<int>(spec->rows());
+    by_part.back().slices.push_back(std::move(sl));
+  }
+  std::size_t end = 0;
+  for (DeviceMatrix::Part& p : m.parts) {
+    p.offset = align(end);
+    end = p.offset + static_cast<std::size_t>(p.rows) * row_bytes(p.type);
+    if (p.type == GgmlType::fp8_e4m3) {
+      p.scales = align(end);
+      end = p.scales + 4 * static_cast<std::size_t>(p.rows);
+    }
+  }
+  m.data = DeviceBuffer(end);
+  weight_bytes_ += m.data.bytes();
+
+  std::vector<std::byte> host;  // [packed bytes of one slice] a packed or quantized slice on its way up
+  for (std::size_t i = 0; i < m.parts.size(); ++i) {
+    const DeviceMatrix::Part& p = m.parts[i];
+    std::byte* dst = m.data.data<std::byte>() + p.offset;
+    if (p.type == GgmlType::fp8_e4m3) {
+      // The part in bf16 first (a temporary), then quantized row by row on the device.
+      DeviceBuffer staged(2 * static_cast<std::size_t>(p.rows) * cols);  // [rows, cols] bf16
+      bf16_t* at = staged.data<bf16_t>();
+      for (const Slice& sl : by_part[i].slices) {
+        place(*sl.spec, checkpoint, up, at);
+        at += sl.spec->numel();
+      }
+      if (up) up->finish();  // the copies run on the uploader's stream
+      kernels::fp8_quantize_rows(staged.data<bf16_t>(), p.rows, m.cols, reinterpret_cast<std::uint8_t*>(dst),
+                                 reinterpret_cast<float*>(m.data.data<std::byte>() + p.scales), stream_.get());
+      stream_.synchronize();  // before `staged` goes
+      continue;
+    }
+    for (const Slice& sl : by_part[i].slices) {
+      if (p.type == GgmlType::bf16) {
+        place(*sl.spec, checkpoint, up, reinterpret_cast<bf16_t*>(dst));
+        dst += 2 * static_cast<std::size_t>(sl.spec->numel());
+        continue;
+      }
+      host.resize(packed_bytes(*sl.spec, p.type));
+      if (sl.quantize)
+        quantize_slice(checkpoint, *sl.spec, p.type, host);
+      else
+        copy_packed(*sl.spec, *sl.view, true, "", host);
+      if (!up) up.emplace();
+      up->upload_bytes(host, dst);
+      dst += host.size();
+    }
+  }
+  return m;
 }
 
 MemoryStats CudaRunner::memory() const { return MemoryStats{weight_bytes_, kv_pool_.bytes(), device_.str()}; }
@@ -431,14 +575,6 @@ void CudaRunner::reserve_step_inputs(std::size_t ints) {
   for (auto& by_splits : graphs_)  // they read the old step_in_
     for (auto& pair : by_splits)
       for (GraphExec& g : pair) g.reset();
-}
-
-template <class Y>
-void CudaRunner::linear(const bf16_t* x, int n, const DeviceBuffer& wt, int rows, int cols, Y* y) {
-  if (n == 1 && use_gemv_)
-    kernels::gemv(w(wt), x, rows, cols, y, stream_.get());
-  else
-    blas_.linear(x, n, w(wt), rows, cols, y);
 }
 
 void CudaRunner::all_reduce(float* data, std::size_t count) {
@@ -502,7 +638,7 @@ void CudaRunner::run_layers(const PassPlan& p, int splits) {
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     const Layer& layer = layers_[i];
     kernels::add_rmsnorm(x, pending, w(layer.input_norm), h, n, hidden_, eps_, s);
-    linear(h, n, layer.qkv, qkv_rows_, hidden_, qkv_.data<bf16_t>());
+    linear(h, n, layer.qkv, qkv_.data<bf16_t>());
     if (p.decode_only && fuse_decode_rope_) {
       kernels::attention_decode(nullptr, rope(layer), kv(i), seqs, items, p.n_decode, hq_, hd_, scale_, splits,
                                 scratch, counters, attn_.data<bf16_t>(), s);
@@ -515,15 +651,15 @@ void CudaRunner::run_layers(const PassPlan& p, int splits) {
       kernels::attention_prefill(q_.data<bf16_t>(), kv(i), seqs, in + l.tiles, p.n_tiles, hq_, hd_, scale_,
                                  attn_.data<bf16_t>(), s);
     }
-    linear(attn_.data<bf16_t>(), n, layer.o, hidden_, hq_ * hd_, delta);
+    linear(attn_.data<bf16_t>(), n, layer.o, delta);
     all_reduce(delta, static_cast<std::size_t>(n) * hidden_);
     kernels::add_rmsnorm(x, delta, w(layer.post_norm), h, n, hidden_, eps_, s);
-    linear(h, n, layer.gate_up, 2 * ff_, hidden_, gate_up_.data<bf16_t>());
-    if (n == 1 && use_gemv_ && kernels::gemv_swiglu_supported(ff_)) {
+    linear(h, n, layer.gate_up, gate_up_.data<bf16_t>());
+    if (n == 1 && use_gemv_ && !layer.down.quantized() && kernels::gemv_swiglu_supported(ff_)) {
       kernels::gemv_swiglu(w(layer.down), gate_up_.data<bf16_t>(), hidden_, ff_, delta, false, s);
     } else {
       kernels::swiglu(gate_up_.data<bf16_t>(), n, ff_, act_.data<bf16_t>(), s);
-      linear(act_.data<bf16_t>(), n, layer.down, hidden_, ff_, delta);
+      linear(act_.data<bf16_t>(), n, layer.down, delta);
     }
     all_reduce(delta, static_cast<std::size_t>(n) * hidden_);
     pending = delta;
@@ -532,8 +668,7 @@ void CudaRunner::run_layers(const PassPlan& p, int splits) {
 }
 
 void CudaRunner::lm_head(const bf16_t* h_rows, int rows, float* out) {
-  const DeviceBuffer& head = cfg_.tie_word_embeddings ? embed_ : lm_head_;
-  linear(h_rows, rows, head, vocab_, hidden_, out);
+  linear(h_rows, rows, cfg_.tie_word_embeddings ? embed_ : lm_head_, out);
 }
 
 void CudaRunner::replay_graph(int graph, int split_bucket, const PassPlan& p, int splits, bool want_logits) {

@@ -1,0 +1,177 @@
+// FP8 e4m3 row quantization, GEMV and scale epilogue (fp8_kernels.hpp).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "backend/cuda/cuda_check.hpp"
+#include "backend/cuda/fp8_kernels.hpp"
+#include "backend/cuda/launch.cuh"
+#include "util/error.hpp"
+
+namespace neuron::backend::cuda::kernels {
+namespace {
+
+__device__ __forceinline__ float bf(bf16_t v) { return __uint_as_float(static_cast<unsigned>(v) << 16); }
+__device__ __forceinline__ bf16_t to_bf(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+constexpr int kQuantThreads = 256;
+
+// One block per row: the row's absolute maximum, then every element divided by its scale.
+__global__ void __launch_bounds__(kQuantThreads)
+    quantize_rows_kernel(const bf16_t* src, int cols, std::uint8_t* q, float* scale) {
+  grid_dependency_wait();
+  __shared__ float part[kQuantThreads / 32];
+  const std::size_t row = blockIdx.x;
+  const bf16_t* s = src + row * cols;
+  float m = 0.f;
+  for (int c = threadIdx.x; c < cols; c += kQuantThreads) m = fmaxf(m, fabsf(bf(s[c])));
+  m = warp_max(m);
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = m;
+  __syncthreads();
+  float amax = 0.f;
+#pragma unroll
+  for (int i = 0; i < kQuantThreads / 32; ++i) amax = fmaxf(amax, part[i]);
+  const float sc = amax > 0.f ? amax / kFp8Max : 1.f;
+  if (threadIdx.x == 0) scale[row] = sc;
+  const float inv = 1.f / sc;
+  for (int c = threadIdx.x; c < cols; c += kQuantThreads)
+    q[row * cols + c] = __nv_cvt_float_to_fp8(bf(s[c]) * inv, __NV_SATFINITE, __NV_E4M3);
+}
+
+__device__ __forceinline__ void emit(float* y, std::size_t i, float v, bool accumulate) {
+  y[i] = accumulate ? y[i] + v : v;
+}
+__device__ __forceinline__ void emit(bf16_t* y, std::size_t i, float v, bool) { y[i] = to_bf(v); }
+
+constexpr int kGemvWarps = 4;  // rows per block
+
+// 16 e4m3 weights (one uint4) dotted with 16 bf16 activations.
+__device__ __forceinline__ float dot16(uint4 wq, const bf16_t* x) {
+  const uint4 a = __ldg(reinterpret_cast<const uint4*>(x));
+  const uint4 b = __ldg(reinterpret_cast<const uint4*>(x) + 1);
+  const bf16_t* xs[2] = {reinterpret_cast<const bf16_t*>(&a), reinterpret_cast<const bf16_t*>(&b)};
+  const auto* pairs = reinterpret_cast<const __nv_fp8x2_storage_t*>(&wq);
+  float s = 0.f;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const float2 w = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pairs[k], __NV_E4M3)));
+    s = fmaf(w.x, bf(xs[k >> 2][(2 * k) & 7]), s);
+    s = fmaf(w.y, bf(xs[k >> 2][(2 * k + 1) & 7]), s);
+  }
+  return s;
+}
+
+template <int N, class OutT, bool Accumulate>
+__global__ void __launch_bounds__(kGemvWarps * 32)
+    fp8_gemv_kernel(const std::uint8_t* q, const float* scale, int rows, int cols, const bf16_t* x, int n, OutT* y,
+                    int ldy) {
+  const int lane = threadIdx.x & 31;
+  const int row = blockIdx.x * kGemvWarps + static_cast<int>(threadIdx.x >> 5);
+  grid_dependency_wait();
+  if (row >= rows) return;
+  const uint4* wr = reinterpret_cast<const uint4*>(q + static_cast<std::size_t>(row) * cols);
+  const int chunks = cols / 16;
+  float acc[N] = {};
+#pragma unroll 2
+  for (int c = lane; c < chunks; c += 32) {
+    const uint4 wq = __ldcs(wr + c);
+#pragma unroll
+    for (int t = 0; t < N; ++t) {
+      if (N > 1 && t >= n) break;
+      acc[t] += dot16(wq, x + static_cast<std::size_t>(t) * cols + 16 * c);
+    }
+  }
+  const float sc = scale[row];
+#pragma unroll
+  for (int t = 0; t < N; ++t) {
+    if (N > 1 && t >= n) break;
+    const float v = warp_sum(acc[t]);
+    if (lane == 0) emit(y, static_cast<std::size_t>(t) * ldy + row, v * sc, Accumulate);
+  }
+}
+
+template <class OutT>
+__global__ void scale_rows_kernel(const float* acc, int n, int rows, const float* w_scale, const float* x_scale,
+                                  OutT* y, int ldy) {
+  grid_dependency_wait();
+  const std::size_t total = static_cast<std::size_t>(n) * rows;
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < total;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    const std::size_t t = i / rows, r = i % rows;
+    emit(y, t * ldy + r, acc[i] * w_scale[r] * x_scale[t], false);
+  }
+}
+
+unsigned grid_for(std::size_t count, int threads) {
+  return static_cast<unsigned>(std::min<std::size_t>((count + threads - 1) / threads, 65535u * 16));
+}
+
+template <class OutT, bool Accumulate>
+void gemv_dispatch(const std::uint8_t* q, const float* scale, int rows, int cols, const bf16_t* x, int n, OutT* y,
+                   int ldy, cudaStream_t stream) {
+  if (rows <= 0 || n <= 0) return;
+  NEURON_ASSERT(n <= kFp8GemvMaxTokens && cols % 16 == 0 && reinterpret_cast<std::uintptr_t>(q) % 16 == 0 &&
+                reinterpret_cast<std::uintptr_t>(x) % 16 == 0);
+  const dim3 grid(static_cast<unsigned>((rows + kGemvWarps - 1) / kGemvWarps));
+  auto go = [&](auto kernel) {
+    launch(kernel, grid, kGemvWarps * 32, 0, stream, "fp8_gemv", q, scale, rows, cols, x, n, y, ldy);
+  };
+  if (n == 1)
+    go(fp8_gemv_kernel<1, OutT, Accumulate>);
+  else if (n == 2)
+    go(fp8_gemv_kernel<2, OutT, Accumulate>);
+  else if (n <= 4)
+    go(fp8_gemv_kernel<4, OutT, Accumulate>);
+  else
+    go(fp8_gemv_kernel<8, OutT, Accumulate>);
+}
+
+}  // namespace
+
+void fp8_quantize_rows(const bf16_t* src, int rows, int cols, std::uint8_t* q, float* scale, cudaStream_t stream) {
+  if (rows <= 0) return;
+  launch(quantize_rows_kernel, dim3(static_cast<unsigned>(rows)), kQuantThreads, 0, stream, "fp8_quantize_rows", src,
+         cols, q, scale);
+}
+
+void fp8_gemv(const std::uint8_t* q, const float* scale, int rows, int cols, const bf16_t* x, int n, float* y, int ldy,
+              bool accumulate, cudaStream_t stream) {
+  if (accumulate)
+    gemv_dispatch<float, true>(q, scale, rows, cols, x, n, y, ldy, stream);
+  else
+    gemv_dispatch<float, false>(q, scale, rows, cols, x, n, y, ldy, stream);
+}
+
+void fp8_gemv(const std::uint8_t* q, const float* scale, int rows, int cols, const bf16_t* x, int n, bf16_t* y, int ldy,
+              cudaStream_t stream) {
+  gemv_dispatch<bf16_t, false>(q, scale, rows, cols, x, n, y, ldy, stream);
+}
+
+void fp8_scale_rows(const float* acc, int n, int rows, const float* w_scale, const float* x_scale, float* y, int ldy,
+                    cudaStream_t stream) {
+  if (n <= 0 || rows <= 0) return;
+  launch(scale_rows_kernel<float>, grid_for(static_cast<std::size_t>(n) * rows, 256), 256, 0, stream,
+         "fp8_scale_rows", acc, n, rows, w_scale, x_scale, y, ldy);
+}
+
+void fp8_scale_rows(const float* acc, int n, int rows, const float* w_scale, const float* x_scale, bf16_t* y, int ldy,
+                    cudaStream_t stream) {
+  if (n <= 0 || rows <= 0) return;
+  launch(scale_rows_kernel<bf16_t>, grid_for(static_cast<std::size_t>(n) * rows, 256), 256, 0, stream,
+         "fp8_scale_rows", acc, n, rows, w_scale, x_scale, y, ldy);
+}
+
+}  // namespace neuron::backend::cuda::kernels

@@ -1,0 +1,53 @@
+#pragma once
+// CUDA kernels over weights kept in GGUF block formats (quant/ggml_type.hpp):
+// the packed rows are what the device holds, decoded in registers as they
+// are read, so a decode step reads each weight's blocks once.
+//
+// A packed matrix W [rows, cols] is `rows` rows of quant::row_bytes(type,
+// cols) bytes, back to back; cols is a multiple of the type's block size.
+// Supported types: Q8_0, Q4_0, Q4_K, Q5_K, Q6_K. Q4_K and Q5_K rows must
+// start 16-byte aligned (their rows are whole 16-byte multiples, so a matrix
+// at an aligned address qualifies); the others need 2-byte alignment.
+//
+// Dequantization is bit-equal to quant::dequantize_row (the reference's f16
+// scales and float operations, in its order, with no contraction into FMAs).
+// The GEMV accumulates those exact weights times the bf16 activations in
+// f32, so it matches a dequantize-then-f32 product to rounding.
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cuda/kernels.hpp"
+#include "quant/ggml_type.hpp"
+
+namespace neuron::backend::cuda::kernels {
+
+// True for the block types these kernels compute with.
+bool quant_supported(quant::GgmlType type) noexcept;
+
+inline constexpr int kQuantGemvMaxTokens = 8;  // tokens one quant_gemv call serves
+
+// y[t * ldy + r] (+)= sum_c W[r, c] * x[t * cols + c] for t < n, r < rows:
+// W packed [rows, cols], x [n, cols] bf16 (16-byte aligned, cols % 8 == 0),
+// 1 <= n <= kQuantGemvMaxTokens. One warp per row, reading its blocks once
+// for all n tokens. `accumulate` adds into f32 y (one thread per output: deterministic).
+void quant_gemv(quant::GgmlType type, const void* w, int rows, int cols, const bf16_t* x, int n, float* y, int ldy,
+                bool accumulate, cudaStream_t stream);
+void quant_gemv(quant::GgmlType type, const void* w, int rows, int cols, const bf16_t* x, int n, bf16_t* y, int ldy,
+                cudaStream_t stream);
+
+// W packed [rows, cols] to f32 out [rows, cols], bit-equal to quant::dequantize_row.
+void dequantize_f32(quant::GgmlType type, const void* w, int rows, int cols, float* out, cudaStream_t stream);
+
+// W packed [rows, cols] as two bf16 terms, hi = bf16(w) and lo = bf16(w - hi),
+// each [rows, cols] row-major: hi + lo is w to within 2^-17 |w|, so a bf16
+// tensor-core product summed over both terms keeps a quantized prefill within
+// ~4e-6 (of sum |w x|) of the f32 product.
+void dequantize_bf16_split(quant::GgmlType type, const void* w, int rows, int cols, bf16_t* hi, bf16_t* lo,
+                           cudaStream_t stream);
+
+// y[t * ldy + r] = bf16(src[t * rows + r]) for t < n, r < rows: an f32 product to its bf16 destination.
+void store_rows_bf16(const float* src, int n, int rows, bf16_t* y, int ldy, cudaStream_t stream);
+
+}  // namespace neuron::backend::cuda::kernels
