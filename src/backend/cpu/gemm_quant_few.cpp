@@ -93,15 +93,25 @@ struct Q6_KScales {
   }
 };
 
-// Q4_K: (d * sc_j) * q - dmin * m_j for sub-block j (32 columns, a nibble of 32 bytes).
+// Q4_K: (d * sc_j) * q - dmin * m_j for sub-block j (32 columns, a nibble of
+// 32 bytes). The sub-block's 16 possible values are one fused multiply-add
+// over 0..15, and vpermps looks them up by the nibble: no conversion to f32
+// and no scale per weight. vpermps reads only an index's low 4 bits, so the
+// low nibble needs no mask and the high one a single shift; one widening of
+// 16 bytes serves both nibbles (the unrolled loop's two chunks of a byte load).
 struct Q4_K : Q4_KScales {
   NEURON_AVX512 void chunk(int i, __m512& lo, __m512& hi) const {
-    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + (i / 2) * 32));
-    const __m256i low4 = _mm256_set1_epi8(0x0F);
-    const __m256i nib = (i & 1) ? _mm256_and_si256(_mm256_srli_epi16(v, 4), low4) : _mm256_and_si256(v, low4);
-    const __m512 s = _mm512_set1_ps(scale[i]), m = _mm512_set1_ps(min[i]);
-    lo = _mm512_fmsub_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(nib))), s, m);
-    hi = _mm512_fmsub_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(nib, 1))), s, m);
+    const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512 lut = _mm512_fmsub_ps(iota, _mm512_set1_ps(scale[i]), _mm512_set1_ps(min[i]));  // [16] weights by q
+    const std::byte* p = q + (i / 2) * 32;
+    __m512i a = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)));
+    if (i & 1) {
+      a = _mm512_srli_epi32(a, 4);
+      b = _mm512_srli_epi32(b, 4);
+    }
+    lo = _mm512_permutexvar_ps(a, lut);
+    hi = _mm512_permutexvar_ps(b, lut);
   }
 };
 
