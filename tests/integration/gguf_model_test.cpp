@@ -139,6 +139,14 @@ TEST_F(GgufModel, QuantizeAtLoadRefusesWhatItCannotDo) {
   }
   o.quantize = quant::GgmlType::q5_k;
   EXPECT_THROW((void)engine::open_runner(o), Error);
+  o.quantize = quant::GgmlType::fp8_e4m3;  // a CUDA format
+  try {
+    (void)engine::open_runner(o);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), errc::unsupported_arch);
+    EXPECT_NE(std::string(e.what()).find("runs on CUDA"), std::string::npos) << e.what();
+  }
   // TP=2 gives each rank 48 of down_proj's 96 columns: not whole Q8_0 blocks.
   o = options(kTiny, 2);
   o.quantize = quant::GgmlType::q8_0;

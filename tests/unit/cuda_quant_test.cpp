@@ -280,7 +280,7 @@ TEST_F(CudaQuant, Fp8RowsKeepEachWeightWithinTheFormatsPrecisionAndTheGemvIsExac
   }
   auto dw = upload(w);
   auto dq = poisoned(static_cast<std::size_t>(rows) * cols), ds = poisoned(4 * static_cast<std::size_t>(rows));
-  kernels::fp8_quantize_rows(dw.data<bf16_t>(), rows, cols, dq.data<std::uint8_t>(), ds.data<float>(), s());
+  kernels::fp8_quantize_rows(dw.data<bf16_t>(), rows, cols, 0, cols, dq.data<std::uint8_t>(), ds.data<float>(), s());
   const auto q = download<std::uint8_t>(dq, static_cast<std::size_t>(rows) * cols);
   const auto scale = download<float>(ds, rows);
   std::vector<float> wf(q.size());  // the weights the FP8 matrix stands for
@@ -297,6 +297,14 @@ TEST_F(CudaQuant, Fp8RowsKeepEachWeightWithinTheFormatsPrecisionAndTheGemvIsExac
       wf[i] = static_cast<float>(e4m3(q[i])) * scale[r];
     }
   }
+  // A tensor-parallel rank's columns [256, 768), scaled by the whole row: TP=1's bytes and scales.
+  auto dq2 = poisoned(static_cast<std::size_t>(rows) * 512), ds2 = poisoned(4 * static_cast<std::size_t>(rows));
+  kernels::fp8_quantize_rows(dw.data<bf16_t>(), rows, cols, 256, 512, dq2.data<std::uint8_t>(), ds2.data<float>(), s());
+  const auto q2 = download<std::uint8_t>(dq2, static_cast<std::size_t>(rows) * 512);
+  EXPECT_EQ(download<float>(ds2, rows), scale);
+  for (int r = 0; r < rows; ++r)
+    ASSERT_EQ(std::memcmp(q2.data() + static_cast<std::size_t>(r) * 512, q.data() + static_cast<std::size_t>(r) * cols + 256, 512), 0)
+        << "row " << r;
   for (int n : {1, 3, 8}) {
     const auto x = random_x(static_cast<std::size_t>(n) * cols);
     const Reference ref = reference(wf, x, rows, cols, n);
@@ -321,7 +329,7 @@ TEST_F(CudaQuant, Fp8PrefillOnTheTensorCoresMatchesWithBothScalingPaths) {
   auto dw = upload(w);
   m.data = DeviceBuffer(static_cast<std::size_t>(rows) * cols + 4 * rows + 256);
   m.parts.push_back({GgmlType::fp8_e4m3, rows, 0, static_cast<std::size_t>(rows) * cols});
-  kernels::fp8_quantize_rows(dw.data<bf16_t>(), rows, cols, m.data.data<std::uint8_t>(),
+  kernels::fp8_quantize_rows(dw.data<bf16_t>(), rows, cols, 0, cols, m.data.data<std::uint8_t>(),
                              reinterpret_cast<float*>(m.data.data<std::byte>() + m.parts[0].scales), s());
   std::vector<float> wf(static_cast<std::size_t>(rows) * cols);
   for (std::size_t i = 0; i < wf.size(); ++i) wf[i] = bf16_to_f32(w[i]);

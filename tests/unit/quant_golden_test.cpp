@@ -145,5 +145,19 @@ TEST(GgmlTypes, TraitsAndNames) {
       Error);
 }
 
+// FP8 is neuron's own load-time format: parsed from a spec, never accepted from a file.
+TEST(GgmlTypes, Fp8IsALoadTimeFormatNotAGgufType) {
+  EXPECT_EQ(parse_ggml_type("fp8"), GgmlType::fp8_e4m3);
+  EXPECT_EQ(ggml_type_name(GgmlType::fp8_e4m3), "FP8");
+  EXPECT_FALSE(ggml_type_traits(static_cast<std::uint32_t>(GgmlType::fp8_e4m3)).has_value());
+  EXPECT_TRUE(quantizable_at_load(GgmlType::fp8_e4m3));
+  EXPECT_TRUE(quantizable_at_load(GgmlType::q4_k));
+  EXPECT_FALSE(quantizable_at_load(GgmlType::q5_k));
+  EXPECT_FALSE(quantizable_at_load(GgmlType::bf16));
+  std::vector<float> f(32, 1.f);
+  std::vector<std::byte> b(32);
+  EXPECT_THROW(quantize_row(GgmlType::fp8_e4m3, f.data(), b.data(), 32), Error);  // made on the device
+}
+
 }  // namespace
 }  // namespace neuron::quant

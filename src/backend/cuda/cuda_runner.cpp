@@ -510,15 +510,23 @@ DeviceMatrix CudaRunner::matrix(std::initializer_list<const model::SliceSpec*> s
     const DeviceMatrix::Part& p = m.parts[i];
     std::byte* dst = m.data.data<std::byte>() + p.offset;
     if (p.type == GgmlType::fp8_e4m3) {
-      // The part in bf16 first (a temporary), then quantized row by row on the device.
-      DeviceBuffer staged(2 * static_cast<std::size_t>(p.rows) * cols);  // [rows, cols] bf16
+      // The part's whole rows in bf16 first (a temporary: a rank holding some
+      // columns scales by the whole row, as TP=1 does), then quantized on the device.
+      const model::SliceSpec& first = *by_part[i].slices.front().spec;
+      const std::int64_t full_cols = first.shape.size() == 2 ? first.shape[1] : first.cols();
+      DeviceBuffer staged(2 * static_cast<std::size_t>(p.rows) * static_cast<std::size_t>(full_cols));  // [rows, full_cols] bf16
       bf16_t* at = staged.data<bf16_t>();
       for (const Slice& sl : by_part[i].slices) {
-        place(*sl.spec, checkpoint, up, at);
-        at += sl.spec->numel();
+        NEURON_ASSERT(sl.spec->col_begin == first.col_begin);
+        model::SliceSpec whole = *sl.spec;
+        whole.col_begin = 0;
+        whole.col_end = full_cols;
+        place(whole, checkpoint, up, at);
+        at += whole.numel();
       }
       if (up) up->finish();  // the copies run on the uploader's stream
-      kernels::fp8_quantize_rows(staged.data<bf16_t>(), p.rows, m.cols, reinterpret_cast<std::uint8_t*>(dst),
+      kernels::fp8_quantize_rows(staged.data<bf16_t>(), p.rows, static_cast<int>(full_cols),
+                                 static_cast<int>(first.col_begin), m.cols, reinterpret_cast<std::uint8_t*>(dst),
                                  reinterpret_cast<float*>(m.data.data<std::byte>() + p.scales), stream_.get());
       stream_.synchronize();  // before `staged` goes
       continue;

@@ -31,13 +31,13 @@ constexpr int kQuantThreads = 256;
 
 // One block per row: the row's absolute maximum, then every element divided by its scale.
 __global__ void __launch_bounds__(kQuantThreads)
-    quantize_rows_kernel(const bf16_t* src, int cols, std::uint8_t* q, float* scale) {
+    quantize_rows_kernel(const bf16_t* src, int src_cols, int col0, int cols, std::uint8_t* q, float* scale) {
   grid_dependency_wait();
   __shared__ float part[kQuantThreads / 32];
   const std::size_t row = blockIdx.x;
-  const bf16_t* s = src + row * cols;
+  const bf16_t* s = src + row * src_cols;
   float m = 0.f;
-  for (int c = threadIdx.x; c < cols; c += kQuantThreads) m = fmaxf(m, fabsf(bf(s[c])));
+  for (int c = threadIdx.x; c < src_cols; c += kQuantThreads) m = fmaxf(m, fabsf(bf(s[c])));
   m = warp_max(m);
   if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = m;
   __syncthreads();
@@ -48,7 +48,7 @@ __global__ void __launch_bounds__(kQuantThreads)
   if (threadIdx.x == 0) scale[row] = sc;
   const float inv = 1.f / sc;
   for (int c = threadIdx.x; c < cols; c += kQuantThreads)
-    q[row * cols + c] = __nv_cvt_float_to_fp8(bf(s[c]) * inv, __NV_SATFINITE, __NV_E4M3);
+    q[row * cols + c] = __nv_cvt_float_to_fp8(bf(s[col0 + c]) * inv, __NV_SATFINITE, __NV_E4M3);
 }
 
 __device__ __forceinline__ void emit(float* y, std::size_t i, float v, bool accumulate) {
@@ -56,20 +56,29 @@ __device__ __forceinline__ void emit(float* y, std::size_t i, float v, bool accu
 }
 __device__ __forceinline__ void emit(bf16_t* y, std::size_t i, float v, bool) { y[i] = to_bf(v); }
 
-constexpr int kGemvWarps = 4;  // rows per block
+constexpr int kGemvWarps = 4;        // warps per block
+constexpr int kGemvRowsPerWarp = 2;  // rows a warp serves together (sharing each x load)
 
-// 16 e4m3 weights (one uint4) dotted with 16 bf16 activations.
-__device__ __forceinline__ float dot16(uint4 wq, const bf16_t* x) {
-  const uint4 a = __ldg(reinterpret_cast<const uint4*>(x));
-  const uint4 b = __ldg(reinterpret_cast<const uint4*>(x) + 1);
-  const bf16_t* xs[2] = {reinterpret_cast<const bf16_t*>(&a), reinterpret_cast<const bf16_t*>(&b)};
+// x[16] (16 bf16 from a 32-byte aligned address) as f32.
+__device__ __forceinline__ void load_x16(const bf16_t* x, float* xf) {
+  const uint4 v[2] = {__ldg(reinterpret_cast<const uint4*>(x)), __ldg(reinterpret_cast<const uint4*>(x) + 1)};
+  const auto* w = reinterpret_cast<const unsigned*>(v);
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    xf[2 * k] = __uint_as_float(w[k] << 16);
+    xf[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+  }
+}
+
+// 16 e4m3 weights (one uint4) dotted with 16 f32 activations.
+__device__ __forceinline__ float dot16(uint4 wq, const float* xf) {
   const auto* pairs = reinterpret_cast<const __nv_fp8x2_storage_t*>(&wq);
   float s = 0.f;
 #pragma unroll
   for (int k = 0; k < 8; ++k) {
     const float2 w = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pairs[k], __NV_E4M3)));
-    s = fmaf(w.x, bf(xs[k >> 2][(2 * k) & 7]), s);
-    s = fmaf(w.y, bf(xs[k >> 2][(2 * k + 1) & 7]), s);
+    s = fmaf(w.x, xf[2 * k], s);
+    s = fmaf(w.y, xf[2 * k + 1], s);
   }
   return s;
 }
@@ -78,28 +87,53 @@ template <int N, class OutT, bool Accumulate>
 __global__ void __launch_bounds__(kGemvWarps * 32)
     fp8_gemv_kernel(const std::uint8_t* q, const float* scale, int rows, int cols, const bf16_t* x, int n, OutT* y,
                     int ldy) {
+  constexpr int R = kGemvRowsPerWarp;
   const int lane = threadIdx.x & 31;
-  const int row = blockIdx.x * kGemvWarps + static_cast<int>(threadIdx.x >> 5);
-  grid_dependency_wait();
-  if (row >= rows) return;
-  const uint4* wr = reinterpret_cast<const uint4*>(q + static_cast<std::size_t>(row) * cols);
+  const int row0 = (blockIdx.x * kGemvWarps + static_cast<int>(threadIdx.x >> 5)) * R;
   const int chunks = cols / 16;
-  float acc[N] = {};
-#pragma unroll 2
+  const uint4* wr[R];
+#pragma unroll
+  for (int i = 0; i < R; ++i)
+    wr[i] = reinterpret_cast<const uint4*>(q + static_cast<std::size_t>(min(row0 + i, rows - 1)) * cols);
+  // The first chunks are requested before waiting on the previous kernel: weights do not depend on it.
+  uint4 cur[R];
+  if (row0 < rows && lane < chunks) {
+#pragma unroll
+    for (int i = 0; i < R; ++i) cur[i] = __ldcs(wr[i] + lane);
+  }
+  grid_dependency_wait();
+  if (row0 >= rows) return;
+  float acc[R][N] = {};
   for (int c = lane; c < chunks; c += 32) {
-    const uint4 wq = __ldcs(wr + c);
+    uint4 next[R];
+    const bool more = c + 32 < chunks;
+    if (more) {
+#pragma unroll
+      for (int i = 0; i < R; ++i) next[i] = __ldcs(wr[i] + c + 32);
+    }
 #pragma unroll
     for (int t = 0; t < N; ++t) {
       if (N > 1 && t >= n) break;
-      acc[t] += dot16(wq, x + static_cast<std::size_t>(t) * cols + 16 * c);
+      float xf[16];
+      load_x16(x + static_cast<std::size_t>(t) * cols + 16 * c, xf);
+#pragma unroll
+      for (int i = 0; i < R; ++i) acc[i][t] += dot16(cur[i], xf);
+    }
+    if (more) {
+#pragma unroll
+      for (int i = 0; i < R; ++i) cur[i] = next[i];
     }
   }
-  const float sc = scale[row];
 #pragma unroll
-  for (int t = 0; t < N; ++t) {
-    if (N > 1 && t >= n) break;
-    const float v = warp_sum(acc[t]);
-    if (lane == 0) emit(y, static_cast<std::size_t>(t) * ldy + row, v * sc, Accumulate);
+  for (int i = 0; i < R; ++i) {
+    if (row0 + i >= rows) break;
+    const float sc = scale[row0 + i];
+#pragma unroll
+    for (int t = 0; t < N; ++t) {
+      if (N > 1 && t >= n) break;
+      const float v = warp_sum(acc[i][t]);
+      if (lane == 0) emit(y, static_cast<std::size_t>(t) * ldy + row0 + i, v * sc, Accumulate);
+    }
   }
 }
 
@@ -125,7 +159,8 @@ void gemv_dispatch(const std::uint8_t* q, const float* scale, int rows, int cols
   if (rows <= 0 || n <= 0) return;
   NEURON_ASSERT(n <= kFp8GemvMaxTokens && cols % 16 == 0 && reinterpret_cast<std::uintptr_t>(q) % 16 == 0 &&
                 reinterpret_cast<std::uintptr_t>(x) % 16 == 0);
-  const dim3 grid(static_cast<unsigned>((rows + kGemvWarps - 1) / kGemvWarps));
+  const int rows_per_block = kGemvWarps * kGemvRowsPerWarp;
+  const dim3 grid(static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block));
   auto go = [&](auto kernel) {
     launch(kernel, grid, kGemvWarps * 32, 0, stream, "fp8_gemv", q, scale, rows, cols, x, n, y, ldy);
   };
@@ -141,10 +176,12 @@ void gemv_dispatch(const std::uint8_t* q, const float* scale, int rows, int cols
 
 }  // namespace
 
-void fp8_quantize_rows(const bf16_t* src, int rows, int cols, std::uint8_t* q, float* scale, cudaStream_t stream) {
+void fp8_quantize_rows(const bf16_t* src, int rows, int src_cols, int col0, int cols, std::uint8_t* q, float* scale,
+                       cudaStream_t stream) {
   if (rows <= 0) return;
+  NEURON_ASSERT(col0 >= 0 && cols >= 0 && col0 + cols <= src_cols);
   launch(quantize_rows_kernel, dim3(static_cast<unsigned>(rows)), kQuantThreads, 0, stream, "fp8_quantize_rows", src,
-         cols, q, scale);
+         src_cols, col0, cols, q, scale);
 }
 
 void fp8_gemv(const std::uint8_t* q, const float* scale, int rows, int cols, const bf16_t* x, int n, float* y, int ldy,

@@ -20,10 +20,13 @@ namespace neuron::backend::cuda::kernels {
 
 inline constexpr float kFp8Max = 448.f;  // largest finite e4m3
 
-// Per row r of src [rows, cols] bf16: scale[r] = max |src[r, :]| / 448 (1
-// for an all-zero row), q[r, c] = e4m3(src[r, c] / scale[r]) rounded to
-// nearest even, saturating. q [rows, cols] bytes, scale [rows] f32.
-void fp8_quantize_rows(const bf16_t* src, int rows, int cols, std::uint8_t* q, float* scale, cudaStream_t stream);
+// Per row r of src [rows, src_cols] bf16: scale[r] = max |src[r, :]| / 448
+// (1 for an all-zero row), q[r, c] = e4m3(src[r, col0 + c] / scale[r]) for
+// c < cols, rounded to nearest even, saturating. q [rows, cols] bytes, scale
+// [rows] f32. A tensor-parallel rank holding columns [col0, col0 + cols) of a
+// row passes the whole row, so its scale, and so its bytes, are TP=1's.
+void fp8_quantize_rows(const bf16_t* src, int rows, int src_cols, int col0, int cols, std::uint8_t* q, float* scale,
+                       cudaStream_t stream);
 
 // y[t * ldy + r] (+)= scale[r] * sum_c e4m3(q[r, c]) * x[t * cols + c], for
 // t < n <= kFp8GemvMaxTokens: q [rows, cols] (16-byte aligned, cols % 16 == 0), x [n, cols] bf16.

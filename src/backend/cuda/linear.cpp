@@ -124,7 +124,7 @@ void Linear::fp8(const bf16_t* x, int n, const DeviceMatrix& w, const DeviceMatr
   NEURON_ASSERT(xq_ && n <= max_tokens_ && w.cols <= max_cols_);
   auto* xq = xq_.data<std::uint8_t>();
   float* x_scale = x_scale_.data<float>();
-  kernels::fp8_quantize_rows(x, n, w.cols, xq, x_scale, stream_);
+  kernels::fp8_quantize_rows(x, n, w.cols, 0, w.cols, xq, x_scale, stream_);
   if (fp8_outer_scales_ && blas_.fp8_linear_scaled(xq, x_scale, n, q, w_scale, p.rows, w.cols, y + row0, w.rows))
     return;
   fp8_outer_scales_ = false;  // this cuBLASLt cannot: scale plain products from now on

@@ -184,77 +184,298 @@ struct Q6_K {
   }
 };
 
-__device__ __forceinline__ float dot16(const float* w, const bf16_t* x) {
-  const uint4 a = __ldg(reinterpret_cast<const uint4*>(x));
-  const uint4 b = __ldg(reinterpret_cast<const uint4*>(x) + 1);
-  const bf16_t* xa = reinterpret_cast<const bf16_t*>(&a);
-  const bf16_t* xb = reinterpret_cast<const bf16_t*>(&b);
-  float s = 0.f;
-#pragma unroll
-  for (int k = 0; k < 8; ++k) s = fmaf(w[k], bf(xa[k]), s);
-#pragma unroll
-  for (int k = 0; k < 8; ++k) s = fmaf(w[8 + k], bf(xb[k]), s);
-  return s;
+// ---- GEMV --------------------------------------------------------------
+// The GEMV never forms the weights: within a run of 16 columns every type is
+// w = a * q + b with q a small unsigned integer (Q4_K: a = d * sc, b = -dmin
+// * m; Q6_K: a = d * sc, b = -32 a; Q8_0: q biased by 128), so
+//   sum_k w_k x_k = a * sum_k q_k x_k + b * sum_k x_k.
+// q reaches f32 without a conversion instruction: its byte goes under the
+// exponent of 2^23 (one byte permute) and 2^23 is subtracted (exact). The
+// run's x sum is shared by the rows a lane serves (kGemvRowsPerWarp).
+
+// Float value of byte k (0..3) of `word`, an unsigned integer below 256.
+__device__ __forceinline__ float byte_float(unsigned word, int k) {
+  return __int_as_float(static_cast<int>(__byte_perm(word, 0x4B000000u, 0x7540u + k))) - 8388608.f;
 }
+// q[16] from four words of bytes below 256.
+__device__ __forceinline__ void bytes_float(const unsigned (&w)[4], float* q) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int k = 0; k < 4; ++k) q[4 * i + k] = byte_float(w[i], k);
+}
+__device__ __forceinline__ unsigned u16_pair(const std::uint8_t* p) {  // 4 bytes from a 2-byte aligned address
+  const auto* s = reinterpret_cast<const unsigned short*>(p);
+  return static_cast<unsigned>(__ldg(s)) | (static_cast<unsigned>(__ldg(s + 1)) << 16);
+}
+
+// Each GEMV view: Raw is what a lane loads for one unit of one row (issued
+// early, before the previous kernel finishes); run() turns run r of it into
+// q[16] and the run's a, b; col() is the run's first column.
+struct GemvQ8_0 {
+  static constexpr int kBlock = 32, kUnits = 1, kRuns = 2;
+  struct Raw {
+    unsigned q[8];
+    unsigned short d;
+  };
+  __device__ static Raw load(const std::uint8_t* row, int u) {
+    const std::uint8_t* p = row + static_cast<std::size_t>(u) * quant::kQ8_0Bytes;
+    Raw r;
+    r.d = __ldg(reinterpret_cast<const unsigned short*>(p));
+#pragma unroll
+    for (int i = 0; i < 8; ++i) r.q[i] = u16_pair(p + 2 + 4 * i);
+    return r;
+  }
+  __device__ static int col(int u, int r) { return 32 * u + 16 * r; }
+  __device__ static void run(const Raw& raw, int, int r, float* q, float& a, float& b) {
+    unsigned w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) w[i] = raw.q[4 * r + i] ^ 0x80808080u;  // int8 + 128
+    bytes_float(w, q);
+    a = __half2float(__ushort_as_half(raw.d));
+    b = -128.f * a;
+  }
+};
+
+struct GemvQ4_0 {
+  static constexpr int kBlock = 32, kUnits = 1, kRuns = 2;
+  struct Raw {
+    unsigned q[4];
+    unsigned short d;
+  };
+  __device__ static Raw load(const std::uint8_t* row, int u) {
+    const std::uint8_t* p = row + static_cast<std::size_t>(u) * quant::kQ4_0Bytes;
+    Raw r;
+    r.d = __ldg(reinterpret_cast<const unsigned short*>(p));
+#pragma unroll
+    for (int i = 0; i < 4; ++i) r.q[i] = u16_pair(p + 2 + 4 * i);
+    return r;
+  }
+  __device__ static int col(int u, int r) { return 32 * u + 16 * r; }
+  __device__ static void run(const Raw& raw, int, int r, float* q, float& a, float& b) {
+    unsigned w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) w[i] = (raw.q[i] >> (4 * r)) & 0x0F0F0F0Fu;
+    bytes_float(w, q);
+    a = __half2float(__ushort_as_half(raw.d));
+    b = -8.f * a;
+  }
+};
+
+// The Q4_K / Q5_K super-block header: d, dmin and the 12 packed 6-bit scales and mins.
+struct KHeader {
+  unsigned dd;
+  unsigned sc[3];
+  __device__ void load(const std::uint8_t* p) {
+    dd = __ldg(reinterpret_cast<const unsigned*>(p));
+#pragma unroll
+    for (int i = 0; i < 3; ++i) sc[i] = __ldg(reinterpret_cast<const unsigned*>(p + 4) + i);
+  }
+  // a, b of sub-block j: a = d * scale, b = -(dmin * min).
+  __device__ void scale(int j, float& a, float& b) const {
+    const auto* bytes = reinterpret_cast<const std::uint8_t*>(sc);
+    int s, m;
+    scale_min_k4(j, bytes, s, m);
+    a = __half2float(__ushort_as_half(static_cast<unsigned short>(dd & 0xffff))) * static_cast<float>(s);
+    b = -(__half2float(__ushort_as_half(static_cast<unsigned short>(dd >> 16))) * static_cast<float>(m));
+  }
+};
+
+struct GemvQ4_K {
+  static constexpr int kBlock = 256, kUnits = 8, kRuns = 2;
+  struct Raw {
+    uint4 q;
+    KHeader h;
+  };
+  __device__ static Raw load(const std::uint8_t* row, int u) {
+    const std::uint8_t* p = row + static_cast<std::size_t>(u >> 3) * quant::kQ4_KBytes;
+    Raw r;
+    r.h.load(p);
+    r.q = __ldg(reinterpret_cast<const uint4*>(p + 16 + 16 * (u & 7)));
+    return r;
+  }
+  __device__ static int col(int u, int r) { return (u >> 3) * 256 + 64 * ((u & 7) >> 1) + 16 * (u & 1) + 32 * r; }
+  __device__ static void run(const Raw& raw, int u, int r, float* q, float& a, float& b) {
+    const unsigned src[4] = {raw.q.x, raw.q.y, raw.q.z, raw.q.w};
+    unsigned w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) w[i] = (src[i] >> (4 * r)) & 0x0F0F0F0Fu;
+    bytes_float(w, q);
+    raw.h.scale(2 * ((u & 7) >> 1) + r, a, b);
+  }
+};
+
+struct GemvQ5_K {
+  static constexpr int kBlock = 256, kUnits = 8, kRuns = 2;
+  struct Raw {
+    uint4 ql, qh;
+    KHeader h;
+  };
+  __device__ static Raw load(const std::uint8_t* row, int u) {
+    const int j = (u & 7) >> 1, l0 = 16 * (u & 1);
+    const std::uint8_t* p = row + static_cast<std::size_t>(u >> 3) * quant::kQ5_KBytes;
+    Raw r;
+    r.h.load(p);
+    r.ql = __ldg(reinterpret_cast<const uint4*>(p + 48 + 32 * j + l0));
+    r.qh = __ldg(reinterpret_cast<const uint4*>(p + 16 + l0));
+    return r;
+  }
+  __device__ static int col(int u, int r) { return GemvQ4_K::col(u, r); }
+  __device__ static void run(const Raw& raw, int u, int r, float* q, float& a, float& b) {
+    const int j = (u & 7) >> 1, bit = 2 * j + r;
+    const unsigned lo[4] = {raw.ql.x, raw.ql.y, raw.ql.z, raw.ql.w};
+    const unsigned hi[4] = {raw.qh.x, raw.qh.y, raw.qh.z, raw.qh.w};
+    unsigned w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) w[i] = ((lo[i] >> (4 * r)) & 0x0F0F0F0Fu) | (((hi[i] >> bit) & 0x01010101u) << 4);
+    bytes_float(w, q);
+    raw.h.scale(2 * j + r, a, b);
+  }
+};
+
+struct GemvQ6_K {
+  static constexpr int kBlock = 256, kUnits = 4, kRuns = 4;
+  struct Raw {
+    unsigned lo[4], hi[4], qh[4];
+    unsigned sc;  // the run scales sc[is], sc[is + 2], sc[is + 4], sc[is + 6] as bytes
+    unsigned short d;
+  };
+  __device__ static Raw load(const std::uint8_t* row, int u) {
+    const int i = u & 3, h = i >> 1, l0 = 16 * (i & 1);
+    const std::uint8_t* p = row + static_cast<std::size_t>(u >> 2) * quant::kQ6_KBytes;
+    Raw r;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      r.lo[k] = u16_pair(p + 64 * h + l0 + 4 * k);
+      r.hi[k] = u16_pair(p + 64 * h + 32 + l0 + 4 * k);
+      r.qh[k] = u16_pair(p + 128 + 32 * h + l0 + 4 * k);
+    }
+    const std::uint8_t* sc = p + 192 + 8 * h + (i & 1);
+    r.sc = static_cast<unsigned>(__ldg(sc)) | (static_cast<unsigned>(__ldg(sc + 2)) << 8) |
+           (static_cast<unsigned>(__ldg(sc + 4)) << 16) | (static_cast<unsigned>(__ldg(sc + 6)) << 24);
+    r.d = __ldg(reinterpret_cast<const unsigned short*>(p + 208));
+    return r;
+  }
+  __device__ static int col(int u, int r) { return (u >> 2) * 256 + 128 * ((u & 3) >> 1) + 16 * (u & 1) + 32 * r; }
+  __device__ static void run(const Raw& raw, int, int r, float* q, float& a, float& b) {
+    const unsigned* src = (r & 1) ? raw.hi : raw.lo;  // runs 0, 2: ql[l]; runs 1, 3: ql[l + 32]
+    const int nib = (r >> 1) * 4, hb = 2 * r;
+    unsigned w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) w[i] = ((src[i] >> nib) & 0x0F0F0F0Fu) | (((raw.qh[i] >> hb) & 0x03030303u) << 4);
+    bytes_float(w, q);
+    const float d = __half2float(__ushort_as_half(raw.d));
+    a = d * static_cast<float>(static_cast<std::int8_t>((raw.sc >> (8 * r)) & 0xff));
+    b = -32.f * a;
+  }
+};
 
 __device__ __forceinline__ void emit(float* y, std::size_t i, float v, bool accumulate) {
   y[i] = accumulate ? y[i] + v : v;
 }
 __device__ __forceinline__ void emit(bf16_t* y, std::size_t i, float v, bool) { y[i] = to_bf(v); }
 
-constexpr int kGemvWarps = 4;  // rows per block
+constexpr int kGemvWarps = 4;        // warps per block
+constexpr int kGemvRowsPerWarp = 2;  // rows a warp serves together (sharing each x load)
 
 template <class Q, int N, class OutT, bool Accumulate>
 __global__ void __launch_bounds__(kGemvWarps * 32)
     quant_gemv_kernel(const std::uint8_t* w, std::size_t row_bytes, int rows, int cols, const bf16_t* x, int n,
                       OutT* y, int ldy) {
+  constexpr int R = kGemvRowsPerWarp;
   const int lane = threadIdx.x & 31;
-  const int row = blockIdx.x * kGemvWarps + static_cast<int>(threadIdx.x >> 5);
-  grid_dependency_wait();
-  if (row >= rows) return;
-  const std::uint8_t* wr = w + static_cast<std::size_t>(row) * row_bytes;
+  const int row0 = (blockIdx.x * kGemvWarps + static_cast<int>(threadIdx.x >> 5)) * R;
   const int units = cols / Q::kBlock * Q::kUnits;
-  float acc[N] = {};
-#pragma unroll 2
+  const std::uint8_t* wr[R];
+#pragma unroll
+  for (int i = 0; i < R; ++i) wr[i] = w + static_cast<std::size_t>(min(row0 + i, rows - 1)) * row_bytes;
+  // The first units' weights are requested before waiting on the previous kernel: they do not depend on it.
+  typename Q::Raw raw[R];
+  if (row0 < rows && lane < units) {
+#pragma unroll
+    for (int i = 0; i < R; ++i) raw[i] = Q::load(wr[i], lane);
+  }
+  grid_dependency_wait();
+  if (row0 >= rows) return;
+  float acc[R][N] = {};
   for (int u = lane; u < units; u += 32) {
-    float wv[Q::kRuns * 16];
-    int c[Q::kRuns];
-    Q::decode(wr, u, wv, c);
+    typename Q::Raw next[R];
+    const bool more = u + 32 < units;
+    if (more) {
 #pragma unroll
-    for (int t = 0; t < N; ++t) {
-      if (N > 1 && t >= n) break;
-      const bf16_t* xt = x + static_cast<std::size_t>(t) * cols;
+      for (int i = 0; i < R; ++i) next[i] = Q::load(wr[i], u + 32);
+    }
 #pragma unroll
-      for (int r = 0; r < Q::kRuns; ++r) acc[t] += dot16(wv + 16 * r, xt + c[r]);
+    for (int r = 0; r < Q::kRuns; ++r) {
+      float q[R][16], a[R], b[R];
+#pragma unroll
+      for (int i = 0; i < R; ++i) Q::run(raw[i], u, r, q[i], a[i], b[i]);
+      const int c = Q::col(u, r);
+#pragma unroll
+      for (int t = 0; t < N; ++t) {
+        if (N > 1 && t >= n) break;
+        const uint4* xp = reinterpret_cast<const uint4*>(x + static_cast<std::size_t>(t) * cols + c);
+        const uint4 xv[2] = {__ldg(xp), __ldg(xp + 1)};
+        const unsigned* xw = reinterpret_cast<const unsigned*>(xv);
+        float xf[16], sx = 0.f;
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+          xf[2 * k] = __uint_as_float(xw[k] << 16);
+          xf[2 * k + 1] = __uint_as_float(xw[k] & 0xffff0000u);
+          sx += xf[2 * k] + xf[2 * k + 1];
+        }
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+          float s = 0.f;
+#pragma unroll
+          for (int k = 0; k < 16; ++k) s = fmaf(q[i][k], xf[k], s);
+          acc[i][t] = fmaf(a[i], s, fmaf(b[i], sx, acc[i][t]));
+        }
+      }
+    }
+    if (more) {
+#pragma unroll
+      for (int i = 0; i < R; ++i) raw[i] = next[i];
     }
   }
 #pragma unroll
-  for (int t = 0; t < N; ++t) {
-    if (N > 1 && t >= n) break;
-    const float v = warp_sum(acc[t]);
-    if (lane == 0) emit(y, static_cast<std::size_t>(t) * ldy + row, v, Accumulate);
-  }
+  for (int i = 0; i < R; ++i)
+#pragma unroll
+    for (int t = 0; t < N; ++t) {
+      if (N > 1 && t >= n) break;
+      const float v = warp_sum(acc[i][t]);
+      if (lane == 0 && row0 + i < rows) emit(y, static_cast<std::size_t>(t) * ldy + row0 + i, v, Accumulate);
+    }
 }
 
-template <class Q>
+// Where dequantize_kernel puts a run of 16 weights (16-element aligned): f32,
+// or two bf16 terms; 16-byte stores, so a warp writes whole sectors.
 struct F32Out {
   float* out;
   __device__ void put(std::size_t at, const float* w) const {
+    auto* o = reinterpret_cast<float4*>(out + at);
 #pragma unroll
-    for (int k = 0; k < 16; ++k) out[at + k] = w[k];
+    for (int k = 0; k < 4; ++k) o[k] = make_float4(w[4 * k], w[4 * k + 1], w[4 * k + 2], w[4 * k + 3]);
   }
 };
-template <class Q>
 struct SplitOut {
   bf16_t* hi;
   bf16_t* lo;
   __device__ void put(std::size_t at, const float* w) const {
+    uint4 h[2], l[2];
+    auto* hs = reinterpret_cast<bf16_t*>(h);
+    auto* ls = reinterpret_cast<bf16_t*>(l);
 #pragma unroll
     for (int k = 0; k < 16; ++k) {
-      const bf16_t h = to_bf(w[k]);
-      hi[at + k] = h;
-      lo[at + k] = to_bf(w[k] - bf(h));
+      hs[k] = to_bf(w[k]);
+      ls[k] = to_bf(w[k] - bf(hs[k]));
     }
+    auto* ho = reinterpret_cast<uint4*>(hi + at);
+    auto* lo_out = reinterpret_cast<uint4*>(lo + at);
+    ho[0] = h[0];
+    ho[1] = h[1];
+    lo_out[0] = l[0];
+    lo_out[1] = l[1];
   }
 };
 
@@ -303,6 +524,19 @@ void with_decoder(GgmlType type, F&& f) {
   }
 }
 
+// Calls f(Q{}) with the GEMV view of `type`.
+template <class F>
+void with_gemv_view(GgmlType type, F&& f) {
+  switch (type) {
+    case GgmlType::q8_0: return f(GemvQ8_0{});
+    case GgmlType::q4_0: return f(GemvQ4_0{});
+    case GgmlType::q4_k: return f(GemvQ4_K{});
+    case GgmlType::q5_k: return f(GemvQ5_K{});
+    case GgmlType::q6_k: return f(GemvQ6_K{});
+    default: with_decoder(type, [](auto) {});  // throws, naming the type
+  }
+}
+
 void check_shape(GgmlType type, const void* w, int cols) {
   const std::int64_t block = quant::traits(type).block_size;
   NEURON_ASSERT(cols > 0 && cols % block == 0);
@@ -318,8 +552,9 @@ void gemv_dispatch(GgmlType type, const void* w, int rows, int cols, const bf16_
   NEURON_ASSERT(n <= kQuantGemvMaxTokens && cols % 8 == 0 && reinterpret_cast<std::uintptr_t>(x) % 16 == 0);
   const std::size_t row_bytes = quant::row_bytes(type, cols);
   const auto* wb = static_cast<const std::uint8_t*>(w);
-  const dim3 grid(static_cast<unsigned>((rows + kGemvWarps - 1) / kGemvWarps));
-  with_decoder(type, [&](auto q) {
+  const int rows_per_block = kGemvWarps * kGemvRowsPerWarp;
+  const dim3 grid(static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block));
+  with_gemv_view(type, [&](auto q) {
     using Q = decltype(q);
     auto go = [&](auto kernel) {
       launch(kernel, grid, kGemvWarps * 32, 0, stream, "quant_gemv", wb, row_bytes, rows, cols, x, n, y, ldy);
@@ -362,8 +597,8 @@ void dequantize_f32(GgmlType type, const void* w, int rows, int cols, float* out
   with_decoder(type, [&](auto q) {
     using Q = decltype(q);
     const std::size_t units = static_cast<std::size_t>(rows) * (cols / Q::kBlock * Q::kUnits);
-    launch(dequantize_kernel<Q, F32Out<Q>>, grid_for(units, 256), 256, 0, stream, "dequantize_f32",
-           static_cast<const std::uint8_t*>(w), row_bytes, rows, cols, F32Out<Q>{out});
+    launch(dequantize_kernel<Q, F32Out>, grid_for(units, 256), 256, 0, stream, "dequantize_f32",
+           static_cast<const std::uint8_t*>(w), row_bytes, rows, cols, F32Out{out});
   });
 }
 
@@ -375,8 +610,8 @@ void dequantize_bf16_split(GgmlType type, const void* w, int rows, int cols, bf1
   with_decoder(type, [&](auto q) {
     using Q = decltype(q);
     const std::size_t units = static_cast<std::size_t>(rows) * (cols / Q::kBlock * Q::kUnits);
-    launch(dequantize_kernel<Q, SplitOut<Q>>, grid_for(units, 256), 256, 0, stream, "dequantize_bf16_split",
-           static_cast<const std::uint8_t*>(w), row_bytes, rows, cols, SplitOut<Q>{hi, lo});
+    launch(dequantize_kernel<Q, SplitOut>, grid_for(units, 256), 256, 0, stream, "dequantize_bf16_split",
+           static_cast<const std::uint8_t*>(w), row_bytes, rows, cols, SplitOut{hi, lo});
   });
 }
 

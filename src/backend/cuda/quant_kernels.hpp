@@ -37,11 +37,11 @@ void quant_gemv(quant::GgmlType type, const void* w, int rows, int cols, const b
 void quant_gemv(quant::GgmlType type, const void* w, int rows, int cols, const bf16_t* x, int n, bf16_t* y, int ldy,
                 cudaStream_t stream);
 
-// W packed [rows, cols] to f32 out [rows, cols], bit-equal to quant::dequantize_row.
+// W packed [rows, cols] to f32 out [rows, cols] (16-byte aligned), bit-equal to quant::dequantize_row.
 void dequantize_f32(quant::GgmlType type, const void* w, int rows, int cols, float* out, cudaStream_t stream);
 
 // W packed [rows, cols] as two bf16 terms, hi = bf16(w) and lo = bf16(w - hi),
-// each [rows, cols] row-major: hi + lo is w to within 2^-17 |w|, so a bf16
+// each [rows, cols] row-major, 16-byte aligned: hi + lo is w to within 2^-17 |w|, so a bf16
 // tensor-core product summed over both terms keeps a quantized prefill within
 // ~4e-6 (of sum |w x|) of the f32 product.
 void dequantize_bf16_split(quant::GgmlType type, const void* w, int rows, int cols, bf16_t* hi, bf16_t* lo,
