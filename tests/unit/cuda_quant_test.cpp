@@ -117,6 +117,16 @@ class CudaQuant : public ::testing::Test {
     for (auto& e : v) e = f32_to_bf16(d(rng_));
     return v;
   }
+  // Activations as a model has them: mostly small, a few channels 100x larger, some exact zeros.
+  std::vector<bf16_t> spiky_x(std::size_t n) {
+    auto v = random_x(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      if (i % 97 == 5) v[i] = f32_to_bf16(bf16_to_f32(v[i]) * 100.f);
+      if (i % 31 == 7) v[i] = f32_to_bf16(bf16_to_f32(v[i]) * 1e-3f);
+      if (i % 53 == 11) v[i] = 0;
+    }
+    return v;
+  }
 
   std::mt19937 rng_{77};
   std::unique_ptr<Stream> stream_;
@@ -170,7 +180,7 @@ TEST_F(CudaQuant, GemvMatchesTheDequantizedProduct) {
     const auto wf = dequantize_host(type, w, rows, cols);
     auto dw = upload(w);
     for (int n : {1, 2, 3, 5, 8}) {
-      const auto x = random_x(static_cast<std::size_t>(n) * cols);
+      const auto x = n % 2 ? spiky_x(static_cast<std::size_t>(n) * cols) : random_x(static_cast<std::size_t>(n) * cols);
       const Reference ref = reference(wf, x, rows, cols, n);
       auto dx = upload(x);
       const int ldy = rows + 3;  // outputs land in a wider matrix, as a stack's parts do

@@ -204,15 +204,26 @@ __device__ __forceinline__ void bytes_float(const unsigned (&w)[4], float* q) {
 #pragma unroll
     for (int k = 0; k < 4; ++k) q[4 * i + k] = byte_float(w[i], k);
 }
-__device__ __forceinline__ unsigned u16_pair(const std::uint8_t* p) {  // 4 bytes from a 2-byte aligned address
-  const auto* s = reinterpret_cast<const unsigned short*>(p);
-  return static_cast<unsigned>(__ldg(s)) | (static_cast<unsigned>(__ldg(s + 1)) << 16);
+// W words (4 W bytes) from a 2-byte aligned address: W + 1 aligned word
+// loads, realigned by a funnel shift (lanes of a warp may differ in alignment).
+template <int W>
+__device__ __forceinline__ void load_words(const std::uint8_t* p, unsigned* out) {
+  const auto addr = reinterpret_cast<std::uintptr_t>(p);
+  const auto* base = reinterpret_cast<const unsigned*>(addr & ~std::uintptr_t{3});
+  const unsigned shift = static_cast<unsigned>(addr & 3) * 8;
+  unsigned v[W + 1];
+#pragma unroll
+  for (int i = 0; i < W; ++i) v[i] = __ldg(base + i);
+  v[W] = shift ? __ldg(base + W) : 0u;  // an aligned range reads nothing past its end
+#pragma unroll
+  for (int i = 0; i < W; ++i) out[i] = __funnelshift_r(v[i], v[i + 1], shift);
 }
 
 // Each GEMV view: Raw is what a lane loads for one unit of one row (issued
 // early, before the previous kernel finishes); run() turns run r of it into
 // q[16] and the run's a, b; col() is the run's first column.
 struct GemvQ8_0 {
+  static constexpr int kGroup = 4;  // units a lane loads at once
   static constexpr int kBlock = 32, kUnits = 1, kRuns = 2;
   struct Raw {
     unsigned q[8];
@@ -222,8 +233,7 @@ struct GemvQ8_0 {
     const std::uint8_t* p = row + static_cast<std::size_t>(u) * quant::kQ8_0Bytes;
     Raw r;
     r.d = __ldg(reinterpret_cast<const unsigned short*>(p));
-#pragma unroll
-    for (int i = 0; i < 8; ++i) r.q[i] = u16_pair(p + 2 + 4 * i);
+    load_words<8>(p + 2, r.q);
     return r;
   }
   __device__ static int col(int u, int r) { return 32 * u + 16 * r; }
@@ -238,6 +248,7 @@ struct GemvQ8_0 {
 };
 
 struct GemvQ4_0 {
+  static constexpr int kGroup = 4;  // units a lane loads at once
   static constexpr int kBlock = 32, kUnits = 1, kRuns = 2;
   struct Raw {
     unsigned q[4];
@@ -247,8 +258,7 @@ struct GemvQ4_0 {
     const std::uint8_t* p = row + static_cast<std::size_t>(u) * quant::kQ4_0Bytes;
     Raw r;
     r.d = __ldg(reinterpret_cast<const unsigned short*>(p));
-#pragma unroll
-    for (int i = 0; i < 4; ++i) r.q[i] = u16_pair(p + 2 + 4 * i);
+    load_words<4>(p + 2, r.q);
     return r;
   }
   __device__ static int col(int u, int r) { return 32 * u + 16 * r; }
@@ -264,24 +274,29 @@ struct GemvQ4_0 {
 
 // The Q4_K / Q5_K super-block header: d, dmin and the 12 packed 6-bit scales and mins.
 struct KHeader {
-  unsigned dd;
-  unsigned sc[3];
-  __device__ void load(const std::uint8_t* p) {
-    dd = __ldg(reinterpret_cast<const unsigned*>(p));
-#pragma unroll
-    for (int i = 0; i < 3; ++i) sc[i] = __ldg(reinterpret_cast<const unsigned*>(p + 4) + i);
+  unsigned dd;     // f16 d (low half), f16 dmin (high half)
+  unsigned sc[3];  // the 12 packed bytes
+  __device__ void load(const std::uint8_t* p) {  // p 16-byte aligned: the block's first 16 bytes in one load
+    const uint4 v = __ldg(reinterpret_cast<const uint4*>(p));
+    dd = v.x;
+    sc[0] = v.y;
+    sc[1] = v.z;
+    sc[2] = v.w;
   }
-  // a, b of sub-block j: a = d * scale, b = -(dmin * min).
+  // a, b of sub-block j: a = d * scale, b = -(dmin * min); get_scale_min_k4 on
+  // the words, without branches or a byte array (which would live in local memory).
   __device__ void scale(int j, float& a, float& b) const {
-    const auto* bytes = reinterpret_cast<const std::uint8_t*>(sc);
-    int s, m;
-    scale_min_k4(j, bytes, s, m);
+    const int k = 8 * (j & 3);
+    const unsigned lo_s = (sc[0] >> k) & 0xffu, lo_m = (sc[1] >> k) & 0xffu, hi = (sc[2] >> k) & 0xffu;
+    const unsigned s = j < 4 ? (lo_s & 63u) : ((hi & 0xFu) | ((lo_s >> 6) << 4));
+    const unsigned m = j < 4 ? (lo_m & 63u) : ((hi >> 4) | ((lo_m >> 6) << 4));
     a = __half2float(__ushort_as_half(static_cast<unsigned short>(dd & 0xffff))) * static_cast<float>(s);
     b = -(__half2float(__ushort_as_half(static_cast<unsigned short>(dd >> 16))) * static_cast<float>(m));
   }
 };
 
 struct GemvQ4_K {
+  static constexpr int kGroup = 4;  // units a lane loads at once
   static constexpr int kBlock = 256, kUnits = 8, kRuns = 2;
   struct Raw {
     uint4 q;
@@ -306,6 +321,7 @@ struct GemvQ4_K {
 };
 
 struct GemvQ5_K {
+  static constexpr int kGroup = 4;  // units a lane loads at once
   static constexpr int kBlock = 256, kUnits = 8, kRuns = 2;
   struct Raw {
     uint4 ql, qh;
@@ -334,6 +350,7 @@ struct GemvQ5_K {
 };
 
 struct GemvQ6_K {
+  static constexpr int kGroup = 2;  // units a lane loads at once
   static constexpr int kBlock = 256, kUnits = 4, kRuns = 4;
   struct Raw {
     unsigned lo[4], hi[4], qh[4];
@@ -344,12 +361,9 @@ struct GemvQ6_K {
     const int i = u & 3, h = i >> 1, l0 = 16 * (i & 1);
     const std::uint8_t* p = row + static_cast<std::size_t>(u >> 2) * quant::kQ6_KBytes;
     Raw r;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      r.lo[k] = u16_pair(p + 64 * h + l0 + 4 * k);
-      r.hi[k] = u16_pair(p + 64 * h + 32 + l0 + 4 * k);
-      r.qh[k] = u16_pair(p + 128 + 32 * h + l0 + 4 * k);
-    }
+    load_words<4>(p + 64 * h + l0, r.lo);
+    load_words<4>(p + 64 * h + 32 + l0, r.hi);
+    load_words<4>(p + 128 + 32 * h + l0, r.qh);
     const std::uint8_t* sc = p + 192 + 8 * h + (i & 1);
     r.sc = static_cast<unsigned>(__ldg(sc)) | (static_cast<unsigned>(__ldg(sc + 2)) << 8) |
            (static_cast<unsigned>(__ldg(sc + 4)) << 16) | (static_cast<unsigned>(__ldg(sc + 6)) << 24);
@@ -382,60 +396,62 @@ template <class Q, int N, class OutT, bool Accumulate>
 __global__ void __launch_bounds__(kGemvWarps * 32)
     quant_gemv_kernel(const std::uint8_t* w, std::size_t row_bytes, int rows, int cols, const bf16_t* x, int n,
                       OutT* y, int ldy) {
-  constexpr int R = kGemvRowsPerWarp;
+  constexpr int R = kGemvRowsPerWarp, G = Q::kGroup;
   const int lane = threadIdx.x & 31;
   const int row0 = (blockIdx.x * kGemvWarps + static_cast<int>(threadIdx.x >> 5)) * R;
   const int units = cols / Q::kBlock * Q::kUnits;
   const std::uint8_t* wr[R];
 #pragma unroll
   for (int i = 0; i < R; ++i) wr[i] = w + static_cast<std::size_t>(min(row0 + i, rows - 1)) * row_bytes;
-  // The first units' weights are requested before waiting on the previous kernel: they do not depend on it.
-  typename Q::Raw raw[R];
-  if (row0 < rows && lane < units) {
+  // A lane takes units lane, lane + 32, ... in groups of G, all of a group's
+  // loads in flight together; the first group's are requested before waiting
+  // on the previous kernel (weights do not depend on it).
+  typename Q::Raw raw[G][R];
+  auto load_group = [&](int u0) {
 #pragma unroll
-    for (int i = 0; i < R; ++i) raw[i] = Q::load(wr[i], lane);
-  }
+    for (int g = 0; g < G; ++g)
+      if (u0 + 32 * g < units)
+#pragma unroll
+        for (int i = 0; i < R; ++i) raw[g][i] = Q::load(wr[i], u0 + 32 * g);
+  };
+  if (row0 < rows) load_group(lane);
   grid_dependency_wait();
   if (row0 >= rows) return;
   float acc[R][N] = {};
-  for (int u = lane; u < units; u += 32) {
-    typename Q::Raw next[R];
-    const bool more = u + 32 < units;
-    if (more) {
+  for (int u0 = lane; u0 < units; u0 += 32 * G) {
+    if (u0 != lane) load_group(u0);
 #pragma unroll
-      for (int i = 0; i < R; ++i) next[i] = Q::load(wr[i], u + 32);
-    }
+    for (int g = 0; g < G; ++g) {
+      const int u = u0 + 32 * g;
+      if (u >= units) break;
 #pragma unroll
-    for (int r = 0; r < Q::kRuns; ++r) {
-      float q[R][16], a[R], b[R];
+      for (int r = 0; r < Q::kRuns; ++r) {
+        float q[R][16], a[R], b[R];
 #pragma unroll
-      for (int i = 0; i < R; ++i) Q::run(raw[i], u, r, q[i], a[i], b[i]);
-      const int c = Q::col(u, r);
+        for (int i = 0; i < R; ++i) Q::run(raw[g][i], u, r, q[i], a[i], b[i]);
+        const int c = Q::col(u, r);
 #pragma unroll
-      for (int t = 0; t < N; ++t) {
-        if (N > 1 && t >= n) break;
-        const uint4* xp = reinterpret_cast<const uint4*>(x + static_cast<std::size_t>(t) * cols + c);
-        const uint4 xv[2] = {__ldg(xp), __ldg(xp + 1)};
-        const unsigned* xw = reinterpret_cast<const unsigned*>(xv);
-        float xf[16], sx = 0.f;
+        for (int t = 0; t < N; ++t) {
+          if (N > 1 && t >= n) break;
+          const uint4* xp = reinterpret_cast<const uint4*>(x + static_cast<std::size_t>(t) * cols + c);
+          const uint4 xv[2] = {__ldg(xp), __ldg(xp + 1)};
+          const unsigned* xw = reinterpret_cast<const unsigned*>(xv);
+          float xf[16], sx = 0.f;
 #pragma unroll
-        for (int k = 0; k < 8; ++k) {
-          xf[2 * k] = __uint_as_float(xw[k] << 16);
-          xf[2 * k + 1] = __uint_as_float(xw[k] & 0xffff0000u);
-          sx += xf[2 * k] + xf[2 * k + 1];
-        }
+          for (int k = 0; k < 8; ++k) {
+            xf[2 * k] = __uint_as_float(xw[k] << 16);
+            xf[2 * k + 1] = __uint_as_float(xw[k] & 0xffff0000u);
+            sx += xf[2 * k] + xf[2 * k + 1];
+          }
 #pragma unroll
-        for (int i = 0; i < R; ++i) {
-          float s = 0.f;
+          for (int i = 0; i < R; ++i) {
+            float s = 0.f;
 #pragma unroll
-          for (int k = 0; k < 16; ++k) s = fmaf(q[i][k], xf[k], s);
-          acc[i][t] = fmaf(a[i], s, fmaf(b[i], sx, acc[i][t]));
+            for (int k = 0; k < 16; ++k) s = fmaf(q[i][k], xf[k], s);
+            acc[i][t] = fmaf(a[i], s, fmaf(b[i], sx, acc[i][t]));
+          }
         }
       }
-    }
-    if (more) {
-#pragma unroll
-      for (int i = 0; i < R; ++i) raw[i] = next[i];
     }
   }
 #pragma unroll
