@@ -190,8 +190,11 @@ class CudaRunner final : public ModelRunner {
   void load_weights(const io::Checkpoint* checkpoint);
   void place(const model::SliceSpec& spec, const io::Checkpoint* checkpoint, std::optional<Uploader>& up, bf16_t* dst);
   // How a matrix is held: always bf16 (the embedding, read by row), as the
-  // checkpoint stores it (a GGUF's blocks, else bf16), or also quantized at load.
-  enum class Hold { bf16, as_stored, quantizable };
+  // checkpoint stores it (a GGUF's blocks, else bf16), also quantized at load
+  // (the projections), or the LM head: as stored, or fp8 when that is the
+  // quantize-at-load type (it is 15% of an 8B decode step's bytes; the GGUF
+  // types leave it bf16, as the CPU does).
+  enum class Hold { bf16, as_stored, quantizable, lm_head };
   // A matrix of stacked slices, one part per run of a type.
   DeviceMatrix matrix(std::initializer_list<const model::SliceSpec*> specs, const io::Checkpoint* checkpoint,
                       std::optional<Uploader>& up, Hold hold);
@@ -421,7 +424,7 @@ void CudaRunner::load_weights(const io::Checkpoint* checkpoint) {
   };
   embed_ = matrix({&specs.embed}, checkpoint, up, Hold::bf16);
   final_norm_ = alloc({&specs.final_norm});
-  if (!cfg_.tie_word_embeddings) lm_head_ = matrix({&specs.lm_head}, checkpoint, up, Hold::as_stored);
+  if (!cfg_.tie_word_embeddings) lm_head_ = matrix({&specs.lm_head}, checkpoint, up, Hold::lm_head);
 
   std::vector<float> inv(static_cast<std::size_t>(hd_ / 2));
   for (int j = 0; j < hd_ / 2; ++j)
@@ -476,7 +479,9 @@ DeviceMatrix CudaRunner::matrix(std::initializer_list<const model::SliceSpec*> s
       sl.view = model::slice_view(*checkpoint, *spec);
       if (sl.view->quantized() && hold != Hold::bf16) type = sl.view->ggml_type();
     }
-    if (type == GgmlType::bf16 && hold == Hold::quantizable && quantize_) {
+    const bool quantizable =
+        hold == Hold::quantizable || (hold == Hold::lm_head && quantize_ == GgmlType::fp8_e4m3);
+    if (type == GgmlType::bf16 && quantizable && quantize_) {
       check_quantizable(*spec, *quantize_);
       type = *quantize_;
       sl.quantize = true;

@@ -83,11 +83,13 @@ __device__ __forceinline__ float dot16(uint4 wq, const float* xf) {
   return s;
 }
 
+constexpr int kGemvGroup = 4;  // chunks of 16 weights a lane loads at once, per row
+
 template <int N, class OutT, bool Accumulate>
 __global__ void __launch_bounds__(kGemvWarps * 32)
     fp8_gemv_kernel(const std::uint8_t* q, const float* scale, int rows, int cols, const bf16_t* x, int n, OutT* y,
                     int ldy) {
-  constexpr int R = kGemvRowsPerWarp;
+  constexpr int R = kGemvRowsPerWarp, G = kGemvGroup;
   const int lane = threadIdx.x & 31;
   const int row0 = (blockIdx.x * kGemvWarps + static_cast<int>(threadIdx.x >> 5)) * R;
   const int chunks = cols / 16;
@@ -95,33 +97,35 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
 #pragma unroll
   for (int i = 0; i < R; ++i)
     wr[i] = reinterpret_cast<const uint4*>(q + static_cast<std::size_t>(min(row0 + i, rows - 1)) * cols);
-  // The first chunks are requested before waiting on the previous kernel: weights do not depend on it.
-  uint4 cur[R];
-  if (row0 < rows && lane < chunks) {
+  // A lane takes chunks lane, lane + 32, ... in groups of G, a group's loads
+  // in flight together; the first group's are requested before waiting on
+  // the previous kernel (weights do not depend on it).
+  uint4 cur[G][R];
+  auto load_group = [&](int c0) {
 #pragma unroll
-    for (int i = 0; i < R; ++i) cur[i] = __ldcs(wr[i] + lane);
-  }
+    for (int g = 0; g < G; ++g)
+      if (c0 + 32 * g < chunks)
+#pragma unroll
+        for (int i = 0; i < R; ++i) cur[g][i] = __ldcs(wr[i] + c0 + 32 * g);
+  };
+  if (row0 < rows) load_group(lane);
   grid_dependency_wait();
   if (row0 >= rows) return;
   float acc[R][N] = {};
-  for (int c = lane; c < chunks; c += 32) {
-    uint4 next[R];
-    const bool more = c + 32 < chunks;
-    if (more) {
+  for (int c0 = lane; c0 < chunks; c0 += 32 * G) {
+    if (c0 != lane) load_group(c0);
 #pragma unroll
-      for (int i = 0; i < R; ++i) next[i] = __ldcs(wr[i] + c + 32);
-    }
+    for (int g = 0; g < G; ++g) {
+      const int c = c0 + 32 * g;
+      if (c >= chunks) break;
 #pragma unroll
-    for (int t = 0; t < N; ++t) {
-      if (N > 1 && t >= n) break;
-      float xf[16];
-      load_x16(x + static_cast<std::size_t>(t) * cols + 16 * c, xf);
+      for (int t = 0; t < N; ++t) {
+        if (N > 1 && t >= n) break;
+        float xf[16];
+        load_x16(x + static_cast<std::size_t>(t) * cols + 16 * c, xf);
 #pragma unroll
-      for (int i = 0; i < R; ++i) acc[i][t] += dot16(cur[i], xf);
-    }
-    if (more) {
-#pragma unroll
-      for (int i = 0; i < R; ++i) cur[i] = next[i];
+        for (int i = 0; i < R; ++i) acc[i][t] += dot16(cur[g][i], xf);
+      }
     }
   }
 #pragma unroll
