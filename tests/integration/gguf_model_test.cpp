@@ -23,6 +23,7 @@
 #include "model/config.hpp"
 #include "model/random_checkpoint.hpp"
 #include "support/gguf_writer.hpp"
+#include "support/quant_model.hpp"
 #include "support/temp_dir.hpp"
 #include "util/error.hpp"
 
@@ -161,18 +162,7 @@ TEST_F(GgufModel, QuantizeAtLoadRefusesWhatItCannotDo) {
 // A model whose shards split into whole blocks: q4_k and q8_0 at TP=2 equal TP=1.
 TEST(QuantizedTp, TwoRanksEqualOneWithTheSameQuantization) {
   test_support::TempDir tmp("neuron-quant-tp");
-  model::Qwen3Config c;
-  c.vocab_size = 384;
-  c.hidden_size = 256;
-  c.intermediate_size = 1024;  // 512 per rank: whole Q4_K blocks
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 8;  // o_proj: 4 heads * 64 = 256 columns per rank
-  c.num_key_value_heads = 2;
-  c.head_dim = 64;
-  c.rope_theta = 10000;
-  c.rms_norm_eps = 1e-6;
-  c.max_position_embeddings = 1024;
-  c.eos_token_ids = {1};
+  const model::Qwen3Config c = test_support::quant_test_config();
   model::write_random_checkpoint(tmp.path(), c, {.seed = 5});
   std::vector<std::int32_t> prompt;
   std::mt19937 rng(3);

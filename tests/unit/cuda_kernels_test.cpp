@@ -17,6 +17,7 @@
 #include "backend/cuda/cuda_runner.hpp"
 #include "backend/cuda/device_buffer.hpp"
 #include "backend/cuda/kernels.hpp"
+#include "support/cuda_fixture.hpp"
 #include "tensor/dtype.hpp"
 #include "util/error.hpp"
 
@@ -25,51 +26,7 @@ namespace {
 
 using kernels::bf16_t;
 
-class CudaKernels : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
-    NEURON_CUDA_CHECK(cudaSetDevice(0));
-    stream_ = std::make_unique<Stream>();
-  }
-  cudaStream_t s() const { return stream_->get(); }
-  void sync() const { stream_->synchronize(); }
-
-  std::vector<bf16_t> random_bf16(std::size_t n, float scale = 1.f) {
-    std::uniform_real_distribution<float> d(-scale, scale);
-    std::vector<bf16_t> v(n);
-    for (auto& e : v) e = f32_to_bf16(d(rng_));
-    return v;
-  }
-  std::vector<float> random_f32(std::size_t n, float scale = 1.f) {
-    std::uniform_real_distribution<float> d(-scale, scale);
-    std::vector<float> v(n);
-    for (auto& e : v) e = d(rng_);
-    return v;
-  }
-  template <class T>
-  DeviceBuffer upload(const std::vector<T>& v) {
-    DeviceBuffer b(sizeof(T) * v.size());
-    NEURON_CUDA_CHECK(cudaMemcpy(b.data(), v.data(), b.bytes(), cudaMemcpyHostToDevice));
-    return b;
-  }
-  // Output buffers start poisoned (0xff bytes: NaN in f32 and bf16), so an element the kernel skipped fails.
-  DeviceBuffer poisoned(std::size_t bytes) {
-    DeviceBuffer b(bytes);
-    NEURON_CUDA_CHECK(cudaMemset(b.data(), 0xff, bytes));
-    return b;
-  }
-  template <class T>
-  std::vector<T> download(const DeviceBuffer& b, std::size_t n) {
-    sync();
-    std::vector<T> v(n);
-    NEURON_CUDA_CHECK(cudaMemcpy(v.data(), b.data(), sizeof(T) * n, cudaMemcpyDeviceToHost));
-    return v;
-  }
-
-  std::mt19937 rng_{1234};
-  std::unique_ptr<Stream> stream_;
-};
+class CudaKernels : public test_support::CudaFixture {};
 
 double val(float v) { return v; }
 double val(bf16_t v) { return bf16_to_f32(v); }

@@ -29,6 +29,9 @@
 #include "model/config.hpp"
 #include "model/random_checkpoint.hpp"
 #include "quant/dequantize.hpp"
+#include "support/cosine.hpp"
+#include "support/cuda_fixture.hpp"
+#include "support/quant_model.hpp"
 #include "support/temp_dir.hpp"
 #include "tensor/dtype.hpp"
 #include "util/error.hpp"
@@ -85,32 +88,8 @@ std::vector<float> dequantize_host(GgmlType type, const std::vector<std::byte>& 
   return out;
 }
 
-class CudaQuant : public ::testing::Test {
+class CudaQuant : public test_support::CudaFixture {
  protected:
-  void SetUp() override {
-    if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
-    NEURON_CUDA_CHECK(cudaSetDevice(0));
-    stream_ = std::make_unique<Stream>();
-  }
-  cudaStream_t s() const { return stream_->get(); }
-  template <class T>
-  DeviceBuffer upload(const std::vector<T>& v) {
-    DeviceBuffer b(sizeof(T) * v.size());
-    NEURON_CUDA_CHECK(cudaMemcpy(b.data(), v.data(), b.bytes(), cudaMemcpyHostToDevice));
-    return b;
-  }
-  DeviceBuffer poisoned(std::size_t bytes) {
-    DeviceBuffer b(bytes);
-    NEURON_CUDA_CHECK(cudaMemset(b.data(), 0xff, bytes));
-    return b;
-  }
-  template <class T>
-  std::vector<T> download(const DeviceBuffer& b, std::size_t n) {
-    stream_->synchronize();
-    std::vector<T> v(n);
-    NEURON_CUDA_CHECK(cudaMemcpy(v.data(), b.data(), sizeof(T) * n, cudaMemcpyDeviceToHost));
-    return v;
-  }
   std::vector<bf16_t> random_x(std::size_t n) {
     std::uniform_real_distribution<float> d(-1.f, 1.f);
     std::vector<bf16_t> v(n);
@@ -128,8 +107,6 @@ class CudaQuant : public ::testing::Test {
     return v;
   }
 
-  std::mt19937 rng_{77};
-  std::unique_ptr<Stream> stream_;
 };
 
 // Reference y[t, r] = sum_c w[r, c] x[t, c] in double, and sum |w x| (the scale errors are judged against).
@@ -371,23 +348,6 @@ TEST_F(CudaQuant, Fp8PrefillOnTheTensorCoresMatchesWithBothScalingPaths) {
   EXPECT_LT(std::sqrt(num / den), 0.05) << "relative error of the FP8 product";
 }
 
-// A model whose matrices split into whole Q4_K blocks (as QuantizedTp on the CPU).
-model::Qwen3Config block_friendly_config() {
-  model::Qwen3Config c;
-  c.vocab_size = 384;
-  c.hidden_size = 256;
-  c.intermediate_size = 1024;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 8;
-  c.num_key_value_heads = 2;
-  c.head_dim = 64;
-  c.rope_theta = 10000;
-  c.rms_norm_eps = 1e-6;
-  c.max_position_embeddings = 1024;
-  c.eos_token_ids = {1};
-  return c;
-}
-
 std::vector<float> prompt_logits(ModelRunner& r, const std::vector<std::int32_t>& prompt) {
   std::vector<float> logits(static_cast<std::size_t>(r.config().vocab_size));
   SingleSequence seq(r);
@@ -408,15 +368,7 @@ std::vector<std::int32_t> greedy(ModelRunner& r, const std::vector<std::int32_t>
   return out;
 }
 
-double cosine(const std::vector<float>& a, const std::vector<float>& b) {
-  double ab = 0, aa = 0, bb = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    ab += double(a[i]) * b[i];
-    aa += double(a[i]) * a[i];
-    bb += double(b[i]) * b[i];
-  }
-  return ab / std::sqrt(aa * bb);
-}
+using test_support::cosine;
 
 // Quantize-at-load on the GPU holds fewer bytes and computes what the CPU
 // runner computes with the same blocks (bf16 activations on the GPU: cosine,
@@ -424,7 +376,7 @@ double cosine(const std::vector<float>& a, const std::vector<float>& b) {
 TEST(CudaQuantRunner, QuantizeAtLoadFollowsTheCpuAndSplitsAcrossRanks) {
   if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
   test_support::TempDir tmp("neuron-cuda-quant");
-  const model::Qwen3Config c = block_friendly_config();
+  const model::Qwen3Config c = test_support::quant_test_config();
   model::write_random_checkpoint(tmp.path(), c, {.seed = 11});
   const io::Checkpoint ckpt = io::Checkpoint::open_dir(tmp.path());
   std::vector<std::int32_t> prompt;
@@ -473,7 +425,7 @@ TEST(CudaQuantRunner, Fp8AtLoadStaysCloseToBf16AndSplitsAcrossRanks) {
   NEURON_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   if (prop.major < 9) GTEST_SKIP() << "FP8 needs compute capability 9.0";
   test_support::TempDir tmp("neuron-cuda-fp8");
-  const model::Qwen3Config c = block_friendly_config();
+  const model::Qwen3Config c = test_support::quant_test_config();
   model::write_random_checkpoint(tmp.path(), c, {.seed = 13});
   const io::Checkpoint ckpt = io::Checkpoint::open_dir(tmp.path());
   std::vector<std::int32_t> prompt;

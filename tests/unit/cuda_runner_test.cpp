@@ -30,6 +30,7 @@
 #include "io/safetensors.hpp"
 #include "model/config.hpp"
 #include "model/sampler.hpp"
+#include "support/cosine.hpp"
 #include "util/error.hpp"
 
 namespace neuron::backend::cuda {
@@ -46,15 +47,7 @@ std::unique_ptr<ModelRunner> open_tiny(const io::Checkpoint& ckpt, const model::
                           std::move(comm), options);
 }
 
-double cosine(std::span<const float> a, std::span<const float> b) {
-  double ab = 0, aa = 0, bb = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    ab += double(a[i]) * b[i];
-    aa += double(a[i]) * a[i];
-    bb += double(b[i]) * b[i];
-  }
-  return ab / std::sqrt(aa * bb);
-}
+using test_support::cosine;
 
 std::int32_t argmax(std::span<const float> v) {
   return static_cast<std::int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
