@@ -85,7 +85,9 @@ std::pair<std::uint64_t, std::string> kv_budget_bytes(const model::Qwen3Config& 
     const double fraction = budget.device_fraction > 0 ? budget.device_fraction : kDefaultDeviceFraction;
     const std::uint64_t total = cuda::device_total_memory(device.index);
     const auto usable = static_cast<std::uint64_t>(static_cast<double>(total) * fraction);
-    const std::uint64_t weights = static_cast<std::uint64_t>(model::weight_elements(cfg, plan)) * 2;
+    const std::uint64_t weights = budget.weight_bytes > 0
+                                      ? budget.weight_bytes
+                                      : static_cast<std::uint64_t>(model::weight_elements(cfg, plan)) * 2;
     const std::uint64_t taken = weights + kCudaActivationReserve;
     bytes = usable > taken ? usable - taken : 0;
     from = std::to_string(fraction) + " of " + device.str() + "'s " + gib(total) + " less " + gib(weights) +

@@ -101,6 +101,8 @@ struct KvBudget {
   std::uint64_t bytes = 0;       // > 0: this many bytes of KV blocks per rank
   double device_fraction = 0;    // else, CUDA: the fraction of the device's total memory that weights, KV
                                  // and activations together may use (vLLM's gpu_memory_utilization)
+  std::uint64_t weight_bytes = 0;  // with a device fraction: the rank's weights as it will hold them
+                                   // (quantized loads); 0: bf16 (model::weight_elements x 2)
 };
 
 // Bytes of one KV block of rank plan.rank on `device` (CPU f32, CUDA bf16).

@@ -33,6 +33,34 @@ std::vector<backend::Device> rank_devices(const LoadOptions& options) {
   return out;
 }
 
+namespace {
+
+// The bytes a rank will hold its weights in on `device`, an upper bound for
+// the budgets made before loading: bf16, less what quantize-at-load saves on
+// the projections; for a GGUF at most the file (its tensors stay packed) plus,
+// on CUDA, the embedding table dequantized to bf16.
+std::uint64_t rank_weight_bytes(const model::Qwen3Config& cfg, const model::ShardPlan& shard,
+                                const backend::Device& device, const LoadOptions& options) {
+  const std::uint64_t bf16 = static_cast<std::uint64_t>(model::weight_elements(cfg, shard)) * 2;
+  if (options.quantize) {
+    const auto projections = static_cast<std::uint64_t>(model::projection_elements(cfg, shard));
+    const quant::GgmlType t = *options.quantize;
+    // Bytes per 256 elements: a block format's, or FP8's one byte each (its row scales are noise here).
+    const std::uint64_t per_256 = t == quant::GgmlType::fp8_e4m3 ? 256 : quant::row_bytes(t, 256);
+    return bf16 - 2 * projections + (projections * per_256 + 255) / 256;
+  }
+  if (io::is_gguf_path(options.model_dir)) {
+    std::error_code ec;
+    const auto file = std::filesystem::file_size(options.model_dir, ec);
+    if (ec) return bf16;
+    const std::uint64_t table = device.is_cuda() ? static_cast<std::uint64_t>(cfg.vocab_size * cfg.hidden_size) * 2 : 0;
+    return std::min(bf16, static_cast<std::uint64_t>(file) + table);
+  }
+  return bf16;
+}
+
+}  // namespace
+
 LoadPlan plan_load(const LoadOptions& options, const model::Qwen3Config& cfg) {
   const int n = options.tensor_parallel;
   if (n < 1 || n > kMaxTensorParallel)
@@ -45,35 +73,33 @@ LoadPlan plan_load(const LoadOptions& options, const model::Qwen3Config& cfg) {
   ro.quantize = options.quantize;
   // Every rank's plan, so a bad split fails here, before a process starts.
   std::vector<model::ShardPlan> shards;
-  for (int r = 0; r < n; ++r) shards.push_back(model::ShardPlan::make(cfg, r, n));
+  std::vector<backend::KvBudget> budgets;  // each rank's, with its weights as it will hold them
+  for (int r = 0; r < n; ++r) {
+    shards.push_back(model::ShardPlan::make(cfg, r, n));
+    budgets.push_back(options.kv_budget);
+    budgets.back().weight_bytes = rank_weight_bytes(cfg, shards.back(), plan.devices[static_cast<std::size_t>(r)], options);
+  }
   // The default context: the model's own, bounded by the longest sequence every rank's KV budget holds
   // (at least one block, so a budget too small for anything fails below with out_of_memory).
   std::int64_t memory_bound = std::numeric_limits<std::int32_t>::max();
   for (int r = 0; r < n; ++r)
     memory_bound = std::min(memory_bound, backend::kv_budget_positions(cfg, shards[static_cast<std::size_t>(r)],
                                                                        plan.devices[static_cast<std::size_t>(r)],
-                                                                       options.kv_budget, ro.kv_block_size));
+                                                                       budgets[static_cast<std::size_t>(r)],
+                                                                       ro.kv_block_size));
   memory_bound = std::max<std::int64_t>(memory_bound, ro.kv_block_size);
   ro.max_context = model::resolve_max_context(cfg, options.max_context, static_cast<std::int32_t>(memory_bound));
   for (int r = 0; r < n; ++r) {
     const std::int32_t blocks = backend::plan_kv_blocks(cfg, shards[static_cast<std::size_t>(r)],
-                                                        plan.devices[static_cast<std::size_t>(r)], options.kv_budget,
-                                                        ro.kv_block_size, ro.max_context);
+                                                        plan.devices[static_cast<std::size_t>(r)],
+                                                        budgets[static_cast<std::size_t>(r)], ro.kv_block_size,
+                                                        ro.max_context);
     ro.kv_blocks = r == 0 ? blocks : std::min(ro.kv_blocks, blocks);
-  }
-  // A rank holds its weights in bf16 at most; on the CPU a GGUF's quantized
-  // tensors stay packed, so no CPU rank holds more than the whole file either.
-  std::uint64_t weight_cap = ~std::uint64_t{0};
-  if (io::is_gguf_path(options.model_dir)) {
-    std::error_code ec;
-    const auto size = std::filesystem::file_size(options.model_dir, ec);
-    if (!ec) weight_cap = size;
   }
   for (int r = 0; r < n; ++r) {
     const auto& shard = shards[static_cast<std::size_t>(r)];
     const auto& device = plan.devices[static_cast<std::size_t>(r)];
-    const std::uint64_t bf16_bytes = static_cast<std::uint64_t>(model::weight_elements(cfg, shard)) * 2;
-    plan.rank_bytes.push_back((device.is_cuda() ? bf16_bytes : std::min(bf16_bytes, weight_cap)) +
+    plan.rank_bytes.push_back(budgets[static_cast<std::size_t>(r)].weight_bytes +
                               backend::kv_bytes_per_block(cfg, shard, device, ro.kv_block_size) *
                                   static_cast<std::uint64_t>(ro.kv_blocks));
   }

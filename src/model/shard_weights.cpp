@@ -132,4 +132,12 @@ std::int64_t weight_elements(const Qwen3Config& cfg, const ShardPlan& plan) {
   return n;
 }
 
+std::int64_t projection_elements(const Qwen3Config& cfg, const ShardPlan& plan) {
+  std::int64_t n = 0;
+  for (const LayerSpecs& l : shard_specs(cfg, plan).layers)
+    n += l.q_proj.numel() + l.k_proj.numel() + l.v_proj.numel() + l.o_proj.numel() + l.gate_proj.numel() +
+         l.up_proj.numel() + l.down_proj.numel();
+  return n;
+}
+
 }  // namespace neuron::model

@@ -56,6 +56,8 @@ ShardSpecs shard_specs(const Qwen3Config& cfg, const ShardPlan& plan);
 // Weight elements a rank holds (its slices plus the replicated tensors; a tied
 // LM head counted once), for memory estimates before loading.
 std::int64_t weight_elements(const Qwen3Config& cfg, const ShardPlan& plan);
+// Of those, the projections' (q/k/v/o, gate/up/down): what quantize-at-load stores in a block format.
+std::int64_t projection_elements(const Qwen3Config& cfg, const ShardPlan& plan);
 
 // The slice in `ckpt`. Throws Error{not_found} for a missing tensor and
 // Error{bad_model} when its shape differs from what the config implies, naming both.

@@ -22,6 +22,7 @@
 #include "engine/model_loader.hpp"
 #include "model/config.hpp"
 #include "model/random_checkpoint.hpp"
+#include "model/shard_weights.hpp"
 #include "support/gguf_writer.hpp"
 #include "support/quant_model.hpp"
 #include "support/temp_dir.hpp"
@@ -157,6 +158,30 @@ TEST_F(GgufModel, QuantizeAtLoadRefusesWhatItCannotDo) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("block boundaries"), std::string::npos) << e.what();
   }
+}
+
+// Load plans count a quantized model's weights as the runner will hold them
+// (an upper bound), so the memory checks and a GPU's KV budget are not made
+// on bf16 sizes: quantize-at-load saves on the projections, a GGUF holds at
+// most its file.
+TEST_F(GgufModel, LoadPlansCountQuantizedWeightsAsTheyWillBeHeld) {
+  const model::Qwen3Config cfg = model::load_model_configs(kTiny).model;
+  const auto bf16 = engine::plan_load(options(kTiny), cfg);
+  auto o = options(kTiny);
+  o.quantize = quant::GgmlType::q8_0;
+  const auto q8 = engine::plan_load(o, cfg);
+  const std::uint64_t kv = bf16.rank_bytes[0] - static_cast<std::uint64_t>(model::weight_elements(cfg, model::ShardPlan::make(cfg, 0, 1))) * 2;
+  const auto projections = static_cast<std::uint64_t>(model::projection_elements(cfg, model::ShardPlan::make(cfg, 0, 1)));
+  EXPECT_EQ(bf16.rank_bytes[0] - q8.rank_bytes[0], 2 * projections - (projections * 272 + 255) / 256)
+      << "q8_0: 34 bytes per 32 projection weights instead of 64";
+  // What the runner then holds: the same to within its f32 copies of the norms (the plan counts them as bf16).
+  const auto near = [](double held, double planned) { return std::abs(held - planned) <= 0.01 * planned; };
+  const std::uint64_t held = engine::open_runner(o)->memory().weight_bytes;
+  EXPECT_PRED2(near, held, q8.rank_bytes[0] - kv);
+  const auto from_file = engine::plan_load(options(*tmp_ / "tiny-q8_0.gguf"), cfg);
+  EXPECT_LE(from_file.rank_bytes[0] - kv, std::filesystem::file_size(*tmp_ / "tiny-q8_0.gguf"));
+  // A GGUF's bound is its file (tensors and the tokenizer's metadata): above what the runner holds.
+  EXPECT_GE(from_file.rank_bytes[0] - kv, engine::open_runner(options(*tmp_ / "tiny-q8_0.gguf"))->memory().weight_bytes);
 }
 
 // A model whose shards split into whole blocks: q4_k and q8_0 at TP=2 equal TP=1.
