@@ -163,7 +163,7 @@ Run setup(CLI::App& sub) {
   auto a = std::make_shared<GenerateArgs>();
   sub.add_option("--model", a->model, "Model directory, .gguf file or Hugging Face id in the local cache")->required();
   sub.add_option("--quant", a->quant,
-                 "q8_0, q4_k or q6_k: quantize a safetensors model at load; in a GGUF repo, the file's tag (Q4_K_M)");
+                 "q8_0, q4_k, q6_k or fp8 (CUDA): quantize a safetensors model at load; in a GGUF repo, the file's tag (Q4_K_M)");
   sub.add_option("--prompt-ids", a->prompt_ids, "Prompt token ids, comma separated")->required();
   sub.add_option("--max-tokens", a->max_tokens, "Most tokens to generate")->check(CLI::PositiveNumber);
   sub.add_option("--temperature", a->temperature, "0 = greedy (default: generation_config.json, else 1)");

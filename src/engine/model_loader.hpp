@@ -28,7 +28,7 @@ struct LoadOptions {
   std::int32_t max_context = 0;     // 0: min(max_position_embeddings, the positions the KV budget holds)
   backend::KvBudget kv_budget;      // the KV pool's size on each rank (backend/model_runner.hpp)
   std::int32_t kv_block_size = 0;   // 0: backend::kDefaultKvBlockSize
-  std::optional<quant::GgmlType> quantize;  // quantize-at-load (CPU: q8_0, q4_k, q6_k); see backend::RunnerOptions
+  std::optional<quant::GgmlType> quantize;  // quantize-at-load (q8_0, q4_k, q6_k; fp8 on CUDA); see backend::RunnerOptions
   std::chrono::milliseconds step_timeout{30000};   // TP: per-step reply deadline and collective timeout
   std::chrono::milliseconds load_timeout{600000};  // TP: deadline for the workers' shard loads
   std::filesystem::path worker_binary;             // TP: the neuron executable (default /proc/self/exe)
@@ -38,8 +38,8 @@ struct LoadOptions {
 // The quantize-at-load type a model spec's `quant` asks for once the model
 // resolved to `model` (io::resolve_model with ResolveOptions::gguf_quant):
 // nullopt for "", "none" and "bf16", and for a GGUF file (whose tensors are
-// used as stored: in a GGUF repo, quant picked the file); q8_0, q4_k or q6_k
-// for a safetensors model. Throws Error{unsupported_arch} for any other
+// used as stored: in a GGUF repo, quant picked the file); q8_0, q4_k, q6_k
+// or fp8 for a safetensors model (quant::quantizable_at_load). Throws Error{unsupported_arch} for any other
 // quant on a safetensors model, Error{invalid_argument} for one on a .gguf
 // file the reference named directly (`named_file`).
 std::optional<quant::GgmlType> quantize_for(const std::filesystem::path& model, const std::string& quant, bool named_file);

@@ -615,12 +615,12 @@ ModelInfo Registry::load(const ModelSpec& spec, bool wait) {
   }
   // quant: none / bf16 (weights as bf16); a GGUF file's tag in a cached GGUF
   // repo ("Q4_K_M" picks Qwen3-0.6B-Q4_K_M.gguf); or, for a safetensors
-  // model, a type to quantize to at load (q8_0, q4_k, q6_k).
+  // model, a type to quantize to at load (q8_0, q4_k, q6_k; fp8 on CUDA).
   const std::string quant = spec.quant && *spec.quant != "none" && *spec.quant != "bf16" ? *spec.quant : std::string();
   if (quant.size() > 32 || !std::all_of(quant.begin(), quant.end(), [](char c) {
         return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
       }))
-    fail(errc::invalid_argument, "quant must be none, bf16, q8_0, q4_k, q6_k or a GGUF file's quantization tag (such as Q4_K_M)");
+    fail(errc::invalid_argument, "quant must be none, bf16, q8_0, q4_k, q6_k, fp8 or a GGUF file's quantization tag (such as Q4_K_M)");
   if (spec.max_context < 0) {
     fail(errc::invalid_argument, "max_context must be >= 0, got " + std::to_string(spec.max_context));
   }

@@ -54,8 +54,8 @@ struct ModelSpec {
   int tensor_parallel = 1;
   std::vector<int> devices;        // CUDA ordinals, one per rank (or one shared by all ranks)
   std::optional<std::string> device;  // "cpu" | "cuda" | "cuda:N"
-  // null / "none" / "bf16"; q8_0, q4_k, q6_k (quantize a safetensors model at
-  // load, CPU); or the tag of one GGUF file in a cached GGUF repo ("Q4_K_M").
+  // null / "none" / "bf16"; q8_0, q4_k, q6_k, fp8 (CUDA) (quantize a safetensors
+  // model at load); or the tag of one GGUF file in a cached GGUF repo ("Q4_K_M").
   std::optional<std::string> quant;
   std::int32_t max_context = 0;    // 0: max_position_embeddings, bounded by what the KV budget holds
   std::optional<std::chrono::milliseconds> keep_alive;  // idle time before unload; negative never; unset: RegistryOptions
