@@ -37,7 +37,7 @@ struct RunnerOptions {
   // float checkpoint stored in this GGUF block type (q8_0, q4_k, q6_k; others
   // are refused by make_runner). A GGUF checkpoint's quantized tensors stay
   // as they are either way.
-  std::optional<quant::GgmlType> quantize;
+  std::optional<quant::GgmlType> quantize = std::nullopt;
 };
 
 inline constexpr std::int32_t kDefaultKvBlockSize = 16;

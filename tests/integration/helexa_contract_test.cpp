@@ -130,7 +130,7 @@ void check_model_entry(const json& m) {
   expect_int_array(m["devices"], "models[].devices");
   expect_string_array(m["capabilities"], "models[].capabilities");
   expect_fields(m["limit"], {{"context", T::integer}, {"output", T::integer}}, "models[].limit");
-  if (m["limit"].contains("input")) EXPECT_TRUE(m["limit"]["input"].is_number_integer());
+  if (m["limit"].contains("input")) { EXPECT_TRUE(m["limit"]["input"].is_number_integer()); }
   if (m.contains("download"))
     expect_fields(m["download"], {{"bytes_done", T::integer}, {"bytes_total", T::integer}, {"files_done", T::integer},
                                   {"files_total", T::integer}},

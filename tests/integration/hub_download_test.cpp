@@ -143,7 +143,7 @@ TEST_F(HubDownload, FillsTheSharedCacheLayoutAndKeepsTheTokenOnTheHub) {
   hub.clear_requests();
   EXPECT_EQ(pull_model("org/model", std::nullopt, HubClient(o)), snap);
   for (const auto& r : hub.requests())
-    if (r.method == "GET") EXPECT_TRUE(r.path.starts_with("/api/")) << "cached blobs are not fetched again: " << r.path;
+    if (r.method == "GET") { EXPECT_TRUE(r.path.starts_with("/api/")) << "cached blobs are not fetched again: " << r.path; }
 }
 
 TEST_F(HubDownload, HubErrorsAreTyped) {

@@ -328,7 +328,7 @@ TEST(ServerApiLoad, WeightsThatAreNotRegularFilesAreA400NamingTheFile) {
     const fs::path weights = dir / "model.safetensors";
     if (name == "directory") fs::create_directory(weights);
     if (name == "dev-zero") fs::create_symlink("/dev/zero", weights);
-    if (name == "fifo") ASSERT_EQ(::mkfifo(weights.c_str(), 0600), 0);
+    if (name == "fifo") { ASSERT_EQ(::mkfifo(weights.c_str(), 0600), 0); }
     const HttpResponse r = api.handle(post_json("/models/load", {{"model_id", dir.string()}, {"wait", true}}));
     EXPECT_EQ(r.status, 400) << name << ": " << r.body;
     const json err = json::parse(r.body)["error"];
@@ -365,7 +365,7 @@ TEST_F(ServerApi, ResponseFormatAndForcedToolCallsConstrainTheAnswer) {
                                                        {"response_format", {{"type", "json_object"}}}}));
   ASSERT_EQ(r.status, 200) << r.body;
   const json c = json::parse(r.body)["choices"][0];
-  if (c["finish_reason"] == "stop") EXPECT_TRUE(json::parse(c["text"].get<std::string>()).is_object()) << c.dump();
+  if (c["finish_reason"] == "stop") { EXPECT_TRUE(json::parse(c["text"].get<std::string>()).is_object()) << c.dump(); }
   const json tools = json::parse(R"([{"type":"function","function":{"name":"f","parameters":{"type":"object",
       "properties":{"a":{"enum":[1,2]}},"required":["a"]}}},{"type":"function","function":{"name":"g"}}])");
   HttpResponse t = api.handle(post("/v1/chat/completions", {{"messages", msgs}, {"max_tokens", 300}, {"temperature", 1},
@@ -538,7 +538,7 @@ TEST_F(ServerApi, CompletionLogprobsAndEchoInTheLegacyShape) {
     EXPECT_TRUE(lp["top_logprobs"][i].is_object());
     EXPECT_LE(lp["top_logprobs"][i].size(), 2u);
     EXPECT_GE(lp["top_logprobs"][i].size(), 1u);
-    if (i > 0) EXPECT_GE(lp["text_offset"][i].get<int>(), lp["text_offset"][i - 1].get<int>());
+    if (i > 0) { EXPECT_GE(lp["text_offset"][i].get<int>(), lp["text_offset"][i - 1].get<int>()); }
   }
   EXPECT_EQ(lp["text_offset"][0], 0);
 

@@ -590,7 +590,7 @@ class ServerDaemonReload : public ::testing::Test {
     model_ = json::parse(daemon_->client().Get("/v1/models")->body)["data"][0]["id"].get<std::string>();
   }
   void TearDown() override {
-    if (daemon_) EXPECT_EQ(daemon_->stop(), 0);
+    if (daemon_) { EXPECT_EQ(daemon_->stop(), 0); }
   }
 
   json entry(const std::string& route) const {

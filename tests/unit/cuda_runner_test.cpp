@@ -119,7 +119,7 @@ TEST_F(CudaRunnerTiny, LogitsMatchGoldenFloat32) {
     for (std::size_t i = 0; i < recorded; ++i) {
       std::span<const float> row(logits.data() + i * v, v);
       const float margin = top_logits[i][0] - top_logits[i][1];
-      if (margin > 0.05f) EXPECT_EQ(argmax(row), top_ids[i][0]) << name << " position " << first + i;
+      if (margin > 0.05f) { EXPECT_EQ(argmax(row), top_ids[i][0]) << name << " position " << first + i; }
       std::vector<float> ours(5), ref(top_logits[i].begin(), top_logits[i].end());
       for (int k = 0; k < 5; ++k) ours[k] = row[top_ids[i][k]];
       double err = 0, scale = 0;
