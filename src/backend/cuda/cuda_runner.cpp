@@ -27,6 +27,9 @@
 //   NEURON_CUDA_PDL=0     no programmatic dependent launch between kernels
 //   NEURON_CUDA_FUSED_ROPE=0  decode-only steps run q/k norm + RoPE as their own kernel
 //   NEURON_CUDA_FUSED_DECODE=1  one rank, one token: norms inside the projections, residual adds in their epilogues
+//                         (bf16 weights only)
+//   NEURON_CUDA_FP8_OUTER_SCALES=0  FP8 prefill: scale plain cuBLASLt products instead of cuBLASLt's own
+//                         per-row scaling (read by Linear)
 #include "backend/cuda/cuda_runner.hpp"
 
 #include <spdlog/spdlog.h>

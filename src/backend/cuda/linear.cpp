@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 
 #include "backend/cuda/fp8_kernels.hpp"
 #include "backend/cuda/quant_kernels.hpp"
