@@ -130,9 +130,7 @@ void quant_gemv_shapes(const model::Qwen3Config& c, double copy_gbs) {
   Event start(cudaEventDefault), stop(cudaEventDefault);
   for (const Shape& s : shapes)
     for (GgmlType t : types) {
-      const std::size_t row = t == GgmlType::bf16 ? 2ull * s.cols
-                              : t == GgmlType::fp8_e4m3 ? static_cast<std::size_t>(s.cols)
-                                                        : quant::row_bytes(t, s.cols);
+      const std::size_t row = quant::row_bytes(t, s.cols);
       const std::size_t bytes = row * s.rows;
       const int copies = static_cast<int>(std::max<std::size_t>(1, (256ull << 20) / bytes + 1));
       std::vector<DeviceBuffer> w;

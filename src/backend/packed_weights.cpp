@@ -70,14 +70,8 @@ void quantize_slice(const io::Checkpoint* ckpt, const model::SliceSpec& spec, qu
   if (failed) std::rethrow_exception(failed);
 }
 
-void copy_packed(const model::SliceSpec& spec, const io::TensorView& view, bool supported,
-                 std::string_view supported_names, std::span<std::byte> dst) {
-  const quant::GgmlType type = view.ggml_type();
-  if (!supported)
-    fail(errc::unsupported_arch, "tensor " + spec.name + " is " + std::string(quant::ggml_type_name(type)) +
-                                     ", which this backend cannot compute with (supported: " +
-                                     std::string(supported_names) + ")");
-  const std::size_t row_bytes = quant::row_bytes(type, spec.cols());
+void copy_packed(const model::SliceSpec& spec, const io::TensorView& view, std::span<std::byte> dst) {
+  const std::size_t row_bytes = quant::row_bytes(view.ggml_type(), spec.cols());
   NEURON_ASSERT(dst.size() == static_cast<std::size_t>(spec.rows()) * row_bytes);
   for (std::int64_t r = 0; r < spec.rows(); ++r)
     std::memcpy(dst.data() + static_cast<std::size_t>(r) * row_bytes, view.row_data(r), row_bytes);

@@ -34,9 +34,8 @@ void quantize_slice(const io::Checkpoint* ckpt, const model::SliceSpec& spec, qu
                     std::span<std::byte> dst);
 
 // A quantized view's rows as stored (a GGUF tensor's slice) into dst
-// [rows * row_bytes]. `supported` says which types the caller computes with;
-// another type is refused with Error{unsupported_arch} naming the tensor and `supported_names`.
-void copy_packed(const model::SliceSpec& spec, const io::TensorView& view, bool supported,
-                 std::string_view supported_names, std::span<std::byte> dst);
+// [packed_bytes(spec, view.ggml_type())]. The caller has checked that it
+// computes with the view's type.
+void copy_packed(const model::SliceSpec& spec, const io::TensorView& view, std::span<std::byte> dst);
 
 }  // namespace neuron::backend

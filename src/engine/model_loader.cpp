@@ -45,8 +45,8 @@ std::uint64_t rank_weight_bytes(const model::Qwen3Config& cfg, const model::Shar
   if (options.quantize) {
     const auto projections = static_cast<std::uint64_t>(model::projection_elements(cfg, shard));
     const quant::GgmlType t = *options.quantize;
-    // Bytes per 256 elements: a block format's, or FP8's one byte each (its row scales are noise here).
-    const std::uint64_t per_256 = t == quant::GgmlType::fp8_e4m3 ? 256 : quant::row_bytes(t, 256);
+    // Bytes per 256 elements (FP8's row scales are noise here).
+    const std::uint64_t per_256 = quant::row_bytes(t, 256);
     return bf16 - 2 * projections + (projections * per_256 + 255) / 256;
   }
   if (io::is_gguf_path(options.model_dir)) {

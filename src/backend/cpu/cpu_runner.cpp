@@ -135,9 +135,11 @@ class WeightSource {
 
  private:
   static Matrix packed(const SliceSpec& spec, const io::TensorView& v) {
+    if (!quant::traits(v.ggml_type()).dequantizable)
+      fail(errc::unsupported_arch, "tensor " + spec.name + " is " + std::string(quant::ggml_type_name(v.ggml_type())) +
+                                       ", which neuron cannot compute with (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K)");
     Matrix m = empty_quantized(spec, v.ggml_type());
-    copy_packed(spec, v, quant::traits(m.q.type).dequantizable, "F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K",
-                std::span<std::byte>(m.q.data.data(), m.q.data.size()));
+    copy_packed(spec, v, std::span<std::byte>(m.q.data.data(), m.q.data.size()));
     return m;
   }
 

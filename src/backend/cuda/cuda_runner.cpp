@@ -47,7 +47,6 @@
 #include <string>
 #include <vector>
 
-#include "backend/cuda/blas.hpp"
 #include "backend/cuda/device_buffer.hpp"
 #include "backend/cuda/fp8_kernels.hpp"
 #include "backend/cuda/kernels.hpp"
@@ -461,18 +460,9 @@ DeviceMatrix CudaRunner::matrix(std::initializer_list<const model::SliceSpec*> s
     std::optional<io::TensorView> view;  // when there is a checkpoint
     bool quantize = false;               // quantize-at-load (from the view, or the stand-in weights)
   };
-  struct PartSlices {
-    std::vector<Slice> slices;
-  };
   DeviceMatrix m;
   m.cols = static_cast<int>(specs.begin()[0]->cols());
-  const auto cols = static_cast<std::size_t>(m.cols);
-  auto row_bytes = [&](GgmlType t) {
-    if (t == GgmlType::bf16) return 2 * cols;
-    if (t == GgmlType::fp8_e4m3) return cols;
-    return quant::row_bytes(t, m.cols);
-  };
-  std::vector<PartSlices> by_part;
+  std::vector<std::vector<Slice>> by_part;  // [part] its slices
   for (const model::SliceSpec* spec : specs) {
     NEURON_ASSERT(spec->cols() == m.cols);
     Slice sl;
@@ -499,12 +489,12 @@ DeviceMatrix CudaRunner::matrix(std::initializer_list<const model::SliceSpec*> s
     }
     m.parts.back().rows += static_cast<int>(spec->rows());
     m.rows += static_cast<int>(spec->rows());
-    by_part.back().slices.push_back(std::move(sl));
+    by_part.back().push_back(std::move(sl));
   }
   std::size_t end = 0;
   for (DeviceMatrix::Part& p : m.parts) {
     p.offset = align(end);
-    end = p.offset + static_cast<std::size_t>(p.rows) * row_bytes(p.type);
+    end = p.offset + static_cast<std::size_t>(p.rows) * quant::row_bytes(p.type, m.cols);
     if (p.type == GgmlType::fp8_e4m3) {
       p.scales = align(end);
       end = p.scales + 4 * static_cast<std::size_t>(p.rows);
@@ -520,11 +510,11 @@ DeviceMatrix CudaRunner::matrix(std::initializer_list<const model::SliceSpec*> s
     if (p.type == GgmlType::fp8_e4m3) {
       // The part's whole rows in bf16 first (a temporary: a rank holding some
       // columns scales by the whole row, as TP=1 does), then quantized on the device.
-      const model::SliceSpec& first = *by_part[i].slices.front().spec;
+      const model::SliceSpec& first = *by_part[i].front().spec;
       const std::int64_t full_cols = first.shape.size() == 2 ? first.shape[1] : first.cols();
       DeviceBuffer staged(2 * static_cast<std::size_t>(p.rows) * static_cast<std::size_t>(full_cols));  // [rows, full_cols] bf16
       bf16_t* at = staged.data<bf16_t>();
-      for (const Slice& sl : by_part[i].slices) {
+      for (const Slice& sl : by_part[i]) {
         NEURON_ASSERT(sl.spec->col_begin == first.col_begin);
         model::SliceSpec whole = *sl.spec;
         whole.col_begin = 0;
@@ -539,7 +529,7 @@ DeviceMatrix CudaRunner::matrix(std::initializer_list<const model::SliceSpec*> s
       stream_.synchronize();  // before `staged` goes
       continue;
     }
-    for (const Slice& sl : by_part[i].slices) {
+    for (const Slice& sl : by_part[i]) {
       if (p.type == GgmlType::bf16) {
         place(*sl.spec, checkpoint, up, reinterpret_cast<bf16_t*>(dst));
         dst += 2 * static_cast<std::size_t>(sl.spec->numel());
@@ -549,7 +539,7 @@ DeviceMatrix CudaRunner::matrix(std::initializer_list<const model::SliceSpec*> s
       if (sl.quantize)
         quantize_slice(checkpoint, *sl.spec, p.type, host);
       else
-        copy_packed(*sl.spec, *sl.view, true, "", host);
+        copy_packed(*sl.spec, *sl.view, host);
       if (!up) up.emplace();
       up->upload_bytes(host, dst);
       dst += host.size();
