@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "backend/cuda/cuda_check.hpp"
+#include "backend/cuda/device_math.cuh"
 #include "backend/cuda/kernels.hpp"
 #include "backend/cuda/launch.cuh"
 #include "util/error.hpp"
@@ -18,8 +19,6 @@ namespace {
 
 constexpr float kLog2e = 1.4426950408889634f;
 
-__device__ __forceinline__ float bf(bf16_t v) { return __uint_as_float(static_cast<unsigned>(v) << 16); }
-__device__ __forceinline__ bf16_t to_bf(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
 
 // Where position `pos` of KV head `kv_head` lives in one layer's pool, in elements.
 __device__ __forceinline__ std::size_t pool_offset(const std::int32_t* table, int pos, int kv_head, int hkv, int bs,

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "backend/cuda/cuda_check.hpp"
+#include "backend/cuda/device_math.cuh"
 #include "backend/cuda/fp8_kernels.hpp"
 #include "backend/cuda/launch.cuh"
 #include "util/error.hpp"
@@ -14,18 +15,6 @@
 namespace neuron::backend::cuda::kernels {
 namespace {
 
-__device__ __forceinline__ float bf(bf16_t v) { return __uint_as_float(static_cast<unsigned>(v) << 16); }
-__device__ __forceinline__ bf16_t to_bf(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 constexpr int kQuantThreads = 256;
 
@@ -51,10 +40,6 @@ __global__ void __launch_bounds__(kQuantThreads)
     q[row * cols + c] = __nv_cvt_float_to_fp8(bf(s[col0 + c]) * inv, __NV_SATFINITE, __NV_E4M3);
 }
 
-__device__ __forceinline__ void emit(float* y, std::size_t i, float v, bool accumulate) {
-  y[i] = accumulate ? y[i] + v : v;
-}
-__device__ __forceinline__ void emit(bf16_t* y, std::size_t i, float v, bool) { y[i] = to_bf(v); }
 
 constexpr int kGemvWarps = 4;        // warps per block
 constexpr int kGemvRowsPerWarp = 2;  // rows a warp serves together (sharing each x load)
@@ -153,9 +138,6 @@ __global__ void scale_rows_kernel(const float* acc, int n, int rows, const float
   }
 }
 
-unsigned grid_for(std::size_t count, int threads) {
-  return static_cast<unsigned>(std::min<std::size_t>((count + threads - 1) / threads, 65535u * 16));
-}
 
 template <class OutT, bool Accumulate>
 void gemv_dispatch(const std::uint8_t* q, const float* scale, int rows, int cols, const bf16_t* x, int n, OutT* y,

@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "backend/cuda/cuda_check.hpp"
+#include "backend/cuda/device_math.cuh"
 #include "backend/cuda/kernels.hpp"
 #include "backend/cuda/launch.cuh"
 #include "util/error.hpp"
@@ -14,16 +15,7 @@
 namespace neuron::backend::cuda::kernels {
 namespace {
 
-__device__ __forceinline__ float bf(bf16_t v) { return __uint_as_float(static_cast<unsigned>(v) << 16); }
-__device__ __forceinline__ bf16_t to_bf(float f) {
-  return __bfloat16_as_ushort(__float2bfloat16_rn(f));
-}
 
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 // Sum over the block; every thread gets the result. blockDim.x is a multiple of 32, at most 1024.
 __device__ float block_sum(float v) {
@@ -295,10 +287,8 @@ struct RmsNormInput {  // rmsnorm(x) * w of the f32 residual stream, rounded as 
   }
 };
 
-// Where a GEMV's row result goes: stored, or added to an f32 vector (the
-// residual stream: one thread owns each row, so the sum is deterministic).
-__device__ __forceinline__ void emit(float* y, int r, float v, bool accumulate) { y[r] = accumulate ? y[r] + v : v; }
-__device__ __forceinline__ void emit(bf16_t* y, int r, float v, bool) { y[r] = to_bf(v); }
+// A GEMV's row result goes through emit (device_math.cuh): stored, or added
+// to the f32 residual stream.
 
 template <int Threads, class Input, class OutT, bool Accumulate>
 __global__ void __launch_bounds__(Threads) gemv_vec_kernel(const bf16_t* w, Input in, int rows, int cols, OutT* y) {
@@ -395,9 +385,6 @@ void gemv_plain(const bf16_t* w, const bf16_t* x, int rows, int cols, OutT* y, b
   }
 }
 
-unsigned grid_for(std::size_t count, int threads) {
-  return static_cast<unsigned>(std::min<std::size_t>((count + threads - 1) / threads, 65535u * 16));
-}
 
 }  // namespace
 

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "backend/cuda/cuda_check.hpp"
+#include "backend/cuda/device_math.cuh"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/quant_kernels.hpp"
 #include "util/error.hpp"
@@ -21,15 +22,8 @@ namespace {
 
 using quant::GgmlType;
 
-__device__ __forceinline__ float bf(bf16_t v) { return __uint_as_float(static_cast<unsigned>(v) << 16); }
-__device__ __forceinline__ bf16_t to_bf(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
 __device__ __forceinline__ float half_at(const std::uint8_t* p) {
   return __half2float(__ushort_as_half(*reinterpret_cast<const unsigned short*>(p)));
-}
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
 }
 
 // 16 bytes from a 16-byte aligned address, or from a 2-byte aligned one in eight loads.
@@ -385,10 +379,6 @@ struct GemvQ6_K {
   }
 };
 
-__device__ __forceinline__ void emit(float* y, std::size_t i, float v, bool accumulate) {
-  y[i] = accumulate ? y[i] + v : v;
-}
-__device__ __forceinline__ void emit(bf16_t* y, std::size_t i, float v, bool) { y[i] = to_bf(v); }
 
 constexpr int kGemvWarps = 4;        // warps per block
 constexpr int kGemvRowsPerWarp = 2;  // rows a warp serves together (sharing each x load)
@@ -523,9 +513,6 @@ __global__ void store_rows_bf16_kernel(const float* src, int n, int rows, bf16_t
   }
 }
 
-unsigned grid_for(std::size_t count, int threads) {
-  return static_cast<unsigned>(std::min<std::size_t>((count + threads - 1) / threads, 65535u * 16));
-}
 
 // Calls f(Q{}) with the decoder of `type`.
 template <class F>

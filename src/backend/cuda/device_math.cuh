@@ -1,0 +1,40 @@
+#pragma once
+// The small device helpers every kernel file shares: bf16 to and from f32
+// (the bit pattern, as kernels.hpp passes it), warp reductions, storing a
+// result row (f32 stored or added, bf16 rounded), and a grid-stride launch
+// size.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstddef>
+
+#include "backend/cuda/kernels.hpp"
+
+namespace neuron::backend::cuda::kernels {
+
+__device__ __forceinline__ float bf(bf16_t v) { return __uint_as_float(static_cast<unsigned>(v) << 16); }
+__device__ __forceinline__ bf16_t to_bf(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// y[i] = v, or y[i] += v (f32; one thread owns each output, so the sum is deterministic); bf16 rounds.
+__device__ __forceinline__ void emit(float* y, std::size_t i, float v, bool accumulate) {
+  y[i] = accumulate ? y[i] + v : v;
+}
+__device__ __forceinline__ void emit(bf16_t* y, std::size_t i, float v, bool) { y[i] = to_bf(v); }
+
+// Blocks of `threads` for a grid-stride loop over `count` items (capped; the loop covers the rest).
+inline unsigned grid_for(std::size_t count, int threads) {
+  return static_cast<unsigned>(std::min<std::size_t>((count + threads - 1) / threads, 65535u * 16));
+}
+
+}  // namespace neuron::backend::cuda::kernels
