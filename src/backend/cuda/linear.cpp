@@ -17,6 +17,14 @@ using kernels::bf16_t;
 constexpr int kChunkRows = 4096;                         // rows of W dequantized at a time, at most
 constexpr std::size_t kChunkElems = std::size_t{16} << 20;  // elements per term, at least (32 MiB of bf16)
 
+// A GEMV's tokens in passes of at most `step`: f(x of the pass, its tokens, its
+// first output row of this part) for tokens [t, t + k) of x [n, w.cols] and y [n, w.rows].
+template <class Y, class F>
+void in_passes(const bf16_t* x, int n, const DeviceMatrix& w, int row0, Y* y, int step, F&& f) {
+  for (int t = 0; t < n; t += step)
+    f(x + static_cast<std::size_t>(t) * w.cols, std::min(step, n - t), y + static_cast<std::size_t>(t) * w.rows + row0);
+}
+
 }  // namespace
 
 bool DeviceMatrix::quantized() const noexcept {
@@ -56,8 +64,6 @@ void Linear::run(const bf16_t* x, int n, const DeviceMatrix& w, Y* y) {
       const auto* wp = reinterpret_cast<const bf16_t*>(w.part_data(p));
       if (n == 1 && use_gemv_)
         kernels::gemv(wp, x, p.rows, w.cols, y + row0, stream_);
-      else if (w.parts.size() == 1)
-        blas_.linear(x, n, wp, p.rows, w.cols, y);
       else if constexpr (std::is_same_v<Y, float>)
         blas_.linear(x, n, wp, p.rows, w.cols, y + row0, w.rows, 0.f);
       else
@@ -65,15 +71,12 @@ void Linear::run(const bf16_t* x, int n, const DeviceMatrix& w, Y* y) {
     } else if (p.type == quant::GgmlType::fp8_e4m3) {
       fp8(x, n, w, p, row0, y);
     } else if (n <= kQuantGemvTokens) {
-      for (int t = 0; t < n; t += kernels::kQuantGemvMaxTokens) {
-        const int k = std::min(kernels::kQuantGemvMaxTokens, n - t);
-        const bf16_t* xt = x + static_cast<std::size_t>(t) * w.cols;
-        Y* yt = y + static_cast<std::size_t>(t) * w.rows + row0;
+      in_passes(x, n, w, row0, y, kernels::kQuantGemvMaxTokens, [&](const bf16_t* xt, int k, Y* yt) {
         if constexpr (std::is_same_v<Y, float>)
           kernels::quant_gemv(p.type, w.part_data(p), p.rows, w.cols, xt, k, yt, w.rows, false, stream_);
         else
           kernels::quant_gemv(p.type, w.part_data(p), p.rows, w.cols, xt, k, yt, w.rows, stream_);
-      }
+      });
     } else {
       dequantized(x, n, w, p, row0, y);
     }
@@ -111,15 +114,12 @@ void Linear::fp8(const bf16_t* x, int n, const DeviceMatrix& w, const DeviceMatr
   const auto* q = reinterpret_cast<const std::uint8_t*>(w.part_data(p));
   const float* w_scale = w.part_scales(p);
   if (n <= kFp8GemvTokens) {
-    for (int t = 0; t < n; t += kernels::kFp8GemvMaxTokens) {
-      const int k = std::min(kernels::kFp8GemvMaxTokens, n - t);
-      const bf16_t* xt = x + static_cast<std::size_t>(t) * w.cols;
-      Y* yt = y + static_cast<std::size_t>(t) * w.rows + row0;
+    in_passes(x, n, w, row0, y, kernels::kFp8GemvMaxTokens, [&](const bf16_t* xt, int k, Y* yt) {
       if constexpr (std::is_same_v<Y, float>)
         kernels::fp8_gemv(q, w_scale, p.rows, w.cols, xt, k, yt, w.rows, false, stream_);
       else
         kernels::fp8_gemv(q, w_scale, p.rows, w.cols, xt, k, yt, w.rows, stream_);
-    }
+    });
     return;
   }
   NEURON_ASSERT(xq_ && n <= max_tokens_ && w.cols <= max_cols_);
