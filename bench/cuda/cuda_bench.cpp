@@ -57,6 +57,26 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// Median milliseconds of launch(i) over 50 timed runs after 5 warm-ups, i
+// cycling through `copies` weight copies (so a pass does not sit in L2).
+template <class Launch>
+double median_ms(cudaStream_t stream, int copies, Launch&& launch) {
+  using namespace neuron::backend::cuda;
+  Event start(cudaEventDefault), stop(cudaEventDefault);
+  for (int i = 0; i < 5; ++i) launch(i % copies);
+  std::vector<double> ms;
+  for (int rep = 0; rep < 50; ++rep) {
+    NEURON_CUDA_CHECK(cudaEventRecord(start.get(), stream));
+    launch(rep % copies);
+    NEURON_CUDA_CHECK(cudaEventRecord(stop.get(), stream));
+    NEURON_CUDA_CHECK(cudaEventSynchronize(stop.get()));
+    float t = 0;
+    NEURON_CUDA_CHECK(cudaEventElapsedTime(&t, start.get(), stop.get()));
+    ms.push_back(t);
+  }
+  return median(ms);
+}
+
 void gemv_shapes(const model::Qwen3Config& c, double copy_gbs) {
   using namespace neuron::backend::cuda;
   struct Shape { const char* name; int rows, cols; };
@@ -70,7 +90,6 @@ void gemv_shapes(const model::Qwen3Config& c, double copy_gbs) {
                           {"lm_head", static_cast<int>(c.vocab_size), h}};
   Stream stream;
   Blas blas(stream.get());
-  Event start(cudaEventDefault), stop(cudaEventDefault);
   for (const Shape& s : shapes) {
     const std::size_t bytes = 2ull * s.rows * s.cols;
     // Enough copies that a pass over them does not fit in the 60 MB L2.
@@ -83,20 +102,7 @@ void gemv_shapes(const model::Qwen3Config& c, double copy_gbs) {
     }
     DeviceBuffer x(2ull * s.cols), y(4ull * s.rows);
     kernels::fill_random_bf16(x.data<kernels::bf16_t>(), 1, s.cols, 0, 0, s.cols, 3, 1.f, stream.get());
-    auto time = [&](auto&& launch) {
-      for (int i = 0; i < 5; ++i) launch(i % copies);
-      std::vector<double> ms;
-      for (int rep = 0; rep < 50; ++rep) {
-        NEURON_CUDA_CHECK(cudaEventRecord(start.get(), stream.get()));
-        launch(rep % copies);
-        NEURON_CUDA_CHECK(cudaEventRecord(stop.get(), stream.get()));
-        NEURON_CUDA_CHECK(cudaEventSynchronize(stop.get()));
-        float t = 0;
-        NEURON_CUDA_CHECK(cudaEventElapsedTime(&t, start.get(), stop.get()));
-        ms.push_back(t);
-      }
-      return median(ms);
-    };
+    auto time = [&](auto&& launch) { return median_ms(stream.get(), copies, launch); };
     const double t_gemv = time([&](int i) {
       kernels::gemv(w[i].data<kernels::bf16_t>(), x.data<kernels::bf16_t>(), s.rows, s.cols, y.data<float>(),
                     stream.get());
@@ -127,7 +133,6 @@ void quant_gemv_shapes(const model::Qwen3Config& c, double copy_gbs) {
                           {"gate_up", 2 * f, h}, {"down", h, f}, {"lm_head", static_cast<int>(c.vocab_size), h}};
   const GgmlType types[] = {GgmlType::bf16, GgmlType::q8_0, GgmlType::q4_k, GgmlType::q6_k, GgmlType::fp8_e4m3};
   Stream stream;
-  Event start(cudaEventDefault), stop(cudaEventDefault);
   for (const Shape& s : shapes)
     for (GgmlType t : types) {
       const std::size_t row = quant::row_bytes(t, s.cols);
@@ -155,18 +160,7 @@ void quant_gemv_shapes(const model::Qwen3Config& c, double copy_gbs) {
             kernels::quant_gemv(t, w[i].data(), s.rows, s.cols, xp, n, y.data<float>(), s.rows, false, stream.get());
           }
         };
-        for (int i = 0; i < 5; ++i) run(i % copies);
-        std::vector<double> ms;
-        for (int rep = 0; rep < 50; ++rep) {
-          NEURON_CUDA_CHECK(cudaEventRecord(start.get(), stream.get()));
-          run(rep % copies);
-          NEURON_CUDA_CHECK(cudaEventRecord(stop.get(), stream.get()));
-          NEURON_CUDA_CHECK(cudaEventSynchronize(stop.get()));
-          float ms1 = 0;
-          NEURON_CUDA_CHECK(cudaEventElapsedTime(&ms1, start.get(), stop.get()));
-          ms.push_back(ms1);
-        }
-        const double m = median(ms);
+        const double m = median_ms(stream.get(), copies, run);
         std::printf("{\"quant_gemv\":\"%s\",\"type\":\"%s\",\"tokens\":%d,\"rows\":%d,\"cols\":%d,\"us\":%.2f,"
                     "\"weight_bw_fraction\":%.3f}\n",
                     s.name, std::string(quant::ggml_type_name(t)).c_str(), n, s.rows, s.cols, m * 1e3,
