@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <sstream>
@@ -75,6 +76,26 @@ double median_ms(cudaStream_t stream, int copies, Launch&& launch) {
     ms.push_back(t);
   }
   return median(ms);
+}
+
+// Microseconds a launch costs inside a chain, as a decode step's graph runs
+// it: `chain` launches (cycling through the weight copies) captured into one
+// graph with programmatic dependent launch, the graph replayed 20 times, the
+// median divided by the chain's length.
+template <class Launch>
+double chained_us(cudaStream_t stream, int copies, Launch&& launch) {
+  using namespace neuron::backend::cuda;
+  const int chain = std::max(copies, 16);
+  NEURON_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < chain; ++i) launch(i % copies);
+  cudaGraph_t graph = nullptr;
+  NEURON_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec = nullptr;
+  NEURON_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  cudaGraphDestroy(graph);
+  const double ms = median_ms(stream, 1, [&](int) { NEURON_CUDA_CHECK(cudaGraphLaunch(exec, stream)); });
+  cudaGraphExecDestroy(exec);
+  return ms * 1e3 / chain;
 }
 
 void gemv_shapes(const model::Qwen3Config& c, double copy_gbs) {
@@ -161,10 +182,11 @@ void quant_gemv_shapes(const model::Qwen3Config& c, double copy_gbs) {
           }
         };
         const double m = median_ms(stream.get(), copies, run);
+        const double chained = chained_us(stream.get(), copies, run);
         std::printf("{\"quant_gemv\":\"%s\",\"type\":\"%s\",\"tokens\":%d,\"rows\":%d,\"cols\":%d,\"us\":%.2f,"
-                    "\"weight_bw_fraction\":%.3f}\n",
+                    "\"weight_bw_fraction\":%.3f,\"chained_us\":%.2f,\"chained_bw_fraction\":%.3f}\n",
                     s.name, std::string(quant::ggml_type_name(t)).c_str(), n, s.rows, s.cols, m * 1e3,
-                    bytes / (m * 1e-3) / 1e9 / copy_gbs);
+                    bytes / (m * 1e-3) / 1e9 / copy_gbs, chained, bytes / (chained * 1e-6) / 1e9 / copy_gbs);
         std::fflush(stdout);
       }
     }
@@ -269,6 +291,8 @@ int main(int argc, char** argv) try {
     }
   }
   const model::Qwen3Config cfg = model::preset_config(config);
+  if (const char* pdl = std::getenv("NEURON_CUDA_PDL"); pdl && std::string(pdl) == "0")
+    backend::cuda::kernels::set_programmatic_launch(false);  // as the runner reads it, for the kernel benchmarks too
   if (!batches.empty()) {
     batched_decode(cfg, config, batches, batch_prompt, gen);
     return 0;

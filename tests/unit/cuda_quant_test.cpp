@@ -292,7 +292,7 @@ TEST_F(CudaQuant, Fp8RowsKeepEachWeightWithinTheFormatsPrecisionAndTheGemvIsExac
   for (int r = 0; r < rows; ++r)
     ASSERT_EQ(std::memcmp(q2.data() + static_cast<std::size_t>(r) * 512, q.data() + static_cast<std::size_t>(r) * cols + 256, 512), 0)
         << "row " << r;
-  for (int n : {1, 3, 8}) {
+  for (int n : {1, 2, 3, 8}) {
     const auto x = random_x(static_cast<std::size_t>(n) * cols);
     const Reference ref = reference(wf, x, rows, cols, n);
     auto dx = upload(x);
@@ -301,6 +301,58 @@ TEST_F(CudaQuant, Fp8RowsKeepEachWeightWithinTheFormatsPrecisionAndTheGemvIsExac
                       false, s());
     const auto y = download<float>(dy, ref.y.size());
     for (std::size_t i = 0; i < y.size(); ++i) ASSERT_LE(std::abs(y[i] - ref.y[i]), 1e-5 * ref.mag[i] + 1e-30) << "n " << n;
+  }
+}
+
+// FP8 weights as Linear holds them: rows of e4m3 and their scales after them.
+DeviceMatrix fp8_matrix(const std::vector<bf16_t>& w, int rows, int cols, cudaStream_t stream) {
+  DeviceMatrix m;
+  m.rows = rows;
+  m.cols = cols;
+  m.data = DeviceBuffer(static_cast<std::size_t>(rows) * cols + 4 * rows + 256);
+  m.parts.push_back({GgmlType::fp8_e4m3, rows, 0, (static_cast<std::size_t>(rows) * cols + 255) / 256 * 256});
+  DeviceBuffer dw(2 * w.size());
+  NEURON_CUDA_CHECK(cudaMemcpyAsync(dw.data(), w.data(), 2 * w.size(), cudaMemcpyHostToDevice, stream));
+  kernels::fp8_quantize_rows(dw.data<bf16_t>(), rows, cols, 0, cols, m.data.data<std::uint8_t>(),
+                             reinterpret_cast<float*>(m.data.data<std::byte>() + m.parts[0].scales), stream);
+  NEURON_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return m;
+}
+
+// The FP8 GEMV at every block shape it takes (64, 128 and 256 threads, one
+// and several chunks a thread, a partial last block) against the exact
+// product of the weights it holds; and the MLP's gate/up product with its
+// SwiGLU in the same kernel, bit-equal to the product followed by the SwiGLU kernel.
+TEST_F(CudaQuant, Fp8GemvAtEveryBlockShapeAndItsSwigluEpilogueIsTheUnfusedPair) {
+  const int f = 37;  // gate rows (and up rows): odd, so blocks end partial
+  for (int cols : {1024, 2080, 9600}) {
+    const auto w = spiky_x(static_cast<std::size_t>(2 * f) * cols);
+    DeviceMatrix m = fp8_matrix(w, 2 * f, cols, s());
+    const auto q = download<std::uint8_t>(m.data, static_cast<std::size_t>(2 * f) * cols);
+    std::vector<float> scale(2 * f);
+    NEURON_CUDA_CHECK(cudaMemcpy(scale.data(), m.part_scales(m.parts[0]), 4 * scale.size(), cudaMemcpyDeviceToHost));
+    std::vector<float> wf(q.size());
+    for (std::size_t i = 0; i < q.size(); ++i) wf[i] = static_cast<float>(e4m3(q[i])) * scale[i / cols];
+    Linear linear(s(), true, LinearScratch{false, true}, 64, cols);
+    for (int n : {1, 2, 4, 5, 8, 11}) {
+      const auto x = spiky_x(static_cast<std::size_t>(n) * cols);
+      const Reference ref = reference(wf, x, 2 * f, cols, n);
+      auto dx = upload(x);
+      auto dy = poisoned(4 * static_cast<std::size_t>(n) * 2 * f);
+      linear(dx.data<bf16_t>(), n, m, dy.data<float>());
+      const auto y = download<float>(dy, ref.y.size());
+      for (std::size_t i = 0; i < y.size(); ++i)
+        ASSERT_LE(std::abs(y[i] - ref.y[i]), 1e-5 * ref.mag[i] + 1e-30) << "cols " << cols << " n " << n << " at " << i;
+      // Unfused: the bf16 product, then the SwiGLU kernel.
+      auto dgu = poisoned(2 * static_cast<std::size_t>(n) * 2 * f), dact = poisoned(2 * static_cast<std::size_t>(n) * f);
+      linear(dx.data<bf16_t>(), n, m, dgu.data<bf16_t>());
+      kernels::swiglu(dgu.data<bf16_t>(), n, f, dact.data<bf16_t>(), s());
+      const auto want = download<bf16_t>(dact, static_cast<std::size_t>(n) * f);
+      auto dfused = poisoned(2 * static_cast<std::size_t>(n) * f), dscratch = poisoned(2 * static_cast<std::size_t>(n) * 2 * f);
+      linear.swiglu(dx.data<bf16_t>(), n, m, dscratch.data<bf16_t>(), dfused.data<bf16_t>());
+      const auto got = download<bf16_t>(dfused, want.size());
+      ASSERT_EQ(std::memcmp(got.data(), want.data(), 2 * want.size()), 0) << "cols " << cols << " n " << n;
+    }
   }
 }
 

@@ -660,11 +660,11 @@ void CudaRunner::run_layers(const PassPlan& p, int splits) {
     linear(attn_.data<bf16_t>(), n, layer.o, delta);
     all_reduce(delta, static_cast<std::size_t>(n) * hidden_);
     kernels::add_rmsnorm(x, delta, w(layer.post_norm), h, n, hidden_, eps_, s);
-    linear(h, n, layer.gate_up, gate_up_.data<bf16_t>());
     if (n == 1 && use_gemv_ && !layer.down.quantized() && kernels::gemv_swiglu_supported(ff_)) {
+      linear(h, n, layer.gate_up, gate_up_.data<bf16_t>());
       kernels::gemv_swiglu(w(layer.down), gate_up_.data<bf16_t>(), hidden_, ff_, delta, false, s);
     } else {
-      kernels::swiglu(gate_up_.data<bf16_t>(), n, ff_, act_.data<bf16_t>(), s);
+      linear_->swiglu(h, n, layer.gate_up, gate_up_.data<bf16_t>(), act_.data<bf16_t>());
       linear(act_.data<bf16_t>(), n, layer.down, delta);
     }
     all_reduce(delta, static_cast<std::size_t>(n) * hidden_);

@@ -41,9 +41,6 @@ __global__ void __launch_bounds__(kQuantThreads)
 }
 
 
-constexpr int kGemvWarps = 4;        // warps per block
-constexpr int kGemvRowsPerWarp = 2;  // rows a warp serves together (sharing each x load)
-
 // x[16] (16 bf16 from a 32-byte aligned address) as f32.
 __device__ __forceinline__ void load_x16(const bf16_t* x, float* xf) {
   const uint4 v[2] = {__ldg(reinterpret_cast<const uint4*>(x)), __ldg(reinterpret_cast<const uint4*>(x) + 1)};
@@ -68,61 +65,83 @@ __device__ __forceinline__ float dot16(uint4 wq, const float* xf) {
   return s;
 }
 
-constexpr int kGemvGroup = 4;  // chunks of 16 weights a lane loads at once, per row
-
-template <int N, class OutT, bool Accumulate>
-__global__ void __launch_bounds__(kGemvWarps * 32)
+// A block owns R rows; its threads split the columns in 16-byte chunks (16
+// weights), thread i taking chunks i, i + Threads, ... of every row, so a
+// row's bytes are requested by the whole block at once and a thread has R
+// loads in flight (2R inside the loop: the next chunk's while this one is
+// multiplied). Each x chunk is converted once and serves the R rows. The
+// first loads go out before the wait on the previous kernel. Partial sums
+// meet in shared memory; one thread per (row, token) emits.
+//
+// Swiglu: W is a stacked [gate | up] of rows = 2f; the block owns gate rows
+// j0 .. j0 + R/2 and the up rows f + j0 .. of the same units, and emits
+// y[t * ldy + j] = silu(gate) * up for j < f, rounded as the unfused path
+// rounds (each product to bf16, silu to bf16, the result to bf16).
+template <int Threads, int R, int N, class OutT, bool Accumulate, bool Swiglu = false>
+__global__ void __launch_bounds__(Threads)
     fp8_gemv_kernel(const std::uint8_t* q, const float* scale, int rows, int cols, const bf16_t* x, int n, OutT* y,
                     int ldy) {
-  constexpr int R = kGemvRowsPerWarp, G = kGemvGroup;
-  const int lane = threadIdx.x & 31;
-  const int row0 = (blockIdx.x * kGemvWarps + static_cast<int>(threadIdx.x >> 5)) * R;
+  constexpr int warps = Threads / 32;
+  __shared__ float part[warps][R * N];  // [warp][row * N + token] partial sums
+  const int f = rows / 2;
+  const int row0 = blockIdx.x * (Swiglu ? R / 2 : R);
+  // The matrix row of the block's r-th row (gate rows first, then their up rows).
+  auto matrix_row = [&](int r) { return Swiglu ? (r < R / 2 ? row0 + r : f + row0 + r - R / 2) : row0 + r; };
+  const int out_rows = Swiglu ? f : rows;
   const int chunks = cols / 16;
   const uint4* wr[R];
 #pragma unroll
-  for (int i = 0; i < R; ++i)
-    wr[i] = reinterpret_cast<const uint4*>(q + static_cast<std::size_t>(min(row0 + i, rows - 1)) * cols);
-  // A lane takes chunks lane, lane + 32, ... in groups of G, a group's loads
-  // in flight together; the first group's are requested before waiting on
-  // the previous kernel (weights do not depend on it).
-  uint4 cur[G][R];
-  auto load_group = [&](int c0) {
+  for (int r = 0; r < R; ++r)
+    wr[r] = reinterpret_cast<const uint4*>(q + static_cast<std::size_t>(min(matrix_row(r), rows - 1)) * cols);
+  int c = threadIdx.x;
+  uint4 wv[R];
+  if (c < chunks)
 #pragma unroll
-    for (int g = 0; g < G; ++g)
-      if (c0 + 32 * g < chunks)
-#pragma unroll
-        for (int i = 0; i < R; ++i) cur[g][i] = __ldcs(wr[i] + c0 + 32 * g);
-  };
-  if (row0 < rows) load_group(lane);
+    for (int r = 0; r < R; ++r) wv[r] = __ldcs(wr[r] + c);
   grid_dependency_wait();
-  if (row0 >= rows) return;
   float acc[R][N] = {};
-  for (int c0 = lane; c0 < chunks; c0 += 32 * G) {
-    if (c0 != lane) load_group(c0);
+  while (c < chunks) {
+    const int next = c + Threads;
+    uint4 wn[R];
+    if (next < chunks)
 #pragma unroll
-    for (int g = 0; g < G; ++g) {
-      const int c = c0 + 32 * g;
-      if (c >= chunks) break;
-#pragma unroll
-      for (int t = 0; t < N; ++t) {
-        if (N > 1 && t >= n) break;
-        float xf[16];
-        load_x16(x + static_cast<std::size_t>(t) * cols + 16 * c, xf);
-#pragma unroll
-        for (int i = 0; i < R; ++i) acc[i][t] += dot16(cur[g][i], xf);
-      }
-    }
-  }
-#pragma unroll
-  for (int i = 0; i < R; ++i) {
-    if (row0 + i >= rows) break;
-    const float sc = scale[row0 + i];
+      for (int r = 0; r < R; ++r) wn[r] = __ldcs(wr[r] + next);
 #pragma unroll
     for (int t = 0; t < N; ++t) {
       if (N > 1 && t >= n) break;
-      const float v = warp_sum(acc[i][t]);
-      if (lane == 0) emit(y, static_cast<std::size_t>(t) * ldy + row0 + i, v * sc, Accumulate);
+      float xf[16];
+      load_x16(x + static_cast<std::size_t>(t) * cols + 16 * c, xf);
+#pragma unroll
+      for (int r = 0; r < R; ++r) acc[r][t] += dot16(wv[r], xf);
     }
+#pragma unroll
+    for (int r = 0; r < R; ++r) wv[r] = wn[r];
+    c = next;
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int t = 0; t < N; ++t) {
+      const float v = warp_sum(acc[r][t]);
+      if (lane == 0) part[warp][r * N + t] = v;
+    }
+  __syncthreads();
+  const int r = static_cast<int>(threadIdx.x) / N, t = static_cast<int>(threadIdx.x) % N;
+  auto row_sum = [&](int rr) {
+    float sum = 0.f;
+#pragma unroll
+    for (int i = 0; i < warps; ++i) sum += part[i][rr * N + t];
+    return sum * scale[matrix_row(rr)];
+  };
+  if constexpr (Swiglu) {
+    if (threadIdx.x < R / 2 * N && row0 + r < out_rows && t < n) {
+      const float g = bf(to_bf(row_sum(r)));
+      const float act = bf(to_bf(g / (1.f + __expf(-g))));
+      emit(y, static_cast<std::size_t>(t) * ldy + row0 + r, act * bf(to_bf(row_sum(r + R / 2))), Accumulate);
+    }
+  } else if (threadIdx.x < R * N && row0 + r < out_rows && t < n) {
+    emit(y, static_cast<std::size_t>(t) * ldy + row0 + r, row_sum(r), Accumulate);
   }
 }
 
@@ -139,25 +158,43 @@ __global__ void scale_rows_kernel(const float* acc, int n, int rows, const float
 }
 
 
-template <class OutT, bool Accumulate>
+// Threads per block cover the columns' 16-byte chunks (at most 256). One
+// token takes 4 rows a block (4 loads in flight a thread, 1024 blocks for a
+// 4096-row matrix); more tokens take 2, their accumulators being n times
+// larger (measured on the H200: bench/QUANT.md).
+template <bool Swiglu, int N, class OutT, bool Accumulate>
+void gemv_launch(const std::uint8_t* q, const float* scale, int rows, int cols, const bf16_t* x, int n, OutT* y,
+                 int ldy, cudaStream_t stream) {
+  constexpr int R = N == 1 ? 4 : 2;
+  const int chunks = cols / 16;
+  const int out_rows = Swiglu ? rows / 2 : rows;
+  constexpr int per_block = Swiglu ? R / 2 : R;
+  const dim3 grid(static_cast<unsigned>((out_rows + per_block - 1) / per_block));
+  auto go = [&](auto kernel, int threads) {
+    launch(kernel, grid, threads, 0, stream, "fp8_gemv", q, scale, rows, cols, x, n, y, ldy);
+  };
+  if (chunks >= 256)
+    go(fp8_gemv_kernel<256, R, N, OutT, Accumulate, Swiglu>, 256);
+  else if (chunks >= 128)
+    go(fp8_gemv_kernel<128, R, N, OutT, Accumulate, Swiglu>, 128);
+  else
+    go(fp8_gemv_kernel<64, R, N, OutT, Accumulate, Swiglu>, 64);
+}
+
+template <bool Swiglu, class OutT, bool Accumulate>
 void gemv_dispatch(const std::uint8_t* q, const float* scale, int rows, int cols, const bf16_t* x, int n, OutT* y,
                    int ldy, cudaStream_t stream) {
   if (rows <= 0 || n <= 0) return;
-  NEURON_ASSERT(n <= kFp8GemvMaxTokens && cols % 16 == 0 && reinterpret_cast<std::uintptr_t>(q) % 16 == 0 &&
-                reinterpret_cast<std::uintptr_t>(x) % 16 == 0);
-  const int rows_per_block = kGemvWarps * kGemvRowsPerWarp;
-  const dim3 grid(static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block));
-  auto go = [&](auto kernel) {
-    launch(kernel, grid, kGemvWarps * 32, 0, stream, "fp8_gemv", q, scale, rows, cols, x, n, y, ldy);
-  };
+  NEURON_ASSERT(n <= kFp8GemvMaxTokens && cols % 16 == 0 && (!Swiglu || rows % 2 == 0) &&
+                reinterpret_cast<std::uintptr_t>(q) % 16 == 0 && reinterpret_cast<std::uintptr_t>(x) % 16 == 0);
   if (n == 1)
-    go(fp8_gemv_kernel<1, OutT, Accumulate>);
+    gemv_launch<Swiglu, 1, OutT, Accumulate>(q, scale, rows, cols, x, n, y, ldy, stream);
   else if (n == 2)
-    go(fp8_gemv_kernel<2, OutT, Accumulate>);
+    gemv_launch<Swiglu, 2, OutT, Accumulate>(q, scale, rows, cols, x, n, y, ldy, stream);
   else if (n <= 4)
-    go(fp8_gemv_kernel<4, OutT, Accumulate>);
+    gemv_launch<Swiglu, 4, OutT, Accumulate>(q, scale, rows, cols, x, n, y, ldy, stream);
   else
-    go(fp8_gemv_kernel<8, OutT, Accumulate>);
+    gemv_launch<Swiglu, 8, OutT, Accumulate>(q, scale, rows, cols, x, n, y, ldy, stream);
 }
 
 }  // namespace
@@ -173,14 +210,19 @@ void fp8_quantize_rows(const bf16_t* src, int rows, int src_cols, int col0, int 
 void fp8_gemv(const std::uint8_t* q, const float* scale, int rows, int cols, const bf16_t* x, int n, float* y, int ldy,
               bool accumulate, cudaStream_t stream) {
   if (accumulate)
-    gemv_dispatch<float, true>(q, scale, rows, cols, x, n, y, ldy, stream);
+    gemv_dispatch<false, float, true>(q, scale, rows, cols, x, n, y, ldy, stream);
   else
-    gemv_dispatch<float, false>(q, scale, rows, cols, x, n, y, ldy, stream);
+    gemv_dispatch<false, float, false>(q, scale, rows, cols, x, n, y, ldy, stream);
 }
 
 void fp8_gemv(const std::uint8_t* q, const float* scale, int rows, int cols, const bf16_t* x, int n, bf16_t* y, int ldy,
               cudaStream_t stream) {
-  gemv_dispatch<bf16_t, false>(q, scale, rows, cols, x, n, y, ldy, stream);
+  gemv_dispatch<false, bf16_t, false>(q, scale, rows, cols, x, n, y, ldy, stream);
+}
+
+void fp8_gemv_swiglu(const std::uint8_t* q, const float* scale, int f, int cols, const bf16_t* x, int n, bf16_t* act,
+                     int ld_act, cudaStream_t stream) {
+  gemv_dispatch<true, bf16_t, false>(q, scale, 2 * f, cols, x, n, act, ld_act, stream);
 }
 
 void fp8_scale_rows(const float* acc, int n, int rows, const float* w_scale, const float* x_scale, float* y, int ldy,

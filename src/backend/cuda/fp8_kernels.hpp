@@ -36,6 +36,13 @@ void fp8_gemv(const std::uint8_t* q, const float* scale, int rows, int cols, con
 void fp8_gemv(const std::uint8_t* q, const float* scale, int rows, int cols, const bf16_t* x, int n, bf16_t* y, int ldy,
               cudaStream_t stream);
 
+// act[t * ld_act + j] = silu(g) * u for j < f, t < n <= kFp8GemvMaxTokens,
+// where g and u are rows j and f + j of the product with q [2f, cols] (a
+// stacked [gate | up]), each rounded to bf16 first: bit-equal to fp8_gemv
+// into [n, 2f] bf16 followed by kernels::swiglu, in one kernel.
+void fp8_gemv_swiglu(const std::uint8_t* q, const float* scale, int f, int cols, const bf16_t* x, int n, bf16_t* act,
+                     int ld_act, cudaStream_t stream);
+
 // y[t * ldy + r] = acc[t * rows + r] * w_scale[r] * x_scale[t] for t < n: a
 // product of e4m3 operands brought back to its units.
 void fp8_scale_rows(const float* acc, int n, int rows, const float* w_scale, const float* x_scale, float* y, int ldy,

@@ -6,6 +6,16 @@
 // predecessor reads); work that only touches immutable data (weights) may
 // come before it, which is how a GEMV streams its first weights in while the
 // previous kernel drains. Without PDL the wait is a no-op.
+//
+// The same call first lets this kernel's dependents launch: once every block
+// of this grid has reached it, the next kernel's blocks are scheduled into
+// the room left on the SMs and issue their weight loads while this kernel
+// still streams its own, so a step's ~8 kernels a layer do not each pay a
+// fill-and-drain. That is safe for the same reason the wait is: a dependent
+// touches nothing a predecessor writes before its own wait, which returns
+// only when this grid has completed and its writes are visible (and a grid
+// completes only after its own wait on its predecessor, so the order holds
+// down the chain).
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cuda_check.hpp"
@@ -14,7 +24,10 @@ namespace neuron::backend::cuda::kernels {
 
 bool programmatic_launch() noexcept;
 
-__device__ __forceinline__ void grid_dependency_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+__device__ __forceinline__ void grid_dependency_wait() {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+}
 
 template <class... Params, class... Args>
 void launch(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem, cudaStream_t stream, const char* name,

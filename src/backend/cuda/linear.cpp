@@ -85,6 +85,23 @@ void Linear::run(const bf16_t* x, int n, const DeviceMatrix& w, Y* y) {
   NEURON_ASSERT(row0 == w.rows);
 }
 
+void Linear::swiglu(const bf16_t* x, int n, const DeviceMatrix& w, bf16_t* gate_up, bf16_t* act) {
+  if (n <= 0) return;
+  NEURON_ASSERT(w.rows % 2 == 0);
+  const int f = w.rows / 2;
+  if (w.parts.size() == 1 && w.parts[0].type == quant::GgmlType::fp8_e4m3 && n <= kFp8GemvTokens) {
+    const DeviceMatrix::Part& p = w.parts[0];
+    const auto* q = reinterpret_cast<const std::uint8_t*>(w.part_data(p));
+    for (int t = 0; t < n; t += kernels::kFp8GemvMaxTokens)
+      kernels::fp8_gemv_swiglu(q, w.part_scales(p), f, w.cols, x + static_cast<std::size_t>(t) * w.cols,
+                               std::min(kernels::kFp8GemvMaxTokens, n - t), act + static_cast<std::size_t>(t) * f, f,
+                               stream_);
+    return;
+  }
+  run(x, n, w, gate_up);
+  kernels::swiglu(gate_up, n, f, act, stream_);
+}
+
 template <class Y>
 void Linear::dequantized(const bf16_t* x, int n, const DeviceMatrix& w, const DeviceMatrix::Part& p, int row0, Y* y) {
   NEURON_ASSERT(hi_ && n <= max_tokens_);

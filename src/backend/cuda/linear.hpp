@@ -69,6 +69,12 @@ class Linear {
   void operator()(const kernels::bf16_t* x, int n, const DeviceMatrix& w, float* y);
   void operator()(const kernels::bf16_t* x, int n, const DeviceMatrix& w, kernels::bf16_t* y);
 
+  // act [n, f] bf16 = silu(gate) * up, [gate | up] [n, 2f] = x W^T for a
+  // stacked W [2f, w.cols] (the MLP's SwiGLU), rounded as the unfused pair
+  // rounds. An all-FP8 W within the GEMV's tokens takes one kernel; anything
+  // else the product into gate_up [n, 2f] bf16, then kernels::swiglu.
+  void swiglu(const kernels::bf16_t* x, int n, const DeviceMatrix& w, kernels::bf16_t* gate_up, kernels::bf16_t* act);
+
   std::size_t scratch_bytes() const noexcept {
     return hi_.bytes() + lo_.bytes() + out_.bytes() + xq_.bytes() + x_scale_.bytes();
   }
