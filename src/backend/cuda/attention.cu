@@ -323,35 +323,39 @@ __device__ void merge_splits(const float* parts, int nh, int splits, bf16_t* out
   }
 }
 
-// RMSNorm over one head's D values, times w, then rotate-half RoPE at `pos`,
-// into dst (shared, f32 holding bf16-rounded values, as qk_norm_rope stores
-// them). Called by the whole block; red holds one float per warp.
-template <int D>
-__device__ void norm_rope(const bf16_t* src, const bf16_t* w, const float* inv_freq, int pos, float eps, float* dst,
-                          float* red) {
-  float ss = 0.f;
-  for (int c = threadIdx.x; c < D; c += blockDim.x) {
-    const float v = bf(src[c]);
-    dst[c] = v;
-    ss += v * v;
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
+// RMSNorm of `heads` heads of D values, each times its weight, then
+// rotate-half RoPE at `pos`, into dst[h] (shared, f32 holding bf16-rounded
+// values, as qk_norm_rope stores them). src[h] and w[h] give head h's row and
+// norm weight. Called by the whole block: every head's values are read in one
+// pass (one memory round trip for all of them), each warp reduces whole heads,
+// and the rotations of all heads run together.
+template <int D, int H, class Src, class Weight>
+__device__ void norm_rope_heads(int heads, Src src, Weight w, const float* inv_freq, int pos, float eps,
+                                float (*dst)[D]) {
+  __shared__ float inv_s[H];
+  for (int e = threadIdx.x; e < heads * D; e += blockDim.x) dst[e / D][e % D] = bf(src(e / D)[e % D]);
   __syncthreads();
-  float total = 0.f;
-  for (int i = 0; i < static_cast<int>(blockDim.x >> 5); ++i) total += red[i];
-  const float inv = rsqrtf(total / static_cast<float>(D) + eps);
+  const int lane = threadIdx.x % 32, warps = static_cast<int>(blockDim.x / 32);
+  for (int h = static_cast<int>(threadIdx.x / 32); h < heads; h += warps) {
+    float ss = 0.f;
+    for (int c = lane; c < D; c += 32) ss += dst[h][c] * dst[h][c];
+    ss = warp_sum(ss);
+    if (lane == 0) inv_s[h] = rsqrtf(ss / static_cast<float>(D) + eps);
+  }
+  __syncthreads();
   constexpr int half = D / 2;
-  for (int j = threadIdx.x; j < half; j += blockDim.x) {  // thread j alone owns entries j and j + half
-    const float a = bf(to_bf(bf(to_bf(dst[j] * inv)) * bf(w[j])));
-    const float b = bf(to_bf(bf(to_bf(dst[j + half] * inv)) * bf(w[j + half])));
+  for (int e = threadIdx.x; e < heads * half; e += blockDim.x) {  // entries j and j + half of head h: one thread
+    const int h = e / half, j = e % half;
+    const float inv = inv_s[h];
+    const bf16_t* wh = w(h);
+    const float a = bf(to_bf(bf(to_bf(dst[h][j] * inv)) * bf(wh[j])));
+    const float b = bf(to_bf(bf(to_bf(dst[h][j + half] * inv)) * bf(wh[j + half])));
     float sn, cs;
     sincosf(static_cast<float>(pos) * inv_freq[j], &sn, &cs);
-    dst[j] = bf(to_bf(a * cs - b * sn));
-    dst[j + half] = bf(to_bf(b * cs + a * sn));
+    dst[h][j] = bf(to_bf(a * cs - b * sn));
+    dst[h][j + half] = bf(to_bf(b * cs + a * sn));
   }
-  __syncthreads();  // dst complete, red free for the next call
+  __syncthreads();
 }
 
 // One block per (sequence, KV head and up to G of its query heads, split of
@@ -363,7 +367,6 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(const bf16_t* q,
                                                                 StepSeqs seqs, const std::int32_t* items, int hq,
                                                                 float scale, float* scratch, unsigned* counters,
                                                                 bf16_t* out) {
-  grid_dependency_wait();
   constexpr int tpk = D / 8;                    // threads per position
   constexpr int groups = kDecodeThreads / tpk;  // positions in flight per block
   __shared__ float g_m[groups][G], g_l[groups][G];
@@ -385,6 +388,9 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(const bf16_t* q,
   const int begin = min(kv_len, split * per), end = min(kv_len, begin + per);
   const int group = threadIdx.x / tpk, sub = threadIdx.x % tpk;
   const float q_scale = scale * kLog2e;
+  // The step's inputs above were written before the step's first kernel:
+  // only the activations and the pool wait for the previous kernel.
+  grid_dependency_wait();
 
   // A split past the context (short sequences in a grid sized for long ones)
   // only reports an empty state to the merge.
@@ -395,23 +401,23 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(const bf16_t* q,
     // block whose split holds the new position also makes that position's
     // key and value and stores them in the pool before reading it (the
     // blocks of one KV head's head groups store identical bits).
-    __shared__ float q_s[G][D], k_s[D];
-    __shared__ float red[kDecodeThreads / 32];
+    __shared__ float heads_s[G + 1][D];  // [query heads, then the new key when this split holds it][D]
     const int pos = kv_len - 1;
+    const bool own_key = end == kv_len;
     const bf16_t* src = rope.qkv + static_cast<std::size_t>(row) * (hq + 2 * hkv) * D;
-    for (int g = 0; g < nh; ++g)
-      norm_rope<D>(src + static_cast<std::size_t>(h0 + g) * D, rope.q_norm, rope.inv_freq, pos, rope.eps, q_s[g], red);
+    norm_rope_heads<D, G + 1>(
+        nh + (own_key ? 1 : 0),
+        [&](int h) { return src + static_cast<std::size_t>(h < nh ? h0 + h : hq + kv_head) * D; },
+        [&](int h) { return h < nh ? rope.q_norm : rope.k_norm; }, rope.inv_freq, pos, rope.eps, heads_s);
 #pragma unroll
     for (int g = 0; g < G; ++g)
 #pragma unroll
-      for (int i = 0; i < 8; ++i) qv[g][i] = g < nh ? q_s[g][sub * 8 + i] * q_scale : 0.f;
-    if (end == kv_len) {
-      norm_rope<D>(src + static_cast<std::size_t>(hq + kv_head) * D, rope.k_norm, rope.inv_freq, pos, rope.eps, k_s,
-                   red);
+      for (int i = 0; i < 8; ++i) qv[g][i] = g < nh ? heads_s[g][sub * 8 + i] * q_scale : 0.f;
+    if (own_key) {
       const bf16_t* v_new = src + static_cast<std::size_t>(hq + hkv + kv_head) * D;
       const std::size_t at = pool_offset(table, pos, kv_head, hkv, bs, D);
       for (int c = threadIdx.x; c < D; c += kDecodeThreads) {
-        kv.k[at + c] = to_bf(k_s[c]);
+        kv.k[at + c] = to_bf(heads_s[nh][c]);
         kv.v[at + c] = v_new[c];
       }
       __syncthreads();  // the block's own pool writes are visible to its loads below
