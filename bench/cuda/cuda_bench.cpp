@@ -9,6 +9,8 @@
 //   cuda_bench --config qwen3-8b --batch 1,8,32,64 [--prompt 128] [--gen 64]
 //   cuda_bench --config qwen3-8b --quant-gemv   (the projections' GEMV per weight
 //              format: bf16, Q8_0, Q4_K, Q6_K, FP8, at 1 and 8 tokens)
+//   cuda_bench --config qwen3-8b --attention    (decode attention of one sequence
+//              by context length and split count)
 //
 // Batched decode feeds a fixed token per step (not the argmax, which would
 // time the host's scan of B x vocab logits); a step's speed does not depend
@@ -22,6 +24,7 @@
 // (measure_copy_bandwidth_gbs). One JSON object per line on stdout.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -192,6 +195,79 @@ void quant_gemv_shapes(const model::Qwen3Config& c, double copy_gbs) {
     }
 }
 
+// Decode attention of one sequence (the fused q/k norm + RoPE variant, as a
+// decode step runs it) at several context lengths and split counts: the
+// microseconds a launch costs chained in a graph, and the fraction of the
+// copy bandwidth its K/V bytes reach. The chain cycles through copies of the
+// pool larger than L2 together.
+void attention_shapes(const model::Qwen3Config& c, double copy_gbs) {
+  using namespace neuron::backend::cuda;
+  const int hq = static_cast<int>(c.num_attention_heads), hkv = static_cast<int>(c.num_key_value_heads);
+  const int d = static_cast<int>(c.head_dim), bs = 16;
+  Stream stream;
+  const int width = (hq + 2 * hkv) * d;
+  DeviceBuffer qkv(2ull * width), qn(2ull * d), kn(2ull * d), inv(4ull * d / 2), out(2ull * hq * d);
+  kernels::fill_random_bf16(qkv.data<kernels::bf16_t>(), 1, width, 0, 0, width, 5, 1.f, stream.get());
+  kernels::fill_random_bf16(qn.data<kernels::bf16_t>(), 1, d, 0, 0, d, 6, 1.f, stream.get());
+  kernels::fill_random_bf16(kn.data<kernels::bf16_t>(), 1, d, 0, 0, d, 7, 1.f, stream.get());
+  std::vector<float> inv_h(static_cast<std::size_t>(d / 2));
+  for (int j = 0; j < d / 2; ++j) inv_h[static_cast<std::size_t>(j)] = static_cast<float>(std::pow(1e6, -2.0 * j / d));
+  NEURON_CUDA_CHECK(cudaMemcpy(inv.data(), inv_h.data(), 4 * inv_h.size(), cudaMemcpyHostToDevice));
+  {  // the step's RMSNorm (residual add + norm of one token) for scale: a small kernel's cost in the chain
+    const int h = static_cast<int>(c.hidden_size);
+    DeviceBuffer x(4ull * h), delta(4ull * h), w(2ull * h), o(2ull * h);
+    NEURON_CUDA_CHECK(cudaMemset(x.data(), 0, x.bytes()));
+    NEURON_CUDA_CHECK(cudaMemset(delta.data(), 0, delta.bytes()));
+    kernels::fill_random_bf16(w.data<kernels::bf16_t>(), 1, h, 0, 0, h, 8, 1.f, stream.get());
+    const double us = chained_us(stream.get(), 1, [&](int) {
+      kernels::add_rmsnorm(x.data<float>(), delta.data<float>(), w.data<kernels::bf16_t>(),
+                           o.data<kernels::bf16_t>(), 1, h, 1e-6f, stream.get());
+    });
+    std::printf("{\"kernel\":\"add_rmsnorm\",\"hidden\":%d,\"chained_us\":%.2f}\n", h, us);
+  }
+  for (int ctx : {256, 2048, 8192}) {
+    const int blocks = ctx / bs + 1;
+    const std::size_t plane = static_cast<std::size_t>(blocks) * hkv * bs * d;  // bf16 elements of K (and of V)
+    const int copies = static_cast<int>(std::max<std::size_t>(1, (256ull << 20) / (4 * plane) + 1));
+    std::vector<DeviceBuffer> pools;
+    for (int i = 0; i < copies; ++i) {
+      pools.emplace_back(4 * plane);
+      kernels::fill_random_bf16(pools.back().data<kernels::bf16_t>(), 1, static_cast<std::int64_t>(2 * plane), 0, 0,
+                                static_cast<std::int64_t>(2 * plane), 11 + i, 1.f, stream.get());
+    }
+    // Step inputs of one sequence: q_start, num_tokens, position, block_offset, ctx_len, items, then its table.
+    std::vector<std::int32_t> in = {0, 1, ctx - 1, 0, ctx, 0};
+    for (int b = 0; b < blocks; ++b) in.push_back(b);
+    DeviceBuffer din(4 * in.size());
+    NEURON_CUDA_CHECK(cudaMemcpy(din.data(), in.data(), 4 * in.size(), cudaMemcpyHostToDevice));
+    const auto* ip = din.data<std::int32_t>();
+    const kernels::StepSeqs seqs{ip, ip + 1, ip + 2, ip + 3, ip + 4, ip + 6};
+    const kernels::DecodeRope rope{qkv.data<kernels::bf16_t>(), qn.data<kernels::bf16_t>(),
+                                   kn.data<kernels::bf16_t>(), inv.data<float>(), 1e-6f};
+    DeviceBuffer scratch(4 * kernels::decode_scratch_floats(1, hq, d, kernels::kDecodeMaxSplits));
+    DeviceBuffer counters(4 * kernels::decode_counters(1, hq, hkv));
+    NEURON_CUDA_CHECK(cudaMemset(counters.data(), 0, counters.bytes()));
+    const double bytes = 2.0 * 2.0 * ctx * hkv * d;  // K and V of the context
+    for (int splits = 1; splits <= kernels::kDecodeMaxSplits; splits *= 2) {
+      if (splits > 1 && splits * kernels::kDecodeMinSplitKeys > 2 * ctx) break;
+      for (const bool fused : {true, false}) {
+        auto run = [&](int i) {
+          kernels::bf16_t* k = pools[static_cast<std::size_t>(i)].data<kernels::bf16_t>();
+          kernels::attention_decode(fused ? nullptr : qkv.data<kernels::bf16_t>(), fused ? rope : kernels::DecodeRope{},
+                                    kernels::PagedKv{k, k + plane, hkv, bs}, seqs, ip + 5, 1, hq, d,
+                                    1.f / std::sqrt(static_cast<float>(d)), splits, scratch.data<float>(),
+                                    counters.data<unsigned>(), out.data<kernels::bf16_t>(), stream.get());
+        };
+        const double us = chained_us(stream.get(), copies, run);
+        std::printf("{\"attention\":\"decode%s\",\"ctx\":%d,\"splits\":%d,\"chained_us\":%.2f,"
+                    "\"kv_bw_fraction\":%.3f}\n",
+                    fused ? "+rope" : "", ctx, splits, us, bytes / (us * 1e-6) / 1e9 / copy_gbs);
+        std::fflush(stdout);
+      }
+    }
+  }
+}
+
 std::vector<int> parse_list(const std::string& text) {
   std::vector<int> out;
   std::stringstream ss(text);
@@ -273,13 +349,14 @@ int main(int argc, char** argv) try {
   int gen = 128;
   int batch_prompt = 128;
   std::vector<int> batches;
-  bool shapes = false, quant_shapes = false;
+  bool shapes = false, quant_shapes = false, attention = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--config" && i + 1 < argc) config = argv[++i];
     else if (a == "--gen" && i + 1 < argc) gen = std::stoi(argv[++i]);
     else if (a == "--gemv-shapes") shapes = true;
     else if (a == "--quant-gemv") quant_shapes = true;
+    else if (a == "--attention") attention = true;
     else if (a == "--prompt-lens" && i + 1 < argc) prompt_lens = parse_list(argv[++i]);
     else if (a == "--batch" && i + 1 < argc) batches = parse_list(argv[++i]);
     else if (a == "--prompt" && i + 1 < argc) batch_prompt = std::stoi(argv[++i]);
@@ -299,8 +376,9 @@ int main(int argc, char** argv) try {
   }
   const double copy_gbs = cuda::measure_copy_bandwidth_gbs(0);
   if (shapes) gemv_shapes(cfg, copy_gbs);
-  if (quant_shapes) {
-    quant_gemv_shapes(cfg, copy_gbs);
+  if (quant_shapes || attention) {
+    if (quant_shapes) quant_gemv_shapes(cfg, copy_gbs);
+    if (attention) attention_shapes(cfg, copy_gbs);
     return 0;
   }
 

@@ -280,17 +280,23 @@ constexpr int kDecodeThreads = 128;
 // Query heads one block serves: the smallest of 1, 2, 4, 8 that holds a KV head's group (8 at most).
 constexpr int group_heads(int group) { return group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8; }
 
+// A split's partial softmax state of one head in the scratch: m, l, two
+// unused floats (so acc is 16-byte aligned), acc [D].
+template <int D>
+constexpr int kPartFloats = D + 4;
+
 // Combines the splits' partial softmax states of a block's nh heads: out = sum_s e^(m_s - M) acc_s /
-// sum_s e^(m_s - M) l_s. Every load is independent of the others (the whole block reads the splits' states
-// at once, then each thread sums its output values over the splits), so the merge costs a few L2 round trips
-// whatever the number of splits. The parts were written by other blocks of this grid: read through L2
-// (ld.cg), never a stale L1 line. parts: [nh heads][splits][D + 2] (m, l, acc).
+// sum_s e^(m_s - M) l_s. The whole block reads the splits' (m, l) at once; then each thread owns 4 output
+// values of a head and sums them over the splits with 16-byte loads, 16 splits' loads in flight at a time,
+// so the merge costs a few L2 round trips. The parts were written by other blocks of this grid: read
+// through L2 (ld.cg), never a stale L1 line. parts: [nh heads][splits][kPartFloats<D>].
 template <int D, int G>
 __device__ void merge_splits(const float* parts, int nh, int splits, bf16_t* out) {
+  constexpr int stride = kPartFloats<D>;
   __shared__ float weight[G][kDecodeMaxSplits];  // e^(m_s - M) / total, 0 for an empty split
   for (int e = threadIdx.x; e < nh * splits; e += blockDim.x) {
     const int g = e / splits, s = e % splits;
-    weight[g][s] = __ldcg(parts + (static_cast<std::size_t>(g) * splits + s) * (D + 2));
+    weight[g][s] = __ldcg(parts + (static_cast<std::size_t>(g) * splits + s) * stride);
   }
   __syncthreads();
   // One warp per head: the maximum and the total over the splits, by shuffles.
@@ -304,7 +310,7 @@ __device__ void merge_splits(const float* parts, int nh, int splits, bf16_t* out
     for (int s = lane; s < splits; s += 32) {
       const float m = weight[g][s];
       const float w = m == -INFINITY ? 0.f : exp2f(m - big);
-      total += __ldcg(parts + (static_cast<std::size_t>(g) * splits + s) * (D + 2) + 1) * w;
+      total += __ldcg(parts + (static_cast<std::size_t>(g) * splits + s) * stride + 1) * w;
       weight[g][s] = w;
     }
 #pragma unroll
@@ -313,13 +319,30 @@ __device__ void merge_splits(const float* parts, int nh, int splits, bf16_t* out
     for (int s = lane; s < splits; s += 32) weight[g][s] *= inv;
   }
   __syncthreads();
-  for (int e = threadIdx.x; e < nh * D; e += blockDim.x) {
-    const int g = e / D, c = e % D;
-    const float* p = parts + static_cast<std::size_t>(g) * splits * (D + 2) + 2 + c;
-    float a = 0.f;
-#pragma unroll 8
-    for (int s = 0; s < splits; ++s) a += __ldcg(p + static_cast<std::size_t>(s) * (D + 2)) * weight[g][s];
-    out[static_cast<std::size_t>(g) * D + c] = to_bf(a);
+  for (int e = threadIdx.x; e < nh * D / 4; e += blockDim.x) {
+    const int g = e / (D / 4), c = 4 * (e % (D / 4));
+    const float* p = parts + static_cast<std::size_t>(g) * splits * stride + 4 + c;
+    float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int s0 = 0; s0 < splits; s0 += 16) {
+      float4 v[16];
+#pragma unroll
+      for (int k = 0; k < 16; ++k)
+        if (s0 + k < splits) v[k] = __ldcg(reinterpret_cast<const float4*>(p + static_cast<std::size_t>(s0 + k) * stride));
+#pragma unroll
+      for (int k = 0; k < 16; ++k)
+        if (s0 + k < splits) {
+          const float w = weight[g][s0 + k];
+          a.x += v[k].x * w;
+          a.y += v[k].y * w;
+          a.z += v[k].z * w;
+          a.w += v[k].w * w;
+        }
+    }
+    bf16_t* o = out + static_cast<std::size_t>(g) * D + c;
+    o[0] = to_bf(a.x);
+    o[1] = to_bf(a.y);
+    o[2] = to_bf(a.z);
+    o[3] = to_bf(a.w);
   }
 }
 
@@ -388,13 +411,34 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(const bf16_t* q,
   const int begin = min(kv_len, split * per), end = min(kv_len, begin + per);
   const int group = threadIdx.x / tpk, sub = threadIdx.x % tpk;
   const float q_scale = scale * kLog2e;
-  // The step's inputs above were written before the step's first kernel:
-  // only the activations and the pool wait for the previous kernel.
-  grid_dependency_wait();
-
   // A split past the context (short sequences in a grid sized for long ones)
   // only reports an empty state to the merge.
   const bool empty = begin >= end;
+
+  // Positions stream through in passes of kPass, each group taking kUnroll of
+  // them; the next pass's K/V loads are in flight while this one is computed.
+  // Plain loads, not the read-only path: the fused variant writes the pool.
+  constexpr int kUnroll = G <= 4 && G * D <= 512 ? 8 : 4;  // registers: queries and sums grow with G and D
+  constexpr int kPass = groups * kUnroll;
+  auto load_pass = [&](int base, int limit, uint4 (&kk)[kUnroll], uint4 (&vv)[kUnroll]) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int key = base + u * groups + group;
+      kk[u] = vv[u] = make_uint4(0, 0, 0, 0);
+      if (key < limit) {
+        const std::size_t at = pool_offset(table, key, kv_head, hkv, bs, D) + sub * 8;
+        kk[u] = *reinterpret_cast<const uint4*>(kv.k + at);
+        vv[u] = *reinterpret_cast<const uint4*>(kv.v + at);
+      }
+    }
+  };
+  // The first pass goes out before the wait on the previous kernel, all but
+  // the new position: earlier steps wrote the others (like the step's inputs
+  // above, written before the step's first kernel). The new one is this
+  // step's, made by the previous kernel or below, and is read after it.
+  uint4 kr[kUnroll], vr[kUnroll];
+  load_pass(begin, min(end, kv_len - 1), kr, vr);
+  grid_dependency_wait();
   float qv[G][8] = {};
   if (rope.qkv && !empty) {
     // Fused q/k norm + RoPE: the block makes its heads' queries, and the
@@ -433,6 +477,16 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(const bf16_t* q,
     }
   }
 
+  if (end == kv_len) {  // the new position, when the first pass holds it
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (begin + u * groups + group == kv_len - 1) {
+        const std::size_t at = pool_offset(table, kv_len - 1, kv_head, hkv, bs, D) + sub * 8;
+        kr[u] = *reinterpret_cast<const uint4*>(kv.k + at);
+        vr[u] = *reinterpret_cast<const uint4*>(kv.v + at);
+      }
+  }
+
   float m[G], l[G], acc[G][8];
 #pragma unroll
   for (int g = 0; g < G; ++g) {
@@ -442,22 +496,10 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(const bf16_t* q,
     for (int i = 0; i < 8; ++i) acc[g][i] = 0.f;
   }
   // Whole warps iterate together (the shuffles need every lane); a group past
-  // the end idles. Each group takes kUnroll positions per pass, all loads
-  // issued before the first use, so a block keeps many cache lines in flight.
-  // Plain loads, not the read-only path: the fused variant wrote the pool above.
-  constexpr int kUnroll = 4;
-  for (int base = begin; base < end; base += groups * kUnroll) {
-    uint4 kr[kUnroll], vr[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int key = base + u * groups + group;
-      kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
-      if (key < end) {
-        const std::size_t at = pool_offset(table, key, kv_head, hkv, bs, D) + sub * 8;
-        kr[u] = *reinterpret_cast<const uint4*>(kv.k + at);
-        vr[u] = *reinterpret_cast<const uint4*>(kv.v + at);
-      }
-    }
+  // the end idles.
+  for (int base = begin; base < end; base += kPass) {
+    uint4 kn[kUnroll], vn[kUnroll];
+    if (base + kPass < end) load_pass(base + kPass, end, kn, vn);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const bf16_t* ke = reinterpret_cast<const bf16_t*>(&kr[u]);
@@ -482,6 +524,11 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(const bf16_t* q,
         for (int i = 0; i < 8; ++i) acc[g][i] = fmaf(p, bf(ve[i]), acc[g][i] * alpha);
         m[g] = m_new;
       }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      kr[u] = kn[u];
+      vr[u] = vn[u];
     }
   }
 #pragma unroll
@@ -514,8 +561,8 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(const bf16_t* q,
     if (splits == 1) {
       out[(static_cast<std::size_t>(row) * hq + h0 + g) * D + d] = to_bf(a / head_total[g]);
     } else {
-      float* part = scratch + ((static_cast<std::size_t>(item) * hq + h0 + g) * splits + split) * (D + 2);
-      part[2 + d] = a;
+      float* part = scratch + ((static_cast<std::size_t>(item) * hq + h0 + g) * splits + split) * kPartFloats<D>;
+      part[4 + d] = a;
       if (d == 0) {
         part[0] = big;  // -inf for a split past the context: the merge skips it
         part[1] = head_total[g];
@@ -533,7 +580,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(const bf16_t* q,
   __syncthreads();
   if (!last) return;
   __threadfence();
-  merge_splits<D, G>(scratch + (static_cast<std::size_t>(item) * hq + h0) * splits * (D + 2), nh, splits,
+  merge_splits<D, G>(scratch + (static_cast<std::size_t>(item) * hq + h0) * splits * kPartFloats<D>, nh, splits,
                      out + (static_cast<std::size_t>(row) * hq + h0) * D);
   if (threadIdx.x == 0) *counter = 0;
 }
@@ -584,7 +631,7 @@ int decode_head_chunks(int hq, int hkv) noexcept {
 
 std::size_t decode_scratch_floats(int n_items, int hq, int d, int splits) noexcept {
   if (splits <= 1) return 0;
-  return static_cast<std::size_t>(n_items) * hq * splits * (d + 2);
+  return static_cast<std::size_t>(n_items) * hq * splits * (d + 4);  // kPartFloats
 }
 
 std::size_t decode_counters(int n_items, int hq, int hkv) noexcept {

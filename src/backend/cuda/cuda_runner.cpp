@@ -72,6 +72,12 @@ constexpr int kLogitRows = kMaxGraphBatch;  // rows per LM-head pass (a graph's 
 constexpr int kMaxDecodeSplits = kernels::kDecodeMaxSplits;
 constexpr int kSplitBuckets = 7;  // graphs' decode splits: 1, 2, 4, ..., kMaxDecodeSplits
 constexpr std::size_t kStagingBytes = std::size_t{64} << 20;
+// Decode attention's splits (decode_splits): about a block per SM, since a
+// block streams its positions in pipelined passes and every extra split adds
+// a partial state to the merge and blocks beside the next projection's
+// prefetching ones; past this many positions a split, more splits (measured
+// on the H200, Qwen3-8B shape, at 256, 2048 and 8192 positions: bench/QUANT.md).
+constexpr int kDecodeLongSplitKeys = 256;
 
 bool env_flag(const char* name, bool fallback) {
   const char* v = std::getenv(name);
@@ -202,7 +208,7 @@ class CudaRunner final : public ModelRunner {
                       std::optional<Uploader>& up, Hold hold);
   kernels::PagedKv kv(std::size_t layer) const;
   int decode_splits(int items, int max_len) const;
-  // decode_splits rounded up to a power of two: a graph's grid, captured once per bucket.
+  // decode_splits rounded down to a power of two: a graph's grid, captured once per bucket.
   int graph_splits(int items, int max_len) const;
   // Packs a pass (padded to kGraphLadder[graph] when graph >= 0) and copies it to step_in_.
   PassPlan upload_pass(std::span<const PassSeq> seqs, int graph);
@@ -233,7 +239,7 @@ class CudaRunner final : public ModelRunner {
   std::int32_t block_size_ = 0, kv_blocks_ = 0, max_blocks_per_seq_ = 0;
   std::uint64_t bytes_per_block_ = 0;
   int hidden_ = 0, hq_ = 0, hkv_ = 0, hd_ = 0, ff_ = 0, vocab_ = 0, qkv_rows_ = 0;
-  int decode_target_blocks_ = 0;
+  int sm_count_ = 1;  // the device's multiprocessors (decode attention's split count)
   float eps_ = 1e-6f, scale_ = 1.f;
   bool use_gemv_ = true, use_graphs_ = true, fuse_decode_rope_ = true, fused_decode_ = false;
   std::optional<quant::GgmlType> quantize_;  // quantize-at-load type of the projections
@@ -327,7 +333,7 @@ CudaRunner::CudaRunner(const model::Qwen3Config& cfg, const io::Checkpoint* chec
     throw Error(errc::unsupported_arch, "quant 'fp8' needs FP8 tensor cores (compute capability 9.0); " +
                                             device.str() + " is " + std::to_string(prop.major) + "." +
                                             std::to_string(prop.minor));
-  decode_target_blocks_ = 4 * prop.multiProcessorCount;  // about four decode blocks per SM
+  sm_count_ = prop.multiProcessorCount;
 
   const auto t0 = std::chrono::steady_clock::now();
   load_weights(checkpoint);
@@ -361,7 +367,7 @@ CudaRunner::CudaRunner(const model::Qwen3Config& cfg, const io::Checkpoint* chec
   // The split-K scratch of the largest split pass: splits shrink as items grow, so scan them all.
   std::size_t scratch_floats = 0, counters = 0;
   for (int items = 1; items <= kMaxPassTokens; ++items) {
-    const int splits = graph_splits(items, max_ctx_);  // >= decode_splits
+    const int splits = decode_splits(items, max_ctx_);  // >= graph_splits
     if (splits == 1) break;
     scratch_floats = std::max(scratch_floats, kernels::decode_scratch_floats(items, hq_, hd_, splits));
     counters = std::max(counters, kernels::decode_counters(items, hq_, hkv_));
@@ -559,15 +565,19 @@ kernels::PagedKv CudaRunner::kv(std::size_t layer) const {
 
 int CudaRunner::decode_splits(int items, int max_len) const {
   if (items <= 0) return 1;
+  auto ceil_div = [](int a, int b) { return (a + b - 1) / b; };
   const int blocks = items * hkv_ * kernels::decode_head_chunks(hq_, hkv_);  // per split
-  const int wanted = std::clamp((decode_target_blocks_ + blocks - 1) / blocks, 1, kMaxDecodeSplits);
-  const int useful = (max_len + kernels::kDecodeMinSplitKeys - 1) / kernels::kDecodeMinSplitKeys;
-  return std::clamp(useful, 1, wanted);
+  // Enough splits for a block per SM; a long context also keeps each split
+  // to kDecodeLongSplitKeys positions, up to four blocks per SM.
+  const int fill = ceil_div(sm_count_, blocks);
+  const int long_context = std::min(ceil_div(max_len, kDecodeLongSplitKeys), ceil_div(4 * sm_count_, blocks));
+  const int wanted = std::clamp(std::max(fill, long_context), 1, kMaxDecodeSplits);
+  return std::clamp(ceil_div(max_len, kernels::kDecodeMinSplitKeys), 1, wanted);
 }
 
 int CudaRunner::graph_splits(int items, int max_len) const {
   int bucket = 1;
-  while (bucket < decode_splits(items, max_len)) bucket *= 2;
+  while (2 * bucket <= decode_splits(items, max_len)) bucket *= 2;
   return std::min(bucket, kMaxDecodeSplits);
 }
 
