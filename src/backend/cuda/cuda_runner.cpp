@@ -72,12 +72,15 @@ constexpr int kLogitRows = kMaxGraphBatch;  // rows per LM-head pass (a graph's 
 constexpr int kMaxDecodeSplits = kernels::kDecodeMaxSplits;
 constexpr int kSplitBuckets = 7;  // graphs' decode splits: 1, 2, 4, ..., kMaxDecodeSplits
 constexpr std::size_t kStagingBytes = std::size_t{64} << 20;
-// Decode attention's splits (decode_splits): about a block per SM, since a
-// block streams its positions in pipelined passes and every extra split adds
-// a partial state to the merge and blocks beside the next projection's
-// prefetching ones; past this many positions a split, more splits (measured
-// on the H200, Qwen3-8B shape, at 256, 2048 and 8192 positions: bench/QUANT.md).
-constexpr int kDecodeLongSplitKeys = 256;
+// Decode attention's splits (decode_splits): one per kernels::kDecodeMinSplitKeys
+// positions, at most kDecodeSplitsPerSequence and about two blocks per SM. A
+// block streams its positions in pipelined passes, and every extra split adds
+// a partial state to the last block's merge and blocks beside the next
+// projection's prefetching ones: the best end-to-end counts measured on the
+// H200 (Qwen3-8B shape, one sequence) were 4-8 at 128-256 positions and 32 at
+// 2048 and at 8192 (bench/QUANT.md).
+constexpr int kDecodeSplitsPerSequence = 32;
+static_assert(kDecodeSplitsPerSequence <= kernels::kDecodeMaxSplits);
 
 bool env_flag(const char* name, bool fallback) {
   const char* v = std::getenv(name);
@@ -567,11 +570,7 @@ int CudaRunner::decode_splits(int items, int max_len) const {
   if (items <= 0) return 1;
   auto ceil_div = [](int a, int b) { return (a + b - 1) / b; };
   const int blocks = items * hkv_ * kernels::decode_head_chunks(hq_, hkv_);  // per split
-  // Enough splits for a block per SM; a long context also keeps each split
-  // to kDecodeLongSplitKeys positions, up to four blocks per SM.
-  const int fill = ceil_div(sm_count_, blocks);
-  const int long_context = std::min(ceil_div(max_len, kDecodeLongSplitKeys), ceil_div(4 * sm_count_, blocks));
-  const int wanted = std::clamp(std::max(fill, long_context), 1, kMaxDecodeSplits);
+  const int wanted = std::clamp(ceil_div(2 * sm_count_, blocks), 1, kDecodeSplitsPerSequence);
   return std::clamp(ceil_div(max_len, kernels::kDecodeMinSplitKeys), 1, wanted);
 }
 
