@@ -6,6 +6,7 @@
 #include <string>
 
 #include "quant/dequantize.hpp"
+#include "quant/quantize_avx2.hpp"
 #include "tensor/dtype.hpp"
 #include "util/error.hpp"
 
@@ -183,18 +184,21 @@ float make_qx_quants(int n, int nmax, const float* x, std::int8_t* L, int rmse_t
   return scale;
 }
 
-void quantize_q4_k(const float* x, std::byte* out, std::int64_t nb) {
+void quantize_q4_k(const float* x, std::byte* out, std::int64_t nb, bool simd) {
   std::uint8_t L[kQK_K], Laux[32];
   float weights[32], mins[kQK_K / 32], scales[kQK_K / 32];
   for (std::int64_t i = 0; i < nb; ++i, x += kQK_K, out += kQ4_KBytes) {
     std::uint8_t sc_bytes[12] = {};
     float max_scale = 0, max_min = 0;
+    if (simd) avx2::q4_k_sub_blocks(x, L, scales, mins);
     for (int j = 0; j < kQK_K / 32; ++j) {
-      float sum_x2 = 0;
-      for (int l = 0; l < 32; ++l) sum_x2 += x[32 * j + l] * x[32 * j + l];
-      const float av_x = std::sqrt(sum_x2 / 32);
-      for (int l = 0; l < 32; ++l) weights[l] = av_x + std::fabs(x[32 * j + l]);
-      scales[j] = make_qkx2_quants(32, 15, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, -1.f, 0.1f, 20, false);
+      if (!simd) {
+        float sum_x2 = 0;
+        for (int l = 0; l < 32; ++l) sum_x2 += x[32 * j + l] * x[32 * j + l];
+        const float av_x = std::sqrt(sum_x2 / 32);
+        for (int l = 0; l < 32; ++l) weights[l] = av_x + std::fabs(x[32 * j + l]);
+        scales[j] = make_qkx2_quants(32, 15, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, -1.f, 0.1f, 20, false);
+      }
       if (scales[j] > max_scale) max_scale = scales[j];
       if (mins[j] > max_min) max_min = mins[j];
     }
@@ -235,14 +239,15 @@ void quantize_q4_k(const float* x, std::byte* out, std::int64_t nb) {
   }
 }
 
-void quantize_q6_k(const float* x, std::byte* out, std::int64_t nb) {
+void quantize_q6_k(const float* x, std::byte* out, std::int64_t nb, bool simd) {
   std::int8_t L[kQK_K];
   float scales[kQK_K / 16];
   for (std::int64_t i = 0; i < nb; ++i, x += kQK_K, out += kQ6_KBytes) {
     float max_scale = 0, max_abs_scale = 0;
+    if (simd) avx2::q6_k_sub_blocks(x, L, scales);
     for (int ib = 0; ib < kQK_K / 16; ++ib) {
-      const float scale = make_qx_quants(16, 32, x + 16 * ib, L + 16 * ib, 1);
-      scales[ib] = scale;
+      if (!simd) scales[ib] = make_qx_quants(16, 32, x + 16 * ib, L + 16 * ib, 1);
+      const float scale = scales[ib];
       const float abs_scale = std::fabs(scale);
       if (abs_scale > max_abs_scale) {
         max_abs_scale = abs_scale;
@@ -281,17 +286,19 @@ void quantize_q6_k(const float* x, std::byte* out, std::int64_t nb) {
 
 }  // namespace
 
-void quantize_row(GgmlType type, const float* src, std::byte* dst, std::int64_t n) {
+void quantize_row(GgmlType type, const float* src, std::byte* dst, std::int64_t n, QuantizePath path) {
   const GgmlTypeTraits tr = traits(type);
   NEURON_ASSERT(n >= 0 && n % tr.block_size == 0);
   for (std::int64_t i = 0; i < n; ++i)
     if (!std::isfinite(src[i]))
       fail(errc::bad_model, "cannot quantize a non-finite value (" + std::to_string(src[i]) + ") to " + std::string(tr.name));
   const std::int64_t nb = n / tr.block_size;
+  static const bool has_avx2 = avx2::supported();
+  const bool simd = path == QuantizePath::automatic && has_avx2;
   switch (type) {
     case GgmlType::q8_0: return quantize_q8_0(src, dst, nb);
-    case GgmlType::q4_k: return quantize_q4_k(src, dst, nb);
-    case GgmlType::q6_k: return quantize_q6_k(src, dst, nb);
+    case GgmlType::q4_k: return quantize_q4_k(src, dst, nb, simd);
+    case GgmlType::q6_k: return quantize_q6_k(src, dst, nb, simd);
     default:
       fail(errc::unsupported_arch, "cannot quantize to " + std::string(tr.name) + " (supported: q8_0, q4_k, q6_k)");
   }

@@ -15,10 +15,16 @@ namespace neuron::quant {
 // quantized on the device).
 bool quantizable_at_load(GgmlType type) noexcept;
 
+// How quantize_row runs the k-quants' scale searches: eight sub-blocks at a
+// time on AVX2 where the CPU has it (automatic), or one at a time as the
+// reference does (scalar). The bytes are the same either way.
+enum class QuantizePath { automatic, scalar };
+
 // src: [n] f32 (n a multiple of the type's block size), dst: row_bytes(type, n)
 // bytes. Types: q8_0, q4_k, q6_k. Throws Error{bad_model} when src holds an
 // infinity or a NaN (no block can hold one; the reference would be undefined),
 // Error{unsupported_arch} for another type.
-void quantize_row(GgmlType type, const float* src, std::byte* dst, std::int64_t n);
+void quantize_row(GgmlType type, const float* src, std::byte* dst, std::int64_t n,
+                  QuantizePath path = QuantizePath::automatic);
 
 }  // namespace neuron::quant

@@ -108,6 +108,47 @@ TEST(Quantize, RoundTripErrorIsBounded) {
   }
 }
 
+// The k-quants' scale searches eight sub-blocks at a time (AVX2) give the
+// scalar reference port's bytes, on rows built to reach every branch: flat
+// sub-blocks (all equal, all zero, negative constants), sub-blocks below
+// Q6_K's 1e-15 floor, positive-only and negative-only ones, spikes, scales
+// from 1e-30 to 1e4, subnormals.
+TEST(Quantize, VectorizedScaleSearchesGiveTheReferenceBytes) {
+  if (!__builtin_cpu_supports("avx2")) GTEST_SKIP() << "no AVX2: quantize_row runs the scalar searches only";
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const std::int64_t n = 256 * 64;
+  std::vector<float> x(n);
+  for (int rep = 0; rep < 12; ++rep) {
+    const float mag = std::pow(10.f, static_cast<float>(rep % 6) * 6.f - 30.f + static_cast<float>(rep / 6) * 3.f);
+    for (std::int64_t i = 0; i < n; ++i) x[i] = normal(rng) * mag;
+    for (std::int64_t b = 0; b < n / 16; ++b) {  // reshape some 16-value runs (a Q6_K sub-block, half a Q4_K one)
+      float* r = x.data() + 16 * b;
+      switch (rng() % 12) {
+        case 0: std::fill(r, r + 16, 0.f); break;
+        case 1: std::fill(r, r + 16, -0.75f * mag); break;
+        case 2: std::fill(r, r + 16, 0.5f * mag); break;
+        case 3: for (int i = 0; i < 16; ++i) r[i] = std::fabs(r[i]); break;
+        case 4: for (int i = 0; i < 16; ++i) r[i] = -std::fabs(r[i]); break;
+        case 5: r[rng() % 16] *= 1000.f; break;
+        case 6: for (int i = 0; i < 16; ++i) r[i] *= 1e-16f; break;
+        case 7: for (int i = 0; i < 16; ++i) r[i] = static_cast<float>(static_cast<int>(rng() % 7) - 3) * mag; break;
+        case 8: for (int i = 0; i < 16; ++i) r[i] = 1e-39f * static_cast<float>(rng() % 5); break;
+        default: break;
+      }
+    }
+    for (GgmlType t : {GgmlType::q4_k, GgmlType::q6_k}) {
+      std::vector<std::byte> simd(row_bytes(t, n)), scalar(row_bytes(t, n));
+      quantize_row(t, x.data(), simd.data(), n);
+      quantize_row(t, x.data(), scalar.data(), n, QuantizePath::scalar);
+      const std::size_t block = traits(t).type_size;
+      for (std::size_t b = 0; b < simd.size() / block; ++b)
+        ASSERT_EQ(std::memcmp(simd.data() + b * block, scalar.data() + b * block, block), 0)
+            << ggml_type_name(t) << " rep " << rep << " block " << b;
+    }
+  }
+}
+
 TEST(Quantize, RefusesNonFiniteInputs) {
   std::vector<float> x(256, 1.0f);
   x[17] = std::nanf("");
