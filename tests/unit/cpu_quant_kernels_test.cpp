@@ -145,5 +145,33 @@ TEST(QuantKernels, MatmulAroundTheFewTokenThreshold) {
   }
 }
 
+// Prefill products (40 tokens and more): on a CPU with AMX-BF16 the rows in
+// whole blocks of 32 go to the tiles as two bf16 terms of the dequantized
+// weights and the rest to sgemm; elsewhere all to sgemm. Every token, with
+// row strides in both operands, stays within 1e-5 of the f32 product.
+TEST(QuantKernels, PrefillMatchesDequantizedReference) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (auto type : {quant::GgmlType::q8_0, quant::GgmlType::q4_k, quant::GgmlType::q6_k}) {
+    const std::int64_t cols = 512, rows = 1030;  // 32 blocks of 32 rows, then 6
+    const QuantMatrix m = make(type, rows, cols, rng);
+    for (std::int64_t n : {std::int64_t{40}, std::int64_t{77}}) {
+      const std::int64_t ldx = cols + 7, ldy = rows + 5;
+      std::vector<float> x(static_cast<std::size_t>(n * ldx));
+      for (auto& v : x) v = normal(rng) * (rng() % 13 == 0 ? 100.f : 1.f);
+      std::vector<float> y(static_cast<std::size_t>(n * ldy), -7.0f);
+      matmul_quant(x.data(), n, ldx, m, y.data(), ldy);
+      for (std::int64_t t = 0; t < n; ++t) {
+        std::vector<double> want, scale;
+        reference(m, x.data() + t * ldx, want, scale);
+        for (std::int64_t r = 0; r < rows; ++r)
+          ASSERT_NEAR(y[t * ldy + r], want[r], 1e-5 * scale[r])
+              << quant::ggml_type_name(type) << " n " << n << " token " << t << " row " << r;
+        for (std::int64_t r = rows; r < ldy; ++r) ASSERT_EQ(y[t * ldy + r], -7.0f) << "wrote past the row";
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace neuron::backend::cpu

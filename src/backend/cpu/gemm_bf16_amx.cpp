@@ -17,6 +17,7 @@ namespace {
 #define NEURON_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
 constexpr int kTerms = 3;              // bf16 terms of x: hi, mid, lo
+constexpr int kLoTerms = 2;            // the ones a low W term meets (its product with x's lo is below 2^-25 of w x)
 constexpr std::int64_t kRows = kAmxRows;  // two A tiles of 16
 constexpr std::int64_t kCols = 32;     // columns per tile: 64 bytes of bf16
 constexpr std::int64_t kTile = 16 * kCols;  // bf16 elements of one X tile
@@ -81,8 +82,9 @@ NEURON_AVX512_BF16 void PackedX::pack(const float* x, std::int64_t n, std::int64
 }
 
 // Rows [0, 32) of W (row stride `in`) against x's token groups [g0, g1) (g0 even), into y's columns [0, 32).
-NEURON_AMX void row_block(const std::uint16_t* w, std::int64_t in, const PackedX& x, std::int64_t g0, std::int64_t g1,
-                          std::int64_t n, float* y, std::int64_t ldy) {
+// With w_lo, W is w + w_lo, whose low term meets x's first kLoTerms terms.
+NEURON_AMX void row_block(const std::uint16_t* w, const std::uint16_t* w_lo, std::int64_t in, const PackedX& x,
+                          std::int64_t g0, std::int64_t g1, std::int64_t n, float* y, std::int64_t ldy) {
   alignas(64) float c[4][16 * 16];  // the accumulators, stored: [16 rows][16 tokens] f32 each
   const std::int64_t stride = in * 2;
   const std::uint16_t* w1 = w + 16 * in;
@@ -95,6 +97,17 @@ NEURON_AMX void row_block(const std::uint16_t* w, std::int64_t in, const PackedX
       _tile_loadd(4, w + b * kCols, stride);
       _tile_loadd(5, w1 + b * kCols, stride);
       for (int term = 0; term < kTerms; ++term) {
+        _tile_loadd(6, x.tile(term, g, b), 64);
+        _tile_loadd(7, x.tile(term, g + 1, b), 64);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 5, 6);
+        _tile_dpbf16ps(2, 4, 7);
+        _tile_dpbf16ps(3, 5, 7);
+      }
+      if (!w_lo) continue;
+      _tile_loadd(4, w_lo + b * kCols, stride);
+      _tile_loadd(5, w_lo + 16 * in + b * kCols, stride);
+      for (int term = 0; term < kLoTerms; ++term) {
         _tile_loadd(6, x.tile(term, g, b), 64);
         _tile_loadd(7, x.tile(term, g + 1, b), 64);
         _tile_dpbf16ps(0, 4, 6);
@@ -131,7 +144,7 @@ bool gemm_bf16_amx_fits(std::int64_t in, std::int64_t out) noexcept {
 }
 
 void gemm_bf16_amx(const float* x, std::int64_t n, std::int64_t in, std::int64_t ldx, const std::uint16_t* w,
-                   std::int64_t out, float* y, std::int64_t ldy) {
+                   std::int64_t out, float* y, std::int64_t ldy, const std::uint16_t* w_lo) {
   NEURON_ASSERT(gemm_bf16_amx_fits(in, out));
   if (n <= 0) return;
   thread_local PackedX mine;  // the calling thread's, reused between calls
@@ -150,7 +163,8 @@ void gemm_bf16_amx(const float* x, std::int64_t n, std::int64_t in, std::int64_t
       configure_tiles();  // tile configuration is per thread
       const std::int64_t end = std::min(blocks, (task + 1) * per_task);
       for (std::int64_t b = task * per_task; b < end; ++b)
-        row_block(w + b * kRows * in, in, packed, g0, g1, n, y + b * kRows, ldy);
+        row_block(w + b * kRows * in, w_lo ? w_lo + b * kRows * in : nullptr, in, packed, g0, g1, n, y + b * kRows,
+                  ldy);
       release_tiles();
     });
   }

@@ -28,7 +28,13 @@ bool gemm_bf16_amx_fits(std::int64_t in, std::int64_t out) noexcept;
 // x: [n, in] f32 (row stride ldx), w: [out, in] bf16 row-major (row stride in),
 // y: [n, out] f32 (row stride ldy). Computes y's columns [0, out / kAmxRows * kAmxRows).
 // Requires gemm_bf16_amx_fits(in, out).
+//
+// With w_lo ([out, in] bf16, like w) the weights are w + w_lo: a float matrix
+// split into two bf16 terms (w = bf16(W), w_lo = bf16(W - w), within 2^-17 of
+// W), which is how dequantized blocks reach the tiles (matmul_quant). The low
+// term meets x's two leading terms (what it leaves out is below 2^-25 of each
+// product).
 void gemm_bf16_amx(const float* x, std::int64_t n, std::int64_t in, std::int64_t ldx, const std::uint16_t* w,
-                   std::int64_t out, float* y, std::int64_t ldy);
+                   std::int64_t out, float* y, std::int64_t ldy, const std::uint16_t* w_lo = nullptr);
 
 }  // namespace neuron::backend::cpu

@@ -1,12 +1,15 @@
 #include "backend/cpu/matmul_quant.hpp"
 
 #include <cblas.h>
+#include <immintrin.h>
 
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "backend/cpu/simd.hpp"
+#include "backend/cpu/gemm_bf16_amx.hpp"
+#include "backend/cpu/isa.hpp"
 #include "backend/cpu/chunk_pool.hpp"
 #include "backend/cpu/gemm_bf16_few.hpp"
 #include "backend/cpu/gemm_quant_few.hpp"
@@ -21,6 +24,7 @@ namespace {
 constexpr std::int64_t kTileBytes = 512 << 10;  // a tile's f32 copy, as matmul_bf16's
 constexpr std::int64_t kTileRowAlign = 16;
 constexpr std::int64_t kGemvChunkRows = 16;
+constexpr std::int64_t kAmxChunkElems = std::int64_t{4} << 20;  // weights of a row chunk on the AMX path (8 MiB a term)
 
 float dot_scalar(const float* a, const float* b, std::int64_t n) {
   float acc = 0.0f;
@@ -215,6 +219,56 @@ void gemv_quant_rows(Isa isa, const QuantMatrix& w, const float* x, std::int64_t
   }
 }
 
+namespace {
+
+// Rows [r0, r1) of W dequantized and split into two bf16 terms: hi = bf16(w),
+// lo = bf16(w - hi), each [r1 - r0, cols] at hi / lo.
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) void split_rows(const QuantMatrix& w, std::int64_t r0,
+                                                                          std::int64_t r1, std::uint16_t* hi,
+                                                                          std::uint16_t* lo) {
+  thread_local std::vector<float> row;  // [cols] one dequantized row
+  row.resize(static_cast<std::size_t>(w.cols));
+  for (std::int64_t r = r0; r < r1; ++r) {
+    quant::dequantize_row(w.type, w.data.data() + static_cast<std::size_t>(r) * w.row_bytes, row.data(), w.cols);
+    std::uint16_t* h = hi + (r - r0) * w.cols;
+    std::uint16_t* l = lo + (r - r0) * w.cols;
+    for (std::int64_t c = 0; c < w.cols; c += 16) {  // cols is a multiple of 32 (gemm_bf16_amx_fits)
+      const __m512 v = _mm512_loadu_ps(row.data() + c);
+      const __m256bh top = _mm512_cvtneps_pbh(v);
+      const __m512 back = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(reinterpret_cast<__m256i>(top)), 16));
+      const __m256bh rest = _mm512_cvtneps_pbh(_mm512_sub_ps(v, back));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(h + c), reinterpret_cast<__m256i>(top));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(l + c), reinterpret_cast<__m256i>(rest));
+    }
+  }
+}
+
+// The first `rows` rows (a multiple of kAmxRows) of a prefill product on AMX:
+// row chunks of W dequantized and split into two bf16 terms over the pool,
+// then multiplied on the tiles (gemm_bf16_amx with its low term). Each weight
+// is within 2^-17 of the dequantized one, so the product stays within 1e-5
+// of the f32 one, at the tile unit's speed instead of sgemm's.
+void matmul_quant_amx(const float* x, std::int64_t n, std::int64_t ldx, const QuantMatrix& w, std::int64_t rows,
+                      float* y, std::int64_t ldy) {
+  const std::int64_t in = w.cols;
+  const std::int64_t chunk = std::max(kAmxRows, kAmxChunkElems / in / kAmxRows * kAmxRows);
+  thread_local std::vector<std::uint16_t> mine_hi, mine_lo;  // [chunk, in] bf16 each: a row chunk's two terms
+  mine_hi.resize(static_cast<std::size_t>(chunk * in));
+  mine_lo.resize(static_cast<std::size_t>(chunk * in));
+  std::uint16_t* hi = mine_hi.data();  // the calling thread's, which the pool's threads fill
+  std::uint16_t* lo = mine_lo.data();
+  for (std::int64_t r0 = 0; r0 < rows; r0 += chunk) {
+    const std::int64_t k = std::min(chunk, rows - r0);
+    ChunkPool::shared().run((k + kGemvChunkRows - 1) / kGemvChunkRows, [&](std::int64_t t) {
+      const std::int64_t a = t * kGemvChunkRows, b = std::min(k, a + kGemvChunkRows);
+      split_rows(w, r0 + a, r0 + b, hi + a * in, lo + a * in);
+    });
+    gemm_bf16_amx(x, n, in, ldx, hi, k, y + r0, ldy, lo);
+  }
+}
+
+}  // namespace
+
 void gemv_quant(const QuantMatrix& w, const float* x, float* y) {
   const Isa isa = selected_isa();
   const std::int64_t chunks = (w.rows + kGemvChunkRows - 1) / kGemvChunkRows;
@@ -229,14 +283,20 @@ void matmul_quant(const float* x, std::int64_t n, std::int64_t ldx, const QuantM
   if (const Isa isa = selected_isa(); n < kFewTokensMax && gemm_quant_few_supported(isa, w.type))
     return gemm_quant_few(isa, x, n, ldx, w, y, ldy);
   if (n == 1) return gemv_quant(w, x, y);
-  init_blas_threads();
   const std::int64_t in = w.cols;
+  std::int64_t first = 0;  // rows below it are done
+  if (gemm_bf16_amx_fits(in, w.rows) && isa_supported(Isa::avx512_bf16)) {
+    first = w.rows / kAmxRows * kAmxRows;
+    matmul_quant_amx(x, n, ldx, w, first, y, ldy);
+    if (first == w.rows) return;
+  }
+  init_blas_threads();
   const std::int64_t tile_rows = std::max(kTileRowAlign, kTileBytes / (in * 4) / kTileRowAlign * kTileRowAlign);
-  const std::int64_t tiles = (w.rows + tile_rows - 1) / tile_rows;
+  const std::int64_t tiles = (w.rows - first + tile_rows - 1) / tile_rows;
   ChunkPool::shared().run(tiles, [&](std::int64_t t) {
     thread_local std::vector<float> scratch;  // [tile_rows, in] f32
     scratch.resize(static_cast<std::size_t>(tile_rows * in));
-    const std::int64_t r0 = t * tile_rows, rows = std::min(tile_rows, w.rows - r0);
+    const std::int64_t r0 = first + t * tile_rows, rows = std::min(tile_rows, w.rows - r0);
     for (std::int64_t r = 0; r < rows; ++r)
       quant::dequantize_row(w.type, w.data.data() + static_cast<std::size_t>(r0 + r) * w.row_bytes, scratch.data() + r * in, in);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n), static_cast<int>(rows), static_cast<int>(in),
