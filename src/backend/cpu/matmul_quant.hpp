@@ -9,9 +9,11 @@
 // the other types dequantize one row into an L1-sized f32 buffer and dot that.
 // On AVX2 and AVX-512 CPUs, Q8_0 / Q4_K / Q6_K products of fewer than kFewTokensMax
 // tokens (decode, batched decode) go to gemm_quant_few instead.
-// Several tokens (matmul_quant): each thread dequantizes an L2-sized tile of
-// rows to f32 and multiplies it with OpenBLAS sgemm, as matmul_bf16 does, so
-// W is read once per call whatever n is.
+// Several tokens (matmul_quant): on a CPU with AMX-BF16, row chunks are
+// dequantized and split into two bf16 terms for the tiles (gemm_bf16_amx
+// with its low term); the rows past the last block of 32, and every row
+// elsewhere, go by L2-sized tiles dequantized to f32 and OpenBLAS sgemm, as
+// matmul_bf16 does. W is read once per call whatever n is.
 #include <cstddef>
 #include <cstdint>
 
