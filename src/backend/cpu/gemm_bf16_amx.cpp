@@ -81,6 +81,19 @@ NEURON_AVX512_BF16 void PackedX::pack(const float* x, std::int64_t n, std::int64
   }
 }
 
+// The W tiles in registers 4-5 times x's first `terms` terms of token groups g and g + 1 (column block b),
+// into the accumulators 0-3.
+NEURON_AMX inline void meet_terms(const PackedX& x, int terms, std::int64_t g, std::int64_t b) {
+  for (int term = 0; term < terms; ++term) {
+    _tile_loadd(6, x.tile(term, g, b), 64);
+    _tile_loadd(7, x.tile(term, g + 1, b), 64);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 5, 6);
+    _tile_dpbf16ps(2, 4, 7);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+}
+
 // Rows [0, 32) of W (row stride `in`) against x's token groups [g0, g1) (g0 even), into y's columns [0, 32).
 // With w_lo, W is w + w_lo, whose low term meets x's first kLoTerms terms.
 NEURON_AMX void row_block(const std::uint16_t* w, const std::uint16_t* w_lo, std::int64_t in, const PackedX& x,
@@ -96,25 +109,11 @@ NEURON_AMX void row_block(const std::uint16_t* w, const std::uint16_t* w_lo, std
     for (std::int64_t b = 0; b < x.blocks; ++b) {
       _tile_loadd(4, w + b * kCols, stride);
       _tile_loadd(5, w1 + b * kCols, stride);
-      for (int term = 0; term < kTerms; ++term) {
-        _tile_loadd(6, x.tile(term, g, b), 64);
-        _tile_loadd(7, x.tile(term, g + 1, b), 64);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 5, 6);
-        _tile_dpbf16ps(2, 4, 7);
-        _tile_dpbf16ps(3, 5, 7);
-      }
+      meet_terms(x, kTerms, g, b);
       if (!w_lo) continue;
       _tile_loadd(4, w_lo + b * kCols, stride);
       _tile_loadd(5, w_lo + 16 * in + b * kCols, stride);
-      for (int term = 0; term < kLoTerms; ++term) {
-        _tile_loadd(6, x.tile(term, g, b), 64);
-        _tile_loadd(7, x.tile(term, g + 1, b), 64);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 5, 6);
-        _tile_dpbf16ps(2, 4, 7);
-        _tile_dpbf16ps(3, 5, 7);
-      }
+      meet_terms(x, kLoTerms, g, b);
     }
     _tile_stored(0, c[0], 64);
     _tile_stored(1, c[1], 64);

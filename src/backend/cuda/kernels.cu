@@ -218,9 +218,9 @@ constexpr int kGemvRows = 4;  // rows per block
 // chunks, so even a matrix of few rows puts enough warps on every SM and each
 // thread has kGemvRows x 2 independent loads in flight; partial sums meet
 // through warp shuffles and one shared-memory step.
-// How a GEMV reads its input vector: as stored, or as silu(gate) * up of a
-// fused [gate | up] activation (the SwiGLU of the MLP folded into the down projection).
-// How a GEMV reads its input vector, 8 values (one 16-byte chunk) at a time.
+// How a GEMV reads its input vector, 8 values (one 16-byte chunk) at a time:
+// as stored, as silu(gate) * up of a fused [gate | up] activation (the MLP's
+// SwiGLU folded into the down projection), or as the RMSNorm of the residual.
 // prepare() runs once per block after the dependency wait.
 struct PlainInput {  // as stored, bf16
   const bf16_t* x;
