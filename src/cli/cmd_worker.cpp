@@ -14,6 +14,7 @@
 
 #include "backend/device.hpp"
 #include "cli/command.hpp"
+#include "tp/child_process.hpp"
 #include "tp/worker.hpp"
 #include "util/error.hpp"
 
@@ -39,6 +40,7 @@ cli::Run setup(CLI::App& sub) {
   sub.add_option("--fault", args->fault, "TEST HOOK: garbage|hang|exit-after=K")->group("");
 
   return [args]() -> int {
+    tp::die_with_parent();
     // The protocol's stdout, kept away from everything that writes to fd 1.
     const int protocol_out = ::fcntl(1, F_DUPFD_CLOEXEC, 3);
     if (protocol_out < 0 || ::dup2(2, 1) < 0) fail(errc::io, "worker: cannot set up its protocol descriptor");

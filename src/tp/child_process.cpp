@@ -1,6 +1,7 @@
 #include "tp/child_process.hpp"
 
 #include <fcntl.h>
+#include <spawn.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -8,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -15,6 +17,8 @@
 #include <functional>
 #include <future>
 #include <mutex>
+#include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 
@@ -24,7 +28,7 @@ namespace neuron::tp {
 
 namespace {
 
-// The one thread that forks (see the header for why).
+// The one thread that starts children (see the header for why).
 class Spawner {
  public:
   Spawner() : thread_([this] { loop(); }) {}
@@ -105,32 +109,53 @@ UniqueFd open_pidfd(pid_t pid) noexcept {
   return UniqueFd();
 }
 
+// The environment variable that tells a spawned child its leader's pid.
+constexpr const char* kParentEnv = "NEURON_SPAWNED_BY";
+
 }  // namespace
+
+void die_with_parent() {
+  const char* leader = std::getenv(kParentEnv);
+  if (!leader) return;  // not started by ChildProcess::spawn
+  const long pid = std::strtol(leader, nullptr, 10);
+  ::unsetenv(kParentEnv);
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (pid <= 0 || ::getppid() != pid) ::_exit(126);  // the leader died before prctl took effect
+}
 
 ChildProcess ChildProcess::spawn(const std::vector<std::string>& argv) {
   if (argv.empty()) fail(errc::invalid_argument, "spawn: empty argv");
   auto [in_read, in_write] = make_pipe();
   auto [out_read, out_write] = make_pipe();
 
-  // Everything the child touches is prepared before fork: only async-signal-safe calls after it.
+  // posix_spawn, not fork: its child runs no code of this process (a forked
+  // child of a multi-threaded process can block on a lock another thread held
+  // at the fork, as the sanitizers' allocator did). The child asks for its
+  // parent-death signal itself (die_with_parent), told the leader's pid here.
   std::vector<std::string> args = argv;
   std::vector<char*> cargv;
   for (auto& a : args) cargv.push_back(a.data());
   cargv.push_back(nullptr);
-  const pid_t parent = ::getpid();
-  const int child_in = in_read.get(), child_out = out_write.get();
-
-  const pid_t pid = Spawner::instance().run([&]() -> pid_t {
-    const pid_t p = ::fork();
-    if (p < 0) return -errno;  // errno is this thread's, not the caller's
-    if (p != 0) return p;
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(126);  // the leader died before prctl took effect
-    if (::dup2(child_in, 0) < 0 || ::dup2(child_out, 1) < 0) ::_exit(126);
-    ::execv(cargv[0], cargv.data());
-    ::_exit(127);
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e)
+    if (std::string_view(*e).rfind(kParentEnv, 0) != 0) env.emplace_back(*e);
+  env.push_back(std::string(kParentEnv) + "=" + std::to_string(::getpid()));
+  std::vector<char*> cenv;
+  for (auto& e : env) cenv.push_back(e.data());
+  cenv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  if (const int rc = posix_spawn_file_actions_init(&actions); rc != 0)
+    fail(errc::io, std::string("spawn: ") + std::strerror(rc));
+  const int in_rc = posix_spawn_file_actions_adddup2(&actions, in_read.get(), 0);
+  const int out_rc = posix_spawn_file_actions_adddup2(&actions, out_write.get(), 1);
+  // On the spawner thread: the child's parent-death signal follows that thread.
+  const pid_t pid = in_rc != 0 || out_rc != 0 ? -(in_rc != 0 ? in_rc : out_rc) : Spawner::instance().run([&]() -> pid_t {
+    pid_t p = 0;
+    const int rc = ::posix_spawn(&p, cargv[0], &actions, nullptr, cargv.data(), cenv.data());
+    return rc == 0 ? p : -rc;
   });
-  if (pid < 0) fail(errc::io, std::string("fork failed: ") + std::strerror(-pid));
+  posix_spawn_file_actions_destroy(&actions);
+  if (pid < 0) fail(errc::io, "cannot start " + argv[0] + ": " + std::strerror(-pid));
 
   ChildProcess c;
   c.pid_ = pid;

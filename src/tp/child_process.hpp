@@ -3,10 +3,13 @@
 // the leader runs `neuron worker`.
 //
 // Workers must not outlive the leader. The child asks the kernel for SIGKILL
-// when its parent dies (PR_SET_PDEATHSIG) and sees EOF on stdin when the
-// leader's end closes. PDEATHSIG fires when the *thread* that forked exits,
-// not the process, so every fork happens on one process-lifetime spawner
-// thread: a worker spawned from a short-lived loader thread survives it.
+// when its parent dies (die_with_parent: PR_SET_PDEATHSIG, first thing in
+// `neuron worker`) and sees EOF on stdin when the leader's end closes.
+// PDEATHSIG fires when the *thread* that started the child exits, not the
+// process, so every child is started on one process-lifetime spawner thread:
+// a worker spawned from a short-lived loader thread survives it. Children
+// start by posix_spawn, which runs none of this process's code in the child
+// (a fork of a multi-threaded process can deadlock before its exec).
 // Every descriptor is close-on-exec, so a worker never holds another
 // worker's pipe open (which would hide that worker's EOF).
 #include <sys/types.h>
@@ -18,6 +21,11 @@
 #include "tp/unique_fd.hpp"
 
 namespace neuron::tp {
+
+// In a process started by ChildProcess::spawn (a no-op otherwise): asks for
+// SIGKILL when the starting thread dies, and exits at once (126) when the
+// leader is already gone. Call it first thing.
+void die_with_parent();
 
 class ChildProcess {
  public:
