@@ -136,25 +136,29 @@ ChildProcess ChildProcess::spawn(const std::vector<std::string>& argv) {
   std::vector<char*> cargv;
   for (auto& a : args) cargv.push_back(a.data());
   cargv.push_back(nullptr);
+  const std::string parent_entry = std::string(kParentEnv) + "=";
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e)
-    if (std::string_view(*e).rfind(kParentEnv, 0) != 0) env.emplace_back(*e);
-  env.push_back(std::string(kParentEnv) + "=" + std::to_string(::getpid()));
+    if (std::string_view(*e).rfind(parent_entry, 0) != 0) env.emplace_back(*e);
+  env.push_back(parent_entry + std::to_string(::getpid()));
   std::vector<char*> cenv;
   for (auto& e : env) cenv.push_back(e.data());
   cenv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  if (const int rc = posix_spawn_file_actions_init(&actions); rc != 0)
-    fail(errc::io, std::string("spawn: ") + std::strerror(rc));
-  const int in_rc = posix_spawn_file_actions_adddup2(&actions, in_read.get(), 0);
-  const int out_rc = posix_spawn_file_actions_adddup2(&actions, out_write.get(), 1);
+
+  struct Actions {  // the child's stdin and stdout: the pipes' far ends
+    posix_spawn_file_actions_t a;
+    Actions() { posix_spawn_file_actions_init(&a); }
+    ~Actions() { posix_spawn_file_actions_destroy(&a); }
+  } actions;
+  for (const auto& [fd, to] : {std::pair{in_read.get(), 0}, std::pair{out_write.get(), 1}})
+    if (const int rc = posix_spawn_file_actions_adddup2(&actions.a, fd, to); rc != 0)
+      fail(errc::io, "cannot start " + argv[0] + ": " + std::strerror(rc));
   // On the spawner thread: the child's parent-death signal follows that thread.
-  const pid_t pid = in_rc != 0 || out_rc != 0 ? -(in_rc != 0 ? in_rc : out_rc) : Spawner::instance().run([&]() -> pid_t {
+  const pid_t pid = Spawner::instance().run([&]() -> pid_t {
     pid_t p = 0;
-    const int rc = ::posix_spawn(&p, cargv[0], &actions, nullptr, cargv.data(), cenv.data());
+    const int rc = ::posix_spawn(&p, cargv[0], &actions.a, nullptr, cargv.data(), cenv.data());
     return rc == 0 ? p : -rc;
   });
-  posix_spawn_file_actions_destroy(&actions);
   if (pid < 0) fail(errc::io, "cannot start " + argv[0] + ": " + std::strerror(-pid));
 
   ChildProcess c;
