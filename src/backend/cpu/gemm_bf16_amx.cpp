@@ -1,12 +1,12 @@
 #include "backend/cpu/gemm_bf16_amx.hpp"
 
-#include <immintrin.h>
 
 #include <algorithm>
 #include <vector>
 
 #include "backend/cpu/chunk_pool.hpp"
 #include "backend/cpu/isa.hpp"
+#include "backend/cpu/simd.hpp"
 #include "util/error.hpp"
 
 namespace neuron::backend::cpu {
@@ -71,11 +71,9 @@ NEURON_AVX512_BF16 void PackedX::pack(const float* x, std::int64_t n, std::int64
     for (std::int64_t b = 0; b < blocks; ++b) {
       __m512 left = _mm512_loadu_ps(row + b * kCols), right = _mm512_loadu_ps(row + b * kCols + 16);  // what is left to pack
       for (int term = 0; term < kTerms; ++term) {
-        const __m256bh bl = _mm512_cvtneps_pbh(left), br = _mm512_cvtneps_pbh(right);
+        const __m256bh bl = bf16_term(left), br = bf16_term(right);
         const __m512i pairs = _mm512_inserti64x4(_mm512_castsi256_si512((__m256i)bl), (__m256i)br, 1);
         _mm512_i32scatter_epi32(group + term * term_stride + b * kTile, rows, pairs, 1);
-        left = _mm512_sub_ps(left, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)bl), 16)));
-        right = _mm512_sub_ps(right, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)br), 16)));
       }
     }
   }

@@ -1,7 +1,6 @@
 #include "backend/cpu/matmul_quant.hpp"
 
 #include <cblas.h>
-#include <immintrin.h>
 
 #include <algorithm>
 #include <cstring>
@@ -233,12 +232,10 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void split_rows(const Qua
     std::uint16_t* h = hi + (r - r0) * w.cols;
     std::uint16_t* l = lo + (r - r0) * w.cols;
     for (std::int64_t c = 0; c < w.cols; c += 16) {  // cols is a multiple of 32 (gemm_bf16_amx_fits)
-      const __m512 v = _mm512_loadu_ps(row.data() + c);
-      const __m256bh top = _mm512_cvtneps_pbh(v);
-      const __m512 back = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(reinterpret_cast<__m256i>(top)), 16));
-      const __m256bh rest = _mm512_cvtneps_pbh(_mm512_sub_ps(v, back));
+      __m512 rest = _mm512_loadu_ps(row.data() + c);
+      const __m256bh top = bf16_term(rest);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(h + c), reinterpret_cast<__m256i>(top));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(l + c), reinterpret_cast<__m256i>(rest));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(l + c), reinterpret_cast<__m256i>(bf16_term(rest)));
     }
   }
 }

@@ -34,4 +34,14 @@ __attribute__((target("f16c"))) inline float f16_at(const std::byte* p) {
   return _cvtsh_ss(h);
 }
 
+// One bf16 term of a split of 16 f32 values: rest rounded to bf16 (nearest
+// even), and rest reduced by it (exactly). Called again on what is left, it
+// gives the next term: hi, then lo (weights), or hi, mid, lo (activations).
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) inline __m256bh bf16_term(__m512& rest) {
+  const __m256bh term = _mm512_cvtneps_pbh(rest);
+  rest = _mm512_sub_ps(
+      rest, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(reinterpret_cast<__m256i>(term)), 16)));
+  return term;
+}
+
 }  // namespace neuron::backend::cpu

@@ -281,9 +281,10 @@ constexpr int kDecodeThreads = 128;
 constexpr int group_heads(int group) { return group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8; }
 
 // A split's partial softmax state of one head in the scratch: m, l, two
-// unused floats (so acc is 16-byte aligned), acc [D].
+// unused floats (so acc is 16-byte aligned), acc [d].
+constexpr int part_floats(int d) { return d + 4; }
 template <int D>
-constexpr int kPartFloats = D + 4;
+constexpr int kPartFloats = part_floats(D);
 
 // Combines the splits' partial softmax states of a block's nh heads: out = sum_s e^(m_s - M) acc_s /
 // sum_s e^(m_s - M) l_s. The whole block reads the splits' (m, l) at once; then each thread owns 4 output
@@ -420,16 +421,17 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(const bf16_t* q,
   // Plain loads, not the read-only path: the fused variant writes the pool.
   constexpr int kUnroll = G <= 4 && G * D <= 512 ? 8 : 4;  // registers: queries and sums grow with G and D
   constexpr int kPass = groups * kUnroll;
+  auto load_key = [&](int key, uint4& kk, uint4& vv) {  // this thread's 8 values of position key
+    const std::size_t at = pool_offset(table, key, kv_head, hkv, bs, D) + sub * 8;
+    kk = *reinterpret_cast<const uint4*>(kv.k + at);
+    vv = *reinterpret_cast<const uint4*>(kv.v + at);
+  };
   auto load_pass = [&](int base, int limit, uint4 (&kk)[kUnroll], uint4 (&vv)[kUnroll]) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int key = base + u * groups + group;
       kk[u] = vv[u] = make_uint4(0, 0, 0, 0);
-      if (key < limit) {
-        const std::size_t at = pool_offset(table, key, kv_head, hkv, bs, D) + sub * 8;
-        kk[u] = *reinterpret_cast<const uint4*>(kv.k + at);
-        vv[u] = *reinterpret_cast<const uint4*>(kv.v + at);
-      }
+      if (key < limit) load_key(key, kk[u], vv[u]);
     }
   };
   // The first pass goes out before the wait on the previous kernel, all but
@@ -480,11 +482,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(const bf16_t* q,
   if (end == kv_len) {  // the new position, when the first pass holds it
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
-      if (begin + u * groups + group == kv_len - 1) {
-        const std::size_t at = pool_offset(table, kv_len - 1, kv_head, hkv, bs, D) + sub * 8;
-        kr[u] = *reinterpret_cast<const uint4*>(kv.k + at);
-        vr[u] = *reinterpret_cast<const uint4*>(kv.v + at);
-      }
+      if (begin + u * groups + group == kv_len - 1) load_key(kv_len - 1, kr[u], vr[u]);
   }
 
   float m[G], l[G], acc[G][8];
@@ -631,7 +629,7 @@ int decode_head_chunks(int hq, int hkv) noexcept {
 
 std::size_t decode_scratch_floats(int n_items, int hq, int d, int splits) noexcept {
   if (splits <= 1) return 0;
-  return static_cast<std::size_t>(n_items) * hq * splits * (d + 4);  // kPartFloats
+  return static_cast<std::size_t>(n_items) * hq * splits * part_floats(d);
 }
 
 std::size_t decode_counters(int n_items, int hq, int hkv) noexcept {

@@ -4,7 +4,8 @@
 // still run. Every kernel launched this way calls grid_dependency_wait()
 // before it reads anything a predecessor wrote (or writes anything a
 // predecessor reads); work that only touches immutable data (weights, and a
-// pass's step inputs, which are copied in before its first kernel) may come before it, which is how a GEMV streams its first weights in while the
+// pass's step inputs, which are copied in before its first kernel) may come
+// before it, which is how a GEMV streams its first weights in while the
 // previous kernel drains. Without PDL the wait is a no-op.
 //
 // The same call first lets this kernel's dependents launch: once every block

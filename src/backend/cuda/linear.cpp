@@ -17,12 +17,12 @@ using kernels::bf16_t;
 constexpr int kChunkRows = 4096;                         // rows of W dequantized at a time, at most
 constexpr std::size_t kChunkElems = std::size_t{16} << 20;  // elements per term, at least (32 MiB of bf16)
 
-// A GEMV's tokens in passes of at most `step`: f(x of the pass, its tokens, its
-// first output row of this part) for tokens [t, t + k) of x [n, w.cols] and y [n, w.rows].
+// A GEMV's tokens in passes of at most `step`: f(x of the pass, its tokens,
+// y of the pass) for tokens [t, t + k) of x [n, cols] and y (row stride ldy).
 template <class Y, class F>
-void in_passes(const bf16_t* x, int n, const DeviceMatrix& w, int row0, Y* y, int step, F&& f) {
+void in_passes(const bf16_t* x, int n, int cols, Y* y, std::size_t ldy, int step, F&& f) {
   for (int t = 0; t < n; t += step)
-    f(x + static_cast<std::size_t>(t) * w.cols, std::min(step, n - t), y + static_cast<std::size_t>(t) * w.rows + row0);
+    f(x + static_cast<std::size_t>(t) * cols, std::min(step, n - t), y + static_cast<std::size_t>(t) * ldy);
 }
 
 }  // namespace
@@ -71,7 +71,7 @@ void Linear::run(const bf16_t* x, int n, const DeviceMatrix& w, Y* y) {
     } else if (p.type == quant::GgmlType::fp8_e4m3) {
       fp8(x, n, w, p, row0, y);
     } else if (n <= kQuantGemvTokens) {
-      in_passes(x, n, w, row0, y, kernels::kQuantGemvMaxTokens, [&](const bf16_t* xt, int k, Y* yt) {
+      in_passes(x, n, w.cols, y + row0, w.rows, kernels::kQuantGemvMaxTokens, [&](const bf16_t* xt, int k, Y* yt) {
         if constexpr (std::is_same_v<Y, float>)
           kernels::quant_gemv(p.type, w.part_data(p), p.rows, w.cols, xt, k, yt, w.rows, false, stream_);
         else
@@ -92,10 +92,9 @@ void Linear::swiglu(const bf16_t* x, int n, const DeviceMatrix& w, bf16_t* gate_
   if (w.parts.size() == 1 && w.parts[0].type == quant::GgmlType::fp8_e4m3 && n <= kFp8GemvTokens) {
     const DeviceMatrix::Part& p = w.parts[0];
     const auto* q = reinterpret_cast<const std::uint8_t*>(w.part_data(p));
-    for (int t = 0; t < n; t += kernels::kFp8GemvMaxTokens)
-      kernels::fp8_gemv_swiglu(q, w.part_scales(p), f, w.cols, x + static_cast<std::size_t>(t) * w.cols,
-                               std::min(kernels::kFp8GemvMaxTokens, n - t), act + static_cast<std::size_t>(t) * f, f,
-                               stream_);
+    in_passes(x, n, w.cols, act, f, kernels::kFp8GemvMaxTokens, [&](const bf16_t* xt, int k, bf16_t* at) {
+      kernels::fp8_gemv_swiglu(q, w.part_scales(p), f, w.cols, xt, k, at, f, stream_);
+    });
     return;
   }
   run(x, n, w, gate_up);
@@ -131,7 +130,7 @@ void Linear::fp8(const bf16_t* x, int n, const DeviceMatrix& w, const DeviceMatr
   const auto* q = reinterpret_cast<const std::uint8_t*>(w.part_data(p));
   const float* w_scale = w.part_scales(p);
   if (n <= kFp8GemvTokens) {
-    in_passes(x, n, w, row0, y, kernels::kFp8GemvMaxTokens, [&](const bf16_t* xt, int k, Y* yt) {
+    in_passes(x, n, w.cols, y + row0, w.rows, kernels::kFp8GemvMaxTokens, [&](const bf16_t* xt, int k, Y* yt) {
       if constexpr (std::is_same_v<Y, float>)
         kernels::fp8_gemv(q, w_scale, p.rows, w.cols, xt, k, yt, w.rows, false, stream_);
       else
