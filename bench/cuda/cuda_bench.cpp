@@ -170,7 +170,7 @@ void quant_gemv_shapes(const model::Qwen3Config& c, double copy_gbs) {
       DeviceBuffer scales(4ull * s.rows), x(2ull * 8 * s.cols), y(4ull * 8 * s.rows);
       NEURON_CUDA_CHECK(cudaMemsetAsync(scales.data(), 0x3c, scales.bytes(), stream.get()));
       kernels::fill_random_bf16(x.data<kernels::bf16_t>(), 8, s.cols, 0, 0, s.cols, 3, 1.f, stream.get());
-      for (int n : {1, 8}) {
+      for (int n : {1, 2, 4, 8}) {
         auto run = [&](int i) {
           const auto* xp = x.data<kernels::bf16_t>();
           if (t == GgmlType::bf16) {

@@ -150,36 +150,44 @@ TEST_F(CudaQuant, DequantizationIsBitEqualToTheReference) {
   }
 }
 
+// Two shapes: a short row (no warp of the tensor-core GEMV past its first
+// unit), and a long one where each warp walks several units (its prefetch of
+// the next unit while one is multiplied); rows past the last whole 16-row tile.
 TEST_F(CudaQuant, GemvMatchesTheDequantizedProduct) {
-  for (GgmlType type : kTypes) {
-    const int rows = 37, cols = 5 * 256;
-    const auto w = random_blocks(type, rows, cols, rng_);
-    const auto wf = dequantize_host(type, w, rows, cols);
-    auto dw = upload(w);
-    for (int n : {1, 2, 3, 5, 8}) {
-      const auto x = n % 2 ? spiky_x(static_cast<std::size_t>(n) * cols) : random_x(static_cast<std::size_t>(n) * cols);
-      const Reference ref = reference(wf, x, rows, cols, n);
-      auto dx = upload(x);
-      const int ldy = rows + 3;  // outputs land in a wider matrix, as a stack's parts do
-      auto dy = poisoned(4 * static_cast<std::size_t>(n) * ldy);
-      kernels::quant_gemv(type, dw.data(), rows, cols, dx.data<bf16_t>(), n, dy.data<float>(), ldy, false, s());
-      auto y = download<float>(dy, static_cast<std::size_t>(n) * ldy);
-      // Accumulating adds the same product onto what is there.
-      kernels::quant_gemv(type, dw.data(), rows, cols, dx.data<bf16_t>(), n, dy.data<float>(), ldy, true, s());
-      const auto y2 = download<float>(dy, static_cast<std::size_t>(n) * ldy);
-      auto dyb = poisoned(2 * static_cast<std::size_t>(n) * ldy);
-      kernels::quant_gemv(type, dw.data(), rows, cols, dx.data<bf16_t>(), n, dyb.data<bf16_t>(), ldy, s());
-      const auto yb = download<bf16_t>(dyb, static_cast<std::size_t>(n) * ldy);
-      for (int t = 0; t < n; ++t)
-        for (int r = 0; r < rows; ++r) {
-          const std::size_t i = static_cast<std::size_t>(t) * rows + r, o = static_cast<std::size_t>(t) * ldy + r;
-          const double tol = 1e-5 * ref.mag[i] + 1e-30;
-          ASSERT_LE(std::abs(y[o] - ref.y[i]), tol) << quant::ggml_type_name(type) << " n " << n << " t " << t << " r " << r;
-          ASSERT_LE(std::abs(y2[o] - 2 * ref.y[i]), 2 * tol + std::abs(ref.y[i]) * 1e-7) << "accumulate";
-          ASSERT_LE(std::abs(bf16_to_f32(yb[o]) - ref.y[i]), tol + std::abs(ref.y[i]) * 0x1p-8) << "bf16 out";
-        }
-      for (int t = 0; t < n; ++t)
-        for (int r = rows; r < ldy; ++r) ASSERT_TRUE(std::isnan(y[static_cast<std::size_t>(t) * ldy + r])) << "wrote past rows";
+  struct Shape {
+    int rows, cols;
+  };
+  for (const Shape shape : {Shape{37, 5 * 256}, Shape{40, 24 * 256}}) {
+    for (GgmlType type : kTypes) {
+      const int rows = shape.rows, cols = shape.cols;
+      const auto w = random_blocks(type, rows, cols, rng_);
+      const auto wf = dequantize_host(type, w, rows, cols);
+      auto dw = upload(w);
+      for (int n : {1, 2, 3, 5, 8}) {
+        const auto x = n % 2 ? spiky_x(static_cast<std::size_t>(n) * cols) : random_x(static_cast<std::size_t>(n) * cols);
+        const Reference ref = reference(wf, x, rows, cols, n);
+        auto dx = upload(x);
+        const int ldy = rows + 3;  // outputs land in a wider matrix, as a stack's parts do
+        auto dy = poisoned(4 * static_cast<std::size_t>(n) * ldy);
+        kernels::quant_gemv(type, dw.data(), rows, cols, dx.data<bf16_t>(), n, dy.data<float>(), ldy, false, s());
+        auto y = download<float>(dy, static_cast<std::size_t>(n) * ldy);
+        // Accumulating adds the same product onto what is there.
+        kernels::quant_gemv(type, dw.data(), rows, cols, dx.data<bf16_t>(), n, dy.data<float>(), ldy, true, s());
+        const auto y2 = download<float>(dy, static_cast<std::size_t>(n) * ldy);
+        auto dyb = poisoned(2 * static_cast<std::size_t>(n) * ldy);
+        kernels::quant_gemv(type, dw.data(), rows, cols, dx.data<bf16_t>(), n, dyb.data<bf16_t>(), ldy, s());
+        const auto yb = download<bf16_t>(dyb, static_cast<std::size_t>(n) * ldy);
+        for (int t = 0; t < n; ++t)
+          for (int r = 0; r < rows; ++r) {
+            const std::size_t i = static_cast<std::size_t>(t) * rows + r, o = static_cast<std::size_t>(t) * ldy + r;
+            const double tol = 1e-5 * ref.mag[i] + 1e-30;
+            ASSERT_LE(std::abs(y[o] - ref.y[i]), tol) << quant::ggml_type_name(type) << " n " << n << " t " << t << " r " << r;
+            ASSERT_LE(std::abs(y2[o] - 2 * ref.y[i]), 2 * tol + std::abs(ref.y[i]) * 1e-7) << "accumulate";
+            ASSERT_LE(std::abs(bf16_to_f32(yb[o]) - ref.y[i]), tol + std::abs(ref.y[i]) * 0x1p-8) << "bf16 out";
+          }
+        for (int t = 0; t < n; ++t)
+          for (int r = rows; r < ldy; ++r) ASSERT_TRUE(std::isnan(y[static_cast<std::size_t>(t) * ldy + r])) << "wrote past rows";
+      }
     }
   }
 }

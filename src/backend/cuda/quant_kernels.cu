@@ -10,11 +10,13 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/quant_kernels.hpp"
+#include "backend/cuda/quant_mma_gemv.hpp"
 #include "util/error.hpp"
 
 namespace neuron::backend::cuda::kernels {
@@ -290,31 +292,6 @@ struct KHeader {
   }
 };
 
-struct GemvQ4_K {
-  static constexpr int kGroup = 2;  // units a lane loads at once
-  static constexpr int kBlock = 256, kUnits = 8, kRuns = 2;
-  struct Raw {
-    uint4 q;
-    KHeader h;
-  };
-  __device__ static Raw load(const std::uint8_t* row, int u) {
-    const std::uint8_t* p = row + static_cast<std::size_t>(u >> 3) * quant::kQ4_KBytes;
-    Raw r;
-    r.h.load(p);
-    r.q = __ldg(reinterpret_cast<const uint4*>(p + 16 + 16 * (u & 7)));
-    return r;
-  }
-  __device__ static int col(int u, int r) { return (u >> 3) * 256 + 64 * ((u & 7) >> 1) + 16 * (u & 1) + 32 * r; }
-  __device__ static void run(const Raw& raw, int u, int r, float* q, float& a, float& b) {
-    const unsigned src[4] = {raw.q.x, raw.q.y, raw.q.z, raw.q.w};
-    unsigned w[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) w[i] = (src[i] >> (4 * r)) & 0x0F0F0F0Fu;
-    bytes_float(w, q);
-    raw.h.scale(2 * ((u & 7) >> 1) + r, a, b);
-  }
-};
-
 struct GemvQ5_K {
   static constexpr int kGroup = 2;  // units a lane loads at once
   static constexpr int kBlock = 256, kUnits = 8, kRuns = 2;
@@ -331,7 +308,7 @@ struct GemvQ5_K {
     r.qh = __ldg(reinterpret_cast<const uint4*>(p + 16 + l0));
     return r;
   }
-  __device__ static int col(int u, int r) { return GemvQ4_K::col(u, r); }
+  __device__ static int col(int u, int r) { return (u >> 3) * 256 + 64 * ((u & 7) >> 1) + 16 * (u & 1) + 32 * r; }
   __device__ static void run(const Raw& raw, int u, int r, float* q, float& a, float& b) {
     const int j = (u & 7) >> 1, bit = 2 * j + r;
     const unsigned lo[4] = {raw.ql.x, raw.ql.y, raw.ql.z, raw.ql.w};
@@ -535,10 +512,11 @@ void with_gemv_view(GgmlType type, F&& f) {
   switch (type) {
     case GgmlType::q8_0: return f(GemvQ8_0{});
     case GgmlType::q4_0: return f(GemvQ4_0{});
-    case GgmlType::q4_k: return f(GemvQ4_K{});
     case GgmlType::q5_k: return f(GemvQ5_K{});
     case GgmlType::q6_k: return f(GemvQ6_K{});
-    default: with_decoder(type, [](auto) {});  // throws, naming the type
+    default:
+      with_decoder(type, [](auto) {});  // throws, naming the type, where no kernel takes it
+      NEURON_ASSERT(false && "quant_gemv: Q4_K is the tensor-core GEMV's");
   }
 }
 
@@ -556,6 +534,16 @@ void gemv_dispatch(GgmlType type, const void* w, int rows, int cols, const bf16_
   check_shape(type, w, cols);
   NEURON_ASSERT(n <= kQuantGemvMaxTokens && cols % 8 == 0 && reinterpret_cast<std::uintptr_t>(x) % 16 == 0);
   const std::size_t row_bytes = quant::row_bytes(type, cols);
+  // The tensor-core GEMV where it is the faster (H200, bench/QUANT.md):
+  // Q4_K at every token count; Q6_K from two tokens (one token streams a
+  // Q6_K matrix faster through the FMA path below).
+  if (type == GgmlType::q4_k || (type == GgmlType::q6_k && n >= 2)) {
+    if constexpr (std::is_same_v<OutT, float>)
+      quant_mma_gemv(type, w, row_bytes, rows, cols, x, n, y, ldy, Accumulate, stream);
+    else
+      quant_mma_gemv(type, w, row_bytes, rows, cols, x, n, y, ldy, stream);
+    return;
+  }
   const auto* wb = static_cast<const std::uint8_t*>(w);
   const int rows_per_block = kGemvWarps * kGemvRowsPerWarp;
   const dim3 grid(static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block));

@@ -1,0 +1,327 @@
+// Quantized GEMV on the tensor cores (quant_mma_gemv.hpp).
+//
+// A warp multiplies 16 weight rows by up to 8 tokens with mma.m16n8k16
+// (bf16 in, f32 accumulate): A is the rows' quants q as exact bf16 integers,
+// B the tokens' bf16 activations, and a scale group's product is finished in
+// f32 as a * sum(q x) + b * sum(x), the group's scale a and offset b taken
+// from the block (Q4_K: a = d * sc, b = -dmin * m; Q6_K folds its -32 into
+// q). So the GEMV does one tensor-core instruction per 256 weight-token
+// products where the FMA path did 256, and 8 tokens cost what one does.
+//
+// Register layouts (PTX ISA, m16n8k16 .bf16), lane = 4 g + t:
+//   A: a[0] = row g, k 2t..2t+1; a[1] = row g+8, same k; a[2] = row g,
+//      k 2t+8..2t+9; a[3] = row g+8, same k.
+//   B: b[0] = k 2t..2t+1 of token g; b[1] = k 2t+8..2t+9.
+//   D: d[0], d[1] = row g, tokens 2t, 2t+1; d[2], d[3] = row g+8.
+// Which column of a group a k slot stands for is each view's choice, made
+// so a lane's quants and activations are contiguous bytes; A and B agree.
+//
+// Exactness: q is an integer below 2^7, so 0x4300 | q is the bf16 of 128 +
+// q and one bf16x2 subtraction gives q (or q - 32) exactly; q x is exact in
+// f32, and a = d * sc is exact (11 + 7 bits). What is rounded is f32
+// accumulation, as in the FMA path.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "backend/cuda/device_math.cuh"
+#include "backend/cuda/launch.cuh"
+#include "backend/cuda/quant_mma_gemv.hpp"
+#include "util/error.hpp"
+
+namespace neuron::backend::cuda::kernels {
+namespace {
+
+using quant::GgmlType;
+
+// A block's warps split a 16-row tile's units; two blocks an SM (at most 128
+// registers a thread). Measured on the H200 against 4 warps, 4 or 5 blocks,
+// and against staging each unit in shared memory with cp.async (coalesced
+// 512-byte copies): no faster (bench/QUANT.md).
+constexpr int kWarps = 8, kMinBlocks = 2;
+static_assert(kWarps * 32 >= 16 * kQuantMmaGemvMaxTokens, "the epilogue gives each (row, token) a thread");
+
+
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two small integers v (bits 0..6 of each 16-bit half) as bf16x2 v - bias, exactly.
+template <unsigned Bias>
+__device__ __forceinline__ unsigned bf16_ints(unsigned v) {
+  constexpr unsigned magic = 0x43004300u;  // 128.0 in each half
+  const unsigned m = v | magic;
+  const __nv_bfloat162 r = __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&m),
+                                   __floats2bfloat162_rn(128.f + Bias, 128.f + Bias));
+  return *reinterpret_cast<const unsigned*>(&r);
+}
+// Bytes 0, 1 (or 2, 3) of w spread to the low byte of each 16-bit half.
+__device__ __forceinline__ unsigned spread_lo(unsigned w) { return __byte_perm(w, 0, 0x4140); }
+__device__ __forceinline__ unsigned spread_hi(unsigned w) { return __byte_perm(w, 0, 0x4342); }
+
+__device__ __forceinline__ float half_lo(unsigned v) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(v & 0xffffu)));
+}
+__device__ __forceinline__ unsigned ld_u16(const std::uint8_t* p) {
+  return __ldg(reinterpret_cast<const unsigned short*>(p));
+}
+
+// Q4_K: f16 d, f16 dmin, u8 scales[12], u8 qs[128]. Group G = sub-block G
+// (32 weights, two mmas): chunk j = G / 2 of 32 quant bytes holds sub-block
+// 2j in its low nibbles and 2j + 1 in its high ones. Lane t reads bytes
+// 8t .. 8t + 7 of every chunk; mma m takes 4 of them, k slots 2t, 2t + 1 the
+// first two (columns 8t + 4m, + 1), slots 2t + 8, 2t + 9 the next two.
+struct MmaQ4_K {
+  static constexpr int kBlock = 256, kUnitCols = 256, kGroups = 8, kMmas = 2;
+  static constexpr bool kOffset = true;
+  static constexpr std::size_t kBytes = quant::kQ4_KBytes;
+  struct Raw {
+    uint4 h;     // d | dmin << 16, then the 12 packed scale bytes
+    uint2 q[4];  // bytes 8t .. 8t + 7 of each chunk
+  };
+  __device__ static Raw load(const std::uint8_t* p, int, int t) {
+    Raw r;
+    r.h = __ldg(reinterpret_cast<const uint4*>(p));
+#pragma unroll
+    for (int j = 0; j < 4; ++j) r.q[j] = __ldg(reinterpret_cast<const uint2*>(p + 16 + 32 * j + 8 * t));
+    return r;
+  }
+  template <int G, int M, int Half>
+  __device__ static unsigned a_pair(const Raw& r) {
+    const unsigned word = M ? r.q[G / 2].y : r.q[G / 2].x;
+    const unsigned p = Half ? spread_hi(word) : spread_lo(word);
+    return bf16_ints<0>((p >> (4 * (G & 1))) & 0x000F000Fu);
+  }
+  template <int G, int M>
+  __device__ static void x_pair(const bf16_t* xb, int t, unsigned& b0, unsigned& b1) {
+    const uint2 v = __ldg(reinterpret_cast<const uint2*>(xb + 64 * (G / 2) + 32 * (G & 1) + 8 * t + 4 * M));
+    b0 = v.x;
+    b1 = v.y;
+  }
+  // a = d * sc, b = -(dmin * m) of sub-block G (ggml's get_scale_min_k4 on the words).
+  template <int G>
+  __device__ static void scale(const Raw& r, float& a, float& b) {
+    unsigned s, m;
+    if constexpr (G < 4) {
+      s = (r.h.y >> (8 * G)) & 63u;
+      m = (r.h.z >> (8 * G)) & 63u;
+    } else {
+      constexpr int k = 8 * (G - 4);
+      s = ((r.h.w >> k) & 0xFu) | (((r.h.y >> (k + 6)) & 3u) << 4);
+      m = ((r.h.w >> (k + 4)) & 0xFu) | (((r.h.z >> (k + 6)) & 3u) << 4);
+    }
+    a = half_lo(r.h.x) * static_cast<float>(s);
+    b = -(half_lo(r.h.x >> 16) * static_cast<float>(m));
+  }
+};
+
+// Q6_K: u8 ql[128], u8 qh[64], i8 scales[16], f16 d. Weight 128 h + 32 k
+// + l (l < 32) is the low (k < 2) or high nibble of ql[64 h + 32 (k & 1) +
+// l] with bits 2k, 2k + 1 of qh[32 h + l] above it, minus 32, scaled by
+// sc[8 h + 2 k + l / 16]. A unit is half h of a block (128 weights); its
+// group G = 4 i + k is l0 = 16 i and k: 16 weights, one mma. Lane t takes
+// l = l0 + 4t .. l0 + 4t + 3 (k slots 2t, 2t + 1, then 2t + 8, 2t + 9):
+// one word from each ql half and one from qh.
+struct MmaQ6_K {
+  static constexpr int kBlock = 256, kUnitCols = 128, kGroups = 8, kMmas = 1;
+  static constexpr bool kOffset = false;
+  static constexpr std::size_t kBytes = quant::kQ6_KBytes;
+  struct Raw {
+    unsigned ql[2][2];  // [i][ql half c]: bytes l0 + 4t .. + 3
+    unsigned qh[2];     // [i]
+    unsigned sc[2];     // the half's 8 scale bytes
+    unsigned d;         // f16 d in the low half
+  };
+  // Blocks are 210 bytes, so every other one starts 2 bytes past a word:
+  // its words are funnel-shifted out of aligned pairs (the whole warp reads
+  // the same block, so the branch does not diverge).
+  template <bool Aligned>
+  __device__ static unsigned word(const std::uint8_t* p, int off) {
+    if constexpr (Aligned) return __ldg(reinterpret_cast<const unsigned*>(p + off));
+    const auto* q = reinterpret_cast<const unsigned*>(p + off - 2);
+    return __funnelshift_r(__ldg(q), __ldg(q + 1), 16);
+  }
+  template <bool Aligned>
+  __device__ static Raw load_at(const std::uint8_t* p, int h, int t) {
+    Raw r;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int l = 16 * i + 4 * t;
+      r.ql[i][0] = word<Aligned>(p, 64 * h + l);
+      r.ql[i][1] = word<Aligned>(p, 64 * h + 32 + l);
+      r.qh[i] = word<Aligned>(p, 128 + 32 * h + l);
+    }
+    r.sc[0] = word<Aligned>(p, 192 + 8 * h);
+    r.sc[1] = word<Aligned>(p, 196 + 8 * h);
+    r.d = ld_u16(p + 208);
+    return r;
+  }
+  __device__ static Raw load(const std::uint8_t* p, int h, int t) {
+    return (reinterpret_cast<std::uintptr_t>(p) & 3) ? load_at<false>(p, h, t) : load_at<true>(p, h, t);
+  }
+  template <int G, int M, int Half>
+  __device__ static unsigned a_pair(const Raw& r) {
+    constexpr int i = G / 4, k = G & 3;
+    const unsigned ql = r.ql[i][k & 1], qh = r.qh[i];
+    const unsigned lo = (Half ? spread_hi(ql) : spread_lo(ql)) >> (4 * (k >> 1));
+    const unsigned hi = (Half ? spread_hi(qh) : spread_lo(qh)) >> (2 * k);
+    return bf16_ints<32>((lo & 0x000F000Fu) | ((hi & 0x00030003u) << 4));
+  }
+  template <int G, int M>
+  __device__ static void x_pair(const bf16_t* xu, int t, unsigned& b0, unsigned& b1) {
+    constexpr int i = G / 4, k = G & 3;
+    const uint2 v = __ldg(reinterpret_cast<const uint2*>(xu + 32 * k + 16 * i + 4 * t));
+    b0 = v.x;
+    b1 = v.y;
+  }
+  template <int G>
+  __device__ static void scale(const Raw& r, float& a, float& b) {
+    constexpr int i = G / 4, k = G & 3, at = 2 * k + i;
+    const int sc = static_cast<std::int8_t>((r.sc[at / 4] >> (8 * (at % 4))) & 0xffu);
+    a = half_lo(r.d) * static_cast<float>(sc);
+    b = 0.f;
+  }
+};
+
+template <int G, int End, class F>
+__device__ __forceinline__ void for_groups(F&& f) {
+  if constexpr (G < End) {
+    f(std::integral_constant<int, G>{});
+    for_groups<G + 1, End>(f);
+  }
+}
+
+// acc (rows g, g + 8 x tokens 2t, 2t + 1: the D layout) += a unit's product:
+// rows g, g + 8 of it in r0, r1; xu the unit's first column of token g (read
+// only where the lane has a token).
+template <class V>
+__device__ __forceinline__ void multiply_unit(const typename V::Raw& r0, const typename V::Raw& r1, const bf16_t* xu,
+                                              bool has_token, int t, float (&acc)[4]) {
+  constexpr unsigned kOnes = 0x3F803F80u;  // bf16 1.0, 1.0
+  for_groups<0, V::kGroups>([&](auto gc) {
+    constexpr int G = decltype(gc)::value;
+    float s[4] = {};
+    [[maybe_unused]] float sx[4] = {};
+    for_groups<0, V::kMmas>([&](auto mc) {
+      constexpr int M = decltype(mc)::value;
+      unsigned b0 = 0, b1 = 0;
+      if (has_token) V::template x_pair<G, M>(xu, t, b0, b1);
+      const unsigned a[4] = {V::template a_pair<G, M, 0>(r0), V::template a_pair<G, M, 0>(r1),
+                             V::template a_pair<G, M, 1>(r0), V::template a_pair<G, M, 1>(r1)};
+      mma_bf16(s, a, b0, b1);
+      if constexpr (V::kOffset) {
+        const unsigned ones[4] = {kOnes, kOnes, kOnes, kOnes};
+        mma_bf16(sx, ones, b0, b1);
+      }
+    });
+    float a0, o0, a1, o1;
+    V::template scale<G>(r0, a0, o0);
+    V::template scale<G>(r1, a1, o1);
+    acc[0] = fmaf(a0, s[0], acc[0]);
+    acc[1] = fmaf(a0, s[1], acc[1]);
+    acc[2] = fmaf(a1, s[2], acc[2]);
+    acc[3] = fmaf(a1, s[3], acc[3]);
+    if constexpr (V::kOffset) {
+      acc[0] = fmaf(o0, sx[0], acc[0]);
+      acc[1] = fmaf(o0, sx[1], acc[1]);
+      acc[2] = fmaf(o1, sx[0], acc[2]);
+      acc[3] = fmaf(o1, sx[1], acc[3]);
+    }
+  });
+}
+
+// A block owns 16 rows; its warps take the rows' units u = warp, warp +
+// kWarps, ... (neighbouring stretches of the same rows at once), lane (g, t)
+// reading rows g and g + 8 from global memory, with the next unit's loads in
+// flight while one is multiplied. A block's first two units are requested
+// before the wait on the previous kernel. The warps' partial sums meet in
+// shared memory; a thread per (row, token) emits.
+template <class V, class OutT, bool Accumulate>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
+    mma_gemv_kernel(const std::uint8_t* w, std::size_t row_bytes, int rows, int cols, const bf16_t* x, int n,
+                    OutT* y, int ldy) {
+  constexpr int per_block = V::kBlock / V::kUnitCols;
+  __shared__ float part[kWarps][16][8];  // [warp][row][token]
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int row0 = blockIdx.x * 16;
+  const std::uint8_t* w0 = w + static_cast<std::size_t>(min(row0 + g, rows - 1)) * row_bytes;
+  const std::uint8_t* w1 = w + static_cast<std::size_t>(min(row0 + g + 8, rows - 1)) * row_bytes;
+  const int units = cols / V::kUnitCols;
+  const bool has_token = g < n;
+  const bf16_t* xt = x + static_cast<std::size_t>(has_token ? g : 0) * cols;
+  auto load = [&](int u, typename V::Raw& r0, typename V::Raw& r1) {
+    const std::size_t at = static_cast<std::size_t>(u / per_block) * V::kBytes;
+    r0 = V::load(w0 + at, u % per_block, t);
+    r1 = V::load(w1 + at, u % per_block, t);
+  };
+  float acc[4] = {};
+  int u = warp;
+  typename V::Raw c0, c1, n0, n1;
+  if (u < units) load(u, c0, c1);
+  if (u + kWarps < units) load(u + kWarps, n0, n1);
+  grid_dependency_wait();
+  while (u < units) {
+    multiply_unit<V>(c0, c1, xt + static_cast<std::size_t>(u) * V::kUnitCols, has_token, t, acc);
+    u += kWarps;
+    c0 = n0;
+    c1 = n1;
+    if (u + kWarps < units) load(u + kWarps, n0, n1);
+  }
+  part[warp][g][2 * t] = acc[0];
+  part[warp][g][2 * t + 1] = acc[1];
+  part[warp][g + 8][2 * t] = acc[2];
+  part[warp][g + 8][2 * t + 1] = acc[3];
+  __syncthreads();
+  const int r = threadIdx.x & 15, tok = threadIdx.x >> 4;
+  if (tok < n && row0 + r < rows) {
+    float v = 0.f;
+#pragma unroll
+    for (int i = 0; i < kWarps; ++i) v += part[i][r][tok];
+    emit(y, static_cast<std::size_t>(tok) * ldy + row0 + r, v, Accumulate);
+  }
+}
+
+template <class F>
+void with_view(GgmlType type, F&& f) {
+  switch (type) {
+    case GgmlType::q4_k: return f(MmaQ4_K{});
+    case GgmlType::q6_k: return f(MmaQ6_K{});
+    default: NEURON_ASSERT(false && "quant_mma_gemv: unsupported type");
+  }
+}
+
+template <class OutT, bool Accumulate>
+void dispatch(GgmlType type, const void* w, std::size_t row_bytes, int rows, int cols, const bf16_t* x, int n,
+              OutT* y, int ldy, cudaStream_t stream) {
+  if (rows <= 0 || n <= 0) return;
+  NEURON_ASSERT(n <= kQuantMmaGemvMaxTokens && reinterpret_cast<std::uintptr_t>(x) % 16 == 0);
+  with_view(type, [&](auto v) {
+    using V = decltype(v);
+    NEURON_ASSERT(cols % V::kBlock == 0);
+    launch(mma_gemv_kernel<V, OutT, Accumulate>, dim3(static_cast<unsigned>((rows + 15) / 16)), kWarps * 32, 0,
+           stream, "quant_mma_gemv", static_cast<const std::uint8_t*>(w), row_bytes, rows, cols, x, n, y, ldy);
+  });
+}
+
+}  // namespace
+
+bool quant_mma_gemv_supported(GgmlType type) noexcept { return type == GgmlType::q4_k || type == GgmlType::q6_k; }
+
+void quant_mma_gemv(GgmlType type, const void* w, std::size_t row_bytes, int rows, int cols, const bf16_t* x, int n,
+                    float* y, int ldy, bool accumulate, cudaStream_t stream) {
+  if (accumulate)
+    dispatch<float, true>(type, w, row_bytes, rows, cols, x, n, y, ldy, stream);
+  else
+    dispatch<float, false>(type, w, row_bytes, rows, cols, x, n, y, ldy, stream);
+}
+
+void quant_mma_gemv(GgmlType type, const void* w, std::size_t row_bytes, int rows, int cols, const bf16_t* x, int n,
+                    bf16_t* y, int ldy, cudaStream_t stream) {
+  dispatch<bf16_t, false>(type, w, row_bytes, rows, cols, x, n, y, ldy, stream);
+}
+
+}  // namespace neuron::backend::cuda::kernels

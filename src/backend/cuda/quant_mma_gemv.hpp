@@ -1,0 +1,31 @@
+#pragma once
+// The GEMV over GGUF block formats on the tensor cores, behind
+// quant_kernels.hpp's quant_gemv for the types it covers: one warp takes 16
+// weight rows and up to 8 tokens through bf16 mma instructions, the quants
+// entering exactly as bf16 integers and each scale group's scale and offset
+// applied to its f32 sums, so the result is a dequantize-then-f32 product to
+// rounding and eight tokens cost what one does.
+//
+// W packed [rows, cols] (rows of row_bytes, 16-byte aligned for Q4_K), cols
+// a multiple of 256; x [n, cols] bf16, 16-byte aligned; y[t * ldy + r] for
+// t < n <= kQuantMmaGemvMaxTokens, r < rows; `accumulate` adds into f32 y.
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+#include "backend/cuda/kernels.hpp"
+#include "quant/ggml_type.hpp"
+
+namespace neuron::backend::cuda::kernels {
+
+inline constexpr int kQuantMmaGemvMaxTokens = 8;
+
+// True for the types this GEMV computes with (Q4_K, Q6_K).
+bool quant_mma_gemv_supported(quant::GgmlType type) noexcept;
+
+void quant_mma_gemv(quant::GgmlType type, const void* w, std::size_t row_bytes, int rows, int cols, const bf16_t* x,
+                    int n, float* y, int ldy, bool accumulate, cudaStream_t stream);
+void quant_mma_gemv(quant::GgmlType type, const void* w, std::size_t row_bytes, int rows, int cols, const bf16_t* x,
+                    int n, bf16_t* y, int ldy, cudaStream_t stream);
+
+}  // namespace neuron::backend::cuda::kernels
