@@ -155,7 +155,8 @@ void quant_gemv_shapes(const model::Qwen3Config& c, double copy_gbs) {
   const int f = static_cast<int>(c.intermediate_size);
   const Shape shapes[] = {{"qkv", qkv, h}, {"o", h, static_cast<int>(c.num_attention_heads * hd)},
                           {"gate_up", 2 * f, h}, {"down", h, f}, {"lm_head", static_cast<int>(c.vocab_size), h}};
-  const GgmlType types[] = {GgmlType::bf16, GgmlType::q8_0, GgmlType::q4_k, GgmlType::q6_k, GgmlType::fp8_e4m3};
+  const GgmlType types[] = {GgmlType::bf16, GgmlType::q8_0, GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k,
+                            GgmlType::fp8_e4m3};
   Stream stream;
   for (const Shape& s : shapes)
     for (GgmlType t : types) {

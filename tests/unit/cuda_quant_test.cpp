@@ -150,16 +150,19 @@ TEST_F(CudaQuant, DequantizationIsBitEqualToTheReference) {
   }
 }
 
-// Two shapes: a short row (no warp of the tensor-core GEMV past its first
-// unit), and a long one where each warp walks several units (its prefetch of
-// the next unit while one is multiplied); rows past the last whole 16-row tile.
+// Three shapes: a short row (no warp of the tensor-core GEMV past its first
+// unit), a long one where each warp walks several units (its prefetch of the
+// next unit while one is multiplied), rows past the last whole 16-row tile;
+// and a Q8_0 / Q4_0 row of 25 blocks, which the tensor-core GEMV's 4-block
+// Q8_0 unit does not divide.
 TEST_F(CudaQuant, GemvMatchesTheDequantizedProduct) {
   struct Shape {
     int rows, cols;
   };
-  for (const Shape shape : {Shape{37, 5 * 256}, Shape{40, 24 * 256}}) {
+  for (const Shape shape : {Shape{37, 5 * 256}, Shape{40, 24 * 256}, Shape{21, 25 * 32}}) {
     for (GgmlType type : kTypes) {
       const int rows = shape.rows, cols = shape.cols;
+      if (cols % quant::traits(type).block_size != 0) continue;
       const auto w = random_blocks(type, rows, cols, rng_);
       const auto wf = dequantize_host(type, w, rows, cols);
       auto dw = upload(w);

@@ -516,7 +516,7 @@ void with_gemv_view(GgmlType type, F&& f) {
     case GgmlType::q6_k: return f(GemvQ6_K{});
     default:
       with_decoder(type, [](auto) {});  // throws, naming the type, where no kernel takes it
-      NEURON_ASSERT(false && "quant_gemv: Q4_K is the tensor-core GEMV's");
+      NEURON_ASSERT(false && "quant_gemv: Q4_K rows are the tensor-core GEMV's");
   }
 }
 
@@ -534,10 +534,11 @@ void gemv_dispatch(GgmlType type, const void* w, int rows, int cols, const bf16_
   check_shape(type, w, cols);
   NEURON_ASSERT(n <= kQuantGemvMaxTokens && cols % 8 == 0 && reinterpret_cast<std::uintptr_t>(x) % 16 == 0);
   const std::size_t row_bytes = quant::row_bytes(type, cols);
-  // The tensor-core GEMV where it is the faster (H200, bench/QUANT.md):
-  // Q4_K at every token count; Q6_K from two tokens (one token streams a
-  // Q6_K matrix faster through the FMA path below).
-  if (type == GgmlType::q4_k || (type == GgmlType::q6_k && n >= 2)) {
+  // The tensor-core GEMV from the token count where it is the faster (H200,
+  // bench/QUANT.md): Q4_K at one; Q5_K and Q6_K at two; Q8_0 at four. Below
+  // that the FMA path streams the rows faster, its loads covering whole rows.
+  const int mma_from = type == GgmlType::q4_k ? 1 : type == GgmlType::q8_0 ? 4 : 2;
+  if (n >= mma_from && quant_mma_gemv_supported(type, cols)) {
     if constexpr (std::is_same_v<OutT, float>)
       quant_mma_gemv(type, w, row_bytes, rows, cols, x, n, y, ldy, Accumulate, stream);
     else

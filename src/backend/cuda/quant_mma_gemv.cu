@@ -76,14 +76,15 @@ __device__ __forceinline__ unsigned ld_u16(const std::uint8_t* p) {
 // 8t .. 8t + 7 of every chunk; mma m takes 4 of them, k slots 2t, 2t + 1 the
 // first two (columns 8t + 4m, + 1), slots 2t + 8, 2t + 9 the next two.
 struct MmaQ4_K {
-  static constexpr int kBlock = 256, kUnitCols = 256, kGroups = 8, kMmas = 2;
+  static constexpr int kUnitCols = 256, kGroups = 8, kMmas = 2;
   static constexpr bool kOffset = true;
   static constexpr std::size_t kBytes = quant::kQ4_KBytes;
   struct Raw {
     uint4 h;     // d | dmin << 16, then the 12 packed scale bytes
     uint2 q[4];  // bytes 8t .. 8t + 7 of each chunk
   };
-  __device__ static Raw load(const std::uint8_t* p, int, int t) {
+  __device__ static Raw load(const std::uint8_t* row, int u, int t) {
+    const std::uint8_t* p = row + static_cast<std::size_t>(u) * kBytes;
     Raw r;
     r.h = __ldg(reinterpret_cast<const uint4*>(p));
 #pragma unroll
@@ -127,7 +128,7 @@ struct MmaQ4_K {
 // l = l0 + 4t .. l0 + 4t + 3 (k slots 2t, 2t + 1, then 2t + 8, 2t + 9):
 // one word from each ql half and one from qh.
 struct MmaQ6_K {
-  static constexpr int kBlock = 256, kUnitCols = 128, kGroups = 8, kMmas = 1;
+  static constexpr int kUnitCols = 128, kGroups = 8, kMmas = 1;
   static constexpr bool kOffset = false;
   static constexpr std::size_t kBytes = quant::kQ6_KBytes;
   struct Raw {
@@ -160,8 +161,9 @@ struct MmaQ6_K {
     r.d = ld_u16(p + 208);
     return r;
   }
-  __device__ static Raw load(const std::uint8_t* p, int h, int t) {
-    return (reinterpret_cast<std::uintptr_t>(p) & 3) ? load_at<false>(p, h, t) : load_at<true>(p, h, t);
+  __device__ static Raw load(const std::uint8_t* row, int u, int t) {
+    const std::uint8_t* p = row + static_cast<std::size_t>(u / 2) * kBytes;
+    return (reinterpret_cast<std::uintptr_t>(p) & 3) ? load_at<false>(p, u % 2, t) : load_at<true>(p, u % 2, t);
   }
   template <int G, int M, int Half>
   __device__ static unsigned a_pair(const Raw& r) {
@@ -183,6 +185,95 @@ struct MmaQ6_K {
     constexpr int i = G / 4, k = G & 3, at = 2 * k + i;
     const int sc = static_cast<std::int8_t>((r.sc[at / 4] >> (8 * (at % 4))) & 0xffu);
     a = half_lo(r.d) * static_cast<float>(sc);
+    b = 0.f;
+  }
+};
+
+// Q5_K: f16 d, f16 dmin, u8 scales[12], u8 qh[32], u8 qs[128]: Q4_K's
+// layout (and lane mapping) with a fifth bit per weight, bit G of qh[l] for
+// sub-block G's column l; lane t reads qh[8t .. 8t + 7] with its quants.
+struct MmaQ5_K {
+  static constexpr int kUnitCols = 256, kGroups = 8, kMmas = 2;
+  static constexpr bool kOffset = true;
+  static constexpr std::size_t kBytes = quant::kQ5_KBytes;
+  struct Raw {
+    uint4 h;     // d | dmin << 16, then the 12 packed scale bytes
+    uint2 qh;    // qh[8t .. 8t + 7]
+    uint2 q[4];  // bytes 8t .. 8t + 7 of each 32-byte chunk of qs
+  };
+  __device__ static Raw load(const std::uint8_t* row, int u, int t) {
+    const std::uint8_t* p = row + static_cast<std::size_t>(u) * kBytes;
+    Raw r;
+    r.h = __ldg(reinterpret_cast<const uint4*>(p));
+    r.qh = __ldg(reinterpret_cast<const uint2*>(p + 16 + 8 * t));
+#pragma unroll
+    for (int j = 0; j < 4; ++j) r.q[j] = __ldg(reinterpret_cast<const uint2*>(p + 48 + 32 * j + 8 * t));
+    return r;
+  }
+  template <int G, int M, int Half>
+  __device__ static unsigned a_pair(const Raw& r) {
+    const unsigned word = M ? r.q[G / 2].y : r.q[G / 2].x, high = M ? r.qh.y : r.qh.x;
+    const unsigned p = Half ? spread_hi(word) : spread_lo(word);
+    const unsigned h = Half ? spread_hi(high) : spread_lo(high);
+    return bf16_ints<0>(((p >> (4 * (G & 1))) & 0x000F000Fu) | (((h >> G) & 0x00010001u) << 4));
+  }
+  template <int G, int M>
+  __device__ static void x_pair(const bf16_t* xu, int t, unsigned& b0, unsigned& b1) {
+    MmaQ4_K::x_pair<G, M>(xu, t, b0, b1);
+  }
+  template <int G>
+  __device__ static void scale(const Raw& r, float& a, float& b) {
+    MmaQ4_K::scale<G>(MmaQ4_K::Raw{r.h, {}}, a, b);
+  }
+};
+
+// Q8_0: f16 d, i8 qs[32] (34 bytes: 2-byte aligned). A unit is 4 blocks;
+// group G is block G (two mmas, Q4_K's lane mapping over its 32 columns:
+// lane t reads qs[8t .. 8t + 7]). An int8 goes under 2^23's exponent biased
+// by 128 and comes out exact as a float, then as a bf16 (|q| <= 128).
+struct MmaQ8_0 {
+  static constexpr int kUnitCols = 128, kGroups = 4, kMmas = 2;
+  static constexpr bool kOffset = false;
+  static constexpr std::size_t kBytes = quant::kQ8_0Bytes;
+  struct Raw {
+    uint2 q[4];     // qs[8t .. 8t + 7] of each block, biased by 128
+    unsigned d[2];  // the blocks' f16 d, two a word
+  };
+  __device__ static Raw load(const std::uint8_t* row, int u, int t) {
+    const std::uint8_t* p = row + static_cast<std::size_t>(4 * u) * kBytes;
+    Raw r;
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      // 8 bytes from a 2-byte aligned address: three aligned words, realigned.
+      const auto addr = reinterpret_cast<std::uintptr_t>(p + b * kBytes + 2 + 8 * t);
+      const auto* base = reinterpret_cast<const unsigned*>(addr & ~std::uintptr_t{3});
+      const unsigned shift = static_cast<unsigned>(addr & 3) * 8;
+      const unsigned w0 = __ldg(base), w1 = __ldg(base + 1), w2 = shift ? __ldg(base + 2) : 0u;
+      r.q[b].x = __funnelshift_r(w0, w1, shift) ^ 0x80808080u;
+      r.q[b].y = __funnelshift_r(w1, w2, shift) ^ 0x80808080u;
+    }
+    r.d[0] = ld_u16(p) | (ld_u16(p + kBytes) << 16);
+    r.d[1] = ld_u16(p + 2 * kBytes) | (ld_u16(p + 3 * kBytes) << 16);
+    return r;
+  }
+  template <int G, int M, int Half>
+  __device__ static unsigned a_pair(const Raw& r) {
+    const unsigned word = M ? r.q[G].y : r.q[G].x;
+    constexpr unsigned sel = 0x7540u + 2 * Half;
+    const float lo = __uint_as_float(__byte_perm(word, 0x4B000000u, sel)) - 8388736.f;  // 2^23 + 128
+    const float hi = __uint_as_float(__byte_perm(word, 0x4B000000u, sel + 1)) - 8388736.f;
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const unsigned*>(&v);
+  }
+  template <int G, int M>
+  __device__ static void x_pair(const bf16_t* xu, int t, unsigned& b0, unsigned& b1) {
+    const uint2 v = __ldg(reinterpret_cast<const uint2*>(xu + 32 * G + 8 * t + 4 * M));
+    b0 = v.x;
+    b1 = v.y;
+  }
+  template <int G>
+  __device__ static void scale(const Raw& r, float& a, float& b) {
+    a = half_lo(r.d[G / 2] >> (16 * (G & 1)));
     b = 0.f;
   }
 };
@@ -244,7 +335,6 @@ template <class V, class OutT, bool Accumulate>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     mma_gemv_kernel(const std::uint8_t* w, std::size_t row_bytes, int rows, int cols, const bf16_t* x, int n,
                     OutT* y, int ldy) {
-  constexpr int per_block = V::kBlock / V::kUnitCols;
   __shared__ float part[kWarps][16][8];  // [warp][row][token]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int row0 = blockIdx.x * 16;
@@ -254,9 +344,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   const bool has_token = g < n;
   const bf16_t* xt = x + static_cast<std::size_t>(has_token ? g : 0) * cols;
   auto load = [&](int u, typename V::Raw& r0, typename V::Raw& r1) {
-    const std::size_t at = static_cast<std::size_t>(u / per_block) * V::kBytes;
-    r0 = V::load(w0 + at, u % per_block, t);
-    r1 = V::load(w1 + at, u % per_block, t);
+    r0 = V::load(w0, u, t);
+    r1 = V::load(w1, u, t);
   };
   float acc[4] = {};
   int u = warp;
@@ -289,7 +378,9 @@ template <class F>
 void with_view(GgmlType type, F&& f) {
   switch (type) {
     case GgmlType::q4_k: return f(MmaQ4_K{});
+    case GgmlType::q5_k: return f(MmaQ5_K{});
     case GgmlType::q6_k: return f(MmaQ6_K{});
+    case GgmlType::q8_0: return f(MmaQ8_0{});
     default: NEURON_ASSERT(false && "quant_mma_gemv: unsupported type");
   }
 }
@@ -301,7 +392,7 @@ void dispatch(GgmlType type, const void* w, std::size_t row_bytes, int rows, int
   NEURON_ASSERT(n <= kQuantMmaGemvMaxTokens && reinterpret_cast<std::uintptr_t>(x) % 16 == 0);
   with_view(type, [&](auto v) {
     using V = decltype(v);
-    NEURON_ASSERT(cols % V::kBlock == 0);
+    NEURON_ASSERT(cols % V::kUnitCols == 0);
     launch(mma_gemv_kernel<V, OutT, Accumulate>, dim3(static_cast<unsigned>((rows + 15) / 16)), kWarps * 32, 0,
            stream, "quant_mma_gemv", static_cast<const std::uint8_t*>(w), row_bytes, rows, cols, x, n, y, ldy);
   });
@@ -309,7 +400,15 @@ void dispatch(GgmlType type, const void* w, std::size_t row_bytes, int rows, int
 
 }  // namespace
 
-bool quant_mma_gemv_supported(GgmlType type) noexcept { return type == GgmlType::q4_k || type == GgmlType::q6_k; }
+bool quant_mma_gemv_supported(GgmlType type, int cols) noexcept {
+  switch (type) {
+    case GgmlType::q4_k:
+    case GgmlType::q5_k:
+    case GgmlType::q6_k: return cols > 0 && cols % 256 == 0;
+    case GgmlType::q8_0: return cols > 0 && cols % MmaQ8_0::kUnitCols == 0;
+    default: return false;
+  }
+}
 
 void quant_mma_gemv(GgmlType type, const void* w, std::size_t row_bytes, int rows, int cols, const bf16_t* x, int n,
                     float* y, int ldy, bool accumulate, cudaStream_t stream) {

@@ -6,8 +6,8 @@
 // applied to its f32 sums, so the result is a dequantize-then-f32 product to
 // rounding and eight tokens cost what one does.
 //
-// W packed [rows, cols] (rows of row_bytes, 16-byte aligned for Q4_K), cols
-// a multiple of 256; x [n, cols] bf16, 16-byte aligned; y[t * ldy + r] for
+// W packed [rows, cols] (rows of row_bytes, 16-byte aligned for Q4_K and
+// Q5_K), cols as quant_mma_gemv_supported asks; x [n, cols] bf16, 16-byte aligned; y[t * ldy + r] for
 // t < n <= kQuantMmaGemvMaxTokens, r < rows; `accumulate` adds into f32 y.
 #include <cuda_runtime_api.h>
 
@@ -20,8 +20,9 @@ namespace neuron::backend::cuda::kernels {
 
 inline constexpr int kQuantMmaGemvMaxTokens = 8;
 
-// True for the types this GEMV computes with (Q4_K, Q6_K).
-bool quant_mma_gemv_supported(quant::GgmlType type) noexcept;
+// True where this GEMV computes with `type` at `cols`: Q4_K, Q5_K, Q6_K, and
+// Q8_0 with cols a multiple of 128 (its unit of four blocks).
+bool quant_mma_gemv_supported(quant::GgmlType type, int cols) noexcept;
 
 void quant_mma_gemv(quant::GgmlType type, const void* w, std::size_t row_bytes, int rows, int cols, const bf16_t* x,
                     int n, float* y, int ldy, bool accumulate, cudaStream_t stream);
