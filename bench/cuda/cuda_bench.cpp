@@ -7,8 +7,9 @@
 //
 //   cuda_bench --config qwen3-8b [--prompt-lens 128,2048] [--gen 128] [--gemv-shapes]
 //   cuda_bench --config qwen3-8b --batch 1,8,32,64 [--prompt 128] [--gen 64]
-//   cuda_bench --config qwen3-8b --quant-gemv   (the projections' GEMV per weight
-//              format: bf16, Q8_0, Q4_K, Q6_K, FP8, at 1 and 8 tokens)
+//   cuda_bench --config qwen3-8b --quant-gemv [--only gate_up]  (the projections'
+//              GEMV per weight format: bf16, Q8_0, Q4_K, Q5_K, Q6_K, FP8, at 1, 2, 4
+//              and 8 tokens)
 //   cuda_bench --config qwen3-8b --attention    (decode attention of one sequence
 //              by context length and split count)
 //
@@ -146,7 +147,7 @@ void gemv_shapes(const model::Qwen3Config& c, double copy_gbs) {
 // The GEMV of each weight format on the model's projection shapes, at 1 and
 // 8 tokens: microseconds and the fraction of the copy bandwidth its weight
 // bytes reach. Weights are arbitrary bytes (speed does not depend on them).
-void quant_gemv_shapes(const model::Qwen3Config& c, double copy_gbs) {
+void quant_gemv_shapes(const model::Qwen3Config& c, double copy_gbs, const std::string& only) {
   using namespace neuron::backend::cuda;
   using quant::GgmlType;
   struct Shape { const char* name; int rows, cols; };
@@ -160,6 +161,7 @@ void quant_gemv_shapes(const model::Qwen3Config& c, double copy_gbs) {
   Stream stream;
   for (const Shape& s : shapes)
     for (GgmlType t : types) {
+      if (!only.empty() && only != s.name) continue;
       const std::size_t row = quant::row_bytes(t, s.cols);
       const std::size_t bytes = row * s.rows;
       const int copies = static_cast<int>(std::max<std::size_t>(1, (256ull << 20) / bytes + 1));
@@ -351,6 +353,7 @@ int main(int argc, char** argv) try {
   int batch_prompt = 128;
   std::vector<int> batches;
   bool shapes = false, quant_shapes = false, attention = false;
+  std::string only;  // --quant-gemv: one matrix (qkv, o, gate_up, down, lm_head)
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--config" && i + 1 < argc) config = argv[++i];
@@ -358,6 +361,7 @@ int main(int argc, char** argv) try {
     else if (a == "--gemv-shapes") shapes = true;
     else if (a == "--quant-gemv") quant_shapes = true;
     else if (a == "--attention") attention = true;
+    else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else if (a == "--prompt-lens" && i + 1 < argc) prompt_lens = parse_list(argv[++i]);
     else if (a == "--batch" && i + 1 < argc) batches = parse_list(argv[++i]);
     else if (a == "--prompt" && i + 1 < argc) batch_prompt = std::stoi(argv[++i]);
@@ -378,7 +382,7 @@ int main(int argc, char** argv) try {
   const double copy_gbs = cuda::measure_copy_bandwidth_gbs(0);
   if (shapes) gemv_shapes(cfg, copy_gbs);
   if (quant_shapes || attention) {
-    if (quant_shapes) quant_gemv_shapes(cfg, copy_gbs);
+    if (quant_shapes) quant_gemv_shapes(cfg, copy_gbs, only);
     if (attention) attention_shapes(cfg, copy_gbs);
     return 0;
   }
