@@ -9,7 +9,7 @@
 //   cuda_bench --config qwen3-8b --batch 1,8,32,64 [--prompt 128] [--gen 64]
 //   cuda_bench --config qwen3-8b --quant-gemv [--only gate_up]  (the projections'
 //              GEMV per weight format: bf16, Q8_0, Q4_K, Q5_K, Q6_K, FP8, at 1, 2, 4
-//              and 8 tokens)
+//              and 8 tokens, the block formats also at 16 and 32)
 //   cuda_bench --config qwen3-8b --attention    (decode attention of one sequence
 //              by context length and split count)
 //
@@ -170,10 +170,12 @@ void quant_gemv_shapes(const model::Qwen3Config& c, double copy_gbs, const std::
         w.emplace_back(bytes);
         NEURON_CUDA_CHECK(cudaMemsetAsync(w.back().data(), 0x11 + i, bytes, stream.get()));  // finite f16 scales
       }
-      DeviceBuffer scales(4ull * s.rows), x(2ull * 8 * s.cols), y(4ull * 8 * s.rows);
+      DeviceBuffer scales(4ull * s.rows), x(2ull * 32 * s.cols), y(4ull * 32 * s.rows);  // up to 32 tokens
       NEURON_CUDA_CHECK(cudaMemsetAsync(scales.data(), 0x3c, scales.bytes(), stream.get()));
-      kernels::fill_random_bf16(x.data<kernels::bf16_t>(), 8, s.cols, 0, 0, s.cols, 3, 1.f, stream.get());
-      for (int n : {1, 2, 4, 8}) {
+      kernels::fill_random_bf16(x.data<kernels::bf16_t>(), 32, s.cols, 0, 0, s.cols, 3, 1.f, stream.get());
+      for (int n : {1, 2, 4, 8, 16, 32}) {
+        // bf16 runs a GEMV per token, FP8 serves up to 8 tokens a call: the wider batches are the block formats'.
+        if (n > 8 && (t == GgmlType::bf16 || t == GgmlType::fp8_e4m3)) continue;
         auto run = [&](int i) {
           const auto* xp = x.data<kernels::bf16_t>();
           if (t == GgmlType::bf16) {

@@ -166,7 +166,7 @@ TEST_F(CudaQuant, GemvMatchesTheDequantizedProduct) {
       const auto w = random_blocks(type, rows, cols, rng_);
       const auto wf = dequantize_host(type, w, rows, cols);
       auto dw = upload(w);
-      for (int n : {1, 2, 3, 5, 8}) {
+      for (int n : {1, 2, 3, 5, 8, 13, 32}) {  // the tensor-core GEMV's 1, 2 and 4 token tiles
         const auto x = n % 2 ? spiky_x(static_cast<std::size_t>(n) * cols) : random_x(static_cast<std::size_t>(n) * cols);
         const Reference ref = reference(wf, x, rows, cols, n);
         auto dx = upload(x);

@@ -9,6 +9,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -357,6 +358,7 @@ struct GemvQ6_K {
 };
 
 
+constexpr int kFmaGemvTokens = 8;    // tokens a pass of the FMA GEMV serves
 constexpr int kGemvWarps = 4;        // warps per block
 constexpr int kGemvRowsPerWarp = 2;  // rows a warp serves together (sharing each x load)
 constexpr int kGemvMinBlocks = 5;    // one token: blocks an SM should hold, 20 warps (at most 102 registers)
@@ -550,17 +552,22 @@ void gemv_dispatch(GgmlType type, const void* w, int rows, int cols, const bf16_
   const dim3 grid(static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block));
   with_gemv_view(type, [&](auto q) {
     using Q = decltype(q);
-    auto go = [&](auto kernel) {
-      launch(kernel, grid, kGemvWarps * 32, 0, stream, "quant_gemv", wb, row_bytes, rows, cols, x, n, y, ldy);
-    };
-    if (n == 1)
-      go(quant_gemv_kernel<Q, 1, OutT, Accumulate>);
-    else if (n == 2)
-      go(quant_gemv_kernel<Q, 2, OutT, Accumulate>);
-    else if (n <= 4)
-      go(quant_gemv_kernel<Q, 4, OutT, Accumulate>);
-    else
-      go(quant_gemv_kernel<Q, 8, OutT, Accumulate>);
+    for (int t0 = 0; t0 < n; t0 += kFmaGemvTokens) {  // passes of up to 8 tokens
+      const int k = std::min(kFmaGemvTokens, n - t0);
+      const bf16_t* xt = x + static_cast<std::size_t>(t0) * cols;
+      OutT* yt = y + static_cast<std::size_t>(t0) * ldy;
+      auto go = [&](auto kernel) {
+        launch(kernel, grid, kGemvWarps * 32, 0, stream, "quant_gemv", wb, row_bytes, rows, cols, xt, k, yt, ldy);
+      };
+      if (k == 1)
+        go(quant_gemv_kernel<Q, 1, OutT, Accumulate>);
+      else if (k == 2)
+        go(quant_gemv_kernel<Q, 2, OutT, Accumulate>);
+      else if (k <= 4)
+        go(quant_gemv_kernel<Q, 4, OutT, Accumulate>);
+      else
+        go(quant_gemv_kernel<Q, 8, OutT, Accumulate>);
+    }
   });
 }
 

@@ -26,14 +26,14 @@ namespace neuron::backend::cuda::kernels {
 // True for the block types these kernels compute with.
 bool quant_supported(quant::GgmlType type) noexcept;
 
-inline constexpr int kQuantGemvMaxTokens = 8;  // tokens one quant_gemv call serves
+inline constexpr int kQuantGemvMaxTokens = 32;  // tokens one quant_gemv call serves
 
 // y[t * ldy + r] (+)= sum_c W[r, c] * x[t * cols + c] for t < n, r < rows:
 // W packed [rows, cols], x [n, cols] bf16 (16-byte aligned, cols % 8 == 0),
-// 1 <= n <= kQuantGemvMaxTokens, reading W's blocks once for all n tokens:
-// on the tensor cores (quant_mma_gemv.hpp), where n tokens cost about what
-// one does, for Q4_K, and for Q5_K, Q6_K and Q8_0 from a few tokens; the rest
-// with FMAs, a warp per two rows. `accumulate` adds into f32 y (one thread per output: deterministic).
+// 1 <= n <= kQuantGemvMaxTokens: on the tensor cores (quant_mma_gemv.hpp),
+// reading W's blocks once for all n tokens, for Q4_K, and for Q5_K, Q6_K and
+// Q8_0 from a few tokens; the rest with FMAs, a warp per two rows, reading
+// W once per 8 tokens. `accumulate` adds into f32 y (one thread per output: deterministic).
 void quant_gemv(quant::GgmlType type, const void* w, int rows, int cols, const bf16_t* x, int n, float* y, int ldy,
                 bool accumulate, cudaStream_t stream);
 void quant_gemv(quant::GgmlType type, const void* w, int rows, int cols, const bf16_t* x, int n, bf16_t* y, int ldy,

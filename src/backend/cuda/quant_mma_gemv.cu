@@ -40,7 +40,7 @@ using quant::GgmlType;
 // and against staging each unit in shared memory with cp.async (coalesced
 // 512-byte copies): no faster (bench/QUANT.md).
 constexpr int kWarps = 8, kMinBlocks = 2;
-static_assert(kWarps * 32 >= 16 * kQuantMmaGemvMaxTokens, "the epilogue gives each (row, token) a thread");
+static_assert(kQuantMmaGemvMaxTokens == 32, "token tiles of 8: 1, 2 or 4");
 
 
 __device__ __forceinline__ void mma_bf16(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
@@ -286,41 +286,50 @@ __device__ __forceinline__ void for_groups(F&& f) {
   }
 }
 
-// acc (rows g, g + 8 x tokens 2t, 2t + 1: the D layout) += a unit's product:
-// rows g, g + 8 of it in r0, r1; xu the unit's first column of token g (read
-// only where the lane has a token).
-template <class V>
+// acc[T] (rows g, g + 8 x tokens 8T + 2t, 8T + 2t + 1: the D layout of token
+// tile T) += a unit's product: rows g, g + 8 of it in r0, r1; xu the unit's
+// first column of token g, tile T's token g at xu + T * tile_stride (read
+// only where that token exists). The quants become A fragments once for all
+// the tiles.
+template <class V, int Tiles>
 __device__ __forceinline__ void multiply_unit(const typename V::Raw& r0, const typename V::Raw& r1, const bf16_t* xu,
-                                              bool has_token, int t, float (&acc)[4]) {
+                                              std::size_t tile_stride, int tokens_from_g, int t,
+                                              float (&acc)[Tiles][4]) {
   constexpr unsigned kOnes = 0x3F803F80u;  // bf16 1.0, 1.0
   for_groups<0, V::kGroups>([&](auto gc) {
     constexpr int G = decltype(gc)::value;
-    float s[4] = {};
-    [[maybe_unused]] float sx[4] = {};
+    float s[Tiles][4] = {};
+    [[maybe_unused]] float sx[Tiles][4] = {};
     for_groups<0, V::kMmas>([&](auto mc) {
       constexpr int M = decltype(mc)::value;
-      unsigned b0 = 0, b1 = 0;
-      if (has_token) V::template x_pair<G, M>(xu, t, b0, b1);
       const unsigned a[4] = {V::template a_pair<G, M, 0>(r0), V::template a_pair<G, M, 0>(r1),
                              V::template a_pair<G, M, 1>(r0), V::template a_pair<G, M, 1>(r1)};
-      mma_bf16(s, a, b0, b1);
-      if constexpr (V::kOffset) {
-        const unsigned ones[4] = {kOnes, kOnes, kOnes, kOnes};
-        mma_bf16(sx, ones, b0, b1);
+#pragma unroll
+      for (int T = 0; T < Tiles; ++T) {
+        unsigned b0 = 0, b1 = 0;
+        if (8 * T < tokens_from_g) V::template x_pair<G, M>(xu + T * tile_stride, t, b0, b1);
+        mma_bf16(s[T], a, b0, b1);
+        if constexpr (V::kOffset) {
+          const unsigned ones[4] = {kOnes, kOnes, kOnes, kOnes};
+          mma_bf16(sx[T], ones, b0, b1);
+        }
       }
     });
     float a0, o0, a1, o1;
     V::template scale<G>(r0, a0, o0);
     V::template scale<G>(r1, a1, o1);
-    acc[0] = fmaf(a0, s[0], acc[0]);
-    acc[1] = fmaf(a0, s[1], acc[1]);
-    acc[2] = fmaf(a1, s[2], acc[2]);
-    acc[3] = fmaf(a1, s[3], acc[3]);
-    if constexpr (V::kOffset) {
-      acc[0] = fmaf(o0, sx[0], acc[0]);
-      acc[1] = fmaf(o0, sx[1], acc[1]);
-      acc[2] = fmaf(o1, sx[0], acc[2]);
-      acc[3] = fmaf(o1, sx[1], acc[3]);
+#pragma unroll
+    for (int T = 0; T < Tiles; ++T) {
+      acc[T][0] = fmaf(a0, s[T][0], acc[T][0]);
+      acc[T][1] = fmaf(a0, s[T][1], acc[T][1]);
+      acc[T][2] = fmaf(a1, s[T][2], acc[T][2]);
+      acc[T][3] = fmaf(a1, s[T][3], acc[T][3]);
+      if constexpr (V::kOffset) {
+        acc[T][0] = fmaf(o0, sx[T][0], acc[T][0]);
+        acc[T][1] = fmaf(o0, sx[T][1], acc[T][1]);
+        acc[T][2] = fmaf(o1, sx[T][0], acc[T][2]);
+        acc[T][3] = fmaf(o1, sx[T][1], acc[T][3]);
+      }
     }
   });
 }
@@ -328,48 +337,53 @@ __device__ __forceinline__ void multiply_unit(const typename V::Raw& r0, const t
 // A block owns 16 rows; its warps take the rows' units u = warp, warp +
 // kWarps, ... (neighbouring stretches of the same rows at once), lane (g, t)
 // reading rows g and g + 8 from global memory, with the next unit's loads in
-// flight while one is multiplied. A block's first two units are requested
-// before the wait on the previous kernel. The warps' partial sums meet in
-// shared memory; a thread per (row, token) emits.
-template <class V, class OutT, bool Accumulate>
-__global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
+// flight while one is multiplied; Tiles tiles of 8 tokens share each unit's
+// fragments. A block's first two units are requested before the wait on the
+// previous kernel. The warps' partial sums meet in shared memory; a thread
+// per (row, token) emits.
+template <class V, int Tiles, class OutT, bool Accumulate>
+__global__ void __launch_bounds__(kWarps * 32, Tiles < 4 ? kMinBlocks : 1)  // 4 tiles: registers over blocks
     mma_gemv_kernel(const std::uint8_t* w, std::size_t row_bytes, int rows, int cols, const bf16_t* x, int n,
                     OutT* y, int ldy) {
-  __shared__ float part[kWarps][16][8];  // [warp][row][token]
+  __shared__ float part[kWarps][16][8 * Tiles];  // [warp][row][token]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int row0 = blockIdx.x * 16;
   const std::uint8_t* w0 = w + static_cast<std::size_t>(min(row0 + g, rows - 1)) * row_bytes;
   const std::uint8_t* w1 = w + static_cast<std::size_t>(min(row0 + g + 8, rows - 1)) * row_bytes;
   const int units = cols / V::kUnitCols;
-  const bool has_token = g < n;
-  const bf16_t* xt = x + static_cast<std::size_t>(has_token ? g : 0) * cols;
+  const bf16_t* xt = x + static_cast<std::size_t>(g) * cols;  // token g (tile 0); read only where g + 8T < n
+  const std::size_t tile_stride = static_cast<std::size_t>(8) * cols;
   auto load = [&](int u, typename V::Raw& r0, typename V::Raw& r1) {
     r0 = V::load(w0, u, t);
     r1 = V::load(w1, u, t);
   };
-  float acc[4] = {};
+  float acc[Tiles][4] = {};
   int u = warp;
   typename V::Raw c0, c1, n0, n1;
   if (u < units) load(u, c0, c1);
   if (u + kWarps < units) load(u + kWarps, n0, n1);
   grid_dependency_wait();
   while (u < units) {
-    multiply_unit<V>(c0, c1, xt + static_cast<std::size_t>(u) * V::kUnitCols, has_token, t, acc);
+    multiply_unit<V, Tiles>(c0, c1, xt + static_cast<std::size_t>(u) * V::kUnitCols, tile_stride, n - g, t, acc);
     u += kWarps;
     c0 = n0;
     c1 = n1;
     if (u + kWarps < units) load(u + kWarps, n0, n1);
   }
-  part[warp][g][2 * t] = acc[0];
-  part[warp][g][2 * t + 1] = acc[1];
-  part[warp][g + 8][2 * t] = acc[2];
-  part[warp][g + 8][2 * t + 1] = acc[3];
+#pragma unroll
+  for (int T = 0; T < Tiles; ++T) {
+    part[warp][g][8 * T + 2 * t] = acc[T][0];
+    part[warp][g][8 * T + 2 * t + 1] = acc[T][1];
+    part[warp][g + 8][8 * T + 2 * t] = acc[T][2];
+    part[warp][g + 8][8 * T + 2 * t + 1] = acc[T][3];
+  }
   __syncthreads();
-  const int r = threadIdx.x & 15, tok = threadIdx.x >> 4;
-  if (tok < n && row0 + r < rows) {
+  for (int i = threadIdx.x; i < 16 * n; i += kWarps * 32) {
+    const int r = i & 15, tok = i >> 4;
+    if (row0 + r >= rows) continue;
     float v = 0.f;
 #pragma unroll
-    for (int i = 0; i < kWarps; ++i) v += part[i][r][tok];
+    for (int k = 0; k < kWarps; ++k) v += part[k][r][tok];
     emit(y, static_cast<std::size_t>(tok) * ldy + row0 + r, v, Accumulate);
   }
 }
@@ -393,8 +407,16 @@ void dispatch(GgmlType type, const void* w, std::size_t row_bytes, int rows, int
   with_view(type, [&](auto v) {
     using V = decltype(v);
     NEURON_ASSERT(cols % V::kUnitCols == 0);
-    launch(mma_gemv_kernel<V, OutT, Accumulate>, dim3(static_cast<unsigned>((rows + 15) / 16)), kWarps * 32, 0,
-           stream, "quant_mma_gemv", static_cast<const std::uint8_t*>(w), row_bytes, rows, cols, x, n, y, ldy);
+    auto go = [&](auto kernel) {
+      launch(kernel, dim3(static_cast<unsigned>((rows + 15) / 16)), kWarps * 32, 0, stream, "quant_mma_gemv",
+             static_cast<const std::uint8_t*>(w), row_bytes, rows, cols, x, n, y, ldy);
+    };
+    if (n <= 8)
+      go(mma_gemv_kernel<V, 1, OutT, Accumulate>);
+    else if (n <= 16)
+      go(mma_gemv_kernel<V, 2, OutT, Accumulate>);
+    else
+      go(mma_gemv_kernel<V, 4, OutT, Accumulate>);
   });
 }
 

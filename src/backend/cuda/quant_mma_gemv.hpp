@@ -1,14 +1,16 @@
 #pragma once
 // The GEMV over GGUF block formats on the tensor cores, behind
-// quant_kernels.hpp's quant_gemv for the types it covers: one warp takes 16
-// weight rows and up to 8 tokens through bf16 mma instructions, the quants
-// entering exactly as bf16 integers and each scale group's scale and offset
-// applied to its f32 sums, so the result is a dequantize-then-f32 product to
-// rounding and eight tokens cost what one does.
+// quant_kernels.hpp's quant_gemv for the types it covers: a warp takes 16
+// weight rows through bf16 mma instructions, the quants entering exactly as
+// bf16 integers and each scale group's scale and offset applied to its f32
+// sums, so the result is a dequantize-then-f32 product to rounding. Tokens
+// go in tiles of 8 (up to 4) that share the weights' fragments: eight tokens
+// cost about what one does, 32 about what two passes of 8 did.
 //
 // W packed [rows, cols] (rows of row_bytes, 16-byte aligned for Q4_K and
-// Q5_K), cols as quant_mma_gemv_supported asks; x [n, cols] bf16, 16-byte aligned; y[t * ldy + r] for
-// t < n <= kQuantMmaGemvMaxTokens, r < rows; `accumulate` adds into f32 y.
+// Q5_K), cols as quant_mma_gemv_supported asks; x [n, cols] bf16, 16-byte
+// aligned; y[t * ldy + r] for t < n <= kQuantMmaGemvMaxTokens, r < rows;
+// `accumulate` adds into f32 y.
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -18,7 +20,7 @@
 
 namespace neuron::backend::cuda::kernels {
 
-inline constexpr int kQuantMmaGemvMaxTokens = 8;
+inline constexpr int kQuantMmaGemvMaxTokens = 32;  // four tiles of 8 tokens, sharing the weights' fragments
 
 // True where this GEMV computes with `type` at `cols`: Q4_K, Q5_K, Q6_K, and
 // Q8_0 with cols a multiple of 128 (its unit of four blocks).
