@@ -1,12 +1,14 @@
 // Quantized GEMV on the tensor cores (quant_mma_gemv.hpp).
 //
-// A warp multiplies 16 weight rows by up to 8 tokens with mma.m16n8k16
+// A warp multiplies 16 weight rows by a tile of 8 tokens with mma.m16n8k16
 // (bf16 in, f32 accumulate): A is the rows' quants q as exact bf16 integers,
 // B the tokens' bf16 activations, and a scale group's product is finished in
 // f32 as a * sum(q x) + b * sum(x), the group's scale a and offset b taken
 // from the block (Q4_K: a = d * sc, b = -dmin * m; Q6_K folds its -32 into
-// q). So the GEMV does one tensor-core instruction per 256 weight-token
-// products where the FMA path did 256, and 8 tokens cost what one does.
+// q; Q8_0's int8 is q itself), sum(x) from an mma with an all-ones A. So the
+// GEMV does one tensor-core instruction per 256 weight-token products where
+// the FMA path did 256, and 8 tokens cost what one does; up to 4 tiles share
+// each A fragment.
 //
 // Register layouts (PTX ISA, m16n8k16 .bf16), lane = 4 g + t:
 //   A: a[0] = row g, k 2t..2t+1; a[1] = row g+8, same k; a[2] = row g,
@@ -16,9 +18,10 @@
 // Which column of a group a k slot stands for is each view's choice, made
 // so a lane's quants and activations are contiguous bytes; A and B agree.
 //
-// Exactness: q is an integer below 2^7, so 0x4300 | q is the bf16 of 128 +
-// q and one bf16x2 subtraction gives q (or q - 32) exactly; q x is exact in
-// f32, and a = d * sc is exact (11 + 7 bits). What is rounded is f32
+// Exactness: a K-quant's q is an integer below 2^7, so 0x4300 | q is the
+// bf16 of 128 + q and one bf16x2 subtraction gives q (or q - 32) exactly
+// (Q8_0's int8 goes through a biased f32, also exactly); q x is exact in f32,
+// and a = d * sc is exact (11 + 7 bits). What is rounded is f32
 // accumulation, as in the FMA path.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -41,7 +44,6 @@ using quant::GgmlType;
 // 512-byte copies): no faster (bench/QUANT.md).
 constexpr int kWarps = 8, kMinBlocks = 2;
 static_assert(kQuantMmaGemvMaxTokens == 32, "token tiles of 8: 1, 2 or 4");
-
 
 __device__ __forceinline__ void mma_bf16(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
   asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
