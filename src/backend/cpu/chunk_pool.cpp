@@ -32,6 +32,12 @@ ChunkPool& ChunkPool::shared() {
   return pool;
 }
 
+std::int64_t ChunkPool::chunk_rows(std::int64_t rows, std::int64_t row_bytes, std::int64_t multiple) const noexcept {
+  const std::int64_t bytes =
+      std::clamp<std::int64_t>(rows * row_bytes / (8 * threads()), std::int64_t{64} << 10, std::int64_t{1} << 20);
+  return std::max(multiple, bytes / std::max<std::int64_t>(row_bytes, 1) / multiple * multiple);
+}
+
 void ChunkPool::publish() {
   // Taking the mutex orders the change before any helper's predicate check,
   // so a helper about to sleep either sees it or is woken.

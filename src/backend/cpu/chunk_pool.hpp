@@ -32,6 +32,13 @@ class ChunkPool {
 
   int threads() const noexcept { return static_cast<int>(helpers_.size()) + 1; }
 
+  // Rows a chunk of a weight matrix (rows of row_bytes) should take, a
+  // multiple of `multiple`: about an eighth of a thread's share, between 64
+  // KiB and 1 MiB. Long runs of rows keep the hardware prefetchers streaming
+  // (64 KiB chunks left two threads at 1.4-1.7x one on the quantized GEMVs,
+  // bench/QUANT.md), and eight a thread keep the last chunks balanced.
+  std::int64_t chunk_rows(std::int64_t rows, std::int64_t row_bytes, std::int64_t multiple) const noexcept;
+
   // The process-wide pool: OpenMP's thread count (OMP_NUM_THREADS) minus the caller.
   static ChunkPool& shared();
 

@@ -229,8 +229,7 @@ void gemm_bf16_few(const float* x, std::int64_t n, std::int64_t in, std::int64_t
   thread_local Operand mine;  // the calling thread's, reused between calls
   Operand& op = mine;         // a reference, so the pool's threads read this one, not their own
   op.prepare(isa, x, n, in, ldx);
-  // Chunks of ~128 KiB of weights, a multiple of the row block, as in gemv_bf16.
-  const std::int64_t chunk_rows = std::max<std::int64_t>(4, (std::int64_t{64} << 10) / in / 4 * 4);
+  const std::int64_t chunk_rows = ChunkPool::shared().chunk_rows(out, 2 * in, 4);
   const std::int64_t chunks = (out + chunk_rows - 1) / chunk_rows;
   if (chunks == 1) return rows_simd(isa, op, n, in, w, in, out, y, ldy);
   ChunkPool::shared().run(chunks, [&](std::int64_t c) {

@@ -341,16 +341,8 @@ void gemm_quant_few_rows(Isa isa, const float* x, std::int64_t n, std::int64_t l
 void gemm_quant_few(Isa isa, const float* x, std::int64_t n, std::int64_t ldx, const QuantMatrix& w, float* y,
                     std::int64_t ldy) {
   if (n <= 0 || w.rows <= 0) return;
-  // Chunks of about an eighth of a thread's share, between 64 KiB and 1 MiB
-  // of blocks, a multiple of the row block: long runs of rows keep the
-  // hardware prefetchers streaming (64 KiB chunks left two threads at
-  // 1.4-1.7x one), and eight a thread keep the last ones balanced.
-  const std::int64_t matrix_bytes = w.rows * static_cast<std::int64_t>(w.row_bytes);
-  const std::int64_t chunk_bytes =
-      std::clamp<std::int64_t>(matrix_bytes / (8 * ChunkPool::shared().threads()), std::int64_t{64} << 10,
-                               std::int64_t{1} << 20);
-  const std::int64_t chunk_rows = std::max<std::int64_t>(
-      kRowBlock, chunk_bytes / static_cast<std::int64_t>(w.row_bytes) / kRowBlock * kRowBlock);
+  const std::int64_t chunk_rows =
+      ChunkPool::shared().chunk_rows(w.rows, static_cast<std::int64_t>(w.row_bytes), kRowBlock);
   const std::int64_t chunks = (w.rows + chunk_rows - 1) / chunk_rows;
   if (chunks == 1) return gemm_quant_few_rows(isa, x, n, ldx, w, 0, w.rows, y, ldy);
   ChunkPool::shared().run(chunks, [&](std::int64_t c) {

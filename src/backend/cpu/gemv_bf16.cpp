@@ -205,10 +205,7 @@ void gemv_bf16(const std::uint16_t* w, std::int64_t rows, std::int64_t cols, con
   const GemvOperand operand(isa, x, cols);
   // Below ~2 MiB of weights, waking a second thread costs more than it saves.
   if (rows * cols < (std::int64_t{1} << 20)) return gemv_bf16_rows(isa, w, cols, rows, operand, y);
-  // Chunks of ~256 KiB of weights, a multiple of the row group: small enough
-  // that a thread descheduled mid-chunk delays the step little, large enough
-  // that claiming them costs nothing.
-  const std::int64_t chunk_rows = std::max(kRowGroup, (std::int64_t{128} << 10) / cols / kRowGroup * kRowGroup);
+  const std::int64_t chunk_rows = ChunkPool::shared().chunk_rows(rows, 2 * cols, kRowGroup);
   const std::int64_t chunks = (rows + chunk_rows - 1) / chunk_rows;
   ChunkPool::shared().run(chunks, [&](std::int64_t c) {
     const std::int64_t begin = c * chunk_rows, n = std::min(chunk_rows, rows - begin);
