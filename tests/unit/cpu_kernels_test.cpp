@@ -343,5 +343,19 @@ TEST(CpuChunkPool, ConcurrentCallersBothComplete) {
   EXPECT_EQ(sum_b.load(), 200 * 45);
 }
 
+TEST(CpuChunkPool, ChunksAreAnEighthOfAThreadsShareWithinTheirBounds) {
+  ChunkPool pool(1);  // two threads: a thread's eighth is a sixteenth of the matrix
+  // 4096 rows of 576 bytes (the 0.6B's qkv at Q4_K, 2.25 MiB): 147456 bytes, 256 rows, a multiple of 4.
+  EXPECT_EQ(pool.chunk_rows(4096, 576, 4), 256);
+  // Small matrices keep 64 KiB chunks, huge ones 1 MiB.
+  EXPECT_EQ(pool.chunk_rows(256, 576, 4), (64 << 10) / 576 / 4 * 4);
+  EXPECT_EQ(pool.chunk_rows(151936, 2048, 4), (1 << 20) / 2048);
+  // Never below the row multiple, even for rows wider than the cap.
+  EXPECT_EQ(pool.chunk_rows(10, std::int64_t{4} << 20, 4), 4);
+  for (std::int64_t rows : {1, 7, 1000, 200000})
+    for (std::int64_t row_bytes : {34, 576, 8192})
+      EXPECT_EQ(pool.chunk_rows(rows, row_bytes, 4) % 4, 0) << rows << " x " << row_bytes;
+}
+
 }  // namespace
 }  // namespace neuron::backend::cpu
