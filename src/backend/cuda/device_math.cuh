@@ -1,12 +1,13 @@
 #pragma once
 // The small device helpers every kernel file shares: bf16 to and from f32
 // (the bit pattern, as kernels.hpp passes it), warp reductions, storing a
-// result row (f32 stored or added, bf16 rounded), and a grid-stride launch
-// size.
+// result row (f32 stored or added, bf16 rounded), words from a 2-byte
+// aligned address (packed quantized blocks), and a grid-stride launch size.
 #include <cuda_bf16.h>
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 
 #include "backend/cuda/kernels.hpp"
 
@@ -31,6 +32,21 @@ __device__ __forceinline__ void emit(float* y, std::size_t i, float v, bool accu
   y[i] = accumulate ? y[i] + v : v;
 }
 __device__ __forceinline__ void emit(bf16_t* y, std::size_t i, float v, bool) { y[i] = to_bf(v); }
+
+// W words (4 W bytes) from a 2-byte aligned address: W + 1 aligned word
+// loads, realigned by a funnel shift (lanes of a warp may differ in alignment).
+template <int W>
+__device__ __forceinline__ void load_words(const std::uint8_t* p, unsigned* out) {
+  const auto addr = reinterpret_cast<std::uintptr_t>(p);
+  const auto* base = reinterpret_cast<const unsigned*>(addr & ~std::uintptr_t{3});
+  const unsigned shift = static_cast<unsigned>(addr & 3) * 8;
+  unsigned v[W + 1];
+#pragma unroll
+  for (int i = 0; i < W; ++i) v[i] = __ldg(base + i);
+  v[W] = shift ? __ldg(base + W) : 0u;  // an aligned range reads nothing past its end
+#pragma unroll
+  for (int i = 0; i < W; ++i) out[i] = __funnelshift_r(v[i], v[i + 1], shift);
+}
 
 // Blocks of `threads` for a grid-stride loop over `count` items (capped; the loop covers the rest).
 inline unsigned grid_for(std::size_t count, int threads) {

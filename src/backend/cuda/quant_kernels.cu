@@ -202,20 +202,6 @@ __device__ __forceinline__ void bytes_float(const unsigned (&w)[4], float* q) {
     for (int k = 0; k < 4; ++k)
       q[4 * i + k] = __uint_as_float(__byte_perm(w[i], 0x4B000000u, 0x7540u + k)) - 8388608.f;
 }
-// W words (4 W bytes) from a 2-byte aligned address: W + 1 aligned word
-// loads, realigned by a funnel shift (lanes of a warp may differ in alignment).
-template <int W>
-__device__ __forceinline__ void load_words(const std::uint8_t* p, unsigned* out) {
-  const auto addr = reinterpret_cast<std::uintptr_t>(p);
-  const auto* base = reinterpret_cast<const unsigned*>(addr & ~std::uintptr_t{3});
-  const unsigned shift = static_cast<unsigned>(addr & 3) * 8;
-  unsigned v[W + 1];
-#pragma unroll
-  for (int i = 0; i < W; ++i) v[i] = __ldg(base + i);
-  v[W] = shift ? __ldg(base + W) : 0u;  // an aligned range reads nothing past its end
-#pragma unroll
-  for (int i = 0; i < W; ++i) out[i] = __funnelshift_r(v[i], v[i + 1], shift);
-}
 
 // Each GEMV view: Raw is what a lane loads for one unit of one row (issued
 // early, before the previous kernel finishes); run() turns run r of it into

@@ -246,13 +246,10 @@ struct MmaQ8_0 {
     Raw r;
 #pragma unroll
     for (int b = 0; b < 4; ++b) {
-      // 8 bytes from a 2-byte aligned address: three aligned words, realigned.
-      const auto addr = reinterpret_cast<std::uintptr_t>(p + b * kBytes + 2 + 8 * t);
-      const auto* base = reinterpret_cast<const unsigned*>(addr & ~std::uintptr_t{3});
-      const unsigned shift = static_cast<unsigned>(addr & 3) * 8;
-      const unsigned w0 = __ldg(base), w1 = __ldg(base + 1), w2 = shift ? __ldg(base + 2) : 0u;
-      r.q[b].x = __funnelshift_r(w0, w1, shift) ^ 0x80808080u;
-      r.q[b].y = __funnelshift_r(w1, w2, shift) ^ 0x80808080u;
+      unsigned w[2];
+      load_words<2>(p + b * kBytes + 2 + 8 * t, w);
+      r.q[b].x = w[0] ^ 0x80808080u;
+      r.q[b].y = w[1] ^ 0x80808080u;
     }
     r.d[0] = ld_u16(p) | (ld_u16(p + kBytes) << 16);
     r.d[1] = ld_u16(p + 2 * kBytes) | (ld_u16(p + 3 * kBytes) << 16);
