@@ -422,11 +422,12 @@ void dispatch(GgmlType type, const void* w, std::size_t row_bytes, int rows, int
 }  // namespace
 
 bool quant_mma_gemv_supported(GgmlType type, int cols) noexcept {
+  auto whole_units = [cols](auto v) { return cols > 0 && cols % decltype(v)::kUnitCols == 0; };
   switch (type) {
-    case GgmlType::q4_k:
-    case GgmlType::q5_k:
-    case GgmlType::q6_k: return cols > 0 && cols % 256 == 0;
-    case GgmlType::q8_0: return cols > 0 && cols % MmaQ8_0::kUnitCols == 0;
+    case GgmlType::q4_k: return whole_units(MmaQ4_K{});
+    case GgmlType::q5_k: return whole_units(MmaQ5_K{});
+    case GgmlType::q6_k: return whole_units(MmaQ6_K{});
+    case GgmlType::q8_0: return whole_units(MmaQ8_0{});
     default: return false;
   }
 }
