@@ -27,6 +27,7 @@
 #include "backend/cpu/bandwidth.hpp"
 #include "backend/batch.hpp"
 #include "backend/cpu/isa.hpp"
+#include "backend/cpu/row_walk.hpp"
 #include "backend/device.hpp"
 #include "backend/model_runner.hpp"
 #include "cli/command.hpp"
@@ -225,6 +226,7 @@ int run(const BenchArgs& a) {
                         {"copy_bandwidth_gbs", copy_gbs},
                         {"runs", runs}};
   if (read_gbs > 0) out["read_bandwidth_gbs"] = read_gbs;
+  if (!device.is_cuda()) out["row_walk"] = std::string(backend::cpu::row_walk_name(backend::cpu::row_walk()));
 
   if (a.json) {
     std::printf("%s\n", out.dump().c_str());

@@ -7,6 +7,7 @@
 #include <functional>
 #include <numeric>
 #include <cmath>
+#include <cstring>
 #include <thread>
 #include <random>
 #include <vector>
@@ -54,9 +55,12 @@ void check_gemv(Isa isa, double tolerance) {
   for (const Shape& s : kShapes) {
     const auto w = random_bf16(static_cast<std::size_t>(s.rows * s.ld), seed++);
     const auto x = random_floats(static_cast<std::size_t>(s.cols), seed++);
-    std::vector<float> y(static_cast<std::size_t>(s.rows), NAN);
+    std::vector<float> y(static_cast<std::size_t>(s.rows), NAN), seq(y.size(), NAN);
     const GemvOperand op(isa, x.data(), s.cols);
-    gemv_bf16_rows(isa, w.data(), s.ld, s.rows, op, y.data());
+    gemv_bf16_rows(isa, w.data(), s.ld, s.rows, op, y.data(), RowWalk::interleaved);
+    // The sequential walk (row_walk.hpp) gives the same bits: each row's sum in the same order.
+    gemv_bf16_rows(isa, w.data(), s.ld, s.rows, op, seq.data(), RowWalk::sequential);
+    EXPECT_EQ(std::memcmp(y.data(), seq.data(), 4 * y.size()), 0) << isa_name(isa) << " rows " << s.rows;
     for (std::int64_t r = 0; r < s.rows; ++r) {
       double exact = 0, magnitude = 0;
       for (std::int64_t c = 0; c < s.cols; ++c) {
@@ -81,11 +85,12 @@ TEST(CpuGemv, VariantsAgreeWithScalar) {
   const auto w = random_bf16(static_cast<std::size_t>(s.rows * s.ld), 99);
   const auto x = random_floats(static_cast<std::size_t>(s.cols), 100);
   std::vector<float> ref(static_cast<std::size_t>(s.rows));
-  gemv_bf16_rows(Isa::scalar, w.data(), s.ld, s.rows, GemvOperand(Isa::scalar, x.data(), s.cols), ref.data());
+  gemv_bf16_rows(Isa::scalar, w.data(), s.ld, s.rows, GemvOperand(Isa::scalar, x.data(), s.cols), ref.data(),
+                 RowWalk::interleaved);
   for (Isa isa : {Isa::avx2, Isa::avx512, Isa::avx512_bf16}) {
     if (!isa_supported(isa)) continue;
     std::vector<float> y(ref.size());
-    gemv_bf16_rows(isa, w.data(), s.ld, s.rows, GemvOperand(isa, x.data(), s.cols), y.data());
+    gemv_bf16_rows(isa, w.data(), s.ld, s.rows, GemvOperand(isa, x.data(), s.cols), y.data(), RowWalk::interleaved);
     for (std::size_t r = 0; r < y.size(); ++r) EXPECT_NEAR(y[r], ref[r], 1e-3) << isa_name(isa) << " row " << r;
   }
 }
@@ -97,7 +102,8 @@ TEST(CpuGemv, ThreadedProductCoversEveryRow) {
   const auto x = random_floats(static_cast<std::size_t>(cols), 6);
   std::vector<float> y(static_cast<std::size_t>(rows), NAN), ref(y.size());
   gemv_bf16(w.data(), rows, cols, x.data(), y.data());
-  gemv_bf16_rows(Isa::scalar, w.data(), cols, rows, GemvOperand(Isa::scalar, x.data(), cols), ref.data());
+  gemv_bf16_rows(Isa::scalar, w.data(), cols, rows, GemvOperand(Isa::scalar, x.data(), cols), ref.data(),
+                 RowWalk::interleaved);
   for (std::int64_t r = 0; r < rows; ++r) EXPECT_NEAR(y[r], ref[r], 2e-3) << r;
 }
 
@@ -111,8 +117,11 @@ void check_gemm_few(Isa isa, double tolerance) {
       const std::int64_t ldx = s.cols + 3, ldy = s.rows + 2;
       const auto w = random_bf16(static_cast<std::size_t>(s.rows * s.ld), seed++);
       const auto x = random_floats(static_cast<std::size_t>(n * ldx), seed++);
-      std::vector<float> y(static_cast<std::size_t>(n * ldy), -7.0f);
-      gemm_bf16_few_rows(isa, x.data(), n, s.cols, ldx, w.data(), s.ld, s.rows, y.data(), ldy);
+      std::vector<float> y(static_cast<std::size_t>(n * ldy), -7.0f), seq(y.size(), -7.0f);
+      gemm_bf16_few_rows(isa, RowWalk::interleaved, x.data(), n, s.cols, ldx, w.data(), s.ld, s.rows, y.data(), ldy);
+      // The sequential walk (row_walk.hpp) gives the same bits.
+      gemm_bf16_few_rows(isa, RowWalk::sequential, x.data(), n, s.cols, ldx, w.data(), s.ld, s.rows, seq.data(), ldy);
+      ASSERT_EQ(std::memcmp(y.data(), seq.data(), 4 * y.size()), 0) << isa_name(isa) << " rows " << s.rows << " n " << n;
       for (std::int64_t t = 0; t < n; ++t) {
         for (std::int64_t r = 0; r < s.rows; ++r) {
           double exact = 0, magnitude = 0;
@@ -141,7 +150,7 @@ TEST(CpuGemmFew, ThreadedProductCoversEveryRowAndToken) {
   const auto x = random_floats(static_cast<std::size_t>(n * cols), 16);
   std::vector<float> y(static_cast<std::size_t>(n * rows), NAN), ref(y.size());
   gemm_bf16_few(x.data(), n, cols, cols, w.data(), rows, y.data(), rows);
-  gemm_bf16_few_rows(Isa::scalar, x.data(), n, cols, cols, w.data(), cols, rows, ref.data(), rows);
+  gemm_bf16_few_rows(Isa::scalar, RowWalk::interleaved, x.data(), n, cols, cols, w.data(), cols, rows, ref.data(), rows);
   for (std::size_t i = 0; i < y.size(); ++i) ASSERT_NEAR(y[i], ref[i], 2e-3) << i;
 }
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string_view>
 #include <vector>
@@ -114,8 +115,11 @@ TEST(QuantKernels, FewTokenGemmMatchesDequantizedReference) {
         const std::int64_t ldx = cols + 5, ldy = rows + 3;
         std::vector<float> x(static_cast<std::size_t>(n * ldx));
         for (auto& v : x) v = normal(rng);
-        std::vector<float> y(static_cast<std::size_t>(n * ldy), -7.0f);
-        gemm_quant_few_rows(isa, x.data(), n, ldx, m, 0, rows, y.data(), ldy);
+        std::vector<float> y(static_cast<std::size_t>(n * ldy), -7.0f), seq(y.size(), -7.0f);
+        gemm_quant_few_rows(isa, RowWalk::interleaved, x.data(), n, ldx, m, 0, rows, y.data(), ldy);
+        // The sequential walk (row_walk.hpp) gives the same bits.
+        gemm_quant_few_rows(isa, RowWalk::sequential, x.data(), n, ldx, m, 0, rows, seq.data(), ldy);
+        ASSERT_EQ(std::memcmp(y.data(), seq.data(), 4 * y.size()), 0) << quant::ggml_type_name(type) << " n " << n;
         for (std::int64_t t = 0; t < n; ++t) {
           std::vector<double> want, scale;
           reference(m, x.data() + t * ldx, want, scale);

@@ -151,8 +151,10 @@ NEURON_AVX512 void block_avx512(const std::uint16_t* w, std::int64_t ldw, std::i
   const std::int64_t body = in & ~std::int64_t{31};
   for (std::int64_t c = 0; c < body; c += 32) {
     // One cache line of each row a step: the hardware prefetcher alone does
-    // not keep four row streams per thread fed (see gemv_bf16).
-    for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(w + r * ldw + c + kPrefetch), _MM_HINT_T0);
+    // not keep four row streams per thread fed (see gemv_bf16). A lone row
+    // (the sequential walk, row_walk.hpp) is the hardware prefetcher's.
+    if constexpr (R > 1)
+      for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(w + r * ldw + c + kPrefetch), _MM_HINT_T0);
     columns_avx512<R, T>(acc, w + c, ldw, ~__mmask32{0}, x + c, ldx);
   }
   if (body < in)
@@ -196,12 +198,12 @@ struct Avx512 {
 constexpr Table<Avx2, 2> kAvx2{};
 constexpr Table<Avx512, 4> kAvx512{};
 
-// Rows [0, rows) of W against every token of the prepared operand.
-void rows_simd(Isa isa, const Operand& x, std::int64_t n, std::int64_t in, const std::uint16_t* w, std::int64_t ldw,
-               std::int64_t rows, float* y, std::int64_t ldy) {
+// Rows [0, rows) of W against every token of the prepared operand, `walk`ing them.
+void rows_simd(Isa isa, RowWalk walk, const Operand& x, std::int64_t n, std::int64_t in, const std::uint16_t* w,
+               std::int64_t ldw, std::int64_t rows, float* y, std::int64_t ldy) {
   if (isa == Isa::scalar) return rows_scalar(x, n, in, w, ldw, rows, y, ldy);
   const bool wide = isa != Isa::avx2;
-  const std::int64_t group = wide ? 4 : 2;
+  const std::int64_t group = walk == RowWalk::sequential ? 1 : wide ? 4 : 2;
   for (std::int64_t r = 0; r < rows; r += group) {
     const std::int64_t rr = std::min(group, rows - r);
     for (std::int64_t t = 0; t < n; t += kTokenTile) {
@@ -214,27 +216,28 @@ void rows_simd(Isa isa, const Operand& x, std::int64_t n, std::int64_t in, const
 
 }  // namespace
 
-void gemm_bf16_few_rows(Isa isa, const float* x, std::int64_t n, std::int64_t in, std::int64_t ldx,
+void gemm_bf16_few_rows(Isa isa, RowWalk walk, const float* x, std::int64_t n, std::int64_t in, std::int64_t ldx,
                         const std::uint16_t* w, std::int64_t ldw, std::int64_t rows, float* y, std::int64_t ldy) {
   NEURON_ASSERT(isa_supported(isa));
   Operand op;
   op.prepare(isa, x, n, in, ldx);
-  rows_simd(isa, op, n, in, w, ldw, rows, y, ldy);
+  rows_simd(isa, walk, op, n, in, w, ldw, rows, y, ldy);
 }
 
 void gemm_bf16_few(const float* x, std::int64_t n, std::int64_t in, std::int64_t ldx, const std::uint16_t* w,
                    std::int64_t out, float* y, std::int64_t ldy) {
   if (n <= 0 || out <= 0) return;
   const Isa isa = selected_isa();
+  const RowWalk walk = row_walk();
   thread_local Operand mine;  // the calling thread's, reused between calls
   Operand& op = mine;         // a reference, so the pool's threads read this one, not their own
   op.prepare(isa, x, n, in, ldx);
   const std::int64_t chunk_rows = ChunkPool::shared().chunk_rows(out, 2 * in, 4);
   const std::int64_t chunks = (out + chunk_rows - 1) / chunk_rows;
-  if (chunks == 1) return rows_simd(isa, op, n, in, w, in, out, y, ldy);
+  if (chunks == 1) return rows_simd(isa, walk, op, n, in, w, in, out, y, ldy);
   ChunkPool::shared().run(chunks, [&](std::int64_t c) {
     const std::int64_t begin = c * chunk_rows, rows = std::min(chunk_rows, out - begin);
-    rows_simd(isa, op, n, in, w + begin * in, in, rows, y + begin, ldy);
+    rows_simd(isa, walk, op, n, in, w + begin * in, in, rows, y + begin, ldy);
   });
 }
 

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "backend/cpu/isa.hpp"
+#include "backend/cpu/row_walk.hpp"
 
 namespace neuron::backend::cpu {
 
@@ -21,13 +22,14 @@ namespace neuron::backend::cpu {
 inline constexpr std::int64_t kFewTokensMax = 40;
 
 // x: [n, in] f32 (row stride ldx), w: [out, in] bf16 row-major (row stride in),
-// y: [n, out] f32 (row stride ldy). Rows split in chunks over ChunkPool::shared().
+// y: [n, out] f32 (row stride ldy). Rows split in chunks over ChunkPool::shared(), walked as row_walk() says.
 void gemm_bf16_few(const float* x, std::int64_t n, std::int64_t in, std::int64_t ldx, const std::uint16_t* w,
                    std::int64_t out, float* y, std::int64_t ldy);
 
-// The same on the calling thread with the given kernel, for rows [0, rows) of
-// W (row r at w + r * ldw); y's column r is W's row r. `isa` must be supported.
-void gemm_bf16_few_rows(Isa isa, const float* x, std::int64_t n, std::int64_t in, std::int64_t ldx,
+// The same on the calling thread with the given kernel and walk (row_walk.hpp:
+// blocks of four rows, or one; the same sums either way), for rows [0, rows)
+// of W (row r at w + r * ldw); y's column r is W's row r. `isa` must be supported.
+void gemm_bf16_few_rows(Isa isa, RowWalk walk, const float* x, std::int64_t n, std::int64_t in, std::int64_t ldx,
                         const std::uint16_t* w, std::int64_t ldw, std::int64_t rows, float* y, std::int64_t ldy);
 
 }  // namespace neuron::backend::cpu

@@ -15,6 +15,7 @@
 
 #include "backend/cpu/isa.hpp"
 #include "backend/cpu/matmul_quant.hpp"
+#include "backend/cpu/row_walk.hpp"
 #include "quant/ggml_type.hpp"
 
 namespace neuron::backend::cpu {
@@ -23,12 +24,15 @@ namespace neuron::backend::cpu {
 bool gemm_quant_few_supported(Isa isa, quant::GgmlType type) noexcept;
 
 // x: [n, w.cols] f32 (row stride ldx), y: [n, w.rows] f32 (row stride ldy).
-// Rows split in chunks over ChunkPool::shared(); `isa` must be supported for w.type.
+// Rows split in chunks over ChunkPool::shared() and walked as row_walk() says;
+// `isa` must be supported for w.type.
 void gemm_quant_few(Isa isa, const float* x, std::int64_t n, std::int64_t ldx, const QuantMatrix& w, float* y,
                     std::int64_t ldy);
 
-// Rows [r0, r1) of the same product on the calling thread (tests compare it with the reference).
-void gemm_quant_few_rows(Isa isa, const float* x, std::int64_t n, std::int64_t ldx, const QuantMatrix& w,
+// Rows [r0, r1) of the same product on the calling thread, walked as `walk`
+// says (row_walk.hpp: blocks of four rows (two with AVX2), or one; the same
+// sums either way). Tests compare it with the reference.
+void gemm_quant_few_rows(Isa isa, RowWalk walk, const float* x, std::int64_t n, std::int64_t ldx, const QuantMatrix& w,
                          std::int64_t r0, std::int64_t r1, float* y, std::int64_t ldy);
 
 }  // namespace neuron::backend::cpu

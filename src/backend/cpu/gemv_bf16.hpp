@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/cpu/isa.hpp"
+#include "backend/cpu/row_walk.hpp"
 
 namespace neuron::backend::cpu {
 
@@ -31,11 +32,13 @@ class GemvOperand {
 };
 
 // Rows [0, rows) of W (row r at w + r * ld, `x.size()` columns) into y[0, rows), on
-// the calling thread with the given kernel. `isa` must be supported and match x's.
+// the calling thread with the given kernel and walk (row_walk.hpp: four rows
+// side by side, prefetched ahead, or one after another; the same sums either
+// way). `isa` must be supported and match x's.
 void gemv_bf16_rows(Isa isa, const std::uint16_t* w, std::int64_t ld, std::int64_t rows, const GemvOperand& x,
-                    float* y);
+                    float* y, RowWalk walk);
 
-// The whole product with the runner's kernel, rows split in chunks over ChunkPool::shared().
+// The whole product with the runner's kernel and row_walk(), rows split in chunks over ChunkPool::shared().
 void gemv_bf16(const std::uint16_t* w, std::int64_t rows, std::int64_t cols, const float* x, float* y);
 
 }  // namespace neuron::backend::cpu

@@ -1,0 +1,32 @@
+#pragma once
+// How the decode kernels (gemv_bf16, gemm_bf16_few, gemm_quant_few) walk W's
+// rows on this CPU: measured once per process, not assumed per vendor.
+//
+// A decode product streams W from memory once, and a core reaches the memory
+// system's speed only with enough misses in flight. On a Sapphire Rapids
+// core that takes four rows read side by side (one load of x feeding all
+// four), each software-prefetched 1 KiB ahead (bench/CPU.md); on a Zen 4
+// core the same walk reaches 10 GB/s a core, where one sequential stream left
+// to the hardware prefetcher reaches 27 (bench/CPU.md, 2026-12-04). So the
+// first call times the bf16 GEMV both ways over a buffer larger than the
+// last-level cache, on the calling thread, and keeps the faster;
+// NEURON_CPU_ROWS=4 (interleaved) or 1 (sequential) forces a walk.
+//
+// The walks give bit-identical products: every row's sum is accumulated in
+// the same order either way, so which one a process picks never changes a
+// token.
+#include <string_view>
+
+namespace neuron::backend::cpu {
+
+enum class RowWalk {
+  interleaved,  // a few rows side by side (4 with AVX-512, 2 in the AVX2 quantized kernel), prefetched ahead
+  sequential,   // one row after another: one stream a thread, the hardware prefetcher's
+};
+
+std::string_view row_walk_name(RowWalk walk) noexcept;  // "interleaved", "sequential"
+
+// This process's walk (the first call measures it; thread-safe).
+RowWalk row_walk();
+
+}  // namespace neuron::backend::cpu
