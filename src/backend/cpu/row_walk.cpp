@@ -84,4 +84,6 @@ RowWalk row_walk() {
   return walk;
 }
 
+RowWalk row_walk(std::int64_t tokens) { return tokens >= 4 ? RowWalk::interleaved : row_walk(); }
+
 }  // namespace neuron::backend::cpu
