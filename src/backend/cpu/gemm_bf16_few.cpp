@@ -228,7 +228,7 @@ void gemm_bf16_few(const float* x, std::int64_t n, std::int64_t in, std::int64_t
                    std::int64_t out, float* y, std::int64_t ldy) {
   if (n <= 0 || out <= 0) return;
   const Isa isa = selected_isa();
-  const RowWalk walk = row_walk(n);
+  const RowWalk walk = row_walk(quant::GgmlType::bf16, n);
   thread_local Operand mine;  // the calling thread's, reused between calls
   Operand& op = mine;         // a reference, so the pool's threads read this one, not their own
   op.prepare(isa, x, n, in, ldx);

@@ -22,7 +22,7 @@ namespace neuron::backend::cpu {
 inline constexpr std::int64_t kFewTokensMax = 40;
 
 // x: [n, in] f32 (row stride ldx), w: [out, in] bf16 row-major (row stride in),
-// y: [n, out] f32 (row stride ldy). Rows split in chunks over ChunkPool::shared(), walked as row_walk(n) says.
+// y: [n, out] f32 (row stride ldy). Rows split in chunks over ChunkPool::shared(), walked as row_walk(bf16, n) says.
 void gemm_bf16_few(const float* x, std::int64_t n, std::int64_t in, std::int64_t ldx, const std::uint16_t* w,
                    std::int64_t out, float* y, std::int64_t ldy);
 

@@ -343,7 +343,7 @@ void gemm_quant_few_rows(Isa isa, RowWalk walk, const float* x, std::int64_t n, 
 void gemm_quant_few(Isa isa, const float* x, std::int64_t n, std::int64_t ldx, const QuantMatrix& w, float* y,
                     std::int64_t ldy) {
   if (n <= 0 || w.rows <= 0) return;
-  const RowWalk walk = row_walk(n);
+  const RowWalk walk = row_walk(w.type, n);
   const std::int64_t chunk_rows =
       ChunkPool::shared().chunk_rows(w.rows, static_cast<std::int64_t>(w.row_bytes), kRowBlock);
   const std::int64_t chunks = (w.rows + chunk_rows - 1) / chunk_rows;

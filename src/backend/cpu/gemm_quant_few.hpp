@@ -24,7 +24,7 @@ namespace neuron::backend::cpu {
 bool gemm_quant_few_supported(Isa isa, quant::GgmlType type) noexcept;
 
 // x: [n, w.cols] f32 (row stride ldx), y: [n, w.rows] f32 (row stride ldy).
-// Rows split in chunks over ChunkPool::shared() and walked as row_walk(n) says;
+// Rows split in chunks over ChunkPool::shared() and walked as row_walk(w.type, n) says;
 // `isa` must be supported for w.type.
 void gemm_quant_few(Isa isa, const float* x, std::int64_t n, std::int64_t ldx, const QuantMatrix& w, float* y,
                     std::int64_t ldy);

@@ -1,14 +1,17 @@
 #pragma once
 // How the decode kernels (gemv_bf16, gemm_bf16_few, gemm_quant_few) walk W's
-// rows on this CPU: measured once per process, not assumed per vendor.
+// rows on this CPU: measured once per process and weight type, not assumed
+// per vendor.
 //
 // A decode product streams W from memory once, and a core reaches the memory
-// system's speed only with enough misses in flight. On a Sapphire Rapids
-// core that takes four rows read side by side (one load of x feeding all
-// four), each software-prefetched 1 KiB ahead (bench/CPU.md); on a Zen 4
-// core the same walk reaches 10 GB/s a core, where one sequential stream left
-// to the hardware prefetcher reaches 27 (bench/CPU.md, 2026-12-04). So the
-// first call times the bf16 GEMV both ways over a buffer larger than the
+// system's speed only with enough misses in flight and little enough
+// arithmetic per byte. On a Sapphire Rapids core that takes four rows read
+// side by side (one load of x feeding all four), each software-prefetched
+// ahead (bench/CPU.md); on a Zen 4 core the same walk over bf16 rows reaches
+// 10 GB/s a core, where one sequential stream left to the hardware
+// prefetcher reaches 27, while Q4_K rows, bound by their unpacking there,
+// go faster interleaved (bench/CPU.md, 2026-12-04). So the first product of
+// a type times that type's kernel both ways over a buffer twice the
 // last-level cache, on the calling thread, and keeps the faster;
 // NEURON_CPU_ROWS=4 (interleaved) or 1 (sequential) forces a walk.
 //
@@ -17,6 +20,8 @@
 // token.
 #include <cstdint>
 #include <string_view>
+
+#include "quant/ggml_type.hpp"
 
 namespace neuron::backend::cpu {
 
@@ -27,15 +32,18 @@ enum class RowWalk {
 
 std::string_view row_walk_name(RowWalk walk) noexcept;  // "interleaved", "sequential"
 
-// This process's walk for one token (the first call measures it; thread-safe).
-RowWalk row_walk();
+// This process's walk for one token of W in `type` (bf16, or a type
+// gemm_quant_few takes; any other is interleaved). The first call for a type
+// measures it; thread-safe.
+RowWalk row_walk(quant::GgmlType type);
 
-// The walk for a product of `tokens` tokens: row_walk() below a full token
-// tile (4); interleaved from there, where every weight feeds four tokens'
-// FMAs and the kernels are bound by arithmetic, which the interleaved walk's
-// shared loads of x cut (Zen 4, 0.6B batched decode, interleaved against
-// sequential tok/s: 4 sequences 43.8 / 37.7 bf16, 72.1 / 63.5 q4_k; 16
-// sequences 71.4 / 48.0 bf16; 2 sequences 31.3 / 37.3 bf16, the other way).
-RowWalk row_walk(std::int64_t tokens);
+// The walk for a product of `tokens` tokens: row_walk(type) below a full
+// token tile (4); interleaved from there, where every weight feeds four
+// tokens' FMAs and the kernels are bound by arithmetic, which the
+// interleaved walk's shared loads of x cut (Zen 4, 0.6B batched decode,
+// interleaved against sequential tok/s: 4 sequences 43.8 / 37.7 bf16, 72.1
+// / 63.5 q4_k; 16 sequences 71.4 / 48.0 bf16; 2 sequences 31.3 / 37.3 bf16,
+// the other way).
+RowWalk row_walk(quant::GgmlType type, std::int64_t tokens);
 
 }  // namespace neuron::backend::cpu
