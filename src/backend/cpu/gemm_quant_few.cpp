@@ -39,10 +39,14 @@ inline void unpack_k4_scales(const std::byte* packed, std::uint8_t (&sc)[8], std
 // scales, chunk(i) gives its columns [32 i, 32 i + 32) as two f32 vectors,
 // computed as quant::dequantize_row computes them.
 
-// Q8_0: d * q.
+// Q8_0: d * q, with d applied to the block's sum: chunk() gives q, and the
+// kernel adds d * (q . x) of each block (kBlockScale). One multiplication a
+// block instead of one a weight, and a row's sum waits on one FMA a block,
+// not two: one row at a time (the sequential walk) was bound by that chain.
 struct Q8_0 {
   static constexpr std::int64_t kCols = quant::kQK8_0;
   static constexpr std::size_t kBytes = quant::kQ8_0Bytes;
+  static constexpr bool kBlockScale = true;
   const std::byte* q = nullptr;
   __m512 d;
 
@@ -53,10 +57,17 @@ struct Q8_0 {
   NEURON_AVX512 void chunk(int, __m512& lo, __m512& hi) const {
     const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
     const __m128i q1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16));
-    lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0)), d);
-    hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1)), d);
+    lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0));
+    hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1));
   }
 };
+
+// Whether a format's chunks come unscaled, its block's scale applied once to the block's sum (Q8_0).
+template <class Q>
+constexpr bool block_scale() {
+  if constexpr (requires { Q::kBlockScale; }) return Q::kBlockScale;
+  return false;
+}
 
 // A Q4_K super-block's scales and mins as f32, for both ISAs' kernels
 // (256-bit operations, which every AVX-512 CPU runs too).
@@ -190,7 +201,14 @@ NEURON_AVX512 void block_kernel(const std::byte* rows, std::size_t row_bytes, st
       for (int r = 0; r < R; ++r) q[r].chunk(i, lo[r], hi[r]);
       for (int t = 0; t < T; ++t) {
         const __m512 x0 = _mm512_loadu_ps(xb + t * ldx + 32 * i), x1 = _mm512_loadu_ps(xb + t * ldx + 32 * i + 16);
-        for (int r = 0; r < R; ++r) acc[r][t] = _mm512_fmadd_ps(hi[r], x1, _mm512_fmadd_ps(lo[r], x0, acc[r][t]));
+        for (int r = 0; r < R; ++r) {
+          if constexpr (block_scale<Q>()) {
+            static_assert(Q::kCols == 32, "one chunk a block");
+            acc[r][t] = _mm512_fmadd_ps(_mm512_fmadd_ps(hi[r], x1, _mm512_mul_ps(lo[r], x0)), q[r].d, acc[r][t]);
+          } else {
+            acc[r][t] = _mm512_fmadd_ps(hi[r], x1, _mm512_fmadd_ps(lo[r], x0, acc[r][t]));
+          }
+        }
       }
     }
   }
