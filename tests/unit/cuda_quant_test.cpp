@@ -150,16 +150,18 @@ TEST_F(CudaQuant, DequantizationIsBitEqualToTheReference) {
   }
 }
 
-// Three shapes: a short row (no warp of the tensor-core GEMV past its first
+// Four shapes: a short row (no warp of the tensor-core GEMV past its first
 // unit), a long one where each warp walks several units (its prefetch of the
 // next unit while one is multiplied), rows past the last whole 16-row tile;
-// and a Q8_0 / Q4_0 row of 25 blocks, which the tensor-core GEMV's 4-block
-// Q8_0 unit does not divide.
+// a Q8_0 / Q4_0 row of 25 blocks, which the tensor-core GEMV's 4-block
+// Q8_0 unit does not divide; and a tall matrix (282 16-row tiles, more than
+// an H200 runs blocks at once) of rows one or two units long, where most of
+// a block's warps have no unit and add nothing.
 TEST_F(CudaQuant, GemvMatchesTheDequantizedProduct) {
   struct Shape {
     int rows, cols;
   };
-  for (const Shape shape : {Shape{37, 5 * 256}, Shape{40, 24 * 256}, Shape{21, 25 * 32}}) {
+  for (const Shape shape : {Shape{37, 5 * 256}, Shape{40, 24 * 256}, Shape{21, 25 * 32}, Shape{4500, 256}}) {
     for (GgmlType type : kTypes) {
       const int rows = shape.rows, cols = shape.cols;
       if (cols % quant::traits(type).block_size != 0) continue;
