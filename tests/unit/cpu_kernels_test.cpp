@@ -20,6 +20,7 @@
 #include "backend/cpu/isa.hpp"
 #include "backend/cpu/matmul.hpp"
 #include "backend/cpu/ops.hpp"
+#include "backend/cpu/row_walk.hpp"
 #include "tensor/dtype.hpp"
 
 namespace neuron::backend::cpu {
@@ -93,6 +94,22 @@ TEST(CpuGemv, VariantsAgreeWithScalar) {
     gemv_bf16_rows(isa, w.data(), s.ld, s.rows, GemvOperand(isa, x.data(), s.cols), y.data(), RowWalk::interleaved);
     for (std::size_t r = 0; r < y.size(); ++r) EXPECT_NEAR(y[r], ref[r], 1e-3) << isa_name(isa) << " row " << r;
   }
+}
+
+// The walk (row_walk.hpp) is measured once per type and kept; from a full
+// token tile the kernels walk interleaved whatever one token measured; types
+// without a walk-aware kernel are interleaved.
+TEST(CpuRowWalk, MeasuredOncePerTypeAndInterleavedFromFourTokens) {
+  for (auto type : {quant::GgmlType::bf16, quant::GgmlType::q8_0}) {
+    const RowWalk first = row_walk(type);
+    EXPECT_EQ(row_walk(type), first);
+    EXPECT_EQ(row_walk(type, 1), first);
+    EXPECT_EQ(row_walk(type, 3), first);
+    EXPECT_EQ(row_walk(type, 4), RowWalk::interleaved);
+    EXPECT_EQ(row_walk(type, 39), RowWalk::interleaved);
+  }
+  EXPECT_EQ(row_walk(quant::GgmlType::q4_0), RowWalk::interleaved);
+  EXPECT_EQ(row_walk_name(RowWalk::sequential), "sequential");
 }
 
 TEST(CpuGemv, ThreadedProductCoversEveryRow) {

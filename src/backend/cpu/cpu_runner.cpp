@@ -13,6 +13,7 @@
 #include "backend/cpu/matmul.hpp"
 #include "backend/cpu/matmul_quant.hpp"
 #include "backend/cpu/ops.hpp"
+#include "backend/cpu/row_walk.hpp"
 #include "backend/cpu/weight_buffer.hpp"
 #include "backend/packed_weights.hpp"
 #include "dist/communicator.hpp"
@@ -219,6 +220,15 @@ class CpuRunner final : public ModelRunner {
       layers_.push_back(std::move(l));
     }
     for (std::int64_t h = 0; h < plan.q_heads; ++h) kv_of_q_.push_back(plan.kv_of_q(h, cfg));
+    // How the decode kernels walk each weight type's rows is measured on first
+    // use (row_walk.hpp, ~70 ms a type): at load, not in the first request.
+    auto measure_walks = [](const Stack& stack) {
+      for (const Matrix& m : stack) row_walk(m.quantized ? m.q.type : quant::GgmlType::bf16);
+    };
+    measure_walks(embed_);
+    measure_walks(lm_head_);
+    for (const Layer& l : layers_)
+      for (const Stack* s : {&l.qkv, &l.o, &l.gate_up, &l.down}) measure_walks(*s);
   }
 
   void run_step(const Batch& batch, std::span<float> logits, std::span<std::int32_t> picks) override {
