@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <new>
 #include <vector>
 
 #include <spdlog/spdlog.h>
@@ -95,7 +96,12 @@ RowWalk choose(GgmlType type) {
     if (v == "1") return RowWalk::sequential;
     spdlog::warn("NEURON_CPU_ROWS={} is neither 4 (interleaved) nor 1 (sequential); measuring", v);
   }
-  return measure(type);
+  try {
+    return measure(type);
+  } catch (const std::bad_alloc&) {  // no room for the probe buffer: keep the first-tuned walk
+    spdlog::warn("cpu: no memory to measure the {} row walk; walking rows interleaved", quant::ggml_type_name(type));
+    return RowWalk::interleaved;
+  }
 }
 
 }  // namespace
