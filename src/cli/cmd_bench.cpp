@@ -226,9 +226,10 @@ int run(const BenchArgs& a) {
                         {"copy_bandwidth_gbs", copy_gbs},
                         {"runs", runs}};
   if (read_gbs > 0) out["read_bandwidth_gbs"] = read_gbs;
-  if (!device.is_cuda()) {  // the walks the decode kernels took (backend/cpu/row_walk.hpp): bf16, and the quantized type
-    out["row_walk"] = {{"bf16", backend::cpu::row_walk_name(backend::cpu::row_walk(quant::GgmlType::bf16))}};
-    if (ro.quantize) out["row_walk"][quant::ggml_type_name(*ro.quantize)] = backend::cpu::row_walk_name(backend::cpu::row_walk(*ro.quantize));
+  if (!device.is_cuda()) {  // the walks the decode kernels took (backend/cpu/row_walk.hpp): bf16, the quantized type
+    using backend::cpu::row_walk, backend::cpu::row_walk_name;
+    out["row_walk"] = {{"bf16", row_walk_name(row_walk(quant::GgmlType::bf16))}};
+    if (ro.quantize) out["row_walk"][quant::ggml_type_name(*ro.quantize)] = row_walk_name(row_walk(*ro.quantize));
   }
 
   if (a.json) {

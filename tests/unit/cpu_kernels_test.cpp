@@ -138,7 +138,8 @@ void check_gemm_few(Isa isa, double tolerance) {
       gemm_bf16_few_rows(isa, RowWalk::interleaved, x.data(), n, s.cols, ldx, w.data(), s.ld, s.rows, y.data(), ldy);
       // The sequential walk (row_walk.hpp) gives the same bits.
       gemm_bf16_few_rows(isa, RowWalk::sequential, x.data(), n, s.cols, ldx, w.data(), s.ld, s.rows, seq.data(), ldy);
-      ASSERT_EQ(std::memcmp(y.data(), seq.data(), 4 * y.size()), 0) << isa_name(isa) << " rows " << s.rows << " n " << n;
+      ASSERT_EQ(std::memcmp(y.data(), seq.data(), 4 * y.size()), 0)
+          << isa_name(isa) << " rows " << s.rows << " n " << n;
       for (std::int64_t t = 0; t < n; ++t) {
         for (std::int64_t r = 0; r < s.rows; ++r) {
           double exact = 0, magnitude = 0;
@@ -167,7 +168,8 @@ TEST(CpuGemmFew, ThreadedProductCoversEveryRowAndToken) {
   const auto x = random_floats(static_cast<std::size_t>(n * cols), 16);
   std::vector<float> y(static_cast<std::size_t>(n * rows), NAN), ref(y.size());
   gemm_bf16_few(x.data(), n, cols, cols, w.data(), rows, y.data(), rows);
-  gemm_bf16_few_rows(Isa::scalar, RowWalk::interleaved, x.data(), n, cols, cols, w.data(), cols, rows, ref.data(), rows);
+  gemm_bf16_few_rows(Isa::scalar, RowWalk::interleaved, x.data(), n, cols, cols, w.data(), cols, rows, ref.data(),
+                     rows);
   for (std::size_t i = 0; i < y.size(); ++i) ASSERT_NEAR(y[i], ref[i], 2e-3) << i;
 }
 

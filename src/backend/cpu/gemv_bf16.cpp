@@ -105,7 +105,8 @@ NEURON_AVX512 void rows_avx512(const std::uint16_t* w, std::int64_t ld, std::int
     __m512 even[kRowGroup], odd[kRowGroup];
     for (int k = 0; k < kRowGroup; ++k) even[k] = odd[k] = _mm512_setzero_ps();
     for (std::int64_t c = 0; c < pairs; c += 32) {
-      for (int k = 0; k < kRowGroup; ++k) _mm_prefetch(reinterpret_cast<const char*>(wr[k] + c + kPrefetch), _MM_HINT_T0);
+      for (int k = 0; k < kRowGroup; ++k)
+        _mm_prefetch(reinterpret_cast<const char*>(wr[k] + c + kPrefetch), _MM_HINT_T0);
       const __m512 x0 = _mm512_loadu_ps(x + c), x1 = _mm512_loadu_ps(x + c + 16);
       for (int k = 0; k < kRowGroup; ++k) {
         even[k] = _mm512_fmadd_ps(widen16(wr[k] + c, 0xffff), x0, even[k]);

@@ -57,7 +57,8 @@ RowWalk faster(GgmlType type, std::size_t bytes, const std::function<void(RowWal
     }
   const RowWalk walk = best[1] * 1.05 < best[0] ? RowWalk::sequential : RowWalk::interleaved;
   const double gb = static_cast<double>(bytes) / 1e9;
-  spdlog::info("cpu: {} decode kernels walk rows {} (one thread over {} MiB: interleaved {:.1f} GB/s, sequential {:.1f})",
+  spdlog::info("cpu: {} decode kernels walk rows {} (one thread over {} MiB: interleaved {:.1f} GB/s, "
+               "sequential {:.1f})",
                quant::ggml_type_name(type), row_walk_name(walk), bytes >> 20, gb / best[0], gb / best[1]);
   return walk;
 }
@@ -111,24 +112,21 @@ std::string_view row_walk_name(RowWalk walk) noexcept {
   return walk == RowWalk::sequential ? "sequential" : "interleaved";
 }
 
+namespace {
+// Type T's walk, measured on the first call (a thread-safe static a type).
+template <GgmlType T>
+RowWalk measured_once() {
+  static const RowWalk walk = choose(T);
+  return walk;
+}
+}  // namespace
+
 RowWalk row_walk(GgmlType type) {
-  switch (type) {  // one measurement per type, each a thread-safe static
-    case GgmlType::bf16: {
-      static const RowWalk walk = choose(GgmlType::bf16);
-      return walk;
-    }
-    case GgmlType::q8_0: {
-      static const RowWalk walk = choose(GgmlType::q8_0);
-      return walk;
-    }
-    case GgmlType::q4_k: {
-      static const RowWalk walk = choose(GgmlType::q4_k);
-      return walk;
-    }
-    case GgmlType::q6_k: {
-      static const RowWalk walk = choose(GgmlType::q6_k);
-      return walk;
-    }
+  switch (type) {
+    case GgmlType::bf16: return measured_once<GgmlType::bf16>();
+    case GgmlType::q8_0: return measured_once<GgmlType::q8_0>();
+    case GgmlType::q4_k: return measured_once<GgmlType::q4_k>();
+    case GgmlType::q6_k: return measured_once<GgmlType::q6_k>();
     default: return RowWalk::interleaved;
   }
 }
