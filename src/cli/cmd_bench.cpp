@@ -27,7 +27,7 @@
 #include "backend/cpu/bandwidth.hpp"
 #include "backend/batch.hpp"
 #include "backend/cpu/isa.hpp"
-#include "backend/cpu/row_walk.hpp"
+#include "backend/cpu/decode_kernel.hpp"
 #include "backend/device.hpp"
 #include "backend/model_runner.hpp"
 #include "cli/command.hpp"
@@ -226,10 +226,14 @@ int run(const BenchArgs& a) {
                         {"copy_bandwidth_gbs", copy_gbs},
                         {"runs", runs}};
   if (read_gbs > 0) out["read_bandwidth_gbs"] = read_gbs;
-  if (!device.is_cuda()) {  // the walks the decode kernels took (backend/cpu/row_walk.hpp): bf16, the quantized type
-    using backend::cpu::row_walk, backend::cpu::row_walk_name;
-    out["row_walk"] = {{"bf16", row_walk_name(row_walk(quant::GgmlType::bf16))}};
-    if (ro.quantize) out["row_walk"][quant::ggml_type_name(*ro.quantize)] = row_walk_name(row_walk(*ro.quantize));
+  if (!device.is_cuda()) {  // the decode kernels taken (backend/cpu/decode_kernel.hpp): bf16, the quantized type
+    using backend::cpu::decode_kernel, backend::cpu::isa_name, backend::cpu::row_walk_name;
+    const auto describe = [](quant::GgmlType type) {
+      const auto k = decode_kernel(type);
+      return nlohmann::json{{"walk", row_walk_name(k.walk)}, {"isa", isa_name(k.isa)}};
+    };
+    out["decode_kernels"] = {{"bf16", describe(quant::GgmlType::bf16)}};
+    if (ro.quantize) out["decode_kernels"][quant::ggml_type_name(*ro.quantize)] = describe(*ro.quantize);
   }
 
   if (a.json) {

@@ -20,7 +20,7 @@
 #include "backend/cpu/isa.hpp"
 #include "backend/cpu/matmul.hpp"
 #include "backend/cpu/ops.hpp"
-#include "backend/cpu/row_walk.hpp"
+#include "backend/cpu/decode_kernel.hpp"
 #include "tensor/dtype.hpp"
 
 namespace neuron::backend::cpu {
@@ -59,7 +59,7 @@ void check_gemv(Isa isa, double tolerance) {
     std::vector<float> y(static_cast<std::size_t>(s.rows), NAN), seq(y.size(), NAN);
     const GemvOperand op(isa, x.data(), s.cols);
     gemv_bf16_rows(isa, w.data(), s.ld, s.rows, op, y.data(), RowWalk::interleaved);
-    // The sequential walk (row_walk.hpp) gives the same bits: each row's sum in the same order.
+    // The sequential walk (decode_kernel.hpp) gives the same bits: each row's sum in the same order.
     gemv_bf16_rows(isa, w.data(), s.ld, s.rows, op, seq.data(), RowWalk::sequential);
     EXPECT_EQ(std::memcmp(y.data(), seq.data(), 4 * y.size()), 0) << isa_name(isa) << " rows " << s.rows;
     for (std::int64_t r = 0; r < s.rows; ++r) {
@@ -96,12 +96,22 @@ TEST(CpuGemv, VariantsAgreeWithScalar) {
   }
 }
 
-// The walk (row_walk.hpp) is measured once per type and kept; from a full
-// token tile the kernels walk interleaved whatever one token measured; types
-// without a walk-aware kernel are interleaved.
+// The kernel (decode_kernel.hpp) is measured once per type and kept; from a
+// full token tile the kernels walk interleaved whatever one token measured;
+// types without a walk-aware kernel are interleaved. Only Q4_K and Q6_K may
+// pick the bf16-pair kernels, and only where the CPU has them.
 TEST(CpuRowWalk, MeasuredOncePerTypeAndInterleavedFromFourTokens) {
-  for (auto type : {quant::GgmlType::bf16, quant::GgmlType::q8_0}) {
+  for (auto type : {quant::GgmlType::bf16, quant::GgmlType::q8_0, quant::GgmlType::q4_k}) {
+    const DecodeKernel kernel = decode_kernel(type);
+    EXPECT_EQ(decode_kernel(type).isa, kernel.isa);
+    EXPECT_EQ(decode_kernel(type).walk, kernel.walk);
+    if (kernel.isa != selected_isa()) {
+      EXPECT_EQ(type, quant::GgmlType::q4_k);
+      EXPECT_EQ(kernel.isa, Isa::avx512_bf16);
+      EXPECT_TRUE(isa_supported(Isa::avx512_bf16));
+    }
     const RowWalk first = row_walk(type);
+    EXPECT_EQ(first, kernel.walk);
     EXPECT_EQ(row_walk(type), first);
     EXPECT_EQ(row_walk(type, 1), first);
     EXPECT_EQ(row_walk(type, 3), first);
@@ -136,7 +146,7 @@ void check_gemm_few(Isa isa, double tolerance) {
       const auto x = random_floats(static_cast<std::size_t>(n * ldx), seed++);
       std::vector<float> y(static_cast<std::size_t>(n * ldy), -7.0f), seq(y.size(), -7.0f);
       gemm_bf16_few_rows(isa, RowWalk::interleaved, x.data(), n, s.cols, ldx, w.data(), s.ld, s.rows, y.data(), ldy);
-      // The sequential walk (row_walk.hpp) gives the same bits.
+      // The sequential walk (decode_kernel.hpp) gives the same bits.
       gemm_bf16_few_rows(isa, RowWalk::sequential, x.data(), n, s.cols, ldx, w.data(), s.ld, s.rows, seq.data(), ldy);
       ASSERT_EQ(std::memcmp(y.data(), seq.data(), 4 * y.size()), 0)
           << isa_name(isa) << " rows " << s.rows << " n " << n;

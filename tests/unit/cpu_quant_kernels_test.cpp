@@ -117,7 +117,7 @@ TEST(QuantKernels, FewTokenGemmMatchesDequantizedReference) {
         for (auto& v : x) v = normal(rng);
         std::vector<float> y(static_cast<std::size_t>(n * ldy), -7.0f), seq(y.size(), -7.0f);
         gemm_quant_few_rows(isa, RowWalk::interleaved, x.data(), n, ldx, m, 0, rows, y.data(), ldy);
-        // The sequential walk (row_walk.hpp) gives the same bits.
+        // The sequential walk (decode_kernel.hpp) gives the same bits.
         gemm_quant_few_rows(isa, RowWalk::sequential, x.data(), n, ldx, m, 0, rows, seq.data(), ldy);
         ASSERT_EQ(std::memcmp(y.data(), seq.data(), 4 * y.size()), 0) << quant::ggml_type_name(type) << " n " << n;
         for (std::int64_t t = 0; t < n; ++t) {
@@ -132,6 +132,38 @@ TEST(QuantKernels, FewTokenGemmMatchesDequantizedReference) {
     }
   }
   if (!ran) GTEST_SKIP() << "no AVX2 here";
+}
+
+// The bf16-pair kernels (avx512_bf16, Q4_K and Q6_K) where their error
+// would show: activations over twelve orders of magnitude with outliers,
+// and weights all of one sign (a Q4_K sub-block's constant term then
+// carries most of each weight, and q - 8 little of it). Within 1e-5 of
+// sum |w x| like the f32 kernels, on both walks alike.
+TEST(QuantKernels, Bf16PairKernelsHoldTheBoundOnWideActivations) {
+  if (!isa_supported(Isa::avx512_bf16)) GTEST_SKIP() << "no AVX-512 BF16 here";
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> exponent(-6.0f, 6.0f), unit(0.0f, 1.0f);
+  for (auto type : {quant::GgmlType::q4_k, quant::GgmlType::q6_k}) {
+    ASSERT_TRUE(gemm_quant_few_bf16_pairs(Isa::avx512_bf16, type));
+    const std::int64_t cols = 1024, rows = 21;
+    QuantMatrix m = make(type, rows, cols, rng);
+    std::vector<float> row(static_cast<std::size_t>(cols));
+    for (std::int64_t r = 0; r < rows; r += 2) {  // every other row: positive weights in [0.5, 1.5)
+      for (auto& v : row) v = 0.5f + unit(rng);
+      quant::quantize_row(type, row.data(), m.data.data() + static_cast<std::size_t>(r) * m.row_bytes, cols);
+    }
+    std::vector<float> x(static_cast<std::size_t>(cols));
+    for (std::size_t c = 0; c < x.size(); ++c)
+      x[c] = (unit(rng) < 0.5f ? -1.0f : 1.0f) * std::pow(10.0f, exponent(rng)) * (c % 97 == 0 ? 1e3f : 1.0f);
+    std::vector<float> y(static_cast<std::size_t>(rows), NAN), seq(y.size(), NAN);
+    gemm_quant_few_rows(Isa::avx512_bf16, RowWalk::interleaved, x.data(), 1, cols, m, 0, rows, y.data(), rows);
+    gemm_quant_few_rows(Isa::avx512_bf16, RowWalk::sequential, x.data(), 1, cols, m, 0, rows, seq.data(), rows);
+    ASSERT_EQ(std::memcmp(y.data(), seq.data(), 4 * y.size()), 0);
+    std::vector<double> want, scale;
+    reference(m, x.data(), want, scale);
+    for (std::int64_t r = 0; r < rows; ++r)
+      EXPECT_NEAR(y[r], want[r], 1e-5 * scale[r]) << quant::ggml_type_name(type) << " row " << r;
+  }
 }
 
 // Both sides of the few-token threshold through the public entry point, on

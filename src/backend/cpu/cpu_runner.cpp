@@ -13,7 +13,7 @@
 #include "backend/cpu/matmul.hpp"
 #include "backend/cpu/matmul_quant.hpp"
 #include "backend/cpu/ops.hpp"
-#include "backend/cpu/row_walk.hpp"
+#include "backend/cpu/decode_kernel.hpp"
 #include "backend/cpu/weight_buffer.hpp"
 #include "backend/packed_weights.hpp"
 #include "dist/communicator.hpp"
@@ -221,7 +221,7 @@ class CpuRunner final : public ModelRunner {
     }
     for (std::int64_t h = 0; h < plan.q_heads; ++h) kv_of_q_.push_back(plan.kv_of_q(h, cfg));
     // How the decode kernels walk each weight type's rows is measured on first
-    // use (row_walk.hpp, ~70 ms a type): at load, not in the first request.
+    // use (decode_kernel.hpp, ~70 ms a type): at load, not in the first request.
     auto measure_walks = [](const Stack& stack) {
       for (const Matrix& m : stack) row_walk(m.quantized ? m.q.type : quant::GgmlType::bf16);
     };

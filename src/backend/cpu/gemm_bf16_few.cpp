@@ -152,7 +152,7 @@ NEURON_AVX512 void block_avx512(const std::uint16_t* w, std::int64_t ldw, std::i
   for (std::int64_t c = 0; c < body; c += 32) {
     // One cache line of each row a step: the hardware prefetcher alone does
     // not keep four row streams per thread fed (see gemv_bf16). A lone row
-    // (the sequential walk, row_walk.hpp) is the hardware prefetcher's.
+    // (the sequential walk, decode_kernel.hpp) is the hardware prefetcher's.
     if constexpr (R > 1)
       for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(w + r * ldw + c + kPrefetch), _MM_HINT_T0);
     columns_avx512<R, T>(acc, w + c, ldw, ~__mmask32{0}, x + c, ldx);

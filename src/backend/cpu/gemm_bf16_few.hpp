@@ -12,7 +12,7 @@
 #include <cstdint>
 
 #include "backend/cpu/isa.hpp"
-#include "backend/cpu/row_walk.hpp"
+#include "backend/cpu/decode_kernel.hpp"
 
 namespace neuron::backend::cpu {
 
@@ -26,7 +26,7 @@ inline constexpr std::int64_t kFewTokensMax = 40;
 void gemm_bf16_few(const float* x, std::int64_t n, std::int64_t in, std::int64_t ldx, const std::uint16_t* w,
                    std::int64_t out, float* y, std::int64_t ldy);
 
-// The same on the calling thread with the given kernel and walk (row_walk.hpp:
+// The same on the calling thread with the given kernel and walk (decode_kernel.hpp:
 // blocks of four rows, or one; the same sums either way), for rows [0, rows)
 // of W (row r at w + r * ldw); y's column r is W's row r. `isa` must be supported.
 void gemm_bf16_few_rows(Isa isa, RowWalk walk, const float* x, std::int64_t n, std::int64_t in, std::int64_t ldx,

@@ -4,11 +4,13 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <bit>
 #include <utility>
 
 #include "backend/cpu/simd.hpp"
 #include "backend/cpu/chunk_pool.hpp"
 #include "quant/dequantize.hpp"
+#include "tensor/dtype.hpp"
 #include "util/error.hpp"
 
 namespace neuron::backend::cpu {
@@ -171,7 +173,7 @@ struct Q6_K : Q6_KScales {
 // Every cache line of the block at `block`. The kernels pass the same block
 // of the row R rows below: the next row block's, one block pass ahead (a
 // fixed 1 KiB ahead left Q8_0 decode 25% slower); in the sequential walk
-// (row_walk.hpp, R = 1) the next row's, which on Zen 4 still beat none
+// (decode_kernel.hpp, R = 1) the next row's, which on Zen 4 still beat none
 // (Q4_K decode 27.2 against 25.3 tok/s, 2026-12-04).
 template <class Q>
 inline void prefetch_block(const std::byte* block) {
@@ -214,6 +216,122 @@ NEURON_AVX512 void block_kernel(const std::byte* rows, std::size_t row_bytes, st
   }
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) y[t * ldy + r] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+// ---- AVX-512 BF16: Q4_K and Q6_K a token at a time, quants times x's bf16 terms in pairs ----
+
+#define NEURON_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
+
+// Word i of the table is the bf16 of (i mod period) - offset: the centred
+// quants, small integers, exact in bf16.
+template <int Period, int Offset>
+constexpr std::array<std::uint16_t, 64> centred_bf16() {
+  std::array<std::uint16_t, 64> t{};
+  for (int i = 0; i < 64; ++i) t[i] = static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(static_cast<float>(i % Period - Offset)) >> 16);
+  return t;
+}
+alignas(64) constexpr std::array<std::uint16_t, 64> kQ4Words = centred_bf16<16, 8>();   // [64] bf16(q - 8) by any index with q in its low 4 bits
+alignas(64) constexpr std::array<std::uint16_t, 64> kQ6Words = centred_bf16<64, 32>();  // [64] bf16(q - 32)
+
+// acc += (q . hi + q . lo) * scale over 32 columns: q's 32 bf16 words meet
+// the two terms' pairs, a sub-block's sums start from zero and are scaled once.
+NEURON_AVX512_BF16 inline __m512 scaled_pairs(__m512 acc, __m512bh q, __m512bh hi, __m512bh lo, __m512 scale) {
+  return _mm512_fmadd_ps(_mm512_dpbf16_ps(_mm512_dpbf16_ps(_mm512_setzero_ps(), q, hi), q, lo), scale, acc);
+}
+
+NEURON_AVX512_BF16 inline __m512bh bf16_at(const std::uint16_t* p) {
+  return reinterpret_cast<__m512bh>(_mm512_loadu_si512(p));
+}
+
+// Row sums of R rows: acc[r][0] and [r][1] the even and odd sub-blocks (a
+// row never waits one FMA's latency per sub-block, and every R adds a row
+// in the same order: the walks' bits agree).
+NEURON_AVX512_BF16 inline float row_sum(__m512 even, __m512 odd, __m256 constant) {
+  return _mm512_reduce_add_ps(_mm512_add_ps(even, odd)) + hsum8(constant);
+}
+
+// Q4_K: w = (d sc_j) (q - 8) + (8 d sc_j - dmin m_j). A 32-byte load is two
+// sub-blocks (low nibbles, then high): widened to 32 words once, each
+// nibble is looked up by vpermw, which reads an index's low 5 bits (the
+// table repeats every 16, so the low nibble needs no mask, the high one a
+// shift). The constant terms meet x's sub-block sums, 8 at once.
+template <int R>
+NEURON_AVX512_BF16 void q4_k_pairs(const std::byte* rows, std::size_t row_bytes, std::int64_t cols,
+                                   const std::uint16_t* hi, const std::uint16_t* lo, const float* sums, float* y) {
+  const __m512i table = _mm512_load_si512(kQ4Words.data());
+  const __m256 eight = _mm256_set1_ps(8.0f);
+  __m512 acc[R][2];
+  __m256 constant[R];
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps(), constant[r] = _mm256_setzero_ps();
+  for (std::int64_t b = 0; b < cols / quant::kQK_K; ++b) {
+    Q4_KScales q[R];
+    const __m256 x_sums = _mm256_loadu_ps(sums + 8 * b);
+    for (int r = 0; r < R; ++r) {
+      const std::byte* block = rows + r * row_bytes + static_cast<std::size_t>(b) * quant::kQ4_KBytes;
+      prefetch_block<Q4_KScales>(block + R * row_bytes);
+      q[r].prepare(block);
+      const __m256 c = _mm256_fmsub_ps(eight, _mm256_loadu_ps(q[r].scale), _mm256_loadu_ps(q[r].min));  // [8] 8 d sc - dmin m
+      constant[r] = _mm256_fmadd_ps(c, x_sums, constant[r]);
+    }
+    const std::uint16_t* h = hi + b * quant::kQK_K;
+    const std::uint16_t* l = lo + b * quant::kQK_K;
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; ++g) {  // sub-blocks 2g (low nibbles) and 2g + 1 (high)
+      const __m512bh h0 = bf16_at(h + 64 * g), l0 = bf16_at(l + 64 * g);
+      const __m512bh h1 = bf16_at(h + 64 * g + 32), l1 = bf16_at(l + 64 * g + 32);
+      for (int r = 0; r < R; ++r) {
+        const __m512i bytes = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q[r].q + 32 * g)));
+        const auto q0 = reinterpret_cast<__m512bh>(_mm512_permutexvar_epi16(bytes, table));
+        const auto q1 = reinterpret_cast<__m512bh>(_mm512_permutexvar_epi16(_mm512_srli_epi16(bytes, 4), table));
+        acc[r][0] = scaled_pairs(acc[r][0], q0, h0, l0, _mm512_set1_ps(q[r].scale[2 * g]));
+        acc[r][1] = scaled_pairs(acc[r][1], q1, h1, l1, _mm512_set1_ps(q[r].scale[2 * g + 1]));
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) y[r] = row_sum(acc[r][0], acc[r][1], constant[r]);
+}
+
+// Q6_K: w = (d sc_k) (q - 32), a scale per 16 columns. Q6_K::prepare lays
+// the 6-bit quants out as bytes in column order; 32 of them widen to words
+// and vpermt2w looks up q - 32 in two 32-word tables (index bit 5 picks
+// the table). A chunk's 16 pair sums are its two 16-column groups' halves.
+template <int R>
+NEURON_AVX512_BF16 void q6_k_pairs(const std::byte* rows, std::size_t row_bytes, std::int64_t cols,
+                                   const std::uint16_t* hi, const std::uint16_t* lo, const float*, float* y) {
+  const __m512i low = _mm512_load_si512(kQ6Words.data()), high = _mm512_load_si512(kQ6Words.data() + 32);
+  __m512 acc[R][2];
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  for (std::int64_t b = 0; b < cols / quant::kQK_K; ++b) {
+    Q6_K q[R];
+    for (int r = 0; r < R; ++r) {
+      const std::byte* block = rows + r * row_bytes + static_cast<std::size_t>(b) * quant::kQ6_KBytes;
+      prefetch_block<Q6_K>(block + R * row_bytes);
+      q[r].prepare(block);
+    }
+    const std::uint16_t* h = hi + b * quant::kQK_K;
+    const std::uint16_t* l = lo + b * quant::kQK_K;
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {  // columns [32 i, 32 i + 32)
+      const __m512bh hx = bf16_at(h + 32 * i), lx = bf16_at(l + 32 * i);
+      for (int r = 0; r < R; ++r) {
+        const __m512i bytes = _mm512_cvtepu8_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(q[r].q6 + 32 * i)));
+        const auto w = reinterpret_cast<__m512bh>(_mm512_permutex2var_epi16(low, bytes, high));
+        const __m512 scale = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(q[r].scale[2 * i]), _mm512_set1_ps(q[r].scale[2 * i + 1]));
+        acc[r][i & 1] = scaled_pairs(acc[r][i & 1], w, hx, lx, scale);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) y[r] = row_sum(acc[r][0], acc[r][1], _mm256_setzero_ps());
+}
+
+using PairFn = void (*)(const std::byte*, std::size_t, std::int64_t, const std::uint16_t*, const std::uint16_t*,
+                        const float*, float*);
+
+// fn[r - 1]: the pair kernel for r rows of `type` (Q4_K or Q6_K).
+const std::array<PairFn, kRowBlock>& pair_table(GgmlType type) {
+  static constexpr std::array<PairFn, kRowBlock> q4{&q4_k_pairs<1>, &q4_k_pairs<2>, &q4_k_pairs<3>, &q4_k_pairs<4>};
+  static constexpr std::array<PairFn, kRowBlock> q6{&q6_k_pairs<1>, &q6_k_pairs<2>, &q6_k_pairs<3>, &q6_k_pairs<4>};
+  return type == GgmlType::q4_k ? q4 : q6;
 }
 
 // ---- AVX2: the same formats 16 columns at a time, two rows per block (16 registers) ----
@@ -343,32 +461,84 @@ bool gemm_quant_few_supported(Isa isa, quant::GgmlType type) noexcept {
          (type == GgmlType::q8_0 || type == GgmlType::q4_k || type == GgmlType::q6_k);
 }
 
-void gemm_quant_few_rows(Isa isa, RowWalk walk, const float* x, std::int64_t n, std::int64_t ldx, const QuantMatrix& w,
-                         std::int64_t r0, std::int64_t r1, float* y, std::int64_t ldy) {
+bool gemm_quant_few_bf16_pairs(Isa isa, quant::GgmlType type) noexcept {
+  return isa == Isa::avx512_bf16 && (type == GgmlType::q4_k || type == GgmlType::q6_k);
+}
+
+QuantOperand::QuantOperand(Isa isa, quant::GgmlType type, const float* x, std::int64_t n, std::int64_t ldx,
+                           std::int64_t cols)
+    : x_(x), n_(n), ldx_(ldx), cols_(cols) {
+  if (!gemm_quant_few_bf16_pairs(isa, type) || n <= 0) return;
+  const auto size = static_cast<std::size_t>(n * cols);
+  hi_.resize(size);
+  lo_.resize(size);
+  sums_.resize(static_cast<std::size_t>(n * (cols / 32)));
+  for (std::int64_t t = 0; t < n; ++t) {
+    const float* xt = x + t * ldx;
+    std::uint16_t* h = hi_.data() + t * cols;
+    std::uint16_t* l = lo_.data() + t * cols;
+    for (std::int64_t c = 0; c < cols; ++c) {
+      h[c] = f32_to_bf16(xt[c]);
+      l[c] = f32_to_bf16(xt[c] - bf16_to_f32(h[c]));
+    }
+    for (std::int64_t j = 0; j < cols / 32; ++j) {
+      float sum = 0.0f;
+      for (std::int64_t c = 0; c < 32; ++c) sum += xt[32 * j + c];
+      sums_[static_cast<std::size_t>(t * (cols / 32) + j)] = sum;
+    }
+  }
+}
+
+void gemm_quant_few_rows(Isa isa, RowWalk walk, const QuantOperand& x, const QuantMatrix& w, std::int64_t r0,
+                         std::int64_t r1, float* y, std::int64_t ldy) {
   NEURON_ASSERT(gemm_quant_few_supported(isa, w.type));
-  const Kernels& fn = table(isa, w.type);
   const std::int64_t group = walk == RowWalk::sequential ? 1 : isa == Isa::avx2 ? kRowBlockAvx2 : kRowBlock;
+  if (gemm_quant_few_bf16_pairs(isa, w.type)) {
+    NEURON_ASSERT(x.pairs() || x.tokens() == 0);  // operand prepared for this kernel
+    const auto& fn = pair_table(w.type);
+    for (std::int64_t t = 0; t < x.tokens(); ++t)
+      for (std::int64_t r = r0; r < r1; r += group) {
+        const std::int64_t rr = std::min<std::int64_t>(group, r1 - r);
+        fn[rr - 1](w.data.data() + static_cast<std::size_t>(r) * w.row_bytes, w.row_bytes, w.cols, x.hi(t), x.lo(t),
+                   x.sums(t), y + t * ldy + r);
+      }
+    return;
+  }
+  const Kernels& fn = table(isa, w.type);
   for (std::int64_t r = r0; r < r1; r += group) {
     const std::int64_t rr = std::min<std::int64_t>(group, r1 - r);
     const std::byte* rows = w.data.data() + static_cast<std::size_t>(r) * w.row_bytes;
-    for (std::int64_t t = 0; t < n; t += kTokenTile) {
-      const std::int64_t tt = std::min<std::int64_t>(kTokenTile, n - t);
-      fn[rr - 1][tt - 1](rows, w.row_bytes, w.cols, x + t * ldx, ldx, y + t * ldy + r, ldy);
+    for (std::int64_t t = 0; t < x.tokens(); t += kTokenTile) {
+      const std::int64_t tt = std::min<std::int64_t>(kTokenTile, x.tokens() - t);
+      fn[rr - 1][tt - 1](rows, w.row_bytes, w.cols, x.f32() + t * x.ldx(), x.ldx(), y + t * ldy + r, ldy);
     }
   }
+}
+
+void gemm_quant_few_rows(Isa isa, RowWalk walk, const float* x, std::int64_t n, std::int64_t ldx, const QuantMatrix& w,
+                         std::int64_t r0, std::int64_t r1, float* y, std::int64_t ldy) {
+  gemm_quant_few_rows(isa, walk, QuantOperand(isa, w.type, x, n, ldx, w.cols), w, r0, r1, y, ldy);
 }
 
 void gemm_quant_few(Isa isa, const float* x, std::int64_t n, std::int64_t ldx, const QuantMatrix& w, float* y,
                     std::int64_t ldy) {
   if (n <= 0 || w.rows <= 0) return;
-  const RowWalk walk = row_walk(w.type, n);
+  RowWalk walk = row_walk(w.type, n);
+  if (n == 1 && isa == selected_isa()) {
+    const DecodeKernel k = decode_kernel(w.type);
+    walk = k.walk;
+    isa = k.isa;
+  } else if (gemm_quant_few_bf16_pairs(isa, w.type)) {
+    isa = Isa::avx512;  // several tokens share each dequantized weight in the f32 kernels
+  }
+  const QuantOperand operand(isa, w.type, x, n, ldx, w.cols);
   const std::int64_t chunk_rows =
       ChunkPool::shared().chunk_rows(w.rows, static_cast<std::int64_t>(w.row_bytes), kRowBlock);
   const std::int64_t chunks = (w.rows + chunk_rows - 1) / chunk_rows;
-  if (chunks == 1) return gemm_quant_few_rows(isa, walk, x, n, ldx, w, 0, w.rows, y, ldy);
+  if (chunks == 1) return gemm_quant_few_rows(isa, walk, operand, w, 0, w.rows, y, ldy);
   ChunkPool::shared().run(chunks, [&](std::int64_t c) {
     const std::int64_t r0 = c * chunk_rows;
-    gemm_quant_few_rows(isa, walk, x, n, ldx, w, r0, std::min(w.rows, r0 + chunk_rows), y, ldy);
+    gemm_quant_few_rows(isa, walk, operand, w, r0, std::min(w.rows, r0 + chunk_rows), y, ldy);
   });
 }
 

@@ -11,11 +11,21 @@
 // x), so the result is a dequantize-then-f32 product up to summation order.
 // AVX-512 (4 rows, 32 columns a step) and AVX2 + FMA + F16C (2 rows, 16
 // columns); matmul_quant keeps its other paths for the scalar CPU and types.
+//
+// With Isa::avx512_bf16, Q4_K and Q6_K take the bf16-pair kernels instead,
+// a token at a time: each quant (Q4_K's q - 8, Q6_K's q - 32: integers
+// below 33 in magnitude, exact in bf16) meets x's hi and lo bf16 terms in
+// vdpbf16ps, a sub-block's 32 sums scaled by one FMA, and Q4_K's constant
+// term (8 d sc - dmin m) meets the sub-block's sum of x. The f32 kernels
+// spend a conversion and an FMA on every 16 weights, these two dot
+// instructions on 32 and a scale on the sub-block (decode_kernel.hpp
+// measures which is faster). Every other type takes the AVX-512 kernels.
 #include <cstdint>
+#include <vector>
 
 #include "backend/cpu/isa.hpp"
 #include "backend/cpu/matmul_quant.hpp"
-#include "backend/cpu/row_walk.hpp"
+#include "backend/cpu/decode_kernel.hpp"
 #include "quant/ggml_type.hpp"
 
 namespace neuron::backend::cpu {
@@ -23,15 +33,50 @@ namespace neuron::backend::cpu {
 // This kernel handles `type` with `isa` (any but scalar; Q8_0, Q4_K, Q6_K).
 bool gemm_quant_few_supported(Isa isa, quant::GgmlType type) noexcept;
 
+// `isa` multiplies `type` in bf16 pairs (avx512_bf16 and Q4_K or Q6_K).
+bool gemm_quant_few_bf16_pairs(Isa isa, quant::GgmlType type) noexcept;
+
+// The activations of one product as the kernels read them, prepared once
+// per product (not per row chunk): x itself, and where the kernel takes bf16
+// pairs each token split into hi + lo bf16 terms (x - hi - lo below
+// 2^-17 |x|) and each 32 columns' f32 sum.
+class QuantOperand {
+ public:
+  // x: [n, cols] f32 (row stride ldx), kept by pointer (it must outlive the operand).
+  QuantOperand(Isa isa, quant::GgmlType type, const float* x, std::int64_t n, std::int64_t ldx, std::int64_t cols);
+
+  const float* f32() const noexcept { return x_; }
+  std::int64_t tokens() const noexcept { return n_; }
+  std::int64_t ldx() const noexcept { return ldx_; }
+  bool pairs() const noexcept { return !hi_.empty(); }
+  // Token t's terms [cols] and sums [cols / 32]; only when pairs().
+  const std::uint16_t* hi(std::int64_t t) const noexcept { return hi_.data() + t * cols_; }
+  const std::uint16_t* lo(std::int64_t t) const noexcept { return lo_.data() + t * cols_; }
+  const float* sums(std::int64_t t) const noexcept { return sums_.data() + t * (cols_ / 32); }
+
+ private:
+  const float* x_;
+  std::int64_t n_, ldx_, cols_;
+  std::vector<std::uint16_t> hi_, lo_;  // [n, cols] bf16
+  std::vector<float> sums_;             // [n, cols / 32]
+};
+
 // x: [n, w.cols] f32 (row stride ldx), y: [n, w.rows] f32 (row stride ldy).
-// Rows split in chunks over ChunkPool::shared() and walked as row_walk(w.type, n) says;
+// Rows split in chunks over ChunkPool::shared(); one token runs
+// decode_kernel(w.type)'s walk and kernel when `isa` is selected_isa(), more
+// tokens row_walk(w.type, n) and the f32 kernels (bf16 pairs would redo the
+// products for each token where the f32 kernels share a dequantized weight).
 // `isa` must be supported for w.type.
 void gemm_quant_few(Isa isa, const float* x, std::int64_t n, std::int64_t ldx, const QuantMatrix& w, float* y,
                     std::int64_t ldy);
 
-// Rows [r0, r1) of the same product on the calling thread, walked as `walk`
-// says (row_walk.hpp: blocks of four rows (two with AVX2), or one; the same
-// sums either way). Tests compare it with the reference.
+// Rows [r0, r1) of the same product on the calling thread with `isa`'s
+// kernel, walked as `walk` says (decode_kernel.hpp: blocks of four rows (two
+// with AVX2), or one; the same sums either way). `x` must be prepared for
+// `isa` and w.type. Tests compare it with the reference.
+void gemm_quant_few_rows(Isa isa, RowWalk walk, const QuantOperand& x, const QuantMatrix& w, std::int64_t r0,
+                         std::int64_t r1, float* y, std::int64_t ldy);
+// The same with the operand prepared for this call.
 void gemm_quant_few_rows(Isa isa, RowWalk walk, const float* x, std::int64_t n, std::int64_t ldx, const QuantMatrix& w,
                          std::int64_t r0, std::int64_t r1, float* y, std::int64_t ldy);
 

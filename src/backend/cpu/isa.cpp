@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <optional>
 #include <string_view>
 
 #include <spdlog/spdlog.h>
@@ -46,7 +47,8 @@ bool isa_supported(Isa isa) noexcept {
 namespace {
 constexpr Isa kAll[] = {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512_bf16};
 
-Isa choose() {
+// The ISA NEURON_CPU_ISA names, when it names one this CPU supports.
+std::optional<Isa> forced_isa() {
   if (const char* forced = std::getenv("NEURON_CPU_ISA"); forced && *forced) {
     bool known = false;
     for (Isa isa : kAll) {
@@ -57,6 +59,11 @@ Isa choose() {
     }
     if (!known) spdlog::warn("NEURON_CPU_ISA={} is unknown (scalar, avx2, avx512, avx512_bf16); choosing automatically", forced);
   }
+  return std::nullopt;
+}
+
+Isa choose() {
+  if (const std::optional<Isa> forced = forced_isa()) return *forced;
   for (Isa isa : {Isa::avx512, Isa::avx2})
     if (isa_supported(isa)) return isa;
   return Isa::scalar;
@@ -66,6 +73,11 @@ Isa choose() {
 Isa selected_isa() {
   static const Isa isa = choose();
   return isa;
+}
+
+bool isa_forced() {
+  static const bool forced = forced_isa().has_value();
+  return forced;
 }
 
 namespace {

@@ -18,8 +18,13 @@ bool isa_supported(Isa isa) noexcept;          // this CPU can run it
 // (benchmarks and tests compare variants), else avx512 > avx2 > scalar.
 // avx512_bf16 is opt-in: its operand split gives ~1e-6 relative error per
 // product instead of f32's exact products, and it is no faster, because
-// decode is memory-bound (bench/CPU.md).
+// decode is memory-bound (bench/CPU.md). The quantized decode kernels
+// are another matter (decode_kernel.hpp): they may measure avx512_bf16's.
 Isa selected_isa();
+
+// NEURON_CPU_ISA named a supported ISA: selected_isa() is forced, and the
+// decode kernels do not measure others.
+bool isa_forced();
 
 // Intel AMX with BF16 tiles (Sapphire Rapids and later), and the kernel has
 // granted this process the tile state: multi-token bf16 products (prefill)

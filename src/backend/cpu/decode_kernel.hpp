@@ -1,7 +1,8 @@
 #pragma once
-// How the decode kernels (gemv_bf16, gemm_bf16_few, gemm_quant_few) walk W's
-// rows on this CPU: measured once per process and weight type, not assumed
-// per vendor.
+// How the decode kernels (gemv_bf16, gemm_bf16_few, gemm_quant_few) run on
+// this CPU: how they walk W's rows and, for the quantized types, which
+// dot-product instructions they multiply with. Measured once per process and
+// weight type, not assumed per vendor.
 //
 // A decode product streams W from memory once, and a core reaches the memory
 // system's speed only with enough misses in flight and little enough
@@ -18,9 +19,19 @@
 // The walks give bit-identical products: every row's sum is accumulated in
 // the same order either way, so which one a process picks never changes a
 // token.
+//
+// The instructions: on a CPU with AVX-512 BF16 a one-token Q4_K or Q6_K
+// product can multiply its quants (small integers, exact in bf16) by x's two
+// bf16 terms with vdpbf16ps, 32 products an instruction, where the f32
+// kernels convert each quant to f32 and spend an FMA on 16 (gemm_quant_few.hpp;
+// both within 1e-5 of the dequantize-then-f32 product, not bit-equal to each
+// other). Which is faster depends on the core (Zen 4 runs 512-bit operations
+// as two halves), so the same first product times both kinds with both walks
+// and keeps the fastest; NEURON_CPU_ISA=avx512 forces the f32 kernels.
 #include <cstdint>
 #include <string_view>
 
+#include "backend/cpu/isa.hpp"
 #include "quant/ggml_type.hpp"
 
 namespace neuron::backend::cpu {
@@ -32,9 +43,19 @@ enum class RowWalk {
 
 std::string_view row_walk_name(RowWalk walk) noexcept;  // "interleaved", "sequential"
 
-// This process's walk for one token of W in `type` (bf16, or a type
-// gemm_quant_few takes; any other is interleaved). The first call for a type
-// measures it; thread-safe.
+// A one-token product's kernel: its walk and the ISA its kernel is picked
+// by (gemm_quant_few's table; for bf16 weights always selected_isa()).
+struct DecodeKernel {
+  RowWalk walk = RowWalk::interleaved;
+  Isa isa = Isa::scalar;
+};
+
+// This process's kernel for one token of W in `type` (bf16, or a type
+// gemm_quant_few takes; any other: interleaved, selected_isa()). The first
+// call for a type measures it; thread-safe.
+DecodeKernel decode_kernel(quant::GgmlType type);
+
+// decode_kernel(type).walk.
 RowWalk row_walk(quant::GgmlType type);
 
 // The walk for a product of `tokens` tokens: row_walk(type) below a full
