@@ -70,13 +70,15 @@ DecodeKernel fastest(GgmlType type, std::size_t bytes, const std::vector<DecodeK
   return candidates[pick];
 }
 
-// Both walks of each kernel for W in `type` under `isa`: for Q4_K and Q6_K
-// on an AVX-512 BF16 CPU (unless NEURON_CPU_ISA forces one) the f32
-// kernels, then the bf16-pair ones.
+// Both walks of each kernel for W in `type` under `isa`: on an AVX-512 BF16
+// CPU (unless NEURON_CPU_ISA forces one) for bf16, Q4_K and Q6_K the f32
+// kernels, then the vdpbf16ps ones (x in two bf16 terms; for bf16 weights
+// gemv_bf16's avx512_bf16 kernel, for Q4_K and Q6_K the pair kernels).
 std::vector<DecodeKernel> candidates(Isa isa, GgmlType type) {
   std::vector<DecodeKernel> out;
   const bool pairs = (isa == Isa::avx512_bf16 || (isa == Isa::avx512 && !isa_forced())) &&
-                     isa_supported(Isa::avx512_bf16) && gemm_quant_few_bf16_pairs(Isa::avx512_bf16, type);
+                     isa_supported(Isa::avx512_bf16) &&
+                     (type == GgmlType::bf16 || gemm_quant_few_bf16_pairs(Isa::avx512_bf16, type));
   for (Isa k : pairs ? std::vector<Isa>{Isa::avx512, Isa::avx512_bf16} : std::vector<Isa>{isa})
     for (RowWalk walk : {RowWalk::interleaved, RowWalk::sequential}) out.push_back({walk, k});
   return out;
@@ -91,9 +93,9 @@ DecodeKernel measure(GgmlType type) {
     const auto rows = static_cast<std::int64_t>(bytes / (2 * kCols));
     std::vector<std::uint16_t> w(static_cast<std::size_t>(rows * kCols), 0x3f80);  // [rows, kCols] bf16 1.0
     std::vector<float> y(static_cast<std::size_t>(rows));                          // [rows]
-    const GemvOperand operand(isa, x.data(), kCols);
+    const GemvOperand f32(Isa::avx512, x.data(), kCols), pairs(Isa::avx512_bf16, x.data(), kCols);
     return fastest(type, w.size() * 2, candidates(isa, type), [&](const DecodeKernel& k) {
-      gemv_bf16_rows(isa, w.data(), kCols, rows, operand, y.data(), k.walk);
+      gemv_bf16_rows(k.isa, w.data(), kCols, rows, k.isa == Isa::avx512_bf16 ? pairs : f32, y.data(), k.walk);
     });
   }
   if (!gemm_quant_few_supported(isa, type)) return {RowWalk::interleaved, isa};

@@ -20,14 +20,15 @@
 // the same order either way, so which one a process picks never changes a
 // token.
 //
-// The instructions: on a CPU with AVX-512 BF16 a one-token Q4_K or Q6_K
-// product can multiply its quants (small integers, exact in bf16) by x's two
-// bf16 terms with vdpbf16ps, 32 products an instruction, where the f32
-// kernels convert each quant to f32 and spend an FMA on 16 (gemm_quant_few.hpp;
-// both within 1e-5 of the dequantize-then-f32 product, not bit-equal to each
-// other). Which is faster depends on the core (Zen 4 runs 512-bit operations
-// as two halves), so the same first product times both kinds with both walks
-// and keeps the fastest; NEURON_CPU_ISA=avx512 forces the f32 kernels.
+// The instructions: on a CPU with AVX-512 BF16 a one-token product can
+// multiply W (bf16 weights, or Q4_K / Q6_K quants: small integers, exact in
+// bf16) by x's two bf16 terms with vdpbf16ps, 32 products an instruction,
+// where the f32 kernels widen or convert each weight to f32 and spend an FMA
+// on 16 (gemv_bf16.hpp, gemm_quant_few.hpp; both within 1e-5 of the f32
+// product, not bit-equal to each other). Which is faster depends on the core
+// (Zen 4 runs 512-bit operations as two halves), so the same first product
+// times both kinds with both walks and keeps the fastest;
+// NEURON_CPU_ISA=avx512 forces the f32 kernels.
 #include <cstdint>
 #include <string_view>
 
@@ -43,8 +44,7 @@ enum class RowWalk {
 
 std::string_view row_walk_name(RowWalk walk) noexcept;  // "interleaved", "sequential"
 
-// A one-token product's kernel: its walk and the ISA its kernel is picked
-// by (gemm_quant_few's table; for bf16 weights always selected_isa()).
+// A one-token product's kernel: its walk and the ISA its kernel is picked by.
 struct DecodeKernel {
   RowWalk walk = RowWalk::interleaved;
   Isa isa = Isa::scalar;

@@ -206,8 +206,7 @@ void gemv_bf16_rows(Isa isa, const std::uint16_t* w, std::int64_t ld, std::int64
 }
 
 void gemv_bf16(const std::uint16_t* w, std::int64_t rows, std::int64_t cols, const float* x, float* y) {
-  const Isa isa = selected_isa();
-  const RowWalk walk = row_walk(quant::GgmlType::bf16);
+  const auto [walk, isa] = decode_kernel(quant::GgmlType::bf16);
   const GemvOperand operand(isa, x, cols);
   // Below ~2 MiB of weights, waking a second thread costs more than it saves.
   if (rows * cols < (std::int64_t{1} << 20)) return gemv_bf16_rows(isa, w, cols, rows, operand, y, walk);

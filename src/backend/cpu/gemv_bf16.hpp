@@ -38,7 +38,7 @@ class GemvOperand {
 void gemv_bf16_rows(Isa isa, const std::uint16_t* w, std::int64_t ld, std::int64_t rows, const GemvOperand& x,
                     float* y, RowWalk walk);
 
-// The whole product with the runner's kernel and row_walk(bf16), rows split in chunks over ChunkPool::shared().
+// The whole product with decode_kernel(bf16)'s kernel and walk, rows split in chunks over ChunkPool::shared().
 void gemv_bf16(const std::uint16_t* w, std::int64_t rows, std::int64_t cols, const float* x, float* y);
 
 }  // namespace neuron::backend::cpu

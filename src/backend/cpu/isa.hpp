@@ -16,10 +16,10 @@ std::string_view isa_name(Isa isa) noexcept;  // "scalar", "avx2", "avx512", "av
 bool isa_supported(Isa isa) noexcept;          // this CPU can run it
 // The kernel the runner uses: NEURON_CPU_ISA=<name> when set and supported
 // (benchmarks and tests compare variants), else avx512 > avx2 > scalar.
-// avx512_bf16 is opt-in: its operand split gives ~1e-6 relative error per
-// product instead of f32's exact products, and it is no faster, because
-// decode is memory-bound (bench/CPU.md). The quantized decode kernels
-// are another matter (decode_kernel.hpp): they may measure avx512_bf16's.
+// avx512_bf16 is never chosen here: its operand split gives ~1e-6 relative
+// error per product instead of f32's exact products. The one-token decode
+// kernels measure it against avx512 where the CPU has it (decode_kernel.hpp)
+// and take it where it is faster.
 Isa selected_isa();
 
 // NEURON_CPU_ISA named a supported ISA: selected_isa() is forced, and the
