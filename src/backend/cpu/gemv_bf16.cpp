@@ -206,7 +206,9 @@ void gemv_bf16_rows(Isa isa, const std::uint16_t* w, std::int64_t ld, std::int64
 }
 
 void gemv_bf16(const std::uint16_t* w, std::int64_t rows, std::int64_t cols, const float* x, float* y) {
-  const auto [walk, isa] = decode_kernel(quant::GgmlType::bf16);
+  const DecodeKernel kernel = decode_kernel(quant::GgmlType::bf16);
+  const Isa isa = kernel.isa;  // (not structured bindings: lambdas capture them only from clang 16)
+  const RowWalk walk = kernel.walk;
   const GemvOperand operand(isa, x, cols);
   // Below ~2 MiB of weights, waking a second thread costs more than it saves.
   if (rows * cols < (std::int64_t{1} << 20)) return gemv_bf16_rows(isa, w, cols, rows, operand, y, walk);
