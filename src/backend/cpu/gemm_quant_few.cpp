@@ -10,7 +10,6 @@
 #include "backend/cpu/simd.hpp"
 #include "backend/cpu/chunk_pool.hpp"
 #include "quant/dequantize.hpp"
-#include "tensor/dtype.hpp"
 #include "util/error.hpp"
 
 namespace neuron::backend::cpu {
@@ -475,12 +474,7 @@ QuantOperand::QuantOperand(Isa isa, quant::GgmlType type, const float* x, std::i
   sums_.resize(static_cast<std::size_t>(n * (cols / 32)));
   for (std::int64_t t = 0; t < n; ++t) {
     const float* xt = x + t * ldx;
-    std::uint16_t* h = hi_.data() + t * cols;
-    std::uint16_t* l = lo_.data() + t * cols;
-    for (std::int64_t c = 0; c < cols; ++c) {
-      h[c] = f32_to_bf16(xt[c]);
-      l[c] = f32_to_bf16(xt[c] - bf16_to_f32(h[c]));
-    }
+    split_bf16_terms(xt, cols, hi_.data() + t * cols, lo_.data() + t * cols);
     for (std::int64_t j = 0; j < cols / 32; ++j) {
       float sum = 0.0f;
       for (std::int64_t c = 0; c < 32; ++c) sum += xt[32 * j + c];

@@ -13,10 +13,7 @@ GemvOperand::GemvOperand(Isa isa, const float* x, std::int64_t n) : x_(x), n_(n)
   if (isa != Isa::avx512_bf16) return;
   hi_.resize(static_cast<std::size_t>(n));
   lo_.resize(static_cast<std::size_t>(n));
-  for (std::int64_t i = 0; i < n; ++i) {
-    hi_[i] = f32_to_bf16(x[i]);
-    lo_[i] = f32_to_bf16(x[i] - bf16_to_f32(hi_[i]));
-  }
+  split_bf16_terms(x, n, hi_.data(), lo_.data());
 }
 
 namespace {

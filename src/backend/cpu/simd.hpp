@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "tensor/dtype.hpp"
+
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -25,6 +27,16 @@ __attribute__((target("avx2,fma"))) inline float hsum8(__m256 v) {
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
+}
+
+// x = hi + lo + r with hi = bf16(x) and lo = bf16(x - hi), |r| below
+// 2^-17 |x|: the two bf16 terms the vdpbf16ps kernels multiply x by.
+// x, hi, lo: [n].
+inline void split_bf16_terms(const float* x, std::int64_t n, std::uint16_t* hi, std::uint16_t* lo) noexcept {
+  for (std::int64_t i = 0; i < n; ++i) {
+    hi[i] = f32_to_bf16(x[i]);
+    lo[i] = f32_to_bf16(x[i] - bf16_to_f32(hi[i]));
+  }
 }
 
 // An f16 at any alignment (a GGUF block's scale) as f32.
