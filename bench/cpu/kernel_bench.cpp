@@ -1,11 +1,12 @@
 // The CPU decode kernels on one thread, as weights a second (the
 // "items_per_second" counter): each quantized type with every kernel this
-// CPU runs (isa), both row walks, over rows that stay in L2 (256 x 1024)
+// CPU runs (isa, and int8 activations for Q4_K and Q6_K), both row walks, over rows that stay in L2 (256 x 1024)
 // and rows streamed from memory (96 MiB, past a 32 MiB L3), one token.
 //   cmake -B build -DNEURON_BENCH=ON && ninja -C build cpu_kernel_bench
 //   build/bench/cpu_kernel_bench --benchmark_min_time=0.5
 #include <benchmark/benchmark.h>
 
+#include <array>
 #include <cstring>
 #include <random>
 #include <string>
@@ -45,14 +46,17 @@ QuantMatrix make(quant::GgmlType type, std::int64_t rows) {
   return m;
 }
 
-void run(benchmark::State& state, quant::GgmlType type, Isa isa, RowWalk walk, std::int64_t rows) {
-  if (!gemm_quant_few_supported(isa, type)) return state.SkipWithError("kernel not supported on this CPU");
+// int8: the int8 kernels (NEURON_CPU_ACTIVATIONS=int8), `isa` then only names them.
+void run(benchmark::State& state, quant::GgmlType type, Isa isa, RowWalk walk, std::int64_t rows, bool int8) {
+  if (!gemm_quant_few_supported(isa, type) || (int8 && !gemm_quant_few_int8(type)))
+    return state.SkipWithError("kernel not supported on this CPU");
   const QuantMatrix m = make(type, rows);
   std::vector<float> x(kCols), y(static_cast<std::size_t>(rows));  // [kCols], [rows]
   std::mt19937 rng(2);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (auto& v : x) v = normal(rng);
-  const QuantOperand operand(isa, type, x.data(), 1, kCols, kCols);
+  const QuantOperand operand = int8 ? QuantOperand(Activations::int8, type, x.data(), 1, kCols, kCols)
+                                    : QuantOperand(isa, type, x.data(), 1, kCols, kCols);
   for (auto _ : state) {
     gemm_quant_few_rows(isa, walk, operand, m, 0, rows, y.data(), rows);
     benchmark::DoNotOptimize(y.data());
@@ -63,14 +67,18 @@ void run(benchmark::State& state, quant::GgmlType type, Isa isa, RowWalk walk, s
 
 const bool registered = [] {
   for (auto type : {quant::GgmlType::q8_0, quant::GgmlType::q4_k, quant::GgmlType::q6_k})
-    for (Isa isa : {Isa::avx2, Isa::avx512, Isa::avx512_bf16}) {
+    for (int kind = 0; kind < 4; ++kind) {  // avx2, avx512, avx512_bf16 (f32 x); int8 x
+      const bool int8 = kind == 3;
+      const Isa isa = int8 ? Isa::avx512 : std::array{Isa::avx2, Isa::avx512, Isa::avx512_bf16}[kind];
       if (isa == Isa::avx512_bf16 && !gemm_quant_few_bf16_pairs(isa, type)) continue;  // the avx512 kernel again
+      if (int8 && type == quant::GgmlType::q8_0) continue;
       for (RowWalk walk : {RowWalk::interleaved, RowWalk::sequential})
         for (const bool l2 : {true, false}) {
           const std::int64_t rows = l2 ? 256 : (std::int64_t{96} << 20) / static_cast<std::int64_t>(quant::row_bytes(type, kCols));
-          const std::string name = std::string(quant::ggml_type_name(type)) + "/" + std::string(isa_name(isa)) + "/" +
+          const std::string name = std::string(quant::ggml_type_name(type)) + "/" +
+                                   (int8 ? std::string("int8") : std::string(isa_name(isa))) + "/" +
                                    std::string(row_walk_name(walk)) + (l2 ? "/l2" : "/memory");
-          benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { run(s, type, isa, walk, rows); });
+          benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { run(s, type, isa, walk, rows, int8); });
         }
     }
   return true;

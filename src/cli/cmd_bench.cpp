@@ -28,6 +28,7 @@
 #include "backend/batch.hpp"
 #include "backend/cpu/isa.hpp"
 #include "backend/cpu/decode_kernel.hpp"
+#include "backend/cpu/gemm_quant_few.hpp"
 #include "backend/device.hpp"
 #include "backend/model_runner.hpp"
 #include "cli/command.hpp"
@@ -230,7 +231,10 @@ int run(const BenchArgs& a) {
     using backend::cpu::decode_kernel, backend::cpu::isa_name, backend::cpu::row_walk_name;
     const auto describe = [](quant::GgmlType type) {
       const auto k = decode_kernel(type);
-      return nlohmann::json{{"walk", row_walk_name(k.walk)}, {"isa", isa_name(k.isa)}};
+      const bool int8 = backend::cpu::cpu_activations() == backend::cpu::Activations::int8 &&
+                        backend::cpu::gemm_quant_few_int8(type);
+      return nlohmann::json{
+          {"walk", row_walk_name(k.walk)}, {"isa", isa_name(k.isa)}, {"activations", int8 ? "int8" : "f32"}};
     };
     out["decode_kernels"] = {{"bf16", describe(quant::GgmlType::bf16)}};
     if (ro.quantize) out["decode_kernels"][quant::ggml_type_name(*ro.quantize)] = describe(*ro.quantize);

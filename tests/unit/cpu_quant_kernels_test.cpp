@@ -166,6 +166,68 @@ TEST(QuantKernels, Bf16PairKernelsHoldTheBoundOnWideActivations) {
   }
 }
 
+// The int8 kernels (NEURON_CPU_ACTIVATIONS=int8; Q4_K and Q6_K on AVX-512
+// VNNI): the operand rounds each 256 columns to int8 within half a step
+// (d = max|x| / 127) and its sums of 16 are the rounded values' sums; the
+// products equal the dequantized W times that rounded x within 1e-5 of
+// sum |w x^|, on both walks alike, with row strides and several tokens.
+TEST(QuantKernels, Int8KernelsEqualTheProductWithRoundedActivations) {
+  if (!gemm_quant_few_int8(quant::GgmlType::q4_k)) GTEST_SKIP() << "no AVX-512 VNNI here";
+  std::mt19937 rng(10);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (auto type : {quant::GgmlType::q4_k, quant::GgmlType::q6_k}) {
+    const std::int64_t cols = 768, rows = 23, n = 3, ldx = cols + 5, ldy = rows + 2;
+    const QuantMatrix m = make(type, rows, cols, rng);
+    std::vector<float> x(static_cast<std::size_t>(n * ldx));
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = normal(rng) * (i % 131 == 0 ? 50.0f : 1.0f);
+    x[5] = 0.0f;
+    std::fill(x.begin() + ldx + 256, x.begin() + ldx + 512, 0.0f);  // an all-zero block
+    const QuantOperand operand(Activations::int8, type, x.data(), n, ldx, cols);
+    ASSERT_TRUE(operand.int8());
+    std::vector<float> y(static_cast<std::size_t>(n * ldy), -7.0f), seq(y.size(), -7.0f);
+    gemm_quant_few_rows(Isa::avx512, RowWalk::interleaved, operand, m, 0, rows, y.data(), ldy);
+    gemm_quant_few_rows(Isa::avx512, RowWalk::sequential, operand, m, 0, rows, seq.data(), ldy);
+    ASSERT_EQ(std::memcmp(y.data(), seq.data(), 4 * y.size()), 0) << quant::ggml_type_name(type);
+    for (std::int64_t t = 0; t < n; ++t) {
+      std::vector<float> rounded(static_cast<std::size_t>(cols));
+      for (std::int64_t c = 0; c < cols; ++c) {
+        const float d = operand.q8_scales(t)[c / 256];
+        rounded[c] = d * operand.q8(t)[c];
+        ASSERT_LE(std::abs(rounded[c] - x[t * ldx + c]), 0.5f * d * (1 + 1e-6f) + 1e-30f) << "column " << c;
+      }
+      for (std::int64_t k = 0; k < cols / 16; ++k) {
+        int sum = 0;
+        for (std::int64_t i = 0; i < 16; ++i) sum += operand.q8(t)[16 * k + i];
+        ASSERT_EQ(operand.q8_sums(t)[k], sum);
+      }
+      std::vector<double> want, scale, exact, exact_scale;
+      reference(m, rounded.data(), want, scale);
+      reference(m, x.data() + t * ldx, exact, exact_scale);
+      double worst = 0;  // against the f32 product: the rounding's cost, bounded loosely
+      for (std::int64_t r = 0; r < rows; ++r) {
+        ASSERT_NEAR(y[t * ldy + r], want[r], 1e-5 * scale[r]) << quant::ggml_type_name(type) << " token " << t << " row " << r;
+        worst = std::max(worst, std::abs(y[t * ldy + r] - exact[r]) / exact_scale[r]);
+        for (std::int64_t rr = rows; rr < ldy; ++rr) ASSERT_EQ(y[t * ldy + rr], -7.0f) << "wrote past the row";
+      }
+      EXPECT_LT(worst, 5e-2) << quant::ggml_type_name(type);
+      EXPECT_GT(worst, 1e-5) << "x was not rounded";
+    }
+  }
+}
+
+// A NaN or infinity in x makes the int8 products NaN, as the f32 ones are, not a value.
+TEST(QuantKernels, Int8KernelsPropagateNonFiniteActivations) {
+  if (!gemm_quant_few_int8(quant::GgmlType::q4_k)) GTEST_SKIP() << "no AVX-512 VNNI here";
+  std::mt19937 rng(11);
+  const QuantMatrix m = make(quant::GgmlType::q4_k, 5, 512, rng);
+  std::vector<float> x(512, 0.25f);
+  x[300] = INFINITY;
+  std::vector<float> y(5, 0.0f);
+  gemm_quant_few_rows(Isa::avx512, RowWalk::interleaved, QuantOperand(Activations::int8, m.type, x.data(), 1, 512, 512),
+                      m, 0, 5, y.data(), 5);
+  for (float v : y) EXPECT_TRUE(std::isnan(v));
+}
+
 // Both sides of the few-token threshold through the public entry point, on
 // enough rows that the work is split over the pool's threads.
 TEST(QuantKernels, MatmulAroundTheFewTokenThreshold) {

@@ -107,6 +107,14 @@ DecodeKernel measure(GgmlType type) {
   // Every byte 0x2c: quants of every kind, and each f16 scale 0x2c2c, an ordinary normal number.
   m.data.assign(static_cast<std::size_t>(m.rows) * m.row_bytes, std::byte{0x2c});  // [rows * row_bytes]
   std::vector<float> y(static_cast<std::size_t>(m.rows));                           // [rows]
+  if (cpu_activations() == Activations::int8 && gemm_quant_few_int8(type)) {  // the int8 kernels' walks
+    const QuantOperand operand(Activations::int8, type, x.data(), 1, kCols, kCols);
+    spdlog::info("cpu: {} decode kernels take int8 activations (NEURON_CPU_ACTIVATIONS)", quant::ggml_type_name(type));
+    return fastest(type, m.data.size(), {{RowWalk::interleaved, isa}, {RowWalk::sequential, isa}},
+                   [&](const DecodeKernel& k) {
+                     gemm_quant_few_rows(isa, k.walk, operand, m, 0, m.rows, y.data(), m.rows);
+                   });
+  }
   return fastest(type, m.data.size(), candidates(isa, type), [&](const DecodeKernel& k) {
     gemm_quant_few_rows(k.isa, k.walk, QuantOperand(k.isa, type, x.data(), 1, kCols, kCols), m, 0, m.rows, y.data(),
                         m.rows);

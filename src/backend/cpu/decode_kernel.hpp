@@ -28,7 +28,9 @@
 // product, not bit-equal to each other). Which is faster depends on the core
 // (Zen 4 runs 512-bit operations as two halves), so the same first product
 // times both kinds with both walks and keeps the fastest;
-// NEURON_CPU_ISA=avx512 forces the f32 kernels.
+// NEURON_CPU_ISA=avx512 forces the f32 kernels. With int8 activations
+// (NEURON_CPU_ACTIVATIONS=int8, gemm_quant_few.hpp) Q4_K and Q6_K time the
+// int8 kernels' two walks instead.
 #include <cstdint>
 #include <string_view>
 

@@ -5,7 +5,13 @@
 #include <array>
 #include <cstring>
 #include <bit>
+#include <cmath>
+#include <limits>
+#include <cstdlib>
+#include <string_view>
 #include <utility>
+
+#include <spdlog/spdlog.h>
 
 #include "backend/cpu/simd.hpp"
 #include "backend/cpu/chunk_pool.hpp"
@@ -22,19 +28,6 @@ using quant::GgmlType;
 
 constexpr int kRowBlock = 4;   // rows dequantized together (8 registers of weights)
 constexpr int kTokenTile = 4;  // tokens per pass (16 registers of accumulators)
-
-// The eight 6-bit scales and mins of a Q4_K super-block from its 12 packed
-// bytes, all at once with 32-bit masks and shifts (llama.cpp's unpacking of
-// the same layout); equal to quant::scale_min_k4(j) for j = 0..7.
-inline void unpack_k4_scales(const std::byte* packed, std::uint8_t (&sc)[8], std::uint8_t (&m)[8]) {
-  constexpr std::uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
-  std::uint32_t u[3];
-  std::memcpy(u, packed, 12);
-  const std::uint32_t scales[2] = {u[0] & kLow6, (u[2] & kLow4) | (((u[0] >> 6) & kLow2) << 4)};
-  const std::uint32_t mins[2] = {u[1] & kLow6, ((u[2] >> 4) & kLow4) | (((u[1] >> 6) & kLow2) << 4)};
-  std::memcpy(sc, scales, 8);
-  std::memcpy(m, mins, 8);
-}
 
 // A block format's in-register dequantization: prepare() reads a block's
 // scales, chunk(i) gives its columns [32 i, 32 i + 32) as two f32 vectors,
@@ -70,6 +63,22 @@ constexpr bool block_scale() {
   return false;
 }
 
+// The eight 6-bit scales and mins of a Q4_K super-block from its 12 packed
+// bytes, all at once with 32-bit masks and shifts (llama.cpp's unpacking of
+// the same layout), as the low 8 bytes of two vectors: sc[j], m[j] equal
+// quant::scale_min_k4(j) for j = 0..7. Built in registers: stored as bytes
+// and reloaded as a vector they would stall store forwarding (an int8
+// kernel ran at half speed so).
+__attribute__((target("sse4.1"))) inline void unpack_k4_scales(const std::byte* packed, __m128i& sc, __m128i& m) {
+  constexpr std::uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
+  std::uint32_t u[3];
+  std::memcpy(u, packed, 12);
+  sc = _mm_insert_epi32(_mm_cvtsi32_si128(static_cast<int>(u[0] & kLow6)),
+                        static_cast<int>((u[2] & kLow4) | (((u[0] >> 6) & kLow2) << 4)), 1);
+  m = _mm_insert_epi32(_mm_cvtsi32_si128(static_cast<int>(u[1] & kLow6)),
+                       static_cast<int>(((u[2] >> 4) & kLow4) | (((u[1] >> 6) & kLow2) << 4)), 1);
+}
+
 // A Q4_K super-block's scales and mins as f32, for both ISAs' kernels
 // (256-bit operations, which every AVX-512 CPU runs too).
 #define NEURON_SCALES __attribute__((target("avx2,f16c")))
@@ -80,11 +89,11 @@ struct Q4_KScales {
   float scale[8], min[8];        // d * sc_j, dmin * m_j
 
   NEURON_SCALES void prepare(const std::byte* block) {
-    std::uint8_t sc[8], m[8];
+    __m128i sc, m;  // [8] u8 each, in registers (stored as bytes and reloaded wider, they stall store forwarding)
     unpack_k4_scales(block + 4, sc, m);
     const __m256 d = _mm256_set1_ps(f16_at(block)), dmin = _mm256_set1_ps(f16_at(block + 2));
-    _mm256_storeu_ps(scale, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc))))));
-    _mm256_storeu_ps(min, _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m))))));
+    _mm256_storeu_ps(scale, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sc))));
+    _mm256_storeu_ps(min, _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(m))));
     q = block + 16;
   }
 };
@@ -127,6 +136,26 @@ struct Q4_K : Q4_KScales {
   }
 };
 
+// Columns [128 h, 128 h + 64) and [128 h + 64, 128 h + 128) of the Q6_K block
+// at `b` as 6-bit quants in bytes (0..63), with 512-bit operations: ql for
+// k = 0 | 1 (low nibbles), 2 | 3 (high), and qh's bits for k = 0 | 1 (bytes
+// 0-31 | 32-63 of a half) and k = 2 | 3 moved to bits 4-5 (16-bit shifts, so
+// per half of the vector a count).
+NEURON_AVX512 inline void q6_k_bytes(const std::byte* b, int h, __m512i& first, __m512i& second) {
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  const __m512i mask01 = _mm512_inserti64x4(_mm512_set1_epi8(0x03), _mm256_set1_epi8(0x0C), 1);
+  const __m512i mask23 = _mm512_inserti64x4(_mm512_set1_epi8(0x30), _mm256_set1_epi8(static_cast<char>(0xC0)), 1);
+  const __m512i shift01 = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
+  const __m512i shift23 = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1);
+  const __m512i l = _mm512_loadu_si512(b + 64 * h);
+  const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 128 + 32 * h)));
+  const __m512i top01 = _mm512_sllv_epi16(_mm512_and_si512(qh, mask01), shift01);
+  const __m512i top23 = _mm512_srlv_epi16(_mm512_and_si512(qh, mask23), shift23);
+  // (nibble & 0x0F) | top: ternary-logic table 0xEA is (a & b) | c.
+  first = _mm512_ternarylogic_epi32(l, low4, top01, 0xEA);
+  second = _mm512_ternarylogic_epi32(_mm512_srli_epi16(l, 4), low4, top23, 0xEA);
+}
+
 // Q6_K: (d * sc_k) * (6-bit q - 32), a scale per 16 columns; columns 128 h +
 // 32 k + l take ql's nibble (low for k < 2) at 64 h + 32 (k & 1) + l and qh's
 // bits 2k, 2k + 1 at 32 h + l. prepare() reassembles the block's 256 6-bit
@@ -140,21 +169,11 @@ struct Q6_K : Q6_KScales {
   NEURON_AVX512 void prepare(const std::byte* b) {
     Q6_KScales::prepare(b);
     for (int k = 0; k < 16; k += 8) _mm256_storeu_ps(offset + k, _mm256_mul_ps(_mm256_set1_ps(32.0f), _mm256_loadu_ps(scale + k)));
-    const __m512i low4 = _mm512_set1_epi8(0x0F);
-    // qh's bits for k = 0 | 1 (bytes 0-31 | 32-63 of a half) and k = 2 | 3,
-    // moved to bits 4-5; 16-bit shifts, so per half of the vector a count.
-    const __m512i mask01 = _mm512_inserti64x4(_mm512_set1_epi8(0x03), _mm256_set1_epi8(0x0C), 1);
-    const __m512i mask23 = _mm512_inserti64x4(_mm512_set1_epi8(0x30), _mm256_set1_epi8(static_cast<char>(0xC0)), 1);
-    const __m512i shift01 = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
-    const __m512i shift23 = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1);
     for (int h = 0; h < 2; ++h) {
-      const __m512i l = _mm512_loadu_si512(b + 64 * h);  // ql for k = 0 | 1 (low nibbles), 2 | 3 (high)
-      const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 128 + 32 * h)));
-      const __m512i top01 = _mm512_sllv_epi16(_mm512_and_si512(qh, mask01), shift01);
-      const __m512i top23 = _mm512_srlv_epi16(_mm512_and_si512(qh, mask23), shift23);
-      // (nibble & 0x0F) | top: ternary-logic table 0xEA is (a & b) | c.
-      _mm512_store_si512(q6 + 128 * h, _mm512_ternarylogic_epi32(l, low4, top01, 0xEA));
-      _mm512_store_si512(q6 + 128 * h + 64, _mm512_ternarylogic_epi32(_mm512_srli_epi16(l, 4), low4, top23, 0xEA));
+      __m512i first, second;
+      q6_k_bytes(b, h, first, second);
+      _mm512_store_si512(q6 + 128 * h, first);
+      _mm512_store_si512(q6 + 128 * h + 64, second);
     }
     // Keep scale, offset and q6 in memory: chunk() broadcasts and widens from
     // there for free, where GCC would otherwise keep the arrays in registers
@@ -333,6 +352,122 @@ const std::array<PairFn, kRowBlock>& pair_table(GgmlType type) {
   return type == GgmlType::q4_k ? q4 : q6;
 }
 
+// ---- AVX-512 VNNI: Q4_K and Q6_K a token at a time against x rounded to int8 ----
+
+#define NEURON_AVX512_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+
+// The sum of a vector's 8 lanes, for the int8 kernels' target.
+NEURON_AVX512_VNNI inline float lanes_total(__m256 v) { return hsum8(v); }
+
+// Q4_K: per block, d dx sum_j sc_j (q . a)_j - dmin dx sum_j m_j (sum a)_j, all
+// but the two scales in integers. A 32-byte load, broadcast to both halves
+// and shifted by 0 or 4 a half, is sub-blocks 2g (low nibbles) and 2g + 1
+// (high), as x's 64 columns lie; vpmaddubsw adds each nibble pair times x
+// (at most 2 * 15 * 127, no saturation), vpdpwssd scales the pairs by the
+// sub-block's 6-bit scale (vpermw spreads the block's 8 scales, words 0-15
+// sub-block 2g, 16-31 sub-block 2g + 1) and adds them up. The minimums meet
+// x's sums of 16 in one vpmaddwd (each m_j twice).
+template <int R>
+NEURON_AVX512_VNNI void q4_k_int8(const std::byte* rows, std::size_t row_bytes, std::int64_t cols,
+                                  const std::int8_t* a, const float* scales, const std::int16_t* sums16, float* y) {
+  alignas(64) static constexpr std::array<std::uint16_t, 4 * 32> kIndex = [] {
+    std::array<std::uint16_t, 4 * 32> t{};
+    for (int g = 0; g < 4; ++g)
+      for (int i = 0; i < 32; ++i) t[32 * g + i] = static_cast<std::uint16_t>(2 * g + i / 16);
+    return t;
+  }();
+  const __m512i shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);  // [32] 0 (low half), 4
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  __m512 acc[R];
+  __m256 mins[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps(), mins[r] = _mm256_setzero_ps();
+  for (std::int64_t b = 0; b < cols / quant::kQK_K; ++b) {
+    const std::int8_t* ab = a + b * quant::kQK_K;
+    const __m256i sums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums16 + b * 16));  // [16] i16
+    for (int r = 0; r < R; ++r) {
+      const std::byte* block = rows + r * row_bytes + static_cast<std::size_t>(b) * quant::kQ4_KBytes;
+      prefetch_block<Q4_KScales>(block + R * row_bytes);
+      __m128i sc8, m8;  // [8] u8 each, in registers: bytes stored then reloaded wider stall store forwarding
+      unpack_k4_scales(block + 4, sc8, m8);
+      const __m512i sc_words = _mm512_cvtepu8_epi16(_mm256_zextsi128_si256(sc8));
+      __m512i dot = _mm512_setzero_si512();
+#pragma GCC unroll 4
+      for (int g = 0; g < 4; ++g) {
+        const __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 16 + 32 * g)));
+        const __m512i q = _mm512_and_si512(_mm512_srlv_epi16(v, shift), low4);  // [64] sub-block 2g, then 2g + 1
+        const __m512i pairs = _mm512_maddubs_epi16(q, _mm512_loadu_si512(ab + 64 * g));
+        dot = _mm512_dpwssd_epi32(dot, pairs, _mm512_permutexvar_epi16(_mm512_load_si512(kIndex.data() + 32 * g), sc_words));
+      }
+      const __m256i min_dot = _mm256_madd_epi16(sums, _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8)));  // [8] m_j (sum a)_j
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(f16_at(block) * scales[b]), acc[r]);
+      mins[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(min_dot), _mm256_set1_ps(f16_at(block + 2) * scales[b]), mins[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) y[r] = _mm512_reduce_add_ps(acc[r]) - lanes_total(mins[r]);
+}
+
+// Q6_K: per block, d dx sum_k sc_k ((q . a)_k - 32 (sum a)_k) with the 6-bit
+// quants put together in registers 64 columns at a time (q6_k_bytes, bytes
+// 0..63): vpmaddubsw (at most 2 * 63 * 127), then vpdpwssd with each 16
+// columns' signed scale.
+template <int R>
+NEURON_AVX512_VNNI void q6_k_int8(const std::byte* rows, std::size_t row_bytes, std::int64_t cols,
+                                  const std::int8_t* a, const float* scales, const std::int16_t* sums16, float* y) {
+  // Word i of chunk c's scale vector reads scale 4c + i / 8 (8 pair words a 16 columns).
+  alignas(64) static constexpr std::array<std::uint16_t, 4 * 32> kIndex = [] {
+    std::array<std::uint16_t, 4 * 32> t{};
+    for (int c = 0; c < 4; ++c)
+      for (int i = 0; i < 32; ++i) t[32 * c + i] = static_cast<std::uint16_t>(4 * c + i / 8);
+    return t;
+  }();
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (std::int64_t b = 0; b < cols / quant::kQK_K; ++b) {
+    const std::int8_t* ab = a + b * quant::kQK_K;
+    const __m256i sums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums16 + b * 16));  // [16] i16
+    for (int r = 0; r < R; ++r) {
+      const std::byte* block = rows + r * row_bytes + static_cast<std::size_t>(b) * quant::kQ6_KBytes;
+      prefetch_block<Q6_K>(block + R * row_bytes);
+      const __m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 192)));  // [16] i16
+      const __m512i sc32 = _mm512_castsi256_si512(sc);
+      // -32 sum_k sc_k (sum a)_k, in the first 8 lanes.
+      __m512i dot = _mm512_zextsi256_si512(_mm256_mullo_epi32(_mm256_madd_epi16(sc, sums), _mm256_set1_epi32(-32)));
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        __m512i quants[2];  // columns [128 h, 128 h + 64), [128 h + 64, 128 h + 128)
+        q6_k_bytes(block, h, quants[0], quants[1]);
+        for (int c = 2 * h; c < 2 * h + 2; ++c) {
+          const __m512i pairs = _mm512_maddubs_epi16(quants[c - 2 * h], _mm512_loadu_si512(ab + 64 * c));
+          dot = _mm512_dpwssd_epi32(dot, pairs, _mm512_permutexvar_epi16(_mm512_load_si512(kIndex.data() + 32 * c), sc32));
+        }
+      }
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(f16_at(block + 208) * scales[b]), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) y[r] = _mm512_reduce_add_ps(acc[r]);
+}
+
+using Int8Fn = void (*)(const std::byte*, std::size_t, std::int64_t, const std::int8_t*, const float*,
+                        const std::int16_t*, float*);
+
+// fn[r - 1]: the int8 kernel for r rows of `type` (Q4_K or Q6_K).
+const std::array<Int8Fn, kRowBlock>& int8_table(GgmlType type) {
+  static constexpr std::array<Int8Fn, kRowBlock> q4{&q4_k_int8<1>, &q4_k_int8<2>, &q4_k_int8<3>, &q4_k_int8<4>};
+  static constexpr std::array<Int8Fn, kRowBlock> q6{&q6_k_int8<1>, &q6_k_int8<2>, &q6_k_int8<3>, &q6_k_int8<4>};
+  return type == GgmlType::q4_k ? q4 : q6;
+}
+
+Activations choose_activations() {
+  const char* v = std::getenv("NEURON_CPU_ACTIVATIONS");
+  if (v == nullptr || *v == '\0' || std::string_view(v) == "f32") return Activations::f32;
+  if (std::string_view(v) == "int8") {
+    spdlog::info("cpu: NEURON_CPU_ACTIVATIONS=int8: Q4_K and Q6_K decode products round x to int8 per 256 columns");
+    return Activations::int8;
+  }
+  spdlog::warn("NEURON_CPU_ACTIVATIONS={} is neither f32 nor int8; keeping f32", v);
+  return Activations::f32;
+}
+
 // ---- AVX2: the same formats 16 columns at a time, two rows per block (16 registers) ----
 
 #define NEURON_AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -464,6 +599,49 @@ bool gemm_quant_few_bf16_pairs(Isa isa, quant::GgmlType type) noexcept {
   return isa == Isa::avx512_bf16 && (type == GgmlType::q4_k || type == GgmlType::q6_k);
 }
 
+Activations cpu_activations() {
+  static const Activations a = choose_activations();
+  return a;
+}
+
+bool gemm_quant_few_int8(quant::GgmlType type) noexcept {
+  static const bool vnni = isa_supported(Isa::avx512) && __builtin_cpu_supports("avx512vnni");
+  return vnni && (type == GgmlType::q4_k || type == GgmlType::q6_k);
+}
+
+QuantOperand::QuantOperand(Activations, quant::GgmlType type, const float* x, std::int64_t n, std::int64_t ldx,
+                           std::int64_t cols)
+    : x_(x), n_(n), ldx_(ldx), cols_(cols) {
+  NEURON_ASSERT(gemm_quant_few_int8(type) && cols % quant::kQK_K == 0);
+  if (n <= 0) return;
+  q8_.resize(static_cast<std::size_t>(n * cols));
+  sums_.resize(static_cast<std::size_t>(n * (cols / quant::kQK_K)));
+  q8_sums_.resize(static_cast<std::size_t>(n * (cols / 16)));
+  for (std::int64_t t = 0; t < n; ++t) {
+    const float* xt = x + t * ldx;
+    std::int8_t* q = q8_.data() + t * cols;
+    for (std::int64_t b = 0; b < cols / quant::kQK_K; ++b) {
+      const float* xb = xt + b * quant::kQK_K;
+      float amax = 0.0f;
+      for (std::int64_t i = 0; i < quant::kQK_K; ++i) amax = std::max(amax, std::abs(xb[i]));
+      // A NaN or infinity in x makes the block's scale NaN, so the products are NaN as in f32.
+      const bool finite = std::isfinite(amax);
+      const float inv = finite && amax > 0.0f ? 127.0f / amax : 0.0f;
+      sums_[static_cast<std::size_t>(t * (cols / quant::kQK_K) + b)] =
+          finite ? amax / 127.0f : std::numeric_limits<float>::quiet_NaN();
+      for (std::int64_t i = 0; i < quant::kQK_K; ++i) {
+        const float v = std::nearbyint(xb[i] * inv);  // |v| <= 127: |x| <= amax
+        q[b * quant::kQK_K + i] = finite ? static_cast<std::int8_t>(std::clamp(v, -127.0f, 127.0f)) : 0;
+      }
+    }
+    for (std::int64_t k = 0; k < cols / 16; ++k) {
+      int sum = 0;
+      for (std::int64_t i = 0; i < 16; ++i) sum += q[16 * k + i];
+      q8_sums_[static_cast<std::size_t>(t * (cols / 16) + k)] = static_cast<std::int16_t>(sum);
+    }
+  }
+}
+
 QuantOperand::QuantOperand(Isa isa, quant::GgmlType type, const float* x, std::int64_t n, std::int64_t ldx,
                            std::int64_t cols)
     : x_(x), n_(n), ldx_(ldx), cols_(cols) {
@@ -487,6 +665,18 @@ void gemm_quant_few_rows(Isa isa, RowWalk walk, const QuantOperand& x, const Qua
                          std::int64_t r1, float* y, std::int64_t ldy) {
   NEURON_ASSERT(gemm_quant_few_supported(isa, w.type));
   const std::int64_t group = walk == RowWalk::sequential ? 1 : isa == Isa::avx2 ? kRowBlockAvx2 : kRowBlock;
+  if (x.int8()) {
+    NEURON_ASSERT(gemm_quant_few_int8(w.type));
+    const auto& fn = int8_table(w.type);
+    const std::int64_t rows_at_once = walk == RowWalk::sequential ? 1 : kRowBlock;
+    for (std::int64_t t = 0; t < x.tokens(); ++t)
+      for (std::int64_t r = r0; r < r1; r += rows_at_once) {
+        const std::int64_t rr = std::min<std::int64_t>(rows_at_once, r1 - r);
+        fn[rr - 1](w.data.data() + static_cast<std::size_t>(r) * w.row_bytes, w.row_bytes, w.cols, x.q8(t),
+                   x.q8_scales(t), x.q8_sums(t), y + t * ldy + r);
+      }
+    return;
+  }
   if (gemm_quant_few_bf16_pairs(isa, w.type)) {
     NEURON_ASSERT(x.pairs() || x.tokens() == 0);  // operand prepared for this kernel
     const auto& fn = pair_table(w.type);
@@ -518,14 +708,18 @@ void gemm_quant_few(Isa isa, const float* x, std::int64_t n, std::int64_t ldx, c
                     std::int64_t ldy) {
   if (n <= 0 || w.rows <= 0) return;
   RowWalk walk = row_walk(w.type, n);
-  if (n == 1 && isa == selected_isa()) {
+  const bool int8 = cpu_activations() == Activations::int8 && gemm_quant_few_int8(w.type);
+  if (int8) {
+    walk = row_walk(w.type);
+  } else if (n == 1 && isa == selected_isa()) {
     const DecodeKernel k = decode_kernel(w.type);
     walk = k.walk;
     isa = k.isa;
   } else if (gemm_quant_few_bf16_pairs(isa, w.type)) {
     isa = Isa::avx512;  // several tokens share each dequantized weight in the f32 kernels
   }
-  const QuantOperand operand(isa, w.type, x, n, ldx, w.cols);
+  const QuantOperand operand = int8 ? QuantOperand(Activations::int8, w.type, x, n, ldx, w.cols)
+                                    : QuantOperand(isa, w.type, x, n, ldx, w.cols);
   const std::int64_t chunk_rows =
       ChunkPool::shared().chunk_rows(w.rows, static_cast<std::int64_t>(w.row_bytes), kRowBlock);
   const std::int64_t chunks = (w.rows + chunk_rows - 1) / chunk_rows;

@@ -20,6 +20,16 @@
 // spend a conversion and an FMA on every 16 weights, these two dot
 // instructions on 32 and a scale on the sub-block (decode_kernel.hpp
 // measures which is faster). Every other type takes the AVX-512 kernels.
+//
+// With NEURON_CPU_ACTIVATIONS=int8 (opt-in, process-wide), Q4_K and Q6_K on
+// a CPU with AVX-512 VNNI take the int8 kernels instead: each token's x is
+// rounded to int8 per 256 columns (d = max|x| / 127, llama.cpp's Q8_K) and
+// the quants meet it in integer multiply-adds, a sub-block's scale applied
+// as an integer, one f32 FMA a block. Exact up to x's rounding (up to d / 2
+// an element), which the 1e-5 bound of the f32 kernels does not cover: the
+// result equals the dequantized W times the rounded x within 1e-5, and is
+// about 1e-2 relative from the f32 product (bench/CPU.md). Prefill (40
+// tokens and more) stays f32.
 #include <cstdint>
 #include <vector>
 
@@ -36,6 +46,14 @@ bool gemm_quant_few_supported(Isa isa, quant::GgmlType type) noexcept;
 // `isa` multiplies `type` in bf16 pairs (avx512_bf16 and Q4_K or Q6_K).
 bool gemm_quant_few_bf16_pairs(Isa isa, quant::GgmlType type) noexcept;
 
+// How the few-token kernels take x (above): f32, or int8 where the CPU and
+// type have int8 kernels.
+enum class Activations { f32, int8 };
+// NEURON_CPU_ACTIVATIONS (f32, the default, or int8), read once; thread-safe.
+Activations cpu_activations();
+// This CPU has int8 kernels for `type` (AVX-512 BW + VNNI; Q4_K, Q6_K).
+bool gemm_quant_few_int8(quant::GgmlType type) noexcept;
+
 // The activations of one product as the kernels read them, prepared once
 // per product (not per row chunk): x itself, and where the kernel takes bf16
 // pairs each token split into hi + lo bf16 terms (x - hi - lo below
@@ -44,6 +62,8 @@ class QuantOperand {
  public:
   // x: [n, cols] f32 (row stride ldx), kept by pointer (it must outlive the operand).
   QuantOperand(Isa isa, quant::GgmlType type, const float* x, std::int64_t n, std::int64_t ldx, std::int64_t cols);
+  // The int8 form (gemm_quant_few_int8(type) must hold; cols a multiple of 256).
+  QuantOperand(Activations, quant::GgmlType type, const float* x, std::int64_t n, std::int64_t ldx, std::int64_t cols);
 
   const float* f32() const noexcept { return x_; }
   std::int64_t tokens() const noexcept { return n_; }
@@ -53,16 +73,26 @@ class QuantOperand {
   const std::uint16_t* hi(std::int64_t t) const noexcept { return hi_.data() + t * cols_; }
   const std::uint16_t* lo(std::int64_t t) const noexcept { return lo_.data() + t * cols_; }
   const float* sums(std::int64_t t) const noexcept { return sums_.data() + t * (cols_ / 32); }
+  // Token t rounded to int8 [cols], its scales [cols / 256] and its sums of
+  // 16 rounded values [cols / 16]; only when int8().
+  bool int8() const noexcept { return !q8_.empty(); }
+  const std::int8_t* q8(std::int64_t t) const noexcept { return q8_.data() + t * cols_; }
+  const float* q8_scales(std::int64_t t) const noexcept { return sums_.data() + t * (cols_ / 256); }
+  const std::int16_t* q8_sums(std::int64_t t) const noexcept { return q8_sums_.data() + t * (cols_ / 16); }
 
  private:
   const float* x_;
   std::int64_t n_, ldx_, cols_;
   std::vector<std::uint16_t> hi_, lo_;  // [n, cols] bf16
-  std::vector<float> sums_;             // [n, cols / 32]
+  std::vector<float> sums_;             // [n, cols / 32] f32 sums, or [n, cols / 256] int8 scales
+  std::vector<std::int8_t> q8_;         // [n, cols]
+  std::vector<std::int16_t> q8_sums_;   // [n, cols / 16]
 };
 
 // x: [n, w.cols] f32 (row stride ldx), y: [n, w.rows] f32 (row stride ldy).
-// Rows split in chunks over ChunkPool::shared(); one token runs
+// Rows split in chunks over ChunkPool::shared(). With cpu_activations()
+// int8 and gemm_quant_few_int8(w.type), every token takes the int8 kernels,
+// walked as row_walk(w.type, n) says. Otherwise one token runs
 // decode_kernel(w.type)'s walk and kernel when `isa` is selected_isa(), more
 // tokens row_walk(w.type, n) and the f32 kernels (bf16 pairs would redo the
 // products for each token where the f32 kernels share a dequantized weight).
@@ -71,7 +101,7 @@ void gemm_quant_few(Isa isa, const float* x, std::int64_t n, std::int64_t ldx, c
                     std::int64_t ldy);
 
 // Rows [r0, r1) of the same product on the calling thread with `isa`'s
-// kernel, walked as `walk` says (decode_kernel.hpp: blocks of four rows (two
+// kernel (the int8 kernels when x.int8()), walked as `walk` says (decode_kernel.hpp: blocks of four rows (two
 // with AVX2), or one; the same sums either way). `x` must be prepared for
 // `isa` and w.type. Tests compare it with the reference.
 void gemm_quant_few_rows(Isa isa, RowWalk walk, const QuantOperand& x, const QuantMatrix& w, std::int64_t r0,
