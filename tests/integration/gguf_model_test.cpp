@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/cpu/gemm_quant_few.hpp"
 #include "backend/model_runner.hpp"
 #include "backend/single_sequence.hpp"
 #include "engine/model_loader.hpp"
@@ -204,6 +205,35 @@ TEST(QuantizedTp, TwoRanksEqualOneWithTheSameQuantization) {
       ASSERT_NEAR(got.last_logits[i], want.last_logits[i], 1e-3f * std::max(1.0f, std::abs(want.last_logits[i])))
           << quant::ggml_type_name(type) << " logit " << i;
   }
+}
+
+// Int8 activations (NEURON_CPU_ACTIVATIONS=int8, backend/cpu/gemm_quant_few.hpp)
+// through a whole runner: a q4_k model's greedy tokens and logits stay close to
+// the f32 ones, and differ from them (the int8 kernels ran), where the CPU has
+// the kernels.
+TEST(QuantizedInt8, GreedyTokensFollowTheF32Ones) {
+  if (!backend::cpu::gemm_quant_few_int8(quant::GgmlType::q4_k)) GTEST_SKIP() << "no AVX-512 VNNI here";
+  test_support::TempDir tmp("neuron-quant-int8");
+  model::write_random_checkpoint(tmp.path(), test_support::quant_test_config(), {.seed = 5});
+  std::vector<std::int32_t> prompt;
+  std::mt19937 rng(4);
+  for (int i = 0; i < 7; ++i) prompt.push_back(static_cast<std::int32_t>(rng() % 384));
+  auto o = options(tmp.path());
+  o.quantize = quant::GgmlType::q4_k;
+  const auto before = backend::cpu::cpu_activations();
+  backend::cpu::set_cpu_activations(backend::cpu::Activations::f32);
+  const Greedy want = greedy(*engine::open_runner(o), prompt, 6);
+  backend::cpu::set_cpu_activations(backend::cpu::Activations::int8);
+  const Greedy got = greedy(*engine::open_runner(o), prompt, 6);
+  backend::cpu::set_cpu_activations(before);
+  EXPECT_EQ(got.tokens, want.tokens);
+  float biggest = 0.0f, differs = 0.0f;
+  for (float v : want.last_logits) biggest = std::max(biggest, std::abs(v));
+  for (std::size_t i = 0; i < want.last_logits.size(); ++i) {
+    EXPECT_NEAR(got.last_logits[i], want.last_logits[i], 0.05f * biggest) << "logit " << i;
+    differs = std::max(differs, std::abs(got.last_logits[i] - want.last_logits[i]));
+  }
+  EXPECT_GT(differs, 0.0f) << "the int8 kernels did not run";
 }
 
 }  // namespace

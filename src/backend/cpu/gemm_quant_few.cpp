@@ -3,11 +3,12 @@
 
 #include <algorithm>
 #include <array>
-#include <cstring>
+#include <atomic>
 #include <bit>
 #include <cmath>
-#include <limits>
 #include <cstdlib>
+#include <cstring>
+#include <limits>
 #include <string_view>
 #include <utility>
 
@@ -599,10 +600,21 @@ bool gemm_quant_few_bf16_pairs(Isa isa, quant::GgmlType type) noexcept {
   return isa == Isa::avx512_bf16 && (type == GgmlType::q4_k || type == GgmlType::q6_k);
 }
 
+namespace {
+std::atomic<int> g_activations{-1};  // an Activations, or -1 before the first read
+}  // namespace
+
 Activations cpu_activations() {
-  static const Activations a = choose_activations();
-  return a;
+  int v = g_activations.load(std::memory_order_relaxed);
+  if (v < 0) {
+    int unset = -1;
+    g_activations.compare_exchange_strong(unset, static_cast<int>(choose_activations()));
+    v = g_activations.load(std::memory_order_relaxed);
+  }
+  return static_cast<Activations>(v);
 }
+
+void set_cpu_activations(Activations a) noexcept { g_activations.store(static_cast<int>(a), std::memory_order_relaxed); }
 
 bool gemm_quant_few_int8(quant::GgmlType type) noexcept {
   static const bool vnni = isa_supported(Isa::avx512) && __builtin_cpu_supports("avx512vnni");

@@ -49,8 +49,11 @@ bool gemm_quant_few_bf16_pairs(Isa isa, quant::GgmlType type) noexcept;
 // How the few-token kernels take x (above): f32, or int8 where the CPU and
 // type have int8 kernels.
 enum class Activations { f32, int8 };
-// NEURON_CPU_ACTIVATIONS (f32, the default, or int8), read once; thread-safe.
+// The process's choice: NEURON_CPU_ACTIVATIONS (f32, the default, or int8)
+// read on the first call, unless set_cpu_activations came first; thread-safe.
 Activations cpu_activations();
+// Sets it for the products that start from now on (the serve flag, tests).
+void set_cpu_activations(Activations a) noexcept;
 // This CPU has int8 kernels for `type` (AVX-512 BW + VNNI; Q4_K, Q6_K).
 bool gemm_quant_few_int8(quant::GgmlType type) noexcept;
 
