@@ -1,6 +1,6 @@
 // The CPU decode kernels on one thread, as weights a second (the
 // "items_per_second" counter): each quantized type with every kernel this
-// CPU runs (isa, and int8 activations for Q4_K and Q6_K), both row walks, over rows that stay in L2 (256 x 1024)
+// CPU runs (isa, and int8 activations), both row walks, over rows that stay in L2 (256 x 1024)
 // and rows streamed from memory (96 MiB, past a 32 MiB L3), one token.
 //   cmake -B build -DNEURON_BENCH=ON && ninja -C build cpu_kernel_bench
 //   build/bench/cpu_kernel_bench --benchmark_min_time=0.5
@@ -71,7 +71,6 @@ const bool registered = [] {
       const bool int8 = kind == 3;
       const Isa isa = int8 ? Isa::avx512 : std::array{Isa::avx2, Isa::avx512, Isa::avx512_bf16}[kind];
       if (isa == Isa::avx512_bf16 && !gemm_quant_few_bf16_pairs(isa, type)) continue;  // the avx512 kernel again
-      if (int8 && type == quant::GgmlType::q8_0) continue;
       for (RowWalk walk : {RowWalk::interleaved, RowWalk::sequential})
         for (const bool l2 : {true, false}) {
           const std::int64_t rows = l2 ? 256 : (std::int64_t{96} << 20) / static_cast<std::int64_t>(quant::row_bytes(type, kCols));

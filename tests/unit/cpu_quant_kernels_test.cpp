@@ -166,8 +166,8 @@ TEST(QuantKernels, Bf16PairKernelsHoldTheBoundOnWideActivations) {
   }
 }
 
-// The int8 kernels (NEURON_CPU_ACTIVATIONS=int8; Q4_K and Q6_K on AVX-512
-// VNNI): the operand rounds each 256 columns to int8 within half a step
+// The int8 kernels (NEURON_CPU_ACTIVATIONS=int8; Q4_K, Q6_K and Q8_0 on
+// AVX-512 VNNI): the operand rounds each 256 columns to int8 within half a step
 // (d = max|x| / 127) and its sums of 16 are the rounded values' sums; the
 // products equal the dequantized W times that rounded x within 1e-5 of
 // sum |w x^|, on both walks alike, with row strides and several tokens.
@@ -175,7 +175,7 @@ TEST(QuantKernels, Int8KernelsEqualTheProductWithRoundedActivations) {
   if (!gemm_quant_few_int8(quant::GgmlType::q4_k)) GTEST_SKIP() << "no AVX-512 VNNI here";
   std::mt19937 rng(10);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (auto type : {quant::GgmlType::q4_k, quant::GgmlType::q6_k}) {
+  for (auto type : {quant::GgmlType::q4_k, quant::GgmlType::q6_k, quant::GgmlType::q8_0}) {
     const std::int64_t cols = 768, rows = 23, n = 3, ldx = cols + 5, ldy = rows + 2;
     const QuantMatrix m = make(type, rows, cols, rng);
     std::vector<float> x(static_cast<std::size_t>(n * ldx));
@@ -200,6 +200,7 @@ TEST(QuantKernels, Int8KernelsEqualTheProductWithRoundedActivations) {
         for (std::int64_t i = 0; i < 16; ++i) sum += operand.q8(t)[16 * k + i];
         ASSERT_EQ(operand.q8_sums(t)[k], sum);
       }
+      ASSERT_EQ(operand.q8_corrections(t) != nullptr, type == quant::GgmlType::q8_0);
       std::vector<double> want, scale, exact, exact_scale;
       reference(m, rounded.data(), want, scale);
       reference(m, x.data() + t * ldx, exact, exact_scale);

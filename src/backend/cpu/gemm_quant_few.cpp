@@ -357,6 +357,15 @@ const std::array<PairFn, kRowBlock>& pair_table(GgmlType type) {
 
 #define NEURON_AVX512_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 
+// One token of an int8 operand (QuantOperand): x rounded [cols], its scales
+// [cols / 256], sums of 16 [cols / 16] (K-quants) and Q8_0's corrections [cols / 4].
+struct Int8Token {
+  const std::int8_t* a;
+  const float* scales;
+  const std::int16_t* sums16;
+  const std::int32_t* corrections;
+};
+
 // The sum of a vector's 8 lanes, for the int8 kernels' target.
 NEURON_AVX512_VNNI inline float lanes_total(__m256 v) { return hsum8(v); }
 
@@ -369,8 +378,10 @@ NEURON_AVX512_VNNI inline float lanes_total(__m256 v) { return hsum8(v); }
 // sub-block 2g, 16-31 sub-block 2g + 1) and adds them up. The minimums meet
 // x's sums of 16 in one vpmaddwd (each m_j twice).
 template <int R>
-NEURON_AVX512_VNNI void q4_k_int8(const std::byte* rows, std::size_t row_bytes, std::int64_t cols,
-                                  const std::int8_t* a, const float* scales, const std::int16_t* sums16, float* y) {
+NEURON_AVX512_VNNI void q4_k_int8(const std::byte* rows, std::size_t row_bytes, std::int64_t cols, const Int8Token& x,
+                                  float* y) {
+  const std::int8_t* a = x.a;
+  const float* scales = x.scales;
   alignas(64) static constexpr std::array<std::uint16_t, 4 * 32> kIndex = [] {
     std::array<std::uint16_t, 4 * 32> t{};
     for (int g = 0; g < 4; ++g)
@@ -384,7 +395,7 @@ NEURON_AVX512_VNNI void q4_k_int8(const std::byte* rows, std::size_t row_bytes, 
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps(), mins[r] = _mm256_setzero_ps();
   for (std::int64_t b = 0; b < cols / quant::kQK_K; ++b) {
     const std::int8_t* ab = a + b * quant::kQK_K;
-    const __m256i sums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums16 + b * 16));  // [16] i16
+    const __m256i sums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.sums16 + b * 16));  // [16] i16
     for (int r = 0; r < R; ++r) {
       const std::byte* block = rows + r * row_bytes + static_cast<std::size_t>(b) * quant::kQ4_KBytes;
       prefetch_block<Q4_KScales>(block + R * row_bytes);
@@ -412,8 +423,10 @@ NEURON_AVX512_VNNI void q4_k_int8(const std::byte* rows, std::size_t row_bytes, 
 // 0..63): vpmaddubsw (at most 2 * 63 * 127), then vpdpwssd with each 16
 // columns' signed scale.
 template <int R>
-NEURON_AVX512_VNNI void q6_k_int8(const std::byte* rows, std::size_t row_bytes, std::int64_t cols,
-                                  const std::int8_t* a, const float* scales, const std::int16_t* sums16, float* y) {
+NEURON_AVX512_VNNI void q6_k_int8(const std::byte* rows, std::size_t row_bytes, std::int64_t cols, const Int8Token& x,
+                                  float* y) {
+  const std::int8_t* a = x.a;
+  const float* scales = x.scales;
   // Word i of chunk c's scale vector reads scale 4c + i / 8 (8 pair words a 16 columns).
   alignas(64) static constexpr std::array<std::uint16_t, 4 * 32> kIndex = [] {
     std::array<std::uint16_t, 4 * 32> t{};
@@ -425,7 +438,7 @@ NEURON_AVX512_VNNI void q6_k_int8(const std::byte* rows, std::size_t row_bytes, 
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   for (std::int64_t b = 0; b < cols / quant::kQK_K; ++b) {
     const std::int8_t* ab = a + b * quant::kQK_K;
-    const __m256i sums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums16 + b * 16));  // [16] i16
+    const __m256i sums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.sums16 + b * 16));  // [16] i16
     for (int r = 0; r < R; ++r) {
       const std::byte* block = rows + r * row_bytes + static_cast<std::size_t>(b) * quant::kQ6_KBytes;
       prefetch_block<Q6_K>(block + R * row_bytes);
@@ -448,14 +461,46 @@ NEURON_AVX512_VNNI void q6_k_int8(const std::byte* rows, std::size_t row_bytes, 
   for (int r = 0; r < R; ++r) y[r] = _mm512_reduce_add_ps(acc[r]);
 }
 
-using Int8Fn = void (*)(const std::byte*, std::size_t, std::int64_t, const std::int8_t*, const float*,
-                        const std::int16_t*, float*);
+// Q8_0: per block, d dx (q . a). vpdpbusd multiplies unsigned by signed
+// bytes, so the quants go in as q + 128 (one xor) and each 4 columns' lane
+// starts from -128 (sum a) of those columns (the operand's corrections);
+// two 34-byte blocks fill a vector, their scales its two halves.
+template <int R>
+NEURON_AVX512_VNNI void q8_0_int8(const std::byte* rows, std::size_t row_bytes, std::int64_t cols, const Int8Token& x,
+                                  float* y) {
+  const std::int8_t* a = x.a;
+  const float* scales = x.scales;
+  const std::int32_t* corrections = x.corrections;
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (std::int64_t p = 0; p < cols / 64; ++p) {  // blocks 2p and 2p + 1
+    const __m512i ap = _mm512_loadu_si512(a + 64 * p);
+    const __m512i cp = _mm512_loadu_si512(corrections + 16 * p);
+    const float dx = scales[p / 4];
+    for (int r = 0; r < R; ++r) {
+      const std::byte* b0 = rows + r * row_bytes + static_cast<std::size_t>(2 * p) * quant::kQ8_0Bytes;
+      const std::byte* b1 = b0 + quant::kQ8_0Bytes;
+      prefetch_block<Q8_0>(b0 + R * row_bytes);
+      prefetch_block<Q8_0>(b1 + R * row_bytes);
+      const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + 2))),
+                                           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b1 + 2)), 1);
+      const __m512i dot = _mm512_dpbusd_epi32(cp, _mm512_xor_si512(q, flip), ap);
+      const __m512 scale = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(f16_at(b0) * dx), _mm512_set1_ps(f16_at(b1) * dx));
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) y[r] = _mm512_reduce_add_ps(acc[r]);
+}
 
-// fn[r - 1]: the int8 kernel for r rows of `type` (Q4_K or Q6_K).
+using Int8Fn = void (*)(const std::byte*, std::size_t, std::int64_t, const Int8Token&, float*);
+
+// fn[r - 1]: the int8 kernel for r rows of `type` (Q4_K, Q6_K or Q8_0).
 const std::array<Int8Fn, kRowBlock>& int8_table(GgmlType type) {
   static constexpr std::array<Int8Fn, kRowBlock> q4{&q4_k_int8<1>, &q4_k_int8<2>, &q4_k_int8<3>, &q4_k_int8<4>};
   static constexpr std::array<Int8Fn, kRowBlock> q6{&q6_k_int8<1>, &q6_k_int8<2>, &q6_k_int8<3>, &q6_k_int8<4>};
-  return type == GgmlType::q4_k ? q4 : q6;
+  static constexpr std::array<Int8Fn, kRowBlock> q8{&q8_0_int8<1>, &q8_0_int8<2>, &q8_0_int8<3>, &q8_0_int8<4>};
+  return type == GgmlType::q4_k ? q4 : type == GgmlType::q6_k ? q6 : q8;
 }
 
 Activations choose_activations() {
@@ -618,7 +663,7 @@ void set_cpu_activations(Activations a) noexcept { g_activations.store(static_ca
 
 bool gemm_quant_few_int8(quant::GgmlType type) noexcept {
   static const bool vnni = isa_supported(Isa::avx512) && __builtin_cpu_supports("avx512vnni");
-  return vnni && (type == GgmlType::q4_k || type == GgmlType::q6_k);
+  return vnni && (type == GgmlType::q4_k || type == GgmlType::q6_k || type == GgmlType::q8_0);
 }
 
 QuantOperand::QuantOperand(Activations, quant::GgmlType type, const float* x, std::int64_t n, std::int64_t ldx,
@@ -629,6 +674,7 @@ QuantOperand::QuantOperand(Activations, quant::GgmlType type, const float* x, st
   q8_.resize(static_cast<std::size_t>(n * cols));
   sums_.resize(static_cast<std::size_t>(n * (cols / quant::kQK_K)));
   q8_sums_.resize(static_cast<std::size_t>(n * (cols / 16)));
+  if (type == GgmlType::q8_0) corrections_.resize(static_cast<std::size_t>(n * (cols / 4)));
   for (std::int64_t t = 0; t < n; ++t) {
     const float* xt = x + t * ldx;
     std::int8_t* q = q8_.data() + t * cols;
@@ -651,6 +697,10 @@ QuantOperand::QuantOperand(Activations, quant::GgmlType type, const float* x, st
       for (std::int64_t i = 0; i < 16; ++i) sum += q[16 * k + i];
       q8_sums_[static_cast<std::size_t>(t * (cols / 16) + k)] = static_cast<std::int16_t>(sum);
     }
+    if (type == GgmlType::q8_0)
+      for (std::int64_t k = 0; k < cols / 4; ++k)
+        corrections_[static_cast<std::size_t>(t * (cols / 4) + k)] =
+            -128 * (q[4 * k] + q[4 * k + 1] + q[4 * k + 2] + q[4 * k + 3]);
   }
 }
 
@@ -684,8 +734,9 @@ void gemm_quant_few_rows(Isa isa, RowWalk walk, const QuantOperand& x, const Qua
     for (std::int64_t t = 0; t < x.tokens(); ++t)
       for (std::int64_t r = r0; r < r1; r += rows_at_once) {
         const std::int64_t rr = std::min<std::int64_t>(rows_at_once, r1 - r);
-        fn[rr - 1](w.data.data() + static_cast<std::size_t>(r) * w.row_bytes, w.row_bytes, w.cols, x.q8(t),
-                   x.q8_scales(t), x.q8_sums(t), y + t * ldy + r);
+        const Int8Token token{x.q8(t), x.q8_scales(t), x.q8_sums(t), x.q8_corrections(t)};
+        fn[rr - 1](w.data.data() + static_cast<std::size_t>(r) * w.row_bytes, w.row_bytes, w.cols, token,
+                   y + t * ldy + r);
       }
     return;
   }
@@ -720,7 +771,7 @@ void gemm_quant_few(Isa isa, const float* x, std::int64_t n, std::int64_t ldx, c
                     std::int64_t ldy) {
   if (n <= 0 || w.rows <= 0) return;
   RowWalk walk = row_walk(w.type, n);
-  const bool int8 = cpu_activations() == Activations::int8 && gemm_quant_few_int8(w.type);
+  const bool int8 = cpu_activations() == Activations::int8 && gemm_quant_few_int8(w.type) && w.cols % quant::kQK_K == 0;
   if (int8) {
     walk = row_walk(w.type);
   } else if (n == 1 && isa == selected_isa()) {
