@@ -310,10 +310,14 @@ std::vector<float> reference_attention(const float* q, std::int64_t n, std::int6
   return out;
 }
 
-TEST(CpuAttention, CausalGqaOverBlockTablesMatchesReference) {
+// Any mapping of query heads to KV heads; consecutive groups (head h reads
+// KV head h / group) take the grouped decode path (one job a KV head).
+class CpuAttention : public ::testing::TestWithParam<std::vector<std::int64_t>> {};
+
+TEST_P(CpuAttention, CausalGqaOverBlockTablesMatchesReference) {
   const std::int64_t hd = 12, kv_heads = 2;
   const std::int32_t block_size = 7, num_blocks = 64;
-  const std::vector<std::int64_t> kv_of_q{0, 0, 1, 1, 1, 0};  // any mapping, not just contiguous groups
+  const std::vector<std::int64_t> kv_of_q = GetParam();
   const auto heads = static_cast<std::int64_t>(kv_of_q.size());
   KvPool pool(1, kv_heads, hd, block_size, num_blocks);
   // Every slot of the pool gets a value; which sequence owns it is the block tables' business.
@@ -356,6 +360,11 @@ TEST(CpuAttention, CausalGqaOverBlockTablesMatchesReference) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Mappings, CpuAttention,
+                         ::testing::Values(std::vector<std::int64_t>{0, 0, 1, 1, 1, 0},  // not consecutive groups
+                                           std::vector<std::int64_t>{0, 0, 0, 1, 1, 1},  // groups of 3
+                                           std::vector<std::int64_t>{0, 1}));            // one head a KV head
 
 TEST(CpuChunkPool, RunsEveryChunkExactlyOnceAcrossManyRuns) {
   ChunkPool pool(3);

@@ -59,6 +59,19 @@ void for_each_run(std::span<const std::int32_t> table, std::int64_t block_size, 
     b = e;
   }
 }
+
+// Query heads per KV head when head h reads KV head h / group for every h
+// (the usual grouped-query layout), else 1.
+std::int64_t consecutive_group(const std::vector<std::int64_t>& kv_of_q) {
+  const auto heads = static_cast<std::int64_t>(kv_of_q.size());
+  const std::int64_t kv_heads = heads == 0 ? 0 : kv_of_q.back() + 1;
+  if (kv_heads <= 0 || heads % kv_heads != 0) return 1;
+  const std::int64_t group = heads / kv_heads;
+  for (std::int64_t h = 0; h < heads; ++h)
+    if (kv_of_q[static_cast<std::size_t>(h)] != h / group) return 1;
+  return group;
+}
+
 }  // namespace
 
 void attention(const float* q, std::int64_t ldq, const Batch& batch, const KvPool& pool, std::int64_t layer,
@@ -66,30 +79,54 @@ void attention(const float* q, std::int64_t ldq, const Batch& batch, const KvPoo
   init_blas_threads();
   const std::int64_t hd = pool.head_dim(), bs = pool.block_size(), heads = static_cast<std::int64_t>(kv_of_q.size());
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  // Jobs are (sequence, head, query block); jobs_before[s] counts those of the sequences before s.
+  // A decoding sequence's query heads that share a KV head form one job:
+  // their K and V rows are read once for all of them (one product of the
+  // group's queries, where one head a job read them once a head).
+  const std::int64_t group = consecutive_group(kv_of_q);
+  const auto grouped = [&](const SequenceStep& seq) { return seq.num_tokens == 1 && group > 1; };
+  // Jobs are (sequence, head, query block), or (sequence, KV head) for a
+  // grouped decode; jobs_before[s] counts those of the sequences before s.
   std::vector<std::int64_t> jobs_before(batch.seqs.size() + 1, 0);  // [S + 1]
   for (std::size_t s = 0; s < batch.seqs.size(); ++s)
-    jobs_before[s + 1] = jobs_before[s] + heads * ((batch.seqs[s].num_tokens + kQueryBlock - 1) / kQueryBlock);
+    jobs_before[s + 1] = jobs_before[s] + (grouped(batch.seqs[s]) ? heads / group
+                                                                   : heads * ((batch.seqs[s].num_tokens + kQueryBlock - 1) / kQueryBlock));
   ChunkPool::shared().run(jobs_before.back(), [&](std::int64_t job) {
     thread_local std::vector<float> scores;  // [block queries, keys] f32
     const auto si = static_cast<std::size_t>(std::upper_bound(jobs_before.begin(), jobs_before.end(), job) -
                                              jobs_before.begin() - 1);
     const SequenceStep& seq = batch.seqs[si];
-    const std::int64_t local = job - jobs_before[si], blocks = (seq.num_tokens + kQueryBlock - 1) / kQueryBlock;
-    const std::int64_t h = local / blocks, i0 = (local % blocks) * kQueryBlock;
-    const std::int64_t rows = std::min<std::int64_t>(kQueryBlock, seq.num_tokens - i0);
-    const std::int64_t keys = seq.position + i0 + rows;  // the block's last query sees this many positions
     const std::span<const std::int32_t> table(batch.block_ids.data() + seq.block_begin,
                                               static_cast<std::size_t>(seq.num_blocks));
-    const float* qh = q + (seq.token_begin + i0) * ldq + h * hd;
-    float* oh = out + (seq.token_begin + i0) * ld_out + h * hd;
+    const std::int64_t local = job - jobs_before[si];
+    // The job's queries: `rows` of them at qh (row stride q_ld), their outputs
+    // at oh (out_ld); query r sees positions [0, first_visible + r + 1), or all
+    // `keys` when every row is the same token's (a grouped decode).
+    const float* qh;
+    float* oh;
+    std::int64_t rows, keys, q_ld, out_ld, h;
+    bool same_token;
+    if (grouped(seq)) {
+      h = local * group;
+      rows = group, keys = seq.position + 1, q_ld = hd, out_ld = hd, same_token = true;
+      qh = q + seq.token_begin * ldq + h * hd;
+      oh = out + seq.token_begin * ld_out + h * hd;
+    } else {
+      const std::int64_t blocks = (seq.num_tokens + kQueryBlock - 1) / kQueryBlock;
+      h = local / blocks;
+      const std::int64_t i0 = (local % blocks) * kQueryBlock;
+      rows = std::min<std::int64_t>(kQueryBlock, seq.num_tokens - i0);
+      keys = seq.position + i0 + rows;  // the block's last query sees this many positions
+      q_ld = ldq, out_ld = ld_out, same_token = false;
+      qh = q + (seq.token_begin + i0) * ldq + h * hd;
+      oh = out + (seq.token_begin + i0) * ld_out + h * hd;
+    }
     const float* kh = pool.k(layer, kv_of_q[static_cast<std::size_t>(h)]);
     const float* vh = pool.v(layer, kv_of_q[static_cast<std::size_t>(h)]);
     scores.resize(static_cast<std::size_t>(rows * keys));
     float* s = scores.data();
     if (rows == 1) {
-      // Decode: matrix-vector products. sgemm would first pack the whole K
-      // (and V) of the run into a scratch copy, tripling the cache traffic.
+      // Decode of one head: matrix-vector products. sgemm would first pack the
+      // whole K (and V) of the run into a scratch copy, tripling the cache traffic.
       for_each_run(table, bs, keys, [&](std::int64_t row, std::int64_t key, std::int64_t count) {
         cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(count), static_cast<int>(hd), scale, kh + row * hd,
                     static_cast<int>(hd), qh, 1, 0.0f, s + key, 1);
@@ -105,12 +142,12 @@ void attention(const float* q, std::int64_t ldq, const Batch& batch, const KvPoo
     }
     for_each_run(table, bs, keys, [&](std::int64_t row, std::int64_t key, std::int64_t count) {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows), static_cast<int>(count),
-                  static_cast<int>(hd), scale, qh, static_cast<int>(ldq), kh + row * hd, static_cast<int>(hd), 0.0f,
+                  static_cast<int>(hd), scale, qh, static_cast<int>(q_ld), kh + row * hd, static_cast<int>(hd), 0.0f,
                   s + key, static_cast<int>(keys));
     });
     for (std::int64_t r = 0; r < rows; ++r) {
       float* sr = s + r * keys;
-      const std::int64_t visible = seq.position + i0 + r + 1;  // causal: positions [0, its own]
+      const std::int64_t visible = same_token ? keys : keys - rows + r + 1;  // causal: positions [0, its own]
       const float inv = 1.0f / exp_from_max(sr, visible);
       for (std::int64_t j = 0; j < visible; ++j) sr[j] *= inv;
       std::fill(sr + visible, sr + keys, 0.0f);
@@ -119,7 +156,7 @@ void attention(const float* q, std::int64_t ldq, const Batch& batch, const KvPoo
     for_each_run(table, bs, keys, [&](std::int64_t row, std::int64_t key, std::int64_t count) {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows), static_cast<int>(hd),
                   static_cast<int>(count), 1.0f, s + key, static_cast<int>(keys), vh + row * hd, static_cast<int>(hd),
-                  beta, oh, static_cast<int>(ld_out));
+                  beta, oh, static_cast<int>(out_ld));
       beta = 1.0f;
     });
   });
