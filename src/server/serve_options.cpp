@@ -123,7 +123,7 @@ json read_config_file(const std::string& path, const std::string& source) {
                                  "kv_cache_bytes", "gpu_memory_fraction", "prefix_caching", "auto_reload",
                                  "io_threads",     "max_connections", "header_timeout_ms", "idle_timeout_ms",
                                  "write_timeout_ms", "keep_alive",     "load_on_request", "served_model_name",
-                                 "allowed_origins"};
+                                 "allowed_origins", "cpu_activations"};
   for (const auto& [key, value] : j.items()) {
     bool known = false;
     for (const char* k : kKnown) known = known || key == k;
@@ -225,6 +225,11 @@ ServeOptions resolve_serve_options(const ServeFlags& flags, const EnvLookup& env
   if (auto r = src.get(flags.allowed_origins, "--allowed-origins", "NEURON_ALLOWED_ORIGINS", "allowed_origins")) {
     CorsPolicy::parse(r->text, r->source);  // refused here, at startup, when an entry is not an origin
     o.allowed_origins = r->text;
+  }
+  if (auto r = src.get(flags.cpu_activations, "--cpu-activations", "NEURON_CPU_ACTIVATIONS", "cpu_activations")) {
+    if (r->text != "f32" && r->text != "int8")
+      fail(errc::invalid_argument, r->source + " must be f32 or int8, got '" + r->text + "'");
+    o.cpu_activations = r->text;
   }
   o.models = src.list(flags.models, "NEURON_MODEL", "models");
   for (auto& d : src.list(flags.models_dirs, "NEURON_MODELS_DIR", "models_dirs")) o.models_dirs.emplace_back(d);

@@ -43,6 +43,10 @@ struct ServeOptions {
   bool load_on_request = false;  // an OpenAI request for a model not loaded loads it (under --models-dir or the HF cache)
   std::string served_model_name;  // vLLM's flag: the name of the one startup model (per spec: `name=` in --model)
   std::string allowed_origins;  // CORS: comma-separated origins or "*" (server/cors.hpp); empty: same origin only
+  // How the CPU's quantized decode products take the activations: "f32"
+  // (within 1e-5 of the f32 product) or "int8" (rounded per 256 columns, as
+  // llama.cpp; backend/cpu/gemm_quant_few.hpp). Process-wide, TP workers included.
+  std::string cpu_activations = "f32";
 };
 
 // The values given on the command line (absent: not given).
@@ -53,7 +57,7 @@ struct ServeFlags {
   std::optional<std::string> auto_reload;  // "0" from --no-auto-reload
   std::optional<std::string> keep_alive, served_model_name;
   std::optional<std::string> load_on_request;  // "1" from --load-on-request
-  std::optional<std::string> allowed_origins;
+  std::optional<std::string> allowed_origins, cpu_activations;
   std::optional<std::string> io_threads, max_connections, header_timeout_ms, idle_timeout_ms, write_timeout_ms;
   std::vector<std::string> models;
   std::vector<std::string> models_dirs;

@@ -100,6 +100,28 @@ TEST(ServerServeOptions, InvalidValuesNameTheirSource) {
   std::remove(path.c_str());
 }
 
+TEST(ServerServeOptions, CpuActivationsAreF32OrInt8FromFlagEnvOrFile) {
+  EXPECT_EQ(resolve_serve_options({}, env_of({})).cpu_activations, "f32");
+  EXPECT_EQ(resolve_serve_options({}, env_of({{"NEURON_CPU_ACTIVATIONS", "int8"}})).cpu_activations, "int8");
+  ServeFlags flag;
+  flag.cpu_activations = "f32";
+  EXPECT_EQ(resolve_serve_options(flag, env_of({{"NEURON_CPU_ACTIVATIONS", "int8"}})).cpu_activations, "f32");
+  std::string path = testing::TempDir() + "/neuron-serve-activations.json";
+  std::ofstream(path) << R"({"cpu_activations": "int8"})";
+  ServeFlags file;
+  file.config = path;
+  EXPECT_EQ(resolve_serve_options(file, env_of({})).cpu_activations, "int8");
+  std::remove(path.c_str());
+  ServeFlags bad;
+  bad.cpu_activations = "int4";
+  try {
+    resolve_serve_options(bad, env_of({}));
+    ADD_FAILURE() << "int4 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--cpu-activations"), std::string::npos) << e.what();
+  }
+}
+
 TEST(ServerServeOptions, AutoReloadComesFromFlagEnvOrFile) {
   EXPECT_TRUE(resolve_serve_options({}, env_of({})).auto_reload);
   EXPECT_FALSE(resolve_serve_options({}, env_of({{"NEURON_AUTO_RELOAD", "0"}})).auto_reload);
