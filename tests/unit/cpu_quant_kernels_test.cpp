@@ -221,12 +221,14 @@ TEST(QuantKernels, Int8KernelsPropagateNonFiniteActivations) {
   if (!gemm_quant_few_int8(quant::GgmlType::q4_k)) GTEST_SKIP() << "no AVX-512 VNNI here";
   std::mt19937 rng(11);
   const QuantMatrix m = make(quant::GgmlType::q4_k, 5, 512, rng);
-  std::vector<float> x(512, 0.25f);
-  x[300] = INFINITY;
-  std::vector<float> y(5, 0.0f);
-  gemm_quant_few_rows(Isa::avx512, RowWalk::interleaved, QuantOperand(Activations::int8, m.type, x.data(), 1, 512, 512),
-                      m, 0, 5, y.data(), 5);
-  for (float v : y) EXPECT_TRUE(std::isnan(v));
+  for (float bad : {INFINITY, -INFINITY, NAN}) {
+    std::vector<float> x(512, 0.25f);
+    x[300] = bad;
+    std::vector<float> y(5, 0.0f);
+    gemm_quant_few_rows(Isa::avx512, RowWalk::interleaved,
+                        QuantOperand(Activations::int8, m.type, x.data(), 1, 512, 512), m, 0, 5, y.data(), 5);
+    for (float v : y) EXPECT_TRUE(std::isnan(v)) << bad;
+  }
 }
 
 // Both sides of the few-token threshold through the public entry point, on

@@ -681,9 +681,12 @@ QuantOperand::QuantOperand(Activations, quant::GgmlType type, const float* x, st
     for (std::int64_t b = 0; b < cols / quant::kQK_K; ++b) {
       const float* xb = xt + b * quant::kQK_K;
       float amax = 0.0f;
-      for (std::int64_t i = 0; i < quant::kQK_K; ++i) amax = std::max(amax, std::abs(xb[i]));
+      bool finite = true;
+      for (std::int64_t i = 0; i < quant::kQK_K; ++i) {
+        finite = finite && std::isfinite(xb[i]);
+        amax = std::max(amax, std::abs(xb[i]));
+      }
       // A NaN or infinity in x makes the block's scale NaN, so the products are NaN as in f32.
-      const bool finite = std::isfinite(amax);
       const float inv = finite && amax > 0.0f ? 127.0f / amax : 0.0f;
       sums_[static_cast<std::size_t>(t * (cols / quant::kQK_K) + b)] =
           finite ? amax / 127.0f : std::numeric_limits<float>::quiet_NaN();
