@@ -7,8 +7,9 @@
 // exactly as quant::dequantize_row computes them (up to one fused
 // multiply-add for Q4_K's minimum), and multiplied with every token of the
 // call, four tokens at a time, while the rows' blocks are in L1. W is read
-// from memory once per call; the activations stay f32 (no int8 rounding of
-// x), so the result is a dequantize-then-f32 product up to summation order.
+// from memory once per call; by default the activations stay f32 (no int8
+// rounding of x), so the result is a dequantize-then-f32 product up to
+// summation order.
 // AVX-512 (4 rows, 32 columns a step) and AVX2 + FMA + F16C (2 rows, 16
 // columns); matmul_quant keeps its other paths for the scalar CPU and types.
 //
@@ -21,23 +22,24 @@
 // instructions on 32 and a scale on the sub-block (decode_kernel.hpp
 // measures which is faster). Every other type takes the AVX-512 kernels.
 //
-// With NEURON_CPU_ACTIVATIONS=int8 (opt-in, process-wide), Q4_K, Q6_K and
-// Q8_0 (rows of whole 256 columns) on a CPU with AVX-512 VNNI take the int8
-// kernels instead: each token's x is
-// rounded to int8 per 256 columns (d = max|x| / 127, llama.cpp's Q8_K) and
-// the quants meet it in integer multiply-adds, a sub-block's scale applied
-// as an integer, one f32 FMA a block (Q8_0: its quants as q + 128, x's
-// sums of 4 taking the 128 back out). Exact up to x's rounding (up to d / 2
-// an element), which the 1e-5 bound of the f32 kernels does not cover: the
-// result equals the dequantized W times the rounded x within 1e-5, and is
-// about 1e-2 relative from the f32 product (bench/CPU.md). Prefill (40
-// tokens and more) stays f32.
+// With int8 activations (cpu_activations() below; opt-in, process-wide),
+// Q4_K, Q6_K and Q8_0 (rows of whole 256 columns) on a CPU with AVX-512
+// VNNI take the int8 kernels instead: each token's x is rounded to int8 per
+// 256 columns (d = max|x| / 127, llama.cpp's Q8_K; a NaN or infinity makes
+// its block's products NaN) and the quants meet it in integer
+// multiply-adds, a sub-block's scale applied as an integer, one f32 FMA a
+// block (Q8_0: its quants as q + 128, x's sums of 4 taking the 128 back
+// out). Exact up to x's rounding (up to d / 2 an element), which the 1e-5
+// bound of the f32 kernels does not cover: the result equals the
+// dequantized W times the rounded x within 1e-5, and is about 1e-2 of
+// sum |w x| from the f32 product (bench/CPU.md). Prefill (40 tokens and
+// more) stays f32.
 #include <cstdint>
 #include <vector>
 
+#include "backend/cpu/decode_kernel.hpp"
 #include "backend/cpu/isa.hpp"
 #include "backend/cpu/matmul_quant.hpp"
-#include "backend/cpu/decode_kernel.hpp"
 #include "quant/ggml_type.hpp"
 
 namespace neuron::backend::cpu {
