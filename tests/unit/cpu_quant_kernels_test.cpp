@@ -231,6 +231,58 @@ TEST(QuantKernels, Int8KernelsPropagateNonFiniteActivations) {
   }
 }
 
+// Blocks of any bytes but sane f16 scales: Q4_0 and Q5_K, which quantize_row
+// does not write (GGUF files bring them), for the kernels' tests.
+QuantMatrix random_blocks(quant::GgmlType type, std::int64_t rows, std::int64_t cols, std::mt19937& rng) {
+  QuantMatrix m;
+  m.type = type;
+  m.rows = rows;
+  m.cols = cols;
+  m.row_bytes = quant::row_bytes(type, cols);
+  m.data.resize(static_cast<std::size_t>(rows) * m.row_bytes);
+  for (auto& b : m.data) b = static_cast<std::byte>(rng() & 0xFF);
+  const std::size_t block = type == quant::GgmlType::q4_0 ? quant::kQ4_0Bytes : quant::kQ5_KBytes;
+  for (std::size_t at = 0; at < m.data.size(); at += block) {
+    const std::uint16_t d = static_cast<std::uint16_t>(0x2000 + (rng() & 0x0FFF));  // f16 in about [0.008, 0.06)
+    std::memcpy(m.data.data() + at, &d, 2);
+    if (type == quant::GgmlType::q5_k) {
+      const std::uint16_t dmin = static_cast<std::uint16_t>(0x2000 + (rng() & 0x0FFF));
+      std::memcpy(m.data.data() + at + 2, &dmin, 2);
+    }
+  }
+  return m;
+}
+
+// Q4_0 and Q5_K (AVX-512 kernels only): every row block and token tile,
+// with row strides, against the dequantized reference, both walks alike.
+TEST(QuantKernels, Q4_0AndQ5_KFewTokenKernelsMatchDequantizedReference) {
+  if (!gemm_quant_few_supported(Isa::avx512, quant::GgmlType::q4_0)) GTEST_SKIP() << "no AVX-512 here";
+  EXPECT_FALSE(gemm_quant_few_supported(Isa::avx2, quant::GgmlType::q5_k));
+  std::mt19937 rng(12);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (auto type : {quant::GgmlType::q4_0, quant::GgmlType::q5_k}) {
+    const std::int64_t cols = 512, rows = 39;
+    const QuantMatrix m = random_blocks(type, rows, cols, rng);
+    for (std::int64_t n : {1, 3, 4, 5}) {
+      const std::int64_t ldx = cols + 5, ldy = rows + 3;
+      std::vector<float> x(static_cast<std::size_t>(n * ldx));
+      for (auto& v : x) v = normal(rng);
+      std::vector<float> y(static_cast<std::size_t>(n * ldy), -7.0f), seq(y.size(), -7.0f);
+      gemm_quant_few_rows(Isa::avx512, RowWalk::interleaved, x.data(), n, ldx, m, 0, rows, y.data(), ldy);
+      gemm_quant_few_rows(Isa::avx512, RowWalk::sequential, x.data(), n, ldx, m, 0, rows, seq.data(), ldy);
+      ASSERT_EQ(std::memcmp(y.data(), seq.data(), 4 * y.size()), 0) << quant::ggml_type_name(type) << " n " << n;
+      for (std::int64_t t = 0; t < n; ++t) {
+        std::vector<double> want, scale;
+        reference(m, x.data() + t * ldx, want, scale);
+        for (std::int64_t r = 0; r < rows; ++r)
+          ASSERT_NEAR(y[t * ldy + r], want[r], 1e-5 * scale[r])
+              << quant::ggml_type_name(type) << " n " << n << " token " << t << " row " << r;
+        for (std::int64_t r = rows; r < ldy; ++r) ASSERT_EQ(y[t * ldy + r], -7.0f) << "wrote past the row";
+      }
+    }
+  }
+}
+
 // Both sides of the few-token threshold through the public entry point, on
 // enough rows that the work is split over the pool's threads.
 TEST(QuantKernels, MatmulAroundTheFewTokenThreshold) {

@@ -157,6 +157,67 @@ NEURON_AVX512 inline void q6_k_bytes(const std::byte* b, int h, __m512i& first, 
   second = _mm512_ternarylogic_epi32(_mm512_srli_epi16(l, 4), low4, top23, 0xEA);
 }
 
+// Q4_0: d * (q - 8), 32 columns a block: chunk() gives q - 8 (the low
+// nibbles of its 16 bytes, then the high ones, looked up as Q4_K's are) and
+// the kernel adds d * (q . x) of each block (kBlockScale), as for Q8_0.
+struct Q4_0 {
+  static constexpr std::int64_t kCols = quant::kQK4_0;
+  static constexpr std::size_t kBytes = quant::kQ4_0Bytes;
+  static constexpr bool kBlockScale = true;
+  const std::byte* q = nullptr;
+  __m512 d;
+
+  NEURON_AVX512 void prepare(const std::byte* block) {
+    d = _mm512_set1_ps(f16_at(block));
+    q = block + 2;
+  }
+  NEURON_AVX512 void chunk(int, __m512& lo, __m512& hi) const {
+    const __m512 centred = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);  // [16] q - 8 by q
+    const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
+    lo = _mm512_permutexvar_ps(bytes, centred);  // vpermps reads the index's low 4 bits: the low nibble
+    hi = _mm512_permutexvar_ps(_mm512_srli_epi32(bytes, 4), centred);
+  }
+};
+
+// Q5_K: (d * sc_j) * q - dmin * m_j with q = nibble + 16 * (qh bit j) in
+// 0..31, sub-block j's nibbles laid out as Q4_K's and its fifth bits bit j
+// of qh's 32 bytes. The sub-block's 32 possible weights are two vectors (one
+// fused multiply-add each) and vpermt2ps looks them up by a 5-bit index,
+// the nibble with the fifth bit moved above it (one ternary-logic select).
+struct Q5_K {
+  static constexpr std::int64_t kCols = quant::kQK_K;
+  static constexpr std::size_t kBytes = quant::kQ5_KBytes;
+  const std::byte* block = nullptr;
+  float scale[8], min[8];  // d * sc_j, dmin * m_j
+
+  NEURON_AVX512 void prepare(const std::byte* b) {
+    block = b;
+    __m128i sc, m;
+    unpack_k4_scales(b + 4, sc, m);
+    const __m256 d = _mm256_set1_ps(f16_at(b)), dmin = _mm256_set1_ps(f16_at(b + 2));
+    _mm256_storeu_ps(scale, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sc))));
+    _mm256_storeu_ps(min, _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(m))));
+  }
+  NEURON_AVX512 void chunk(int j, __m512& lo, __m512& hi) const {
+    const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512 s = _mm512_set1_ps(scale[j]), m = _mm512_set1_ps(min[j]);
+    const __m512 low = _mm512_fmsub_ps(iota, s, m);                                      // [16] q = 0..15
+    const __m512 high = _mm512_fmsub_ps(_mm512_add_ps(iota, _mm512_set1_ps(16.0f)), s, m);  // [16] q = 16..31
+    const std::byte* ql = block + 48 + (j / 2) * 32;
+    const __m512i nib_mask = _mm512_set1_epi32(0x0F);
+    for (int half = 0; half < 2; ++half) {
+      __m512i n = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ql + 16 * half)));
+      if (j & 1) n = _mm512_srli_epi32(n, 4);
+      const __m512i h = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 16 + 16 * half)));
+      // bit j of qh to bit 4: shifted left by 4 - j (right by j - 4 for j > 4).
+      const __m512i top = j <= 4 ? _mm512_slli_epi32(h, static_cast<unsigned>(4 - j)) : _mm512_srli_epi32(h, static_cast<unsigned>(j - 4));
+      // (n & 0x0F) | (top & ~0x0F): ternary-logic table 0xCA is mask ? n : top.
+      const __m512i index = _mm512_ternarylogic_epi32(nib_mask, n, top, 0xCA);
+      (half == 0 ? lo : hi) = _mm512_permutex2var_ps(low, index, high);
+    }
+  }
+};
+
 // Q6_K: (d * sc_k) * (6-bit q - 32), a scale per 16 columns; columns 128 h +
 // 32 k + l take ql's nibble (low for k < 2) at 64 h + 32 (k & 1) + l and qh's
 // bits 2k, 2k + 1 at 32 h + l. prepare() reassembles the block's 256 6-bit
@@ -621,6 +682,8 @@ struct Table {
 constexpr Table<Q8_0, Q8_0x8, false> kQ8_0{};
 constexpr Table<Q4_K, Q4_Kx8, false> kQ4_K{};
 constexpr Table<Q6_K, Q6_Kx8, false> kQ6_K{};
+constexpr Table<Q4_0, Q4_0, false> kQ4_0{};  // AVX-512 only
+constexpr Table<Q5_K, Q5_K, false> kQ5_K{};
 constexpr Table<Q8_0, Q8_0x8, true> kQ8_0Avx2{};
 constexpr Table<Q4_K, Q4_Kx8, true> kQ4_KAvx2{};
 constexpr Table<Q6_K, Q6_Kx8, true> kQ6_KAvx2{};
@@ -630,6 +693,8 @@ const Kernels& table(Isa isa, GgmlType type) {
   switch (type) {
     case GgmlType::q4_k: return avx2 ? kQ4_KAvx2.fn : kQ4_K.fn;
     case GgmlType::q6_k: return avx2 ? kQ6_KAvx2.fn : kQ6_K.fn;
+    case GgmlType::q4_0: return kQ4_0.fn;
+    case GgmlType::q5_k: return kQ5_K.fn;
     default: return avx2 ? kQ8_0Avx2.fn : kQ8_0.fn;
   }
 }
@@ -637,8 +702,9 @@ const Kernels& table(Isa isa, GgmlType type) {
 }  // namespace
 
 bool gemm_quant_few_supported(Isa isa, quant::GgmlType type) noexcept {
-  return isa != Isa::scalar && isa_supported(isa) &&
-         (type == GgmlType::q8_0 || type == GgmlType::q4_k || type == GgmlType::q6_k);
+  if (isa == Isa::scalar || !isa_supported(isa)) return false;
+  if (type == GgmlType::q4_0 || type == GgmlType::q5_k) return isa != Isa::avx2;  // AVX-512 kernels only
+  return type == GgmlType::q8_0 || type == GgmlType::q4_k || type == GgmlType::q6_k;
 }
 
 bool gemm_quant_few_bf16_pairs(Isa isa, quant::GgmlType type) noexcept {
