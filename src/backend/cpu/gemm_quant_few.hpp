@@ -1,6 +1,7 @@
 #pragma once
-// Y = X W^T for one or a few tokens with W in Q8_0, Q4_K or Q6_K blocks: the
-// decode step's products on a quantized model (batch 1 and batched decode).
+// Y = X W^T for one or a few tokens with W in Q8_0, Q4_K or Q6_K blocks (and
+// Q4_0, Q5_K with AVX-512): the decode step's products on a quantized model
+// (batch 1 and batched decode).
 //
 // The quantized counterpart of gemm_bf16_few: each thread takes chunks of W's
 // rows; four rows' blocks are dequantized in registers, 32 columns at a time,
@@ -44,7 +45,8 @@
 
 namespace neuron::backend::cpu {
 
-// This kernel handles `type` with `isa` (any but scalar; Q8_0, Q4_K, Q6_K).
+// This kernel handles `type` with `isa` (any but scalar; Q8_0, Q4_K, Q6_K;
+// Q4_0 and Q5_K with AVX-512 only).
 bool gemm_quant_few_supported(Isa isa, quant::GgmlType type) noexcept;
 
 // `isa` multiplies `type` in bf16 pairs (avx512_bf16 and Q4_K or Q6_K).
