@@ -19,14 +19,20 @@
 namespace neuron::backend::cpu {
 namespace {
 
-QuantMatrix make(quant::GgmlType type, std::int64_t rows, std::int64_t cols, std::mt19937& rng) {
-  std::normal_distribution<float> normal(0.0f, 0.05f);
+// rows x cols of `type`, its bytes uninitialised.
+QuantMatrix sized(quant::GgmlType type, std::int64_t rows, std::int64_t cols) {
   QuantMatrix m;
   m.type = type;
   m.rows = rows;
   m.cols = cols;
   m.row_bytes = quant::row_bytes(type, cols);
   m.data.resize(static_cast<std::size_t>(rows) * m.row_bytes);
+  return m;
+}
+
+QuantMatrix make(quant::GgmlType type, std::int64_t rows, std::int64_t cols, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 0.05f);
+  QuantMatrix m = sized(type, rows, cols);
   std::vector<float> row(static_cast<std::size_t>(cols));
   for (std::int64_t r = 0; r < rows; ++r) {
     for (auto& v : row) v = normal(rng);
@@ -234,12 +240,7 @@ TEST(QuantKernels, Int8KernelsPropagateNonFiniteActivations) {
 // Blocks of any bytes but sane f16 scales: Q4_0 and Q5_K, which quantize_row
 // does not write (GGUF files bring them), for the kernels' tests.
 QuantMatrix random_blocks(quant::GgmlType type, std::int64_t rows, std::int64_t cols, std::mt19937& rng) {
-  QuantMatrix m;
-  m.type = type;
-  m.rows = rows;
-  m.cols = cols;
-  m.row_bytes = quant::row_bytes(type, cols);
-  m.data.resize(static_cast<std::size_t>(rows) * m.row_bytes);
+  QuantMatrix m = sized(type, rows, cols);
   for (auto& b : m.data) b = static_cast<std::byte>(rng() & 0xFF);
   const std::size_t block = type == quant::GgmlType::q4_0 ? quant::kQ4_0Bytes : quant::kQ5_KBytes;
   for (std::size_t at = 0; at < m.data.size(); at += block) {

@@ -38,9 +38,12 @@ constexpr int kTokenTile = 4;  // tokens per pass (16 registers of accumulators)
 // kernel adds d * (q . x) of each block (kBlockScale). One multiplication a
 // block instead of one a weight, and a row's sum waits on one FMA a block,
 // not two: one row at a time (the sequential walk) was bound by that chain.
-struct Q8_0 {
-  static constexpr std::int64_t kCols = quant::kQK8_0;
-  static constexpr std::size_t kBytes = quant::kQ8_0Bytes;
+// A block of 32 columns whose f16 scale d leads its quants and is applied
+// to the block's sum (Q8_0, Q4_0): prepare() reads d and finds the quants.
+template <std::size_t Bytes>
+struct BlockScaled {
+  static constexpr std::int64_t kCols = 32;
+  static constexpr std::size_t kBytes = Bytes;
   static constexpr bool kBlockScale = true;
   const std::byte* q = nullptr;
   __m512 d;
@@ -49,6 +52,9 @@ struct Q8_0 {
     d = _mm512_set1_ps(f16_at(block));
     q = block + 2;
   }
+};
+
+struct Q8_0 : BlockScaled<quant::kQ8_0Bytes> {
   NEURON_AVX512 void chunk(int, __m512& lo, __m512& hi) const {
     const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
     const __m128i q1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16));
@@ -160,17 +166,7 @@ NEURON_AVX512 inline void q6_k_bytes(const std::byte* b, int h, __m512i& first, 
 // Q4_0: d * (q - 8), 32 columns a block: chunk() gives q - 8 (the low
 // nibbles of its 16 bytes, then the high ones, looked up as Q4_K's are) and
 // the kernel adds d * (q . x) of each block (kBlockScale), as for Q8_0.
-struct Q4_0 {
-  static constexpr std::int64_t kCols = quant::kQK4_0;
-  static constexpr std::size_t kBytes = quant::kQ4_0Bytes;
-  static constexpr bool kBlockScale = true;
-  const std::byte* q = nullptr;
-  __m512 d;
-
-  NEURON_AVX512 void prepare(const std::byte* block) {
-    d = _mm512_set1_ps(f16_at(block));
-    q = block + 2;
-  }
+struct Q4_0 : BlockScaled<quant::kQ4_0Bytes> {
   NEURON_AVX512 void chunk(int, __m512& lo, __m512& hi) const {
     const __m512 centred = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);  // [16] q - 8 by q
     const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
@@ -184,31 +180,20 @@ struct Q4_0 {
 // of qh's 32 bytes. The sub-block's 32 possible weights are two vectors (one
 // fused multiply-add each) and vpermt2ps looks them up by a 5-bit index,
 // the nibble with the fifth bit moved above it (one ternary-logic select).
-struct Q5_K {
-  static constexpr std::int64_t kCols = quant::kQK_K;
+struct Q5_K : Q4_KScales {  // prepare(): Q4_K's scales; q is then qh (32 bytes), the nibbles follow
   static constexpr std::size_t kBytes = quant::kQ5_KBytes;
-  const std::byte* block = nullptr;
-  float scale[8], min[8];  // d * sc_j, dmin * m_j
 
-  NEURON_AVX512 void prepare(const std::byte* b) {
-    block = b;
-    __m128i sc, m;
-    unpack_k4_scales(b + 4, sc, m);
-    const __m256 d = _mm256_set1_ps(f16_at(b)), dmin = _mm256_set1_ps(f16_at(b + 2));
-    _mm256_storeu_ps(scale, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sc))));
-    _mm256_storeu_ps(min, _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(m))));
-  }
   NEURON_AVX512 void chunk(int j, __m512& lo, __m512& hi) const {
     const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const __m512 s = _mm512_set1_ps(scale[j]), m = _mm512_set1_ps(min[j]);
     const __m512 low = _mm512_fmsub_ps(iota, s, m);                                      // [16] q = 0..15
     const __m512 high = _mm512_fmsub_ps(_mm512_add_ps(iota, _mm512_set1_ps(16.0f)), s, m);  // [16] q = 16..31
-    const std::byte* ql = block + 48 + (j / 2) * 32;
+    const std::byte* ql = q + 32 + (j / 2) * 32;
     const __m512i nib_mask = _mm512_set1_epi32(0x0F);
     for (int half = 0; half < 2; ++half) {
       __m512i n = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ql + 16 * half)));
       if (j & 1) n = _mm512_srli_epi32(n, 4);
-      const __m512i h = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 16 + 16 * half)));
+      const __m512i h = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16 * half)));
       // bit j of qh to bit 4: shifted left by 4 - j (right by j - 4 for j > 4).
       const __m512i top = j <= 4 ? _mm512_slli_epi32(h, static_cast<unsigned>(4 - j)) : _mm512_srli_epi32(h, static_cast<unsigned>(j - 4));
       // (n & 0x0F) | (top & ~0x0F): ternary-logic table 0xCA is mask ? n : top.
@@ -427,9 +412,6 @@ struct Int8Token {
   const std::int32_t* corrections;
 };
 
-// The sum of a vector's 8 lanes, for the int8 kernels' target.
-NEURON_AVX512_VNNI inline float lanes_total(__m256 v) { return hsum8(v); }
-
 // Q4_K: per block, d dx sum_j sc_j (q . a)_j - dmin dx sum_j m_j (sum a)_j, all
 // but the two scales in integers. A 32-byte load, broadcast to both halves
 // and shifted by 0 or 4 a half, is sub-blocks 2g (low nibbles) and 2g + 1
@@ -476,7 +458,7 @@ NEURON_AVX512_VNNI void q4_k_int8(const std::byte* rows, std::size_t row_bytes, 
       mins[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(min_dot), _mm256_set1_ps(f16_at(block + 2) * scales[b]), mins[r]);
     }
   }
-  for (int r = 0; r < R; ++r) y[r] = _mm512_reduce_add_ps(acc[r]) - lanes_total(mins[r]);
+  for (int r = 0; r < R; ++r) y[r] = _mm512_reduce_add_ps(acc[r]) - hsum8(mins[r]);
 }
 
 // Q6_K: per block, d dx sum_k sc_k ((q . a)_k - 32 (sum a)_k) with the 6-bit
