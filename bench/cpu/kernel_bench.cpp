@@ -1,7 +1,8 @@
 // The CPU decode kernels on one thread, as weights a second (the
 // "items_per_second" counter): each quantized type with every kernel this
 // CPU runs (isa, and int8 activations), both row walks, over rows that stay in L2 (256 x 1024)
-// and rows streamed from memory (96 MiB, past a 32 MiB L3), one token.
+// and rows streamed from memory (96 MiB, past a 32 MiB L3), one token. And the
+// prefill products (prefill/...), multiply-adds a second.
 //   cmake -B build -DNEURON_BENCH=ON && ninja -C build cpu_kernel_bench
 //   build/bench/cpu_kernel_bench --benchmark_min_time=0.5
 #include <benchmark/benchmark.h>
@@ -13,9 +14,13 @@
 #include <vector>
 
 #include "backend/cpu/decode_kernel.hpp"
+#include "backend/cpu/gemm_bf16_few.hpp"
+#include "backend/cpu/gemm_bf16_pairs.hpp"
 #include "backend/cpu/gemm_quant_few.hpp"
+#include "backend/cpu/gemm_quant_pairs.hpp"
 #include "backend/cpu/isa.hpp"
 #include "quant/quantize.hpp"
+#include "tensor/dtype.hpp"
 
 namespace neuron::backend::cpu {
 namespace {
@@ -65,7 +70,67 @@ void run(benchmark::State& state, quant::GgmlType type, Isa isa, RowWalk walk, s
   state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(m.data.size()));
 }
 
+// The prefill products (128 tokens, 3072 x 1024 weights, two threads as the
+// runner has them) on AVX-512 BF16: gemm_bf16_pairs for bf16 weights (type
+// bf16), gemm_quant_pairs for the rest, with x in `terms` bf16 terms; items
+// are multiply-adds.
+void prefill(benchmark::State& state, quant::GgmlType type, int terms) {
+  constexpr std::int64_t kTokens = 128, kRowsOut = 3072;
+  if (!gemm_bf16_pairs_fits(kCols)) return state.SkipWithError("no AVX-512 BF16 here");
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(static_cast<std::size_t>(kTokens * kCols)), y(static_cast<std::size_t>(kTokens * kRowsOut));  // [n, cols], [n, rows]
+  for (auto& v : x) v = normal(rng);
+  if (type == quant::GgmlType::bf16) {
+    std::vector<std::uint16_t> w(static_cast<std::size_t>(kRowsOut * kCols));  // [rows, cols] bf16
+    for (auto& v : w) v = f32_to_bf16(normal(rng) * 0.02f);
+    for (auto _ : state) {
+      gemm_bf16_pairs(x.data(), kTokens, kCols, kCols, w.data(), kRowsOut, y.data(), kRowsOut, terms);
+      benchmark::DoNotOptimize(y.data());
+    }
+  } else {
+    const QuantMatrix m = make(type, kRowsOut);
+    for (auto _ : state) {
+      gemm_quant_pairs(x.data(), kTokens, kCols, m, y.data(), kRowsOut, terms);
+      benchmark::DoNotOptimize(y.data());
+    }
+  }
+  state.SetItemsProcessed(state.iterations() * kTokens * kRowsOut * kCols);
+}
+
+// Batched decode's bf16 products (n tokens, 3072 x 1024 weights, two
+// threads): gemm_bf16_few against gemm_bf16_pairs (two terms), where the
+// pairs kernel starts to win; items are multiply-adds.
+void few_tokens(benchmark::State& state, std::int64_t n, bool pairs) {
+  constexpr std::int64_t kRowsOut = 3072;
+  if (pairs && !gemm_bf16_pairs_fits(kCols)) return state.SkipWithError("no AVX-512 BF16 here");
+  std::mt19937 rng(4);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(static_cast<std::size_t>(n * kCols)), y(static_cast<std::size_t>(n * kRowsOut));  // [n, cols], [n, rows]
+  for (auto& v : x) v = normal(rng);
+  std::vector<std::uint16_t> w(static_cast<std::size_t>(kRowsOut * kCols));  // [rows, cols] bf16
+  for (auto& v : w) v = f32_to_bf16(normal(rng) * 0.02f);
+  for (auto _ : state) {
+    if (pairs)
+      gemm_bf16_pairs(x.data(), n, kCols, kCols, w.data(), kRowsOut, y.data(), kRowsOut, 2);
+    else
+      gemm_bf16_few(x.data(), n, kCols, kCols, w.data(), kRowsOut, y.data(), kRowsOut);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetItemsProcessed(state.iterations() * n * kRowsOut * kCols);
+}
+
 const bool registered = [] {
+  for (const std::int64_t n : {4, 8, 12, 16, 24, 32, 39})
+    for (const bool pairs : {false, true}) {
+      const std::string name = std::string("few/") + (pairs ? "pairs" : "few") + "/n:" + std::to_string(n);
+      benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { few_tokens(s, n, pairs); })->UseRealTime();
+    }
+  for (auto type : {quant::GgmlType::bf16, quant::GgmlType::q8_0, quant::GgmlType::q4_k, quant::GgmlType::q6_k})
+    for (const int terms : {1, 2}) {
+      const std::string name = "prefill/" + std::string(quant::ggml_type_name(type)) + "/terms:" + std::to_string(terms);
+      benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { prefill(s, type, terms); })->UseRealTime();
+    }
   for (auto type : {quant::GgmlType::q8_0, quant::GgmlType::q4_k, quant::GgmlType::q6_k})
     for (int kind = 0; kind < 4; ++kind) {  // avx2, avx512, avx512_bf16 (f32 x); int8 x
       const bool int8 = kind == 3;

@@ -237,6 +237,7 @@ int run(const BenchArgs& a) {
           {"walk", row_walk_name(k.walk)}, {"isa", isa_name(k.isa)}, {"activations", int8 ? "int8" : "f32"}};
     };
     out["decode_kernels"] = {{"bf16", describe(quant::GgmlType::bf16)}};
+    out["cpu_activations"] = backend::cpu::activations_name(backend::cpu::cpu_activations());
     if (ro.quantize) out["decode_kernels"][quant::ggml_type_name(*ro.quantize)] = describe(*ro.quantize);
   }
 

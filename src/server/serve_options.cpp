@@ -1,5 +1,6 @@
 #include "server/serve_options.hpp"
 
+#include "backend/cpu/activations.hpp"
 #include "server/cors.hpp"
 
 #include <arpa/inet.h>
@@ -227,8 +228,8 @@ ServeOptions resolve_serve_options(const ServeFlags& flags, const EnvLookup& env
     o.allowed_origins = r->text;
   }
   if (auto r = src.get(flags.cpu_activations, "--cpu-activations", "NEURON_CPU_ACTIVATIONS", "cpu_activations")) {
-    if (r->text != "f32" && r->text != "int8")
-      fail(errc::invalid_argument, r->source + " must be f32 or int8, got '" + r->text + "'");
+    if (!backend::cpu::parse_activations(r->text))
+      fail(errc::invalid_argument, r->source + " must be f32, bf16 or int8, got '" + r->text + "'");
     o.cpu_activations = r->text;
   }
   o.models = src.list(flags.models, "NEURON_MODEL", "models");

@@ -43,9 +43,9 @@ struct ServeOptions {
   bool load_on_request = false;  // an OpenAI request for a model not loaded loads it (under --models-dir or the HF cache)
   std::string served_model_name;  // vLLM's flag: the name of the one startup model (per spec: `name=` in --model)
   std::string allowed_origins;  // CORS: comma-separated origins or "*" (server/cors.hpp); empty: same origin only
-  // How the CPU's quantized decode products take the activations: "f32"
-  // (within 1e-5 of the f32 product) or "int8" (rounded per 256 columns, as
-  // llama.cpp; backend/cpu/gemm_quant_few.hpp). Process-wide, TP workers included.
+  // How far the CPU products may round the activations: "f32" (exact, the
+  // default), "bf16" or "int8" (as llama.cpp; backend/cpu/activations.hpp).
+  // Process-wide, TP workers included.
   std::string cpu_activations = "f32";
 };
 

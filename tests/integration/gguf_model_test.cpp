@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/cpu/gemm_bf16_pairs.hpp"
 #include "backend/cpu/gemm_quant_few.hpp"
 #include "backend/model_runner.hpp"
 #include "backend/single_sequence.hpp"
@@ -234,6 +235,33 @@ TEST(QuantizedInt8, GreedyTokensFollowTheF32Ones) {
     differs = std::max(differs, std::abs(got.last_logits[i] - want.last_logits[i]));
   }
   EXPECT_GT(differs, 0.0f) << "the int8 kernels did not run";
+}
+
+// Bf16 activations (NEURON_CPU_ACTIVATIONS=bf16, backend/cpu/activations.hpp)
+// through a whole runner: a bf16 model's prefill (a prompt past the few-token
+// kernels) rounds x to bf16 on AVX-512 BF16 CPUs; the greedy tokens and logits
+// stay close to the exact ones, and differ from them (the one-term product ran).
+TEST(ReducedActivations, Bf16PrefillFollowsTheExactOne) {
+  if (!backend::cpu::gemm_bf16_pairs_fits(256)) GTEST_SKIP() << "no AVX-512 BF16 here";
+  test_support::TempDir tmp("neuron-bf16-activations");
+  model::write_random_checkpoint(tmp.path(), test_support::quant_test_config(), {.seed = 6});
+  std::vector<std::int32_t> prompt;
+  std::mt19937 rng(5);
+  for (int i = 0; i < 70; ++i) prompt.push_back(static_cast<std::int32_t>(rng() % 384));
+  const auto before = backend::cpu::cpu_activations();
+  backend::cpu::set_cpu_activations(backend::cpu::Activations::f32);
+  const Greedy want = greedy(*engine::open_runner(options(tmp.path())), prompt, 6);
+  backend::cpu::set_cpu_activations(backend::cpu::Activations::bf16);
+  const Greedy got = greedy(*engine::open_runner(options(tmp.path())), prompt, 6);
+  backend::cpu::set_cpu_activations(before);
+  EXPECT_EQ(got.tokens, want.tokens);
+  float biggest = 0.0f, differs = 0.0f;
+  for (float v : want.last_logits) biggest = std::max(biggest, std::abs(v));
+  for (std::size_t i = 0; i < want.last_logits.size(); ++i) {
+    EXPECT_NEAR(got.last_logits[i], want.last_logits[i], 0.05f * biggest) << "logit " << i;
+    differs = std::max(differs, std::abs(got.last_logits[i] - want.last_logits[i]));
+  }
+  EXPECT_GT(differs, 0.0f) << "the one-term product did not run";
 }
 
 }  // namespace

@@ -12,10 +12,12 @@
 #include <random>
 #include <vector>
 
+#include "backend/cpu/activations.hpp"
 #include "backend/cpu/attention.hpp"
 #include "backend/cpu/chunk_pool.hpp"
 #include "backend/cpu/gemm_bf16_amx.hpp"
 #include "backend/cpu/gemm_bf16_few.hpp"
+#include "backend/cpu/gemm_bf16_pairs.hpp"
 #include "backend/cpu/gemv_bf16.hpp"
 #include "backend/cpu/isa.hpp"
 #include "backend/cpu/matmul.hpp"
@@ -214,6 +216,77 @@ TEST(CpuGemmAmx, MatchesReferenceAtF32Accuracy) {
       }
     }
   }
+}
+
+// The AVX-512 BF16 product: row counts around its blocks of 12 (and chunks),
+// token counts around its 16-token groups and 32-token blocks, padded
+// strides (nothing written outside y's rows), x over a wide range of
+// magnitudes. Two terms: within 1e-5 of sum |w x| of the f32 product. One
+// term: the product with x rounded to bf16 (to f32 accuracy), which is
+// within 2^-8 of sum |w x| of the f32 one.
+TEST(CpuGemmPairs, MatchesReferenceForEachTermCount) {
+  if (!gemm_bf16_pairs_fits(32)) GTEST_SKIP() << "no AVX-512 BF16 here";
+  EXPECT_FALSE(gemm_bf16_pairs_fits(48));
+  std::mt19937 rng(22);
+  std::uniform_real_distribution<float> exponent(-8.0f, 8.0f);
+  for (const auto& [in, out] : {std::pair<std::int64_t, std::int64_t>{32, 1}, {96, 13}, {64, 25}, {1024, 70}, {160, 300}}) {
+    const auto w = random_bf16(static_cast<std::size_t>(out * in), static_cast<std::uint32_t>(in + out));
+    for (std::int64_t n : {1, 15, 16, 17, 33, 64, 100}) {
+      const std::int64_t ldx = in + 3, ldy = out + 5;
+      auto x = random_floats(static_cast<std::size_t>(n * ldx), static_cast<std::uint32_t>(n));
+      for (auto& v : x) v *= std::exp2(exponent(rng));
+      for (const int terms : {1, 2}) {
+        std::vector<float> y(static_cast<std::size_t>(n * ldy), -7.0f);
+        gemm_bf16_pairs(x.data(), n, in, ldx, w.data(), out, y.data(), ldy, terms);
+        for (std::int64_t t = 0; t < n; ++t) {
+          for (std::int64_t o = 0; o < out; ++o) {
+            double exact = 0, rounded = 0, magnitude = 0;
+            for (std::int64_t c = 0; c < in; ++c) {
+              const double wv = bf16_to_f32(w[o * in + c]), xv = x[t * ldx + c];
+              exact += wv * xv;
+              rounded += wv * bf16_to_f32(f32_to_bf16(static_cast<float>(xv)));
+              magnitude += std::abs(wv * xv);
+            }
+            const double got = y[t * ldy + o];
+            const auto where = [&] {
+              return ::testing::Message() << "terms " << terms << " in " << in << " out " << out << " n " << n
+                                          << " token " << t << " row " << o;
+            };
+            if (terms == 2) {
+              ASSERT_LE(std::abs(got - exact), 1e-5 * magnitude + 1e-30) << where();
+            } else {
+              ASSERT_LE(std::abs(got - rounded), 1e-6 * 2 * magnitude + 1e-30) << where();
+              ASSERT_LE(std::abs(got - exact), std::exp2(-8.0) * magnitude + 1e-30) << where();
+            }
+          }
+          for (std::int64_t o = out; o < ldy; ++o) ASSERT_EQ(y[t * ldy + o], -7.0f) << "wrote outside its rows";
+        }
+      }
+    }
+  }
+}
+
+// The activation levels by name, and matmul_bf16's prefill taking x in two
+// bf16 terms when exact and one when bf16 (or int8, which allows bf16) is chosen.
+TEST(CpuActivations, NamesRoundTripAndThePrefillFollowsTheChoice) {
+  for (Activations a : {Activations::f32, Activations::bf16, Activations::int8})
+    EXPECT_EQ(parse_activations(activations_name(a)), a);
+  for (const char* bad : {"", "F32", "int4", "bf16 ", "fp8"}) EXPECT_FALSE(parse_activations(bad)) << bad;
+  if (!gemm_bf16_pairs_fits(256) || amx_bf16_usable()) GTEST_SKIP() << "the prefill does not take gemm_bf16_pairs here";
+  const std::int64_t n = 70, in = 256, out = 40;
+  const auto w = random_bf16(static_cast<std::size_t>(out * in), 31);
+  const auto x = random_floats(static_cast<std::size_t>(n * in), 32);
+  std::vector<float> one(static_cast<std::size_t>(n * out)), two(one.size()), got(one.size());  // [n, out] each
+  gemm_bf16_pairs(x.data(), n, in, in, w.data(), out, one.data(), out, 1);
+  gemm_bf16_pairs(x.data(), n, in, in, w.data(), out, two.data(), out, 2);
+  ASSERT_NE(one, two);
+  const Activations before = cpu_activations();
+  for (Activations a : {Activations::f32, Activations::bf16, Activations::int8}) {
+    set_cpu_activations(a);
+    matmul_bf16(x.data(), n, in, in, w.data(), out, got.data(), out);
+    EXPECT_EQ(got, a == Activations::f32 ? two : one) << activations_name(a);
+  }
+  set_cpu_activations(before);
 }
 
 TEST(CpuMatmul, MatchesReferenceAcrossTilesAndTokenCounts) {

@@ -3,18 +3,22 @@
 // CPU has: within 1e-5 of the sum of |w x| terms.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <string_view>
 #include <vector>
 
 #include "backend/cpu/gemm_bf16_few.hpp"
 #include "backend/cpu/gemm_quant_few.hpp"
+#include "backend/cpu/gemm_quant_pairs.hpp"
 #include "backend/cpu/isa.hpp"
 #include "backend/cpu/matmul_quant.hpp"
 #include "quant/dequantize.hpp"
 #include "quant/quantize.hpp"
+#include "tensor/dtype.hpp"
 
 namespace neuron::backend::cpu {
 namespace {
@@ -324,6 +328,51 @@ TEST(QuantKernels, PrefillMatchesDequantizedReference) {
       std::vector<float> y(static_cast<std::size_t>(n * ldy), -7.0f);
       matmul_quant(x.data(), n, ldx, m, y.data(), ldy);
       expect_reference(m, x, n, ldx, y, ldy, quant::ggml_type_name(type));
+    }
+  }
+}
+
+// The AVX-512 BF16 prefill (gemm_quant_pairs), every type it takes: row
+// blocks of 6 and a remainder, tokens around its groups of 16 and 32, row
+// strides, rows of positive weights (large K-quant mins, so the sub-block
+// constants cancel most of the q sums; Q4_0 and Q5_K: random blocks) and
+// activations of mixed magnitudes.
+// Two terms: within 1e-5 of the dequantize-then-f32 product. One term: the
+// product with x rounded to bf16, within 1e-5, and within 2^-8 of the exact one.
+TEST(QuantKernels, PairsPrefillMatchesDequantizedReferenceForEachTermCount) {
+  if (!gemm_quant_pairs_fits(quant::GgmlType::q4_k, 256)) GTEST_SKIP() << "no AVX-512 BF16 here";
+  std::mt19937 rng(6);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  for (auto type : {quant::GgmlType::q8_0, quant::GgmlType::q4_0, quant::GgmlType::q4_k, quant::GgmlType::q5_k,
+                    quant::GgmlType::q6_k}) {
+    ASSERT_TRUE(gemm_quant_pairs_fits(type, 512));
+    const std::int64_t cols = 512, rows = 37;
+    const bool ours = type != quant::GgmlType::q4_0 && type != quant::GgmlType::q5_k;  // quant::quantize_row's types
+    QuantMatrix m = ours ? make(type, rows, cols, rng) : random_blocks(type, rows, cols, rng);
+    std::vector<float> row(static_cast<std::size_t>(cols));
+    for (std::int64_t r = 0; ours && r < rows; r += 3) {
+      for (auto& v : row) v = 0.5f + unit(rng);
+      quant::quantize_row(type, row.data(), m.data.data() + static_cast<std::size_t>(r) * m.row_bytes, cols);
+    }
+    for (std::int64_t n : {std::int64_t{1}, std::int64_t{17}, std::int64_t{40}, std::int64_t{77}}) {
+      const std::int64_t ldx = cols + 7, ldy = rows + 5;
+      std::vector<float> x(static_cast<std::size_t>(n * ldx)), rounded(x.size());
+      for (auto& v : x) v = normal(rng) * (rng() % 13 == 0 ? 100.f : 1.f);
+      for (std::size_t i = 0; i < x.size(); ++i) rounded[i] = bf16_to_f32(f32_to_bf16(x[i]));
+      std::vector<float> y(static_cast<std::size_t>(n * ldy), -7.0f);
+      const std::string what = std::string(quant::ggml_type_name(type));
+      gemm_quant_pairs(x.data(), n, ldx, m, y.data(), ldy, 2);
+      expect_reference(m, x, n, ldx, y, ldy, what + " two terms");
+      std::fill(y.begin(), y.end(), -7.0f);
+      gemm_quant_pairs(x.data(), n, ldx, m, y.data(), ldy, 1);
+      expect_reference(m, rounded, n, ldx, y, ldy, what + " one term");
+      for (std::int64_t t = 0; t < n; ++t) {
+        std::vector<double> want, scale;
+        reference(m, x.data() + t * ldx, want, scale);
+        for (std::int64_t r = 0; r < rows; ++r)
+          ASSERT_NEAR(y[t * ldy + r], want[r], std::exp2(-8.0) * scale[r]) << what << " token " << t << " row " << r;
+      }
     }
   }
 }

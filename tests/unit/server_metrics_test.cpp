@@ -100,9 +100,10 @@ TEST(ServerServeOptions, InvalidValuesNameTheirSource) {
   std::remove(path.c_str());
 }
 
-TEST(ServerServeOptions, CpuActivationsAreF32OrInt8FromFlagEnvOrFile) {
+TEST(ServerServeOptions, CpuActivationsAreF32Bf16OrInt8FromFlagEnvOrFile) {
   EXPECT_EQ(resolve_serve_options({}, env_of({})).cpu_activations, "f32");
   EXPECT_EQ(resolve_serve_options({}, env_of({{"NEURON_CPU_ACTIVATIONS", "int8"}})).cpu_activations, "int8");
+  EXPECT_EQ(resolve_serve_options({}, env_of({{"NEURON_CPU_ACTIVATIONS", "bf16"}})).cpu_activations, "bf16");
   ServeFlags flag;
   flag.cpu_activations = "f32";
   EXPECT_EQ(resolve_serve_options(flag, env_of({{"NEURON_CPU_ACTIVATIONS", "int8"}})).cpu_activations, "f32");

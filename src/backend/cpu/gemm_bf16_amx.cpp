@@ -6,6 +6,7 @@
 
 #include "backend/cpu/chunk_pool.hpp"
 #include "backend/cpu/isa.hpp"
+#include "backend/cpu/packed_terms.hpp"
 #include "backend/cpu/simd.hpp"
 #include "util/error.hpp"
 
@@ -14,13 +15,11 @@ namespace neuron::backend::cpu {
 namespace {
 
 #define NEURON_AMX __attribute__((target("amx-tile,amx-bf16,avx512f")))
-#define NEURON_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
 constexpr int kTerms = 3;              // bf16 terms of x: hi, mid, lo
 constexpr int kLoTerms = 2;            // the ones a low W term meets (its product with x's lo is below 2^-25 of w x)
 constexpr std::int64_t kRows = kAmxRows;  // two A tiles of 16
-constexpr std::int64_t kCols = 32;     // columns per tile: 64 bytes of bf16
-constexpr std::int64_t kTile = 16 * kCols;  // bf16 elements of one X tile
+constexpr std::int64_t kCols = kTermBlockCols;  // columns per tile: 64 bytes of bf16
 constexpr std::int64_t kChunkBytes = 256 << 10;  // W bytes a pool task takes
 constexpr std::int64_t kPassBytes = 1 << 20;     // packed x per pass: half of a Sapphire Rapids core's L2
 
@@ -40,48 +39,9 @@ struct alignas(64) TileConfig {
   }
 };
 
-// X in the tiles' layout: [kTerms][token groups of 16][column blocks of 32]
-// tiles, a tile [16 column pairs][16 tokens][2] bf16 (the pair-interleaved
-// "VNNI" layout TDPBF16PS reads its second operand in). Token groups past n
-// are zeros.
-struct PackedX {
-  std::vector<std::uint16_t> data;  // [kTerms * groups * blocks * kTile] bf16
-  std::int64_t groups = 0, blocks = 0;
-
-  const std::uint16_t* tile(int term, std::int64_t group, std::int64_t block) const {
-    return data.data() + ((term * groups + group) * blocks + block) * kTile;
-  }
-
-  void pack(const float* x, std::int64_t n, std::int64_t in, std::int64_t ldx);
-};
-
-// x = hi + mid + lo: each term is the bf16 rounding (to nearest even) of what
-// the terms before it left; 32 columns of a token at a time, each pair of
-// columns scattered to its row of the tile (rows 64 bytes apart).
-NEURON_AVX512_BF16 void PackedX::pack(const float* x, std::int64_t n, std::int64_t in, std::int64_t ldx) {
-  groups = (n + 31) / 32 * 2;
-  blocks = in / kCols;
-  data.assign(static_cast<std::size_t>(kTerms * groups * blocks * kTile), 0);
-  const std::int64_t term_stride = groups * blocks * kTile;
-  const __m512i rows = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                          _mm512_set1_epi32(64));  // byte offset of each column pair's tile row
-  for (std::int64_t t = 0; t < n; ++t) {
-    const float* row = x + t * ldx;
-    std::uint16_t* group = data.data() + (t / 16) * blocks * kTile + (t % 16) * 2;
-    for (std::int64_t b = 0; b < blocks; ++b) {
-      __m512 left = _mm512_loadu_ps(row + b * kCols), right = _mm512_loadu_ps(row + b * kCols + 16);  // what is left to pack
-      for (int term = 0; term < kTerms; ++term) {
-        const __m256bh bl = bf16_term(left), br = bf16_term(right);
-        const __m512i pairs = _mm512_inserti64x4(_mm512_castsi256_si512((__m256i)bl), (__m256i)br, 1);
-        _mm512_i32scatter_epi32(group + term * term_stride + b * kTile, rows, pairs, 1);
-      }
-    }
-  }
-}
-
 // The W tiles in registers 4-5 times x's first `terms` terms of token groups g and g + 1 (column block b),
 // into the accumulators 0-3.
-NEURON_AMX inline void meet_terms(const PackedX& x, int terms, std::int64_t g, std::int64_t b) {
+NEURON_AMX inline void meet_terms(const PackedTerms& x, int terms, std::int64_t g, std::int64_t b) {
   for (int term = 0; term < terms; ++term) {
     _tile_loadd(6, x.tile(term, g, b), 64);
     _tile_loadd(7, x.tile(term, g + 1, b), 64);
@@ -94,7 +54,7 @@ NEURON_AMX inline void meet_terms(const PackedX& x, int terms, std::int64_t g, s
 
 // Rows [0, 32) of W (row stride `in`) against x's token groups [g0, g1) (g0 even), into y's columns [0, 32).
 // With w_lo, W is w + w_lo, whose low term meets x's first kLoTerms terms.
-NEURON_AMX void row_block(const std::uint16_t* w, const std::uint16_t* w_lo, std::int64_t in, const PackedX& x,
+NEURON_AMX void row_block(const std::uint16_t* w, const std::uint16_t* w_lo, std::int64_t in, const PackedTerms& x,
                           std::int64_t g0, std::int64_t g1, std::int64_t n, float* y, std::int64_t ldy) {
   alignas(64) float c[4][16 * 16];  // the accumulators, stored: [16 rows][16 tokens] f32 each
   const std::int64_t stride = in * 2;
@@ -144,9 +104,9 @@ void gemm_bf16_amx(const float* x, std::int64_t n, std::int64_t in, std::int64_t
                    std::int64_t out, float* y, std::int64_t ldy, const std::uint16_t* w_lo) {
   NEURON_ASSERT(gemm_bf16_amx_fits(in, out));
   if (n <= 0) return;
-  thread_local PackedX mine;  // the calling thread's, reused between calls
-  PackedX& packed = mine;     // a reference, so the pool's threads read this one
-  packed.pack(x, n, in, ldx);
+  thread_local PackedTerms mine;  // the calling thread's, reused between calls
+  PackedTerms& packed = mine;     // a reference, so the pool's threads read this one
+  packed.pack(x, n, in, ldx, kTerms);
   const std::int64_t blocks = out / kRows;
   const std::int64_t per_task = std::max<std::int64_t>(1, kChunkBytes / (kRows * in * 2));
   const std::int64_t tasks = (blocks + per_task - 1) / per_task;

@@ -3,16 +3,11 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <bit>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <string_view>
 #include <utility>
-
-#include <spdlog/spdlog.h>
 
 #include "backend/cpu/simd.hpp"
 #include "backend/cpu/chunk_pool.hpp"
@@ -546,16 +541,6 @@ const std::array<Int8Fn, kRowBlock>& int8_table(GgmlType type) {
   return type == GgmlType::q4_k ? q4 : type == GgmlType::q6_k ? q6 : q8;
 }
 
-Activations choose_activations() {
-  const char* v = std::getenv("NEURON_CPU_ACTIVATIONS");
-  if (v == nullptr || *v == '\0' || std::string_view(v) == "f32") return Activations::f32;
-  if (std::string_view(v) == "int8") {
-    spdlog::info("cpu: NEURON_CPU_ACTIVATIONS=int8: Q4_K and Q6_K decode products round x to int8 per 256 columns");
-    return Activations::int8;
-  }
-  spdlog::warn("NEURON_CPU_ACTIVATIONS={} is neither f32 nor int8; keeping f32", v);
-  return Activations::f32;
-}
 
 // ---- AVX2: the same formats 16 columns at a time, two rows per block (16 registers) ----
 
@@ -693,21 +678,6 @@ bool gemm_quant_few_bf16_pairs(Isa isa, quant::GgmlType type) noexcept {
   return isa == Isa::avx512_bf16 && (type == GgmlType::q4_k || type == GgmlType::q6_k);
 }
 
-namespace {
-std::atomic<int> g_activations{-1};  // an Activations, or -1 before the first read
-}  // namespace
-
-Activations cpu_activations() {
-  int v = g_activations.load(std::memory_order_relaxed);
-  if (v < 0) {
-    int unset = -1;
-    g_activations.compare_exchange_strong(unset, static_cast<int>(choose_activations()));
-    v = g_activations.load(std::memory_order_relaxed);
-  }
-  return static_cast<Activations>(v);
-}
-
-void set_cpu_activations(Activations a) noexcept { g_activations.store(static_cast<int>(a), std::memory_order_relaxed); }
 
 bool gemm_quant_few_int8(quant::GgmlType type) noexcept {
   static const bool vnni = isa_supported(Isa::avx512) && __builtin_cpu_supports("avx512vnni");

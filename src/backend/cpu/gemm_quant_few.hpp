@@ -23,7 +23,7 @@
 // instructions on 32 and a scale on the sub-block (decode_kernel.hpp
 // measures which is faster). Every other type takes the AVX-512 kernels.
 //
-// With int8 activations (cpu_activations() below; opt-in, process-wide),
+// With int8 activations (activations.hpp; opt-in, process-wide),
 // Q4_K, Q6_K and Q8_0 (rows of whole 256 columns) on a CPU with AVX-512
 // VNNI take the int8 kernels instead: each token's x is rounded to int8 per
 // 256 columns (d = max|x| / 127, llama.cpp's Q8_K; a NaN or infinity makes
@@ -38,6 +38,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/cpu/activations.hpp"
 #include "backend/cpu/decode_kernel.hpp"
 #include "backend/cpu/isa.hpp"
 #include "backend/cpu/matmul_quant.hpp"
@@ -52,14 +53,6 @@ bool gemm_quant_few_supported(Isa isa, quant::GgmlType type) noexcept;
 // `isa` multiplies `type` in bf16 pairs (avx512_bf16 and Q4_K or Q6_K).
 bool gemm_quant_few_bf16_pairs(Isa isa, quant::GgmlType type) noexcept;
 
-// How the few-token kernels take x (above): f32, or int8 where the CPU and
-// type have int8 kernels.
-enum class Activations { f32, int8 };
-// The process's choice: NEURON_CPU_ACTIVATIONS (f32, the default, or int8)
-// read on the first call, unless set_cpu_activations came first; thread-safe.
-Activations cpu_activations();
-// Sets it for the products that start from now on (the serve flag, tests).
-void set_cpu_activations(Activations a) noexcept;
 // This CPU has int8 kernels for `type` (AVX-512 BW + VNNI; Q4_K, Q6_K, Q8_0;
 // x's columns a multiple of 256).
 bool gemm_quant_few_int8(quant::GgmlType type) noexcept;

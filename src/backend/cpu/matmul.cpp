@@ -1,15 +1,17 @@
 #include "backend/cpu/matmul.hpp"
 
 #include <cblas.h>
-#include <immintrin.h>
+#include "backend/cpu/simd.hpp"
 
 #include <algorithm>
 #include <mutex>
 #include <vector>
 
+#include "backend/cpu/activations.hpp"
 #include "backend/cpu/chunk_pool.hpp"
 #include "backend/cpu/gemm_bf16_amx.hpp"
 #include "backend/cpu/gemm_bf16_few.hpp"
+#include "backend/cpu/gemm_bf16_pairs.hpp"
 #include "backend/cpu/gemv_bf16.hpp"
 #include "backend/cpu/isa.hpp"
 #include "tensor/dtype.hpp"
@@ -58,6 +60,8 @@ void matmul_bf16(const float* x, std::int64_t n, std::int64_t in, std::int64_t l
     y += done;
     out -= done;
   }
+  if (gemm_bf16_pairs_fits(in))
+    return gemm_bf16_pairs(x, n, in, ldx, w, out, y, ldy, cpu_activations() == Activations::f32 ? 2 : 1);
   init_blas_threads();
   const std::int64_t tile_rows =
       std::max(kTileRowAlign, kTileBytes / (in * 4) / kTileRowAlign * kTileRowAlign);

@@ -12,6 +12,7 @@
 #include "backend/cpu/chunk_pool.hpp"
 #include "backend/cpu/gemm_bf16_few.hpp"
 #include "backend/cpu/gemm_quant_few.hpp"
+#include "backend/cpu/gemm_quant_pairs.hpp"
 #include "backend/cpu/matmul.hpp"
 #include "quant/dequantize.hpp"
 #include "tensor/dtype.hpp"
@@ -287,6 +288,8 @@ void matmul_quant(const float* x, std::int64_t n, std::int64_t ldx, const QuantM
     matmul_quant_amx(x, n, ldx, w, first, y, ldy);
     if (first == w.rows) return;
   }
+  if (first == 0 && gemm_quant_pairs_fits(w.type, in))
+    return gemm_quant_pairs(x, n, ldx, w, y, ldy, cpu_activations() == Activations::f32 ? 2 : 1);
   init_blas_threads();
   const std::int64_t tile_rows = std::max(kTileRowAlign, kTileBytes / (in * 4) / kTileRowAlign * kTileRowAlign);
   const std::int64_t tiles = (w.rows - first + tile_rows - 1) / tile_rows;

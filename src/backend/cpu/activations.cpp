@@ -1,0 +1,56 @@
+#include "backend/cpu/activations.hpp"
+
+#include <atomic>
+#include <cstdlib>
+
+#include <spdlog/spdlog.h>
+
+namespace neuron::backend::cpu {
+
+namespace {
+
+std::atomic<int> g_activations{-1};  // an Activations, or -1 before the first read
+
+Activations from_environment() {
+  const char* v = std::getenv("NEURON_CPU_ACTIVATIONS");
+  if (v == nullptr || *v == '\0') return Activations::f32;
+  const std::optional<Activations> a = parse_activations(v);
+  if (!a) {
+    spdlog::warn("NEURON_CPU_ACTIVATIONS={} is not f32, bf16 or int8; keeping f32", v);
+    return Activations::f32;
+  }
+  if (*a != Activations::f32)
+    spdlog::info("cpu: NEURON_CPU_ACTIVATIONS={}: products may round the activations to {}", v, v);
+  return *a;
+}
+
+}  // namespace
+
+std::string_view activations_name(Activations a) noexcept {
+  switch (a) {
+    case Activations::f32: return "f32";
+    case Activations::bf16: return "bf16";
+    case Activations::int8: return "int8";
+  }
+  return "f32";
+}
+
+std::optional<Activations> parse_activations(std::string_view name) noexcept {
+  for (Activations a : {Activations::f32, Activations::bf16, Activations::int8})
+    if (activations_name(a) == name) return a;
+  return std::nullopt;
+}
+
+Activations cpu_activations() {
+  int v = g_activations.load(std::memory_order_relaxed);
+  if (v < 0) {
+    int unset = -1;
+    g_activations.compare_exchange_strong(unset, static_cast<int>(from_environment()));
+    v = g_activations.load(std::memory_order_relaxed);
+  }
+  return static_cast<Activations>(v);
+}
+
+void set_cpu_activations(Activations a) noexcept { g_activations.store(static_cast<int>(a), std::memory_order_relaxed); }
+
+}  // namespace neuron::backend::cpu

@@ -1,0 +1,37 @@
+#pragma once
+// How far the CPU products may round the activations (x) before multiplying
+// them with the weights: the one precision choice the user makes for the CPU
+// kernels, process-wide (serve --cpu-activations, NEURON_CPU_ACTIVATIONS).
+//
+//   f32   the default: every product is f32 up to summation order, or within
+//         ~1e-6 of |w x| per product where a kernel splits x into bf16 terms
+//         (the 1e-5 bound issue 14 holds the kernels to).
+//   bf16  products with bf16 weights on AVX-512 BF16 dot products (the
+//         prefill's gemm_bf16_pairs) round x to bf16, as llama.cpp's bf16
+//         product does: one dot product per weight pair instead of two,
+//         ~2^-9 of |w x| per product. Everything else stays as in f32.
+//   int8  bf16 as above, and quantized products whose CPU and type have int8
+//         kernels (gemm_quant_few: Q4_K, Q6_K, Q8_0 on AVX-512 VNNI) round x
+//         to int8 per 256 columns (llama.cpp's Q8_K).
+//
+// Each level keeps what the one before it allows, so a process set to int8
+// rounds a bf16 model's prefill products to bf16 as well.
+#include <optional>
+#include <string_view>
+
+namespace neuron::backend::cpu {
+
+enum class Activations { f32, bf16, int8 };
+
+std::string_view activations_name(Activations a) noexcept;  // "f32", "bf16", "int8"
+// The level a name gives; nullopt for anything else.
+std::optional<Activations> parse_activations(std::string_view name) noexcept;
+
+// The process's choice: NEURON_CPU_ACTIVATIONS read on the first call (f32
+// when unset or unknown, with a warning), unless set_cpu_activations came
+// first; thread-safe.
+Activations cpu_activations();
+// Sets it for the products that start from now on (the serve flag, tests).
+void set_cpu_activations(Activations a) noexcept;
+
+}  // namespace neuron::backend::cpu
