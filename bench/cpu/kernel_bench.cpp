@@ -98,34 +98,49 @@ void prefill(benchmark::State& state, quant::GgmlType type, int terms) {
   state.SetItemsProcessed(state.iterations() * kTokens * kRowsOut * kCols);
 }
 
-// Batched decode's bf16 products (n tokens, 3072 x 1024 weights, two
-// threads): gemm_bf16_few against gemm_bf16_pairs (two terms), where the
-// pairs kernel starts to win; items are multiply-adds.
-void few_tokens(benchmark::State& state, std::int64_t n, bool pairs) {
+// Batched decode's products (n tokens, 3072 x 1024 weights, two threads,
+// f32 activations): the few-token kernels (gemm_bf16_few, gemm_quant_few)
+// against the pairs kernels with two terms, to place the switch from one to
+// the other (kPairsTokensMin); items are multiply-adds.
+void few_tokens(benchmark::State& state, quant::GgmlType type, std::int64_t n, bool pairs) {
   constexpr std::int64_t kRowsOut = 3072;
   if (pairs && !gemm_bf16_pairs_fits(kCols)) return state.SkipWithError("no AVX-512 BF16 here");
   std::mt19937 rng(4);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> x(static_cast<std::size_t>(n * kCols)), y(static_cast<std::size_t>(n * kRowsOut));  // [n, cols], [n, rows]
   for (auto& v : x) v = normal(rng);
-  std::vector<std::uint16_t> w(static_cast<std::size_t>(kRowsOut * kCols));  // [rows, cols] bf16
-  for (auto& v : w) v = f32_to_bf16(normal(rng) * 0.02f);
+  std::vector<std::uint16_t> w;  // [rows, cols] bf16, for type bf16
+  QuantMatrix m;                 // for the others
+  if (type == quant::GgmlType::bf16) {
+    w.resize(static_cast<std::size_t>(kRowsOut * kCols));
+    for (auto& v : w) v = f32_to_bf16(normal(rng) * 0.02f);
+  } else {
+    m = make(type, kRowsOut);
+  }
+  const Isa isa = selected_isa();
   for (auto _ : state) {
-    if (pairs)
+    if (type == quant::GgmlType::bf16 && pairs)
       gemm_bf16_pairs(x.data(), n, kCols, kCols, w.data(), kRowsOut, y.data(), kRowsOut, 2);
-    else
+    else if (type == quant::GgmlType::bf16)
       gemm_bf16_few(x.data(), n, kCols, kCols, w.data(), kRowsOut, y.data(), kRowsOut);
+    else if (pairs)
+      gemm_quant_pairs(x.data(), n, kCols, m, y.data(), kRowsOut, 2);
+    else
+      gemm_quant_few(isa, x.data(), n, kCols, m, y.data(), kRowsOut);
     benchmark::DoNotOptimize(y.data());
   }
   state.SetItemsProcessed(state.iterations() * n * kRowsOut * kCols);
 }
 
 const bool registered = [] {
-  for (const std::int64_t n : {4, 8, 12, 16, 24, 32, 39})
-    for (const bool pairs : {false, true}) {
-      const std::string name = std::string("few/") + (pairs ? "pairs" : "few") + "/n:" + std::to_string(n);
-      benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { few_tokens(s, n, pairs); })->UseRealTime();
-    }
+  for (auto type : {quant::GgmlType::bf16, quant::GgmlType::q8_0, quant::GgmlType::q4_k, quant::GgmlType::q6_k})
+    for (const std::int64_t n : {4, 8, 12, 16, 24, 32, 39})
+      for (const bool pairs : {false, true}) {
+        const std::string name = "few/" + std::string(quant::ggml_type_name(type)) + (pairs ? "/pairs" : "/few") +
+                                 "/n:" + std::to_string(n);
+        benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { few_tokens(s, type, n, pairs); })
+            ->UseRealTime();
+      }
   for (auto type : {quant::GgmlType::bf16, quant::GgmlType::q8_0, quant::GgmlType::q4_k, quant::GgmlType::q6_k})
     for (const int terms : {1, 2}) {
       const std::string name = "prefill/" + std::string(quant::ggml_type_name(type)) + "/terms:" + std::to_string(terms);

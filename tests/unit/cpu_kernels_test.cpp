@@ -291,11 +291,14 @@ TEST(CpuActivations, NamesRoundTripAndThePrefillFollowsTheChoice) {
 
 TEST(CpuMatmul, MatchesReferenceAcrossTilesAndTokenCounts) {
   // in = 1000 makes 128-row tiles; out = 300 ends in a partial one. in = 1024
-  // also takes the AMX path where there is one, with 12 rows left to sgemm.
+  // also takes the AMX path where there is one, with 12 rows left to the
+  // pairs kernel, or the pairs kernel from kPairsTokensMin tokens elsewhere
+  // with AVX-512 BF16.
   for (const std::int64_t in : {1000, 1024}) {
     const std::int64_t out = 300, ldx = in + 3, ldy = 305;
     const auto w = random_bf16(static_cast<std::size_t>(out * in), 7);
-    for (std::int64_t n : {std::int64_t{1}, std::int64_t{2}, std::int64_t{5}, kFewTokensMax - 1, kFewTokensMax, std::int64_t{70}}) {
+    for (std::int64_t n : {std::int64_t{1}, std::int64_t{2}, std::int64_t{5}, kPairsTokensMin - 1, kPairsTokensMin,
+                           kFewTokensMax - 1, kFewTokensMax, std::int64_t{70}}) {
       const auto x = random_floats(static_cast<std::size_t>(n * ldx), 8 + static_cast<std::uint32_t>(n));
       std::vector<float> y(static_cast<std::size_t>(n * ldy), -7.0f);
       matmul_bf16(x.data(), n, in, ldx, w.data(), out, y.data(), ldy);

@@ -21,6 +21,12 @@
 
 namespace neuron::backend::cpu {
 
+// matmul_bf16 sends this many tokens and more here where the product fits
+// (fewer go to gemm_bf16_few). Measured with two terms on a 2-core Zen 4 guest
+// (3072 x 1024, bench/cpu/kernel_bench.cpp): 1.5x gemm_bf16_few at 16 tokens,
+// 1.1x at 12, 0.75x at 8.
+inline constexpr std::int64_t kPairsTokensMin = 16;
+
 // The product can run here: the CPU has AVX-512 BF16 (and NEURON_CPU_ISA does
 // not force a kernel without it), and `in` is a multiple of 32.
 bool gemm_bf16_pairs_fits(std::int64_t in) noexcept;

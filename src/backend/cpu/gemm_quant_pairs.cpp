@@ -22,7 +22,7 @@ using quant::GgmlType;
 #define NEURON_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,f16c")))
 
 constexpr int kRows = 12;    // rows of W a block: 2 x 12 accumulators, 4 x operands, 1 broadcast (of 32 registers)
-constexpr int kGroups = 2;   // token groups of 16 a block meets at once
+constexpr int kGroups = 2;   // token groups of 16 a block meets at once (one for a last group alone)
 constexpr std::int64_t kChunkBytes = 64 << 10;  // W bytes a pool task takes, at least
 
 // Columns a sub-block of `type` covers (one scale, one constant).
@@ -156,38 +156,38 @@ void sub_sums(const float* x, std::int64_t n, std::int64_t ldx, std::int64_t col
     }
 }
 
-// Rows [0, R) of the unpacked block against token groups g, g + 1 of x's first T terms:
-// c[r][t] = sum over columns of w[r, col] x[token t of the two groups, col]. c: [R][32] f32.
+// Rows [0, R) of the unpacked block against token groups [g, g + G) of x's first T terms:
+// c[r][t] = sum over columns of w[r, col] x[token t of the groups, col]. c: [R][32] f32.
 // SP: column pairs a sub-block; C: the type has constants (sums: sub_sums' output).
 // A sub-block's sums of q x stay in registers; c takes them scaled once a sub-block (in L1).
-template <int R, int T, int SP, bool C>
+template <int R, int T, int G, int SP, bool C>
 NEURON_AVX512_BF16 void block(const Unpacked& u, const PackedTerms& x, const float* sums, std::int64_t g, float* c) {
   std::memset(c, 0, sizeof(float) * R * 32);
-  const std::uint16_t* xs[T][kGroups];  // where each term's group starts: column pair p at + 32 p
+  const std::uint16_t* xs[T][G];  // where each term's group starts: column pair p at + 32 p
   for (int t = 0; t < T; ++t)
-    for (int k = 0; k < kGroups; ++k) xs[t][k] = x.group_start(t, g + k);
+    for (int k = 0; k < G; ++k) xs[t][k] = x.group_start(t, g + k);
   for (std::int64_t s = 0; s < u.subs; ++s) {
-    __m512 sub[R][kGroups];  // [R rows][2 groups of 16 tokens] f32: this sub-block's sums of q x
+    __m512 sub[R][G];  // [R rows][G groups of 16 tokens] f32: this sub-block's sums of q x
     for (int r = 0; r < R; ++r)
-      for (int k = 0; k < kGroups; ++k) sub[r][k] = _mm512_setzero_ps();
+      for (int k = 0; k < G; ++k) sub[r][k] = _mm512_setzero_ps();
     for (std::int64_t p = s * SP; p < (s + 1) * SP; ++p) {
-      __m512bh xv[T][kGroups];
+      __m512bh xv[T][G];
       for (int t = 0; t < T; ++t)
-        for (int k = 0; k < kGroups; ++k) xv[t][k] = (__m512bh)_mm512_loadu_si512(xs[t][k] + p * 32);
+        for (int k = 0; k < G; ++k) xv[t][k] = (__m512bh)_mm512_loadu_si512(xs[t][k] + p * 32);
       for (int r = 0; r < R; ++r) {
         std::int32_t pair;
         std::memcpy(&pair, u.q.data() + r * u.cols + 2 * p, 4);
         const __m512bh wv = (__m512bh)_mm512_set1_epi32(pair);
         for (int t = 0; t < T; ++t)
-          for (int k = 0; k < kGroups; ++k) sub[r][k] = _mm512_dpbf16_ps(sub[r][k], xv[t][k], wv);
+          for (int k = 0; k < G; ++k) sub[r][k] = _mm512_dpbf16_ps(sub[r][k], xv[t][k], wv);
       }
     }
-    __m512 xsum[kGroups];
+    __m512 xsum[G];
     if constexpr (C)
-      for (int k = 0; k < kGroups; ++k) xsum[k] = _mm512_loadu_ps(sums + ((g + k) * u.subs + s) * 16);
+      for (int k = 0; k < G; ++k) xsum[k] = _mm512_loadu_ps(sums + ((g + k) * u.subs + s) * 16);
     for (int r = 0; r < R; ++r) {
       const __m512 sc = _mm512_set1_ps(u.scale[static_cast<std::size_t>(r * u.subs + s)]);
-      for (int k = 0; k < kGroups; ++k) {
+      for (int k = 0; k < G; ++k) {
         float* at = c + r * 32 + k * 16;
         __m512 v = _mm512_fmadd_ps(sub[r][k], sc, _mm512_loadu_ps(at));
         if constexpr (C) v = _mm512_fmadd_ps(xsum[k], _mm512_set1_ps(u.constant[static_cast<std::size_t>(r * u.subs + s)]), v);
@@ -199,20 +199,24 @@ NEURON_AVX512_BF16 void block(const Unpacked& u, const PackedTerms& x, const flo
 
 using BlockFn = void (*)(const Unpacked&, const PackedTerms&, const float*, std::int64_t, float*);
 
-template <int T, int SP, bool C, int... R>
+template <int T, int G, int SP, bool C, int... R>
 constexpr std::array<BlockFn, kRows> table(std::integer_sequence<int, R...>) {
-  return {&block<R + 1, T, SP, C>...};
+  return {&block<R + 1, T, G, SP, C>...};
 }
 
-// The block kernel for `rows` (1..kRows) rows, `terms` terms and `type`'s sub-blocks.
-BlockFn block_for(int rows, int terms, GgmlType type) {
+template <int SP, bool C>
+constexpr std::array<std::array<BlockFn, kRows>, 4> tables() {
   using Seq = std::make_integer_sequence<int, kRows>;
-  static constexpr std::array<std::array<BlockFn, kRows>, 6> fns{
-      table<1, 16, false>(Seq{}), table<2, 16, false>(Seq{}),  // Q8_0, Q4_0
-      table<1, 16, true>(Seq{}),  table<2, 16, true>(Seq{}),   // Q4_K, Q5_K
-      table<1, 8, false>(Seq{}),  table<2, 8, false>(Seq{})};  // Q6_K
-  const int kind = type == GgmlType::q6_k ? 2 : has_constant(type) ? 1 : 0;
-  return fns[static_cast<std::size_t>(kind * 2 + terms - 1)][static_cast<std::size_t>(rows - 1)];
+  return {table<1, 1, SP, C>(Seq{}), table<1, 2, SP, C>(Seq{}), table<2, 1, SP, C>(Seq{}), table<2, 2, SP, C>(Seq{})};
+}
+
+// The block kernel for `rows` (1..kRows) rows, `terms` terms, `groups` (1, 2) token groups and `type`'s sub-blocks.
+BlockFn block_for(int rows, int terms, int groups, GgmlType type) {
+  static constexpr auto plain = tables<16, false>();     // Q8_0, Q4_0
+  static constexpr auto constant = tables<16, true>();   // Q4_K, Q5_K
+  static constexpr auto sixteen = tables<8, false>();    // Q6_K
+  const auto& fns = type == GgmlType::q6_k ? sixteen : has_constant(type) ? constant : plain;
+  return fns[static_cast<std::size_t>((terms - 1) * 2 + groups - 1)][static_cast<std::size_t>(rows - 1)];
 }
 
 }  // namespace
@@ -248,9 +252,9 @@ void gemm_quant_pairs(const float* x, std::int64_t n, std::int64_t ldx, const Qu
       for (int r = 0; r < rows; ++r)
         unpack_row(w.type, w.data.data() + static_cast<std::size_t>(r0 + r) * w.row_bytes, in, u.q.data() + r * in,
                    u.scale.data() + r * u.subs, u.constant.data() + r * u.subs);
-      const BlockFn fn = block_for(rows, terms, w.type);
       for (std::int64_t g = 0; g < packed.groups; g += kGroups) {
-        fn(u, packed, sums.data(), g, c);
+        const int groups = (g + 1) * 16 < n ? 2 : 1;  // the second group holds tokens
+        block_for(rows, terms, groups, w.type)(u, packed, sums.data(), g, c);
         const std::int64_t t0 = g * 16, tokens = std::min<std::int64_t>(32, n - t0);
         for (std::int64_t t = 0; t < tokens; ++t) {
           float* dst = y + (t0 + t) * ldy + r0;

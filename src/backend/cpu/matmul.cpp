@@ -51,8 +51,10 @@ void matmul_bf16(const float* x, std::int64_t n, std::int64_t in, std::int64_t l
                  std::int64_t out, float* y, std::int64_t ldy) {
   if (n <= 0 || out <= 0) return;
   if (n == 1) return gemv_bf16(w, out, in, x, y);
-  if (n < kFewTokensMax) return gemm_bf16_few(x, n, in, ldx, w, out, y, ldy);
-  if (gemm_bf16_amx_fits(in, out)) {
+  const bool pairs = gemm_bf16_pairs_fits(in), amx = gemm_bf16_amx_fits(in, out);
+  const int terms = cpu_activations() == Activations::f32 ? 2 : 1;
+  if (n < (pairs && !amx ? kPairsTokensMin : kFewTokensMax)) return gemm_bf16_few(x, n, in, ldx, w, out, y, ldy);
+  if (amx) {
     gemm_bf16_amx(x, n, in, ldx, w, out, y, ldy);
     const std::int64_t done = out / kAmxRows * kAmxRows;  // the rest below
     if (done == out) return;
@@ -60,8 +62,7 @@ void matmul_bf16(const float* x, std::int64_t n, std::int64_t in, std::int64_t l
     y += done;
     out -= done;
   }
-  if (gemm_bf16_pairs_fits(in))
-    return gemm_bf16_pairs(x, n, in, ldx, w, out, y, ldy, cpu_activations() == Activations::f32 ? 2 : 1);
+  if (pairs) return gemm_bf16_pairs(x, n, in, ldx, w, out, y, ldy, terms);
   init_blas_threads();
   const std::int64_t tile_rows =
       std::max(kTileRowAlign, kTileBytes / (in * 4) / kTileRowAlign * kTileRowAlign);
