@@ -176,7 +176,24 @@ TEST(QuantKernels, Bf16PairKernelsHoldTheBoundOnWideActivations) {
   }
 }
 
-// The int8 kernels (NEURON_CPU_ACTIVATIONS=int8; Q4_K, Q6_K and Q8_0 on
+// Blocks of any bytes but sane f16 scales: Q4_0 and Q5_K, which quantize_row
+// does not write (GGUF files bring them), for the kernels' tests.
+QuantMatrix random_blocks(quant::GgmlType type, std::int64_t rows, std::int64_t cols, std::mt19937& rng) {
+  QuantMatrix m = sized(type, rows, cols);
+  for (auto& b : m.data) b = static_cast<std::byte>(rng() & 0xFF);
+  const std::size_t block = type == quant::GgmlType::q4_0 ? quant::kQ4_0Bytes : quant::kQ5_KBytes;
+  for (std::size_t at = 0; at < m.data.size(); at += block) {
+    const std::uint16_t d = static_cast<std::uint16_t>(0x2000 + (rng() & 0x0FFF));  // f16 in about [0.008, 0.06)
+    std::memcpy(m.data.data() + at, &d, 2);
+    if (type == quant::GgmlType::q5_k) {
+      const std::uint16_t dmin = static_cast<std::uint16_t>(0x2000 + (rng() & 0x0FFF));
+      std::memcpy(m.data.data() + at + 2, &dmin, 2);
+    }
+  }
+  return m;
+}
+
+// The int8 kernels (NEURON_CPU_ACTIVATIONS=int8; Q4_K, Q6_K, Q8_0, Q5_K, Q4_0 on
 // AVX-512 VNNI): the operand rounds each 256 columns to int8 within half a step
 // (d = max|x| / 127) and its sums of 16 are the rounded values' sums; the
 // products equal the dequantized W times that rounded x within 1e-5 of
@@ -185,9 +202,11 @@ TEST(QuantKernels, Int8KernelsEqualTheProductWithRoundedActivations) {
   if (!gemm_quant_few_int8(quant::GgmlType::q4_k)) GTEST_SKIP() << "no AVX-512 VNNI here";
   std::mt19937 rng(10);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (auto type : {quant::GgmlType::q4_k, quant::GgmlType::q6_k, quant::GgmlType::q8_0}) {
+  for (auto type : {quant::GgmlType::q4_k, quant::GgmlType::q6_k, quant::GgmlType::q8_0, quant::GgmlType::q5_k,
+                    quant::GgmlType::q4_0}) {
     const std::int64_t cols = 768, rows = 23, n = 3, ldx = cols + 5, ldy = rows + 2;
-    const QuantMatrix m = make(type, rows, cols, rng);
+    const bool ours = type != quant::GgmlType::q4_0 && type != quant::GgmlType::q5_k;  // quant::quantize_row's types
+    const QuantMatrix m = ours ? make(type, rows, cols, rng) : random_blocks(type, rows, cols, rng);
     std::vector<float> x(static_cast<std::size_t>(n * ldx));
     for (std::size_t i = 0; i < x.size(); ++i) x[i] = normal(rng) * (i % 131 == 0 ? 50.0f : 1.0f);
     x[5] = 0.0f;
@@ -210,7 +229,7 @@ TEST(QuantKernels, Int8KernelsEqualTheProductWithRoundedActivations) {
         for (std::int64_t i = 0; i < 16; ++i) sum += operand.q8(t)[16 * k + i];
         ASSERT_EQ(operand.q8_sums(t)[k], sum);
       }
-      ASSERT_EQ(operand.q8_corrections(t) != nullptr, type == quant::GgmlType::q8_0);
+      ASSERT_EQ(operand.q8_corrections(t) != nullptr, type == quant::GgmlType::q8_0 || type == quant::GgmlType::q4_0);
       std::vector<double> want, scale, exact, exact_scale;
       reference(m, rounded.data(), want, scale);
       reference(m, x.data() + t * ldx, exact, exact_scale);
@@ -241,22 +260,6 @@ TEST(QuantKernels, Int8KernelsPropagateNonFiniteActivations) {
   }
 }
 
-// Blocks of any bytes but sane f16 scales: Q4_0 and Q5_K, which quantize_row
-// does not write (GGUF files bring them), for the kernels' tests.
-QuantMatrix random_blocks(quant::GgmlType type, std::int64_t rows, std::int64_t cols, std::mt19937& rng) {
-  QuantMatrix m = sized(type, rows, cols);
-  for (auto& b : m.data) b = static_cast<std::byte>(rng() & 0xFF);
-  const std::size_t block = type == quant::GgmlType::q4_0 ? quant::kQ4_0Bytes : quant::kQ5_KBytes;
-  for (std::size_t at = 0; at < m.data.size(); at += block) {
-    const std::uint16_t d = static_cast<std::uint16_t>(0x2000 + (rng() & 0x0FFF));  // f16 in about [0.008, 0.06)
-    std::memcpy(m.data.data() + at, &d, 2);
-    if (type == quant::GgmlType::q5_k) {
-      const std::uint16_t dmin = static_cast<std::uint16_t>(0x2000 + (rng() & 0x0FFF));
-      std::memcpy(m.data.data() + at + 2, &dmin, 2);
-    }
-  }
-  return m;
-}
 
 // Q4_0 and Q5_K (AVX-512 kernels only): every row block and token tile,
 // with row strides, against the dequantized reference, both walks alike.

@@ -11,7 +11,7 @@
 //         product does: one dot product per weight pair instead of two,
 //         ~2^-9 of |w x| per product. Everything else stays as in f32.
 //   int8  bf16 as above, and quantized products whose CPU and type have int8
-//         kernels (gemm_quant_few: Q4_K, Q6_K, Q8_0 on AVX-512 VNNI) round x
+//         kernels (gemm_quant_few: Q4_K, Q6_K, Q8_0, Q5_K, Q4_0 on AVX-512 VNNI) round x
 //         to int8 per 256 columns (llama.cpp's Q8_K).
 //
 // Each level keeps what the one before it allows, so a process set to int8

@@ -159,6 +159,8 @@ DecodeKernel decode_kernel(GgmlType type) {
     case GgmlType::q8_0: return measured_once<GgmlType::q8_0>();
     case GgmlType::q4_k: return measured_once<GgmlType::q4_k>();
     case GgmlType::q6_k: return measured_once<GgmlType::q6_k>();
+    case GgmlType::q4_0: return measured_once<GgmlType::q4_0>();
+    case GgmlType::q5_k: return measured_once<GgmlType::q5_k>();
     default: return {RowWalk::interleaved, selected_isa()};
   }
 }

@@ -24,17 +24,17 @@
 // measures which is faster). Every other type takes the AVX-512 kernels.
 //
 // With int8 activations (activations.hpp; opt-in, process-wide),
-// Q4_K, Q6_K and Q8_0 (rows of whole 256 columns) on a CPU with AVX-512
+// Q4_K, Q6_K, Q8_0, Q5_K and Q4_0 (rows of whole 256 columns) on a CPU with AVX-512
 // VNNI take the int8 kernels instead: each token's x is rounded to int8 per
 // 256 columns (d = max|x| / 127, llama.cpp's Q8_K; a NaN or infinity makes
 // its block's products NaN) and the quants meet it in integer
 // multiply-adds, a sub-block's scale applied as an integer, one f32 FMA a
 // block (Q8_0: its quants as q + 128, x's sums of 4 taking the 128 back
-// out). Exact up to x's rounding (up to d / 2 an element), which the 1e-5
+// out; Q4_0 likewise its 8). Exact up to x's rounding (up to d / 2 an element), which the 1e-5
 // bound of the f32 kernels does not cover: the result equals the
 // dequantized W times the rounded x within 1e-5, and is about 1e-2 of
 // sum |w x| from the f32 product (bench/CPU.md). Prefill (40 tokens and
-// more) stays f32.
+// more) takes gemm_quant_pairs or sgemm instead (matmul_quant.hpp).
 #include <cstdint>
 #include <vector>
 
@@ -53,8 +53,8 @@ bool gemm_quant_few_supported(Isa isa, quant::GgmlType type) noexcept;
 // `isa` multiplies `type` in bf16 pairs (avx512_bf16 and Q4_K or Q6_K).
 bool gemm_quant_few_bf16_pairs(Isa isa, quant::GgmlType type) noexcept;
 
-// This CPU has int8 kernels for `type` (AVX-512 BW + VNNI; Q4_K, Q6_K, Q8_0;
-// x's columns a multiple of 256).
+// This CPU has int8 kernels for `type` (AVX-512 BW + VNNI; Q4_K, Q6_K, Q8_0,
+// Q5_K, Q4_0; x's columns a multiple of 256).
 bool gemm_quant_few_int8(quant::GgmlType type) noexcept;
 
 // The activations of one product as the kernels read them, prepared once
@@ -82,7 +82,8 @@ class QuantOperand {
   const std::int8_t* q8(std::int64_t t) const noexcept { return q8_.data() + t * cols_; }
   const float* q8_scales(std::int64_t t) const noexcept { return sums_.data() + t * (cols_ / 256); }
   const std::int16_t* q8_sums(std::int64_t t) const noexcept { return q8_sums_.data() + t * (cols_ / 16); }
-  // Q8_0's: -128 times each 4 rounded values' sum [cols / 4] (its kernel adds the quants as q + 128).
+  // Q8_0's and Q4_0's: -128 (Q8_0, whose kernel adds the quants as q + 128) or
+  // -8 (Q4_0, q - 8 added as q) times each 4 rounded values' sum [cols / 4].
   const std::int32_t* q8_corrections(std::int64_t t) const noexcept {
     return corrections_.empty() ? nullptr : corrections_.data() + t * (cols_ / 4);
   }
@@ -94,7 +95,7 @@ class QuantOperand {
   std::vector<float> sums_;             // [n, cols / 32] f32 sums, or [n, cols / 256] int8 scales
   std::vector<std::int8_t> q8_;         // [n, cols]
   std::vector<std::int16_t> q8_sums_;   // [n, cols / 16]
-  std::vector<std::int32_t> corrections_;  // [n, cols / 4], Q8_0 only
+  std::vector<std::int32_t> corrections_;  // [n, cols / 4], Q8_0 and Q4_0 only
 };
 
 // x: [n, w.cols] f32 (row stride ldx), y: [n, w.rows] f32 (row stride ldy).
