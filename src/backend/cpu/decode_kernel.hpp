@@ -29,8 +29,8 @@
 // (Zen 4 runs 512-bit operations as two halves), so the same first product
 // times both kinds with both walks and keeps the fastest;
 // NEURON_CPU_ISA=avx512 forces the f32 kernels. With int8 activations
-// (NEURON_CPU_ACTIVATIONS=int8, gemm_quant_few.hpp) Q4_K and Q6_K time the
-// int8 kernels' two walks instead.
+// (NEURON_CPU_ACTIVATIONS=int8, gemm_quant_few.hpp) the types with int8
+// kernels time those kernels' two walks instead.
 #include <cstdint>
 #include <string_view>
 
@@ -53,7 +53,8 @@ struct DecodeKernel {
 };
 
 // This process's kernel for one token of W in `type` (bf16, or a type
-// gemm_quant_few takes; any other: interleaved, selected_isa()). The first
+// gemm_quant_few takes: Q8_0, Q4_K, Q6_K, Q4_0, Q5_K; any other:
+// interleaved, selected_isa()). The first
 // call for a type measures it; thread-safe.
 DecodeKernel decode_kernel(quant::GgmlType type);
 
