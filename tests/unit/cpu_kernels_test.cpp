@@ -390,10 +390,9 @@ std::vector<float> reference_attention(const float* q, std::int64_t n, std::int6
 // KV head h / group) take the grouped decode path (one job a KV head).
 class CpuAttention : public ::testing::TestWithParam<std::vector<std::int64_t>> {};
 
-TEST_P(CpuAttention, CausalGqaOverBlockTablesMatchesReference) {
-  const std::int64_t hd = 12, kv_heads = 2;
+void check_attention(const std::vector<std::int64_t>& kv_of_q, std::int64_t hd) {
+  const std::int64_t kv_heads = 2;
   const std::int32_t block_size = 7, num_blocks = 64;
-  const std::vector<std::int64_t> kv_of_q = GetParam();
   const auto heads = static_cast<std::int64_t>(kv_of_q.size());
   KvPool pool(1, kv_heads, hd, block_size, num_blocks);
   // Every slot of the pool gets a value; which sequence owns it is the block tables' business.
@@ -404,8 +403,9 @@ TEST_P(CpuAttention, CausalGqaOverBlockTablesMatchesReference) {
         pool.k(0, h)[r * hd + c] = kv[static_cast<std::size_t>((r * hd + c) * 2 + h) % kv.size()];
         pool.v(0, h)[r * hd + c] = kv[static_cast<std::size_t>((r * hd + c) * 2 + 1 - h) % kv.size()] * 0.5f;
       }
-  // n = 70 crosses the 64-query block; offsets exercise decode, prefill and resumed prefill.
-  const std::vector<std::pair<std::int32_t, std::int32_t>> seqs{{1, 0}, {1, 40}, {5, 3}, {70, 0}, {70, 11}};
+  // n = 70 crosses the 64-query block; offsets exercise decode (short and over many blocks), prefill and
+  // resumed prefill.
+  const std::vector<std::pair<std::int32_t, std::int32_t>> seqs{{1, 0}, {1, 40}, {5, 3}, {70, 0}, {70, 11}, {1, 200}};
   for (std::uint32_t shuffle : {0u, 3u}) {  // tables of consecutive ids (one BLAS call per run), then scattered
     std::vector<std::int32_t> ids(static_cast<std::size_t>(num_blocks));
     std::iota(ids.begin(), ids.end(), 0);
@@ -432,15 +432,23 @@ TEST_P(CpuAttention, CausalGqaOverBlockTablesMatchesReference) {
       const auto ref = reference_attention(q.data() + at, s.num_tokens, s.position, hd, k, v, kv_of_q);
       for (std::size_t i = 0; i < ref.size(); ++i)
         ASSERT_NEAR(out[static_cast<std::size_t>(at) + i], ref[i], 1e-5)
-            << "n " << s.num_tokens << " offset " << s.position << " shuffle " << shuffle;
+            << "hd " << hd << " n " << s.num_tokens << " offset " << s.position << " shuffle " << shuffle;
     }
   }
+}
+
+TEST_P(CpuAttention, CausalGqaOverBlockTablesMatchesReference) {
+  // 12: BLAS everywhere; 128 (Qwen3's): decode takes attention_decode's kernels where the CPU has AVX-512.
+  for (const std::int64_t hd : {12, 128}) check_attention(GetParam(), hd);
 }
 
 INSTANTIATE_TEST_SUITE_P(Mappings, CpuAttention,
                          ::testing::Values(std::vector<std::int64_t>{0, 0, 1, 1, 1, 0},  // not consecutive groups
                                            std::vector<std::int64_t>{0, 0, 0, 1, 1, 1},  // groups of 3
+                                           std::vector<std::int64_t>{0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1,
+                                                                     1, 1},          // groups of 9 (8, then 1)
                                            std::vector<std::int64_t>{0, 1}));            // one head a KV head
+
 
 TEST(CpuChunkPool, RunsEveryChunkExactlyOnceAcrossManyRuns) {
   ChunkPool pool(3);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backend/cpu/attention_decode.hpp"
 #include "backend/cpu/chunk_pool.hpp"
 #include "backend/cpu/matmul.hpp"
 
@@ -124,6 +125,23 @@ void attention(const float* q, std::int64_t ldq, const Batch& batch, const KvPoo
     const float* vh = pool.v(layer, kv_of_q[static_cast<std::size_t>(h)]);
     scores.resize(static_cast<std::size_t>(rows * keys));
     float* s = scores.data();
+    if ((same_token || rows == 1) && decode_fits(hd)) {
+      // Decode (one token's heads that share this KV head): K and V read once, in place.
+      for_each_run(table, bs, keys, [&](std::int64_t row, std::int64_t key, std::int64_t count) {
+        decode_scores(qh, rows, hd, kh + row * hd, count, scale, s + key, keys);
+      });
+      for (std::int64_t r = 0; r < rows; ++r) {
+        float* sr = s + r * keys;
+        const float inv = 1.0f / exp_from_max(sr, keys);
+        for (std::int64_t j = 0; j < keys; ++j) sr[j] *= inv;
+      }
+      bool accumulate = false;
+      for_each_run(table, bs, keys, [&](std::int64_t row, std::int64_t key, std::int64_t count) {
+        decode_weighted_sum(s + key, keys, rows, vh + row * hd, count, hd, oh, out_ld, accumulate);
+        accumulate = true;
+      });
+      return;
+    }
     if (rows == 1) {
       // Decode of one head: matrix-vector products. sgemm would first pack the
       // whole K (and V) of the run into a scratch copy, tripling the cache traffic.

@@ -1,0 +1,120 @@
+#include "backend/cpu/attention_decode.hpp"
+
+#include "backend/cpu/isa.hpp"
+#include "backend/cpu/simd.hpp"
+#include "util/error.hpp"
+
+namespace neuron::backend::cpu {
+
+namespace {
+
+#define NEURON_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma")))
+
+constexpr std::int64_t kMaxChunks = 8;  // head_dim up to 128 (every Qwen3)
+
+// Each K row is loaded once into registers (C chunks of 16) and meets every
+// query of the group: an FMA a chunk, then one reduction a query.
+template <int C>
+NEURON_AVX512 void scores_rows(const float* q, std::int64_t g, const float* k, std::int64_t count, float scale,
+                               float* s, std::int64_t lds) {
+  constexpr std::int64_t hd = 16 * C;
+  for (std::int64_t p = 0; p < count; ++p) {
+    const float* kp = k + p * hd;
+    _mm_prefetch(reinterpret_cast<const char*>(kp + 8 * hd), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(kp + 8 * hd + hd / 2), _MM_HINT_T0);
+    __m512 row[C];
+    for (int c = 0; c < C; ++c) row[c] = _mm512_loadu_ps(kp + 16 * c);
+    for (std::int64_t r = 0; r < g; ++r) {
+      const float* qr = q + r * hd;
+      __m512 a0 = _mm512_mul_ps(row[0], _mm512_loadu_ps(qr));
+      __m512 a1 = C > 1 ? _mm512_mul_ps(row[1], _mm512_loadu_ps(qr + 16)) : _mm512_setzero_ps();
+      for (int c = 2; c < C; c += 2) {
+        a0 = _mm512_fmadd_ps(row[c], _mm512_loadu_ps(qr + 16 * c), a0);
+        if (c + 1 < C) a1 = _mm512_fmadd_ps(row[c + 1], _mm512_loadu_ps(qr + 16 * c + 16), a1);
+      }
+      s[r * lds + p] = scale * _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+    }
+  }
+}
+
+// Column slices of V: a pass takes W chunks of 16 columns for G queries
+// (G * W = 8 accumulators, enough for the FMAs' latency), walking V's rows
+// with the queries' weights broadcast; each pass reads its own cache lines of
+// each row, so V is read once over all passes.
+template <int G, int W>
+NEURON_AVX512 void weighted_pass(const float* a, std::int64_t lda, const float* v, std::int64_t count, std::int64_t hd,
+                                 std::int64_t c0, float* o, std::int64_t ldo, bool accumulate) {
+  __m512 acc[G][W];
+  for (int r = 0; r < G; ++r)
+    for (int w = 0; w < W; ++w)
+      acc[r][w] = accumulate ? _mm512_loadu_ps(o + r * ldo + c0 + 16 * w) : _mm512_setzero_ps();
+  for (std::int64_t p = 0; p < count; ++p) {
+    const float* vp = v + p * hd + c0;
+    __m512 col[W];
+    for (int w = 0; w < W; ++w) col[w] = _mm512_loadu_ps(vp + 16 * w);
+    for (int r = 0; r < G; ++r) {
+      const __m512 weight = _mm512_set1_ps(a[r * lda + p]);
+      for (int w = 0; w < W; ++w) acc[r][w] = _mm512_fmadd_ps(weight, col[w], acc[r][w]);
+    }
+  }
+  for (int r = 0; r < G; ++r)
+    for (int w = 0; w < W; ++w) _mm512_storeu_ps(o + r * ldo + c0 + 16 * w, acc[r][w]);
+}
+
+// G queries over all of V's columns: passes of 8 / G chunks, then single chunks.
+template <int G>
+void weighted_queries(const float* a, std::int64_t lda, const float* v, std::int64_t count, std::int64_t hd, float* o,
+                      std::int64_t ldo, bool accumulate) {
+  constexpr int W = 8 / G;
+  std::int64_t c0 = 0;
+  for (; c0 + 16 * W <= hd; c0 += 16 * W) weighted_pass<G, W>(a, lda, v, count, hd, c0, o, ldo, accumulate);
+  for (; c0 < hd; c0 += 16) weighted_pass<G, 1>(a, lda, v, count, hd, c0, o, ldo, accumulate);
+}
+
+}  // namespace
+
+bool decode_fits(std::int64_t head_dim) noexcept {
+  const Isa isa = selected_isa();
+  return (isa == Isa::avx512 || isa == Isa::avx512_bf16) && head_dim > 0 && head_dim % 16 == 0 &&
+         head_dim / 16 <= kMaxChunks;
+}
+
+void decode_scores(const float* q, std::int64_t g, std::int64_t hd, const float* k, std::int64_t count, float scale,
+                   float* s, std::int64_t lds) {
+  NEURON_ASSERT(decode_fits(hd) && g >= 1);
+  switch (hd / 16) {
+    case 1: return scores_rows<1>(q, g, k, count, scale, s, lds);
+    case 2: return scores_rows<2>(q, g, k, count, scale, s, lds);
+    case 3: return scores_rows<3>(q, g, k, count, scale, s, lds);
+    case 4: return scores_rows<4>(q, g, k, count, scale, s, lds);
+    case 5: return scores_rows<5>(q, g, k, count, scale, s, lds);
+    case 6: return scores_rows<6>(q, g, k, count, scale, s, lds);
+    case 7: return scores_rows<7>(q, g, k, count, scale, s, lds);
+    default: return scores_rows<8>(q, g, k, count, scale, s, lds);
+  }
+}
+
+void decode_weighted_sum(const float* a, std::int64_t lda, std::int64_t g, const float* v, std::int64_t count,
+                         std::int64_t hd, float* o, std::int64_t ldo, bool accumulate) {
+  NEURON_ASSERT(decode_fits(hd) && g >= 1);
+  for (std::int64_t r = 0; r < g;) {  // queries in chunks of 8, 4, 2, 1
+    const float* ar = a + r * lda;
+    float* orow = o + r * ldo;
+    const std::int64_t left = g - r;
+    if (left >= 8) {
+      weighted_queries<8>(ar, lda, v, count, hd, orow, ldo, accumulate);
+      r += 8;
+    } else if (left >= 4) {
+      weighted_queries<4>(ar, lda, v, count, hd, orow, ldo, accumulate);
+      r += 4;
+    } else if (left >= 2) {
+      weighted_queries<2>(ar, lda, v, count, hd, orow, ldo, accumulate);
+      r += 2;
+    } else {
+      weighted_queries<1>(ar, lda, v, count, hd, orow, ldo, accumulate);
+      r += 1;
+    }
+  }
+}
+
+}  // namespace neuron::backend::cpu
