@@ -4,7 +4,8 @@
 # safetensors, the same weights as a bf16 GGUF (gguf-py), and that GGUF
 # quantized by llama-quantize to Q8_0 and Q4_K_M. Both engines use 2 threads.
 #   bash bench/cpu/vs-llama.sh
-# llama.cpp: llama-bench -p PROMPT -n GEN -r REPS -t THREADS on each GGUF.
+# llama.cpp: llama-bench -p PROMPT -n 0 (prefill), then -p 0 -n GEN -d PROMPT (decode
+# after PROMPT tokens of context), -r REPS -t THREADS, on each GGUF.
 # neuron: neuron generate --repeat REPS on each GGUF (and the safetensors),
 # prompt PROMPT random ids, GEN tokens, greedy, ignore_eos; its --json timings
 # (decode over all runs, prefill of the last, warm run).
@@ -52,7 +53,9 @@ ids=$("$PYTHON" -c "import random; r = random.Random(7); print(','.join(str(r.ra
 for f in bf16 Q8_0 Q4_K_M; do
   gguf="$WORK/0.6b-$f.gguf"
   log "llama-bench $f"
-  "$LLAMA_BUILD/bin/llama-bench" -m "$gguf" -t "$THREADS" -p "$PROMPT" -n "$GEN" -r "$REPS" -o jsonl 2>>"$OUT/run.log" |
+  # Prefill from an empty context; decode after PROMPT tokens of it (-d), as neuron's decode follows its prompt.
+  { "$LLAMA_BUILD/bin/llama-bench" -m "$gguf" -t "$THREADS" -p "$PROMPT" -n 0 -r "$REPS" -o jsonl 2>>"$OUT/run.log"
+    "$LLAMA_BUILD/bin/llama-bench" -m "$gguf" -t "$THREADS" -p 0 -n "$GEN" -d "$PROMPT" -r "$REPS" -o jsonl 2>>"$OUT/run.log"; } |
     "$PYTHON" -c "
 import json, sys
 for line in sys.stdin:

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "backend/cpu/attention.hpp"
 #include "backend/cpu/cpu_runner.hpp"
 #include "model/sampler.hpp"
 #include "model/shard_weights.hpp"
@@ -69,8 +70,14 @@ std::int32_t default_max_context(const Device& device) noexcept { return device.
 
 std::uint64_t kv_bytes_per_block(const model::Qwen3Config& cfg, const model::ShardPlan& plan, const Device& device,
                                  std::int32_t block_size) {
-  const std::uint64_t element = device.is_cuda() ? 2 : 4;  // CUDA keeps K/V in bf16, the CPU in f32
-  return static_cast<std::uint64_t>(model::kv_elements_per_position(cfg, plan)) * element *
+  // CUDA keeps K/V in bf16, the CPU in its pools' element.
+  const std::uint64_t element = device.is_cuda() ? 2 : cpu::KvPool::element_bytes(cpu::kv_element());
+  return kv_bytes_per_block(cfg, plan, element, block_size);
+}
+
+std::uint64_t kv_bytes_per_block(const model::Qwen3Config& cfg, const model::ShardPlan& plan,
+                                 std::uint64_t element_bytes, std::int32_t block_size) {
+  return static_cast<std::uint64_t>(model::kv_elements_per_position(cfg, plan)) * element_bytes *
          static_cast<std::uint64_t>(block_size);
 }
 

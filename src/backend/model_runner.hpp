@@ -105,9 +105,13 @@ struct KvBudget {
                                    // (quantized loads); 0: bf16 (model::weight_elements x 2)
 };
 
-// Bytes of one KV block of rank plan.rank on `device` (CPU f32, CUDA bf16).
+// Bytes of one KV block of rank plan.rank on `device` (CUDA bf16; the CPU
+// f32, or bf16 when the process allows bf16 activations: cpu::kv_element()).
 std::uint64_t kv_bytes_per_block(const model::Qwen3Config& cfg, const model::ShardPlan& plan, const Device& device,
                                  std::int32_t block_size);
+// The same with `element_bytes` bytes an element.
+std::uint64_t kv_bytes_per_block(const model::Qwen3Config& cfg, const model::ShardPlan& plan,
+                                 std::uint64_t element_bytes, std::int32_t block_size);
 // Blocks of `block_size` positions that `budget` buys for rank plan.rank on
 // `device`, at least enough for one sequence of max_context. A budget of
 // neither kind gives the backend default (CPU: kDefaultCpuKvBytes; CUDA: a

@@ -17,7 +17,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "backend/cpu/gemm_bf16_pairs.hpp"
 #include "backend/cpu/gemm_quant_few.hpp"
 #include "backend/model_runner.hpp"
 #include "backend/single_sequence.hpp"
@@ -238,11 +237,12 @@ TEST(QuantizedInt8, GreedyTokensFollowTheF32Ones) {
 }
 
 // Bf16 activations (NEURON_CPU_ACTIVATIONS=bf16, backend/cpu/activations.hpp)
-// through a whole runner: a bf16 model's prefill (a prompt past the few-token
-// kernels) rounds x to bf16 on AVX-512 BF16 CPUs; the greedy tokens and logits
-// stay close to the exact ones, and differ from them (the one-term product ran).
-TEST(ReducedActivations, Bf16PrefillFollowsTheExactOne) {
-  if (!backend::cpu::gemm_bf16_pairs_fits(256)) GTEST_SKIP() << "no AVX-512 BF16 here";
+// through a whole runner: its KV cache holds bf16 (twice the positions in the
+// same budget), and on
+// AVX-512 BF16 CPUs a bf16 model's prefill (a prompt past the few-token
+// kernels) rounds x to bf16; the greedy tokens and logits stay close to the
+// exact ones, and differ from them (the rounding happened).
+TEST(ReducedActivations, Bf16PrefillAndKvCacheFollowTheExactOnes) {
   test_support::TempDir tmp("neuron-bf16-activations");
   model::write_random_checkpoint(tmp.path(), test_support::quant_test_config(), {.seed = 6});
   std::vector<std::int32_t> prompt;
@@ -250,9 +250,16 @@ TEST(ReducedActivations, Bf16PrefillFollowsTheExactOne) {
   for (int i = 0; i < 70; ++i) prompt.push_back(static_cast<std::int32_t>(rng() % 384));
   const auto before = backend::cpu::cpu_activations();
   backend::cpu::set_cpu_activations(backend::cpu::Activations::f32);
-  const Greedy want = greedy(*engine::open_runner(options(tmp.path())), prompt, 6);
+  const auto exact = engine::open_runner(options(tmp.path()));
   backend::cpu::set_cpu_activations(backend::cpu::Activations::bf16);
-  const Greedy got = greedy(*engine::open_runner(options(tmp.path())), prompt, 6);
+  const auto reduced = engine::open_runner(options(tmp.path()));
+  // The same KV budget holds twice the positions.
+  EXPECT_EQ(reduced->kv_pool().bytes_per_block * 2, exact->kv_pool().bytes_per_block);
+  EXPECT_EQ(reduced->kv_pool().num_blocks, 2 * exact->kv_pool().num_blocks);
+  EXPECT_EQ(reduced->memory().kv_cache_bytes, exact->memory().kv_cache_bytes);
+  const Greedy got = greedy(*reduced, prompt, 6);
+  backend::cpu::set_cpu_activations(backend::cpu::Activations::f32);
+  const Greedy want = greedy(*exact, prompt, 6);
   backend::cpu::set_cpu_activations(before);
   EXPECT_EQ(got.tokens, want.tokens);
   float biggest = 0.0f, differs = 0.0f;
@@ -261,7 +268,7 @@ TEST(ReducedActivations, Bf16PrefillFollowsTheExactOne) {
     EXPECT_NEAR(got.last_logits[i], want.last_logits[i], 0.05f * biggest) << "logit " << i;
     differs = std::max(differs, std::abs(got.last_logits[i] - want.last_logits[i]));
   }
-  EXPECT_GT(differs, 0.0f) << "the one-term product did not run";
+  EXPECT_GT(differs, 0.0f) << "nothing was rounded";
 }
 
 }  // namespace

@@ -390,19 +390,28 @@ std::vector<float> reference_attention(const float* q, std::int64_t n, std::int6
 // KV head h / group) take the grouped decode path (one job a KV head).
 class CpuAttention : public ::testing::TestWithParam<std::vector<std::int64_t>> {};
 
-void check_attention(const std::vector<std::int64_t>& kv_of_q, std::int64_t hd) {
+// The reference reads what the pool holds: for a bf16 pool, the values rounded to bf16.
+void check_attention(const std::vector<std::int64_t>& kv_of_q, std::int64_t hd, KvPool::Element element) {
   const std::int64_t kv_heads = 2;
   const std::int32_t block_size = 7, num_blocks = 64;
   const auto heads = static_cast<std::int64_t>(kv_of_q.size());
-  KvPool pool(1, kv_heads, hd, block_size, num_blocks);
+  KvPool pool(1, kv_heads, hd, block_size, num_blocks, element);
   // Every slot of the pool gets a value; which sequence owns it is the block tables' business.
   const auto kv = random_floats(static_cast<std::size_t>(num_blocks * block_size * hd * 2), 15, 2.0f);
+  const std::int64_t slots = std::int64_t{num_blocks} * block_size;
+  std::vector<float> held_k(static_cast<std::size_t>(kv_heads * slots * hd)), held_v(held_k.size());  // [kv_heads, slots, hd]
+  const auto held = [&](float x) { return element == KvPool::Element::bf16 ? bf16_to_f32(f32_to_bf16(x)) : x; };
   for (std::int64_t h = 0; h < kv_heads; ++h)
-    for (std::int64_t r = 0; r < std::int64_t{num_blocks} * block_size; ++r)
+    for (std::int64_t r = 0; r < slots; ++r) {
+      std::vector<float> k(static_cast<std::size_t>(hd)), v(k.size());  // [hd] each
       for (std::int64_t c = 0; c < hd; ++c) {
-        pool.k(0, h)[r * hd + c] = kv[static_cast<std::size_t>((r * hd + c) * 2 + h) % kv.size()];
-        pool.v(0, h)[r * hd + c] = kv[static_cast<std::size_t>((r * hd + c) * 2 + 1 - h) % kv.size()] * 0.5f;
+        k[c] = kv[static_cast<std::size_t>((r * hd + c) * 2 + h) % kv.size()];
+        v[c] = kv[static_cast<std::size_t>((r * hd + c) * 2 + 1 - h) % kv.size()] * 0.5f;
+        held_k[static_cast<std::size_t>((h * slots + r) * hd + c)] = held(k[c]);
+        held_v[static_cast<std::size_t>((h * slots + r) * hd + c)] = held(v[c]);
       }
+      pool.store(0, h, r, k.data(), v.data());
+    }
   // n = 70 crosses the 64-query block; offsets exercise decode (short and over many blocks), prefill and
   // resumed prefill.
   const std::vector<std::pair<std::int32_t, std::int32_t>> seqs{{1, 0}, {1, 40}, {5, 3}, {70, 0}, {70, 11}, {1, 200}};
@@ -426,20 +435,24 @@ void check_attention(const std::vector<std::int64_t>& kv_of_q, std::int64_t hd) 
         return std::int64_t{batch.block_ids[static_cast<std::size_t>(s.block_begin + pos / block_size)]} * block_size +
                pos % block_size;
       };
-      const KvAt k = [&](std::int64_t h, std::int64_t pos) { return pool.k(0, h) + row(pos) * hd; };
-      const KvAt v = [&](std::int64_t h, std::int64_t pos) { return pool.v(0, h) + row(pos) * hd; };
+      const KvAt k = [&](std::int64_t h, std::int64_t pos) { return held_k.data() + (h * slots + row(pos)) * hd; };
+      const KvAt v = [&](std::int64_t h, std::int64_t pos) { return held_v.data() + (h * slots + row(pos)) * hd; };
       const std::int64_t at = std::int64_t{s.token_begin} * heads * hd;
       const auto ref = reference_attention(q.data() + at, s.num_tokens, s.position, hd, k, v, kv_of_q);
       for (std::size_t i = 0; i < ref.size(); ++i)
         ASSERT_NEAR(out[static_cast<std::size_t>(at) + i], ref[i], 1e-5)
-            << "hd " << hd << " n " << s.num_tokens << " offset " << s.position << " shuffle " << shuffle;
+            << "hd " << hd << " bf16 " << (element == KvPool::Element::bf16) << " n " << s.num_tokens << " offset "
+            << s.position << " shuffle " << shuffle;
     }
   }
 }
 
 TEST_P(CpuAttention, CausalGqaOverBlockTablesMatchesReference) {
   // 12: BLAS everywhere; 128 (Qwen3's): decode takes attention_decode's kernels where the CPU has AVX-512.
-  for (const std::int64_t hd : {12, 128}) check_attention(GetParam(), hd);
+  // Each with an f32 pool and a bf16 one (widened for BLAS, read as bf16 by the decode kernels).
+  for (const std::int64_t hd : {12, 128})
+    for (const KvPool::Element element : {KvPool::Element::f32, KvPool::Element::bf16})
+      check_attention(GetParam(), hd, element);
 }
 
 INSTANTIATE_TEST_SUITE_P(Mappings, CpuAttention,

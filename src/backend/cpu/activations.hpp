@@ -6,10 +6,13 @@
 //   f32   the default: every product is f32 up to summation order, or within
 //         ~1e-6 of |w x| per product where a kernel splits x into bf16 terms
 //         (the 1e-5 bound issue 14 holds the kernels to).
-//   bf16  products with bf16 weights on AVX-512 BF16 dot products (the
-//         prefill's gemm_bf16_pairs) round x to bf16, as llama.cpp's bf16
-//         product does: one dot product per weight pair instead of two,
-//         ~2^-9 of |w x| per product. Everything else stays as in f32.
+//   bf16  products on AVX-512 BF16 dot products (the prefill's
+//         gemm_bf16_pairs and gemm_quant_pairs) round x to bf16, as
+//         llama.cpp's bf16 product does: one dot product per weight pair
+//         instead of two, ~2^-9 of |w x| per product; and the KV cache
+//         holds bf16 (attention.hpp's KvPool; llama.cpp keeps f16): half the
+//         memory a position, half the bytes a decode step reads. Everything
+//         else stays as in f32.
 //   int8  bf16 as above, and quantized products whose CPU and type have int8
 //         kernels (gemm_quant_few: Q4_K, Q6_K, Q8_0, Q5_K, Q4_0 on AVX-512 VNNI) round x
 //         to int8 per 256 columns (llama.cpp's Q8_K).

@@ -5,27 +5,48 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backend/cpu/activations.hpp"
 #include "backend/cpu/attention_decode.hpp"
 #include "backend/cpu/chunk_pool.hpp"
 #include "backend/cpu/matmul.hpp"
+#include "tensor/dtype.hpp"
 
 namespace neuron::backend::cpu {
 
 KvPool::KvPool(std::int64_t layers, std::int64_t kv_heads, std::int64_t head_dim, std::int32_t block_size,
-               std::int32_t num_blocks)
+               std::int32_t num_blocks, Element element)
     : layers_(layers),
       kv_heads_(kv_heads),
       head_dim_(head_dim),
       block_size_(block_size),
       num_blocks_(num_blocks),
-      rows_per_head_(static_cast<std::int64_t>(num_blocks) * block_size) {
-  const auto n = static_cast<std::size_t>(layers * kv_heads * rows_per_head_ * head_dim);
-  k_ = std::make_unique_for_overwrite<float[]>(n);
-  v_ = std::make_unique_for_overwrite<float[]>(n);
+      rows_per_head_(static_cast<std::int64_t>(num_blocks) * block_size),
+      element_(element) {
+  const auto n = static_cast<std::size_t>(layers * kv_heads * rows_per_head_ * head_dim) * element_bytes(element);
+  k_ = std::make_unique_for_overwrite<std::byte[]>(n);
+  v_ = std::make_unique_for_overwrite<std::byte[]>(n);
 }
 
 std::uint64_t KvPool::bytes() const noexcept {
-  return 2ull * static_cast<std::uint64_t>(layers_ * kv_heads_ * rows_per_head_ * head_dim_) * sizeof(float);
+  return 2ull * static_cast<std::uint64_t>(layers_ * kv_heads_ * rows_per_head_ * head_dim_) * element_bytes(element_);
+}
+
+void KvPool::store(std::int64_t layer, std::int64_t head, std::int64_t row, const float* k, const float* v) noexcept {
+  if (element_ == Element::f32) {
+    std::copy(k, k + head_dim_, this->k<float>(layer, head) + row * head_dim_);
+    std::copy(v, v + head_dim_, this->v<float>(layer, head) + row * head_dim_);
+    return;
+  }
+  std::uint16_t* kd = this->k<std::uint16_t>(layer, head) + row * head_dim_;
+  std::uint16_t* vd = this->v<std::uint16_t>(layer, head) + row * head_dim_;
+  for (std::int64_t c = 0; c < head_dim_; ++c) {
+    kd[c] = f32_to_bf16(k[c]);
+    vd[c] = f32_to_bf16(v[c]);
+  }
+}
+
+KvPool::Element kv_element() {
+  return cpu_activations() == Activations::f32 ? KvPool::Element::f32 : KvPool::Element::bf16;
 }
 
 namespace {
@@ -121,14 +142,17 @@ void attention(const float* q, std::int64_t ldq, const Batch& batch, const KvPoo
       qh = q + (seq.token_begin + i0) * ldq + h * hd;
       oh = out + (seq.token_begin + i0) * ld_out + h * hd;
     }
-    const float* kh = pool.k(layer, kv_of_q[static_cast<std::size_t>(h)]);
-    const float* vh = pool.v(layer, kv_of_q[static_cast<std::size_t>(h)]);
+    const std::int64_t kvh = kv_of_q[static_cast<std::size_t>(h)];
     scores.resize(static_cast<std::size_t>(rows * keys));
     float* s = scores.data();
+    const bool bf16 = pool.element() == KvPool::Element::bf16;
     if ((same_token || rows == 1) && decode_fits(hd)) {
       // Decode (one token's heads that share this KV head): K and V read once, in place.
       for_each_run(table, bs, keys, [&](std::int64_t row, std::int64_t key, std::int64_t count) {
-        decode_scores(qh, rows, hd, kh + row * hd, count, scale, s + key, keys);
+        if (bf16)
+          decode_scores(qh, rows, hd, pool.k<std::uint16_t>(layer, kvh) + row * hd, count, scale, s + key, keys);
+        else
+          decode_scores(qh, rows, hd, pool.k<float>(layer, kvh) + row * hd, count, scale, s + key, keys);
       });
       for (std::int64_t r = 0; r < rows; ++r) {
         float* sr = s + r * keys;
@@ -137,22 +161,38 @@ void attention(const float* q, std::int64_t ldq, const Batch& batch, const KvPoo
       }
       bool accumulate = false;
       for_each_run(table, bs, keys, [&](std::int64_t row, std::int64_t key, std::int64_t count) {
-        decode_weighted_sum(s + key, keys, rows, vh + row * hd, count, hd, oh, out_ld, accumulate);
+        if (bf16)
+          decode_weighted_sum(s + key, keys, rows, pool.v<std::uint16_t>(layer, kvh) + row * hd, count, hd, oh, out_ld,
+                              accumulate);
+        else
+          decode_weighted_sum(s + key, keys, rows, pool.v<float>(layer, kvh) + row * hd, count, hd, oh, out_ld,
+                              accumulate);
         accumulate = true;
       });
       return;
     }
+    // Rows [row, row + count) of K (V) as f32 for BLAS: in place in an f32
+    // pool, widened into this thread's scratch in a bf16 one.
+    thread_local std::vector<float> k_scratch, v_scratch;  // [count, hd] f32 each
+    const auto rows_f32 = [&](bool values, std::int64_t row, std::int64_t count) -> const float* {
+      if (!bf16) return (values ? pool.v<float>(layer, kvh) : pool.k<float>(layer, kvh)) + row * hd;
+      std::vector<float>& scratch = values ? v_scratch : k_scratch;
+      scratch.resize(static_cast<std::size_t>(count * hd));
+      widen_bf16((values ? pool.v<std::uint16_t>(layer, kvh) : pool.k<std::uint16_t>(layer, kvh)) + row * hd,
+                 scratch.data(), count * hd);
+      return scratch.data();
+    };
     if (rows == 1) {
       // Decode of one head: matrix-vector products. sgemm would first pack the
       // whole K (and V) of the run into a scratch copy, tripling the cache traffic.
       for_each_run(table, bs, keys, [&](std::int64_t row, std::int64_t key, std::int64_t count) {
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(count), static_cast<int>(hd), scale, kh + row * hd,
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(count), static_cast<int>(hd), scale, rows_f32(false, row, count),
                     static_cast<int>(hd), qh, 1, 0.0f, s + key, 1);
       });
       const float inv = 1.0f / exp_from_max(s, keys);
       float beta = 0.0f;
       for_each_run(table, bs, keys, [&](std::int64_t row, std::int64_t key, std::int64_t count) {
-        cblas_sgemv(CblasRowMajor, CblasTrans, static_cast<int>(count), static_cast<int>(hd), inv, vh + row * hd,
+        cblas_sgemv(CblasRowMajor, CblasTrans, static_cast<int>(count), static_cast<int>(hd), inv, rows_f32(true, row, count),
                     static_cast<int>(hd), s + key, 1, beta, oh, 1);
         beta = 1.0f;
       });
@@ -160,7 +200,7 @@ void attention(const float* q, std::int64_t ldq, const Batch& batch, const KvPoo
     }
     for_each_run(table, bs, keys, [&](std::int64_t row, std::int64_t key, std::int64_t count) {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows), static_cast<int>(count),
-                  static_cast<int>(hd), scale, qh, static_cast<int>(q_ld), kh + row * hd, static_cast<int>(hd), 0.0f,
+                  static_cast<int>(hd), scale, qh, static_cast<int>(q_ld), rows_f32(false, row, count), static_cast<int>(hd), 0.0f,
                   s + key, static_cast<int>(keys));
     });
     for (std::int64_t r = 0; r < rows; ++r) {
@@ -173,7 +213,7 @@ void attention(const float* q, std::int64_t ldq, const Batch& batch, const KvPoo
     float beta = 0.0f;
     for_each_run(table, bs, keys, [&](std::int64_t row, std::int64_t key, std::int64_t count) {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows), static_cast<int>(hd),
-                  static_cast<int>(count), 1.0f, s + key, static_cast<int>(keys), vh + row * hd, static_cast<int>(hd),
+                  static_cast<int>(count), 1.0f, s + key, static_cast<int>(keys), rows_f32(true, row, count), static_cast<int>(hd),
                   beta, oh, static_cast<int>(out_ld));
       beta = 1.0f;
     });

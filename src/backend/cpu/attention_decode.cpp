@@ -12,18 +12,26 @@ namespace {
 
 constexpr std::int64_t kMaxChunks = 8;  // head_dim up to 128 (every Qwen3)
 
+// 16 elements of a K or V row as f32: f32 loaded, bf16 widened.
+NEURON_AVX512 inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+NEURON_AVX512 inline __m512 load16(const std::uint16_t* p) {
+  return _mm512_castsi512_ps(
+      _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
+}
+
 // Each K row is loaded once into registers (C chunks of 16) and meets every
 // query of the group: an FMA a chunk, then one reduction a query.
-template <int C>
-NEURON_AVX512 void scores_rows(const float* q, std::int64_t g, const float* k, std::int64_t count, float scale,
-                               float* s, std::int64_t lds) {
+template <int C, class T>
+NEURON_AVX512 void scores_rows(const float* q, std::int64_t g, const T* k, std::int64_t count, float scale, float* s,
+                               std::int64_t lds) {
   constexpr std::int64_t hd = 16 * C;
+  constexpr std::int64_t kRowBytes = hd * static_cast<std::int64_t>(sizeof(T));
   for (std::int64_t p = 0; p < count; ++p) {
-    const float* kp = k + p * hd;
-    _mm_prefetch(reinterpret_cast<const char*>(kp + 8 * hd), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(kp + 8 * hd + hd / 2), _MM_HINT_T0);
+    const T* kp = k + p * hd;
+    const char* ahead = reinterpret_cast<const char*>(kp) + 8 * kRowBytes;  // 8 rows on
+    for (std::int64_t b = 0; b < kRowBytes; b += 64) _mm_prefetch(ahead + b, _MM_HINT_T0);
     __m512 row[C];
-    for (int c = 0; c < C; ++c) row[c] = _mm512_loadu_ps(kp + 16 * c);
+    for (int c = 0; c < C; ++c) row[c] = load16(kp + 16 * c);
     for (std::int64_t r = 0; r < g; ++r) {
       const float* qr = q + r * hd;
       __m512 a0 = _mm512_mul_ps(row[0], _mm512_loadu_ps(qr));
@@ -41,17 +49,17 @@ NEURON_AVX512 void scores_rows(const float* q, std::int64_t g, const float* k, s
 // (G * W = 8 accumulators, enough for the FMAs' latency), walking V's rows
 // with the queries' weights broadcast; each pass reads its own cache lines of
 // each row, so V is read once over all passes.
-template <int G, int W>
-NEURON_AVX512 void weighted_pass(const float* a, std::int64_t lda, const float* v, std::int64_t count, std::int64_t hd,
+template <int G, int W, class T>
+NEURON_AVX512 void weighted_pass(const float* a, std::int64_t lda, const T* v, std::int64_t count, std::int64_t hd,
                                  std::int64_t c0, float* o, std::int64_t ldo, bool accumulate) {
   __m512 acc[G][W];
   for (int r = 0; r < G; ++r)
     for (int w = 0; w < W; ++w)
       acc[r][w] = accumulate ? _mm512_loadu_ps(o + r * ldo + c0 + 16 * w) : _mm512_setzero_ps();
   for (std::int64_t p = 0; p < count; ++p) {
-    const float* vp = v + p * hd + c0;
+    const T* vp = v + p * hd + c0;
     __m512 col[W];
-    for (int w = 0; w < W; ++w) col[w] = _mm512_loadu_ps(vp + 16 * w);
+    for (int w = 0; w < W; ++w) col[w] = load16(vp + 16 * w);
     for (int r = 0; r < G; ++r) {
       const __m512 weight = _mm512_set1_ps(a[r * lda + p]);
       for (int w = 0; w < W; ++w) acc[r][w] = _mm512_fmadd_ps(weight, col[w], acc[r][w]);
@@ -62,8 +70,8 @@ NEURON_AVX512 void weighted_pass(const float* a, std::int64_t lda, const float* 
 }
 
 // G queries over all of V's columns: passes of 8 / G chunks, then single chunks.
-template <int G>
-void weighted_queries(const float* a, std::int64_t lda, const float* v, std::int64_t count, std::int64_t hd, float* o,
+template <int G, class T>
+void weighted_queries(const float* a, std::int64_t lda, const T* v, std::int64_t count, std::int64_t hd, float* o,
                       std::int64_t ldo, bool accumulate) {
   constexpr int W = 8 / G;
   std::int64_t c0 = 0;
@@ -71,16 +79,9 @@ void weighted_queries(const float* a, std::int64_t lda, const float* v, std::int
   for (; c0 < hd; c0 += 16) weighted_pass<G, 1>(a, lda, v, count, hd, c0, o, ldo, accumulate);
 }
 
-}  // namespace
-
-bool decode_fits(std::int64_t head_dim) noexcept {
-  const Isa isa = selected_isa();
-  return (isa == Isa::avx512 || isa == Isa::avx512_bf16) && head_dim > 0 && head_dim % 16 == 0 &&
-         head_dim / 16 <= kMaxChunks;
-}
-
-void decode_scores(const float* q, std::int64_t g, std::int64_t hd, const float* k, std::int64_t count, float scale,
-                   float* s, std::int64_t lds) {
+template <class T>
+void scores(const float* q, std::int64_t g, std::int64_t hd, const T* k, std::int64_t count, float scale, float* s,
+            std::int64_t lds) {
   NEURON_ASSERT(decode_fits(hd) && g >= 1);
   switch (hd / 16) {
     case 1: return scores_rows<1>(q, g, k, count, scale, s, lds);
@@ -94,8 +95,9 @@ void decode_scores(const float* q, std::int64_t g, std::int64_t hd, const float*
   }
 }
 
-void decode_weighted_sum(const float* a, std::int64_t lda, std::int64_t g, const float* v, std::int64_t count,
-                         std::int64_t hd, float* o, std::int64_t ldo, bool accumulate) {
+template <class T>
+void weighted_sum(const float* a, std::int64_t lda, std::int64_t g, const T* v, std::int64_t count, std::int64_t hd,
+                  float* o, std::int64_t ldo, bool accumulate) {
   NEURON_ASSERT(decode_fits(hd) && g >= 1);
   for (std::int64_t r = 0; r < g;) {  // queries in chunks of 8, 4, 2, 1
     const float* ar = a + r * lda;
@@ -115,6 +117,34 @@ void decode_weighted_sum(const float* a, std::int64_t lda, std::int64_t g, const
       r += 1;
     }
   }
+}
+
+}  // namespace
+
+bool decode_fits(std::int64_t head_dim) noexcept {
+  const Isa isa = selected_isa();
+  return (isa == Isa::avx512 || isa == Isa::avx512_bf16) && head_dim > 0 && head_dim % 16 == 0 &&
+         head_dim / 16 <= kMaxChunks;
+}
+
+void decode_scores(const float* q, std::int64_t g, std::int64_t hd, const float* k, std::int64_t count, float scale,
+                   float* s, std::int64_t lds) {
+  scores(q, g, hd, k, count, scale, s, lds);
+}
+
+void decode_scores(const float* q, std::int64_t g, std::int64_t hd, const std::uint16_t* k, std::int64_t count,
+                   float scale, float* s, std::int64_t lds) {
+  scores(q, g, hd, k, count, scale, s, lds);
+}
+
+void decode_weighted_sum(const float* a, std::int64_t lda, std::int64_t g, const float* v, std::int64_t count,
+                         std::int64_t hd, float* o, std::int64_t ldo, bool accumulate) {
+  weighted_sum(a, lda, g, v, count, hd, o, ldo, accumulate);
+}
+
+void decode_weighted_sum(const float* a, std::int64_t lda, std::int64_t g, const std::uint16_t* v, std::int64_t count,
+                         std::int64_t hd, float* o, std::int64_t ldo, bool accumulate) {
+  weighted_sum(a, lda, g, v, count, hd, o, ldo, accumulate);
 }
 
 }  // namespace neuron::backend::cpu

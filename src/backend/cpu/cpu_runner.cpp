@@ -187,7 +187,7 @@ class CpuRunner final : public ModelRunner {
  public:
   CpuRunner(const model::Qwen3Config& cfg, const io::Checkpoint* ckpt, const model::ShardPlan& plan,
             std::shared_ptr<dist::Communicator> comm, std::int32_t max_context, std::int32_t block_size,
-            std::int32_t num_blocks, std::optional<quant::GgmlType> quantize)
+            std::int32_t num_blocks, std::optional<quant::GgmlType> quantize, KvPool::Element kv)
       : cfg_(cfg),
         plan_(plan),
         comm_(std::move(comm)),
@@ -196,8 +196,8 @@ class CpuRunner final : public ModelRunner {
         kv_dim_(plan.kv_heads * cfg.head_dim),
         pool_shape_{.block_size = block_size,
                     .num_blocks = num_blocks,
-                    .bytes_per_block = kv_bytes_per_block(cfg, plan, Device{}, block_size)},
-        pool_(cfg.num_hidden_layers, plan.kv_heads, cfg.head_dim, block_size, num_blocks),
+                    .bytes_per_block = kv_bytes_per_block(cfg, plan, KvPool::element_bytes(kv), block_size)},
+        pool_(cfg.num_hidden_layers, plan.kv_heads, cfg.head_dim, block_size, num_blocks, kv),
         rope_(cfg.head_dim, cfg.rope_theta, max_context) {
     NEURON_ASSERT(pool_.bytes() == pool_shape_.bytes_per_block * static_cast<std::uint64_t>(num_blocks));
     if (ckpt) model::reject_unsupported_tensors(*ckpt);
@@ -304,9 +304,7 @@ class CpuRunner final : public ModelRunner {
         float* k = row + q_dim_ + h * hd;
         rms_norm(k, 1, hd, hd, L.k_norm.data(), eps(), k, hd);
         rope_.apply(k, pos);
-        std::copy(k, k + hd, pool_.k(li, h) + kv_row * hd);
-        const float* v = row + q_dim_ + kv_dim_ + h * hd;
-        std::copy(v, v + hd, pool_.v(li, h) + kv_row * hd);
+        pool_.store(li, h, kv_row, k, row + q_dim_ + kv_dim_ + h * hd);
       }
     }
     attention(qkv_.data(), qkv_w, batch, pool_, li, kv_of_q_, attn_.data(), q_dim_);
@@ -415,12 +413,13 @@ std::unique_ptr<ModelRunner> make_cpu_runner(const model::Qwen3Config& cfg, cons
   if (options.kv_blocks < 0) fail(errc::invalid_argument, "kv_blocks " + std::to_string(options.kv_blocks) + " is negative");
   const std::int32_t block_size = options.kv_block_size > 0 ? options.kv_block_size : kDefaultKvBlockSize;
   const std::int32_t num_blocks = options.kv_blocks > 0 ? options.kv_blocks : (max_context + block_size - 1) / block_size;
-  const std::uint64_t per_block = kv_bytes_per_block(cfg, plan, Device{}, block_size);
+  const KvPool::Element kv = kv_element();  // read once: the pool and its shape agree
+  const std::uint64_t per_block = kv_bytes_per_block(cfg, plan, KvPool::element_bytes(kv), block_size);
   if (per_block > (std::uint64_t{1} << 62) / static_cast<std::uint64_t>(num_blocks))
     fail(errc::out_of_memory, "a KV pool of " + std::to_string(num_blocks) + " blocks of " + std::to_string(block_size) +
                                   " positions does not fit in memory");
   return std::make_unique<CpuRunner>(cfg, checkpoint, plan, std::move(comm), max_context, block_size, num_blocks,
-                                     options.quantize);
+                                     options.quantize, kv);
 }
 
 }  // namespace neuron::backend::cpu
