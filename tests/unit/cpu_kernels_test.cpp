@@ -393,7 +393,7 @@ class CpuAttention : public ::testing::TestWithParam<std::vector<std::int64_t>> 
 // The reference reads what the pool holds: for a bf16 pool, the values rounded to bf16.
 void check_attention(const std::vector<std::int64_t>& kv_of_q, std::int64_t hd, KvPool::Element element) {
   const std::int64_t kv_heads = 2;
-  const std::int32_t block_size = 7, num_blocks = 64;
+  const std::int32_t block_size = 7, num_blocks = 112;
   const auto heads = static_cast<std::int64_t>(kv_of_q.size());
   KvPool pool(1, kv_heads, hd, block_size, num_blocks, element);
   // Every slot of the pool gets a value; which sequence owns it is the block tables' business.
@@ -412,9 +412,10 @@ void check_attention(const std::vector<std::int64_t>& kv_of_q, std::int64_t hd, 
       }
       pool.store(0, h, r, k.data(), v.data());
     }
-  // n = 70 crosses the 64-query block; offsets exercise decode (short and over many blocks), prefill and
+  // n = 262 crosses the 256-query block; offsets exercise decode (short and over many blocks), prefill and
   // resumed prefill.
-  const std::vector<std::pair<std::int32_t, std::int32_t>> seqs{{1, 0}, {1, 40}, {5, 3}, {70, 0}, {70, 11}, {1, 200}};
+  const std::vector<std::pair<std::int32_t, std::int32_t>> seqs{{1, 0}, {1, 40}, {5, 3}, {70, 0}, {70, 11}, {1, 200},
+                                                                {262, 5}};
   for (std::uint32_t shuffle : {0u, 3u}) {  // tables of consecutive ids (one BLAS call per run), then scattered
     std::vector<std::int32_t> ids(static_cast<std::size_t>(num_blocks));
     std::iota(ids.begin(), ids.end(), 0);

@@ -51,7 +51,9 @@ KvPool::Element kv_element() {
 
 namespace {
 // Queries per job: bounds the score scratch to kQueryBlock x keys floats.
-constexpr std::int64_t kQueryBlock = 64;
+// BLAS packs a job's K and V run once per call, so larger blocks amortize it
+// (a 1000-token prefill on a Zen 4 guest: 194 tok/s at 64, 203 at 256).
+constexpr std::int64_t kQueryBlock = 256;
 
 // s[j] = exp(s[j] - max s) over n scores; returns their sum.
 float exp_from_max(float* s, std::int64_t n) {
