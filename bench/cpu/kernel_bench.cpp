@@ -100,9 +100,9 @@ void prefill(benchmark::State& state, quant::GgmlType type, int terms) {
 
 // Batched decode's products (n tokens, 3072 x 1024 weights, two threads,
 // f32 activations): the few-token kernels (gemm_bf16_few, gemm_quant_few)
-// against the pairs kernels with two terms, to place the switch from one to
-// the other (kPairsTokensMin); items are multiply-adds.
-void few_tokens(benchmark::State& state, quant::GgmlType type, std::int64_t n, bool pairs) {
+// against the pairs kernels with two terms and with one, to place the switch
+// from one to the other (kPairsTokensMin); items are multiply-adds.
+void few_tokens(benchmark::State& state, quant::GgmlType type, std::int64_t n, bool pairs, int terms) {
   constexpr std::int64_t kRowsOut = 3072;
   if (pairs && !gemm_bf16_pairs_fits(kCols)) return state.SkipWithError("no AVX-512 BF16 here");
   std::mt19937 rng(4);
@@ -120,11 +120,11 @@ void few_tokens(benchmark::State& state, quant::GgmlType type, std::int64_t n, b
   const Isa isa = selected_isa();
   for (auto _ : state) {
     if (type == quant::GgmlType::bf16 && pairs)
-      gemm_bf16_pairs(x.data(), n, kCols, kCols, w.data(), kRowsOut, y.data(), kRowsOut, 2);
+      gemm_bf16_pairs(x.data(), n, kCols, kCols, w.data(), kRowsOut, y.data(), kRowsOut, terms);
     else if (type == quant::GgmlType::bf16)
       gemm_bf16_few(x.data(), n, kCols, kCols, w.data(), kRowsOut, y.data(), kRowsOut);
     else if (pairs)
-      gemm_quant_pairs(x.data(), n, kCols, m, y.data(), kRowsOut, 2);
+      gemm_quant_pairs(x.data(), n, kCols, m, y.data(), kRowsOut, terms);
     else
       gemm_quant_few(isa, x.data(), n, kCols, m, y.data(), kRowsOut);
     benchmark::DoNotOptimize(y.data());
@@ -135,10 +135,12 @@ void few_tokens(benchmark::State& state, quant::GgmlType type, std::int64_t n, b
 const bool registered = [] {
   for (auto type : {quant::GgmlType::bf16, quant::GgmlType::q8_0, quant::GgmlType::q4_k, quant::GgmlType::q6_k})
     for (const std::int64_t n : {4, 8, 12, 16, 24, 32, 39})
-      for (const bool pairs : {false, true}) {
-        const std::string name = "few/" + std::string(quant::ggml_type_name(type)) + (pairs ? "/pairs" : "/few") +
-                                 "/n:" + std::to_string(n);
-        benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { few_tokens(s, type, n, pairs); })
+      for (const int kind : {0, 2, 1}) {  // few-token kernel, pairs with two terms, pairs with one
+        const bool pairs = kind > 0;
+        const int terms = kind == 1 ? 1 : 2;
+        const std::string name = "few/" + std::string(quant::ggml_type_name(type)) +
+                                 (pairs ? "/pairs" + std::to_string(terms) : std::string("/few")) + "/n:" + std::to_string(n);
+        benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { few_tokens(s, type, n, pairs, terms); })
             ->UseRealTime();
       }
   for (auto type : {quant::GgmlType::bf16, quant::GgmlType::q8_0, quant::GgmlType::q4_k, quant::GgmlType::q6_k})

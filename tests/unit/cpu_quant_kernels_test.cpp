@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/cpu/gemm_bf16_few.hpp"
+#include "backend/cpu/gemm_bf16_pairs.hpp"
 #include "backend/cpu/gemm_quant_few.hpp"
 #include "backend/cpu/gemm_quant_pairs.hpp"
 #include "backend/cpu/isa.hpp"
@@ -378,6 +379,38 @@ TEST(QuantKernels, PairsPrefillMatchesDequantizedReferenceForEachTermCount) {
       }
     }
   }
+}
+
+// Batched decode's routing: at a reduced activation level (x in one bf16
+// term) matmul_quant takes the pairs kernel from kPairsTokensMin tokens, and
+// the few-token kernels below; exact, the few-token kernels up to kFewTokensMax.
+TEST(QuantKernels, ReducedLevelsTakeThePairsKernelFromKPairsTokensMin) {
+  if (!gemm_quant_pairs_fits(quant::GgmlType::q4_k, 512) || amx_bf16_usable())
+    GTEST_SKIP() << "matmul_quant does not take gemm_quant_pairs here";
+  std::mt19937 rng(13);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const std::int64_t cols = 512, rows = 40;
+  const QuantMatrix m = make(quant::GgmlType::q4_k, rows, cols, rng);
+  const Activations before = cpu_activations();
+  for (const std::int64_t n : {kPairsTokensMin - 1, kPairsTokensMin}) {
+    std::vector<float> x(static_cast<std::size_t>(n * cols));
+    for (auto& v : x) v = normal(rng);
+    std::vector<float> got(static_cast<std::size_t>(n * rows)), pairs(got.size()), few(got.size());  // [n, rows] each
+    gemm_quant_pairs(x.data(), n, cols, m, pairs.data(), rows, 1);
+    set_cpu_activations(Activations::f32);
+    gemm_quant_few(selected_isa(), x.data(), n, cols, m, few.data(), rows);
+    matmul_quant(x.data(), n, cols, m, got.data(), rows);
+    EXPECT_EQ(got, few) << "exact, n " << n;
+    set_cpu_activations(Activations::bf16);
+    matmul_quant(x.data(), n, cols, m, got.data(), rows);
+    if (n >= kPairsTokensMin) {
+      EXPECT_EQ(got, pairs) << "bf16, n " << n;
+    } else {
+      gemm_quant_few(selected_isa(), x.data(), n, cols, m, few.data(), rows);
+      EXPECT_EQ(got, few) << "bf16, n " << n;
+    }
+  }
+  set_cpu_activations(before);
 }
 
 }  // namespace

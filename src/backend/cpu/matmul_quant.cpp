@@ -7,10 +7,12 @@
 #include <vector>
 
 #include "backend/cpu/simd.hpp"
+#include "backend/cpu/activations.hpp"
 #include "backend/cpu/gemm_bf16_amx.hpp"
 #include "backend/cpu/isa.hpp"
 #include "backend/cpu/chunk_pool.hpp"
 #include "backend/cpu/gemm_bf16_few.hpp"
+#include "backend/cpu/gemm_bf16_pairs.hpp"
 #include "backend/cpu/gemm_quant_few.hpp"
 #include "backend/cpu/gemm_quant_pairs.hpp"
 #include "backend/cpu/matmul.hpp"
@@ -278,7 +280,12 @@ void gemv_quant(const QuantMatrix& w, const float* x, float* y) {
 
 void matmul_quant(const float* x, std::int64_t n, std::int64_t ldx, const QuantMatrix& w, float* y, std::int64_t ldy) {
   if (n <= 0 || w.rows <= 0) return;
-  if (const Isa isa = selected_isa(); n < kFewTokensMax && gemm_quant_few_supported(isa, w.type))
+  // With one bf16 term of x (a reduced activation level), the pairs kernel
+  // beats the few-token ones from kPairsTokensMin tokens (batched decode).
+  const bool one_term = cpu_activations() != Activations::f32;
+  const bool pairs = gemm_quant_pairs_fits(w.type, w.cols) && !amx_bf16_usable();
+  if (const Isa isa = selected_isa(); n < kFewTokensMax && gemm_quant_few_supported(isa, w.type) &&
+                                      !(pairs && one_term && n >= kPairsTokensMin))
     return gemm_quant_few(isa, x, n, ldx, w, y, ldy);
   if (n == 1) return gemv_quant(w, x, y);
   const std::int64_t in = w.cols;
@@ -288,8 +295,7 @@ void matmul_quant(const float* x, std::int64_t n, std::int64_t ldx, const QuantM
     matmul_quant_amx(x, n, ldx, w, first, y, ldy);
     if (first == w.rows) return;
   }
-  if (first == 0 && gemm_quant_pairs_fits(w.type, in))
-    return gemm_quant_pairs(x, n, ldx, w, y, ldy, cpu_activations() == Activations::f32 ? 2 : 1);
+  if (first == 0 && gemm_quant_pairs_fits(w.type, in)) return gemm_quant_pairs(x, n, ldx, w, y, ldy, one_term ? 1 : 2);
   init_blas_threads();
   const std::int64_t tile_rows = std::max(kTileRowAlign, kTileBytes / (in * 4) / kTileRowAlign * kTileRowAlign);
   const std::int64_t tiles = (w.rows - first + tile_rows - 1) / tile_rows;

@@ -7,13 +7,17 @@
 // Q8_0 (also AVX-512), Q4_K and Q6_K rows are dotted block by block straight from their
 // quants (a sub-block's sum of q x, times its scale); the scalar fallback and
 // the other types dequantize one row into an L1-sized f32 buffer and dot that.
-// On AVX2 and AVX-512 CPUs, Q8_0 / Q4_K / Q6_K products of fewer than kFewTokensMax
-// tokens (decode, batched decode) go to gemm_quant_few instead.
+// On AVX2 and AVX-512 CPUs, Q8_0 / Q4_K / Q6_K (AVX-512: also Q4_0, Q5_K)
+// products of fewer than kFewTokensMax tokens (decode, batched decode) go to
+// gemm_quant_few instead, but from kPairsTokensMin tokens to gemm_quant_pairs
+// when x takes one bf16 term there (a reduced activation level,
+// activations.hpp; 1.5x the few-token kernels at 16 tokens on Zen 4).
 // Several tokens (matmul_quant): on a CPU with AMX-BF16, row chunks are
 // dequantized and split into two bf16 terms for the tiles (gemm_bf16_amx
-// with its low term); the rows past the last block of 32, and every row
-// elsewhere, go by L2-sized tiles dequantized to f32 and OpenBLAS sgemm, as
-// matmul_bf16 does. W is read once per call whatever n is.
+// with its low term), the rows past the last block of 32 by L2-sized tiles
+// dequantized to f32 and OpenBLAS sgemm; with AVX-512 BF16 and no AMX,
+// gemm_quant_pairs; elsewhere the f32 tiles and sgemm. W is read once per
+// call whatever n is.
 #include <cstddef>
 #include <cstdint>
 
