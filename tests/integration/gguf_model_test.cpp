@@ -207,6 +207,20 @@ TEST(QuantizedTp, TwoRanksEqualOneWithTheSameQuantization) {
   }
 }
 
+// A reduced activation level's greedy run against the exact one: the same
+// tokens, logits within 5% of the largest, and not all equal (the rounding
+// happened: `unrounded` says what did not run otherwise).
+void expect_close_but_rounded(const Greedy& got, const Greedy& want, const char* unrounded) {
+  EXPECT_EQ(got.tokens, want.tokens);
+  float biggest = 0.0f, differs = 0.0f;
+  for (float v : want.last_logits) biggest = std::max(biggest, std::abs(v));
+  for (std::size_t i = 0; i < want.last_logits.size(); ++i) {
+    EXPECT_NEAR(got.last_logits[i], want.last_logits[i], 0.05f * biggest) << "logit " << i;
+    differs = std::max(differs, std::abs(got.last_logits[i] - want.last_logits[i]));
+  }
+  EXPECT_GT(differs, 0.0f) << unrounded;
+}
+
 // Int8 activations (NEURON_CPU_ACTIVATIONS=int8, backend/cpu/gemm_quant_few.hpp)
 // through a whole runner: a q4_k model's greedy tokens and logits stay close to
 // the f32 ones, and differ from them (the int8 kernels ran), where the CPU has
@@ -226,22 +240,14 @@ TEST(QuantizedInt8, GreedyTokensFollowTheF32Ones) {
   backend::cpu::set_cpu_activations(backend::cpu::Activations::int8);
   const Greedy got = greedy(*engine::open_runner(o), prompt, 6);
   backend::cpu::set_cpu_activations(before);
-  EXPECT_EQ(got.tokens, want.tokens);
-  float biggest = 0.0f, differs = 0.0f;
-  for (float v : want.last_logits) biggest = std::max(biggest, std::abs(v));
-  for (std::size_t i = 0; i < want.last_logits.size(); ++i) {
-    EXPECT_NEAR(got.last_logits[i], want.last_logits[i], 0.05f * biggest) << "logit " << i;
-    differs = std::max(differs, std::abs(got.last_logits[i] - want.last_logits[i]));
-  }
-  EXPECT_GT(differs, 0.0f) << "the int8 kernels did not run";
+  expect_close_but_rounded(got, want, "the int8 kernels did not run");
 }
 
 // Bf16 activations (NEURON_CPU_ACTIVATIONS=bf16, backend/cpu/activations.hpp)
 // through a whole runner: its KV cache holds bf16 (twice the positions in the
-// same budget), and on
-// AVX-512 BF16 CPUs a bf16 model's prefill (a prompt past the few-token
-// kernels) rounds x to bf16; the greedy tokens and logits stay close to the
-// exact ones, and differ from them (the rounding happened).
+// same budget), and on AVX-512 BF16 CPUs a bf16 model's prefill (a prompt
+// past the few-token kernels) rounds x to bf16; the greedy tokens and logits
+// stay close to the exact ones, and differ from them (the rounding happened).
 TEST(ReducedActivations, Bf16PrefillAndKvCacheFollowTheExactOnes) {
   test_support::TempDir tmp("neuron-bf16-activations");
   model::write_random_checkpoint(tmp.path(), test_support::quant_test_config(), {.seed = 6});
@@ -261,14 +267,7 @@ TEST(ReducedActivations, Bf16PrefillAndKvCacheFollowTheExactOnes) {
   backend::cpu::set_cpu_activations(backend::cpu::Activations::f32);
   const Greedy want = greedy(*exact, prompt, 6);
   backend::cpu::set_cpu_activations(before);
-  EXPECT_EQ(got.tokens, want.tokens);
-  float biggest = 0.0f, differs = 0.0f;
-  for (float v : want.last_logits) biggest = std::max(biggest, std::abs(v));
-  for (std::size_t i = 0; i < want.last_logits.size(); ++i) {
-    EXPECT_NEAR(got.last_logits[i], want.last_logits[i], 0.05f * biggest) << "logit " << i;
-    differs = std::max(differs, std::abs(got.last_logits[i] - want.last_logits[i]));
-  }
-  EXPECT_GT(differs, 0.0f) << "nothing was rounded";
+  expect_close_but_rounded(got, want, "nothing was rounded");
 }
 
 }  // namespace

@@ -103,12 +103,13 @@ TEST(CpuGemv, VariantsAgreeWithScalar) {
 // types without a walk-aware kernel are interleaved. Only bf16, Q4_K and
 // Q6_K may pick the vdpbf16ps kernels, and only where the CPU has them.
 TEST(CpuRowWalk, MeasuredOncePerTypeAndInterleavedFromFourTokens) {
-  for (auto type : {quant::GgmlType::bf16, quant::GgmlType::q8_0, quant::GgmlType::q4_k}) {
+  for (auto type : {quant::GgmlType::bf16, quant::GgmlType::q8_0, quant::GgmlType::q4_k, quant::GgmlType::q4_0,
+                    quant::GgmlType::q5_k}) {
     const DecodeKernel kernel = decode_kernel(type);
     EXPECT_EQ(decode_kernel(type).isa, kernel.isa);
     EXPECT_EQ(decode_kernel(type).walk, kernel.walk);
     if (kernel.isa != selected_isa()) {
-      EXPECT_NE(type, quant::GgmlType::q8_0);
+      EXPECT_TRUE(type == quant::GgmlType::bf16 || type == quant::GgmlType::q4_k || type == quant::GgmlType::q6_k);
       EXPECT_EQ(kernel.isa, Isa::avx512_bf16);
       EXPECT_TRUE(isa_supported(Isa::avx512_bf16));
     }
@@ -120,7 +121,7 @@ TEST(CpuRowWalk, MeasuredOncePerTypeAndInterleavedFromFourTokens) {
     EXPECT_EQ(row_walk(type, 4), RowWalk::interleaved);
     EXPECT_EQ(row_walk(type, 39), RowWalk::interleaved);
   }
-  EXPECT_EQ(row_walk(quant::GgmlType::q4_0), RowWalk::interleaved);
+  EXPECT_EQ(row_walk(quant::GgmlType::q5_0), RowWalk::interleaved);  // no few-token kernel: not measured
   EXPECT_EQ(row_walk_name(RowWalk::sequential), "sequential");
 }
 

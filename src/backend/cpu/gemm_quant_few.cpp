@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <utility>
 
 #include "backend/cpu/simd.hpp"
@@ -415,9 +416,15 @@ struct Int8Token {
 // sub-block's 6-bit scale (vpermw spreads the block's 8 scales, words 0-15
 // sub-block 2g, 16-31 sub-block 2g + 1) and adds them up. The minimums meet
 // x's sums of 16 in one vpmaddwd (each m_j twice).
-template <int R>
+// Q5_K (Five) adds a fifth bit a quant: qh's 32 bytes, broadcast to both
+// halves and shifted by 2g in the low half and 2g + 1 in the high one, give
+// bit 4 of sub-blocks 2g and 2g + 1 (quants up to 31: vpmaddubsw's pairs stay
+// below 2 * 31 * 127).
+template <int R, bool Five = false>
 NEURON_AVX512_VNNI void q4_k_int8(const std::byte* rows, std::size_t row_bytes, std::int64_t cols, const Int8Token& x,
                                   float* y) {
+  constexpr std::size_t kBytes = Five ? quant::kQ5_KBytes : quant::kQ4_KBytes;
+  constexpr std::size_t kQs = Five ? 48 : 16;  // where the nibbles start (Q5_K: after qh)
   const std::int8_t* a = x.a;
   const float* scales = x.scales;
   alignas(64) static constexpr std::array<std::uint16_t, 4 * 32> kIndex = [] {
@@ -427,7 +434,8 @@ NEURON_AVX512_VNNI void q4_k_int8(const std::byte* rows, std::size_t row_bytes, 
     return t;
   }();
   const __m512i shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);  // [32] 0 (low half), 4
-  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  const __m512i halves = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(1), 1);  // [32] 0, 1
+  const __m512i low4 = _mm512_set1_epi8(0x0F), one = _mm512_set1_epi8(1);
   __m512 acc[R];
   __m256 mins[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps(), mins[r] = _mm256_setzero_ps();
@@ -435,16 +443,24 @@ NEURON_AVX512_VNNI void q4_k_int8(const std::byte* rows, std::size_t row_bytes, 
     const std::int8_t* ab = a + b * quant::kQK_K;
     const __m256i sums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.sums16 + b * 16));  // [16] i16
     for (int r = 0; r < R; ++r) {
-      const std::byte* block = rows + r * row_bytes + static_cast<std::size_t>(b) * quant::kQ4_KBytes;
-      prefetch_block<Q4_KScales>(block + R * row_bytes);
+      const std::byte* block = rows + r * row_bytes + static_cast<std::size_t>(b) * kBytes;
+      if constexpr (Five)
+        prefetch_block<Q5_K>(block + R * row_bytes);
+      else
+        prefetch_block<Q4_KScales>(block + R * row_bytes);
       __m128i sc8, m8;  // [8] u8 each, in registers: bytes stored then reloaded wider stall store forwarding
       unpack_k4_scales(block + 4, sc8, m8);
       const __m512i sc_words = _mm512_cvtepu8_epi16(_mm256_zextsi128_si256(sc8));
       __m512i dot = _mm512_setzero_si512();
 #pragma GCC unroll 4
       for (int g = 0; g < 4; ++g) {
-        const __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 16 + 32 * g)));
-        const __m512i q = _mm512_and_si512(_mm512_srlv_epi16(v, shift), low4);  // [64] sub-block 2g, then 2g + 1
+        const __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + kQs + 32 * g)));
+        __m512i q = _mm512_and_si512(_mm512_srlv_epi16(v, shift), low4);  // [64] sub-block 2g, then 2g + 1
+        if constexpr (Five) {
+          const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 16)));
+          const __m512i at = _mm512_add_epi16(halves, _mm512_set1_epi16(static_cast<short>(2 * g)));
+          q = _mm512_or_si512(q, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, at), one), 4));
+        }
         const __m512i pairs = _mm512_maddubs_epi16(q, _mm512_loadu_si512(ab + 64 * g));
         dot = _mm512_dpwssd_epi32(dot, pairs, _mm512_permutexvar_epi16(_mm512_load_si512(kIndex.data() + 32 * g), sc_words));
       }
@@ -499,17 +515,38 @@ NEURON_AVX512_VNNI void q6_k_int8(const std::byte* rows, std::size_t row_bytes, 
   for (int r = 0; r < R; ++r) y[r] = _mm512_reduce_add_ps(acc[r]);
 }
 
-// Q8_0: per block, d dx (q . a). vpdpbusd multiplies unsigned by signed
-// bytes, so the quants go in as q + 128 (one xor) and each 4 columns' lane
-// starts from -128 (sum a) of those columns (the operand's corrections);
-// two 34-byte blocks fill a vector, their scales its two halves.
-template <int R>
-NEURON_AVX512_VNNI void q8_0_int8(const std::byte* rows, std::size_t row_bytes, std::int64_t cols, const Int8Token& x,
-                                  float* y) {
+// Two consecutive blocks' 64 quants as the unsigned bytes vpdpbusd takes.
+// Q8_0: q + 128 (one xor). Q4_0: q itself (0..15): the 16 quant bytes of
+// each block fill a vector as [b0, b0, b1, b1] 128-bit lanes, shifted by 0
+// or 4 a lane (low nibbles are columns 0-15, high ones 16-31).
+template <class Q>
+NEURON_AVX512_VNNI inline __m512i int8_quants(const std::byte* b0, const std::byte* b1) {
+  if constexpr (std::is_same_v<Q, Q8_0>) {
+    const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + 2))),
+                                         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b1 + 2)), 1);
+    return _mm512_xor_si512(q, _mm512_set1_epi8(static_cast<char>(0x80)));
+  } else {
+    const __m512i shift = _mm512_set_epi64(0x0004000400040004, 0x0004000400040004, 0, 0, 0x0004000400040004,
+                                           0x0004000400040004, 0, 0);  // [32] words: 0 in lanes 0, 2; 4 in lanes 1, 3
+    const __m256i both = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + 2))),
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(b1 + 2)), 1);
+    const __m512i v = _mm512_shuffle_i64x2(_mm512_castsi256_si512(both), _mm512_castsi256_si512(both),
+                                           _MM_SHUFFLE(1, 1, 0, 0));  // lanes b0, b0, b1, b1
+    return _mm512_and_si512(_mm512_srlv_epi16(v, shift), _mm512_set1_epi8(0x0F));
+  }
+}
+
+// Q8_0 and Q4_0 (Q): per block, d dx ((q . a) - bias (sum a)), bias 128 for
+// Q8_0's q + 128 and 8 for Q4_0's q - 8: vpdpbusd adds the unsigned quants
+// times x to the operand's corrections (-bias times each 4 columns' sum);
+// two blocks fill a vector, their scales its two halves.
+template <class Q, int R>
+NEURON_AVX512_VNNI void block_scaled_int8(const std::byte* rows, std::size_t row_bytes, std::int64_t cols,
+                                          const Int8Token& x, float* y) {
   const std::int8_t* a = x.a;
   const float* scales = x.scales;
   const std::int32_t* corrections = x.corrections;
-  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
   __m512 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   for (std::int64_t p = 0; p < cols / 64; ++p) {  // blocks 2p and 2p + 1
@@ -517,100 +554,11 @@ NEURON_AVX512_VNNI void q8_0_int8(const std::byte* rows, std::size_t row_bytes, 
     const __m512i cp = _mm512_loadu_si512(corrections + 16 * p);
     const float dx = scales[p / 4];
     for (int r = 0; r < R; ++r) {
-      const std::byte* b0 = rows + r * row_bytes + static_cast<std::size_t>(2 * p) * quant::kQ8_0Bytes;
-      const std::byte* b1 = b0 + quant::kQ8_0Bytes;
-      prefetch_block<Q8_0>(b0 + R * row_bytes);
-      prefetch_block<Q8_0>(b1 + R * row_bytes);
-      const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + 2))),
-                                           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b1 + 2)), 1);
-      const __m512i dot = _mm512_dpbusd_epi32(cp, _mm512_xor_si512(q, flip), ap);
-      const __m512 scale = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(f16_at(b0) * dx), _mm512_set1_ps(f16_at(b1) * dx));
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[r]);
-    }
-  }
-  for (int r = 0; r < R; ++r) y[r] = _mm512_reduce_add_ps(acc[r]);
-}
-
-// Q5_K: Q4_K's sums with a fifth bit a quant: qh's 32 bytes, broadcast to
-// both halves and shifted by 2g in the low half and 2g + 1 in the high one,
-// give bit 4 of sub-blocks 2g and 2g + 1 (quants up to 31: vpmaddubsw's
-// pairs stay below 2 * 31 * 127).
-template <int R>
-NEURON_AVX512_VNNI void q5_k_int8(const std::byte* rows, std::size_t row_bytes, std::int64_t cols, const Int8Token& x,
-                                  float* y) {
-  const std::int8_t* a = x.a;
-  const float* scales = x.scales;
-  alignas(64) static constexpr std::array<std::uint16_t, 4 * 32> kIndex = [] {
-    std::array<std::uint16_t, 4 * 32> t{};
-    for (int g = 0; g < 4; ++g)
-      for (int i = 0; i < 32; ++i) t[32 * g + i] = static_cast<std::uint16_t>(2 * g + i / 16);
-    return t;
-  }();
-  const __m512i shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);  // [32] 0 (low half), 4
-  const __m512i halves = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(1), 1);  // [32] 0, 1
-  const __m512i low4 = _mm512_set1_epi8(0x0F), one = _mm512_set1_epi8(1);
-  __m512 acc[R];
-  __m256 mins[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps(), mins[r] = _mm256_setzero_ps();
-  for (std::int64_t b = 0; b < cols / quant::kQK_K; ++b) {
-    const std::int8_t* ab = a + b * quant::kQK_K;
-    const __m256i sums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.sums16 + b * 16));  // [16] i16
-    for (int r = 0; r < R; ++r) {
-      const std::byte* block = rows + r * row_bytes + static_cast<std::size_t>(b) * quant::kQ5_KBytes;
-      prefetch_block<Q5_K>(block + R * row_bytes);
-      __m128i sc8, m8;  // [8] u8 each
-      unpack_k4_scales(block + 4, sc8, m8);
-      const __m512i sc_words = _mm512_cvtepu8_epi16(_mm256_zextsi128_si256(sc8));
-      const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 16)));
-      __m512i dot = _mm512_setzero_si512();
-#pragma GCC unroll 4
-      for (int g = 0; g < 4; ++g) {
-        const __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 48 + 32 * g)));
-        const __m512i high = _mm512_and_si512(_mm512_srlv_epi16(qh, _mm512_add_epi16(halves, _mm512_set1_epi16(static_cast<short>(2 * g)))), one);
-        const __m512i q = _mm512_or_si512(_mm512_and_si512(_mm512_srlv_epi16(v, shift), low4),
-                                          _mm512_slli_epi16(high, 4));  // [64] sub-block 2g, then 2g + 1
-        const __m512i pairs = _mm512_maddubs_epi16(q, _mm512_loadu_si512(ab + 64 * g));
-        dot = _mm512_dpwssd_epi32(dot, pairs, _mm512_permutexvar_epi16(_mm512_load_si512(kIndex.data() + 32 * g), sc_words));
-      }
-      const __m256i min_dot = _mm256_madd_epi16(sums, _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8)));  // [8] m_j (sum a)_j
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(f16_at(block) * scales[b]), acc[r]);
-      mins[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(min_dot), _mm256_set1_ps(f16_at(block + 2) * scales[b]), mins[r]);
-    }
-  }
-  for (int r = 0; r < R; ++r) y[r] = _mm512_reduce_add_ps(acc[r]) - hsum8(mins[r]);
-}
-
-// Q4_0: per block, d dx ((q . a) - 8 (sum a)). Two blocks' 16 quant bytes
-// fill a vector as [b0, b0, b1, b1] 128-bit lanes, shifted by 0 or 4 a lane
-// (low nibbles are columns 0-15, high ones 16-31); vpdpbusd adds q times x
-// to the operand's corrections (-8 times each 4 columns' sum).
-template <int R>
-NEURON_AVX512_VNNI void q4_0_int8(const std::byte* rows, std::size_t row_bytes, std::int64_t cols, const Int8Token& x,
-                                  float* y) {
-  const std::int8_t* a = x.a;
-  const float* scales = x.scales;
-  const std::int32_t* corrections = x.corrections;
-  const __m512i shift = _mm512_set_epi64(0x0004000400040004, 0x0004000400040004, 0, 0, 0x0004000400040004,
-                                         0x0004000400040004, 0, 0);  // [32] words: 0 in lanes 0, 2; 4 in lanes 1, 3
-  const __m512i low4 = _mm512_set1_epi8(0x0F);
-  __m512 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
-  for (std::int64_t p = 0; p < cols / 64; ++p) {  // blocks 2p and 2p + 1
-    const __m512i ap = _mm512_loadu_si512(a + 64 * p);
-    const __m512i cp = _mm512_loadu_si512(corrections + 16 * p);
-    const float dx = scales[p / 4];
-    for (int r = 0; r < R; ++r) {
-      const std::byte* b0 = rows + r * row_bytes + static_cast<std::size_t>(2 * p) * quant::kQ4_0Bytes;
-      const std::byte* b1 = b0 + quant::kQ4_0Bytes;
-      prefetch_block<Q4_0>(b0 + R * row_bytes);
-      prefetch_block<Q4_0>(b1 + R * row_bytes);
-      const __m256i both = _mm256_inserti128_si256(
-          _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + 2))),
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(b1 + 2)), 1);
-      const __m512i v = _mm512_shuffle_i64x2(_mm512_castsi256_si512(both), _mm512_castsi256_si512(both),
-                                             _MM_SHUFFLE(1, 1, 0, 0));  // lanes b0, b0, b1, b1
-      const __m512i q = _mm512_and_si512(_mm512_srlv_epi16(v, shift), low4);
-      const __m512i dot = _mm512_dpbusd_epi32(cp, q, ap);
+      const std::byte* b0 = rows + r * row_bytes + static_cast<std::size_t>(2 * p) * Q::kBytes;
+      const std::byte* b1 = b0 + Q::kBytes;
+      prefetch_block<Q>(b0 + R * row_bytes);
+      prefetch_block<Q>(b1 + R * row_bytes);
+      const __m512i dot = _mm512_dpbusd_epi32(cp, int8_quants<Q>(b0, b1), ap);
       const __m512 scale = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(f16_at(b0) * dx), _mm512_set1_ps(f16_at(b1) * dx));
       acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[r]);
     }
@@ -624,9 +572,12 @@ using Int8Fn = void (*)(const std::byte*, std::size_t, std::int64_t, const Int8T
 const std::array<Int8Fn, kRowBlock>& int8_table(GgmlType type) {
   static constexpr std::array<Int8Fn, kRowBlock> q4{&q4_k_int8<1>, &q4_k_int8<2>, &q4_k_int8<3>, &q4_k_int8<4>};
   static constexpr std::array<Int8Fn, kRowBlock> q6{&q6_k_int8<1>, &q6_k_int8<2>, &q6_k_int8<3>, &q6_k_int8<4>};
-  static constexpr std::array<Int8Fn, kRowBlock> q8{&q8_0_int8<1>, &q8_0_int8<2>, &q8_0_int8<3>, &q8_0_int8<4>};
-  static constexpr std::array<Int8Fn, kRowBlock> q5{&q5_k_int8<1>, &q5_k_int8<2>, &q5_k_int8<3>, &q5_k_int8<4>};
-  static constexpr std::array<Int8Fn, kRowBlock> q40{&q4_0_int8<1>, &q4_0_int8<2>, &q4_0_int8<3>, &q4_0_int8<4>};
+  static constexpr std::array<Int8Fn, kRowBlock> q8{&block_scaled_int8<Q8_0, 1>, &block_scaled_int8<Q8_0, 2>,
+                                                    &block_scaled_int8<Q8_0, 3>, &block_scaled_int8<Q8_0, 4>};
+  static constexpr std::array<Int8Fn, kRowBlock> q5{&q4_k_int8<1, true>, &q4_k_int8<2, true>, &q4_k_int8<3, true>,
+                                                    &q4_k_int8<4, true>};
+  static constexpr std::array<Int8Fn, kRowBlock> q40{&block_scaled_int8<Q4_0, 1>, &block_scaled_int8<Q4_0, 2>,
+                                                     &block_scaled_int8<Q4_0, 3>, &block_scaled_int8<Q4_0, 4>};
   switch (type) {
     case GgmlType::q4_k: return q4;
     case GgmlType::q6_k: return q6;
