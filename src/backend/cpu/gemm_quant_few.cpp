@@ -731,6 +731,40 @@ bool gemm_quant_few_int8(quant::GgmlType type) noexcept {
                   type == GgmlType::q5_k || type == GgmlType::q4_0);
 }
 
+namespace {
+
+// One block of 256 columns of x rounded to int8: q = nearbyint(x 127 / max|x|)
+// (llama.cpp's Q8_K), sums16 its sums of 16; returns the block's scale
+// max|x| / 127. A NaN or infinity makes the scale NaN (so the block's
+// products are NaN, as in f32) and q zero. x: [256], q: [256], sums16: [16].
+NEURON_AVX512_VNNI float round_to_int8(const float* x, std::int8_t* q, std::int16_t* sums16) {
+  constexpr int kVectors = quant::kQK_K / 16;
+  __m512 amax = _mm512_setzero_ps();
+  __mmask16 finite = 0xFFFF;
+  for (int i = 0; i < kVectors; ++i) {
+    const __m512 v = _mm512_loadu_ps(x + 16 * i);
+    amax = _mm512_max_ps(amax, _mm512_abs_ps(v));
+    finite &= _mm512_cmp_ps_mask(_mm512_sub_ps(v, v), _mm512_setzero_ps(), _CMP_EQ_OQ);  // x - x is 0 unless inf or NaN
+  }
+  const float max = _mm512_reduce_max_ps(amax);
+  if (finite != 0xFFFF) {
+    std::memset(q, 0, quant::kQK_K);
+    std::memset(sums16, 0, 16 * sizeof(std::int16_t));
+    return std::numeric_limits<float>::quiet_NaN();
+  }
+  const __m512 inv = _mm512_set1_ps(max > 0.0f ? 127.0f / max : 0.0f);
+  const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+  for (int i = 0; i < kVectors; ++i) {
+    // Round to nearest even (the default mode, as nearbyint); |x inv| <= 127 as |x| <= max, clamped all the same.
+    const __m512i v = _mm512_min_epi32(hi, _mm512_max_epi32(lo, _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + 16 * i), inv))));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16 * i), _mm512_cvtepi32_epi8(v));
+    sums16[i] = static_cast<std::int16_t>(_mm512_reduce_add_epi32(v));
+  }
+  return max / 127.0f;
+}
+
+}  // namespace
+
 QuantOperand::QuantOperand(Activations, quant::GgmlType type, const float* x, std::int64_t n, std::int64_t ldx,
                            std::int64_t cols)
     : x_(x), n_(n), ldx_(ldx), cols_(cols) {
@@ -745,28 +779,9 @@ QuantOperand::QuantOperand(Activations, quant::GgmlType type, const float* x, st
   for (std::int64_t t = 0; t < n; ++t) {
     const float* xt = x + t * ldx;
     std::int8_t* q = q8_.data() + t * cols;
-    for (std::int64_t b = 0; b < cols / quant::kQK_K; ++b) {
-      const float* xb = xt + b * quant::kQK_K;
-      float amax = 0.0f;
-      bool finite = true;
-      for (std::int64_t i = 0; i < quant::kQK_K; ++i) {
-        finite = finite && std::isfinite(xb[i]);
-        amax = std::max(amax, std::abs(xb[i]));
-      }
-      // A NaN or infinity in x makes the block's scale NaN, so the products are NaN as in f32.
-      const float inv = finite && amax > 0.0f ? 127.0f / amax : 0.0f;
+    for (std::int64_t b = 0; b < cols / quant::kQK_K; ++b)
       sums_[static_cast<std::size_t>(t * (cols / quant::kQK_K) + b)] =
-          finite ? amax / 127.0f : std::numeric_limits<float>::quiet_NaN();
-      for (std::int64_t i = 0; i < quant::kQK_K; ++i) {
-        const float v = std::nearbyint(xb[i] * inv);  // |v| <= 127: |x| <= amax
-        q[b * quant::kQK_K + i] = finite ? static_cast<std::int8_t>(std::clamp(v, -127.0f, 127.0f)) : 0;
-      }
-    }
-    for (std::int64_t k = 0; k < cols / 16; ++k) {
-      int sum = 0;
-      for (std::int64_t i = 0; i < 16; ++i) sum += q[16 * k + i];
-      q8_sums_[static_cast<std::size_t>(t * (cols / 16) + k)] = static_cast<std::int16_t>(sum);
-    }
+          round_to_int8(xt + b * quant::kQK_K, q + b * quant::kQK_K, q8_sums_.data() + t * (cols / 16) + b * 16);
     if (bias != 0)
       for (std::int64_t k = 0; k < cols / 4; ++k)
         corrections_[static_cast<std::size_t>(t * (cols / 4) + k)] =
