@@ -232,8 +232,9 @@ Run setup(CLI::App& sub) {
   opt("--keep-alive", "How long a model stays loaded after its last request: '5m', '30s', seconds, 0 = unload at once, "
                       "negative = never (NEURON_KEEP_ALIVE; default never; a load's keep_alive overrides it)");
   opt("--cpu-activations", "f32|bf16|int8: how far the CPU products may round the activations: f32 exact (default); bf16: "
-                            "bf16-weight prefill rounds them to bf16; int8: that, and quantized decode rounds them to int8 "
-                            "per 256 columns; as llama.cpp, faster (NEURON_CPU_ACTIVATIONS)");
+                            "prefill and batched decode round them to bf16 and the KV cache holds bf16; int8: that, and "
+                            "quantized decode rounds them to int8 per 256 columns; as llama.cpp, faster "
+                            "(NEURON_CPU_ACTIVATIONS)");
   sub.add_flag("--load-on-request")
       ->description("A request for a model that is not loaded loads it, when it is a folder under --models-dir or a "
                     "Hugging Face id in the local cache (NEURON_LOAD_ON_REQUEST=1; config load_on_request: true)");
