@@ -537,6 +537,16 @@ NEURON_AVX512_VNNI inline __m512i int8_quants(const std::byte* b0, const std::by
   }
 }
 
+// The two blocks' d times dx as [16] f32: d0 dx in lanes 0-7, d1 dx in 8-15
+// (both f16 scales converted by one vcvtph2ps; the products as scalar ones).
+NEURON_AVX512_VNNI inline __m512 pair_scale(const std::byte* b0, const std::byte* b1, float dx) {
+  std::uint16_t h0, h1;
+  std::memcpy(&h0, b0, 2);
+  std::memcpy(&h1, b1, 2);
+  const __m128 d = _mm_mul_ps(_mm_cvtph_ps(_mm_insert_epi16(_mm_cvtsi32_si128(h0), h1, 1)), _mm_set1_ps(dx));
+  return _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0), _mm512_castps128_ps512(d));
+}
+
 // Q8_0 and Q4_0 (Q): per block, d dx ((q . a) - bias (sum a)), bias 128 for
 // Q8_0's q + 128 and 8 for Q4_0's q - 8: vpdpbusd adds the unsigned quants
 // times x to the operand's corrections (-bias times each 4 columns' sum);
@@ -559,8 +569,7 @@ NEURON_AVX512_VNNI void block_scaled_int8(const std::byte* rows, std::size_t row
       prefetch_block<Q>(b0 + R * row_bytes);
       prefetch_block<Q>(b1 + R * row_bytes);
       const __m512i dot = _mm512_dpbusd_epi32(cp, int8_quants<Q>(b0, b1), ap);
-      const __m512 scale = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(f16_at(b0) * dx), _mm512_set1_ps(f16_at(b1) * dx));
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[r]);
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), pair_scale(b0, b1, dx), acc[r]);
     }
   }
   for (int r = 0; r < R; ++r) y[r] = _mm512_reduce_add_ps(acc[r]);
