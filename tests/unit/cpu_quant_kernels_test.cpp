@@ -110,6 +110,28 @@ TEST(QuantKernels, MatmulMatchesGemvRowByRow) {
   }
 }
 
+// `isa`'s few-token kernel on n random tokens, with row strides in x and y:
+// both walks (decode_kernel.hpp) give the same bits, within 1e-5 of the
+// dequantized reference, and nothing is written past the rows.
+void expect_walks_match_reference(Isa isa, const QuantMatrix& m, std::int64_t n, std::normal_distribution<float>& normal,
+                                  std::mt19937& rng) {
+  const std::int64_t rows = m.rows, ldx = m.cols + 5, ldy = rows + 3;
+  std::vector<float> x(static_cast<std::size_t>(n * ldx));  // [n, ldx]
+  for (auto& v : x) v = normal(rng);
+  std::vector<float> y(static_cast<std::size_t>(n * ldy), -7.0f), seq(y.size(), -7.0f);  // [n, ldy] each
+  gemm_quant_few_rows(isa, RowWalk::interleaved, x.data(), n, ldx, m, 0, rows, y.data(), ldy);
+  gemm_quant_few_rows(isa, RowWalk::sequential, x.data(), n, ldx, m, 0, rows, seq.data(), ldy);
+  ASSERT_EQ(std::memcmp(y.data(), seq.data(), 4 * y.size()), 0) << quant::ggml_type_name(m.type) << " n " << n;
+  for (std::int64_t t = 0; t < n; ++t) {
+    std::vector<double> want, scale;
+    reference(m, x.data() + t * ldx, want, scale);
+    for (std::int64_t r = 0; r < rows; ++r)
+      ASSERT_NEAR(y[t * ldy + r], want[r], 1e-5 * scale[r])
+          << quant::ggml_type_name(m.type) << " " << isa_name(isa) << " n " << n << " token " << t << " row " << r;
+    for (std::int64_t r = rows; r < ldy; ++r) ASSERT_EQ(y[t * ldy + r], -7.0f) << "wrote past the row";
+  }
+}
+
 // The few-token kernel: every row block (4 and the remainders 1-3) against
 // every token tile (4 and the remainders), with row strides in both operands.
 TEST(QuantKernels, FewTokenGemmMatchesDequantizedReference) {
@@ -122,24 +144,7 @@ TEST(QuantKernels, FewTokenGemmMatchesDequantizedReference) {
       ran = true;
       const std::int64_t cols = type == quant::GgmlType::q8_0 ? 160 : 512, rows = 39;
       const QuantMatrix m = make(type, rows, cols, rng);
-      for (std::int64_t n : {1, 2, 3, 4, 5, 7, 9}) {
-        const std::int64_t ldx = cols + 5, ldy = rows + 3;
-        std::vector<float> x(static_cast<std::size_t>(n * ldx));
-        for (auto& v : x) v = normal(rng);
-        std::vector<float> y(static_cast<std::size_t>(n * ldy), -7.0f), seq(y.size(), -7.0f);
-        gemm_quant_few_rows(isa, RowWalk::interleaved, x.data(), n, ldx, m, 0, rows, y.data(), ldy);
-        // The sequential walk (decode_kernel.hpp) gives the same bits.
-        gemm_quant_few_rows(isa, RowWalk::sequential, x.data(), n, ldx, m, 0, rows, seq.data(), ldy);
-        ASSERT_EQ(std::memcmp(y.data(), seq.data(), 4 * y.size()), 0) << quant::ggml_type_name(type) << " n " << n;
-        for (std::int64_t t = 0; t < n; ++t) {
-          std::vector<double> want, scale;
-          reference(m, x.data() + t * ldx, want, scale);
-          for (std::int64_t r = 0; r < rows; ++r)
-            ASSERT_NEAR(y[t * ldy + r], want[r], 1e-5 * scale[r])
-                << quant::ggml_type_name(type) << " " << isa_name(isa) << " n " << n << " token " << t << " row " << r;
-          for (std::int64_t r = rows; r < ldy; ++r) ASSERT_EQ(y[t * ldy + r], -7.0f) << "wrote past the row";
-        }
-      }
+      for (std::int64_t n : {1, 2, 3, 4, 5, 7, 9}) expect_walks_match_reference(isa, m, n, normal, rng);
     }
   }
   if (!ran) GTEST_SKIP() << "no AVX2 here";
@@ -272,23 +277,7 @@ TEST(QuantKernels, Q4_0AndQ5_KFewTokenKernelsMatchDequantizedReference) {
   for (auto type : {quant::GgmlType::q4_0, quant::GgmlType::q5_k}) {
     const std::int64_t cols = 512, rows = 39;
     const QuantMatrix m = random_blocks(type, rows, cols, rng);
-    for (std::int64_t n : {1, 3, 4, 5}) {
-      const std::int64_t ldx = cols + 5, ldy = rows + 3;
-      std::vector<float> x(static_cast<std::size_t>(n * ldx));
-      for (auto& v : x) v = normal(rng);
-      std::vector<float> y(static_cast<std::size_t>(n * ldy), -7.0f), seq(y.size(), -7.0f);
-      gemm_quant_few_rows(Isa::avx512, RowWalk::interleaved, x.data(), n, ldx, m, 0, rows, y.data(), ldy);
-      gemm_quant_few_rows(Isa::avx512, RowWalk::sequential, x.data(), n, ldx, m, 0, rows, seq.data(), ldy);
-      ASSERT_EQ(std::memcmp(y.data(), seq.data(), 4 * y.size()), 0) << quant::ggml_type_name(type) << " n " << n;
-      for (std::int64_t t = 0; t < n; ++t) {
-        std::vector<double> want, scale;
-        reference(m, x.data() + t * ldx, want, scale);
-        for (std::int64_t r = 0; r < rows; ++r)
-          ASSERT_NEAR(y[t * ldy + r], want[r], 1e-5 * scale[r])
-              << quant::ggml_type_name(type) << " n " << n << " token " << t << " row " << r;
-        for (std::int64_t r = rows; r < ldy; ++r) ASSERT_EQ(y[t * ldy + r], -7.0f) << "wrote past the row";
-      }
-    }
+    for (std::int64_t n : {1, 3, 4, 5}) expect_walks_match_reference(Isa::avx512, m, n, normal, rng);
   }
 }
 

@@ -399,6 +399,17 @@ const std::array<PairFn, kRowBlock>& pair_table(GgmlType type) {
 
 #define NEURON_AVX512_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 
+// vpermw indices spreading a block's scale words over its four 64-column
+// chunks, K scales a chunk: word i of chunk c reads scale K c + i / (32 / K)
+// (the 32 pair words of a chunk, 32 / K of them a scale).
+template <int K>
+constexpr std::array<std::uint16_t, 4 * 32> scale_index() {
+  std::array<std::uint16_t, 4 * 32> t{};
+  for (int c = 0; c < 4; ++c)
+    for (int i = 0; i < 32; ++i) t[32 * c + i] = static_cast<std::uint16_t>(K * c + i / (32 / K));
+  return t;
+}
+
 // One token of an int8 operand (QuantOperand): x rounded [cols], its scales
 // [cols / 256], sums of 16 [cols / 16] (K-quants) and Q8_0's or Q4_0's corrections [cols / 4].
 struct Int8Token {
@@ -427,12 +438,7 @@ NEURON_AVX512_VNNI void q4_k_int8(const std::byte* rows, std::size_t row_bytes, 
   constexpr std::size_t kQs = Five ? 48 : 16;  // where the nibbles start (Q5_K: after qh)
   const std::int8_t* a = x.a;
   const float* scales = x.scales;
-  alignas(64) static constexpr std::array<std::uint16_t, 4 * 32> kIndex = [] {
-    std::array<std::uint16_t, 4 * 32> t{};
-    for (int g = 0; g < 4; ++g)
-      for (int i = 0; i < 32; ++i) t[32 * g + i] = static_cast<std::uint16_t>(2 * g + i / 16);
-    return t;
-  }();
+  alignas(64) static constexpr auto kIndex = scale_index<2>();  // chunk g: sub-blocks 2g, 2g + 1
   const __m512i shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);  // [32] 0 (low half), 4
   const __m512i halves = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(1), 1);  // [32] 0, 1
   const __m512i low4 = _mm512_set1_epi8(0x0F), one = _mm512_set1_epi8(1);
@@ -481,13 +487,7 @@ NEURON_AVX512_VNNI void q6_k_int8(const std::byte* rows, std::size_t row_bytes, 
                                   float* y) {
   const std::int8_t* a = x.a;
   const float* scales = x.scales;
-  // Word i of chunk c's scale vector reads scale 4c + i / 8 (8 pair words a 16 columns).
-  alignas(64) static constexpr std::array<std::uint16_t, 4 * 32> kIndex = [] {
-    std::array<std::uint16_t, 4 * 32> t{};
-    for (int c = 0; c < 4; ++c)
-      for (int i = 0; i < 32; ++i) t[32 * c + i] = static_cast<std::uint16_t>(4 * c + i / 8);
-    return t;
-  }();
+  alignas(64) static constexpr auto kIndex = scale_index<4>();  // chunk c: scales 4c .. 4c + 3, 16 columns each
   __m512 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   for (std::int64_t b = 0; b < cols / quant::kQK_K; ++b) {
