@@ -42,7 +42,7 @@ std::int64_t Batch::pick_rows() const noexcept {
   return rows;
 }
 
-void check_batch(const Batch& batch, const model::Qwen3Config& cfg, const KvPoolShape& pool, std::int32_t max_context,
+void check_batch(const Batch& batch, const model::ModelConfig& cfg, const KvPoolShape& pool, std::int32_t max_context,
                  std::span<const float> logits, std::span<const std::int32_t> picks) {
   if (batch.seqs.empty()) fail(errc::invalid_argument, "step: the batch has no sequence");
   if (pool.block_size <= 0 || pool.num_blocks <= 0) fail(errc::invalid_argument, "step: the runner has no KV pool");

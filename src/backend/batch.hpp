@@ -75,7 +75,7 @@ struct Batch {
 // logit_rows() * vocab_size and picks.size() equal to pick_rows(), or both
 // empty (no LM head: a tensor-parallel worker). Throws Error{invalid_argument}
 // (or context_length_exceeded) naming the sequence and the field.
-void check_batch(const Batch& batch, const model::Qwen3Config& cfg, const KvPoolShape& pool, std::int32_t max_context,
+void check_batch(const Batch& batch, const model::ModelConfig& cfg, const KvPoolShape& pool, std::int32_t max_context,
                  std::span<const float> logits, std::span<const std::int32_t> picks = {});
 
 }  // namespace neuron::backend

@@ -68,14 +68,14 @@ void ModelRunner::step(const Batch& batch, std::span<float> logits, std::span<st
 
 std::int32_t default_max_context(const Device& device) noexcept { return device.is_cuda() ? 8192 : 4096; }
 
-std::uint64_t kv_bytes_per_block(const model::Qwen3Config& cfg, const model::ShardPlan& plan, const Device& device,
+std::uint64_t kv_bytes_per_block(const model::ModelConfig& cfg, const model::ShardPlan& plan, const Device& device,
                                  std::int32_t block_size) {
   // CUDA keeps K/V in bf16, the CPU in its pools' element.
   const std::uint64_t element = device.is_cuda() ? 2 : cpu::KvPool::element_bytes(cpu::kv_element());
   return kv_bytes_per_block(cfg, plan, element, block_size);
 }
 
-std::uint64_t kv_bytes_per_block(const model::Qwen3Config& cfg, const model::ShardPlan& plan,
+std::uint64_t kv_bytes_per_block(const model::ModelConfig& cfg, const model::ShardPlan& plan,
                                  std::uint64_t element_bytes, std::int32_t block_size) {
   return static_cast<std::uint64_t>(model::kv_elements_per_position(cfg, plan)) * element_bytes *
          static_cast<std::uint64_t>(block_size);
@@ -83,7 +83,7 @@ std::uint64_t kv_bytes_per_block(const model::Qwen3Config& cfg, const model::Sha
 
 namespace {
 // The KV budget in bytes for rank plan.rank on `device`, and how it was arrived at (for errors).
-std::pair<std::uint64_t, std::string> kv_budget_bytes(const model::Qwen3Config& cfg, const model::ShardPlan& plan,
+std::pair<std::uint64_t, std::string> kv_budget_bytes(const model::ModelConfig& cfg, const model::ShardPlan& plan,
                                                       const Device& device, const KvBudget& budget) {
   std::uint64_t bytes = budget.bytes;
   std::string from = "the KV budget of " + gib(bytes);
@@ -110,7 +110,7 @@ std::pair<std::uint64_t, std::string> kv_budget_bytes(const model::Qwen3Config& 
 }
 }  // namespace
 
-std::int64_t kv_budget_positions(const model::Qwen3Config& cfg, const model::ShardPlan& plan, const Device& device,
+std::int64_t kv_budget_positions(const model::ModelConfig& cfg, const model::ShardPlan& plan, const Device& device,
                                  const KvBudget& budget, std::int32_t block_size) {
   NEURON_ASSERT(block_size > 0);
   const std::uint64_t per_block = kv_bytes_per_block(cfg, plan, device, block_size);
@@ -118,7 +118,7 @@ std::int64_t kv_budget_positions(const model::Qwen3Config& cfg, const model::Sha
   return static_cast<std::int64_t>(blocks) * block_size;
 }
 
-std::int32_t plan_kv_blocks(const model::Qwen3Config& cfg, const model::ShardPlan& plan, const Device& device,
+std::int32_t plan_kv_blocks(const model::ModelConfig& cfg, const model::ShardPlan& plan, const Device& device,
                             const KvBudget& budget, std::int32_t block_size, std::int32_t max_context) {
   NEURON_ASSERT(block_size > 0 && max_context > 0);
   const std::uint64_t per_block = kv_bytes_per_block(cfg, plan, device, block_size);
@@ -133,7 +133,7 @@ std::int32_t plan_kv_blocks(const model::Qwen3Config& cfg, const model::ShardPla
   return static_cast<std::int32_t>(std::min<std::uint64_t>(blocks, kMaxKvBlocks));
 }
 
-std::unique_ptr<ModelRunner> make_runner(const model::Qwen3Config& cfg, const io::Checkpoint* checkpoint,
+std::unique_ptr<ModelRunner> make_runner(const model::ModelConfig& cfg, const io::Checkpoint* checkpoint,
                                          const model::ShardPlan& plan, const Device& device,
                                          std::shared_ptr<dist::Communicator> comm, const RunnerOptions& options) {
   if (options.quantize && !quant::quantizable_at_load(*options.quantize))

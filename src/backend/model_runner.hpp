@@ -82,7 +82,7 @@ class ModelRunner {
   // True when run_step() makes the `argmax` picks itself (next to the logits).
   virtual bool picks_on_device() const noexcept { return false; }
 
-  virtual const model::Qwen3Config& config() const noexcept = 0;
+  virtual const model::ModelConfig& config() const noexcept = 0;
   virtual std::int32_t max_context() const noexcept = 0;  // positions one sequence may reach
   virtual KvPoolShape kv_pool() const noexcept = 0;
   virtual MemoryStats memory() const = 0;
@@ -107,30 +107,30 @@ struct KvBudget {
 
 // Bytes of one KV block of rank plan.rank on `device` (CUDA bf16; the CPU
 // f32, or bf16 when the process allows bf16 activations: cpu::kv_element()).
-std::uint64_t kv_bytes_per_block(const model::Qwen3Config& cfg, const model::ShardPlan& plan, const Device& device,
+std::uint64_t kv_bytes_per_block(const model::ModelConfig& cfg, const model::ShardPlan& plan, const Device& device,
                                  std::int32_t block_size);
 // The same with `element_bytes` bytes an element.
-std::uint64_t kv_bytes_per_block(const model::Qwen3Config& cfg, const model::ShardPlan& plan,
+std::uint64_t kv_bytes_per_block(const model::ModelConfig& cfg, const model::ShardPlan& plan,
                                  std::uint64_t element_bytes, std::int32_t block_size);
 // Blocks of `block_size` positions that `budget` buys for rank plan.rank on
 // `device`, at least enough for one sequence of max_context. A budget of
 // neither kind gives the backend default (CPU: kDefaultCpuKvBytes; CUDA: a
 // device fraction of 0.9). Throws Error{out_of_memory} when the budget cannot
 // hold one sequence of max_context, naming needed and available bytes.
-std::int32_t plan_kv_blocks(const model::Qwen3Config& cfg, const model::ShardPlan& plan, const Device& device,
+std::int32_t plan_kv_blocks(const model::ModelConfig& cfg, const model::ShardPlan& plan, const Device& device,
                             const KvBudget& budget, std::int32_t block_size, std::int32_t max_context);
 
 inline constexpr std::uint64_t kDefaultCpuKvBytes = 2ull << 30;
 
 // Positions (whole blocks of `block_size`) that `budget` buys for rank
 // plan.rank on `device`: the longest sequence its KV pool could hold.
-std::int64_t kv_budget_positions(const model::Qwen3Config& cfg, const model::ShardPlan& plan, const Device& device,
+std::int64_t kv_budget_positions(const model::ModelConfig& cfg, const model::ShardPlan& plan, const Device& device,
                                  const KvBudget& budget, std::int32_t block_size);
 
 // Builds rank plan.rank's shard on `device`. `checkpoint` null means random
 // weights (benchmarks); the runner copies what it needs, so the checkpoint may
 // be closed afterwards. The runner shares ownership of `comm`.
-std::unique_ptr<ModelRunner> make_runner(const model::Qwen3Config& cfg, const io::Checkpoint* checkpoint,
+std::unique_ptr<ModelRunner> make_runner(const model::ModelConfig& cfg, const io::Checkpoint* checkpoint,
                                          const model::ShardPlan& plan, const Device& device,
                                          std::shared_ptr<dist::Communicator> comm, const RunnerOptions& options);
 

@@ -60,12 +60,12 @@ struct BenchArgs {
 
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
-model::Qwen3Config load_config(const std::string& ref) {
+model::ModelConfig load_config(const std::string& ref) {
   if (!fs::is_regular_file(ref)) return model::preset_config(ref);
   std::ifstream in(ref);
   std::stringstream text;
   text << in.rdbuf();
-  return model::Qwen3Config::parse(text.str());
+  return model::ModelConfig::parse(text.str());
 }
 
 double copy_bandwidth_gbs(const backend::Device& device) {
@@ -82,7 +82,7 @@ struct StepBytes {
   double kv_per_position = 0;  // keys + values of one position, all layers
 };
 
-StepBytes step_bytes(const model::Qwen3Config& cfg, const backend::ModelRunner& runner) {
+StepBytes step_bytes(const model::ModelConfig& cfg, const backend::ModelRunner& runner) {
   const backend::MemoryStats m = runner.memory();
   StepBytes b;
   b.weights = static_cast<double>(m.weight_bytes);
@@ -141,7 +141,7 @@ int run(const BenchArgs& a) {
     if (n < 1) fail(errc::invalid_argument, "--prompt-len values must be positive (got " + std::to_string(n) + ")");
   if (a.gen < 1) fail(errc::invalid_argument, "--gen must be at least 1");
 
-  const model::Qwen3Config cfg = load_config(a.config);
+  const model::ModelConfig cfg = load_config(a.config);
   const backend::Device device = backend::Device::parse(a.device);
   const model::ShardPlan plan = model::ShardPlan::make(cfg, 0, 1);
   backend::RunnerOptions ro;

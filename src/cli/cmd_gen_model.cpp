@@ -31,8 +31,8 @@ struct GenModelArgs {
   std::string tokenizer_from;
 };
 
-model::Qwen3Config build_config(const GenModelArgs& a) {
-  model::Qwen3Config c;
+model::ModelConfig build_config(const GenModelArgs& a) {
+  model::ModelConfig c;
   if (!a.preset.empty()) {
     c = model::preset_config(a.preset);
   } else {
@@ -45,7 +45,7 @@ model::Qwen3Config build_config(const GenModelArgs& a) {
     if (!missing.empty()) fail(errc::invalid_argument, "gen-model needs " + missing + " (or --preset)");
     c.vocab_size = a.vocab;
     c.max_position_embeddings = a.max_positions;
-    c.rope_theta = a.rope_theta;
+    c.rope.theta = a.rope_theta;
     c.rms_norm_eps = 1e-6;
     c.bos_token_id = 151643;
     c.eos_token_ids = {151645, 151643};
@@ -99,7 +99,7 @@ Run setup(CLI::App& sub) {
   sub.add_option("--dtype", a->dtype, "Weight dtype")->check(CLI::IsMember({"bf16", "f16", "f32"}))->capture_default_str();
   sub.add_option("--copy-tokenizer-from", a->tokenizer_from, "Copy tokenizer.json / tokenizer_config.json from this model directory");
   return [a]() {
-    model::Qwen3Config cfg = build_config(*a);
+    model::ModelConfig cfg = build_config(*a);
     model::RandomCheckpointOptions opts;
     opts.seed = a->seed;
     opts.shards = a->shards;
@@ -108,7 +108,7 @@ Run setup(CLI::App& sub) {
     auto files = model::write_random_checkpoint(out, cfg, opts);
     if (!a->tokenizer_from.empty()) copy_tokenizer(a->tokenizer_from, out);
     std::uint64_t params = 0;
-    for (const auto& s : model::qwen3_tensor_specs(cfg, opts.dtype)) params += s.numel();
+    for (const auto& s : model::checkpoint_tensor_specs(cfg, opts.dtype)) params += s.numel();
     std::printf("wrote %s: %zu safetensors file(s), %llu parameters, hidden %lld, layers %lld, heads %lld/%lld, head_dim %lld%s\n",
                 out.string().c_str(), files.size(), static_cast<unsigned long long>(params),
                 static_cast<long long>(cfg.hidden_size), static_cast<long long>(cfg.num_hidden_layers),

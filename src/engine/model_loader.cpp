@@ -39,7 +39,7 @@ namespace {
 // the budgets made before loading: bf16, less what quantize-at-load saves on
 // the projections; for a GGUF at most the file (its tensors stay packed) plus,
 // on CUDA, the embedding table dequantized to bf16.
-std::uint64_t rank_weight_bytes(const model::Qwen3Config& cfg, const model::ShardPlan& shard,
+std::uint64_t rank_weight_bytes(const model::ModelConfig& cfg, const model::ShardPlan& shard,
                                 const backend::Device& device, const LoadOptions& options) {
   const std::uint64_t bf16 = static_cast<std::uint64_t>(model::weight_elements(cfg, shard)) * 2;
   if (options.quantize) {
@@ -61,7 +61,7 @@ std::uint64_t rank_weight_bytes(const model::Qwen3Config& cfg, const model::Shar
 
 }  // namespace
 
-LoadPlan plan_load(const LoadOptions& options, const model::Qwen3Config& cfg) {
+LoadPlan plan_load(const LoadOptions& options, const model::ModelConfig& cfg) {
   const int n = options.tensor_parallel;
   if (n < 1 || n > kMaxTensorParallel)
     fail(errc::bad_tensor_parallel,
@@ -137,7 +137,7 @@ void check_host_memory(const LoadPlan& plan) {
 
 std::unique_ptr<backend::ModelRunner> open_runner(const LoadOptions& options) {
   const auto configs = model::load_model_configs(options.model_dir);
-  const model::Qwen3Config& cfg = configs.model;
+  const model::ModelConfig& cfg = configs.model;
   const int n = options.tensor_parallel;
   const LoadPlan plan = plan_load(options, cfg);
   const auto& devices = plan.devices;

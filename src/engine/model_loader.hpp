@@ -56,7 +56,7 @@ struct LoadPlan {
 // Throws Error{invalid_argument} for a bad device list or max_context,
 // Error{bad_tensor_parallel} for a split the model does not allow, and
 // Error{out_of_memory} when the KV budget cannot hold one sequence of max_context.
-LoadPlan plan_load(const LoadOptions& options, const model::Qwen3Config& cfg);
+LoadPlan plan_load(const LoadOptions& options, const model::ModelConfig& cfg);
 
 // Memory admission: the ranks on the CPU together must fit the host's
 // available memory (MemAvailable). Throws Error{out_of_memory} giving needed

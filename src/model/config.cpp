@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "io/gguf.hpp"
+#include "model/arch/family.hpp"
+#include "model/config_fields.hpp"
 #include "model/gguf_config.hpp"
 #include "util/error.hpp"
 #include "util/json_parse.hpp"
@@ -19,61 +21,13 @@ using nlohmann::json;
 
 namespace {
 
-// Bounds that no real checkpoint comes near but that keep every product of
-// two dimensions far from int64 overflow, so later size arithmetic is safe.
-constexpr std::int64_t kMaxDim = std::int64_t{1} << 20;
-constexpr std::int64_t kMaxLayers = 1024;
-constexpr std::int64_t kMaxPositions = std::int64_t{1} << 24;
+using namespace fields;
 constexpr std::size_t kMaxConfigBytes = 16u << 20;
-
-[[noreturn]] void bad(const std::string& msg) { fail(errc::bad_model, msg); }
 
 json parse_object(const std::string& text, const char* what) {
   json j = parse_json(text, what, errc::bad_model);
   if (!j.is_object()) bad(std::string(what) + " is not a JSON object");
   return j;
-}
-
-// A present, non-null field; null counts as absent, as transformers treats it.
-const json* field(const json& j, const char* name) {
-  auto it = j.find(name);
-  return it == j.end() || it->is_null() ? nullptr : &*it;
-}
-
-std::int64_t to_int(const json& v, const std::string& name) {
-  if (v.is_number_unsigned()) {
-    auto u = v.get<std::uint64_t>();
-    if (u > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) bad("config field '" + name + "' is too large");
-    return static_cast<std::int64_t>(u);
-  }
-  if (v.is_number_integer()) return v.get<std::int64_t>();
-  bad("config field '" + name + "' must be an integer");
-}
-
-std::int64_t dim_field(const json& j, const char* name, std::int64_t max, std::optional<std::int64_t> fallback = {}) {
-  const json* v = field(j, name);
-  if (!v) {
-    if (fallback) return *fallback;
-    bad("config field '" + std::string(name) + "' is missing");
-  }
-  std::int64_t n = to_int(*v, name);
-  if (n <= 0 || n > max)
-    bad("config field '" + std::string(name) + "' = " + std::to_string(n) + " is outside [1, " + std::to_string(max) + "]");
-  return n;
-}
-
-double number_field(const json& j, const char* name, double fallback) {
-  const json* v = field(j, name);
-  if (!v) return fallback;
-  if (!v->is_number()) bad("config field '" + std::string(name) + "' must be a number");
-  return v->get<double>();
-}
-
-bool bool_field(const json& j, const char* name, bool fallback) {
-  const json* v = field(j, name);
-  if (!v) return fallback;
-  if (!v->is_boolean()) bad("config field '" + std::string(name) + "' must be true or false");
-  return v->get<bool>();
 }
 
 std::int32_t token_id(const json& v, const std::string& name) {
@@ -96,30 +50,43 @@ std::vector<std::int32_t> token_ids(const json& j, const char* name) {
   return out;
 }
 
-void reject_if_true(const json& j, const char* name, const char* what) {
-  if (bool_field(j, name, false)) fail(errc::unsupported_arch, std::string("config field '") + name + "' is true: " + what + " are not implemented");
-}
-
-// rope_scaling (older transformers) or rope_parameters (newer) may only ask
-// for plain RoPE; anything else changes the math and must not run silently.
-void check_rope(const json& j, const char* name, double& rope_theta) {
+// rope_scaling (older transformers, released checkpoints) or rope_parameters
+// (transformers 5): plain RoPE or Llama 3's scaling; anything else changes
+// the math and must not run silently.
+void parse_rope(const json& j, const char* name, RopeConfig& rope) {
   const json* v = field(j, name);
   if (!v) return;
   if (!v->is_object()) bad("config field '" + std::string(name) + "' must be an object or null");
+  const std::string where = std::string(name) + ".";
   std::string type = "default";
   for (const char* key : {"rope_type", "type"}) {
     if (const json* t = field(*v, key)) {
-      if (!t->is_string()) bad("config field '" + std::string(name) + "." + key + "' must be a string");
+      if (!t->is_string()) bad("config field '" + where + key + "' must be a string");
       type = t->get<std::string>();
     }
   }
-  if (type != "default")
-    fail(errc::unsupported_arch, "config field '" + std::string(name) + "' asks for rope type '" + type +
-                                     "'; only plain RoPE is implemented");
   if (const json* t = field(*v, "rope_theta")) {
-    if (!t->is_number()) bad("config field '" + std::string(name) + ".rope_theta' must be a number");
-    rope_theta = t->get<double>();
+    if (!t->is_number()) bad("config field '" + where + "rope_theta' must be a number");
+    rope.theta = t->get<double>();
   }
+  if (type == "default") return;
+  if (type != "llama3")
+    fail(errc::unsupported_arch, "config field '" + std::string(name) + "' asks for rope type '" + type +
+                                     "'; implemented: default, llama3");
+  rope.type = RopeType::llama3;
+  auto positive = [&](const char* key) {
+    const json* f = field(*v, key);
+    if (!f) bad("config field '" + where + key + "' is missing (rope type llama3)");
+    if (!f->is_number() || !std::isfinite(f->get<double>()) || f->get<double>() <= 0)
+      bad("config field '" + where + key + "' must be a positive number");
+    return f->get<double>();
+  };
+  rope.factor = positive("factor");
+  rope.low_freq_factor = positive("low_freq_factor");
+  rope.high_freq_factor = positive("high_freq_factor");
+  if (rope.high_freq_factor <= rope.low_freq_factor)
+    bad("config field '" + where + "high_freq_factor' must exceed low_freq_factor");
+  rope.original_max_position_embeddings = dim_field(*v, "original_max_position_embeddings", kMaxPositions);
 }
 
 std::string read_text(const std::filesystem::path& path) {
@@ -142,14 +109,16 @@ void append_unique(std::vector<std::int32_t>& to, const std::vector<std::int32_t
 
 }  // namespace
 
-Qwen3Config Qwen3Config::parse(const std::string& json_text) {
+ModelConfig ModelConfig::parse(const std::string& json_text) {
   const json j = parse_object(json_text, "config.json");
 
   const json* model_type = field(j, "model_type");
   if (!model_type) bad("config field 'model_type' is missing");
   if (!model_type->is_string()) bad("config field 'model_type' must be a string");
-  if (model_type->get<std::string>() != "qwen3")
-    fail(errc::unsupported_arch, "config field 'model_type' is '" + model_type->get<std::string>() + "'; only 'qwen3' is supported");
+  const Family* family = find_family(model_type->get<std::string>());
+  if (!family)
+    fail(errc::unsupported_arch, "config field 'model_type' is '" + model_type->get<std::string>() +
+                                     "'; supported: " + supported_model_types_text());
 
   reject_if_true(j, "attention_bias", "attention biases");
   reject_if_true(j, "mlp_bias", "MLP biases");
@@ -170,7 +139,8 @@ Qwen3Config Qwen3Config::parse(const std::string& json_text) {
   if (field(j, "quantization_config"))
     fail(errc::unsupported_arch, "config field 'quantization_config' is set; quantized checkpoints are not implemented");
 
-  Qwen3Config c;
+  ModelConfig c;
+  c.model_type = std::string(family->model_type());
   c.vocab_size = dim_field(j, "vocab_size", kMaxDim);
   c.hidden_size = dim_field(j, "hidden_size", kMaxDim);
   c.intermediate_size = dim_field(j, "intermediate_size", kMaxDim);
@@ -189,11 +159,11 @@ Qwen3Config Qwen3Config::parse(const std::string& json_text) {
   // RoPE rotates pairs of lanes (rotate-half), so head_dim must be even.
   if (c.head_dim % 2 != 0) bad("config field 'head_dim' = " + std::to_string(c.head_dim) + " must be even for RoPE");
 
-  // Absent values take transformers' Qwen3Config defaults, so both read the same file the same way.
-  c.rope_theta = number_field(j, "rope_theta", 10000.0);
-  check_rope(j, "rope_scaling", c.rope_theta);
-  check_rope(j, "rope_parameters", c.rope_theta);
-  if (!std::isfinite(c.rope_theta) || c.rope_theta <= 1.0) bad("config field 'rope_theta' must be a finite number above 1");
+  // Absent values take transformers' ModelConfig defaults, so both read the same file the same way.
+  c.rope.theta = number_field(j, "rope_theta", 10000.0);
+  parse_rope(j, "rope_scaling", c.rope);
+  parse_rope(j, "rope_parameters", c.rope);
+  if (!std::isfinite(c.rope.theta) || c.rope.theta <= 1.0) bad("config field 'rope_theta' must be a finite number above 1");
   c.rms_norm_eps = number_field(j, "rms_norm_eps", 1e-6);
   if (!std::isfinite(c.rms_norm_eps) || c.rms_norm_eps <= 0 || c.rms_norm_eps >= 1)
     bad("config field 'rms_norm_eps' must be in (0, 1)");
@@ -209,13 +179,15 @@ Qwen3Config Qwen3Config::parse(const std::string& json_text) {
       break;
     }
   }
+  family->parse(j, c);
   return c;
 }
 
-std::string Qwen3Config::to_json() const {
+std::string ModelConfig::to_json() const {
+  const Family& family = family_of(*this);
   json j = {
-      {"architectures", {"Qwen3ForCausalLM"}},
-      {"model_type", "qwen3"},
+      {"architectures", {std::string(family.hf_architecture())}},
+      {"model_type", model_type},
       {"vocab_size", vocab_size},
       {"hidden_size", hidden_size},
       {"intermediate_size", intermediate_size},
@@ -224,8 +196,7 @@ std::string Qwen3Config::to_json() const {
       {"num_key_value_heads", num_key_value_heads},
       {"head_dim", head_dim},
       {"hidden_act", "silu"},
-      {"rope_theta", rope_theta},
-      {"rope_scaling", nullptr},
+      {"rope_theta", rope.theta},
       {"rms_norm_eps", rms_norm_eps},
       {"max_position_embeddings", max_position_embeddings},
       {"tie_word_embeddings", tie_word_embeddings},
@@ -238,6 +209,15 @@ std::string Qwen3Config::to_json() const {
       {"use_cache", true},
       {"torch_dtype", torch_dtype},
   };
+  if (rope.type == RopeType::llama3)
+    j["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", rope.factor},
+                         {"low_freq_factor", rope.low_freq_factor},
+                         {"high_freq_factor", rope.high_freq_factor},
+                         {"original_max_position_embeddings", rope.original_max_position_embeddings}};
+  else
+    j["rope_scaling"] = nullptr;
+  family.write(*this, j);
   j["bos_token_id"] = bos_token_id ? json(*bos_token_id) : json(nullptr);
   if (eos_token_ids.empty())
     j["eos_token_id"] = nullptr;
@@ -287,7 +267,7 @@ ModelConfigs load_model_configs(const std::filesystem::path& dir) {
   if (!fs::is_regular_file(config)) fail(errc::not_found, "no config.json in " + dir.string());
   ModelConfigs out;
   try {
-    out.model = Qwen3Config::parse(read_text(config));
+    out.model = ModelConfig::parse(read_text(config));
   } catch (const Error& e) {
     throw Error(e.kind(), config.string() + ": " + e.what());
   }
@@ -303,43 +283,75 @@ ModelConfigs load_model_configs(const std::filesystem::path& dir) {
   return out;
 }
 
-Qwen3Config preset_config(const std::string& name) {
+bool MoeConfig::sparse_layer(std::int64_t layer) const noexcept {
+  if (num_experts <= 0) return false;
+  if (std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) != mlp_only_layers.end()) return false;
+  return sparse_step > 0 && (layer + 1) % sparse_step == 0;
+}
+
+ModelConfig preset_config(const std::string& name) {
   struct Shape {
     const char* name;
-    std::int64_t hidden, inter, layers, heads, kv;
+    const char* model_type;
+    std::int64_t vocab, hidden, inter, layers, heads, kv, head_dim;
     bool tied;
+    std::int64_t experts = 0, top_k = 0, moe_inter = 0;
   };
-  // Shapes of the released Qwen/Qwen3-* config.json files.
+  // Shapes of the released checkpoints' config.json files.
   static constexpr Shape kShapes[] = {
-      {"qwen3-0.6b", 1024, 3072, 28, 16, 8, true},   {"qwen3-1.7b", 2048, 6144, 28, 16, 8, true},
-      {"qwen3-4b", 2560, 9728, 36, 32, 8, true},     {"qwen3-8b", 4096, 12288, 36, 32, 8, false},
-      {"qwen3-14b", 5120, 17408, 40, 40, 8, false},  {"qwen3-32b", 5120, 25600, 64, 64, 8, false},
+      {"qwen3-0.6b", "qwen3", 151936, 1024, 3072, 28, 16, 8, 128, true},
+      {"qwen3-1.7b", "qwen3", 151936, 2048, 6144, 28, 16, 8, 128, true},
+      {"qwen3-4b", "qwen3", 151936, 2560, 9728, 36, 32, 8, 128, true},
+      {"qwen3-8b", "qwen3", 151936, 4096, 12288, 36, 32, 8, 128, false},
+      {"qwen3-14b", "qwen3", 151936, 5120, 17408, 40, 40, 8, 128, false},
+      {"qwen3-32b", "qwen3", 151936, 5120, 25600, 64, 64, 8, 128, false},
+      {"llama-3.2-1b", "llama", 128256, 2048, 8192, 16, 32, 8, 64, true},
+      {"llama-3.2-3b", "llama", 128256, 3072, 8192, 28, 24, 8, 128, true},
+      {"llama-3.1-8b", "llama", 128256, 4096, 14336, 32, 32, 8, 128, false},
+      {"qwen3-30b-a3b", "qwen3_moe", 151936, 2048, 6144, 48, 32, 4, 128, false, 128, 8, 768},
+      {"qwen3-235b-a22b", "qwen3_moe", 151936, 4096, 12288, 94, 64, 4, 128, false, 128, 8, 1536},
   };
   std::string known;
   for (const auto& s : kShapes) {
     known += (known.empty() ? "" : ", ") + std::string(s.name);
     if (name != s.name) continue;
-    Qwen3Config c;
-    c.vocab_size = 151936;
+    ModelConfig c;
+    c.model_type = s.model_type;
+    c.vocab_size = s.vocab;
     c.hidden_size = s.hidden;
     c.intermediate_size = s.inter;
     c.num_hidden_layers = s.layers;
     c.num_attention_heads = s.heads;
     c.num_key_value_heads = s.kv;
-    c.head_dim = 128;
-    c.rope_theta = 1e6;
+    c.head_dim = s.head_dim;
     c.rms_norm_eps = 1e-6;
     c.max_position_embeddings = 40960;
     c.tie_word_embeddings = s.tied;
     c.bos_token_id = 151643;
     c.eos_token_ids = {151645, 151643};
     c.torch_dtype = "bfloat16";
+    c.rope.theta = 1e6;
+    if (c.model_type == "llama") {
+      c.qk_norm = false;
+      c.rms_norm_eps = 1e-5;
+      c.max_position_embeddings = 131072;
+      c.rope = RopeConfig{RopeType::llama3, 500000.0, 32.0, 1.0, 4.0, 8192};
+      if (name == "llama-3.1-8b") c.rope.factor = 8.0;
+      c.bos_token_id = 128000;
+      c.eos_token_ids = {128001, 128008, 128009};
+    }
+    if (s.experts > 0) {
+      c.moe.num_experts = s.experts;
+      c.moe.experts_per_token = s.top_k;
+      c.moe.intermediate_size = s.moe_inter;
+      c.moe.norm_topk_prob = true;
+    }
     return c;
   }
   fail(errc::invalid_argument, "unknown model preset '" + name + "' (known: " + known + ")");
 }
 
-std::int32_t resolve_max_context(const Qwen3Config& cfg, std::int64_t requested, std::int32_t backend_default) {
+std::int32_t resolve_max_context(const ModelConfig& cfg, std::int64_t requested, std::int32_t backend_default) {
   const std::int64_t limit = cfg.max_position_embeddings > 0 ? cfg.max_position_embeddings : backend_default;
   if (requested < 0 || requested > limit)
     fail(errc::invalid_argument, "max_context " + std::to_string(requested) + " is outside [0, " + std::to_string(limit) +

@@ -1,8 +1,11 @@
 #pragma once
-// Qwen3 (dense) hyper-parameters from config.json, and the sampling defaults
-// and stop ids from generation_config.json. Anything neuron does not
-// implement (biases, sliding window, rope scaling, other architectures) is
-// rejected here, with the offending field named, rather than run wrongly.
+// A model's hyper-parameters from config.json (or GGUF metadata, gguf_config.hpp),
+// and the sampling defaults and stop ids from generation_config.json. The
+// fields every supported family shares are parsed here; `model_type` picks the
+// family (model/arch/family.hpp), which parses and checks its own fields
+// (RoPE scaling, q/k norm, experts). Anything neuron does not implement
+// (biases, sliding window, other rope types, unknown architectures) is
+// rejected with the offending field named, rather than run wrongly.
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -11,7 +14,37 @@
 
 namespace neuron::model {
 
-struct Qwen3Config {
+// How positions turn into RoPE angles (transformers' rope_type).
+enum class RopeType { plain, llama3 };
+
+struct RopeConfig {
+  RopeType type = RopeType::plain;
+  double theta = 1e6;
+  // llama3: inv_freq of wavelengths past original / low_freq_factor divided by
+  // `factor`, those under original / high_freq_factor kept, the band between
+  // interpolated (transformers' _compute_llama3_parameters).
+  double factor = 1, low_freq_factor = 1, high_freq_factor = 4;
+  std::int64_t original_max_position_embeddings = 0;
+  bool operator==(const RopeConfig&) const = default;
+};
+
+// Sparse mixture-of-experts feed-forward (Qwen3-MoE): a softmax router over
+// `num_experts`, the top `experts_per_token` renormalized when norm_topk_prob,
+// SwiGLU experts of `intermediate_size`. Layer i is sparse when
+// num_experts > 0, i is not in mlp_only_layers and (i + 1) % sparse_step == 0.
+struct MoeConfig {
+  std::int64_t num_experts = 0;        // 0: a dense model
+  std::int64_t experts_per_token = 0;
+  std::int64_t intermediate_size = 0;  // moe_intermediate_size
+  bool norm_topk_prob = true;
+  std::int64_t sparse_step = 1;        // decoder_sparse_step
+  std::vector<std::int64_t> mlp_only_layers;
+  bool sparse_layer(std::int64_t layer) const noexcept;
+  bool operator==(const MoeConfig&) const = default;
+};
+
+struct ModelConfig {
+  std::string model_type = "qwen3";  // the family (model/arch/family.hpp)
   std::int64_t vocab_size = 0;
   std::int64_t hidden_size = 0;
   std::int64_t intermediate_size = 0;
@@ -19,7 +52,9 @@ struct Qwen3Config {
   std::int64_t num_attention_heads = 0;
   std::int64_t num_key_value_heads = 0;
   std::int64_t head_dim = 0;  // from the config; need not equal hidden / heads
-  double rope_theta = 1e6;
+  RopeConfig rope;
+  bool qk_norm = true;  // RMSNorm over head_dim on q and k before RoPE (Qwen3); Llama has none
+  MoeConfig moe;
   double rms_norm_eps = 1e-6;
   std::int64_t max_position_embeddings = 0;
   bool tie_word_embeddings = false;
@@ -28,10 +63,11 @@ struct Qwen3Config {
   std::string torch_dtype = "bfloat16";
 
   // Throws Error{bad_model} for malformed JSON or missing/mistyped fields,
-  // Error{unsupported_arch} for valid but unimplemented features.
-  static Qwen3Config parse(const std::string& json_text);
+  // Error{unsupported_arch} for an unknown model_type (naming the supported
+  // ones) and for valid but unimplemented features.
+  static ModelConfig parse(const std::string& json_text);
   std::string to_json() const;  // round-trips through parse (the TP wire carries it)
-  bool operator==(const Qwen3Config&) const = default;
+  bool operator==(const ModelConfig&) const = default;
 };
 
 struct GenerationDefaults {
@@ -43,7 +79,7 @@ struct GenerationDefaults {
 
 // config.json (+ generation_config.json when present) of a model directory.
 struct ModelConfigs {
-  Qwen3Config model;
+  ModelConfig model;
   GenerationDefaults generation;
   std::vector<std::int32_t> stop_ids() const;  // union of both files' EOS ids
 };
@@ -56,9 +92,11 @@ ModelConfigs load_model_configs(const std::filesystem::path& dir);
 // max_position_embeddings counts as backend_default. Throws
 // Error{invalid_argument} for a negative request or one past
 // max_position_embeddings, naming both.
-std::int32_t resolve_max_context(const Qwen3Config& cfg, std::int64_t requested, std::int32_t backend_default);
+std::int32_t resolve_max_context(const ModelConfig& cfg, std::int64_t requested, std::int32_t backend_default);
 
-// Full-size Qwen3 shapes for benchmarks with random weights.
-Qwen3Config preset_config(const std::string& name);  // "qwen3-0.6b", "qwen3-8b", "qwen3-32b"; throws invalid_argument
+// Full-size shapes of released checkpoints for benchmarks with random weights:
+// "qwen3-0.6b" ... "qwen3-32b", "llama-3.2-1b", "llama-3.1-8b", "qwen3-30b-a3b", ...
+// Throws invalid_argument naming the known ones.
+ModelConfig preset_config(const std::string& name);
 
 }  // namespace neuron::model

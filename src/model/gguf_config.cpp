@@ -5,6 +5,7 @@
 #include <utility>
 #include <nlohmann/json.hpp>
 
+#include "model/arch/family.hpp"
 #include "util/error.hpp"
 
 namespace neuron::model {
@@ -46,16 +47,21 @@ ModelConfigs configs_from_gguf(const io::GgufFile& file) {
   const io::GgufMetadata& md = file.metadata();
   const std::string what = file.path().string();
   const std::string arch = md.require_string("general.architecture");
-  if (arch != "qwen3")
-    fail(errc::unsupported_arch, what + ": general.architecture is '" + arch + "'; only 'qwen3' is supported");
-  const std::string p = "qwen3.";
+  const Family* family = find_gguf_family(arch);
+  // The families' safetensors load; of their GGUF files only qwen3's so far (llama's store q/k permuted and
+  // Llama 3's RoPE factors as a tensor, qwen3moe's experts as 3-D tensors: not read yet).
+  if (!family || family->model_type() != "qwen3")
+    fail(errc::unsupported_arch, what + ": general.architecture is '" + arch +
+                                     "'; GGUF files load for 'qwen3' (safetensors checkpoints for: " +
+                                     supported_model_types_text() + ")");
+  const std::string p = arch + ".";
   if (auto t = md.string(p + "rope.scaling.type"); t && *t != "none")
-    fail(errc::unsupported_arch, what + ": qwen3.rope.scaling.type is '" + *t + "'; only plain RoPE is implemented");
+    fail(errc::unsupported_arch, what + ": " + p + "rope.scaling.type is '" + *t + "'; only plain RoPE is implemented");
   if (md.contains(p + "attention.sliding_window"))
-    fail(errc::unsupported_arch, what + ": qwen3.attention.sliding_window is set; sliding-window attention is not implemented");
+    fail(errc::unsupported_arch, what + ": " + p + "attention.sliding_window is set; sliding-window attention is not implemented");
 
   json j;
-  j["model_type"] = "qwen3";
+  j["model_type"] = std::string(family->model_type());
   j["hidden_size"] = md.require_integer(p + "embedding_length");
   j["intermediate_size"] = md.require_integer(p + "feed_forward_length");
   j["num_hidden_layers"] = md.require_integer(p + "block_count");
@@ -79,6 +85,7 @@ ModelConfigs configs_from_gguf(const io::GgufFile& file) {
                               std::to_string(embd->ne[1]) + " rows");
   j["tie_word_embeddings"] = find_tensor(file, "output.weight") == nullptr;
   if (auto b = md.integer("tokenizer.ggml.bos_token_id")) j["bos_token_id"] = *b;
+  family->gguf_fields(md, j);
   if (auto e = md.integer("tokenizer.ggml.eos_token_id")) j["eos_token_id"] = *e;
 
   json g;
@@ -91,7 +98,7 @@ ModelConfigs configs_from_gguf(const io::GgufFile& file) {
 
   ModelConfigs out;
   try {
-    out.model = Qwen3Config::parse(j.dump());
+    out.model = ModelConfig::parse(j.dump());
     out.generation = GenerationDefaults::parse(g.dump());
   } catch (const Error& e) {
     fail(e.kind(), what + " (GGUF metadata as config.json): " + e.what());

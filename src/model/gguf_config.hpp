@@ -2,7 +2,7 @@
 // A GGUF file's metadata as the configs a directory's config.json and
 // generation_config.json give (model/config.hpp), so a .gguf alone describes
 // a model. The qwen3.* keys are turned into the config.json fields they stand
-// for and parsed by Qwen3Config::parse, so both formats meet one validation:
+// for and parsed by ModelConfig::parse, so both formats meet one validation:
 //   general.architecture "qwen3"          model_type "qwen3" (others: unsupported_arch)
 //   qwen3.embedding_length                hidden_size
 //   qwen3.feed_forward_length             intermediate_size

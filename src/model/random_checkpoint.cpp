@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/shard.hpp"
+#include "model/shard_weights.hpp"
 #include "util/error.hpp"
 
 namespace neuron::model {
@@ -39,7 +41,7 @@ bool ends_with(std::string_view s, std::string_view suffix) {
 // never sit in memory whole.
 class ValueStream {
  public:
-  ValueStream(const TensorSpec& spec, const Qwen3Config& cfg, std::uint64_t seed) {
+  ValueStream(const TensorSpec& spec, const ModelConfig& cfg, std::uint64_t seed) {
     state_ = seed * 0xd1342543de82ef95ull ^ fnv1a(spec.name);
     const std::string_view name = spec.name;
     if (ends_with(name, "norm.weight")) {
@@ -110,46 +112,56 @@ void remove_old_weights(const fs::path& dir) {
 
 }  // namespace
 
-std::vector<TensorSpec> qwen3_tensor_specs(const Qwen3Config& cfg, DType dtype) {
-  const std::int64_t h = cfg.hidden_size, q = cfg.num_attention_heads * cfg.head_dim,
-                     kv = cfg.num_key_value_heads * cfg.head_dim, ff = cfg.intermediate_size;
+std::vector<TensorSpec> checkpoint_tensor_specs(const ModelConfig& cfg, DType dtype) {
+  const ShardSpecs whole = shard_specs(cfg, ShardPlan::make(cfg, 0, 1));
   std::vector<TensorSpec> specs;
-  specs.push_back({"model.embed_tokens.weight", dtype, {cfg.vocab_size, h}});
-  for (std::int64_t i = 0; i < cfg.num_hidden_layers; ++i) {
-    const std::string p = "model.layers." + std::to_string(i) + ".";
-    specs.push_back({p + "input_layernorm.weight", dtype, {h}});
-    specs.push_back({p + "mlp.down_proj.weight", dtype, {h, ff}});
-    specs.push_back({p + "mlp.gate_proj.weight", dtype, {ff, h}});
-    specs.push_back({p + "mlp.up_proj.weight", dtype, {ff, h}});
-    specs.push_back({p + "post_attention_layernorm.weight", dtype, {h}});
-    specs.push_back({p + "self_attn.k_norm.weight", dtype, {cfg.head_dim}});
-    specs.push_back({p + "self_attn.k_proj.weight", dtype, {kv, h}});
-    specs.push_back({p + "self_attn.o_proj.weight", dtype, {h, q}});
-    specs.push_back({p + "self_attn.q_norm.weight", dtype, {cfg.head_dim}});
-    specs.push_back({p + "self_attn.q_proj.weight", dtype, {q, h}});
-    specs.push_back({p + "self_attn.v_proj.weight", dtype, {kv, h}});
+  auto add = [&](const SliceSpec& s) { specs.push_back({s.name, dtype, s.shape}); };
+  add(whole.embed);
+  for (const LayerSpecs& l : whole.layers) {
+    const AttentionSpecs& a = l.attention;
+    for (const SliceSpec* s : {&a.norm, &a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj, &l.ffn_norm}) add(*s);
+    if (a.q_norm) add(*a.q_norm);
+    if (a.k_norm) add(*a.k_norm);
+    auto add_mlp = [&](const MlpSpecs& m) {
+      for (const SliceSpec* s : {&m.gate_proj, &m.up_proj, &m.down_proj}) add(*s);
+    };
+    if (l.mlp) add_mlp(*l.mlp);
+    if (l.moe) {
+      add(l.moe->router);
+      for (const MlpSpecs& e : l.moe->experts) add_mlp(e);
+    }
   }
-  specs.push_back({"model.norm.weight", dtype, {h}});
-  if (!cfg.tie_word_embeddings) specs.push_back({"lm_head.weight", dtype, {cfg.vocab_size, h}});
+  add(whole.final_norm);
+  if (!cfg.tie_word_embeddings) add(whole.lm_head);
+  // Within each layer in name order, as transformers lists them.
+  std::stable_sort(specs.begin(), specs.end(), [](const TensorSpec& x, const TensorSpec& y) {
+    auto layer_of = [](const std::string& n) -> long {
+      constexpr std::string_view kLayers = "model.layers.";
+      if (n.rfind(kLayers, 0) != 0) return n.rfind("model.embed_tokens", 0) == 0 ? -1 : 1L << 30;
+      return std::stol(n.substr(kLayers.size()));
+    };
+    const long lx = layer_of(x.name), ly = layer_of(y.name);
+    return lx != ly ? lx < ly : (lx >= 0 && lx < (1L << 30) && x.name < y.name);
+  });
   return specs;
 }
 
-std::vector<float> random_tensor_values(const TensorSpec& spec, const Qwen3Config& cfg, std::uint64_t seed) {
+std::vector<float> random_tensor_values(const TensorSpec& spec, const ModelConfig& cfg, std::uint64_t seed) {
   std::vector<float> out(static_cast<std::size_t>(spec.numel()));
   ValueStream(spec, cfg, seed).fill(out);
   return out;
 }
 
-std::vector<fs::path> write_random_checkpoint(const fs::path& dir, const Qwen3Config& cfg_in,
+std::vector<fs::path> write_random_checkpoint(const fs::path& dir, const ModelConfig& cfg_in,
                                               const RandomCheckpointOptions& opts) {
-  Qwen3Config cfg = cfg_in;
+  ModelConfig cfg = cfg_in;
   cfg.torch_dtype = torch_dtype_name(opts.dtype);
   try {
-    cfg = Qwen3Config::parse(cfg.to_json());
+    cfg = ModelConfig::parse(cfg.to_json());
   } catch (const Error& e) {
     fail(errc::invalid_argument, std::string("cannot write a checkpoint for this config: ") + e.what());
   }
-  const std::vector<TensorSpec> specs = qwen3_tensor_specs(cfg, opts.dtype);
+  const std::vector<TensorSpec> specs = checkpoint_tensor_specs(cfg, opts.dtype);
   const int n = opts.shards;
   if (n < 1 || static_cast<std::size_t>(n) > specs.size())
     fail(errc::invalid_argument, "shards must be between 1 and " + std::to_string(specs.size()) + " (one tensor per shard at least), not " +

@@ -1,5 +1,5 @@
 #pragma once
-// Random-weight Qwen3 checkpoints in the real Hugging Face layout (tensor
+// Random-weight checkpoints of any supported family in the real Hugging Face layout (tensor
 // names, shapes, config.json, single file or sharded index), for tests of
 // shapes the fixtures lack and for benchmarks of full-size shapes.
 //
@@ -27,20 +27,20 @@ struct RandomCheckpointOptions {
   DType dtype = DType::bf16;
 };
 
-// The tensors of a Qwen3 checkpoint, in the order transformers lists them:
-// model.embed_tokens, each layer's norms and projections, model.norm, lm_head
-// (absent when tie_word_embeddings).
-std::vector<io::TensorSpec> qwen3_tensor_specs(const Qwen3Config& cfg, DType dtype);
+// The tensors of a checkpoint of cfg's family (shard_specs of one rank), in
+// the order transformers lists them: model.embed_tokens, each layer's tensors
+// by name, model.norm, lm_head (absent when tie_word_embeddings).
+std::vector<io::TensorSpec> checkpoint_tensor_specs(const ModelConfig& cfg, DType dtype);
 
 // Writes config.json, generation_config.json and the weights into `dir`
 // (created if needed; model files of an earlier write are replaced). Returns
 // the safetensors files written. Throws invalid_argument for a config that
-// Qwen3Config::parse would refuse or a shard count outside [1, tensor count].
-std::vector<std::filesystem::path> write_random_checkpoint(const std::filesystem::path& dir, const Qwen3Config& cfg,
+// ModelConfig::parse would refuse or a shard count outside [1, tensor count].
+std::vector<std::filesystem::path> write_random_checkpoint(const std::filesystem::path& dir, const ModelConfig& cfg,
                                                            const RandomCheckpointOptions& opts = {});
 
 // The values write_random_checkpoint stores for `spec` (before rounding to
 // its dtype), so tests can check what was written without a reader.
-std::vector<float> random_tensor_values(const io::TensorSpec& spec, const Qwen3Config& cfg, std::uint64_t seed);
+std::vector<float> random_tensor_values(const io::TensorSpec& spec, const ModelConfig& cfg, std::uint64_t seed);
 
 }  // namespace neuron::model

@@ -6,7 +6,7 @@
 
 namespace neuron::model {
 
-ShardPlan ShardPlan::make(const Qwen3Config& cfg, int rank, int world) {
+ShardPlan ShardPlan::make(const ModelConfig& cfg, int rank, int world) {
   auto bad = [&](const std::string& why) {
     fail(errc::bad_tensor_parallel, "cannot split the model " + std::to_string(world) + " ways: " + why);
   };
@@ -14,6 +14,9 @@ ShardPlan ShardPlan::make(const Qwen3Config& cfg, int rank, int world) {
   if (rank < 0 || rank >= world) bad("rank " + std::to_string(rank) + " is outside [0, " + std::to_string(world) + ")");
   const std::int64_t H = cfg.num_attention_heads, KV = cfg.num_key_value_heads;
   if (H % world != 0) bad("num_attention_heads " + std::to_string(H) + " is not divisible by " + std::to_string(world));
+  if (cfg.moe.num_experts > 0 && cfg.moe.intermediate_size % world != 0)
+    bad("moe_intermediate_size " + std::to_string(cfg.moe.intermediate_size) + " is not divisible by " +
+        std::to_string(world));
   if (cfg.intermediate_size % world != 0)
     bad("intermediate_size " + std::to_string(cfg.intermediate_size) + " is not divisible by " + std::to_string(world));
   if (KV >= world ? KV % world != 0 : world % KV != 0)
@@ -34,15 +37,17 @@ ShardPlan ShardPlan::make(const Qwen3Config& cfg, int rank, int world) {
   }
   p.ff_size = cfg.intermediate_size / world;
   p.ff_begin = rank * p.ff_size;
+  p.moe_ff_size = cfg.moe.intermediate_size / world;
+  p.moe_ff_begin = rank * p.moe_ff_size;
   return p;
 }
 
-std::int64_t ShardPlan::kv_of_q(std::int64_t local_q, const Qwen3Config& cfg) const {
+std::int64_t ShardPlan::kv_of_q(std::int64_t local_q, const ModelConfig& cfg) const {
   const std::int64_t group = cfg.num_attention_heads / cfg.num_key_value_heads;
   return (q_head_begin + local_q) / group - kv_head_begin;
 }
 
-std::int64_t kv_elements_per_position(const Qwen3Config& cfg, const ShardPlan& plan) {
+std::int64_t kv_elements_per_position(const ModelConfig& cfg, const ShardPlan& plan) {
   return 2 * cfg.num_hidden_layers * plan.kv_heads * cfg.head_dim;
 }
 

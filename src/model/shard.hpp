@@ -1,6 +1,7 @@
 #pragma once
 // Which part of every weight rank r of N holds (DESIGN.md section 4).
-// q/k/v/gate/up are split by output rows, o/down by input columns; KV heads
+// q/k/v/gate/up are split by output rows, o/down by input columns (every
+// expert of a MoE layer alike: no all-to-all, one all-reduce); KV heads
 // are replicated when num_kv_heads < N so each rank holds the KV heads its
 // own query heads read. N = 1 is the whole model: one code path for both.
 #include <cstdint>
@@ -15,14 +16,15 @@ struct ShardPlan {
   std::int64_t q_head_begin = 0, q_heads = 0;    // this rank's query heads
   std::int64_t kv_head_begin = 0, kv_heads = 0;  // this rank's KV heads (global index of the first)
   std::int64_t ff_begin = 0, ff_size = 0;        // this rank's slice of intermediate_size
+  std::int64_t moe_ff_begin = 0, moe_ff_size = 0;  // of every expert's moe intermediate_size (0 when dense)
 
   // Throws Error{bad_tensor_parallel} when the shape cannot be split N ways.
-  static ShardPlan make(const Qwen3Config& cfg, int rank, int world);
+  static ShardPlan make(const ModelConfig& cfg, int rank, int world);
   // Local KV head a local query head reads (GQA within the shard).
-  std::int64_t kv_of_q(std::int64_t local_q, const Qwen3Config& cfg) const;
+  std::int64_t kv_of_q(std::int64_t local_q, const ModelConfig& cfg) const;
 };
 
 // K and V elements one position takes on a rank: 2 * layers * kv_heads * head_dim.
-std::int64_t kv_elements_per_position(const Qwen3Config& cfg, const ShardPlan& plan);
+std::int64_t kv_elements_per_position(const ModelConfig& cfg, const ShardPlan& plan);
 
 }  // namespace neuron::model

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "io/safetensors.hpp"
+#include "model/arch/family.hpp"
 #include "tensor/dtype.hpp"
 #include "util/error.hpp"
 
@@ -58,30 +59,64 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 }  // namespace
 
-ShardSpecs shard_specs(const Qwen3Config& cfg, const ShardPlan& plan) {
-  const std::int64_t hidden = cfg.hidden_size, hd = cfg.head_dim, ff = cfg.intermediate_size;
+AttentionSpecs attention_specs(const std::string& prefix, const ModelConfig& cfg, const ShardPlan& plan, bool qk_norm) {
+  const std::int64_t hidden = cfg.hidden_size, hd = cfg.head_dim;
   const std::int64_t q_rows = cfg.num_attention_heads * hd, kv_rows = cfg.num_key_value_heads * hd;
+  AttentionSpecs a;
+  a.norm = whole(prefix + "input_layernorm.weight", {hidden});
+  const std::string p = prefix + "self_attn.";
+  a.q_proj = row_slice(p + "q_proj.weight", {q_rows, hidden}, plan.q_head_begin * hd, plan.q_heads * hd);
+  a.k_proj = row_slice(p + "k_proj.weight", {kv_rows, hidden}, plan.kv_head_begin * hd, plan.kv_heads * hd);
+  a.v_proj = row_slice(p + "v_proj.weight", {kv_rows, hidden}, plan.kv_head_begin * hd, plan.kv_heads * hd);
+  a.o_proj = col_slice(p + "o_proj.weight", {hidden, q_rows}, plan.q_head_begin * hd, plan.q_heads * hd);
+  if (qk_norm) {
+    a.q_norm = whole(p + "q_norm.weight", {hd});
+    a.k_norm = whole(p + "k_norm.weight", {hd});
+  }
+  return a;
+}
+
+MlpSpecs mlp_specs(const std::string& prefix, const ModelConfig& cfg, std::int64_t ff, std::int64_t ff_begin,
+                   std::int64_t ff_size) {
+  const std::int64_t hidden = cfg.hidden_size;
+  MlpSpecs m;
+  m.gate_proj = row_slice(prefix + "gate_proj.weight", {ff, hidden}, ff_begin, ff_size);
+  m.up_proj = row_slice(prefix + "up_proj.weight", {ff, hidden}, ff_begin, ff_size);
+  m.down_proj = col_slice(prefix + "down_proj.weight", {hidden, ff}, ff_begin, ff_size);
+  return m;
+}
+
+MoeSpecs moe_specs(const std::string& prefix, const ModelConfig& cfg, const ShardPlan& plan) {
+  MoeSpecs m;
+  m.router = whole(prefix + "gate.weight", {cfg.moe.num_experts, cfg.hidden_size});
+  m.experts.reserve(static_cast<std::size_t>(cfg.moe.num_experts));
+  for (std::int64_t e = 0; e < cfg.moe.num_experts; ++e)
+    m.experts.push_back(mlp_specs(prefix + "experts." + std::to_string(e) + ".", cfg, cfg.moe.intermediate_size,
+                                  plan.moe_ff_begin, plan.moe_ff_size));
+  return m;
+}
+
+LayerSpecs decoder_layer_specs(const ModelConfig& cfg, const ShardPlan& plan, std::int64_t layer, bool qk_norm) {
+  const std::string p = "model.layers." + std::to_string(layer) + ".";
+  LayerSpecs l;
+  l.attention = attention_specs(p, cfg, plan, qk_norm);
+  l.ffn_norm = whole(p + "post_attention_layernorm.weight", {cfg.hidden_size});
+  if (cfg.moe.sparse_layer(layer))
+    l.moe = moe_specs(p + "mlp.", cfg, plan);
+  else
+    l.mlp = mlp_specs(p + "mlp.", cfg, cfg.intermediate_size, plan.ff_begin, plan.ff_size);
+  return l;
+}
+
+ShardSpecs shard_specs(const ModelConfig& cfg, const ShardPlan& plan) {
+  const Family& family = family_of(cfg);
+  const std::int64_t hidden = cfg.hidden_size;
   ShardSpecs s;
   s.embed = whole("model.embed_tokens.weight", {cfg.vocab_size, hidden});
   s.final_norm = whole("model.norm.weight", {hidden});
   s.lm_head = cfg.tie_word_embeddings ? s.embed : whole("lm_head.weight", {cfg.vocab_size, hidden});
   s.layers.reserve(static_cast<std::size_t>(cfg.num_hidden_layers));
-  for (std::int64_t i = 0; i < cfg.num_hidden_layers; ++i) {
-    const std::string p = "model.layers." + std::to_string(i) + ".";
-    LayerSpecs l;
-    l.input_norm = whole(p + "input_layernorm.weight", {hidden});
-    l.q_proj = row_slice(p + "self_attn.q_proj.weight", {q_rows, hidden}, plan.q_head_begin * hd, plan.q_heads * hd);
-    l.k_proj = row_slice(p + "self_attn.k_proj.weight", {kv_rows, hidden}, plan.kv_head_begin * hd, plan.kv_heads * hd);
-    l.v_proj = row_slice(p + "self_attn.v_proj.weight", {kv_rows, hidden}, plan.kv_head_begin * hd, plan.kv_heads * hd);
-    l.o_proj = col_slice(p + "self_attn.o_proj.weight", {hidden, q_rows}, plan.q_head_begin * hd, plan.q_heads * hd);
-    l.q_norm = whole(p + "self_attn.q_norm.weight", {hd});
-    l.k_norm = whole(p + "self_attn.k_norm.weight", {hd});
-    l.post_norm = whole(p + "post_attention_layernorm.weight", {hidden});
-    l.gate_proj = row_slice(p + "mlp.gate_proj.weight", {ff, hidden}, plan.ff_begin, plan.ff_size);
-    l.up_proj = row_slice(p + "mlp.up_proj.weight", {ff, hidden}, plan.ff_begin, plan.ff_size);
-    l.down_proj = col_slice(p + "mlp.down_proj.weight", {hidden, ff}, plan.ff_begin, plan.ff_size);
-    s.layers.push_back(std::move(l));
-  }
+  for (std::int64_t i = 0; i < cfg.num_hidden_layers; ++i) s.layers.push_back(family.layer_specs(cfg, plan, i));
   return s;
 }
 
@@ -122,21 +157,35 @@ void fill_dummy(const SliceSpec& spec, std::span<std::uint16_t> out) {
   }
 }
 
-std::int64_t weight_elements(const Qwen3Config& cfg, const ShardPlan& plan) {
-  const ShardSpecs s = shard_specs(cfg, plan);
-  std::int64_t n = s.embed.numel() + s.final_norm.numel() + (cfg.tie_word_embeddings ? 0 : s.lm_head.numel());
-  for (const LayerSpecs& l : s.layers)
-    n += l.input_norm.numel() + l.q_proj.numel() + l.k_proj.numel() + l.v_proj.numel() + l.o_proj.numel() +
-         l.q_norm.numel() + l.k_norm.numel() + l.post_norm.numel() + l.gate_proj.numel() + l.up_proj.numel() +
-         l.down_proj.numel();
+namespace {
+
+std::int64_t projections(const MlpSpecs& m) { return m.gate_proj.numel() + m.up_proj.numel() + m.down_proj.numel(); }
+
+std::int64_t projections(const LayerSpecs& l) {
+  const AttentionSpecs& a = l.attention;
+  std::int64_t n = a.q_proj.numel() + a.k_proj.numel() + a.v_proj.numel() + a.o_proj.numel();
+  if (l.mlp) n += projections(*l.mlp);
+  if (l.moe)
+    for (const MlpSpecs& e : l.moe->experts) n += projections(e);
   return n;
 }
 
-std::int64_t projection_elements(const Qwen3Config& cfg, const ShardPlan& plan) {
+}  // namespace
+
+std::int64_t weight_elements(const ModelConfig& cfg, const ShardPlan& plan) {
+  const ShardSpecs s = shard_specs(cfg, plan);
+  std::int64_t n = s.embed.numel() + s.final_norm.numel() + (cfg.tie_word_embeddings ? 0 : s.lm_head.numel());
+  for (const LayerSpecs& l : s.layers) {
+    n += projections(l) + l.attention.norm.numel() + l.ffn_norm.numel();
+    if (l.attention.q_norm) n += l.attention.q_norm->numel() + l.attention.k_norm->numel();
+    if (l.moe) n += l.moe->router.numel();
+  }
+  return n;
+}
+
+std::int64_t projection_elements(const ModelConfig& cfg, const ShardPlan& plan) {
   std::int64_t n = 0;
-  for (const LayerSpecs& l : shard_specs(cfg, plan).layers)
-    n += l.q_proj.numel() + l.k_proj.numel() + l.v_proj.numel() + l.o_proj.numel() + l.gate_proj.numel() +
-         l.up_proj.numel() + l.down_proj.numel();
+  for (const LayerSpecs& l : shard_specs(cfg, plan).layers) n += projections(l);
   return n;
 }
 

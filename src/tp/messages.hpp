@@ -51,7 +51,7 @@ struct InitRequest {
 struct SanityCheckRequest {};
 struct LoadDenseShardRequest {
   std::string model_id;
-  std::string config_json;  // Qwen3Config::to_json(), parsed again by the worker
+  std::string config_json;  // ModelConfig::to_json(), parsed again by the worker
   std::vector<std::string> safetensors_paths;
   std::optional<std::string> quant = std::nullopt;  // only null is implemented
   std::int32_t max_context = 0;      // 0: the runner's default

@@ -27,7 +27,7 @@ dist::CommKind comm_kind_for(const std::vector<backend::Device>& devices) {
 
 }  // namespace
 
-std::unique_ptr<TpRunner> TpRunner::load(const model::Qwen3Config& cfg,
+std::unique_ptr<TpRunner> TpRunner::load(const model::ModelConfig& cfg,
                                          const std::vector<std::filesystem::path>& checkpoint_files,
                                          const TpRunnerOptions& options) {
   // Refuse an impossible split before any process starts.

@@ -59,7 +59,7 @@ class TpRunner final : public backend::ModelRunner {
   // own GPU, else Gloo), checks it, and loads every rank's shard of
   // `checkpoint_files` (the leader builds its own). Throws what a load throws,
   // Error{worker_failed} when a worker misbehaves.
-  static std::unique_ptr<TpRunner> load(const model::Qwen3Config& cfg,
+  static std::unique_ptr<TpRunner> load(const model::ModelConfig& cfg,
                                         const std::vector<std::filesystem::path>& checkpoint_files,
                                         const TpRunnerOptions& options);
   ~TpRunner() override;
@@ -73,7 +73,7 @@ class TpRunner final : public backend::ModelRunner {
   void run_step(const backend::Batch& batch, std::span<float> logits, std::span<std::int32_t> picks) override;
 
  public:
-  const model::Qwen3Config& config() const noexcept override { return own_->config(); }
+  const model::ModelConfig& config() const noexcept override { return own_->config(); }
   std::int32_t max_context() const noexcept override { return own_->max_context(); }
   backend::KvPoolShape kv_pool() const noexcept override { return own_->kv_pool(); }
   backend::HostFloats alloc_logits(std::size_t count) const override { return own_->alloc_logits(count); }

@@ -137,6 +137,16 @@ void expect_batched_same_as_single(const std::filesystem::path& dir, int tp) {
 }
 
 TEST(TpEquivalence, BatchedStepsAtTwoRanks) { expect_batched_same_as_single(kTiny, 2); }
+
+// The other families (tests/data/families): Llama 3 (no q/k norm, llama3 RoPE) and Qwen3-MoE (every expert's
+// intermediate dimension split across the ranks, the router replicated).
+const std::filesystem::path kFamilies = std::filesystem::path(NEURON_TEST_DATA) / "families";
+TEST(TpEquivalence, LlamaAtTwoRanks) { expect_same_as_single(kFamilies / "llama-a", 2, 128256); }
+TEST(TpEquivalence, Qwen3MoeAtTwoAndFourRanks) {
+  expect_same_as_single(kFamilies / "qwen3_moe-a", 2, 151936);
+  expect_same_as_single(kFamilies / "qwen3_moe-a", 4, 151936);
+}
+TEST(TpEquivalence, Qwen3MoeBatchedStepsAtTwoRanks) { expect_batched_same_as_single(kFamilies / "qwen3_moe-a", 2); }
 TEST(TpEquivalence, BatchedStepsAtFourRanks) { expect_batched_same_as_single(kTiny, 4); }
 
 TEST(TpEquivalence, TinyFixtureAtTwoRanks) { expect_same_as_single(kTiny, 2, 151936); }
@@ -144,8 +154,8 @@ TEST(TpEquivalence, TinyFixtureAtTwoRanks) { expect_same_as_single(kTiny, 2, 151
 // num_key_value_heads is 2: at four ranks each KV head is replicated on two ranks.
 TEST(TpEquivalence, TinyFixtureAtFourRanksReplicatesKvHeads) { expect_same_as_single(kTiny, 4, 151936); }
 
-model::Qwen3Config small_config(std::int64_t heads, std::int64_t kv_heads) {
-  model::Qwen3Config c;
+model::ModelConfig small_config(std::int64_t heads, std::int64_t kv_heads) {
+  model::ModelConfig c;
   c.vocab_size = 384;
   c.hidden_size = 48;
   c.intermediate_size = 120;  // divisible by 2, 3 and 4
@@ -153,7 +163,7 @@ model::Qwen3Config small_config(std::int64_t heads, std::int64_t kv_heads) {
   c.num_attention_heads = heads;
   c.num_key_value_heads = kv_heads;
   c.head_dim = 16;
-  c.rope_theta = 10000;
+  c.rope.theta = 10000;
   c.rms_norm_eps = 1e-6;
   c.max_position_embeddings = 1024;
   c.tie_word_embeddings = false;
@@ -163,7 +173,7 @@ model::Qwen3Config small_config(std::int64_t heads, std::int64_t kv_heads) {
 
 class GeneratedModel : public ::testing::Test {
  protected:
-  std::filesystem::path make(const model::Qwen3Config& cfg, int shards = 1) {
+  std::filesystem::path make(const model::ModelConfig& cfg, int shards = 1) {
     dir_ = std::filesystem::temp_directory_path() /
            ("neuron-tp-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++));
     model::write_random_checkpoint(dir_, cfg, {.seed = 11, .shards = shards});
@@ -220,7 +230,7 @@ TEST_F(GeneratedModel, ShapeThatCannotBeSplitIsRefusedBeforeSpawning) {
 
 // Weights every rank holds whole: embeddings, lm_head, all RMSNorms (the CPU
 // runner keeps bf16 matrices and f32 norms).
-std::uint64_t replicated_bytes(const model::Qwen3Config& c) {
+std::uint64_t replicated_bytes(const model::ModelConfig& c) {
   std::uint64_t b = static_cast<std::uint64_t>(c.vocab_size * c.hidden_size) * 2 * (c.tie_word_embeddings ? 1 : 2);
   b += static_cast<std::uint64_t>(c.hidden_size) * 4;
   b += static_cast<std::uint64_t>(c.num_hidden_layers) * (2 * c.hidden_size + 2 * c.head_dim) * 4;

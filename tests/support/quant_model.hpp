@@ -7,8 +7,8 @@
 
 namespace neuron::test_support {
 
-inline model::Qwen3Config quant_test_config() {
-  model::Qwen3Config c;
+inline model::ModelConfig quant_test_config() {
+  model::ModelConfig c;
   c.vocab_size = 384;
   c.hidden_size = 256;
   c.intermediate_size = 1024;
@@ -16,7 +16,7 @@ inline model::Qwen3Config quant_test_config() {
   c.num_attention_heads = 8;
   c.num_key_value_heads = 2;
   c.head_dim = 64;
-  c.rope_theta = 10000;
+  c.rope.theta = 10000;
   c.rms_norm_eps = 1e-6;
   c.max_position_embeddings = 1024;
   c.eos_token_ids = {1};

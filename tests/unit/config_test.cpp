@@ -35,7 +35,7 @@ json tiny_json() { return json::parse(read(kTinyDir / "config.json")); }
 // Parses `j` and expects an Error of `kind` whose message mentions `needle`.
 void expect_rejected(const json& j, const std::string& kind, const std::string& needle) {
   try {
-    Qwen3Config::parse(j.dump());
+    ModelConfig::parse(j.dump());
     FAIL() << "accepted: " << j.dump();
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), kind) << e.what();
@@ -44,7 +44,7 @@ void expect_rejected(const json& j, const std::string& kind, const std::string& 
 }
 
 TEST(Config, ParsesBundledTinyModel) {
-  Qwen3Config c = Qwen3Config::parse(read(kTinyDir / "config.json"));
+  ModelConfig c = ModelConfig::parse(read(kTinyDir / "config.json"));
   EXPECT_EQ(c.vocab_size, 151936);
   EXPECT_EQ(c.hidden_size, 32);
   EXPECT_EQ(c.intermediate_size, 96);
@@ -52,7 +52,7 @@ TEST(Config, ParsesBundledTinyModel) {
   EXPECT_EQ(c.num_attention_heads, 4);
   EXPECT_EQ(c.num_key_value_heads, 2);
   EXPECT_EQ(c.head_dim, 16);  // != hidden / heads (8): must come from the file
-  EXPECT_DOUBLE_EQ(c.rope_theta, 1e6);
+  EXPECT_DOUBLE_EQ(c.rope.theta, 1e6);
   EXPECT_DOUBLE_EQ(c.rms_norm_eps, 1e-6);
   EXPECT_EQ(c.max_position_embeddings, 40960);
   EXPECT_TRUE(c.tie_word_embeddings);
@@ -62,16 +62,16 @@ TEST(Config, ParsesBundledTinyModel) {
 }
 
 TEST(Config, ToJsonRoundTrips) {
-  Qwen3Config c = Qwen3Config::parse(read(kTinyDir / "config.json"));
-  EXPECT_EQ(Qwen3Config::parse(c.to_json()), c);
+  ModelConfig c = ModelConfig::parse(read(kTinyDir / "config.json"));
+  EXPECT_EQ(ModelConfig::parse(c.to_json()), c);
   c.eos_token_ids = {1, 2, 3};
   c.bos_token_id.reset();
   c.tie_word_embeddings = false;
-  c.rope_theta = 123456.789;
+  c.rope.theta = 123456.789;
   c.rms_norm_eps = 1e-5;
-  EXPECT_EQ(Qwen3Config::parse(c.to_json()), c);
+  EXPECT_EQ(ModelConfig::parse(c.to_json()), c);
   c.eos_token_ids.clear();
-  EXPECT_EQ(Qwen3Config::parse(c.to_json()), c);
+  EXPECT_EQ(ModelConfig::parse(c.to_json()), c);
 }
 
 TEST(Config, DefaultsForAbsentOptionalFields) {
@@ -79,10 +79,10 @@ TEST(Config, DefaultsForAbsentOptionalFields) {
   for (const char* k : {"head_dim", "tie_word_embeddings", "rope_theta", "rms_norm_eps", "max_position_embeddings",
                         "bos_token_id", "eos_token_id", "torch_dtype", "hidden_act", "attention_bias", "rope_scaling"})
     j.erase(k);
-  Qwen3Config c = Qwen3Config::parse(j.dump());
+  ModelConfig c = ModelConfig::parse(j.dump());
   EXPECT_EQ(c.head_dim, 8);  // hidden / heads
   EXPECT_FALSE(c.tie_word_embeddings);
-  EXPECT_DOUBLE_EQ(c.rope_theta, 10000.0);  // transformers' default
+  EXPECT_DOUBLE_EQ(c.rope.theta, 10000.0);  // transformers' default
   EXPECT_EQ(c.max_position_embeddings, 32768);
   EXPECT_FALSE(c.bos_token_id.has_value());
   EXPECT_TRUE(c.eos_token_ids.empty());
@@ -91,7 +91,7 @@ TEST(Config, DefaultsForAbsentOptionalFields) {
 TEST(Config, EosMayBeAList) {
   json j = tiny_json();
   j["eos_token_id"] = {151645, 151643};
-  EXPECT_EQ(Qwen3Config::parse(j.dump()).eos_token_ids, (std::vector<std::int32_t>{151645, 151643}));
+  EXPECT_EQ(ModelConfig::parse(j.dump()).eos_token_ids, (std::vector<std::int32_t>{151645, 151643}));
   j["eos_token_id"] = {151645, "x"};
   expect_rejected(j, errc::bad_model, "eos_token_id");
   j["eos_token_id"] = -1;
@@ -101,11 +101,11 @@ TEST(Config, EosMayBeAList) {
 TEST(Config, PlainRopeParametersAccepted) {
   json j = tiny_json();
   j["rope_scaling"] = {{"rope_type", "default"}};
-  EXPECT_NO_THROW(Qwen3Config::parse(j.dump()));
+  EXPECT_NO_THROW(ModelConfig::parse(j.dump()));
   j.erase("rope_scaling");
   j.erase("rope_theta");
   j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 5e5}};
-  EXPECT_DOUBLE_EQ(Qwen3Config::parse(j.dump()).rope_theta, 5e5);
+  EXPECT_DOUBLE_EQ(ModelConfig::parse(j.dump()).rope.theta, 5e5);
 }
 
 TEST(Config, RejectsUnimplementedFeaturesNamingTheField) {
@@ -114,14 +114,13 @@ TEST(Config, RejectsUnimplementedFeaturesNamingTheField) {
     json value;
   };
   const Case cases[] = {
-      {"model_type", "llama"},
-      {"model_type", "qwen3_moe"},
+      {"model_type", "gemma3"},
       {"attention_bias", true},
       {"mlp_bias", true},
       {"use_sliding_window", true},
       {"rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}}},
       {"rope_scaling", {{"type", "linear"}, {"factor", 2.0}}},
-      {"rope_parameters", {{"rope_type", "llama3"}}},
+      {"rope_parameters", {{"rope_type", "longrope"}}},
       {"hidden_act", "gelu"},
       {"layer_types", {"full_attention", "sliding_attention"}},
       {"quantization_config", {{"quant_method", "awq"}}},
@@ -132,6 +131,99 @@ TEST(Config, RejectsUnimplementedFeaturesNamingTheField) {
     j[c.field] = c.value;
     expect_rejected(j, errc::unsupported_arch, c.field);
   }
+}
+
+TEST(Config, UnknownModelTypeNamesTheSupportedOnes) {
+  json j = tiny_json();
+  j["model_type"] = "mistral";
+  expect_rejected(j, errc::unsupported_arch, "supported: qwen3, llama, qwen3_moe");
+}
+
+// Llama 3.x as released checkpoints write it (rope_theta and rope_scaling at the top level) and as
+// transformers 5 does (rope_parameters): the same config either way.
+TEST(Config, LlamaReadsBothRopeForms) {
+  json released = {{"model_type", "llama"}, {"vocab_size", 128256}, {"hidden_size", 2048},
+                   {"intermediate_size", 8192}, {"num_hidden_layers", 16}, {"num_attention_heads", 32},
+                   {"num_key_value_heads", 8}, {"head_dim", 64}, {"rms_norm_eps", 1e-5},
+                   {"max_position_embeddings", 131072}, {"tie_word_embeddings", true}, {"rope_theta", 500000.0},
+                   {"rope_scaling", {{"rope_type", "llama3"}, {"factor", 32.0}, {"low_freq_factor", 1.0},
+                                     {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}}},
+                   {"attention_bias", false}, {"mlp_bias", false}};
+  const ModelConfig a = ModelConfig::parse(released.dump());
+  EXPECT_EQ(a.model_type, "llama");
+  EXPECT_FALSE(a.qk_norm);
+  EXPECT_EQ(a.rope.type, RopeType::llama3);
+  EXPECT_DOUBLE_EQ(a.rope.theta, 500000.0);
+  EXPECT_DOUBLE_EQ(a.rope.factor, 32.0);
+  EXPECT_EQ(a.rope.original_max_position_embeddings, 8192);
+  json v5 = released;
+  v5.erase("rope_theta");
+  v5.erase("rope_scaling");
+  v5["rope_parameters"] = released["rope_scaling"];
+  v5["rope_parameters"]["rope_theta"] = 500000.0;
+  EXPECT_EQ(ModelConfig::parse(v5.dump()), a);
+  EXPECT_EQ(ModelConfig::parse(a.to_json()), a);
+  json missing = released;
+  missing["rope_scaling"].erase("low_freq_factor");
+  expect_rejected(missing, errc::bad_model, "rope_scaling.low_freq_factor");
+  json inverted = released;
+  inverted["rope_scaling"]["high_freq_factor"] = 0.5;
+  expect_rejected(inverted, errc::bad_model, "high_freq_factor");
+}
+
+json qwen3_moe_json() {
+  return {{"model_type", "qwen3_moe"}, {"vocab_size", 151936}, {"hidden_size", 2048},
+          {"intermediate_size", 6144}, {"num_hidden_layers", 48}, {"num_attention_heads", 32},
+          {"num_key_value_heads", 4}, {"head_dim", 128}, {"num_experts", 128}, {"num_experts_per_tok", 8},
+          {"moe_intermediate_size", 768}, {"norm_topk_prob", true}, {"decoder_sparse_step", 1},
+          {"mlp_only_layers", json::array()}, {"rope_theta", 1e6}, {"max_position_embeddings", 40960}};
+}
+
+// Qwen3-30B-A3B's released config (num_experts, head_dim 128 where hidden / heads is 64) and transformers 5's
+// spelling (num_local_experts, rope_parameters).
+TEST(Config, Qwen3MoeReadsBothForms) {
+  const ModelConfig a = ModelConfig::parse(qwen3_moe_json().dump());
+  EXPECT_EQ(a.model_type, "qwen3_moe");
+  EXPECT_TRUE(a.qk_norm);
+  EXPECT_EQ(a.head_dim, 128);
+  EXPECT_EQ(a.moe.num_experts, 128);
+  EXPECT_EQ(a.moe.experts_per_token, 8);
+  EXPECT_EQ(a.moe.intermediate_size, 768);
+  EXPECT_TRUE(a.moe.norm_topk_prob);
+  EXPECT_TRUE(a.moe.sparse_layer(0));
+  EXPECT_EQ(ModelConfig::parse(a.to_json()), a);
+  json v5 = qwen3_moe_json();
+  v5.erase("num_experts");
+  v5["num_local_experts"] = 128;
+  v5.erase("rope_theta");
+  v5["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1e6}};
+  EXPECT_EQ(ModelConfig::parse(v5.dump()), a);
+  json sparse = qwen3_moe_json();
+  sparse["decoder_sparse_step"] = 2;
+  sparse["mlp_only_layers"] = {3};
+  const ModelConfig b = ModelConfig::parse(sparse.dump());
+  EXPECT_FALSE(b.moe.sparse_layer(0));
+  EXPECT_TRUE(b.moe.sparse_layer(1));
+  EXPECT_FALSE(b.moe.sparse_layer(3));
+  EXPECT_TRUE(b.moe.sparse_layer(5));
+}
+
+TEST(Config, ImpossibleMoeConfigsNameTheField) {
+  json j = qwen3_moe_json();
+  j["num_experts_per_tok"] = 129;
+  expect_rejected(j, errc::unsupported_arch, "num_experts_per_tok");
+  j = qwen3_moe_json();
+  j["num_experts"] = 0;
+  expect_rejected(j, errc::unsupported_arch, "num_experts");
+  j = qwen3_moe_json();
+  j.erase("num_experts");
+  expect_rejected(j, errc::bad_model, "num_experts");
+  j = qwen3_moe_json();
+  j["mlp_only_layers"] = {48};
+  expect_rejected(j, errc::bad_model, "mlp_only_layers");
+  j = qwen3_moe_json();
+  j.erase("moe_intermediate_size");
+  expect_rejected(j, errc::bad_model, "moe_intermediate_size");
 }
 
 TEST(Config, RejectsMissingSizes) {
@@ -194,7 +286,7 @@ TEST(Config, RejectsMalformedJson) {
   for (const char* text : {"", "{", "[1,2]", "null", "{\"model_type\": \"qwen3\",}", "\"qwen3\""}) {
     SCOPED_TRACE(text);
     try {
-      Qwen3Config::parse(text);
+      ModelConfig::parse(text);
       FAIL();
     } catch (const Error& e) {
       EXPECT_EQ(e.kind(), errc::bad_model);
@@ -276,7 +368,7 @@ TEST(LoadModelConfigs, MissingDirectoryAndBadFilesAreNamed) {
 }
 
 TEST(PresetConfig, RealQwen3Shapes) {
-  Qwen3Config s = preset_config("qwen3-0.6b");
+  ModelConfig s = preset_config("qwen3-0.6b");
   EXPECT_EQ(s.hidden_size, 1024);
   EXPECT_EQ(s.intermediate_size, 3072);
   EXPECT_EQ(s.num_hidden_layers, 28);
@@ -285,19 +377,19 @@ TEST(PresetConfig, RealQwen3Shapes) {
   EXPECT_EQ(s.head_dim, 128);
   EXPECT_EQ(s.vocab_size, 151936);
   EXPECT_TRUE(s.tie_word_embeddings);
-  Qwen3Config m = preset_config("qwen3-8b");
+  ModelConfig m = preset_config("qwen3-8b");
   EXPECT_EQ(m.hidden_size, 4096);
   EXPECT_EQ(m.intermediate_size, 12288);
   EXPECT_EQ(m.num_hidden_layers, 36);
   EXPECT_EQ(m.num_attention_heads, 32);
   EXPECT_FALSE(m.tie_word_embeddings);
-  Qwen3Config l = preset_config("qwen3-32b");
+  ModelConfig l = preset_config("qwen3-32b");
   EXPECT_EQ(l.hidden_size, 5120);
   EXPECT_EQ(l.intermediate_size, 25600);
   EXPECT_EQ(l.num_hidden_layers, 64);
   EXPECT_EQ(l.num_attention_heads, 64);
   EXPECT_EQ(l.num_key_value_heads, 8);
-  for (const auto& p : {s, m, l}) EXPECT_EQ(Qwen3Config::parse(p.to_json()), p);  // presets are valid configs
+  for (const auto& p : {s, m, l}) EXPECT_EQ(ModelConfig::parse(p.to_json()), p);  // presets are valid configs
   try {
     preset_config("qwen3-9000b");
     FAIL();

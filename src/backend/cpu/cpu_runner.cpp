@@ -1,6 +1,7 @@
 #include "backend/cpu/cpu_runner.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <optional>
 #include <cstdint>
@@ -18,6 +19,10 @@
 #include "backend/packed_weights.hpp"
 #include "dist/communicator.hpp"
 #include "io/safetensors.hpp"
+#include "model/arch/block_ops.hpp"
+#include "model/arch/family.hpp"
+#include "model/moe_routing.hpp"
+#include "model/rope.hpp"
 #include "model/shard_weights.hpp"
 #include "quant/dequantize.hpp"
 #include "util/error.hpp"
@@ -71,16 +76,23 @@ std::uint64_t bytes_of(const Stack& s) {
   return b;
 }
 
-// One decoder layer of this rank (hd = head_dim; H, KV = the rank's query and KV heads; F = its ff slice).
+// One SwiGLU MLP of this rank: a dense layer's (F = its ff slice) or one expert's (F = its moe ff slice).
+struct Mlp {
+  Stack gate_up;                  // [2 F, hidden]: gate_proj rows, then up_proj rows
+  Stack down;                     // [hidden, F]: down_proj's input columns of this rank
+};
+
+// One decoder layer of this rank (hd = head_dim; H, KV = the rank's query and KV heads; E = experts).
 struct Layer {
   std::vector<float> input_norm;  // [hidden] f32
-  std::vector<float> q_norm;      // [hd] f32
-  std::vector<float> k_norm;      // [hd] f32
+  std::vector<float> q_norm;      // [hd] f32; empty without q/k norm
+  std::vector<float> k_norm;      // [hd] f32; empty without q/k norm
   std::vector<float> post_norm;   // [hidden] f32
   Stack qkv;                      // [(H + 2 KV) * hd, hidden]: q_proj, k_proj, v_proj rows stacked
   Stack o;                        // [hidden, H * hd]: o_proj's input columns of this rank
-  Stack gate_up;                  // [2 F, hidden]: gate_proj rows, then up_proj rows
-  Stack down;                     // [hidden, F]: down_proj's input columns of this rank
+  std::optional<Mlp> mlp;         // a dense layer
+  Stack router;                   // [E, hidden]: a MoE layer's router (mlp.gate); empty when dense
+  std::vector<Mlp> experts;       // [E] a MoE layer's experts
 };
 
 // Reads a slice from the checkpoint, or makes stand-in weights when there is none.
@@ -183,12 +195,13 @@ std::uint64_t bytes_of(const std::vector<T, A>& v) {
   return v.size() * sizeof(T);
 }
 
-class CpuRunner final : public ModelRunner {
+class CpuRunner final : public ModelRunner, private model::BlockOps {
  public:
-  CpuRunner(const model::Qwen3Config& cfg, const io::Checkpoint* ckpt, const model::ShardPlan& plan,
+  CpuRunner(const model::ModelConfig& cfg, const io::Checkpoint* ckpt, const model::ShardPlan& plan,
             std::shared_ptr<dist::Communicator> comm, std::int32_t max_context, std::int32_t block_size,
             std::int32_t num_blocks, std::optional<quant::GgmlType> quantize, KvPool::Element kv)
       : cfg_(cfg),
+        family_(model::family_of(cfg)),
         plan_(plan),
         comm_(std::move(comm)),
         max_context_(max_context),
@@ -198,7 +211,7 @@ class CpuRunner final : public ModelRunner {
                     .num_blocks = num_blocks,
                     .bytes_per_block = kv_bytes_per_block(cfg, plan, KvPool::element_bytes(kv), block_size)},
         pool_(cfg.num_hidden_layers, plan.kv_heads, cfg.head_dim, block_size, num_blocks, kv),
-        rope_(cfg.head_dim, cfg.rope_theta, max_context) {
+        rope_(model::rope_inv_freq(cfg), max_context) {
     NEURON_ASSERT(pool_.bytes() == pool_shape_.bytes_per_block * static_cast<std::uint64_t>(num_blocks));
     if (ckpt) model::reject_unsupported_tensors(*ckpt);
     const WeightSource src(ckpt, quantize);
@@ -207,16 +220,24 @@ class CpuRunner final : public ModelRunner {
     embed_.push_back(src.matrix(specs.embed, false));
     final_norm_ = src.f32(specs.final_norm);
     if (!cfg.tie_word_embeddings) lm_head_.push_back(src.matrix(specs.lm_head, false));
+    auto make_mlp = [&](const model::MlpSpecs& ms) {
+      return Mlp{src.stacked({&ms.gate_proj, &ms.up_proj}, true), src.stacked({&ms.down_proj}, true)};
+    };
     for (const model::LayerSpecs& ls : specs.layers) {
+      const model::AttentionSpecs& as = ls.attention;
       Layer l;
-      l.input_norm = src.f32(ls.input_norm);
-      l.q_norm = src.f32(ls.q_norm);
-      l.k_norm = src.f32(ls.k_norm);
-      l.post_norm = src.f32(ls.post_norm);
-      l.qkv = src.stacked({&ls.q_proj, &ls.k_proj, &ls.v_proj}, true);
-      l.o = src.stacked({&ls.o_proj}, true);
-      l.gate_up = src.stacked({&ls.gate_proj, &ls.up_proj}, true);
-      l.down = src.stacked({&ls.down_proj}, true);
+      l.input_norm = src.f32(as.norm);
+      if (as.q_norm) l.q_norm = src.f32(*as.q_norm);
+      if (as.k_norm) l.k_norm = src.f32(*as.k_norm);
+      l.post_norm = src.f32(ls.ffn_norm);
+      l.qkv = src.stacked({&as.q_proj, &as.k_proj, &as.v_proj}, true);
+      l.o = src.stacked({&as.o_proj}, true);
+      if (ls.mlp) l.mlp = make_mlp(*ls.mlp);
+      if (ls.moe) {
+        // The router stays as the checkpoint has it (quantize-at-load leaves it, as llama.cpp does).
+        l.router.push_back(src.matrix(ls.moe->router, false));
+        for (const model::MlpSpecs& e : ls.moe->experts) l.experts.push_back(make_mlp(e));
+      }
       layers_.push_back(std::move(l));
     }
     for (std::int64_t h = 0; h < plan.q_heads; ++h) kv_of_q_.push_back(plan.kv_of_q(h, cfg));
@@ -228,7 +249,7 @@ class CpuRunner final : public ModelRunner {
     measure_walks(embed_);
     measure_walks(lm_head_);
     for (const Layer& l : layers_)
-      for (const Stack* s : {&l.qkv, &l.o, &l.gate_up, &l.down}) measure_walks(*s);
+      for_each_stack(l, measure_walks);
   }
 
   void run_step(const Batch& batch, std::span<float> logits, std::span<std::int32_t> picks) override {
@@ -239,11 +260,13 @@ class CpuRunner final : public ModelRunner {
     x_.resize(static_cast<std::size_t>(n * hidden));
     for (std::int64_t i = 0; i < n; ++i)
       embed_.front().row_f32(batch.tokens[static_cast<std::size_t>(i)], x_.data() + i * hidden);
-    for (std::size_t l = 0; l < layers_.size(); ++l) layer(static_cast<std::int64_t>(l), batch);
+    batch_ = &batch;
+    for (std::int64_t l = 0; l < cfg_.num_hidden_layers; ++l) family_.layer(*this, cfg_, l);
+    batch_ = nullptr;
     if (!logits.empty()) lm_head(batch, logits);
   }
 
-  const model::Qwen3Config& config() const noexcept override { return cfg_; }
+  const model::ModelConfig& config() const noexcept override { return cfg_; }
   std::int32_t max_context() const noexcept override { return max_context_; }
   KvPoolShape kv_pool() const noexcept override { return pool_shape_; }
 
@@ -251,9 +274,10 @@ class CpuRunner final : public ModelRunner {
     MemoryStats m;
     m.device = "cpu";
     m.weight_bytes = bytes_of(embed_) + bytes_of(lm_head_) + bytes_of(final_norm_);
-    for (const Layer& l : layers_)
-      m.weight_bytes += bytes_of(l.input_norm) + bytes_of(l.q_norm) + bytes_of(l.k_norm) + bytes_of(l.post_norm) +
-                        bytes_of(l.qkv) + bytes_of(l.o) + bytes_of(l.gate_up) + bytes_of(l.down);
+    for (const Layer& l : layers_) {
+      m.weight_bytes += bytes_of(l.input_norm) + bytes_of(l.q_norm) + bytes_of(l.k_norm) + bytes_of(l.post_norm);
+      for_each_stack(l, [&](const Stack& s) { m.weight_bytes += bytes_of(s); });
+    }
     m.kv_cache_bytes = pool_.bytes();
     return m;
   }
@@ -277,51 +301,122 @@ class CpuRunner final : public ModelRunner {
     }
   }
 
-  void layer(std::int64_t li, const Batch& batch) {
-    const Layer& L = layers_[static_cast<std::size_t>(li)];
+  template <class F>
+  static void for_each_stack(const Layer& l, F&& f) {
+    for (const Stack* s : {&l.qkv, &l.o, &l.router}) f(*s);
+    if (l.mlp) {
+      f(l.mlp->gate_up);
+      f(l.mlp->down);
+    }
+    for (const Mlp& e : l.experts) {
+      f(e.gate_up);
+      f(e.down);
+    }
+  }
+
+  const Layer& layer_at(std::int64_t li) const {
+    NEURON_ASSERT(li >= 0 && li < static_cast<std::int64_t>(layers_.size()));
+    return layers_[static_cast<std::size_t>(li)];
+  }
+
+  // proj_ ([n, hidden] partial sums of this rank) summed over the ranks and added to the residual stream.
+  void add_to_residual() {
+    comm_->all_reduce_sum(proj_.data(), proj_.size(), DType::f32);
+    for (std::size_t i = 0; i < proj_.size(); ++i) x_[i] += proj_[i];
+  }
+
+  void attention(std::int64_t li) override {
+    const Layer& L = layer_at(li);
+    const Batch& batch = *batch_;
     const std::int64_t n = batch.num_tokens();
-    const std::int64_t hidden = cfg_.hidden_size, hd = cfg_.head_dim, ff = plan_.ff_size;
+    const std::int64_t hidden = cfg_.hidden_size, hd = cfg_.head_dim;
     const std::int64_t qkv_w = q_dim_ + 2 * kv_dim_;
     xn_.resize(static_cast<std::size_t>(n * hidden));
     qkv_.resize(static_cast<std::size_t>(n * qkv_w));
     attn_.resize(static_cast<std::size_t>(n * q_dim_));
     proj_.resize(static_cast<std::size_t>(n * hidden));
-    gate_up_.resize(static_cast<std::size_t>(n * 2 * ff));
-    act_.resize(static_cast<std::size_t>(n * ff));
 
-    // Attention block: projections over every token of every sequence at once.
+    // Projections over every token of every sequence at once.
     rms_norm(x_.data(), n, hidden, hidden, L.input_norm.data(), eps(), xn_.data(), hidden);
     multiply(L.qkv, xn_.data(), n, hidden, hidden, qkv_.data(), qkv_w);
+    const bool qk_norm = !L.q_norm.empty();
     for (std::int64_t i = 0; i < n; ++i) {
       float* row = qkv_.data() + i * qkv_w;
       const std::int64_t pos = pos_[static_cast<std::size_t>(i)], kv_row = kv_row_[static_cast<std::size_t>(i)];
       for (std::int64_t h = 0; h < plan_.q_heads; ++h) {
         float* q = row + h * hd;
-        rms_norm(q, 1, hd, hd, L.q_norm.data(), eps(), q, hd);
+        if (qk_norm) rms_norm(q, 1, hd, hd, L.q_norm.data(), eps(), q, hd);
         rope_.apply(q, pos);
       }
       for (std::int64_t h = 0; h < plan_.kv_heads; ++h) {
         float* k = row + q_dim_ + h * hd;
-        rms_norm(k, 1, hd, hd, L.k_norm.data(), eps(), k, hd);
+        if (qk_norm) rms_norm(k, 1, hd, hd, L.k_norm.data(), eps(), k, hd);
         rope_.apply(k, pos);
         pool_.store(li, h, kv_row, k, row + q_dim_ + kv_dim_ + h * hd);
       }
     }
-    attention(qkv_.data(), qkv_w, batch, pool_, li, kv_of_q_, attn_.data(), q_dim_);
+    cpu::attention(qkv_.data(), qkv_w, batch, pool_, li, kv_of_q_, attn_.data(), q_dim_);
     multiply(L.o, attn_.data(), n, q_dim_, q_dim_, proj_.data(), hidden);
-    comm_->all_reduce_sum(proj_.data(), proj_.size(), DType::f32);
-    for (std::size_t i = 0; i < proj_.size(); ++i) x_[i] += proj_[i];
+    add_to_residual();
+  }
 
-    // MLP block.
-    rms_norm(x_.data(), n, hidden, hidden, L.post_norm.data(), eps(), xn_.data(), hidden);
-    multiply(L.gate_up, xn_.data(), n, hidden, hidden, gate_up_.data(), 2 * ff);
-    for (std::int64_t i = 0; i < n; ++i) {
+  // y[m, hidden] = down(silu(gate(x)) * up(x)) of one MLP over x [m, hidden] (row stride hidden).
+  void swiglu(const Mlp& mlp, const float* x, std::int64_t m, float* y) {
+    const std::int64_t hidden = cfg_.hidden_size, ff = mlp.down.front().cols;
+    gate_up_.resize(static_cast<std::size_t>(m * 2 * ff));
+    act_.resize(static_cast<std::size_t>(m * ff));
+    multiply(mlp.gate_up, x, m, hidden, hidden, gate_up_.data(), 2 * ff);
+    for (std::int64_t i = 0; i < m; ++i) {
       const float* g = gate_up_.data() + i * 2 * ff;
       silu_mul(g, g + ff, act_.data() + i * ff, ff);
     }
-    multiply(L.down, act_.data(), n, ff, ff, proj_.data(), hidden);
-    comm_->all_reduce_sum(proj_.data(), proj_.size(), DType::f32);
-    for (std::size_t i = 0; i < proj_.size(); ++i) x_[i] += proj_[i];
+    multiply(mlp.down, act_.data(), m, ff, ff, y, hidden);
+  }
+
+  void mlp(std::int64_t li) override {
+    const Layer& L = layer_at(li);
+    NEURON_ASSERT(L.mlp);
+    const std::int64_t n = batch_->num_tokens(), hidden = cfg_.hidden_size;
+    xn_.resize(static_cast<std::size_t>(n * hidden));
+    proj_.resize(static_cast<std::size_t>(n * hidden));
+    rms_norm(x_.data(), n, hidden, hidden, L.post_norm.data(), eps(), xn_.data(), hidden);
+    swiglu(*L.mlp, xn_.data(), n, proj_.data());
+    add_to_residual();
+  }
+
+  // As transformers' Qwen3MoeSparseMoeBlock in f32: routed by model::MoeRouter, the experts' weighted
+  // outputs summed in expert order.
+  void moe(std::int64_t li) override {
+    const Layer& L = layer_at(li);
+    NEURON_ASSERT(!L.experts.empty());
+    const std::int64_t n = batch_->num_tokens(), hidden = cfg_.hidden_size;
+    const auto experts = static_cast<std::int64_t>(L.experts.size());
+    xn_.resize(static_cast<std::size_t>(n * hidden));
+    proj_.assign(static_cast<std::size_t>(n * hidden), 0.0f);
+    router_.resize(static_cast<std::size_t>(n * experts));
+    rms_norm(x_.data(), n, hidden, hidden, L.post_norm.data(), eps(), xn_.data(), hidden);
+    multiply(L.router, xn_.data(), n, hidden, hidden, router_.data(), experts);
+
+    router_state_.route(router_.data(), n, cfg_.moe);
+    // Only the experts some token chose are read.
+    for (std::int64_t e = 0; e < experts; ++e) {
+      const auto& tokens = router_state_.tokens_of(e);
+      if (tokens.empty()) continue;
+      const auto m = static_cast<std::int64_t>(tokens.size());
+      expert_in_.resize(static_cast<std::size_t>(m * hidden));
+      expert_out_.resize(static_cast<std::size_t>(m * hidden));
+      for (std::int64_t j = 0; j < m; ++j)
+        std::memcpy(expert_in_.data() + j * hidden, xn_.data() + tokens[static_cast<std::size_t>(j)].token * hidden,
+                    static_cast<std::size_t>(hidden) * sizeof(float));
+      swiglu(L.experts[static_cast<std::size_t>(e)], expert_in_.data(), m, expert_out_.data());
+      for (std::int64_t j = 0; j < m; ++j) {
+        const auto [token, w] = tokens[static_cast<std::size_t>(j)];
+        float* dst = proj_.data() + token * hidden;
+        const float* src = expert_out_.data() + j * hidden;
+        for (std::int64_t c = 0; c < hidden; ++c) dst[c] += src[c] * w;
+      }
+    }
+    add_to_residual();
   }
 
   // Final norm and LM head over only the rows the batch asks for, in sequence order.
@@ -341,7 +436,8 @@ class CpuRunner final : public ModelRunner {
     multiply(cfg_.tie_word_embeddings ? embed_ : lm_head_, xn_.data(), rows, hidden, hidden, logits.data(), vocab);
   }
 
-  model::Qwen3Config cfg_;
+  model::ModelConfig cfg_;
+  const model::Family& family_;
   model::ShardPlan plan_;
   std::shared_ptr<dist::Communicator> comm_;
   std::int32_t max_context_;
@@ -364,11 +460,17 @@ class CpuRunner final : public ModelRunner {
   std::vector<float> qkv_;      // [n, (H + 2 KV) * hd]
   std::vector<float> attn_;     // [n, H * hd]
   std::vector<float> proj_;     // [n, hidden] o_proj / down_proj output (partial sums before the all-reduce)
-  std::vector<float> gate_up_;  // [n, 2 F]
-  std::vector<float> act_;      // [n, F]
+  std::vector<float> gate_up_;  // [m, 2 F] of the MLP running (m: the layer's tokens, or an expert's)
+  std::vector<float> act_;      // [m, F]
+  const Batch* batch_ = nullptr;  // the step running (the blocks read its sequences)
+  // MoE layers.
+  std::vector<float> router_;                // [n, E] router logits, then probabilities
+  model::MoeRouter router_state_;            // each expert's tokens of the layer running
+  std::vector<float> expert_in_;             // [m, hidden] an expert's tokens' normed inputs
+  std::vector<float> expert_out_;            // [m, hidden] its outputs
 };
 
-void check_config(const model::Qwen3Config& cfg) {
+void check_config(const model::ModelConfig& cfg) {
   auto positive = [](std::int64_t v, const char* field) {
     if (v <= 0) fail(errc::bad_model, std::string("config ") + field + " must be positive (got " + std::to_string(v) + ")");
   };
@@ -386,14 +488,15 @@ void check_config(const model::Qwen3Config& cfg) {
 
 }  // namespace
 
-std::unique_ptr<ModelRunner> make_cpu_runner(const model::Qwen3Config& cfg, const io::Checkpoint* checkpoint,
+std::unique_ptr<ModelRunner> make_cpu_runner(const model::ModelConfig& cfg, const io::Checkpoint* checkpoint,
                                              const model::ShardPlan& plan, std::shared_ptr<dist::Communicator> comm,
                                              const RunnerOptions& options) {
   check_config(cfg);
   const model::ShardPlan expected = model::ShardPlan::make(cfg, plan.rank, plan.world);
   if (plan.q_head_begin != expected.q_head_begin || plan.q_heads != expected.q_heads ||
       plan.kv_head_begin != expected.kv_head_begin || plan.kv_heads != expected.kv_heads ||
-      plan.ff_begin != expected.ff_begin || plan.ff_size != expected.ff_size)
+      plan.ff_begin != expected.ff_begin || plan.ff_size != expected.ff_size ||
+      plan.moe_ff_begin != expected.moe_ff_begin || plan.moe_ff_size != expected.moe_ff_size)
     fail(errc::bad_tensor_parallel, "shard plan for rank " + std::to_string(plan.rank) + " of " +
                                         std::to_string(plan.world) + " does not match the model config");
   if (!comm) {

@@ -1,5 +1,6 @@
 #pragma once
-// The CPU backend: one rank's shard of a Qwen3 model computed in f32 over
+// The CPU backend: one rank's shard of a model of any family (its layers as
+// model::Family::layer orders the blocks, model/arch/block_ops.hpp) computed in f32 over
 // weights held in bf16 (2 bytes per parameter, read once per decode token),
 // or in GGUF blocks (Q8_0, Q4_K, Q6_K, ...: a GGUF file's quantized tensors
 // as they are, or float weights quantized at load with options.quantize;
@@ -12,7 +13,9 @@
 // its block table, one BLAS call per run of consecutive block ids. Tensor parallelism follows ShardPlan: q/k/v and
 // gate/up hold the rank's output rows, o_proj and down_proj its input columns,
 // each followed by an all-reduce of the partial sums over the communicator;
-// with world 1 (LocalCommunicator) that is the whole model.
+// with world 1 (LocalCommunicator) that is the whole model. A MoE layer routes
+// each token in f32, then runs only the experts some token chose, each over
+// its tokens gathered (every expert's ff slice per rank, one all-reduce).
 #include <memory>
 
 #include "backend/model_runner.hpp"
@@ -30,7 +33,7 @@ namespace neuron::backend::cpu {
 // do not fall on block boundaries, Error{invalid_argument} for a bad max_context or a
 // negative kv_block_size / kv_blocks, Error{out_of_memory} for a pool past
 // the address space.
-std::unique_ptr<ModelRunner> make_cpu_runner(const model::Qwen3Config& cfg, const io::Checkpoint* checkpoint,
+std::unique_ptr<ModelRunner> make_cpu_runner(const model::ModelConfig& cfg, const io::Checkpoint* checkpoint,
                                              const model::ShardPlan& plan, std::shared_ptr<dist::Communicator> comm,
                                              const RunnerOptions& options);
 

@@ -26,17 +26,11 @@ void silu_mul(const float* gate, const float* up, float* out, std::int64_t count
   }
 }
 
-RopeTable::RopeTable(std::int64_t head_dim, double theta, std::int64_t positions)
-    : half_(head_dim / 2), positions_(positions) {
-  NEURON_ASSERT(head_dim % 2 == 0 && positions >= 0);
+RopeTable::RopeTable(const std::vector<float>& inv_freq, std::int64_t positions)
+    : half_(static_cast<std::int64_t>(inv_freq.size())), positions_(positions) {
+  NEURON_ASSERT(positions >= 0);
   cos_.resize(static_cast<std::size_t>(positions * half_));
   sin_.resize(cos_.size());
-  std::vector<float> inv_freq(static_cast<std::size_t>(half_));
-  for (std::int64_t i = 0; i < half_; ++i) {
-    const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
-    const float base_pow = static_cast<float>(std::pow(static_cast<double>(static_cast<float>(theta)), exponent));
-    inv_freq[i] = 1.0f / base_pow;
-  }
   for (std::int64_t p = 0; p < positions; ++p)
     for (std::int64_t i = 0; i < half_; ++i) {
       const float angle = static_cast<float>(p) * inv_freq[i];

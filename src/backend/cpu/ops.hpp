@@ -18,11 +18,12 @@ void silu_mul(const float* gate, const float* up, float* out, std::int64_t count
 // i + head_dim / 2, and both turn by pos * inv_freq[i].
 class RopeTable {
  public:
-  // Angles are formed as transformers does (inv_freq and pos * inv_freq
-  // rounded to f32), then cos / sin evaluated in double: at position ~1000 an
-  // angle computed more exactly than the reference's would differ from it by
-  // ~1e-4 rad, more than the logits tolerance allows.
-  RopeTable(std::int64_t head_dim, double theta, std::int64_t positions);
+  // inv_freq: [head_dim / 2] (model::rope_inv_freq). Angles are formed as
+  // transformers does (pos * inv_freq rounded to f32), then cos / sin
+  // evaluated in double: at position ~1000 an angle computed more exactly than
+  // the reference's would differ from it by ~1e-4 rad, more than the logits
+  // tolerance allows.
+  RopeTable(const std::vector<float>& inv_freq, std::int64_t positions);
   void apply(float* v, std::int64_t pos) const;  // one head, in place; pos < positions
   std::int64_t positions() const noexcept { return positions_; }
 

@@ -347,8 +347,8 @@ __device__ void merge_splits(const float* parts, int nh, int splits, bf16_t* out
   }
 }
 
-// RMSNorm of `heads` heads of D values, each times its weight, then
-// rotate-half RoPE at `pos`, into dst[h] (shared, f32 holding bf16-rounded
+// RMSNorm of `heads` heads of D values, each times its weight (none when the
+// weight is null), then rotate-half RoPE at `pos`, into dst[h] (shared, f32 holding bf16-rounded
 // values, as qk_norm_rope stores them). src[h] and w[h] give head h's row and
 // norm weight. Called by the whole block: every head's values are read in one
 // pass (one memory round trip for all of them), each warp reduces whole heads,
@@ -372,8 +372,8 @@ __device__ void norm_rope_heads(int heads, Src src, Weight w, const float* inv_f
     const int h = e / half, j = e % half;
     const float inv = inv_s[h];
     const bf16_t* wh = w(h);
-    const float a = bf(to_bf(bf(to_bf(dst[h][j] * inv)) * bf(wh[j])));
-    const float b = bf(to_bf(bf(to_bf(dst[h][j + half] * inv)) * bf(wh[j + half])));
+    const float a = wh ? bf(to_bf(bf(to_bf(dst[h][j] * inv)) * bf(wh[j]))) : dst[h][j];  // no weights: no norm
+    const float b = wh ? bf(to_bf(bf(to_bf(dst[h][j + half] * inv)) * bf(wh[j + half]))) : dst[h][j + half];
     float sn, cs;
     sincosf(static_cast<float>(pos) * inv_freq[j], &sn, &cs);
     dst[h][j] = bf(to_bf(a * cs - b * sn));

@@ -1,4 +1,5 @@
-// One rank's shard of a Qwen3 model on one CUDA device (DESIGN.md sections 3, 4, 7).
+// One rank's shard of a model of any family on one CUDA device (DESIGN.md sections 3, 4, 7): the
+// family orders the blocks (model::Family::layer); this file implements them (attention, mlp, moe).
 //
 // Data flow of a step of T tokens from S sequences (x is the f32 residual
 // stream, everything else bf16 unless noted; row-parallel outputs are f32 so
@@ -56,6 +57,10 @@
 #include "backend/cuda/step_inputs.hpp"
 #include "dist/communicator.hpp"
 #include "io/safetensors.hpp"
+#include "model/arch/block_ops.hpp"
+#include "model/arch/family.hpp"
+#include "model/moe_routing.hpp"
+#include "model/rope.hpp"
 #include "model/shard_weights.hpp"
 #include "quant/ggml_type.hpp"
 #include "util/error.hpp"
@@ -170,15 +175,15 @@ class GraphExec {
   cudaGraphExec_t exec_ = nullptr;
 };
 
-class CudaRunner final : public ModelRunner {
+class CudaRunner final : public ModelRunner, private model::BlockOps {
  public:
-  CudaRunner(const model::Qwen3Config& cfg, const io::Checkpoint* checkpoint, const model::ShardPlan& plan,
+  CudaRunner(const model::ModelConfig& cfg, const io::Checkpoint* checkpoint, const model::ShardPlan& plan,
              const Device& device, std::shared_ptr<dist::Communicator> comm, const RunnerOptions& options);
   ~CudaRunner() override;
 
   bool picks_on_device() const noexcept override { return true; }
   HostFloats alloc_logits(std::size_t count) const override;
-  const model::Qwen3Config& config() const noexcept override { return cfg_; }
+  const model::ModelConfig& config() const noexcept override { return cfg_; }
   std::int32_t max_context() const noexcept override { return max_ctx_; }
   KvPoolShape kv_pool() const noexcept override { return KvPoolShape{block_size_, kv_blocks_, bytes_per_block_}; }
   MemoryStats memory() const override;
@@ -190,12 +195,18 @@ class CudaRunner final : public ModelRunner {
   struct Layer {
     DeviceBuffer input_norm;  // [hidden] bf16
     DeviceMatrix qkv;         // [(hq + 2 hkv) * hd, hidden]: the rank's q, k, v rows stacked
-    DeviceBuffer q_norm;      // [hd] bf16
-    DeviceBuffer k_norm;      // [hd] bf16
+    DeviceBuffer q_norm;      // [hd] bf16; empty without q/k norm
+    DeviceBuffer k_norm;      // [hd] bf16; empty without q/k norm
     DeviceMatrix o;           // [hidden, hq * hd]: the rank's input columns
     DeviceBuffer post_norm;   // [hidden] bf16
-    DeviceMatrix gate_up;     // [2 * ff, hidden]: gate rows then up rows of the rank's slice
-    DeviceMatrix down;        // [hidden, ff]: the rank's input columns
+    DeviceMatrix gate_up;     // [2 * ff, hidden]: gate rows then up rows of the rank's slice; empty for MoE
+    DeviceMatrix down;        // [hidden, ff]: the rank's input columns; empty for MoE
+    DeviceMatrix router;      // [E, hidden]: a MoE layer's router (bf16, or as a GGUF stores it)
+    struct Expert {
+      DeviceMatrix gate_up;   // [2 * moe_ff, hidden]
+      DeviceMatrix down;      // [hidden, moe_ff]
+    };
+    std::vector<Expert> experts;  // [E] a MoE layer's experts
   };
 
   void load_weights(const io::Checkpoint* checkpoint);
@@ -216,8 +227,15 @@ class CudaRunner final : public ModelRunner {
   // Packs a pass (padded to kGraphLadder[graph] when graph >= 0) and copies it to step_in_.
   PassPlan upload_pass(std::span<const PassSeq> seqs, int graph);
   void reserve_step_inputs(std::size_t ints);
-  // Runs a pass whose inputs already sit in step_in_, its decode attention in `splits` ranges.
+  // Runs a pass whose inputs already sit in step_in_, its decode attention in `splits` ranges: the
+  // family's layers (model::Family::layer) over the blocks below, then the final norm into h_.
   void run_layers(const PassPlan& p, int splits);
+  // The blocks (model/arch/block_ops.hpp) over the pass in `pass_`. Each leaves its row-parallel output in
+  // delta_ as `pending_`, added to x by the next norm; fused decode adds into x directly.
+  void attention(std::int64_t layer) override;
+  void mlp(std::int64_t layer) override;
+  void moe(std::int64_t layer) override;
+  kernels::DecodeRope decode_rope(const Layer& layer) const;
   void lm_head(const bf16_t* h_rows, int rows, float* out);
   template <class Y>
   void linear(const bf16_t* x, int n, const DeviceMatrix& w, Y* y) {
@@ -234,14 +252,15 @@ class CudaRunner final : public ModelRunner {
   const bf16_t* w(const DeviceBuffer& b) const { return b.data<bf16_t>(); }
   const bf16_t* w(const DeviceMatrix& m) const { return m.bf16(); }
 
-  model::Qwen3Config cfg_;
+  model::ModelConfig cfg_;
+  const model::Family& family_;
   model::ShardPlan plan_;
   Device device_;
   std::shared_ptr<dist::Communicator> comm_;
   std::int32_t max_ctx_ = 0;
   std::int32_t block_size_ = 0, kv_blocks_ = 0, max_blocks_per_seq_ = 0;
   std::uint64_t bytes_per_block_ = 0;
-  int hidden_ = 0, hq_ = 0, hkv_ = 0, hd_ = 0, ff_ = 0, vocab_ = 0, qkv_rows_ = 0;
+  int hidden_ = 0, hq_ = 0, hkv_ = 0, hd_ = 0, ff_ = 0, moe_ff_ = 0, vocab_ = 0, qkv_rows_ = 0;
   int sm_count_ = 1;  // the device's multiprocessors (decode attention's split count)
   float eps_ = 1e-6f, scale_ = 1.f;
   bool use_gemv_ = true, use_graphs_ = true, fuse_decode_rope_ = true, fused_decode_ = false;
@@ -269,6 +288,14 @@ class CudaRunner final : public ModelRunner {
   DeviceBuffer delta_;       // [kMaxPassTokens, hidden] f32 row-parallel partial sums
   DeviceBuffer gate_up_;     // [kMaxPassTokens, 2 * ff] bf16
   DeviceBuffer act_;         // [kMaxPassTokens, ff] bf16
+  // MoE layers (empty when dense; E experts, k of them per token).
+  DeviceBuffer router_logits_;  // [kMaxPassTokens, E] f32
+  PinnedBuffer router_host_;    // [kMaxPassTokens, E] f32: the logits routed on the host (model::MoeRouter)
+  PinnedBuffer moe_host_;       // [2, kMaxPassTokens * k] 4-byte: the chosen experts' token rows (i32), then weights (f32)
+  DeviceBuffer moe_dev_;        // the same on the device
+  DeviceBuffer expert_h_;       // [kMaxPassTokens, hidden] bf16: one expert's tokens' normed inputs
+  DeviceBuffer expert_out_;     // [kMaxPassTokens, hidden] f32: its outputs
+  model::MoeRouter router_;
   DeviceBuffer decode_scratch_;   // [decode_scratch_floats of the largest split pass] f32 partial softmax states
   DeviceBuffer decode_counters_;  // [decode_counters of the largest split pass] u32, zero between calls
   DeviceBuffer head_rows_;   // [kLogitRows, hidden] bf16 gathered LM-head input rows
@@ -279,11 +306,20 @@ class CudaRunner final : public ModelRunner {
   // size and attention grid.
   std::array<std::array<std::array<GraphExec, 2>, kSplitBuckets>, kGraphLadder.size()> graphs_;
   std::vector<std::vector<PassSeq>> passes_;  // the step cut into passes (reused across steps)
+  // The pass run_layers runs (its blocks read it).
+  struct PassState {
+    const PassPlan* plan = nullptr;
+    int splits = 1;
+    bool fused = false;  // one rank, one token, fused_decode_
+  };
+  PassState pass_;
+  const float* pending_ = nullptr;  // the previous block's row-parallel output, added at the next norm
 };
 
-CudaRunner::CudaRunner(const model::Qwen3Config& cfg, const io::Checkpoint* checkpoint, const model::ShardPlan& plan,
+CudaRunner::CudaRunner(const model::ModelConfig& cfg, const io::Checkpoint* checkpoint, const model::ShardPlan& plan,
                        const Device& device, std::shared_ptr<dist::Communicator> comm, const RunnerOptions& options)
     : cfg_(cfg),
+      family_(model::family_of(cfg)),
       plan_(plan),
       device_(device),
       comm_(std::move(comm)),
@@ -300,6 +336,7 @@ CudaRunner::CudaRunner(const model::Qwen3Config& cfg, const io::Checkpoint* chec
                                             " is not supported (16, 64, 128 or 256)");
   if (cfg.hidden_size % 8 != 0)
     throw Error(errc::unsupported_arch, "CUDA backend: hidden_size must be a multiple of 8");
+
   if (options.kv_block_size < 0 || options.kv_blocks < 0)
     throw Error(errc::invalid_argument, "CUDA runner: kv_block_size " + std::to_string(options.kv_block_size) +
                                             " and kv_blocks " + std::to_string(options.kv_blocks) +
@@ -328,7 +365,10 @@ CudaRunner::CudaRunner(const model::Qwen3Config& cfg, const io::Checkpoint* chec
   fused_decode_ = env_flag("NEURON_CUDA_FUSED_DECODE", false) && !quantize_ && comm_->size() == 1 && use_gemv_ &&
                   fuse_decode_rope_ && kernels::gemv_swiglu_supported(ff_) && (hq_ * hd_) % 8 == 0;
   // A host communicator cannot run inside a graph; NCCL could, but one rank is what graphs are measured on.
-  use_graphs_ = env_flag("NEURON_CUDA_GRAPHS", true) && comm_->size() == 1;
+  // MoE layers route on the host (a synchronisation inside the step): no graphs.
+  use_graphs_ = env_flag("NEURON_CUDA_GRAPHS", true) && comm_->size() == 1 && cfg.moe.num_experts == 0;
+  moe_ff_ = static_cast<int>(plan.moe_ff_size);
+  if (cfg.moe.num_experts > 0) fused_decode_ = false;
 
   cudaDeviceProp prop{};
   NEURON_CUDA_CHECK(cudaGetDeviceProperties(&prop, device.index));
@@ -348,11 +388,16 @@ CudaRunner::CudaRunner(const model::Qwen3Config& cfg, const io::Checkpoint* chec
     }
   };
   if (!cfg_.tie_word_embeddings) note(lm_head_);
-  for (const Layer& l : layers_)
-    for (const DeviceMatrix* m : {&l.qkv, &l.o, &l.gate_up, &l.down}) note(*m);
+  for (const Layer& l : layers_) {
+    for (const DeviceMatrix* m : {&l.qkv, &l.o, &l.gate_up, &l.down, &l.router}) note(*m);
+    for (const Layer::Expert& e : l.experts) {
+      note(e.gate_up);
+      note(e.down);
+    }
+  }
   if (scratch.fp8 || scratch.dequantize) fused_decode_ = false;  // its kernels read bf16 weights
   linear_.emplace(stream_.get(), use_gemv_, scratch, std::max(kMaxPassTokens, kLogitRows),
-                  std::max({hidden_, hq_ * hd_, ff_}));
+                  std::max({hidden_, hq_ * hd_, ff_, moe_ff_}));
   // Zeros, not garbage, in the slots no step has written yet: cheap, and a
   // bug that reads one then yields a wrong number rather than a NaN cascade.
   kv_pool_ = DeviceBuffer(static_cast<std::size_t>(bytes_per_block_) * (static_cast<std::size_t>(kv_blocks_) + 1));
@@ -365,8 +410,19 @@ CudaRunner::CudaRunner(const model::Qwen3Config& cfg, const io::Checkpoint* chec
   q_ = DeviceBuffer(2 * n * hq_ * hd_);
   attn_ = DeviceBuffer(2 * n * hq_ * hd_);
   delta_ = DeviceBuffer(4 * n * hidden_);
-  gate_up_ = DeviceBuffer(2 * n * 2 * ff_);
-  act_ = DeviceBuffer(2 * n * ff_);
+  const auto ff_max = static_cast<std::size_t>(std::max(ff_, moe_ff_));
+  gate_up_ = DeviceBuffer(2 * n * 2 * ff_max);
+  act_ = DeviceBuffer(2 * n * ff_max);
+  if (cfg.moe.num_experts > 0) {
+    const auto experts = static_cast<std::size_t>(cfg.moe.num_experts);
+    const auto routed = n * static_cast<std::size_t>(cfg.moe.experts_per_token);
+    router_logits_ = DeviceBuffer(4 * n * experts);
+    router_host_ = PinnedBuffer(4 * n * experts);
+    moe_host_ = PinnedBuffer(8 * routed);
+    moe_dev_ = DeviceBuffer(8 * routed);
+    expert_h_ = DeviceBuffer(2 * n * hidden_);
+    expert_out_ = DeviceBuffer(4 * n * hidden_);
+  }
   // The split-K scratch of the largest split pass: splits shrink as items grow, so scan them all.
   std::size_t scratch_floats = 0, counters = 0;
   for (int items = 1; items <= kMaxPassTokens; ++items) {
@@ -437,23 +493,30 @@ void CudaRunner::load_weights(const io::Checkpoint* checkpoint) {
   final_norm_ = alloc({&specs.final_norm});
   if (!cfg_.tie_word_embeddings) lm_head_ = matrix({&specs.lm_head}, checkpoint, up, Hold::lm_head);
 
-  std::vector<float> inv(static_cast<std::size_t>(hd_ / 2));
-  for (int j = 0; j < hd_ / 2; ++j)
-    inv[j] = static_cast<float>(1.0 / std::pow(cfg_.rope_theta, 2.0 * j / static_cast<double>(hd_)));
+  const std::vector<float> inv = model::rope_inv_freq(cfg_);
   inv_freq_ = DeviceBuffer(4 * inv.size());
   NEURON_CUDA_CHECK(cudaMemcpy(inv_freq_.data(), inv.data(), 4 * inv.size(), cudaMemcpyHostToDevice));
 
   layers_.reserve(specs.layers.size());
   for (const model::LayerSpecs& s : specs.layers) {
+    const model::AttentionSpecs& a = s.attention;
     Layer l;
-    l.input_norm = alloc({&s.input_norm});
-    l.qkv = matrix({&s.q_proj, &s.k_proj, &s.v_proj}, checkpoint, up, Hold::quantizable);
-    l.q_norm = alloc({&s.q_norm});
-    l.k_norm = alloc({&s.k_norm});
-    l.o = matrix({&s.o_proj}, checkpoint, up, Hold::quantizable);
-    l.post_norm = alloc({&s.post_norm});
-    l.gate_up = matrix({&s.gate_proj, &s.up_proj}, checkpoint, up, Hold::quantizable);
-    l.down = matrix({&s.down_proj}, checkpoint, up, Hold::quantizable);
+    l.input_norm = alloc({&a.norm});
+    l.qkv = matrix({&a.q_proj, &a.k_proj, &a.v_proj}, checkpoint, up, Hold::quantizable);
+    if (a.q_norm) l.q_norm = alloc({&*a.q_norm});
+    if (a.k_norm) l.k_norm = alloc({&*a.k_norm});
+    l.o = matrix({&a.o_proj}, checkpoint, up, Hold::quantizable);
+    l.post_norm = alloc({&s.ffn_norm});
+    if (s.mlp) {
+      l.gate_up = matrix({&s.mlp->gate_proj, &s.mlp->up_proj}, checkpoint, up, Hold::quantizable);
+      l.down = matrix({&s.mlp->down_proj}, checkpoint, up, Hold::quantizable);
+    }
+    if (s.moe) {
+      l.router = matrix({&s.moe->router}, checkpoint, up, Hold::as_stored);
+      for (const model::MlpSpecs& e : s.moe->experts)
+        l.experts.push_back({matrix({&e.gate_proj, &e.up_proj}, checkpoint, up, Hold::quantizable),
+                             matrix({&e.down_proj}, checkpoint, up, Hold::quantizable)});
+    }
     layers_.push_back(std::move(l));
   }
   if (up) up->finish();
@@ -615,7 +678,26 @@ PassPlan CudaRunner::upload_pass(std::span<const PassSeq> seqs, int graph) {
   return p;
 }
 
+kernels::DecodeRope CudaRunner::decode_rope(const Layer& layer) const {
+  const bf16_t* q_norm = layer.q_norm.bytes() ? w(layer.q_norm) : nullptr;
+  const bf16_t* k_norm = layer.k_norm.bytes() ? w(layer.k_norm) : nullptr;
+  return kernels::DecodeRope{qkv_.data<bf16_t>(), q_norm, k_norm, inv_freq_.data<float>(), eps_};
+}
+
 void CudaRunner::run_layers(const PassPlan& p, int splits) {
+  const std::int32_t* in = step_in_.data<std::int32_t>();
+  pass_ = PassState{&p, splits, p.tokens == 1 && fused_decode_};
+  pending_ = nullptr;
+  kernels::embed(in + p.layout.tokens, p.tokens, w(embed_), hidden_, vocab_, x_.data<float>(), stream_.get());
+  for (std::int64_t i = 0; i < cfg_.num_hidden_layers; ++i) family_.layer(*this, cfg_, i);
+  kernels::add_rmsnorm(x_.data<float>(), pending_, w(final_norm_), h_.data<bf16_t>(), p.tokens, hidden_, eps_,
+                       stream_.get());
+  pending_ = nullptr;
+}
+
+void CudaRunner::attention(std::int64_t li) {
+  const Layer& layer = layers_[static_cast<std::size_t>(li)];
+  const PassPlan& p = *pass_.plan;
   cudaStream_t s = stream_.get();
   const int n = p.tokens;
   const StepLayout& l = p.layout;
@@ -626,60 +708,103 @@ void CudaRunner::run_layers(const PassPlan& p, int splits) {
   float* scratch = decode_scratch_.data<float>();
   auto* counters = decode_counters_.data<unsigned>();
   float* x = x_.data<float>();
-  bf16_t* h = h_.data<bf16_t>();
-  float* delta = delta_.data<float>();
-  auto rope = [&](const Layer& layer) {
-    return kernels::DecodeRope{qkv_.data<bf16_t>(), w(layer.q_norm), w(layer.k_norm), inv_freq_.data<float>(), eps_};
-  };
-  kernels::embed(in + l.tokens, n, w(embed_), hidden_, vocab_, x, s);
-  if (n == 1 && fused_decode_) {
-    // One rank, one token: 5 kernels a layer. The norms run inside the
-    // projections that consume them, and the row-parallel projections add
-    // straight into the residual stream (no all-reduce to wait for).
-    for (std::size_t i = 0; i < layers_.size(); ++i) {
-      const Layer& layer = layers_[i];
-      kernels::gemv_rmsnorm(w(layer.qkv), x, w(layer.input_norm), eps_, qkv_rows_, hidden_, qkv_.data<bf16_t>(), s);
-      kernels::attention_decode(nullptr, rope(layer), kv(i), seqs, items, 1, hq_, hd_, scale_, splits, scratch,
-                                counters, attn_.data<bf16_t>(), s);
-      kernels::gemv_accumulate(w(layer.o), attn_.data<bf16_t>(), hidden_, hq_ * hd_, x, s);
-      kernels::gemv_rmsnorm(w(layer.gate_up), x, w(layer.post_norm), eps_, 2 * ff_, hidden_, gate_up_.data<bf16_t>(),
-                            s);
-      kernels::gemv_swiglu(w(layer.down), gate_up_.data<bf16_t>(), hidden_, ff_, x, true, s);
-    }
-    kernels::add_rmsnorm(x, nullptr, w(final_norm_), h, 1, hidden_, eps_, s);
+  const auto i = static_cast<std::size_t>(li);
+  if (pass_.fused) {
+    // One rank, one token: the norm runs inside the projection that consumes it, and the row-parallel
+    // projection adds straight into the residual stream (no all-reduce to wait for).
+    kernels::gemv_rmsnorm(w(layer.qkv), x, w(layer.input_norm), eps_, qkv_rows_, hidden_, qkv_.data<bf16_t>(), s);
+    kernels::attention_decode(nullptr, decode_rope(layer), kv(i), seqs, items, 1, hq_, hd_, scale_, pass_.splits,
+                              scratch, counters, attn_.data<bf16_t>(), s);
+    kernels::gemv_accumulate(w(layer.o), attn_.data<bf16_t>(), hidden_, hq_ * hd_, x, s);
     return;
   }
-  const float* pending = nullptr;  // the previous down projection, added at the next norm
-  for (std::size_t i = 0; i < layers_.size(); ++i) {
-    const Layer& layer = layers_[i];
-    kernels::add_rmsnorm(x, pending, w(layer.input_norm), h, n, hidden_, eps_, s);
-    linear(h, n, layer.qkv, qkv_.data<bf16_t>());
-    if (p.decode_only && fuse_decode_rope_) {
-      kernels::attention_decode(nullptr, rope(layer), kv(i), seqs, items, p.n_decode, hq_, hd_, scale_, splits,
-                                scratch, counters, attn_.data<bf16_t>(), s);
-    } else {
-      kernels::qk_norm_rope(qkv_.data<bf16_t>(), n, hq_, hd_, w(layer.q_norm), w(layer.k_norm),
-                            inv_freq_.data<float>(), in + l.positions, in + l.slots, eps_, q_.data<bf16_t>(), kv(i),
-                            s);
-      kernels::attention_decode(q_.data<bf16_t>(), {}, kv(i), seqs, items, p.n_decode, hq_, hd_, scale_, splits,
-                                scratch, counters, attn_.data<bf16_t>(), s);
-      kernels::attention_prefill(q_.data<bf16_t>(), kv(i), seqs, in + l.tiles, p.n_tiles, hq_, hd_, scale_,
-                                 attn_.data<bf16_t>(), s);
-    }
-    linear(attn_.data<bf16_t>(), n, layer.o, delta);
-    all_reduce(delta, static_cast<std::size_t>(n) * hidden_);
-    kernels::add_rmsnorm(x, delta, w(layer.post_norm), h, n, hidden_, eps_, s);
-    if (n == 1 && use_gemv_ && !layer.down.quantized() && kernels::gemv_swiglu_supported(ff_)) {
-      linear(h, n, layer.gate_up, gate_up_.data<bf16_t>());
-      kernels::gemv_swiglu(w(layer.down), gate_up_.data<bf16_t>(), hidden_, ff_, delta, false, s);
-    } else {
-      linear_->swiglu(h, n, layer.gate_up, gate_up_.data<bf16_t>(), act_.data<bf16_t>());
-      linear(act_.data<bf16_t>(), n, layer.down, delta);
-    }
-    all_reduce(delta, static_cast<std::size_t>(n) * hidden_);
-    pending = delta;
+  bf16_t* h = h_.data<bf16_t>();
+  float* delta = delta_.data<float>();
+  kernels::add_rmsnorm(x, pending_, w(layer.input_norm), h, n, hidden_, eps_, s);
+  linear(h, n, layer.qkv, qkv_.data<bf16_t>());
+  if (p.decode_only && fuse_decode_rope_) {
+    kernels::attention_decode(nullptr, decode_rope(layer), kv(i), seqs, items, p.n_decode, hq_, hd_, scale_,
+                              pass_.splits, scratch, counters, attn_.data<bf16_t>(), s);
+  } else {
+    const kernels::DecodeRope rope = decode_rope(layer);
+    kernels::qk_norm_rope(qkv_.data<bf16_t>(), n, hq_, hd_, rope.q_norm, rope.k_norm, inv_freq_.data<float>(),
+                          in + l.positions, in + l.slots, eps_, q_.data<bf16_t>(), kv(i), s);
+    kernels::attention_decode(q_.data<bf16_t>(), {}, kv(i), seqs, items, p.n_decode, hq_, hd_, scale_, pass_.splits,
+                              scratch, counters, attn_.data<bf16_t>(), s);
+    kernels::attention_prefill(q_.data<bf16_t>(), kv(i), seqs, in + l.tiles, p.n_tiles, hq_, hd_, scale_,
+                               attn_.data<bf16_t>(), s);
   }
-  kernels::add_rmsnorm(x, pending, w(final_norm_), h, n, hidden_, eps_, s);
+  linear(attn_.data<bf16_t>(), n, layer.o, delta);
+  all_reduce(delta, static_cast<std::size_t>(n) * hidden_);
+  pending_ = delta;
+}
+
+void CudaRunner::mlp(std::int64_t li) {
+  const Layer& layer = layers_[static_cast<std::size_t>(li)];
+  cudaStream_t s = stream_.get();
+  const int n = pass_.plan->tokens;
+  float* x = x_.data<float>();
+  if (pass_.fused) {
+    kernels::gemv_rmsnorm(w(layer.gate_up), x, w(layer.post_norm), eps_, 2 * ff_, hidden_, gate_up_.data<bf16_t>(), s);
+    kernels::gemv_swiglu(w(layer.down), gate_up_.data<bf16_t>(), hidden_, ff_, x, true, s);
+    return;
+  }
+  bf16_t* h = h_.data<bf16_t>();
+  float* delta = delta_.data<float>();
+  kernels::add_rmsnorm(x, pending_, w(layer.post_norm), h, n, hidden_, eps_, s);
+  if (n == 1 && use_gemv_ && !layer.down.quantized() && kernels::gemv_swiglu_supported(ff_)) {
+    linear(h, n, layer.gate_up, gate_up_.data<bf16_t>());
+    kernels::gemv_swiglu(w(layer.down), gate_up_.data<bf16_t>(), hidden_, ff_, delta, false, s);
+  } else {
+    linear_->swiglu(h, n, layer.gate_up, gate_up_.data<bf16_t>(), act_.data<bf16_t>());
+    linear(act_.data<bf16_t>(), n, layer.down, delta);
+  }
+  all_reduce(delta, static_cast<std::size_t>(n) * hidden_);
+  pending_ = delta;
+}
+
+// Routed on the host (model::MoeRouter over the router's logits), then each chosen expert over its tokens
+// gathered: SwiGLU, down projection, and its weighted rows added into delta in expert order.
+void CudaRunner::moe(std::int64_t li) {
+  const Layer& layer = layers_[static_cast<std::size_t>(li)];
+  cudaStream_t s = stream_.get();
+  const int n = pass_.plan->tokens;
+  const auto experts = static_cast<std::int64_t>(layer.experts.size());
+  bf16_t* h = h_.data<bf16_t>();
+  float* delta = delta_.data<float>();
+  kernels::add_rmsnorm(x_.data<float>(), pending_, w(layer.post_norm), h, n, hidden_, eps_, s);
+  linear(h, n, layer.router, router_logits_.data<float>());
+  NEURON_CUDA_CHECK(cudaMemcpyAsync(router_host_.data(), router_logits_.data(), 4 * static_cast<std::size_t>(n) * experts,
+                                    cudaMemcpyDeviceToHost, s));
+  stream_.synchronize();  // also: no earlier copy still reads moe_host_
+  router_.route(router_host_.data<float>(), n, cfg_.moe);
+  const std::size_t routed = static_cast<std::size_t>(n) * static_cast<std::size_t>(cfg_.moe.experts_per_token);
+  auto* rows = moe_host_.data<std::int32_t>();
+  auto* weights = reinterpret_cast<float*>(rows + routed);
+  std::size_t at = 0;
+  for (std::int64_t e = 0; e < experts; ++e)
+    for (const model::RoutedToken& t : router_.tokens_of(e)) {
+      rows[at] = static_cast<std::int32_t>(t.token);
+      weights[at++] = t.weight;
+    }
+  NEURON_ASSERT(at == routed);
+  NEURON_CUDA_CHECK(cudaMemcpyAsync(moe_dev_.data(), moe_host_.data(), 8 * routed, cudaMemcpyHostToDevice, s));
+  NEURON_CUDA_CHECK(cudaMemsetAsync(delta, 0, 4 * static_cast<std::size_t>(n) * hidden_, s));
+  const auto* rows_dev = moe_dev_.data<std::int32_t>();
+  const auto* weights_dev = reinterpret_cast<const float*>(rows_dev + routed);
+  at = 0;
+  for (std::int64_t e = 0; e < experts; ++e) {
+    const auto m = static_cast<int>(router_.tokens_of(e).size());
+    if (m == 0) continue;  // an expert no token chose is never read
+    const Layer::Expert& ex = layer.experts[static_cast<std::size_t>(e)];
+    kernels::gather_rows(h, rows_dev + at, m, hidden_, expert_h_.data<bf16_t>(), s);
+    linear_->swiglu(expert_h_.data<bf16_t>(), m, ex.gate_up, gate_up_.data<bf16_t>(), act_.data<bf16_t>());
+    linear(act_.data<bf16_t>(), m, ex.down, expert_out_.data<float>());
+    kernels::scatter_add_rows(expert_out_.data<float>(), rows_dev + at, weights_dev + at, m, hidden_, delta, s);
+    at += static_cast<std::size_t>(m);
+  }
+  all_reduce(delta, static_cast<std::size_t>(n) * hidden_);
+  pending_ = delta;
 }
 
 void CudaRunner::lm_head(const bf16_t* h_rows, int rows, float* out) {
@@ -800,7 +925,7 @@ void CudaRunner::run_step(const Batch& batch, std::span<float> logits, std::span
 
 }  // namespace
 
-std::unique_ptr<ModelRunner> make_cuda_runner(const model::Qwen3Config& cfg, const io::Checkpoint* checkpoint,
+std::unique_ptr<ModelRunner> make_cuda_runner(const model::ModelConfig& cfg, const io::Checkpoint* checkpoint,
                                               const model::ShardPlan& plan, const Device& device,
                                               std::shared_ptr<dist::Communicator> comm, const RunnerOptions& options) {
   if (!device.is_cuda()) throw Error(errc::invalid_argument, "make_cuda_runner: " + device.str() + " is not a CUDA device");

@@ -11,7 +11,7 @@
 namespace neuron::backend::cuda {
 
 // Throws Error{cuda|out_of_memory|invalid_argument}.
-std::unique_ptr<ModelRunner> make_cuda_runner(const model::Qwen3Config& cfg, const io::Checkpoint* checkpoint,
+std::unique_ptr<ModelRunner> make_cuda_runner(const model::ModelConfig& cfg, const io::Checkpoint* checkpoint,
                                               const model::ShardPlan& plan, const Device& device,
                                               std::shared_ptr<dist::Communicator> comm, const RunnerOptions& options);
 

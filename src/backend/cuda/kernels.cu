@@ -122,13 +122,23 @@ __global__ void qk_norm_rope_kernel(const bf16_t* qkv, int hq, int d, const bf16
   const int half = d / 2;
   for (int j = threadIdx.x; j < half; j += blockDim.x) {
     // Normalised values are rounded to bf16 as the reference model does before RoPE.
-    const float a = bf(to_bf(bf(to_bf(row[j] * inv)) * bf(w[j])));
-    const float b = bf(to_bf(bf(to_bf(row[j + half] * inv)) * bf(w[j + half])));
+    // Without norm weights (Llama) the projection's bf16 values rotate as they are.
+    const float a = w ? bf(to_bf(bf(to_bf(row[j] * inv)) * bf(w[j]))) : row[j];
+    const float b = w ? bf(to_bf(bf(to_bf(row[j + half] * inv)) * bf(w[j + half]))) : row[j + half];
     float s, c;
     sincosf(static_cast<float>(pos) * inv_freq[j], &s, &c);
     dst[j] = to_bf(a * c - b * s);
     dst[j + half] = to_bf(b * c + a * s);
   }
+}
+
+__global__ void scatter_add_rows_kernel(const float* src, const std::int32_t* rows, const float* weights, int cols,
+                                        float* dst) {
+  grid_dependency_wait();
+  const float w = weights[blockIdx.x];
+  const float* from = src + static_cast<std::size_t>(blockIdx.x) * cols;
+  float* to = dst + static_cast<std::size_t>(rows[blockIdx.x]) * cols;
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) to[c] += w * from[c];
 }
 
 __global__ void gather_rows_kernel(const bf16_t* src, const std::int32_t* rows, int cols, bf16_t* dst) {
@@ -429,6 +439,13 @@ void qk_norm_rope(const bf16_t* qkv, int n, int hq, int d, const bf16_t* q_norm,
 void gather_rows(const bf16_t* src, const std::int32_t* rows, int n, int cols, bf16_t* dst, cudaStream_t stream) {
   if (n <= 0) return;
   launch(gather_rows_kernel, dim3(static_cast<unsigned>(n)), 256, 0, stream, "gather_rows", src, rows, cols, dst);
+}
+
+void scatter_add_rows(const float* src, const std::int32_t* rows, const float* weights, int m, int cols, float* dst,
+                      cudaStream_t stream) {
+  if (m <= 0) return;
+  launch(scatter_add_rows_kernel, dim3(static_cast<unsigned>(m)), 256, 0, stream, "scatter_add_rows", src, rows, weights,
+         cols, dst);
 }
 
 void argmax_rows(const float* logits, int vocab, const std::int32_t* rows, int n, std::int32_t* out, cudaStream_t stream) {

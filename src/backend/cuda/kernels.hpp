@@ -1,5 +1,5 @@
 #pragma once
-// The CUDA kernels of the Qwen3 forward, as host-callable functions over
+// The CUDA kernels of the families' blocks (model/arch/block_ops.hpp), as host-callable functions over
 // device pointers, so the runner and the kernel tests stay plain C++.
 //
 // Conventions: bf16 buffers are passed as std::uint16_t* (the bit pattern, as
@@ -65,15 +65,21 @@ struct StepSeqs {
 };
 
 // Splits the fused projection qkv [n, (hq + 2 hkv) * d] into heads, applies
-// the per-head RMSNorm (q_norm / k_norm over d) and rotate-half RoPE at
-// positions[i], writes q to q_out [n, hq, d] and k, v into the pool at
-// slots[i] (= block * block_size + slot). inv_freq [d / 2] f32 holds theta^(-2j/d).
+// the per-head RMSNorm (q_norm / k_norm over d; both null: no norm, as Llama)
+// and rotate-half RoPE at positions[i], writes q to q_out [n, hq, d] and k, v
+// into the pool at slots[i] (= block * block_size + slot). inv_freq [d / 2]
+// f32 (model::rope_inv_freq).
 void qk_norm_rope(const bf16_t* qkv, int n, int hq, int d, const bf16_t* q_norm, const bf16_t* k_norm,
                   const float* inv_freq, const std::int32_t* positions, const std::int32_t* slots, float eps,
                   bf16_t* q_out, PagedKv kv, cudaStream_t stream);
 
 // dst[i, :] = src[rows[i], :] for n rows of `cols` bf16 (the rows the LM head is asked for).
 void gather_rows(const bf16_t* src, const std::int32_t* rows, int n, int cols, bf16_t* dst, cudaStream_t stream);
+
+// dst[rows[i], :] += weights[i] * src[i, :] for m rows of `cols` f32 (a MoE expert's outputs into the layer's
+// sum; the rows of one call are distinct).
+void scatter_add_rows(const float* src, const std::int32_t* rows, const float* weights, int m, int cols, float* dst,
+                      cudaStream_t stream);
 
 // out[i] = model::greedy_pick(logits[r, :]) with r = rows ? rows[i] : i, for n rows of `vocab` f32:
 // the first maximum, NaN never winning, 0 when nothing is above -inf. out [n] i32 on the device.
@@ -111,8 +117,8 @@ void attention_prefill(const bf16_t* q, PagedKv kv, StepSeqs seqs, const std::in
 // ctx_len - 1 before reading; q is then unused.
 struct DecodeRope {
   const bf16_t* qkv = nullptr;
-  const bf16_t* q_norm = nullptr;
-  const bf16_t* k_norm = nullptr;
+  const bf16_t* q_norm = nullptr;  // [d]; both null: no q/k norm
+  const bf16_t* k_norm = nullptr;  // [d]
   const float* inv_freq = nullptr;
   float eps = 0.f;
 };

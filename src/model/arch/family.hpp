@@ -1,0 +1,67 @@
+#pragma once
+// A model family: everything neuron knows about one architecture, in one place
+// (src/model/arch/<family>.cpp): its config fields (from config.json, and from
+// GGUF metadata), its tensor names and tensor-parallel shard rules
+// (LayerSpecs), and its layer graph: the blocks each decoder layer runs, in
+// order, over a backend's BlockOps. Backends implement the blocks (and fuse
+// inside them as they like); they never know a family's layer order, so a new
+// family touches neither runner's loop.
+//
+// Supported now: qwen3 (Qwen3ForCausalLM), llama (LlamaForCausalLM: Llama
+// 3.x), qwen3_moe (Qwen3MoeForCausalLM).
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "model/config.hpp"
+
+namespace neuron::io { class GgufMetadata; }
+
+namespace neuron::model {
+
+class BlockOps;
+struct LayerSpecs;
+struct ShardPlan;
+
+class Family {
+ public:
+  virtual ~Family() = default;
+  virtual std::string_view model_type() const noexcept = 0;         // config.json's model_type
+  virtual std::string_view hf_architecture() const noexcept = 0;    // config.json's architectures[0]
+  virtual std::string_view gguf_architecture() const noexcept = 0;  // a GGUF's general.architecture
+
+  // Reads the family's own config.json fields into cfg (the shared ones are
+  // read already). Throws Error{bad_model} for malformed fields and
+  // Error{unsupported_arch} for what the family does not implement.
+  virtual void parse(const nlohmann::json& config, ModelConfig& cfg) const = 0;
+  // Writes them back, so ModelConfig::to_json round-trips through parse.
+  virtual void write(const ModelConfig& cfg, nlohmann::json& config) const = 0;
+  // The "<gguf_architecture>.*" metadata as those config.json fields (the
+  // shared keys are mapped by gguf_config.cpp).
+  virtual void gguf_fields(const io::GgufMetadata& md, nlohmann::json& config) const = 0;
+  // The tensor a GGUF file stores under a per-layer llama.cpp name part
+  // ("ffn_gate_inp") as the Hugging Face part ("mlp.gate"); empty when the
+  // family has no such tensor. Shared names (attn_q, ffn_down, ...) are io/gguf_names'.
+  virtual std::string_view gguf_layer_part(std::string_view gguf_part) const noexcept { return {}; }
+  // llama.cpp stores LLaMA-family q/k rows permuted for its interleaved RoPE
+  // (convert_hf_to_gguf.py LlamaModel.permute); true when rows must be put back.
+  virtual bool gguf_permutes_qk() const noexcept { return false; }
+
+  // Layer `layer`'s tensors on rank plan.rank.
+  virtual LayerSpecs layer_specs(const ModelConfig& cfg, const ShardPlan& plan, std::int64_t layer) const = 0;
+  // Layer `layer`'s blocks, in order.
+  virtual void layer(BlockOps& ops, const ModelConfig& cfg, std::int64_t layer) const = 0;
+};
+
+// The family of cfg.model_type. Throws Error{unsupported_arch} naming the supported ones.
+const Family& family_of(const ModelConfig& cfg);
+const Family* find_family(std::string_view model_type) noexcept;
+const Family* find_gguf_family(std::string_view gguf_architecture) noexcept;
+// "qwen3, llama, qwen3_moe": for errors, /discovery and capabilities.
+std::vector<std::string> supported_model_types();
+std::string supported_model_types_text();
+
+}  // namespace neuron::model
