@@ -102,7 +102,7 @@ double chained_us(cudaStream_t stream, int copies, Launch&& launch) {
   return ms * 1e3 / chain;
 }
 
-void gemv_shapes(const model::Qwen3Config& c, double copy_gbs) {
+void gemv_shapes(const model::ModelConfig& c, double copy_gbs) {
   using namespace neuron::backend::cuda;
   struct Shape { const char* name; int rows, cols; };
   const int h = static_cast<int>(c.hidden_size), hd = static_cast<int>(c.head_dim);
@@ -147,7 +147,7 @@ void gemv_shapes(const model::Qwen3Config& c, double copy_gbs) {
 // The GEMV of each weight format on the model's projection shapes, at 1 and
 // 8 tokens: microseconds and the fraction of the copy bandwidth its weight
 // bytes reach. Weights are arbitrary bytes (speed does not depend on them).
-void quant_gemv_shapes(const model::Qwen3Config& c, double copy_gbs, const std::string& only) {
+void quant_gemv_shapes(const model::ModelConfig& c, double copy_gbs, const std::string& only) {
   using namespace neuron::backend::cuda;
   using quant::GgmlType;
   struct Shape { const char* name; int rows, cols; };
@@ -205,7 +205,7 @@ void quant_gemv_shapes(const model::Qwen3Config& c, double copy_gbs, const std::
 // microseconds a launch costs chained in a graph, and the fraction of the
 // copy bandwidth its K/V bytes reach. The chain cycles through copies of the
 // pool larger than L2 together.
-void attention_shapes(const model::Qwen3Config& c, double copy_gbs) {
+void attention_shapes(const model::ModelConfig& c, double copy_gbs) {
   using namespace neuron::backend::cuda;
   const int hq = static_cast<int>(c.num_attention_heads), hkv = static_cast<int>(c.num_key_value_heads);
   const int d = static_cast<int>(c.head_dim), bs = 16;
@@ -281,7 +281,7 @@ std::vector<int> parse_list(const std::string& text) {
 }
 
 // B sequences of `prompt` tokens, prefilled, then `gen` decode steps of all B; one JSON line per B.
-void batched_decode(const model::Qwen3Config& cfg, const std::string& config, const std::vector<int>& batches,
+void batched_decode(const model::ModelConfig& cfg, const std::string& config, const std::vector<int>& batches,
                     int prompt, int gen) {
   const int max_batch = *std::max_element(batches.begin(), batches.end());
   RunnerOptions options;
@@ -374,7 +374,7 @@ int main(int argc, char** argv) try {
       return 2;
     }
   }
-  const model::Qwen3Config cfg = model::preset_config(config);
+  const model::ModelConfig cfg = model::preset_config(config);
   if (const char* pdl = std::getenv("NEURON_CUDA_PDL"); pdl && std::string(pdl) == "0")
     backend::cuda::kernels::set_programmatic_launch(false);  // as the runner reads it, for the kernel benchmarks too
   if (!batches.empty()) {

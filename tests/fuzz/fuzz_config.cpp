@@ -11,8 +11,8 @@
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
   try {
-    const auto cfg = neuron::model::Qwen3Config::parse(text);
-    if (!(neuron::model::Qwen3Config::parse(cfg.to_json()) == cfg)) __builtin_trap();
+    const auto cfg = neuron::model::ModelConfig::parse(text);
+    if (!(neuron::model::ModelConfig::parse(cfg.to_json()) == cfg)) __builtin_trap();
   } catch (const neuron::Error&) {
   }
   try {

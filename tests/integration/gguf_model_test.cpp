@@ -166,7 +166,7 @@ TEST_F(GgufModel, QuantizeAtLoadRefusesWhatItCannotDo) {
 // on bf16 sizes: quantize-at-load saves on the projections, a GGUF holds at
 // most its file.
 TEST_F(GgufModel, LoadPlansCountQuantizedWeightsAsTheyWillBeHeld) {
-  const model::Qwen3Config cfg = model::load_model_configs(kTiny).model;
+  const model::ModelConfig cfg = model::load_model_configs(kTiny).model;
   const auto bf16 = engine::plan_load(options(kTiny), cfg);
   auto o = options(kTiny);
   o.quantize = quant::GgmlType::q8_0;
@@ -188,7 +188,7 @@ TEST_F(GgufModel, LoadPlansCountQuantizedWeightsAsTheyWillBeHeld) {
 // A model whose shards split into whole blocks: q4_k and q8_0 at TP=2 equal TP=1.
 TEST(QuantizedTp, TwoRanksEqualOneWithTheSameQuantization) {
   test_support::TempDir tmp("neuron-quant-tp");
-  const model::Qwen3Config c = test_support::quant_test_config();
+  const model::ModelConfig c = test_support::quant_test_config();
   model::write_random_checkpoint(tmp.path(), c, {.seed = 5});
   std::vector<std::int32_t> prompt;
   std::mt19937 rng(3);

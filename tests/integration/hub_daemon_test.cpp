@@ -23,7 +23,7 @@ namespace fs = std::filesystem;
 TEST(HubDaemon, LoadDownloadsWithProgressThenServes) {
   test_support::TempDir model_dir("neuron-hub-model"), home("neuron-hub-home");
   const fs::path tiny = repo_path("models/qwen3-tiny-a");
-  model::write_random_checkpoint(model_dir.path(), model::Qwen3Config::parse(read_all((tiny / "config.json").string())),
+  model::write_random_checkpoint(model_dir.path(), model::ModelConfig::parse(read_all((tiny / "config.json").string())),
                                  {.seed = 5, .shards = 2});
   for (const char* name : {"tokenizer.json", "tokenizer_config.json"}) fs::copy_file(tiny / name, model_dir.path() / name);
 

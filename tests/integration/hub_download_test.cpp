@@ -243,7 +243,7 @@ TEST_F(HubDownload, OfflineUsesTheCacheAndNeverTheNetwork) {
 
 // A generated Qwen3 (two safetensors shards and their index) with the bundled model's tokenizer.
 fs::path generated_model(const TempDir& dir) {
-  model::Qwen3Config c = model::Qwen3Config::parse(read_file(fs::path(NEURON_REPO_ROOT) / "models/qwen3-tiny-a/config.json"));
+  model::ModelConfig c = model::ModelConfig::parse(read_file(fs::path(NEURON_REPO_ROOT) / "models/qwen3-tiny-a/config.json"));
   model::write_random_checkpoint(dir.path(), c, {.seed = 3, .shards = 2});
   for (const char* name : {"tokenizer.json", "tokenizer_config.json"})
     fs::copy_file(fs::path(NEURON_REPO_ROOT) / "models/qwen3-tiny-a" / name, dir.path() / name);

@@ -38,8 +38,8 @@ const Case kCases[] = {
     {"tied_mha_f32", 257, 40, 72, 4, 4, 4, 12, true, 1, DType::f32},
 };
 
-model::Qwen3Config config_of(const Case& c) {
-  model::Qwen3Config cfg = model::preset_config("qwen3-0.6b");
+model::ModelConfig config_of(const Case& c) {
+  model::ModelConfig cfg = model::preset_config("qwen3-0.6b");
   cfg.vocab_size = c.vocab;
   cfg.hidden_size = c.hidden;
   cfg.intermediate_size = c.intermediate;
@@ -105,7 +105,7 @@ class PrefillConsistency : public ::testing::TestWithParam<Case> {
   }
 
   fs::path dir_;
-  model::Qwen3Config cfg_;
+  model::ModelConfig cfg_;
   std::unique_ptr<backend::ModelRunner> runner_;
 };
 

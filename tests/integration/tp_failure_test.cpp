@@ -32,7 +32,7 @@ class TpFailure : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = std::filesystem::temp_directory_path() / ("neuron-tp-failure-" + std::to_string(::getpid()));
-    model::Qwen3Config c;
+    model::ModelConfig c;
     c.vocab_size = 256;
     c.hidden_size = 32;
     c.intermediate_size = 96;

@@ -10,7 +10,7 @@
 namespace neuron::test_support {
 
 inline void write_memory_test_model(const std::filesystem::path& dir, const std::filesystem::path& tiny_model) {
-  model::Qwen3Config cfg = model::load_model_configs(tiny_model).model;
+  model::ModelConfig cfg = model::load_model_configs(tiny_model).model;
   cfg.hidden_size = 512;
   cfg.intermediate_size = 1536;
   cfg.num_hidden_layers = 4;

@@ -49,8 +49,8 @@ struct Shape {
 void PrintTo(const Shape& s, std::ostream* os) { *os << s.name; }
 
 // A generated model unlike the fixture: untied, 6 query heads over 2 KV heads, head_dim 20 != hidden / heads.
-model::Qwen3Config generated_config() {
-  model::Qwen3Config c = model::preset_config("qwen3-0.6b");
+model::ModelConfig generated_config() {
+  model::ModelConfig c = model::preset_config("qwen3-0.6b");
   c.vocab_size = 300;
   c.hidden_size = 48;
   c.intermediate_size = 80;
@@ -117,7 +117,7 @@ class CpuBatch : public ::testing::TestWithParam<Shape> {
 
   fs::path dir_;
   bool generated_ = false;
-  model::Qwen3Config cfg_;
+  model::ModelConfig cfg_;
   std::unique_ptr<io::Checkpoint> ckpt_;
   std::unique_ptr<backend::ModelRunner> solo_;  // the reference: one sequence at a time
 };

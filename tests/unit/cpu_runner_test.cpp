@@ -52,7 +52,7 @@ class CpuTinyModel : public ::testing::Test {
     return backend::make_runner(cfg_, ckpt_.get(), model::ShardPlan::make(cfg_, 0, 1), backend::Device{}, nullptr, o);
   }
 
-  static inline model::Qwen3Config cfg_;
+  static inline model::ModelConfig cfg_;
   static inline std::unique_ptr<io::Checkpoint> ckpt_;
 };
 
@@ -153,7 +153,7 @@ TEST_F(CpuTinyModel, CudaDeviceWithoutCudaIsRefused) {
 }
 
 TEST(CpuRunnerCheckpoint, WrongShapesAndMissingTensorsAreClearErrors) {
-  model::Qwen3Config cfg = model::preset_config("qwen3-0.6b");
+  model::ModelConfig cfg = model::preset_config("qwen3-0.6b");
   cfg.vocab_size = 64;
   cfg.hidden_size = 16;
   cfg.intermediate_size = 24;
@@ -164,7 +164,7 @@ TEST(CpuRunnerCheckpoint, WrongShapesAndMissingTensorsAreClearErrors) {
   const fs::path dir = fs::temp_directory_path() / ("neuron-cpu-bad-" + std::to_string(::getpid()));
   model::write_random_checkpoint(dir, cfg);
   const auto ckpt = io::Checkpoint::open_dir(dir);
-  const auto open = [&](const model::Qwen3Config& c) {
+  const auto open = [&](const model::ModelConfig& c) {
     backend::make_runner(c, &ckpt, model::ShardPlan::make(c, 0, 1), backend::Device{}, nullptr, {});
   };
   EXPECT_EQ(error_kind([&] { open(cfg); }), "no error");
@@ -188,7 +188,7 @@ TEST(CpuRunnerCheckpoint, WrongShapesAndMissingTensorsAreClearErrors) {
 }
 
 TEST(CpuRunnerDummy, StandInWeightsAreDeterministicAndShardConsistent) {
-  model::Qwen3Config cfg = model::preset_config("qwen3-0.6b");
+  model::ModelConfig cfg = model::preset_config("qwen3-0.6b");
   cfg.vocab_size = 100;
   cfg.hidden_size = 32;
   cfg.intermediate_size = 48;

@@ -441,7 +441,7 @@ using test_support::cosine;
 TEST(CudaQuantRunner, QuantizeAtLoadFollowsTheCpuAndSplitsAcrossRanks) {
   if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
   test_support::TempDir tmp("neuron-cuda-quant");
-  const model::Qwen3Config c = test_support::quant_test_config();
+  const model::ModelConfig c = test_support::quant_test_config();
   model::write_random_checkpoint(tmp.path(), c, {.seed = 11});
   const io::Checkpoint ckpt = io::Checkpoint::open_dir(tmp.path());
   std::vector<std::int32_t> prompt;
@@ -490,7 +490,7 @@ TEST(CudaQuantRunner, Fp8AtLoadStaysCloseToBf16AndSplitsAcrossRanks) {
   NEURON_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   if (prop.major < 9) GTEST_SKIP() << "FP8 needs compute capability 9.0";
   test_support::TempDir tmp("neuron-cuda-fp8");
-  const model::Qwen3Config c = test_support::quant_test_config();
+  const model::ModelConfig c = test_support::quant_test_config();
   model::write_random_checkpoint(tmp.path(), c, {.seed = 13});
   const io::Checkpoint ckpt = io::Checkpoint::open_dir(tmp.path());
   std::vector<std::int32_t> prompt;

@@ -39,7 +39,7 @@ namespace {
 const std::filesystem::path kModel = std::filesystem::path(NEURON_REPO_ROOT) / "models" / "qwen3-tiny-a";
 const std::filesystem::path kGolden = std::filesystem::path(NEURON_TEST_DATA) / "qwen3-tiny-a";
 
-std::unique_ptr<ModelRunner> open_tiny(const io::Checkpoint& ckpt, const model::Qwen3Config& cfg, int rank = 0,
+std::unique_ptr<ModelRunner> open_tiny(const io::Checkpoint& ckpt, const model::ModelConfig& cfg, int rank = 0,
                                        int world = 1, std::shared_ptr<dist::Communicator> comm = nullptr,
                                        RunnerOptions options = {}) {
   if (!comm) comm = std::make_shared<dist::LocalCommunicator>();
@@ -92,7 +92,7 @@ class CudaRunnerTiny : public ::testing::Test {
     cfg_ = model::load_model_configs(kModel).model;
     ckpt_ = std::make_unique<io::Checkpoint>(io::Checkpoint::open_dir(kModel));
   }
-  model::Qwen3Config cfg_;
+  model::ModelConfig cfg_;
   std::unique_ptr<io::Checkpoint> ckpt_;
 };
 
@@ -274,7 +274,7 @@ TEST_F(CudaRunnerTiny, KvPoolShapeFollowsTheOptions) {
 TEST_F(CudaRunnerTiny, OutOfMemoryAtLoadIsACleanErrorAndMemoryIsReturned) {
   std::size_t free_before = 0, total = 0, free_after = 0;
   NEURON_CUDA_CHECK(cudaMemGetInfo(&free_before, &total));
-  model::Qwen3Config huge = model::preset_config("qwen3-32b");
+  model::ModelConfig huge = model::preset_config("qwen3-32b");
   huge.num_hidden_layers = 4 * 64;  // about 4 x 65 GB of bf16 weights: more than any GPU has
   try {
     make_cuda_runner(huge, nullptr, model::ShardPlan::make(huge, 0, 1), Device{Device::Kind::cuda, 0},
@@ -474,7 +474,7 @@ TEST(CudaRunnerRandom, BatchedStepsMatchEachSequenceAloneOnRealHeadShapes) {
   if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
   // Random weights with Qwen3-0.6B's heads (hd 128, GQA 2) and Qwen3-32B's (GQA 8), a few layers each.
   for (const auto& [preset, layers] : {std::pair<std::string, int>{"qwen3-0.6b", 4}, {"qwen3-32b", 2}}) {
-    model::Qwen3Config cfg = model::preset_config(preset);
+    model::ModelConfig cfg = model::preset_config(preset);
     cfg.num_hidden_layers = layers;
     batched_against_solo(
         [&](RunnerOptions o) {
@@ -586,7 +586,7 @@ TEST_F(CudaRunnerTiny, DevicePicksAreTheGreedyPicksOfTheRows) {
 
 TEST(CudaRunnerRandom, RandomWeightsAreDeterministicAndFinite) {
   if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
-  const model::Qwen3Config cfg = model::preset_config("qwen3-0.6b");
+  const model::ModelConfig cfg = model::preset_config("qwen3-0.6b");
   auto make = [&] {
     RunnerOptions o;
     o.max_context = 512;

@@ -99,7 +99,7 @@ class ScriptedRunner final : public backend::ModelRunner {
       ++row;
     }
   }
-  const model::Qwen3Config& config() const noexcept override { return config_; }
+  const model::ModelConfig& config() const noexcept override { return config_; }
   std::int32_t max_context() const noexcept override { return max_context_; }
   backend::KvPoolShape kv_pool() const noexcept override { return pool_; }
   backend::MemoryStats memory() const override { return {0, 0, "cpu"}; }
@@ -114,7 +114,7 @@ class ScriptedRunner final : public backend::ModelRunner {
   std::shared_ptr<Log> log_;
   std::int32_t max_context_;
   backend::KvPoolShape pool_;
-  model::Qwen3Config config_;
+  model::ModelConfig config_;
   std::vector<std::int64_t> written_;  // [num_blocks * block_size] the position each slot holds; -1 never written
 };
 
@@ -483,13 +483,13 @@ TEST(EngineScripted, ARunnerFailureFailsTheRequestsInTheStepAndPoisonsTheEngine)
     void run_step(const backend::Batch&, std::span<float>, std::span<std::int32_t>) override {
       fail(errc::worker_failed, "rank 1 died");
     }
-    const model::Qwen3Config& config() const noexcept override { return config_; }
+    const model::ModelConfig& config() const noexcept override { return config_; }
     std::int32_t max_context() const noexcept override { return 64; }
     backend::KvPoolShape kv_pool() const noexcept override { return {.block_size = 4, .num_blocks = 64, .bytes_per_block = 0}; }
     backend::MemoryStats memory() const override { return {0, 0, "cpu"}; }
 
    private:
-    model::Qwen3Config config_;
+    model::ModelConfig config_;
   };
   Engine engine("failing", std::make_unique<Failing>(), tiny_tokenizer(), model::load_model_configs(kTinyModel), {});
   auto a = engine.submit(request({1, 2, 3}, 4));

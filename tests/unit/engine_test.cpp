@@ -53,7 +53,7 @@ class FailingRunner final : public backend::ModelRunner {
     inner_->step(batch, logits);
   }
   backend::KvPoolShape kv_pool() const noexcept override { return inner_->kv_pool(); }
-  const model::Qwen3Config& config() const noexcept override { return inner_->config(); }
+  const model::ModelConfig& config() const noexcept override { return inner_->config(); }
   std::int32_t max_context() const noexcept override { return inner_->max_context(); }
   backend::MemoryStats memory() const override { return inner_->memory(); }
 

@@ -135,7 +135,7 @@ TEST(JsonParseEntryPoints, ModelSpecTextAndServeConfigFile) {
 
 TEST(JsonParseEntryPoints, ModelConfigs) {
   const std::string deep = "{\"architectures\": " + nested_arrays(kDeep) + "}";
-  expect_depth_error([&] { (void)model::Qwen3Config::parse(deep); }, errc::bad_model, kMaxJsonDepth, "config.json");
+  expect_depth_error([&] { (void)model::ModelConfig::parse(deep); }, errc::bad_model, kMaxJsonDepth, "config.json");
   expect_depth_error([&] { (void)model::GenerationDefaults::parse(deep); }, errc::bad_model, kMaxJsonDepth, "generation_config.json");
   test_support::TempDir dir;
   dir.write("config.json", deep);

@@ -29,8 +29,8 @@ namespace fs = std::filesystem;
 using test_support::TempDir;
 
 // Small, awkward shape: head_dim != hidden / heads, GQA 3:1, untied.
-Qwen3Config small_config(bool tied = false) {
-  Qwen3Config c;
+ModelConfig small_config(bool tied = false) {
+  ModelConfig c;
   c.vocab_size = 97;
   c.hidden_size = 24;
   c.intermediate_size = 40;
@@ -45,7 +45,7 @@ Qwen3Config small_config(bool tied = false) {
   return c;
 }
 
-std::vector<std::int64_t> expected_shape(const std::string& name, const Qwen3Config& c) {
+std::vector<std::int64_t> expected_shape(const std::string& name, const ModelConfig& c) {
   const std::int64_t h = c.hidden_size, q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim,
                      ff = c.intermediate_size;
   auto ends = [&](const char* s) { return name.size() >= std::strlen(s) && name.compare(name.size() - std::strlen(s), std::string::npos, s) == 0; };
@@ -63,13 +63,13 @@ std::vector<std::int64_t> expected_shape(const std::string& name, const Qwen3Con
 
 TEST(RandomCheckpoint, SingleFileLoadsWithHuggingFaceNamesAndShapes) {
   TempDir dir;
-  const Qwen3Config cfg = small_config();
+  const ModelConfig cfg = small_config();
   auto files = write_random_checkpoint(dir.path(), cfg, {.seed = 7});
   ASSERT_EQ(files, std::vector<fs::path>{dir.path() / "model.safetensors"});
   EXPECT_FALSE(fs::exists(dir.path() / "model.safetensors.index.json"));
 
   ModelConfigs loaded = load_model_configs(dir.path());
-  Qwen3Config want = cfg;
+  ModelConfig want = cfg;
   want.torch_dtype = "bfloat16";
   EXPECT_EQ(loaded.model, want);
   EXPECT_EQ(loaded.generation.eos_token_ids, (std::vector<std::int32_t>{2, 3}));
@@ -92,7 +92,7 @@ TEST(RandomCheckpoint, SingleFileLoadsWithHuggingFaceNamesAndShapes) {
 
 TEST(RandomCheckpoint, ValuesAreTameAndNormsAreNotOnes) {
   TempDir dir;
-  const Qwen3Config cfg = small_config();
+  const ModelConfig cfg = small_config();
   write_random_checkpoint(dir.path(), cfg, {.seed = 3, .dtype = DType::f32});
   io::Checkpoint ck = io::Checkpoint::open_dir(dir.path());
   for (const auto& name : ck.names()) {
@@ -126,7 +126,7 @@ TEST(RandomCheckpoint, ValuesAreTameAndNormsAreNotOnes) {
 
 TEST(RandomCheckpoint, ShardedIndexHoldsTheSameTensorsAsOneFile) {
   TempDir one, three;
-  const Qwen3Config cfg = small_config();
+  const ModelConfig cfg = small_config();
   write_random_checkpoint(one.path(), cfg, {.seed = 11});
   auto files = write_random_checkpoint(three.path(), cfg, {.seed = 11, .shards = 3});
   ASSERT_EQ(files.size(), 3u);
@@ -156,7 +156,7 @@ TEST(RandomCheckpoint, ShardedIndexHoldsTheSameTensorsAsOneFile) {
 
 TEST(RandomCheckpoint, DeterministicPerSeed) {
   TempDir a, b, c;
-  const Qwen3Config cfg = small_config(/*tied=*/true);
+  const ModelConfig cfg = small_config(/*tied=*/true);
   write_random_checkpoint(a.path(), cfg, {.seed = 5});
   write_random_checkpoint(b.path(), cfg, {.seed = 5});
   write_random_checkpoint(c.path(), cfg, {.seed = 6});
@@ -177,7 +177,7 @@ TEST(RandomCheckpoint, DeterministicPerSeed) {
 
 TEST(RandomCheckpoint, RewritingReplacesEarlierLayout) {
   TempDir dir;
-  const Qwen3Config cfg = small_config();
+  const ModelConfig cfg = small_config();
   write_random_checkpoint(dir.path(), cfg, {.seed = 1, .shards = 2});
   ASSERT_TRUE(fs::exists(dir.path() / "model.safetensors.index.json"));
   write_random_checkpoint(dir.path(), cfg, {.seed = 1, .shards = 1});
@@ -188,7 +188,7 @@ TEST(RandomCheckpoint, RewritingReplacesEarlierLayout) {
 
 TEST(RandomCheckpoint, RefusesInvalidConfigsAndShardCounts) {
   TempDir dir;
-  Qwen3Config bad = small_config();
+  ModelConfig bad = small_config();
   bad.num_key_value_heads = 4;  // 6 heads are not a multiple of 4
   try {
     write_random_checkpoint(dir.path(), bad);

@@ -334,7 +334,7 @@ TEST_F(RegistryTest, QuantAndGgufFilesLoad) {
 
 TEST_F(RegistryTest, FailedLoadIsReportedAndCanBeUnloaded) {
   TempDir dir;
-  model::Qwen3Config cfg = model::load_model_configs(kTinyModel).model;
+  model::ModelConfig cfg = model::load_model_configs(kTinyModel).model;
   model::write_random_checkpoint(dir.path(), cfg);
   // Configs are fine (so load() accepts it), but the tokenizer is missing: the background part fails.
   RegistryOptions options = daemon_options();
