@@ -68,7 +68,9 @@ TEST(CudaFamily, LlamaLogitsMatchGoldenFloat32) {
       const auto top_ids = t["ids"].get<std::vector<std::int32_t>>();
       const auto top_logits = t["logits"].get<std::vector<float>>();
       std::span<const float> row(logits.data() + (pos - first) * v, v);
-      if (top_logits[0] - top_logits[1] > 0.05f) EXPECT_EQ(argmax(row), top_ids[0]) << name << " position " << pos;
+      if (top_logits[0] - top_logits[1] > 0.05f) {
+        EXPECT_EQ(argmax(row), top_ids[0]) << name << " position " << pos;
+      }
       double err = 0, scale = 0;
       for (std::size_t k = 0; k < 5; ++k) {
         err = std::max(err, double(std::abs(row[static_cast<std::size_t>(top_ids[k])] - top_logits[k])));
