@@ -8,7 +8,7 @@ import { renderMarkdown } from './markdown.js';
 
 const STORE = 'neuron.conversations';
 const SETTINGS = 'neuron.chatSettings';
-const DEFAULTS = { model: '', temperature: '', top_p: '', top_k: '', max_tokens: '512', thinking: true };
+const DEFAULTS = { model: '', temperature: '', top_p: '', top_k: '', max_tokens: '512', thinking: true, tools: '' };
 
 function load(key, fallback) {
   try { return JSON.parse(localStorage.getItem(key)) ?? fallback; } catch (_) { return fallback; }
@@ -37,6 +37,9 @@ export function chatView(root) {
     const el = h('input', { id: 'setting-' + name, name, value: settings[name], ...attrs, oninput: () => { settings[name] = el.value; persist(); } });
     return h('label', {}, label, el);
   };
+  const tools = h('textarea', { id: 'setting-tools', rows: 3, value: settings.tools, spellcheck: 'false',
+                                placeholder: '[{"type": "function", "function": {"name": "...", "parameters": {...}}}]',
+                                oninput: () => { settings.tools = tools.value; persist(); } });
   const thinking = h('input', { type: 'checkbox', id: 'setting-thinking', checked: settings.thinking, onchange: () => { settings.thinking = thinking.checked; persist(); } });
   const status = h('div', { class: 'status-line', id: 'chat-status' });
 
@@ -57,7 +60,8 @@ export function chatView(root) {
             field('top_p', 'top_p', { type: 'number', step: '0.05', min: '0', max: '1', placeholder: 'model default' }),
             field('top_k', 'top_k', { type: 'number', step: '1', min: '0', placeholder: 'model default' }),
             field('max_tokens', 'max_tokens', { type: 'number', step: '1', min: '1', placeholder: 'rest of the context' }),
-            h('label', { class: 'check' }, thinking, ' thinking (Qwen3 enable_thinking)')))),
+            h('label', { class: 'check' }, thinking, ' thinking (Qwen3 enable_thinking)'),
+            h('label', { class: 'wide' }, 'Tools (OpenAI "tools" JSON; the model\'s calls are shown, not run)', tools)))),
       messagesEl,
       status,
       h('div', { class: 'composer' }, input, sendButton)));
@@ -129,8 +133,9 @@ export function chatView(root) {
 
   async function refreshModels() {
     try {
-      const res = await getJson('/v1/models');
-      models = (res.data || []).map((m) => m.id);
+      // /models names a model as clients may call it (its served name when it has one).
+      const list = await getJson('/models');
+      models = list.filter((m) => m.state === 'loaded' && (m.capabilities || []).includes('chat')).map((m) => m.id);
     } catch (e) {
       models = [];
       status.textContent = 'cannot list models: ' + e.message;
@@ -154,6 +159,7 @@ export function chatView(root) {
                    chat_template_kwargs: { enable_thinking: !!settings.thinking } };
     for (const k of ['temperature', 'top_p']) if (settings[k] !== '') body[k] = parseFloat(settings[k]);
     for (const k of ['top_k', 'max_tokens']) if (settings[k] !== '') body[k] = parseInt(settings[k], 10);
+    if (settings.tools.trim()) body.tools = JSON.parse(settings.tools);  // a SyntaxError is shown by send()
     return body;
   }
 
@@ -162,9 +168,16 @@ export function chatView(root) {
     if (!text) return;
     if (!settings.model) { status.textContent = 'no model loaded: load one under Models'; return; }
     current.messages.push({ role: 'user', content: text });
+    let body;
+    try {
+      body = requestBody();
+    } catch (e) {
+      current.messages.pop();
+      status.textContent = 'the tools are not valid JSON: ' + e.message;
+      return;
+    }
     if (current.title === 'New chat') current.title = text.slice(0, 40);
     input.value = '';
-    const body = requestBody();
     const answer = { role: 'assistant', model: settings.model, content: '', reasoning: '', tool_calls: [], streaming: true };
     current.messages.push(answer);
     persist();

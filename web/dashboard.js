@@ -80,7 +80,7 @@ function plot(canvas, values, title) {
   g.fillStyle = '#57606a';
   g.font = '11px sans-serif';
   g.fillText('max ' + format(Math.max(0, ...values)), 4, 12);
-  canvas.setAttribute('aria-label', title + ': ' + format(values[values.length - 1] ?? 0));
+  canvas.setAttribute('aria-label', title + ': now ' + format(values[values.length - 1] ?? 0) + ', max ' + format(Math.max(0, ...values)));
 }
 
 function format(v) {

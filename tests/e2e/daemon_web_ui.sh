@@ -17,7 +17,8 @@ models="$(mktemp -d /tmp/neuron-e2e-webui-XXXXXX)"
 key="web-ui-$RANDOM$RANDOM"
 
 # A model whose greedy answer is hostile: reasoning, Markdown, an <img onerror> and a <script>.
-answer='<think>Plan</think>**Hi** <img src=x onerror=xssImg=1><script>xssScript()</script>'
+# (Every token of it appears once: the scripted model is a bigram chain.)
+answer='<think>Plan</think>**Hi**, <img src=x onerror=alert(1)><script>pwn()</SCRIPT>'
 ids=$("$bin" tokenize --model "$TINY_MODEL" --text "$answer" --json | node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>console.log(JSON.stringify(JSON.parse(s).tokens)))') ||
   die "tokenizing the scripted answer"
 node "$E2E_DIR/node/make_tool_call_model.mjs" "$TINY_MODEL" "$models/scripted" "$ids" || die "writing the scripted model"

@@ -6,7 +6,7 @@
 // reload, and no Content-Security-Policy violation anywhere. Screenshots go
 // to $SCREENSHOT_DIR.
 //   env: NEURON_BASE_URL, NEURON_API_KEY, CHROMIUM, SCREENSHOT_DIR,
-//        SCRIPTED_MODEL (dir: answers XSS_TEXT), TOOL_MODEL (dir: answers a tool call)
+//        SCRIPTED_MODEL (dir: answers with reasoning, Markdown, <img onerror> and <script>), TOOL_MODEL (dir: answers a tool call)
 import fs from 'node:fs';
 import path from 'node:path';
 import puppeteer from 'puppeteer-core';
@@ -35,15 +35,17 @@ const browser = await puppeteer.launch({
   defaultViewport: { width: 1280, height: 900 },
 });
 const problems = [];  // CSP violations, script errors
+let deliberate = false;  // set once the test provokes violations itself
 let page;
 try {
   page = await browser.newPage();
   page.on('console', (m) => {
     const t = m.text();
     // 401s are expected before the key is given; anything about the policy is not.
-    if (m.type() === 'error' && !/status of 401/.test(t)) problems.push('console: ' + t);
+    if (m.type() === 'error' && !/status of 401/.test(t) && !deliberate) problems.push('console: ' + t);
   });
-  page.on('pageerror', (e) => problems.push('page error: ' + e.message));
+  page.on('pageerror', (e) => problems.push('page error: ' + e.message));  // e.g. the answer's pwn() running
+  page.on('dialog', async (d) => { problems.push('dialog: ' + d.message()); await d.dismiss(); });  // its alert(1)
   await page.evaluateOnNewDocument(() => {
     document.addEventListener('securitypolicyviolation', (e) => { window.__csp = (window.__csp || []).concat(e.violatedDirective + ' ' + e.blockedURI); });
   });
@@ -58,10 +60,11 @@ try {
   await page.click('#api-key-submit');
   await page.waitForFunction(() => document.querySelectorAll('#model-select option[value]:not([value=""])').length > 0, { timeout: 10000 });
   const options = await page.$$eval('#model-select option', (o) => o.map((x) => x.value));
-  check(options.includes('qwen3-tiny-a'), 'the chat lists the loaded model: ' + options.join(', '));
+  const tiny = options.find((o) => o.endsWith('/qwen3-tiny-a'));
+  check(options.length === 1 && tiny, 'the chat lists the loaded model: ' + options.join(', '));
 
   // ---- a streamed chat, stopped mid-stream
-  await page.select('#model-select', 'qwen3-tiny-a');
+  await page.select('#model-select', tiny);
   await page.$eval('details.settings', (d) => { d.open = true; });
   await page.$eval('#setting-max_tokens', (el) => { el.value = ''; });
   await page.type('#setting-max_tokens', '20000');
@@ -124,16 +127,21 @@ try {
   console.log('scripted answer as rendered: ' + JSON.stringify(rendered));
   check(rendered.reasoning.trim().length > 0, 'the reasoning shows in its collapsible block: ' + JSON.stringify(rendered.reasoning));
   check(rendered.strong.length === 1, 'Markdown renders (**bold** -> <strong>)');
-  check(/<img/.test(rendered.text) && /<script>/.test(rendered.text), 'the raw HTML of the answer is shown as text');
+  check(rendered.text.includes('<img src=x onerror=alert(1)><script>pwn()</SCRIPT>'), 'the raw HTML of the answer is shown as text');
   check(rendered.elements === 0, 'no element from the answer exists (no img, script, handler attributes)');
-  const pwned = await page.evaluate(() => [window.xssImg, window.xssScript, document.title]);
-  check(pwned[0] === undefined && pwned[1] === undefined && pwned[2] === 'neuron', 'nothing from the answer ran: ' + JSON.stringify(pwned));
+  await new Promise((r) => setTimeout(r, 500));  // an image error or a script would have fired by now
+  check(!problems.some((p) => /dialog|pwn/.test(p)), 'nothing from the answer ran (no alert dialog, no pwn() call)');
   await page.$eval('#messages .msg.assistant:last-child details.reasoning', (d) => { d.open = true; });
   await page.screenshot({ path: path.join(shots, '3-chat-hostile-answer.png') });
+  check((await page.evaluate(() => window.__csp || [])).length === 0, 'no Content-Security-Policy violation so far');
 
   // ---- a tool call
   await page.click('#new-chat');
   await page.select('#model-select', 'tool-caller');
+  await page.$eval('details.settings', (d) => { d.open = true; });
+  await page.type('#setting-tools', JSON.stringify([{ type: 'function', function: { name: 'lookup', description: 'Looks things up',
+    parameters: { type: 'object', properties: { q: { type: 'array', items: { type: 'integer' } } }, required: ['q'] } } }]));
+  await page.$eval('details.settings', (d) => { d.open = false; });
   await page.type('#prompt', 'look it up');
   await page.click('#send');
   await page.waitForFunction(() => document.querySelector('#send').textContent === 'Send' &&
@@ -149,14 +157,16 @@ try {
   const before = Number(await page.$eval('#tokens-generated', (el) => el.textContent));
   const r = await fetch(base + '/v1/chat/completions', {
     method: 'POST', headers: { ...auth, 'content-type': 'application/json' },
-    body: JSON.stringify({ model: 'qwen3-tiny-a', messages: [{ role: 'user', content: 'count' }], max_tokens: 64, ignore_eos: true }),
+    body: JSON.stringify({ model: tiny, messages: [{ role: 'user', content: 'count' }], max_tokens: 64, ignore_eos: true }),
   });
   check(r.ok, 'a chat from outside the page completes');
   await page.waitForFunction((b) => Number(document.querySelector('#tokens-generated').textContent) >= b + 64, { timeout: 10000 }, before);
   const after = Number(await page.$eval('#tokens-generated', (el) => el.textContent));
   check(after >= before + 64, 'the dashboard counts the generated tokens (' + before + ' -> ' + after + ')');
-  await page.waitForFunction(() => Number(document.querySelector('#plot-decode').textContent) > 0 ||
-                             document.querySelector('canvas.plot').getAttribute('aria-label'), { timeout: 5000 });
+  // The generated tokens/s plot (the first) saw the generation.
+  await page.waitForFunction(() => Number(/max ([\d.]+)/.exec(document.querySelector('canvas.plot').getAttribute('aria-label') || '')?.[1]) > 0,
+                             { timeout: 5000 });
+  check(true, 'the tokens/s plot shows the generation: ' + await page.$eval('canvas.plot', (c) => c.getAttribute('aria-label')));
   await new Promise((r2) => setTimeout(r2, 2500));  // a few more samples on the plots
   await page.screenshot({ path: path.join(shots, '5-dashboard.png'), fullPage: true });
 
@@ -176,6 +186,23 @@ try {
   check(!(await page.$('#api-key-dialog')), 'the key is kept for the browser session');
   const csp2 = await page.evaluate(() => window.__csp || []);
   check(csp2.length === 0, 'no Content-Security-Policy violation: ' + JSON.stringify(csp2));
+
+  // ---- the policy is enforced: an inline script and another host's image are refused
+  deliberate = true;
+  const blocked = await page.evaluate(() => new Promise((resolve) => {
+    const seen = [];
+    document.addEventListener('securitypolicyviolation', (e) => { seen.push(e.effectiveDirective); if (seen.length === 2) resolve(seen); });
+    const s = document.createElement('script');
+    s.textContent = 'window.inlineRan = 1';
+    document.body.appendChild(s);
+    const img = document.createElement('img');
+    img.src = 'http://203.0.113.1/x.png';
+    document.body.appendChild(img);
+    setTimeout(() => resolve(seen), 3000);
+  }));
+  const inlineRan = await page.evaluate(() => window.inlineRan);
+  check(blocked.includes('script-src-elem') && blocked.includes('img-src') && inlineRan === undefined,
+        'the policy refuses an inline script and another host\'s image: ' + JSON.stringify(blocked));
 } catch (e) {
   check(false, 'unexpected: ' + (e.stack || e));
   if (page) await page.screenshot({ path: path.join(shots, 'failure.png') }).catch(() => {});
