@@ -29,6 +29,7 @@ export function modelsView(root) {
 
   let timer = null;
   let stopped = false;
+  let pending = false;  // a load was started from the form
 
   async function load() {
     const body = { wait: false };
@@ -41,6 +42,7 @@ export function modelsView(root) {
     try {
       await postJson('/models/load', body);
       inputs.model_id.value = '';
+      pending = true;  // the message goes once no model is loading
     } catch (e) {
       message.textContent = 'load failed: ' + e.message;
     }
@@ -92,7 +94,7 @@ export function modelsView(root) {
     mount(table, list.map((m) => h('tr', { 'data-model': m.id },
       h('td', { class: 'model-id' }, m.id),
       h('td', { class: 'state state-' + (m.state || m.status) }, m.state || m.status),
-      h('td', {}, (m.devices || []).join(', ')),
+      h('td', {}, (m.device_names || m.devices || []).join(', ')),
       h('td', {}, m.memory ? formatBytes((m.memory.weight_bytes + m.memory.kv_cache_bytes) / 1048576) : '-'),
       h('td', {}, kv(m)),
       h('td', {}, queue(m)),
@@ -100,6 +102,7 @@ export function modelsView(root) {
       h('td', {}, h('button', { class: 'unload', onclick: () => unload(m.id) }, 'Unload')))));
     if (list.length === 0) table.appendChild(h('tr', {}, h('td', { colspan: 8, class: 'empty' }, 'No model loaded.')));
     const busy = list.some((m) => m.state === 'loading' || m.state === 'reloading');
+    if (pending && !busy) { pending = false; message.textContent = ''; }
     timer = setTimeout(refresh, busy ? 500 : 3000);
   }
 

@@ -40,7 +40,7 @@ for lib in libc6 libstdc++6 libopenblas0 libcurl4 libgloo libpcre2-8-0 libutf8pr
 done
 pass "Depends names the linked libraries and adduser"
 dpkg-deb -c "$deb" >"$work/contents"
-for f in ./usr/bin/neuron ./lib/systemd/system/neuron.service ./etc/neuron/config.json \
+for f in ./usr/bin/neuron ./usr/lib/systemd/system/neuron.service ./etc/neuron/config.json \
          ./usr/share/neuron/models/qwen3-tiny-a/model.safetensors ./usr/share/doc/neuron/README.md; do
   grep -q " $f\$" "$work/contents" || die "the package lacks $f"
 done
@@ -49,7 +49,7 @@ pass "the package holds the binary, the unit, the config (a conffile), the bundl
 
 # 2. the unit
 mkdir -p "$work/unit"
-dpkg-deb --fsys-tarfile "$deb" | tar -xOf - ./lib/systemd/system/neuron.service | sed "s|/usr/bin/neuron|$build/neuron|" >"$work/unit/neuron.service"
+dpkg-deb --fsys-tarfile "$deb" | tar -xOf - ./usr/lib/systemd/system/neuron.service | sed "s|/usr/bin/neuron|$build/neuron|" >"$work/unit/neuron.service"
 grep -q '^Type=notify$' "$work/unit/neuron.service" && grep -q '^WatchdogSec=' "$work/unit/neuron.service" &&
   grep -q '^LimitNOFILE=65536$' "$work/unit/neuron.service" && grep -q '^User=neuron$' "$work/unit/neuron.service" ||
   die "the unit lacks Type=notify, WatchdogSec, LimitNOFILE or User=neuron"
