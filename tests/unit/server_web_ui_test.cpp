@@ -38,8 +38,11 @@ TEST(WebUi, ServesTheIndexAndEveryFileWithThePolicy) {
     EXPECT_EQ(r.body, a.bytes) << a.path;
     EXPECT_EQ(r.header("Content-Security-Policy"), kWebUiCsp) << a.path;
     EXPECT_EQ(r.header("X-Content-Type-Options"), "nosniff") << a.path;
-    if (a.path.ends_with(".js")) EXPECT_EQ(r.content_type, "text/javascript; charset=utf-8");
-    if (a.path.ends_with(".css")) EXPECT_EQ(r.content_type, "text/css; charset=utf-8");
+    if (a.path.ends_with(".js")) {
+      EXPECT_EQ(r.content_type, "text/javascript; charset=utf-8");
+    } else if (a.path.ends_with(".css")) {
+      EXPECT_EQ(r.content_type, "text/css; charset=utf-8");
+    }
   }
   EXPECT_EQ(index.header("Content-Security-Policy"), kWebUiCsp);
   // Only the daemon's own origin: no inline script, no eval, no other host.
