@@ -3,7 +3,8 @@
 // HTTP server answers at once while startup models load in the background.
 // SIGTERM/SIGINT: refuse new work, let in-flight requests finish within the
 // grace period, cancel the rest, stop HTTP, unload every model (reaping TP
-// workers), exit 0.
+// workers), exit 0. Under systemd (NOTIFY_SOCKET): READY=1 once the startup
+// models' loads ended, WATCHDOG=1 while the engines run, STOPPING=1 at SIGTERM.
 #include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
