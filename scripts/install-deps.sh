@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages neuron builds and tests with. Idempotent:
+# Installs the Debian 12 packages neuron builds and tests with (chromium for
+# the web UI's browser test; dpkg-dev and systemd for the package test's
+# dpkg-shlibdeps and systemd-analyze). Idempotent:
 # packages already present are skipped, so a warm machine pays nothing.
 set -euo pipefail
 pkgs=(
@@ -8,6 +10,7 @@ pkgs=(
   libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev libpcre2-dev
   libutf8proc-dev libgloo-dev libcurl4-openssl-dev libboost1.81-dev
   clang libclang-rt-14-dev nodejs npm
+  chromium fonts-dejavu-core dpkg-dev systemd
 )
 missing=()
 for p in "${pkgs[@]}"; do

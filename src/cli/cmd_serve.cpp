@@ -3,17 +3,20 @@
 // HTTP server answers at once while startup models load in the background.
 // SIGTERM/SIGINT: refuse new work, let in-flight requests finish within the
 // grace period, cancel the rest, stop HTTP, unload every model (reaping TP
-// workers), exit 0.
+// workers), exit 0. Under systemd (NOTIFY_SOCKET): READY=1 once the startup
+// models' loads ended, WATCHDOG=1 while the engines run, STOPPING=1 at SIGTERM.
 #include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <system_error>
+#include <thread>
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -26,6 +29,8 @@
 #include "server/http_server.hpp"
 #include "server/model_spec.hpp"
 #include "server/serve_options.hpp"
+#include "server/service_watchdog.hpp"
+#include "server/systemd_notify.hpp"
 #include "util/error.hpp"
 
 namespace neuron::cli {
@@ -36,12 +41,14 @@ namespace fs = std::filesystem;
 constexpr const char* kBundledModel = "qwen3-tiny-a";
 
 // The bundled model, for `neuron serve` with no model: next to the binary
-// (build/neuron -> models/), or under the current directory.
+// (build/neuron -> models/; installed: /usr/bin/neuron -> /usr/share/neuron/models),
+// or under the current directory.
 std::optional<std::string> find_bundled_model() {
   std::error_code ec;
   fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   if (!ec) {
-    for (const fs::path& base : {exe.parent_path().parent_path(), exe.parent_path()}) {
+    const fs::path prefix = exe.parent_path().parent_path();
+    for (const fs::path& base : {prefix, exe.parent_path(), prefix / "share" / "neuron"}) {
       fs::path dir = base / "models" / kBundledModel;
       if (fs::exists(dir / "config.json", ec)) return dir.lexically_normal().string();
     }
@@ -75,8 +82,10 @@ int run_serve(const server::ServeFlags& flags) {
   server::ServeOptions opts;
   std::vector<engine::ModelSpec> specs;
   io::HubOptions hub;
+  server::SystemdNotify systemd;  // NOTIFY_SOCKET, WATCHDOG_USEC: set when systemd runs us (Type=notify)
   try {
     opts = server::resolve_serve_options(flags, server::process_env());
+    systemd = server::SystemdNotify::from_env();
     hub = io::HubOptions::from_env();  // HF_ENDPOINT, HF_TOKEN, HF_HUB_OFFLINE
     for (const auto& text : opts.models) specs.push_back(server::parse_model_spec_text(text));
     if (!opts.served_model_name.empty()) {
@@ -182,8 +191,24 @@ int run_serve(const server::ServeFlags& flags) {
   }
   spdlog::info("neuron {} listening on http://{}:{}{}", NEURON_VERSION, opts.host, port, opts.api_key.empty() ? "" : " (API key required)");
 
+  // systemd: ready once every startup model's load has ended (loaded or failed);
+  // the watchdog fed while the engines go round their loops.
+  std::atomic<bool> stopping{false};
+  std::thread readiness;
+  if (systemd.active()) {
+    readiness = std::thread([&] {
+      while (!stopping && !activation.wait_ready(std::chrono::milliseconds(200))) {
+      }
+      if (!stopping) systemd.notify("READY=1\nSTATUS=serving on port " + std::to_string(port));
+    });
+  }
+  server::ServiceWatchdog watchdog(systemd, registry);
+
   int sig = 0;
   sigwait(&stop_signals, &sig);
+  stopping = true;
+  if (readiness.joinable()) readiness.join();
+  systemd.notify("STOPPING=1");
   spdlog::info("{} received: shutting down (grace {} ms)", sig == SIGTERM ? "SIGTERM" : "SIGINT", opts.shutdown_grace.count());
   api.begin_shutdown();
   if (!api.wait_idle(opts.shutdown_grace)) {

@@ -1,6 +1,7 @@
 #include "engine/engine.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -85,6 +86,9 @@ struct Engine::State {
   bool stopping = false;
   bool failed = false;
   std::string failure;
+  // steady_clock nanoseconds when the engine thread last went round its loop
+  // (it wakes at least every kHeartbeat while idle): Engine::heartbeat().
+  std::atomic<std::int64_t> beat{std::chrono::steady_clock::now().time_since_epoch().count()};
   EngineStats counters;  // the monotonic counters and block gauges; queue/running/failed are filled in by stats()
   Histogram ttft{Histogram::latency_seconds_bounds()};
   Histogram inter_token{Histogram::latency_seconds_bounds()};
@@ -383,7 +387,9 @@ void Engine::State::loop() {
     {
       std::unique_lock lock(mu);
       const bool busy = !batcher->idle() || held_siblings() > 0;
-      if (!busy) work_cv.wait(lock, [this] { return stopping || !incoming.empty(); });
+      const auto woken = [this] { return stopping || !incoming.empty(); };
+      while (!busy && !work_cv.wait_for(lock, kHeartbeat, woken)) beat = std::chrono::steady_clock::now().time_since_epoch().count();
+      beat = std::chrono::steady_clock::now().time_since_epoch().count();
       if (stopping) break;
       fresh.swap(incoming);
       waiting += fresh.size();  // still counted until publish() sets the batcher's figures
@@ -543,6 +549,10 @@ std::int32_t Engine::max_context() const noexcept { return state_->max_context; 
 backend::MemoryStats Engine::memory() const { return state_->memory; }
 
 const EngineOptions& Engine::options() const noexcept { return state_->options; }
+
+std::chrono::steady_clock::time_point Engine::heartbeat() const {
+  return std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(state_->beat.load()));
+}
 
 bool Engine::idle() const {
   std::lock_guard lock(state_->mu);

@@ -20,6 +20,7 @@
 // and so does every later submit; EngineOptions::on_failed tells the owner
 // (the registry reloads the model or leaves it failed).
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -99,6 +100,10 @@ class Engine {
   std::int32_t max_context() const noexcept;
   backend::MemoryStats memory() const;
   bool idle() const;  // nothing queued or running (unload may proceed)
+  // When the engine thread last went round its loop: between steps, and at
+  // least every kHeartbeat while idle. Old: stuck in a step (the service watchdog).
+  std::chrono::steady_clock::time_point heartbeat() const;
+  static constexpr std::chrono::seconds kHeartbeat{1};
   const EngineOptions& options() const noexcept;
   // Ends queued and running requests with an error event (shutting_down), joins the
   // thread and frees the runner (weights, KV cache, TP workers) even while other

@@ -17,6 +17,7 @@ void Activation::close_startup() {
     if (std::find(expected_.begin(), expected_.end(), it->first) == expected_.end()) it = outcomes_.erase(it);
     else ++it;
   }
+  ended_.notify_all();
 }
 
 void Activation::load_ended(const engine::ModelInfo& info) {
@@ -28,6 +29,17 @@ void Activation::load_ended(const engine::ModelInfo& info) {
   o.ok = info.status == engine::ModelStatus::loaded;
   if (!o.ok) o.error = info.error_kind + ": " + info.error_message;
   outcomes_.emplace(info.model_id, std::move(o));
+  ended_.notify_all();
+}
+
+bool Activation::ready() const {
+  return !startup_open_ &&
+         std::all_of(expected_.begin(), expected_.end(), [this](const std::string& id) { return outcomes_.count(id) > 0; });
+}
+
+bool Activation::wait_ready(std::chrono::milliseconds timeout) const {
+  std::unique_lock lock(mu_);
+  return ended_.wait_for(lock, timeout, [this] { return ready(); });
 }
 
 nlohmann::json Activation::to_json(const std::vector<engine::ModelInfo>& models,

@@ -6,6 +6,8 @@
 // not block readiness). The registry tells it when a load ends
 // (RegistryOptions::on_load_end); the current state of the ones still loading
 // is read from the registry when asked.
+#include <chrono>
+#include <condition_variable>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -26,6 +28,10 @@ class Activation {
   void close_startup();
   // RegistryOptions::on_load_end. Thread-safe.
   void load_ended(const engine::ModelInfo& info);
+  // Blocks until the startup is closed and every startup model's load has
+  // ended (loaded or failed) or `timeout` passed; true when it has: the
+  // service is ready (systemd's READY=1).
+  bool wait_ready(std::chrono::milliseconds timeout) const;
   // {state, pending, in_progress, completed, failed: [{model_id, error}]}; `models`
   // is Registry::list() now. Ids are shown as name_of gives them.
   nlohmann::json to_json(const std::vector<engine::ModelInfo>& models,
@@ -36,7 +42,9 @@ class Activation {
     bool ok = false;
     std::string error;  // "kind: message" when !ok
   };
+  bool ready() const;  // under mu_
   mutable std::mutex mu_;
+  mutable std::condition_variable ended_;  // a startup load ended, or the startup closed
   std::vector<std::string> expected_;
   bool startup_open_ = true;
   std::map<std::string, Outcome> outcomes_;  // by model id

@@ -18,6 +18,7 @@
 #include "server/openai_response.hpp"
 #include "server/tool_calls.hpp"
 #include "server/messages_api.hpp"
+#include "server/web_ui.hpp"
 
 namespace neuron::server {
 namespace {
@@ -477,6 +478,7 @@ Api::Api(engine::Registry& registry, ApiOptions options)
     return [this, fn](const HttpRequest& r) { return (this->*fn)(r); };
   };
   add_management_routes();  // server/management_api.cpp
+  add_web_ui_routes(router_);  // server/web_ui.cpp
   router_.add("GET", "/v1/models", bind(&Api::openai_models));
   router_.add_prefix("GET", "/v1/models/", "/v1/models/{id}", bind(&Api::openai_model));
   router_.add("POST", "/v1/chat/completions", bind(&Api::chat_completions));
@@ -498,7 +500,7 @@ Api::~Api() {
 }
 
 HttpResponse Api::handle(const HttpRequest& request) {
-  const bool exempt = request.path == "/health";
+  const bool exempt = request.path == "/health" || is_web_ui_path(request.path);
   // Anthropic's routes answer errors in Anthropic's shape.
   const bool anthropic = request.path == "/v1/messages" || request.path == "/v1/messages/count_tokens";
   auto fail = [anthropic](const ApiError& e) { return anthropic ? anthropic_error_response(e) : error_response(e); };

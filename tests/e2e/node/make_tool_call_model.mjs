@@ -1,7 +1,9 @@
 // Writes a Qwen3 checkpoint whose greedy answer to any chat prompt is one
 // tool call, so the daemon's streamed tool calls can be checked end to end
 // with a real model (the bundled random one never writes a call).
-//   node make_tool_call_model.mjs SOURCE_MODEL_DIR OUT_DIR
+//   node make_tool_call_model.mjs SOURCE_MODEL_DIR OUT_DIR [ANSWER_IDS]
+// ANSWER_IDS (a JSON array of token ids) makes the answer those tokens
+// instead of the call (each id at most once: the chain is a bigram table).
 //
 // How: one layer whose attention and MLP outputs are zero (o_proj and
 // down_proj are 0), so the final hidden state is the current token's
@@ -13,14 +15,16 @@
 import fs from "node:fs";
 import path from "node:path";
 
-const [source, out] = process.argv.slice(2);
+const [source, out, answer] = process.argv.slice(2);
 if (!source || !out) {
   console.error("usage: make_tool_call_model.mjs SOURCE_MODEL_DIR OUT_DIR");
   process.exit(2);
 }
 // <tool_call>{"name":"lookup","arguments":{"q":[1,2]}}</tool_call><|im_end|>, tokenized by Qwen3's
 // tokenizer, preceded by "\n" (the end of the generation prompt).
-const chain = [198, 151657, 4913, 606, 3252, 21020, 2198, 16370, 22317, 80, 8899, 16, 11, 17, 60, 3417, 151658, 151645];
+const chain = answer ? [198, ...JSON.parse(answer), 151645]
+                     : [198, 151657, 4913, 606, 3252, 21020, 2198, 16370, 22317, 80, 8899, 16, 11, 17, 60, 3417, 151658, 151645];
+if (new Set(chain).size !== chain.length) throw new Error(`a token repeats in the chain ${JSON.stringify(chain)}`);
 
 const config = JSON.parse(fs.readFileSync(path.join(source, "config.json"), "utf8"));
 config.num_hidden_layers = 1;
