@@ -12,6 +12,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <array>
 #include <chrono>
 #include <cstdio>
@@ -35,6 +36,7 @@
 #include "dist/communicator.hpp"
 #include "model/config.hpp"
 #include "model/shard.hpp"
+#include "model/shard_weights.hpp"
 #include "util/error.hpp"
 
 #ifdef NEURON_HAVE_CUDA
@@ -82,10 +84,23 @@ struct StepBytes {
   double kv_per_position = 0;  // keys + values of one position, all layers
 };
 
-StepBytes step_bytes(const model::ModelConfig& cfg, const backend::ModelRunner& runner) {
+// A MoE layer reads only its chosen experts: with `batch` sequences routed uniformly at random, an expert
+// is read with probability 1 - (1 - k / E)^batch (exactly k of E at batch 1).
+StepBytes step_bytes(const model::ModelConfig& cfg, const backend::ModelRunner& runner, int batch) {
   const backend::MemoryStats m = runner.memory();
   StepBytes b;
   b.weights = static_cast<double>(m.weight_bytes);
+  if (cfg.moe.num_experts > 0) {
+    const model::ShardPlan plan = model::ShardPlan::make(cfg, 0, 1);
+    std::int64_t sparse = 0;
+    for (std::int64_t l = 0; l < cfg.num_hidden_layers; ++l) sparse += cfg.moe.sparse_layer(l) ? 1 : 0;
+    const double expert_elems = static_cast<double>(sparse) * static_cast<double>(cfg.moe.num_experts) * 3.0 *
+                                static_cast<double>(cfg.hidden_size * cfg.moe.intermediate_size);
+    const double bytes_per_elem = b.weights / static_cast<double>(model::weight_elements(cfg, plan));
+    const double read = 1.0 - std::pow(1.0 - static_cast<double>(cfg.moe.experts_per_token) /
+                                                  static_cast<double>(cfg.moe.num_experts), batch);
+    b.weights -= expert_elems * bytes_per_elem * (1.0 - read);
+  }
   // An untied model holds its embedding table but reads one row of it per step.
   if (!cfg.tie_word_embeddings) b.weights -= 2.0 * static_cast<double>((cfg.vocab_size - 1) * cfg.hidden_size);
   const backend::KvPoolShape pool = runner.kv_pool();
@@ -157,7 +172,7 @@ int run(const BenchArgs& a) {
   const auto runner = backend::make_runner(cfg, nullptr, plan, device, std::make_shared<dist::LocalCommunicator>(), ro);
   const double load_ms = ms_since(t);
   const backend::MemoryStats mem = runner->memory();
-  const StepBytes bytes = step_bytes(cfg, *runner);
+  const StepBytes bytes = step_bytes(cfg, *runner, a.batch);
   const std::string kernel = device.is_cuda() ? "cuda" : std::string(backend::cpu::isa_name(backend::cpu::selected_isa()));
   BenchBatch seqs(*runner, a.batch, ro.max_context);
 
