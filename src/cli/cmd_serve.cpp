@@ -141,6 +141,7 @@ int run_serve(const server::ServeFlags& flags) {
   api_opts.api_key = opts.api_key;
   api_opts.activation = &activation;
   api_opts.load_on_request = opts.load_on_request;
+  api_opts.admission.per_principal = opts.max_per_principal;
   server::Api api(registry, std::move(api_opts));
   server::HttpServerOptions http_opts;
   http_opts.host = opts.host;
@@ -223,6 +224,10 @@ Run setup(CLI::App& sub) {
   opt("--write-timeout-ms", "A client that reads nothing this long is cut off, its generation cancelled (NEURON_WRITE_TIMEOUT_MS; default 30000)");
   opt("--shutdown-grace-ms", "How long in-flight requests may finish after SIGTERM (NEURON_SHUTDOWN_GRACE_MS; default 10000)");
   opt("--max-num-seqs", "Sequences a model decodes together (NEURON_MAX_NUM_SEQS; default 64)");
+  opt("--max-per-principal", "Sequences (running and queued) one helexa gateway principal (x-helexa-account-id + "
+                              "x-helexa-key-id) may hold per model; over it 429 with Retry-After; anonymous callers share "
+                              "what is left after one such share (NEURON_MAX_PER_PRINCIPAL; default 0: a quarter of "
+                              "max-num-seqs + queue-depth)");
   opt("--max-batch-tokens", "New tokens per batched step, decodes plus prefill chunks (NEURON_MAX_BATCH_TOKENS; default 8192 on a GPU, 512 on the CPU)");
   opt("--kv-cache-bytes", "KV cache per model and rank, in bytes (NEURON_KV_CACHE_BYTES; default: the GPU memory fraction, 2 GiB on the CPU)");
   opt("--gpu-memory-fraction", "Share of each GPU a model's weights, KV cache and activations may use (NEURON_GPU_MEMORY_FRACTION; default 0.9)");
@@ -257,6 +262,7 @@ Run setup(CLI::App& sub) {
     flags->shutdown_grace_ms = given("--shutdown-grace-ms");
     flags->max_num_seqs = given("--max-num-seqs");
     flags->max_batch_tokens = given("--max-batch-tokens");
+    flags->max_per_principal = given("--max-per-principal");
     flags->kv_cache_bytes = given("--kv-cache-bytes");
     flags->gpu_memory_fraction = given("--gpu-memory-fraction");
     flags->prefix_caching = given("--prefix-caching");
