@@ -35,7 +35,9 @@ namespace fs = std::filesystem;
 
 constexpr const char* kBundledModel = "qwen3-tiny-a";
 
-// The bundled model, for `neuron serve` with no model: next to the binary
+// The bundled model, for `neuron serve` with no model and no --models-dir (a
+// node with a models dir, as under the helexa gateway, starts empty and loads
+// what it is asked for): next to the binary
 // (build/neuron -> models/), or under the current directory.
 std::optional<std::string> find_bundled_model() {
   std::error_code ec;
@@ -114,7 +116,7 @@ int run_serve(const server::ServeFlags& flags) {
   ropts.model_roots = opts.models_dirs;
   std::optional<std::string> bundled = find_bundled_model();
   if (bundled) allow_directory_of(*bundled, ropts.model_roots);
-  if (specs.empty()) {
+  if (specs.empty() && opts.models_dirs.empty()) {
     if (bundled) {
       engine::ModelSpec spec;
       spec.model_id = *bundled;
@@ -207,7 +209,7 @@ Run setup(CLI::App& sub) {
   opt("--port", "Port to listen on, 0 = any free port (NEURON_PORT; default 13131)");
   sub.add_option("--model", flags->models,
                  "Model to load at startup: a directory or Hugging Face id, optionally 'ID:tp=2,device=cuda', or a ModelSpec JSON "
-                 "object; repeatable (NEURON_MODEL, ';'-separated; default the bundled models/qwen3-tiny-a)");
+                 "object; repeatable (NEURON_MODEL, ';'-separated; default the bundled models/qwen3-tiny-a, unless --models-dir is given)");
   opt("--config", "JSON config file with the same settings (NEURON_CONFIG)");
   opt("--api-key", "Require 'Authorization: Bearer KEY' (or 'x-api-key: KEY') on every route but /health (NEURON_API_KEY)");
   opt("--allowed-origins",

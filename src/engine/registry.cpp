@@ -779,7 +779,8 @@ ModelInfo Registry::wait_loaded(const std::string& model_id, std::optional<std::
   if (timeout) s.load_cv.wait_for(lock, *timeout, settled);
   else s.load_cv.wait(lock, settled);
   if (entry && failed_first_load(*entry)) fail(entry->info.error_kind, entry->info.error_message);
-  if (gone) fail(errc::not_found, "model " + model_id + " is not loaded");
+  // Loaded, then unloaded before this thread looked (keep_alive 0): it loaded.
+  if (gone && !(entry && entry->loaded_at)) fail(errc::not_found, "model " + model_id + " is not loaded");
   return snapshot(*entry);
 }
 

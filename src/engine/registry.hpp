@@ -149,8 +149,9 @@ class Registry {
   // loading at once. `wait` blocks until the load ends and rethrows its error.
   ModelInfo load(const ModelSpec& spec, bool wait);
   // Waits up to `timeout` (none: for good) while `model_id` loads. Returns its info
-  // (still loading when the time ran out); throws the load's error when it failed
-  // to load, Error{not_found} when there is no such model (any more).
+  // (still loading when the time ran out; loaded, even when it was unloaded since);
+  // throws the load's error when it failed to load, Error{not_found} when there
+  // is no such model.
   ModelInfo wait_loaded(const std::string& model_id,
                         std::optional<std::chrono::milliseconds> timeout = std::nullopt) const;
   // Error{not_found} for unknown ids, Error{busy} while loading (the first load) or

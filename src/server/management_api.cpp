@@ -397,10 +397,7 @@ HttpResponse Api::load_model(const HttpRequest& request) {
   try {
     info = registry_.wait_loaded(info.model_id);
   } catch (const Error& e) {
-    // Loaded, then idle-unloaded before this thread saw it (keep_alive 0 and no request): say so.
-    // (A load that failed stays listed, failed: that is not this case.)
-    if (e.kind() == errc::not_found && !registry_.info(info.model_id)) return json_response({{"status", "unloaded"}, {"model_id", public_name(info)}});
-    ApiError err = from_exception(e);  // the load itself failed: the contract's 400, with its kind as the code
+    ApiError err = from_exception(e);  // the load itself failed (and left nothing): the contract's 400, with its kind as the code
     err.status = 400;
     err.type = "invalid_request_error";
     err.retry_after_s = 0;

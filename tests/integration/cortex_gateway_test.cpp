@@ -85,7 +85,9 @@ void expect_discovery_response(const json& d) {
   }
   ASSERT_TRUE(d["harnesses"].is_array());
   EXPECT_TRUE(is_unsigned(d, "max_prompt_tokens")) << d.dump();
-  if (d.contains("cuda_unavailable_reason")) EXPECT_TRUE(d["cuda_unavailable_reason"].is_string());
+  if (d.contains("cuda_unavailable_reason")) {
+    EXPECT_TRUE(d["cuda_unavailable_reason"].is_string());
+  }
 }
 
 // cortex-core harness.rs ModelInfo (the /models array's entries), with the
@@ -95,8 +97,9 @@ void expect_model_info(const json& m) {
   ASSERT_TRUE(m["devices"].is_array()) << m.dump();
   for (const auto& d : m["devices"]) EXPECT_TRUE(d.is_number_unsigned());
   EXPECT_TRUE(is_u64_or_null(m, "vram_used_mb")) << m.dump();
-  if (m.contains("capabilities"))
+  if (m.contains("capabilities")) {
     for (const auto& c : m["capabilities"]) EXPECT_TRUE(c.is_string());
+  }
   if (m.contains("limit") && !m["limit"].is_null()) {
     EXPECT_TRUE(is_unsigned(m["limit"], "context") && is_unsigned(m["limit"], "output")) << m.dump();
     EXPECT_TRUE(is_u64_or_null(m["limit"], "input"));
@@ -267,6 +270,7 @@ class CortexGateway : public ::testing::Test {
   // router.rs cold_load: POST {endpoint}/models/load with the profile's spec;
   // "already loaded" in a failure's body counts as success. Returns (ok, body).
   std::pair<bool, std::string> cold_load(const Profile& p) {
+    if (discovery_.is_null()) poll({});  // the poller has cached the topology by then
     auto r = http_client().Post("/models/load", model_spec(p, discovery_).dump(), "application/json");
     if (!r) return {false, "no answer"};
     const bool ok = (r->status >= 200 && r->status < 300) || r->body.find("already loaded") != std::string::npos;
@@ -294,18 +298,29 @@ class CortexGateway : public ::testing::Test {
     return c.Post(url.substr(prefix.size()).c_str(), headers, body.dump(), "application/json");
   }
 
-  // Every model's requests ended (closed streams are cancelled at the next step).
+  // Every model's requests ended (closed streams are cancelled at the next
+  // step): nothing running or queued, and no request holds a model (in_use).
   bool wait_for_idle() {
     const auto deadline = std::chrono::steady_clock::now() + 30s;
     while (std::chrono::steady_clock::now() < deadline) {
       auto h = poll_client().Get("/health");
-      bool idle = h && h->status == 200;
-      if (idle)
-        for (const auto& m : json::parse(h->body)["models"]) idle = idle && m["in_flight"] == 0 && m["queue_depth"] == 0;
+      auto m = poll_client().Get("/models");
+      bool idle = h && h->status == 200 && m && m->status == 200;
+      if (idle) {
+        for (const auto& e : json::parse(h->body)["models"]) idle = idle && e["in_flight"] == 0 && e["queue_depth"] == 0;
+        for (const auto& e : json::parse(m->body)) idle = idle && e["in_use"] == 0;
+      }
       if (idle) return true;
       std::this_thread::sleep_for(20ms);
     }
     return false;
+  }
+
+  // evictor.rs: POST /models/unload {"model_id"}; 2xx is success.
+  void unload(const std::string& id) {
+    auto r = http_client().Post("/models/unload", json{{"model_id", id}}.dump(), "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << r->body << "\n" << daemon_->log().substr(daemon_->log().size() > 3000 ? daemon_->log().size() - 3000 : 0);
   }
 
   static httplib::Headers principal(const std::string& account, const std::string& key) {
@@ -318,7 +333,7 @@ class CortexGateway : public ::testing::Test {
   std::map<std::string, json> capabilities_;
 };
 
-const Profile kFolder{"qwen3-tiny-a"};                                   // no source: the bare id
+const Profile kFolder{"qwen3-tiny-a", "candle", std::nullopt, std::nullopt};   // no source: the bare id
 const Profile kHub{"Qwen/Qwen3-Tiny", "candle", std::nullopt, "huggingface"};  // qualified_model_id: huggingface:Qwen/Qwen3-Tiny
 
 TEST_F(CortexGateway, PollColdLoadProxyMeterAndEvictAsTheGatewayDoes) {
@@ -375,9 +390,11 @@ TEST_F(CortexGateway, PollColdLoadProxyMeterAndEvictAsTheGatewayDoes) {
       EXPECT_GT(last_count_for(r->body, "prompt_tokens").value_or(0), 0u) << path << " is billed 0 prompt tokens:\n" << r->body;
       EXPECT_GT(last_count_for(r->body, "completion_tokens").value_or(0), 0u) << path << ":\n" << r->body;
       EXPECT_NE(r->body.find("\"helexa_timing\""), std::string::npos) << path;
-      if (std::string(path) != "/v1/responses")
+      if (std::string(path) == "/v1/chat/completions")  // what anthropic_sse.rs parses as ChatCompletionChunk
         for (const auto& f : sse_frames(r->body))
-          if (f != "[DONE]") EXPECT_TRUE(parses_as_chunk(json::parse(f))) << f;
+          if (f != "[DONE]") {
+            EXPECT_TRUE(parses_as_chunk(json::parse(f))) << f;
+          }
     }
   }
 
@@ -447,7 +464,7 @@ TEST_F(CortexGateway, PollColdLoadProxyMeterAndEvictAsTheGatewayDoes) {
 
 TEST_F(CortexGateway, PollsAnswerWithinTheirTimeoutWhileAStreamRunsAndQueuedStreamsStayAlive) {
   ASSERT_TRUE(cold_load(kFolder).first);
-  const std::string body = json{{"model", kFolder.id}, {"prompt", "go"}, {"max_tokens", 3000}, {"ignore_eos", true}, {"stream", true}}.dump();
+  const std::string body = json{{"model", kFolder.id}, {"prompt", "go"}, {"max_tokens", 16000}, {"ignore_eos", true}, {"stream", true}}.dump();
   RawConnection running(daemon_->port());
   running.send(http_post_text("/v1/completions", body, "x-helexa-account-id: a\r\nx-helexa-key-id: k\r\n"));
   ASSERT_NE(running.read_until([](const std::string& s) { return s.find("data: {") != std::string::npos; }).find("200 OK"),
@@ -474,13 +491,13 @@ TEST_F(CortexGateway, PollsAnswerWithinTheirTimeoutWhileAStreamRunsAndQueuedStre
   running.close();
   queued.close();
   ASSERT_TRUE(wait_for_idle());
-  ASSERT_EQ(http_client().Post("/models/unload", json{{"model_id", kFolder.id}}.dump(), "application/json")->status, 200);
+  unload(kFolder.id);
 }
 
 TEST_F(CortexGateway, OnePrincipalHoldsItsShareAnonymousCallersWhatIsLeft) {
   ASSERT_TRUE(cold_load(kFolder).first);
   // Capacity 4 sequences (1 running + 3 queued), --max-per-principal 1: anonymous callers get 3.
-  const std::string body = json{{"model", kFolder.id}, {"prompt", "go"}, {"max_tokens", 3000}, {"ignore_eos", true}, {"stream", true}}.dump();
+  const std::string body = json{{"model", kFolder.id}, {"prompt", "go"}, {"max_tokens", 16000}, {"ignore_eos", true}, {"stream", true}}.dump();
   std::vector<std::unique_ptr<RawConnection>> held;
   auto open = [&](const std::string& headers) {
     held.push_back(std::make_unique<RawConnection>(daemon_->port()));
@@ -511,11 +528,11 @@ TEST_F(CortexGateway, OnePrincipalHoldsItsShareAnonymousCallersWhatIsLeft) {
   auto r = proxy(node_endpoint(), "/v1/completions", {{"model", kFolder.id}, {"prompt", "hi"}, {"max_tokens", 2}}, principal("acct-a", "key-1"));
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200) << r->body;
-  ASSERT_EQ(http_client().Post("/models/unload", json{{"model_id", kFolder.id}}.dump(), "application/json")->status, 200);
+  unload(kFolder.id);
 }
 
 TEST_F(CortexGateway, AFailedColdLoadLeavesNothingAndBadSpecsAreRefusedCleanly) {
-  const Profile broken{"tiny-no-tokenizer"};
+  const Profile broken{"tiny-no-tokenizer", "candle", std::nullopt, std::nullopt};
   for (int attempt = 0; attempt < 2; ++attempt) {
     const auto [ok, answer] = cold_load(broken);
     EXPECT_FALSE(ok) << "attempt " << attempt << ": " << answer;

@@ -112,7 +112,9 @@ void check_discovery(const json& d) {
     expect_fields(dev, {{"index", T::integer}, {"name", T::string}, {"vram_total_mb", T::integer}, {"compute_capability", T::string}},
                   "discovery.devices[]");
   EXPECT_EQ(d["harnesses"], json::array({"neuron", "candle"})) << "the gateway's catalogue names candle";
-  if (d.contains("cuda_unavailable_reason")) EXPECT_TRUE(d["cuda_unavailable_reason"].is_string());
+  if (d.contains("cuda_unavailable_reason")) {
+    EXPECT_TRUE(d["cuda_unavailable_reason"].is_string());
+  }
   // Only a loaded NVIDIA driver that CUDA cannot use is a reason (the gateway reads it as "CUDA loads fail").
   EXPECT_EQ(d.contains("cuda_unavailable_reason"), d["devices"].empty() && fs::exists("/proc/driver/nvidia/version")) << d.dump();
 }

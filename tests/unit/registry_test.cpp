@@ -362,6 +362,13 @@ TEST_F(RegistryTest, FailedLoadIsReportedAndLeavesNothingBehind) {
     EXPECT_EQ(error_kind_of([&] { registry.engine(dir.path().string()); }), errc::not_found);
     EXPECT_EQ(error_kind_of([&] { registry.unload(dir.path().string()); }), errc::not_found);
   }
+  // on_load_end runs on the loading thread after the waiters were woken.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  auto count = [&] {
+    std::lock_guard lock(mu);
+    return ended.size();
+  };
+  while (count() < 2 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   std::lock_guard lock(mu);
   ASSERT_EQ(ended.size(), 2u);
   EXPECT_EQ(ended[0].status, ModelStatus::failed) << "on_load_end still reports it";
