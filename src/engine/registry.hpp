@@ -95,7 +95,7 @@ struct ModelInfo {
   std::chrono::milliseconds keep_alive{-1};  // idle time before unload; negative: never
   int active = 0;                          // requests holding its engine now
   std::optional<std::chrono::steady_clock::time_point> idle_since;  // loaded, no request holds it: since when
-  std::optional<DownloadProgress> download;  // while its files are being fetched; kept when the download failed
+  std::optional<DownloadProgress> download;  // while its files are being fetched
 };
 
 // How a model whose engine failed is brought back.
