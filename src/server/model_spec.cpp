@@ -27,15 +27,19 @@ int small_int(const json& v, const std::string& name, int lo, int hi) {
   return static_cast<int>(v.get<std::int64_t>());
 }
 
-// "scheme:org/name" -> "org/name" for the schemes this node has a source for.
-// An id whose first ':' follows no '/' has a scheme (as the gateway's
-// ModelSourceId parses it); paths with a ':' later on are left alone.
+// "scheme:org/name" -> "org/name" for the schemes this node has a source for
+// (as the gateway's ModelSourceId parses it: the first ':' ends the scheme).
+// huggingface: must be followed by org/name; another word before a ':' is a
+// scheme only when org/name follows ("helexa:Org/Name"), so a folder named
+// "dir:with:colons" or a path "/srv/a:b/qwen" stays an id.
 std::string without_scheme(const std::string& id) {
   const auto colon = id.find(':');
   if (colon == std::string::npos || colon == 0 || id.find('/') < colon) return id;
   const std::string scheme = id.substr(0, colon), rest = id.substr(colon + 1);
   for (char c : scheme)
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-' && c != '.') return id;
+  const bool org_name = rest.find('/') != std::string::npos && rest.find(':') == std::string::npos;
+  if (scheme != kDefaultSourceScheme && !org_name) return id;
   if (scheme != kDefaultSourceScheme)
     throw FieldError("model_id", "no source for the registry scheme '" + scheme + "' on this node (it loads " +
                                      kDefaultSourceScheme + ":org/name, Hugging Face ids and folders under --models-dir)");

@@ -20,6 +20,7 @@
 #include "server/activation.hpp"
 #include "server/api.hpp"
 #include "server/discovery.hpp"
+#include "server/model_spec.hpp"
 #include "support/temp_dir.hpp"
 
 namespace neuron::server {
@@ -475,6 +476,10 @@ TEST(HelexaContract, RegistrySchemesAndBadSpecs) {
     EXPECT_EQ(body_of(r)["error"]["param"], body.contains("devices") ? "devices[0]" : "model_id") << r.body;
   }
   EXPECT_TRUE(registry.list().empty());
+  // Not schemes: a folder with colons, a path with one; the scheme goes, the id stays.
+  EXPECT_EQ(parse_model_spec_text("dir:with:colons").model_id, "dir:with:colons");
+  EXPECT_EQ(parse_model_spec_text("/srv/a:b/qwen").model_id, "/srv/a:b/qwen");
+  EXPECT_EQ(parse_model_spec_text("huggingface:Qwen/Qwen3-8B:tp=2").model_id, "Qwen/Qwen3-8B");
   const HttpResponse ok = api.handle(post("/models/load", {{"model_id", "huggingface:Qwen/Qwen3-Tiny"}}));
   ASSERT_EQ(ok.status, 200) << ok.body;
   const json models = body_of(api.handle(get("/models")));
