@@ -73,6 +73,9 @@ echo "validating $base_url with model $model (tensor_parallel $tp${quant:+, quan
 # The daemon names a directory model by its real path (every spelling is one model).
 if [ -d "$model" ]; then model="$(realpath "$model")"; fi
 id="$(json_escape "$model")"
+# What the node lists it as: a path by its folder name, a Hugging Face id as is.
+name="$id"
+if [ -d "$model" ]; then name="$(json_escape "$(basename "$model")")"; fi
 
 request GET /health
 if [ "$status" = 200 ]; then pass health "$body"; else fail health "HTTP $status $body"; echo "$failures check(s) failed"; exit 1; fi
@@ -100,7 +103,7 @@ if [ "$status" = 200 ] && printf '%s' "$body" | grep -q '"status":"loaded"'; the
 elif [ "$status" = 409 ]; then
   request GET /models
   # Keys come sorted, so an entry's tensor_parallel follows its id.
-  after_id="${body#*\"id\":\"$id\"}"
+  after_id="${body#*\"id\":\"$name\"}"
   loaded_tp=$(printf '%s' "$after_id" | json_num tensor_parallel)
   if [ "$after_id" != "$body" ] && [ "$loaded_tp" = "$tp" ]; then
     pass load "already loaded with tensor_parallel $tp (left loaded afterwards)"
@@ -112,7 +115,7 @@ else
 fi
 
 request GET /v1/models
-if [ "$status" = 200 ] && printf '%s' "$body" | grep -qF "\"id\":\"$id\""; then pass v1/models; else fail v1/models "HTTP $status $body"; fi
+if [ "$status" = 200 ] && printf '%s' "$body" | grep -qF "\"id\":\"$name\""; then pass v1/models; else fail v1/models "HTTP $status $body"; fi
 
 chat_body="{\"model\":\"$id\",\"messages\":[{\"role\":\"user\",\"content\":\"Say hello in five words.\"}],\"max_tokens\":24,\"temperature\":0}"
 request POST /v1/chat/completions "$chat_body"

@@ -45,8 +45,9 @@ def health_and_models(tag):
     check(f"[{tag}] GET /health 200", st == 200, str(st))
     fields(f"[{tag}] health", h, {"uptime_secs": INT, "devices": ARR, "activation": OBJ, "models": ARR})
     for i, d in enumerate(h.get("devices", [])):
-        fields(f"[{tag}] health.devices[{i}]", d, {"index": INT, "vram_used_mb": "int?", "vram_free_mb": "int?",
-                                                 "utilization_pct": "num?", "temp_c": "num?"})
+        # cortex's DeviceHealth has no optional field: a null fails its whole /health read.
+        fields(f"[{tag}] health.devices[{i}]", d, {"index": INT, "vram_used_mb": INT, "vram_free_mb": INT,
+                                                 "utilization_pct": INT, "temp_c": INT})
     act = h.get("activation", {})
     fields(f"[{tag}] health.activation", act, {"state": STR, "pending": ARR, "in_progress": "str?", "completed": ARR, "failed": ARR})
     check(f"[{tag}] activation.state", act.get("state") in ("pre_warming", "ready"), str(act.get("state")))
@@ -82,7 +83,7 @@ print("discovery devices:", json.dumps(d.get("devices")), "cuda", d.get("cuda_ve
 
 for tag, extra in (("tp1", {"devices": [0]} if a.device else {}),
                    ("tp2", {"tensor_parallel": 2, **({"devices": [int(x) for x in a.tp2_devices.split(",")]} if a.tp2_devices else {})})):
-    body = {"model_id": a.model, "harness": "neuron", **extra}
+    body = {"model_id": a.model, "harness": "candle", **extra}  # what cortex's catalogue sends
     st, r = call("POST", "/models/load", body)
     check(f"[{tag}] POST /models/load 200 loaded", st == 200 and isinstance(r, dict) and r.get("status") == "loaded", f"{st} {json.dumps(r)[:300]}")
     ms = health_and_models(tag)
@@ -92,7 +93,8 @@ for tag, extra in (("tp1", {"devices": [0]} if a.device else {}),
         print(f"[{tag}] model entry:", json.dumps({k: mine[0].get(k) for k in ("id", "devices", "vram_used_mb", "device_names", "tensor_parallel", "limit")}))
         mid = urllib.parse.quote(mine[0]["id"], safe="")
         st, e = call("GET", f"/models/{mid}/endpoint")
-        check(f"[{tag}] endpoint", st == 200 and typed(e.get("url"), STR), f"{st} {e}")
+        # cortex joins url with the client's path (/v1/chat/completions): the node's root, no /v1.
+        check(f"[{tag}] endpoint", st == 200 and typed(e.get("url"), STR) and not e["url"].rstrip("/").endswith("/v1"), f"{st} {e}")
         st, c = call("GET", f"/models/{mid}/capabilities")
         check(f"[{tag}] capabilities", st == 200 and typed(c.get("capabilities"), ARR), f"{st} {c}")
         st, ch = call("POST", "/v1/chat/completions", {"model": mine[0]["id"], "messages": [{"role": "user", "content": "hi"}],

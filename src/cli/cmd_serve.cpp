@@ -40,9 +40,11 @@ namespace fs = std::filesystem;
 
 constexpr const char* kBundledModel = "qwen3-tiny-a";
 
-// The bundled model, for `neuron serve` with no model: next to the binary
-// (build/neuron -> models/; installed: /usr/bin/neuron -> /usr/share/neuron/models),
-// or under the current directory.
+// The bundled model, for `neuron serve` with no model and no --models-dir (a
+// node with a models dir, as under the helexa gateway, starts empty and loads
+// what it is asked for): next to the binary (build/neuron -> models/;
+// installed: /usr/bin/neuron -> /usr/share/neuron/models), or under the
+// current directory.
 std::optional<std::string> find_bundled_model() {
   std::error_code ec;
   fs::path exe = fs::read_symlink("/proc/self/exe", ec);
@@ -123,7 +125,7 @@ int run_serve(const server::ServeFlags& flags) {
   ropts.model_roots = opts.models_dirs;
   std::optional<std::string> bundled = find_bundled_model();
   if (bundled) allow_directory_of(*bundled, ropts.model_roots);
-  if (specs.empty()) {
+  if (specs.empty() && opts.models_dirs.empty()) {
     if (bundled) {
       engine::ModelSpec spec;
       spec.model_id = *bundled;
@@ -150,6 +152,7 @@ int run_serve(const server::ServeFlags& flags) {
   api_opts.api_key = opts.api_key;
   api_opts.activation = &activation;
   api_opts.load_on_request = opts.load_on_request;
+  api_opts.admission.per_principal = opts.max_per_principal;
   server::Api api(registry, std::move(api_opts));
   server::HttpServerOptions http_opts;
   http_opts.host = opts.host;
@@ -231,7 +234,7 @@ Run setup(CLI::App& sub) {
   opt("--port", "Port to listen on, 0 = any free port (NEURON_PORT; default 13131)");
   sub.add_option("--model", flags->models,
                  "Model to load at startup: a directory or Hugging Face id, optionally 'ID:tp=2,device=cuda', or a ModelSpec JSON "
-                 "object; repeatable (NEURON_MODEL, ';'-separated; default the bundled models/qwen3-tiny-a)");
+                 "object; repeatable (NEURON_MODEL, ';'-separated; default the bundled models/qwen3-tiny-a, unless --models-dir is given)");
   opt("--config", "JSON config file with the same settings (NEURON_CONFIG)");
   opt("--api-key", "Require 'Authorization: Bearer KEY' (or 'x-api-key: KEY') on every route but /health (NEURON_API_KEY)");
   opt("--allowed-origins",
@@ -248,6 +251,10 @@ Run setup(CLI::App& sub) {
   opt("--write-timeout-ms", "A client that reads nothing this long is cut off, its generation cancelled (NEURON_WRITE_TIMEOUT_MS; default 30000)");
   opt("--shutdown-grace-ms", "How long in-flight requests may finish after SIGTERM (NEURON_SHUTDOWN_GRACE_MS; default 10000)");
   opt("--max-num-seqs", "Sequences a model decodes together (NEURON_MAX_NUM_SEQS; default 64)");
+  opt("--max-per-principal", "Sequences (running and queued) one helexa gateway principal (x-helexa-account-id + "
+                              "x-helexa-key-id) may hold per model; over it 429 with Retry-After; anonymous callers share "
+                              "what is left after one such share (NEURON_MAX_PER_PRINCIPAL; default 0: a quarter of "
+                              "max-num-seqs + queue-depth)");
   opt("--max-batch-tokens", "New tokens per batched step, decodes plus prefill chunks (NEURON_MAX_BATCH_TOKENS; default 8192 on a GPU, 512 on the CPU)");
   opt("--kv-cache-bytes", "KV cache per model and rank, in bytes (NEURON_KV_CACHE_BYTES; default: the GPU memory fraction, 2 GiB on the CPU)");
   opt("--gpu-memory-fraction", "Share of each GPU a model's weights, KV cache and activations may use (NEURON_GPU_MEMORY_FRACTION; default 0.9)");
@@ -282,6 +289,7 @@ Run setup(CLI::App& sub) {
     flags->shutdown_grace_ms = given("--shutdown-grace-ms");
     flags->max_num_seqs = given("--max-num-seqs");
     flags->max_batch_tokens = given("--max-batch-tokens");
+    flags->max_per_principal = given("--max-per-principal");
     flags->kv_cache_bytes = given("--kv-cache-bytes");
     flags->gpu_memory_fraction = given("--gpu-memory-fraction");
     flags->prefix_caching = given("--prefix-caching");

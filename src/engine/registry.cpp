@@ -198,6 +198,23 @@ std::string find_under_roots(const std::string& id, const std::vector<std::files
   return id;
 }
 
+// ModelInfo::name: the id a client loaded it by, unless that is a path.
+// `requested` is the spec's id, `under_root` whether it named a folder under
+// a model root, `id` the registry's key (a path's real path).
+std::string public_name(const std::string& requested, bool under_root, const std::string& id) {
+  if (!id.starts_with('/')) return requested;  // a Hugging Face id
+  if (under_root) {
+    std::string name = requested;
+    while (name.size() > 1 && name.back() == '/') name.pop_back();
+    return name;
+  }
+  return std::filesystem::path(id).filename().string();  // canonical: no trailing '/'
+}
+
+// A first load that failed: dropped (the reaper or the next load of its id
+// removes it; until then nothing lists it).
+bool failed_first_load(const Entry& entry) { return entry.info.status == ModelStatus::failed && !entry.loaded_at; }
+
 std::int64_t seconds_until(Clock::time_point t) {
   return std::max<std::int64_t>(1, std::chrono::ceil<std::chrono::seconds>(t - Clock::now()).count());
 }
@@ -238,7 +255,8 @@ std::shared_ptr<T> loaded_member(const std::map<std::string, std::shared_ptr<Ent
                                  const std::string& model_id, std::shared_ptr<T> Entry::*member,
                                  const ReloadPolicy& policy) {
   auto it = entries.find(model_id);
-  if (it == entries.end() || it->second->unloading) fail(errc::not_found, "model " + model_id + " is not loaded");
+  if (it == entries.end() || it->second->unloading || failed_first_load(*it->second))
+    fail(errc::not_found, "model " + model_id + " is not loaded");
   const Entry& entry = *it->second;
   if (entry.info.status != ModelStatus::loaded) throw_unavailable(entry, model_id, policy);
   return entry.*member;
@@ -518,7 +536,8 @@ void Registry::State::remove(const std::string& model_id, const std::shared_ptr<
                              std::shared_ptr<Engine> engine) {
   {
     std::lock_guard lock(mu);
-    entries.erase(model_id);
+    // A dropped failed load may have been replaced by a new load of its id meanwhile.
+    if (auto it = entries.find(model_id); it != entries.end() && it->second == entry) entries.erase(it);
   }
   load_cv.notify_all();  // wait_loaded() on it ends
   // A reload attempt already running ends first (its engine is discarded); a failed engine is shut down by then.
@@ -546,6 +565,12 @@ void Registry::State::run_reaper() {
       std::lock_guard lock(mu);
       const auto now = Clock::now();
       for (const auto& [id, entry] : entries) {
+        if (failed_first_load(*entry) && !entry->unloading) {  // leaves nothing behind (see registry.hpp)
+          entry->unloading = true;
+          expired.emplace_back(id, entry);
+          engines.push_back(nullptr);
+          continue;
+        }
         if (entry->info.status != ModelStatus::loaded || entry->unloading || !entry->engine) continue;
         if (entry->info.keep_alive.count() < 0 || entry->leases.load() > 0) continue;
         if (!entry->engine->idle()) {
@@ -565,8 +590,9 @@ void Registry::State::run_reaper() {
     }
     for (std::size_t i = 0; i < expired.size(); ++i) {
       const auto& [id, entry] = expired[i];
+      const bool idle = engines[i] != nullptr;
       remove(id, entry, std::move(engines[i]));
-      spdlog::info("model {} unloaded after {} ms idle (keep_alive)", id, entry->info.keep_alive.count());
+      if (idle) spdlog::info("model {} unloaded after {} ms idle (keep_alive)", id, entry->info.keep_alive.count());
     }
     std::unique_lock lock(waker->mu);
     waker->cv.wait_until(lock, next, [&] { return waker->poked || waker->stop; });
@@ -628,7 +654,9 @@ ModelInfo Registry::load(const ModelSpec& spec, bool wait) {
   for (unsigned char c : spec.served_name)
     if (c < 0x20 || c == 0x7f) fail(errc::invalid_argument, "served_name contains a control character");
   // Every spelling of a directory ("/m/x/", "/m//x", "/m/./x", a symlink) is one model under one id.
-  const std::string id = io::canonical_model_ref(find_under_roots(spec.model_id, s.options.model_roots));
+  const std::string located = find_under_roots(spec.model_id, s.options.model_roots);
+  const std::string id = io::canonical_model_ref(located);
+  const std::string name = !spec.served_name.empty() ? spec.served_name : public_name(spec.model_id, located != spec.model_id, id);
   LoadOptions load;
   load.model_id = id;
   load.tensor_parallel = spec.tensor_parallel;
@@ -656,7 +684,8 @@ ModelInfo Registry::load(const ModelSpec& spec, bool wait) {
   }
   {
     std::lock_guard lock(s.mu);
-    if (s.entries.count(id)) fail(errc::conflict, "model " + id + " is already loaded");
+    if (auto it = s.entries.find(id); it != s.entries.end() && !failed_first_load(*it->second))
+      fail(errc::conflict, "model " + it->second->info.name + " is already loaded");
   }
 
   std::optional<io::RepoRevision> download;
@@ -681,6 +710,7 @@ ModelInfo Registry::load(const ModelSpec& spec, bool wait) {
     s.engine_failed(weak, kind, message);
   };
   entry->info.model_id = id;
+  entry->info.name = name;
   entry->info.status = ModelStatus::loading;
   entry->info.kind = spec.tensor_parallel > 1 ? "tp" : "single";
   entry->info.tensor_parallel = spec.tensor_parallel;
@@ -694,17 +724,25 @@ ModelInfo Registry::load(const ModelSpec& spec, bool wait) {
   entry->info.quant = spec.quant.value_or("");
   entry->info.keep_alive = spec.keep_alive.value_or(s.options.keep_alive);
   entry->info.queued = true;
+  std::shared_ptr<Entry> dropped;  // a failed first load of this id, replaced here; its loader is joined below
   {
     std::lock_guard lock(s.mu);
-    if (s.entries.count(id)) fail(errc::conflict, "model " + id + " is already loaded");
-    if (!spec.served_name.empty()) {
-      for (const auto& [other, e] : s.entries)
-        if (other == spec.served_name || e->info.served_name == spec.served_name)
-          fail(errc::conflict, "served name '" + spec.served_name + "' is already used by model " + other);
+    if (auto it = s.entries.find(id); it != s.entries.end()) {
+      if (!failed_first_load(*it->second)) fail(errc::conflict, "model " + it->second->info.name + " is already loaded");
+      if (!it->second->unloading) {  // else the reaper has it and joins it
+        it->second->unloading = true;
+        dropped = it->second;
+      }
+      s.entries.erase(it);
     }
-    // Another id for the same files ("org/name" and "org/name@main" share a snapshot).
-    for (const auto& [other, e] : s.entries)
-      if (!load.model_dir.empty() && e->info.path == load.model_dir) fail(errc::conflict, "model " + id + " is already loaded as " + other);
+    for (const auto& [other, e] : s.entries) {
+      if (failed_first_load(*e)) continue;
+      if (other == name || e->info.name == name || e->info.served_name == name)
+        fail(errc::conflict, "the name '" + name + "' is already used by model " + e->info.name);
+      // Another id for the same files ("org/name" and "org/name@main" share a snapshot).
+      if (!load.model_dir.empty() && e->info.path == load.model_dir)
+        fail(errc::conflict, "model " + name + " is already loaded as " + e->info.name);
+    }
     s.entries.emplace(id, entry);
     // The entry cannot leave the map while loading (unload refuses it; ~Registry joins
     // first), so the thread may keep a plain pointer to it.
@@ -715,6 +753,7 @@ ModelInfo Registry::load(const ModelSpec& spec, bool wait) {
       fail(errc::load_failed, std::string("cannot start the loader thread: ") + e.what());
     }
   }
+  if (dropped && dropped->loader.joinable()) dropped->loader.join();  // it has ended: only its last notifications were left
   spdlog::info("loading model {} from {} (tensor_parallel {}, {})", id,
                download ? s.options.hub->endpoint + " (commit " + download->commit + ")" : load.model_dir.string(),
                spec.tensor_parallel, load.device.str());
@@ -727,16 +766,21 @@ ModelInfo Registry::load(const ModelSpec& spec, bool wait) {
 ModelInfo Registry::wait_loaded(const std::string& model_id, std::optional<std::chrono::milliseconds> timeout) const {
   State& s = *state_;
   std::unique_lock lock(s.mu);
+  // The entry found first is followed even once it left the map: a first load
+  // that failed is dropped right away, and its error is still the answer.
   std::shared_ptr<Entry> entry;
+  bool gone = false;
   auto settled = [&] {
     auto it = s.entries.find(model_id);
-    entry = it == s.entries.end() ? nullptr : it->second;
-    return !entry || entry->info.status != ModelStatus::loading;
+    if (!entry) entry = it == s.entries.end() ? nullptr : it->second;
+    gone = !entry || it == s.entries.end() || it->second != entry;
+    return gone || entry->info.status != ModelStatus::loading;
   };
   if (timeout) s.load_cv.wait_for(lock, *timeout, settled);
   else s.load_cv.wait(lock, settled);
-  if (!entry) fail(errc::not_found, "model " + model_id + " is not loaded");
-  if (entry->info.status == ModelStatus::failed && !entry->loaded_at) fail(entry->info.error_kind, entry->info.error_message);
+  if (entry && failed_first_load(*entry)) fail(entry->info.error_kind, entry->info.error_message);
+  // Loaded, then unloaded before this thread looked (keep_alive 0): it loaded.
+  if (gone && !(entry && entry->loaded_at)) fail(errc::not_found, "model " + model_id + " is not loaded");
   return snapshot(*entry);
 }
 
@@ -747,7 +791,7 @@ void Registry::unload(const std::string& model_id, std::chrono::milliseconds dra
   {
     std::lock_guard lock(s.mu);
     auto it = s.entries.find(model_id);
-    if (it == s.entries.end()) fail(errc::not_found, "model " + model_id + " is not loaded");
+    if (it == s.entries.end() || failed_first_load(*it->second)) fail(errc::not_found, "model " + model_id + " is not loaded");
     entry = it->second;
     if (entry->info.status == ModelStatus::loading) fail(errc::busy, "model " + model_id + " is still loading");
     if (entry->unloading) fail(errc::busy, "model " + model_id + " is already being unloaded");
@@ -774,15 +818,28 @@ void Registry::unload(const std::string& model_id, std::chrono::milliseconds dra
 std::vector<ModelInfo> Registry::list() const {
   std::lock_guard lock(state_->mu);
   std::vector<ModelInfo> out;
-  for (const auto& [id, entry] : state_->entries) out.push_back(snapshot(*entry));
+  for (const auto& [id, entry] : state_->entries)
+    if (!failed_first_load(*entry)) out.push_back(snapshot(*entry));
   return out;
 }
 
 std::optional<ModelInfo> Registry::info(const std::string& model_id) const {
   std::lock_guard lock(state_->mu);
   auto it = state_->entries.find(model_id);
-  if (it == state_->entries.end()) return std::nullopt;
+  if (it == state_->entries.end() || failed_first_load(*it->second)) return std::nullopt;
   return snapshot(*it->second);
+}
+
+const std::vector<std::filesystem::path>& Registry::model_roots() const noexcept { return state_->options.model_roots; }
+
+std::optional<std::filesystem::path> Registry::locate(const std::string& model_id) const {
+  const RegistryOptions& o = state_->options;
+  try {
+    validate_model_id(model_id, o.allow_any_directory);
+    return resolve(io::canonical_model_ref(find_under_roots(model_id, o.model_roots)), o, std::string());
+  } catch (const Error&) {
+    return std::nullopt;
+  }
 }
 
 std::shared_ptr<const Engine> Registry::peek(const std::string& model_id) const {

@@ -16,6 +16,10 @@
 // Loads run one at a time (a model waiting for its turn is loading with
 // `queued` set), so two loads never race for the memory both were admitted to.
 //
+// A first load that fails leaves nothing behind: load(wait) and wait_loaded()
+// rethrow its error, on_load_end reports it, and from then on the model is
+// not listed and a new load of the same id starts afresh (no conflict).
+//
 // Idle unload: a loaded model with a keep_alive >= 0 is unloaded once no
 // request has held its engine for keep_alive (Ollama's semantics: 0 unloads
 // right after the last request ends, negative never). Every engine() hands out
@@ -66,7 +70,12 @@ enum class ModelStatus { loading, loaded, failed, reloading };
 std::string_view to_string(ModelStatus s) noexcept;
 
 struct ModelInfo {
-  std::string model_id;  // the spec's id; for a directory, its real path
+  std::string model_id;  // the spec's id; for a directory, its real path (the registry's key)
+  // How clients and the helexa gateway name it, the one id every answer uses:
+  // the served name; else the id it was loaded by when that is a Hugging Face
+  // id or a folder under a model root ("qwen3-tiny-a", "Qwen/Qwen3-8B"); else
+  // (a path) the folder or file name. Never a path; unique among the models.
+  std::string name;
   ModelStatus status = ModelStatus::loading;
   std::string error_kind, error_message;  // when failed, and while reloading (why)
   // Automatic recovery of a model whose engine failed (failed or reloading):
@@ -86,7 +95,7 @@ struct ModelInfo {
   std::chrono::milliseconds keep_alive{-1};  // idle time before unload; negative: never
   int active = 0;                          // requests holding its engine now
   std::optional<std::chrono::steady_clock::time_point> idle_since;  // loaded, no request holds it: since when
-  std::optional<DownloadProgress> download;  // while its files are being fetched; kept when the download failed
+  std::optional<DownloadProgress> download;  // while its files are being fetched
 };
 
 // How a model whose engine failed is brought back.
@@ -133,13 +142,16 @@ class Registry {
   // model; two ids for the same files are a conflict too. A relative id that names a
   // folder with a config.json under a model root loads that folder ("qwen3-tiny-a"
   // with --models-dir /srv/models), before it is tried as a Hugging Face id. A
-  // served_name must not be another model's id or name (conflict). Then tokenizer,
+  // served_name must not be another model's id or name, nor may ModelInfo::name
+  // (conflict). A first load whose background part fails is dropped (see
+  // above), so the same id may be loaded again at once. Then tokenizer,
   // chat template, weights and engine load in the background; the entry shows as
   // loading at once. `wait` blocks until the load ends and rethrows its error.
   ModelInfo load(const ModelSpec& spec, bool wait);
   // Waits up to `timeout` (none: for good) while `model_id` loads. Returns its info
-  // (still loading when the time ran out); throws the load's error when it failed
-  // to load, Error{not_found} when there is no such model (any more).
+  // (still loading when the time ran out; loaded, even when it was unloaded since);
+  // throws the load's error when it failed to load, Error{not_found} when there
+  // is no such model.
   ModelInfo wait_loaded(const std::string& model_id,
                         std::optional<std::chrono::milliseconds> timeout = std::nullopt) const;
   // Error{not_found} for unknown ids, Error{busy} while loading (the first load) or
@@ -151,6 +163,12 @@ class Registry {
   void unload(const std::string& model_id, std::chrono::milliseconds drain = std::chrono::milliseconds{0});
   std::vector<ModelInfo> list() const;
   std::optional<ModelInfo> info(const std::string& model_id) const;
+  // Where `model_id` would load from, resolved as load() resolves it (model
+  // roots, the local Hugging Face cache; nothing is downloaded or loaded):
+  // the model's directory or .gguf file, or nullopt when it is not here.
+  std::optional<std::filesystem::path> locate(const std::string& model_id) const;
+  // The directories model ids may resolve into (RegistryOptions::model_roots).
+  const std::vector<std::filesystem::path>& model_roots() const noexcept;
   // The engine of a loaded model, as a lease (see above: holding it is using the
   // model); Error{not_found} unknown, Error{"loading"} still loading,
   // Error{"model_failed"} failed to load; a model whose engine failed (failed or

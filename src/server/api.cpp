@@ -159,6 +159,8 @@ struct Api::Generation {
   std::shared_ptr<const engine::ModelAssets> assets;  // the tokenizer for logprobs' token texts
   std::shared_ptr<engine::Channel> channel;
   std::unique_ptr<Tracker> tracker;
+  std::unique_ptr<Admission::Ticket> ticket;  // its place in the model's capacity, for its principal
+  Clock::time_point submitted = Clock::now();  // for usage.helexa_timing
   ResponseMeta meta;
   std::string model;
   std::int32_t choices = 1;
@@ -192,9 +194,20 @@ struct Api::Generation {
     if (!e.reasoning.empty()) reasoning_tokens += static_cast<std::int32_t>(e.tokens.size());
   }
 
+  // usage.helexa_timing of a done event: submit to first token (the queue
+  // wait included) as prefill, the rest as decode; the prompt tokens not
+  // served from the prefix cache as prefill_tokens.
+  UsageTiming timing_of(const engine::Event& e) const {
+    const double total_ms = std::chrono::duration<double, std::milli>(Clock::now() - submitted).count();
+    const double prefill_ms = std::min(e.time_to_first_token_ms, total_ms);
+    return UsageTiming{static_cast<std::int64_t>(prefill_ms), static_cast<std::int64_t>(total_ms - prefill_ms),
+                       std::max(0, e.usage.prompt_tokens - e.usage.cached_tokens)};
+  }
+
   // A one-choice generation's done event as the TurnShapers see it.
   TurnEnd end_of(const engine::Event& e) const {
-    TurnEnd end{e.finish_reason, {e.usage.prompt_tokens, e.usage.completion_tokens, e.usage.cached_tokens}, reasoning_tokens, {}};
+    TurnEnd end{e.finish_reason, {e.usage.prompt_tokens, e.usage.completion_tokens, e.usage.cached_tokens, timing_of(e)},
+                reasoning_tokens, {}};
     if (e.finish_reason == "stop" && !stop.empty()) {
       // The engine stops at the first match and keeps the stop string's tokens
       // in `tokens` (an EOS is left out), so the earliest match in their text is it.
@@ -220,6 +233,7 @@ struct Api::Generation {
       if (e.choice == 0) {
         usage.prompt_tokens = e.usage.prompt_tokens;
         usage.cached_tokens = e.usage.cached_tokens;
+        usage.timing = timing_of(e);
         api.metrics_.inc("neuron_prompt_tokens_total", model_label, e.usage.prompt_tokens);
         if (e.usage.completion_tokens > 0)
           api.metrics_.observe("neuron_time_to_first_token_seconds", e.time_to_first_token_ms / 1000.0);
@@ -234,6 +248,7 @@ struct Api::Generation {
     // Last: no longer in flight, even while the response object lingers. Once
     // the tracker is gone shutdown may destroy the Api, and this may run on
     // the engine's thread (a cancelled stream), so nothing of it is touched after.
+    ticket.reset();
     tracker.reset();
   }
 
@@ -381,7 +396,12 @@ class Api::SseStream final : public GenerationStream {
       }
       // Tokens whose text never showed (held, or a stop string's) keep their logprobs.
       if (!c.pending.ids.empty()) out += sse_event(delta_chunk(gen_->meta, {}, {}, index, take_logprobs(c)));
-      out += sse_event(finish_chunk(gen_->meta, finish_reason, index));
+      nlohmann::json finish = finish_chunk(gen_->meta, finish_reason, index);
+      // Usage always goes out (the helexa gateway meters what it reads at the
+      // stream's end and never asks): on the last finish chunk, as vLLM's
+      // forced usage does, unless the client asked for OpenAI's own usage chunk.
+      if (gen_->ended && !include_usage_) finish["usage"] = usage_json(gen_->usage);
+      out += sse_event(finish);
       if (!gen_->ended) continue;
       if (include_usage_) out += sse_event(usage_chunk(gen_->meta, gen_->usage));
       out += kSseDone;
@@ -452,7 +472,8 @@ class Api::TurnStream final : public GenerationStream {
 Api::Api(engine::Registry& registry, ApiOptions options)
     : registry_(registry),
       options_(std::move(options)),
-      responses_(std::make_shared<ResponseStore>(options_.stored_responses, options_.stored_response_bytes)) {
+      responses_(std::make_shared<ResponseStore>(options_.stored_responses, options_.stored_response_bytes)),
+      admission_(options_.admission) {
   metrics_.declare_counter("neuron_http_requests_total", "HTTP requests by route and status");
   metrics_.declare_counter("neuron_prompt_tokens_total", "Prompt tokens processed");
   metrics_.declare_counter("neuron_generated_tokens_total", "Tokens generated");
@@ -545,7 +566,7 @@ HttpResponse Api::openai_models(const HttpRequest&) {
   json data = json::array();
   for (const auto& m : registry_.list()) {
     if (m.status != engine::ModelStatus::loaded) continue;
-    data.push_back({{"id", m.model_id}, {"object", "model"}, {"created", unix_seconds(m.created)}, {"owned_by", "neuron"},
+    data.push_back({{"id", m.name}, {"object", "model"}, {"created", unix_seconds(m.created)}, {"owned_by", "neuron"},
                     {"max_model_len", m.max_context}});
   }
   return json_response({{"object", "list"}, {"data", data}});
@@ -556,7 +577,7 @@ HttpResponse Api::openai_model(const HttpRequest& request) {
   auto info = registry_.info(id);
   if (!info || info->status != engine::ModelStatus::loaded)
     throw FieldError("model", "model '" + id + "' does not exist or is not loaded", http_errc::model_not_found);
-  return json_response({{"id", info->model_id}, {"object", "model"}, {"created", unix_seconds(info->created)}, {"owned_by", "neuron"},
+  return json_response({{"id", info->name}, {"object", "model"}, {"created", unix_seconds(info->created)}, {"owned_by", "neuron"},
                         {"max_model_len", info->max_context}});
 }
 
@@ -608,7 +629,7 @@ std::string Api::resolve_model_name(const std::string& requested) const {
     for (const auto& m : models)
       if (m.model_id == requested) return requested;
     for (const auto& m : models)
-      if (!m.served_name.empty() && m.served_name == requested) return m.model_id;
+      if (m.name == requested || (!m.served_name.empty() && m.served_name == requested)) return m.model_id;
     // A directory-loaded model also answers to its folder name ("qwen3-tiny-a"
     // for /srv/models/qwen3-tiny-a), when that name is unambiguous.
     std::string match;
@@ -708,7 +729,7 @@ HttpResponse Api::completions(const HttpRequest& request) { return generate(requ
 HttpResponse Api::generate(const HttpRequest& request, bool chat) {
   const nlohmann::ordered_json body = parse_body(request.body);
   const OpenAiRequest req = chat ? parse_chat_request(body) : parse_completion_request(body);
-  auto gen = submit(req);
+  auto gen = submit(req, request);
   const auto& assets = gen->assets;
   if (!req.stream) {
     struct Acc {
@@ -785,7 +806,7 @@ HttpResponse Api::responses(const HttpRequest& request) {
   }
   std::vector<ChatMessage> input = req.chat.messages;  // this request's own; a stored response remembers them after `previous`'s
   req.chat.messages = conversation(req, previous ? &previous->conversation : nullptr);
-  auto gen = submit(req.chat);
+  auto gen = submit(req.chat, request);
   const std::string model = gen->meta.model;  // as the client named it
 
   const std::string id = new_random_id("resp_");
@@ -831,7 +852,7 @@ HttpResponse Api::delete_response(const HttpRequest& request) {
 // Errors thrown here reach the client in Anthropic's shape (handle()).
 HttpResponse Api::messages(const HttpRequest& request) {
   const OpenAiRequest req = parse_messages_request(parse_body(request.body));
-  auto gen = submit(req);
+  auto gen = submit(req, request);
   const std::string id = new_random_id("msg_");
   const std::string model = gen->meta.model;  // as the client named it
   if (req.stream) return stream(gen, std::make_unique<MessagesTurnShaper>(id, model, gen->prompt_tokens, req.tool_calls));
@@ -852,7 +873,7 @@ HttpResponse Api::count_message_tokens(const HttpRequest& request) {
 
 // ---- the generation core, shared by every generating route ----
 
-std::shared_ptr<Api::Generation> Api::submit(const OpenAiRequest& req) {
+std::shared_ptr<Api::Generation> Api::submit(const OpenAiRequest& req, const HttpRequest& request) {
   const bool chat = req.kind == OpenAiRequest::Kind::chat;
   // Only chat and completions ask for several choices, logprobs or echo; the one-choice routes leave them off.
   const std::string model = load_on_request(resolve_model_name(req.model));
@@ -922,6 +943,10 @@ std::shared_ptr<Api::Generation> Api::submit(const OpenAiRequest& req) {
     const auto* text = std::get_if<std::string>(&req.prompt);
     gen->echo = text ? *text : assets->tokenizer->decode(cr.prompt);
   }
+  const std::size_t capacity = engine->options().queue_depth + static_cast<std::size_t>(engine->options().max_num_seqs);
+  gen->ticket = admission_.enter(display_name(model),
+                                 principal_of(request.header("x-helexa-account-id"), request.header("x-helexa-key-id")),
+                                 static_cast<std::size_t>(req.n), capacity);
   gen->channel = engine->submit(std::move(cr));
   gen->tracker = std::make_unique<Tracker>(*this, gen->channel);
   return gen;

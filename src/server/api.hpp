@@ -18,6 +18,7 @@
 
 #include "engine/model_assets.hpp"
 #include "engine/registry.hpp"
+#include "server/admission.hpp"
 #include "server/http_types.hpp"
 #include "server/metrics.hpp"
 #include "server/router.hpp"
@@ -40,6 +41,7 @@ struct ApiOptions {
   // Responses kept for GET /v1/responses/{id} and previous_response_id (least recently used evicted).
   std::size_t stored_responses = 1000;
   std::size_t stored_response_bytes = std::size_t{64} << 20;
+  AdmissionOptions admission;  // per-principal shares of each model's capacity (server/admission.hpp)
 };
 
 // The grammar for a request's constraint on this model (grammar/cache.hpp),
@@ -112,10 +114,11 @@ class Api {
   // The generation core, shared by every generating route.
   // submit: renders (chat) or encodes the prompt, compiles its constraint,
   // checks it against the context, submits it; throws FieldError for what the
-  // client must fix. Chat and completions then answer through SseStream or
+  // client must fix; admits it for `request`'s principal (server/admission.hpp:
+  // 429 or 503 with Retry-After). Chat and completions then answer through SseStream or
   // their own blocking loop (n choices, logprobs, streamed tool-call deltas);
   // Responses and Messages (one choice) through collect() and stream() (turn.hpp).
-  std::shared_ptr<Generation> submit(const OpenAiRequest& req);
+  std::shared_ptr<Generation> submit(const OpenAiRequest& req, const HttpRequest& request);
   // Blocks until the turn ends. nullopt: the client left (the generation is
   // cancelled; answer client_gone_response()). An engine error is thrown as Error.
   std::optional<Turn> collect(Generation& gen, const HttpRequest& request, bool tool_calls);
@@ -131,6 +134,7 @@ class Api {
   Router router_;
   std::shared_ptr<ResponseStore> responses_;  // shared with the streams that store into it
   Metrics metrics_;
+  Admission admission_;
   std::atomic<bool> shutting_down_{false};
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
 

@@ -40,6 +40,7 @@ constexpr KindRow kRows[] = {
     {http_errc::payload_too_large, 413, "invalid_request_error", 0},
     {http_errc::unsupported_media_type, 415, "invalid_request_error", 0},
     {http_errc::header_too_large, 431, "invalid_request_error", 0},
+    {http_errc::rate_limit_exceeded, 429, "rate_limit_error", 1},
     {errc::overloaded, 503, "overloaded_error", 1},
     {errc::loading, 503, "overloaded_error", 2},
     {errc::shutting_down, 503, "server_error", 0},

@@ -22,6 +22,7 @@ inline constexpr const char* invalid_json = "invalid_json";
 inline constexpr const char* unsupported = "unsupported_parameter";
 inline constexpr const char* unsupported_media_type = "unsupported_media_type";  // a Content-Encoding the server does not decode
 inline constexpr const char* header_too_large = "header_too_large";
+inline constexpr const char* rate_limit_exceeded = "rate_limit_exceeded";  // one principal over its share (server/admission.hpp)
 }  // namespace http_errc
 
 // A request field failed validation: the kind is invalid_argument unless

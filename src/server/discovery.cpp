@@ -3,12 +3,15 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <thread>
 
 #include "backend/device.hpp"
+#include "server/model_spec.hpp"
+#include "util/json_parse.hpp"
 
 namespace neuron::server {
 namespace {
@@ -37,9 +40,39 @@ std::string field(const std::string& text, const std::string& key, char sep) {
 
 nlohmann::json optional_string(const std::optional<std::string>& s) { return s ? nlohmann::json(*s) : nlohmann::json(nullptr); }
 
+// max_position_embeddings of a model folder's config.json (or its text_config's); 0 when unreadable.
+std::int64_t max_positions(const std::filesystem::path& dir) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(dir / "config.json", ec)) return 0;
+  try {
+    const nlohmann::json c = parse_json(read_file((dir / "config.json").c_str()), "config.json");
+    for (const nlohmann::json* j : {&c, c.contains("text_config") ? &c["text_config"] : nullptr}) {
+      if (j && j->is_object() && j->contains("max_position_embeddings") && (*j)["max_position_embeddings"].is_number_integer())
+        return (*j)["max_position_embeddings"].get<std::int64_t>();
+    }
+  } catch (const std::exception&) {
+    // Not a config we can read: this folder says nothing.
+  }
+  return 0;
+}
+
 }  // namespace
 
-nlohmann::json discover() {
+std::int64_t max_prompt_tokens_under(const std::vector<std::filesystem::path>& roots) {
+  std::int64_t best = 0;
+  for (const auto& root : roots) {
+    std::error_code ec;
+    for (const auto& top : std::filesystem::directory_iterator(root, ec)) {
+      if (!top.is_directory(ec)) continue;
+      best = std::max(best, max_positions(top.path()) - 1);
+      for (const auto& sub : std::filesystem::directory_iterator(top.path(), ec))  // org/name
+        if (sub.is_directory(ec)) best = std::max(best, max_positions(sub.path()) - 1);
+    }
+  }
+  return best;
+}
+
+nlohmann::json discover(const std::filesystem::path& nvidia_driver) {
   char host[256] = {};
   if (gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
   utsname uts{};
@@ -62,7 +95,7 @@ nlohmann::json discover() {
       {"cuda_version", optional_string(backend::cuda_runtime_version())},
       {"driver_version", optional_string(backend::cuda_driver_version())},
       {"devices", devices},
-      {"harnesses", {"neuron"}},
+      {"harnesses", std::vector<std::string>(std::begin(kHarnesses), std::end(kHarnesses))},
       // Extra fields (the contract allows them): the host's CPUs and memory, and our version.
       {"cpu",
        {{"model", field(read_file("/proc/cpuinfo"), "model name", ':')},
@@ -70,7 +103,14 @@ nlohmann::json discover() {
         {"usable_threads", std::thread::hardware_concurrency()}}},
       {"memory", {{"total_bytes", mem.total_bytes}, {"available_bytes", mem.available_bytes}}},
       {"version", NEURON_VERSION}};
-  if (devices.empty()) out["cuda_unavailable_reason"] = backend::cuda_unavailable_reason();
+  std::error_code ec;
+  if (devices.empty() && std::filesystem::exists(nvidia_driver, ec)) {
+    std::string driver = read_file(nvidia_driver.c_str());
+    driver = driver.substr(0, driver.find('\n'));
+    out["cuda_unavailable_reason"] = "the NVIDIA kernel driver is loaded (" + driver + ") but CUDA finds no usable device (" +
+                                     backend::cuda_unavailable_reason() +
+                                     "): a driver/library version mismatch wants a reboot; CUDA loads fail until then";
+  }
   return out;
 }
 

@@ -40,7 +40,7 @@ struct HttpServerOptions {
   std::chrono::milliseconds header_timeout{10000};  // from a request's first byte to the end of its head
   std::chrono::milliseconds idle_timeout{60000};    // keep-alive wait for the next request; longest pause in a body
   std::chrono::milliseconds write_timeout{30000};   // longest a write may wait for the client to read
-  std::chrono::milliseconds heartbeat_interval{2000};  // silence before a stream's heartbeat bytes
+  std::chrono::milliseconds heartbeat_interval{1000};  // silence before a stream's heartbeat bytes (a comment; 1 s, as helexa's node, so a long prefill never looks dead)
   CorsPolicy cors;  // cross-origin access (server/cors.hpp); preflights are answered here, before the handler
 };
 

@@ -47,10 +47,11 @@ json reload_json(const engine::ModelInfo& m) {
   return r;
 }
 
-// How a model is named where no file system path may show (/health needs no
-// API key, responses go to any client): its served name, else a directory
-// model's folder name (an alias clients may use), else its Hugging Face id.
+// How a model is named in every answer (ModelInfo::name: the id it was loaded
+// by, never a path). A bare ModelInfo (display_name of a model not listed)
+// gets its served name, else a directory's folder name, else its id.
 std::string public_name(const engine::ModelInfo& m) {
+  if (!m.name.empty()) return m.name;
   if (!m.served_name.empty()) return m.served_name;
   if (!m.model_id.starts_with('/')) return m.model_id;
   std::filesystem::path p(m.model_id);
@@ -84,15 +85,19 @@ std::vector<int> cuda_ordinals(const engine::ModelInfo& m) {
   return out;
 }
 
+// What the gateway reads: `modalities` as its capability words (neuron serves
+// text), and the flags; `list` rides along as "features".
 struct Capabilities {
-  std::vector<std::string> list;  // "completion", "chat", "tools", "reasoning"
-  bool tool_call = false;         // the chat template takes tools and the vocabulary has <tool_call>
-  bool reasoning = false;         // the vocabulary has <think>: reasoning is split out
+  std::vector<std::string> modalities;  // "text"
+  std::vector<std::string> list;        // "completion", "chat", "tools", "reasoning"
+  bool tool_call = false;               // the chat template takes tools and the vocabulary has <tool_call>
+  bool reasoning = false;               // the vocabulary has <think>: reasoning is split out
 };
 
 Capabilities capabilities_of(const engine::ModelAssets* assets) {
   Capabilities c;
   if (!assets) return c;  // not loaded (yet): unknown, so none claimed
+  c.modalities.push_back("text");
   c.list.push_back("completion");
   if (assets->chat) c.list.push_back("chat");
   c.tool_call = assets->chat.has_value() && assets->tokenizer->token_to_id("<tool_call>").has_value();
@@ -100,6 +105,19 @@ Capabilities capabilities_of(const engine::ModelAssets* assets) {
   if (c.tool_call) c.list.push_back("tools");
   if (c.reasoning) c.list.push_back("reasoning");
   return c;
+}
+
+// Whether the model can serve a request now (the gateway stops routing to a
+// location whose servable.ok is false): a loaded model whose engine has not
+// failed can; otherwise the reason is what a request would get.
+json servable_json(const engine::ModelInfo& m, const engine::Engine* engine) {
+  if (m.status == ModelStatus::loaded && engine) {
+    const engine::EngineStats st = engine->stats();
+    if (!st.failed) return {{"ok", true}};
+    return {{"ok", false}, {"reason", errc::model_failed}, {"detail", st.failure}};
+  }
+  if (m.status == ModelStatus::loading) return {{"ok", false}, {"reason", errc::loading}, {"detail", "the model is loading"}};
+  return {{"ok", false}, {"reason", m.error_kind.empty() ? std::string(errc::model_failed) : m.error_kind}, {"detail", m.error_message}};
 }
 
 double per_second(std::uint64_t tokens, double seconds) { return seconds > 0 ? static_cast<double>(tokens) / seconds : 0.0; }
@@ -180,6 +198,10 @@ HttpResponse Api::health(const HttpRequest&) {
               {"max_queue_depth", 0},
               {"rejected_queue_full", 0},
               {"rejected_timeout", 0},  // neuron has no queue timeout: a queued request waits for its turn
+              {"rejected_per_principal", 0},
+              {"anon_in_flight", 0},
+              {"anon_max_in_flight", 0},
+              {"rejected_anon_yield", 0},
               {"kv_budget_mb", 0},
               {"kv_available_mb", 0},
               {"tok_s_prefill", 0.0},
@@ -194,6 +216,11 @@ HttpResponse Api::health(const HttpRequest&) {
       j["max_in_flight"] = eo.max_num_seqs;
       j["max_queue_depth"] = eo.queue_depth;
       j["rejected_queue_full"] = st.rejected_queue_full;
+      const AdmissionCounts admitted = admission_.counts(public_name(m), eo.queue_depth + static_cast<std::size_t>(eo.max_num_seqs));
+      j["rejected_per_principal"] = admitted.rejected_per_principal;
+      j["anon_in_flight"] = admitted.anon_in_flight;
+      j["anon_max_in_flight"] = admitted.anon_max_in_flight;
+      j["rejected_anon_yield"] = admitted.rejected_anon_yield;
       j["kv_budget_mb"] = kv_bytes / kMiB;
       j["kv_available_mb"] = static_cast<std::uint64_t>(per_block * static_cast<double>(st.kv_blocks_total - st.kv_blocks_used)) / kMiB;
       j["tok_s_prefill"] = per_second(st.prefill_step_tokens, st.prefill_seconds);
@@ -206,16 +233,19 @@ HttpResponse Api::health(const HttpRequest&) {
   }
   // Device memory comes from the driver, which needs a context on the device:
   // only devices a model already runs on are asked (asking would put a context
-  // on every idle GPU). Utilisation and temperature need NVML, which neuron
-  // does not link: null.
+  // on every idle GPU); `vram_measured` says which. An idle device reports its
+  // whole memory free (nothing of ours is on it). Utilisation and temperature
+  // need NVML, which neuron does not link: 0. All are numbers: the gateway's
+  // DeviceHealth has no nulls, and one would fail its whole /health read.
   json devices = json::array();
   for (const auto& d : backend::cuda_devices()) {
-    json j = {{"index", d.index}, {"vram_used_mb", nullptr}, {"vram_free_mb", nullptr}, {"utilization_pct", nullptr}, {"temp_c", nullptr},
-              {"vram_total_mb", d.total_bytes / kMiB}};
+    json j = {{"index", d.index}, {"vram_used_mb", 0}, {"vram_free_mb", d.total_bytes / kMiB}, {"utilization_pct", 0}, {"temp_c", 0},
+              {"vram_total_mb", d.total_bytes / kMiB}, {"vram_measured", false}};
     if (std::find(busy_devices.begin(), busy_devices.end(), d.index) != busy_devices.end()) {
       if (auto use = backend::cuda_memory_use(d.index)) {
         j["vram_used_mb"] = use->used_bytes / kMiB;
         j["vram_free_mb"] = use->free_bytes / kMiB;
+        j["vram_measured"] = true;
       }
     }
     devices.push_back(std::move(j));
@@ -240,9 +270,13 @@ HttpResponse Api::health(const HttpRequest&) {
 
 HttpResponse Api::discovery(const HttpRequest&) {
   json d = discover();
-  std::int64_t max_prompt = 0;  // the longest prompt a loaded model takes (its context less the token it must generate)
+  // The longest prompt a loaded model takes (its context less the token it
+  // must generate); before any load, what the models under the model roots
+  // take by their configs (the gateway keeps the first value it reads above 0).
+  std::int64_t max_prompt = 0;
   for (const auto& m : registry_.list())
     if (m.status == ModelStatus::loaded) max_prompt = std::max<std::int64_t>(max_prompt, m.max_context - 1);
+  if (max_prompt == 0) max_prompt = max_prompt_tokens_under(registry_.model_roots());
   d["max_prompt_tokens"] = max_prompt;
   return json_response(d);
 }
@@ -259,12 +293,14 @@ json model_entry(const engine::ModelInfo& m, const engine::Engine* engine, const
     // Rank 0's weights and KV pool; the ranks of a split hold about as much each.
     vram = (m.memory.weight_bytes + m.memory.kv_cache_bytes) * static_cast<std::uint64_t>(m.tensor_parallel) / kMiB;
   }
-  json j = {{"id", m.served_name.empty() ? m.model_id : m.served_name},
+  json j = {{"id", public_name(m)},
             {"harness", "neuron"},
             {"status", contract_status(m)},
             {"devices", ordinals},
             {"vram_used_mb", vram},
-            {"capabilities", caps.list},
+            {"capabilities", caps.modalities},
+            {"servable", servable_json(m, engine)},
+            {"features", caps.list},
             {"limit", {{"context", m.max_context}, {"input", std::max(0, m.max_context - 1)}, {"output", std::max(0, m.max_context - 1)}}},
             {"tool_call", caps.tool_call},
             {"reasoning", caps.reasoning},
@@ -343,8 +379,8 @@ HttpResponse Api::list_models(const HttpRequest&) {
 
 HttpResponse Api::load_model(const HttpRequest& request) {
   const LoadRequest load = parse_load_request(parse_body(request.body));
-  if (load.harness && *load.harness != "neuron")
-    return unprocessable(classify(errc::unsupported_arch, "harness '" + *load.harness + "' is not available on this node (it runs: neuron)", "harness"));
+  if (load.harness && !known_harness(*load.harness))
+    return unprocessable(classify(errc::unsupported_arch, "harness '" + *load.harness + "' is not available on this node (it runs: neuron, candle)", "harness"));
   engine::ModelInfo info;
   try {
     info = registry_.load(load.spec, /*wait=*/false);
@@ -355,16 +391,13 @@ HttpResponse Api::load_model(const HttpRequest& request) {
     throw;
   }
   auto answer = [&](const engine::ModelInfo& m, int status) {
-    return json_response({{"status", contract_status(m)}, {"model_id", m.model_id}, {"model", model_json(m)}}, status);
+    return json_response({{"status", contract_status(m)}, {"model_id", public_name(m)}, {"model", model_json(m)}}, status);
   };
   if (!load.wait) return answer(info, 202);
   try {
     info = registry_.wait_loaded(info.model_id);
   } catch (const Error& e) {
-    // Loaded, then idle-unloaded before this thread saw it (keep_alive 0 and no request): say so.
-    // (A load that failed stays listed, failed: that is not this case.)
-    if (e.kind() == errc::not_found && !registry_.info(info.model_id)) return json_response({{"status", "unloaded"}, {"model_id", info.model_id}});
-    ApiError err = from_exception(e);  // the load itself failed: the contract's 400, with its kind as the code
+    ApiError err = from_exception(e);  // the load itself failed (and left nothing): the contract's 400, with its kind as the code
     err.status = 400;
     err.type = "invalid_request_error";
     err.retry_after_s = 0;
@@ -384,14 +417,16 @@ HttpResponse Api::unload_model(const HttpRequest& request) {
       throw FieldError("drain_ms", "'drain_ms' must be an integer between 0 and 600000");
     drain_ms = it->get<std::int64_t>();
   }
+  const std::string asked = id;
   id = resolve_model_name(id);
+  const std::string name = display_name(id);
   try {
     registry_.unload(id, std::chrono::milliseconds(drain_ms));
   } catch (const Error& e) {
-    if (e.kind() == errc::not_found) throw FieldError("model_id", "model '" + id + "' is not loaded", errc::not_found);
+    if (e.kind() == errc::not_found) throw FieldError("model_id", "model '" + asked + "' is not loaded", errc::not_found);
     throw;
   }
-  return json_response({{"status", "unloaded"}, {"model_id", id}});
+  return json_response({{"status", "unloaded"}, {"model_id", name}});
 }
 
 // ---- GET /models/{id}/endpoint, /models/{id}/capabilities ----
@@ -409,13 +444,21 @@ HttpResponse Api::model_route(const HttpRequest& request) {
   if (what.empty())
     return error_response(classify(http_errc::route_not_found, "no route for GET " + request.path +
                                                                    " (known: /models/{id}/endpoint, /models/{id}/capabilities)"));
-  const std::string id = resolve_model_name(decode_id(raw_id));
+  const std::string asked = decode_id(raw_id);
+  const std::string id = resolve_model_name(asked);
   const auto info = registry_.info(id);
-  if (!info) throw FieldError("model_id", "model '" + id + "' is not loaded", errc::not_found);
+  if (!info && what == "capabilities") {
+    // Not loaded: what its files say, when they are here (nothing is loaded or
+    // downloaded); 404 when this node has no evidence. neuron serves text.
+    if (!registry_.locate(asked)) throw FieldError("model_id", "no local files for model '" + asked + "'", errc::not_found);
+    return json_response({{"capabilities", json::array({"text"})}, {"loaded", false}});
+  }
+  if (!info) throw FieldError("model_id", "model '" + asked + "' is not loaded", errc::not_found);
   if (what == "endpoint") {
+    // The node's root: the gateway appends the client's path (/v1/chat/completions).
     const auto host = usable_host(request.header("Host"));
     if (!host) throw FieldError("Host", "the request has no usable Host header to build the endpoint from");
-    return json_response({{"url", "http://" + *host + "/v1"}, {"model", public_name(*info)}});
+    return json_response({{"url", "http://" + *host}, {"model", public_name(*info)}});
   }
   std::shared_ptr<const engine::ModelAssets> assets;
   if (info->status == ModelStatus::loaded) {
@@ -426,7 +469,8 @@ HttpResponse Api::model_route(const HttpRequest& request) {
     }
   }
   const Capabilities caps = capabilities_of(assets.get());
-  return json_response({{"capabilities", caps.list}, {"tool_call", caps.tool_call}, {"reasoning", caps.reasoning}});
+  return json_response({{"capabilities", caps.modalities}, {"features", caps.list}, {"tool_call", caps.tool_call},
+                        {"reasoning", caps.reasoning}, {"loaded", true}});
 }
 
 // ---- load on request ----

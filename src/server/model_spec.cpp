@@ -27,7 +27,35 @@ int small_int(const json& v, const std::string& name, int lo, int hi) {
   return static_cast<int>(v.get<std::int64_t>());
 }
 
+// "scheme:org/name" -> "org/name" for the schemes this node has a source for
+// (as the gateway's ModelSourceId parses it: the first ':' ends the scheme).
+// huggingface: must be followed by org/name; another word before a ':' is a
+// scheme only when org/name follows ("helexa:Org/Name"), so a folder named
+// "dir:with:colons" or a path "/srv/a:b/qwen" stays an id.
+std::string without_scheme(const std::string& id) {
+  const auto colon = id.find(':');
+  if (colon == std::string::npos || colon == 0 || id.find('/') < colon) return id;
+  const std::string scheme = id.substr(0, colon), rest = id.substr(colon + 1);
+  for (char c : scheme)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-' && c != '.') return id;
+  const bool org_name = rest.find('/') != std::string::npos && rest.find(':') == std::string::npos;
+  if (scheme != kDefaultSourceScheme && !org_name) return id;
+  if (scheme != kDefaultSourceScheme)
+    throw FieldError("model_id", "no source for the registry scheme '" + scheme + "' on this node (it loads " +
+                                     kDefaultSourceScheme + ":org/name, Hugging Face ids and folders under --models-dir)");
+  const auto slash = rest.find('/');
+  if (slash == std::string::npos || slash == 0 || slash + 1 == rest.size() || rest.find(':') != std::string::npos)
+    throw FieldError("model_id", "'" + id + "' must be " + kDefaultSourceScheme + ":org/name");
+  return rest;
+}
+
 }  // namespace
+
+bool known_harness(const std::string& name) {
+  for (const char* h : kHarnesses)
+    if (name == h) return true;
+  return false;
+}
 
 LoadRequest parse_load_request(const json& body) {
   LoadRequest r;
@@ -39,6 +67,7 @@ LoadRequest parse_load_request(const json& body) {
   if (r.spec.model_id.empty()) throw FieldError("model_id", "'model_id' must not be empty");
   for (char c : r.spec.model_id)
     if (static_cast<unsigned char>(c) < 0x20) throw FieldError("model_id", "'model_id' must not contain control characters");
+  r.spec.model_id = without_scheme(r.spec.model_id);
   if (const json* tp = field(body, "tensor_parallel")) r.spec.tensor_parallel = small_int(*tp, "tensor_parallel", 1, 64);
   if (const json* devices = field(body, "devices")) {
     if (!devices->is_array()) throw FieldError("devices", "'devices' must be an array of CUDA ordinals");

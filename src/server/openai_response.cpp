@@ -26,10 +26,16 @@ std::int64_t unix_now() {
 }
 
 json usage_json(const TokenUsage& u) {
-  return {{"prompt_tokens", u.prompt_tokens},
-          {"completion_tokens", u.completion_tokens},
-          {"total_tokens", u.prompt_tokens + u.completion_tokens},
-          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+  json j = {{"prompt_tokens", u.prompt_tokens},
+            {"completion_tokens", u.completion_tokens},
+            {"total_tokens", u.prompt_tokens + u.completion_tokens},
+            {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+  if (u.timing) j["helexa_timing"] = helexa_timing_json(*u.timing);
+  return j;
+}
+
+json helexa_timing_json(const UsageTiming& t) {
+  return {{"prefill_ms", t.prefill_ms}, {"decode_ms", t.decode_ms}, {"prefill_tokens", t.prefill_tokens}};
 }
 
 namespace {

@@ -25,10 +25,18 @@ struct ResponseMeta {
   std::string model;
 };
 
+// usage.helexa_timing, the helexa gateway's extension: server-measured milliseconds.
+struct UsageTiming {
+  std::int64_t prefill_ms = 0;      // submit to the first token (queue wait included)
+  std::int64_t decode_ms = 0;       // the first token to the end
+  std::int32_t prefill_tokens = 0;  // prompt tokens computed (not from the prefix cache)
+};
+
 struct TokenUsage {
   std::int32_t prompt_tokens = 0;
   std::int32_t completion_tokens = 0;
   std::int32_t cached_tokens = 0;  // prompt tokens served from the prefix cache (usage.prompt_tokens_details)
+  std::optional<UsageTiming> timing;  // set: usage carries helexa_timing
 };
 
 // One choice of a blocking answer.
@@ -48,7 +56,9 @@ std::string new_random_id(std::string_view prefix);
 std::string new_completion_id(bool chat);
 std::int64_t unix_now();
 
+// OpenAI's usage object, with helexa_timing when the usage has a timing.
 nlohmann::json usage_json(const TokenUsage& u);
+nlohmann::json helexa_timing_json(const UsageTiming& t);  // {prefill_ms, decode_ms, prefill_tokens}
 
 // The blocking response: choices[i] gets index i. Chat messages carry
 // refusal: null.

@@ -310,11 +310,17 @@ std::string response_status(const TurnEnd& end) {
 
 json response_usage(const TurnEnd& end) {
   const TokenUsage& u = end.usage;
-  return {{"input_tokens", u.prompt_tokens},
-          {"input_tokens_details", {{"cached_tokens", u.cached_tokens}}},
-          {"output_tokens", u.completion_tokens},
-          {"output_tokens_details", {{"reasoning_tokens", end.reasoning_tokens}}},
-          {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+  json j = {{"input_tokens", u.prompt_tokens},
+            {"input_tokens_details", {{"cached_tokens", u.cached_tokens}}},
+            {"output_tokens", u.completion_tokens},
+            {"output_tokens_details", {{"reasoning_tokens", end.reasoning_tokens}}},
+            {"total_tokens", u.prompt_tokens + u.completion_tokens},
+            // Extra fields for the helexa gateway, which meters every response by
+            // the last "prompt_tokens" and "completion_tokens" it reads in the body.
+            {"prompt_tokens", u.prompt_tokens},
+            {"completion_tokens", u.completion_tokens}};
+  if (u.timing) j["helexa_timing"] = helexa_timing_json(*u.timing);
+  return j;
 }
 
 json response_object(const std::string& id, std::int64_t created_at, const std::string& model, const json& echo,

@@ -124,7 +124,7 @@ json read_config_file(const std::string& path, const std::string& source) {
                                  "kv_cache_bytes", "gpu_memory_fraction", "prefix_caching", "auto_reload",
                                  "io_threads",     "max_connections", "header_timeout_ms", "idle_timeout_ms",
                                  "write_timeout_ms", "keep_alive",     "load_on_request", "served_model_name",
-                                 "allowed_origins", "cpu_activations"};
+                                 "allowed_origins", "cpu_activations", "max_per_principal"};
   for (const auto& [key, value] : j.items()) {
     bool known = false;
     for (const char* k : kKnown) known = known || key == k;
@@ -190,6 +190,8 @@ ServeOptions resolve_serve_options(const ServeFlags& flags, const EnvLookup& env
     o.shutdown_grace = std::chrono::milliseconds(parse_int(*r, 0, kMaxSize));
   if (auto r = src.get(flags.max_num_seqs, "--max-num-seqs", "NEURON_MAX_NUM_SEQS", "max_num_seqs"))
     o.max_num_seqs = static_cast<int>(parse_int(*r, 1, 4096));
+  if (auto r = src.get(flags.max_per_principal, "--max-per-principal", "NEURON_MAX_PER_PRINCIPAL", "max_per_principal"))
+    o.max_per_principal = static_cast<std::size_t>(parse_int(*r, 0, 1 << 20));
   if (auto r = src.get(flags.max_batch_tokens, "--max-batch-tokens", "NEURON_MAX_BATCH_TOKENS", "max_batch_tokens"))
     o.max_batch_tokens = static_cast<int>(parse_int(*r, 1, 1 << 20));
   if (auto r = src.get(flags.kv_cache_bytes, "--kv-cache-bytes", "NEURON_KV_CACHE_BYTES", "kv_cache_bytes"))

@@ -34,6 +34,7 @@ struct ServeOptions {
   std::chrono::milliseconds shutdown_grace{10000};  // in-flight requests may finish this long after SIGTERM
   // Continuous batching, per model.
   int max_num_seqs = 64;            // sequences decoded together
+  std::size_t max_per_principal = 0;  // sequences one gateway principal may hold per model; 0: a quarter of its capacity (server/admission.hpp)
   int max_batch_tokens = 0;         // new tokens per step; 0: 8192 on a GPU, 512 on the CPU
   std::uint64_t kv_cache_bytes = 0;  // KV pool per rank; 0: the device fraction (GPU) or 2 GiB (CPU)
   double gpu_memory_fraction = 0;   // of each GPU, for weights + KV + activations; 0: 0.9
@@ -53,6 +54,7 @@ struct ServeOptions {
 struct ServeFlags {
   std::optional<std::string> host, api_key, config;
   std::optional<std::string> port, queue_depth, max_body_bytes, step_timeout_ms, threads, shutdown_grace_ms;
+  std::optional<std::string> max_per_principal;
   std::optional<std::string> max_num_seqs, max_batch_tokens, kv_cache_bytes, gpu_memory_fraction, prefix_caching;
   std::optional<std::string> auto_reload;  // "0" from --no-auto-reload
   std::optional<std::string> keep_alive, served_model_name;

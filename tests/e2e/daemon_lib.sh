@@ -30,9 +30,12 @@ start_daemon() {
 
 # Waits until every model is loaded (fails on a failed load); sends $NEURON_API_KEY when set.
 wait_loaded() {
-  local i body
+  local i body health
   for i in $(seq 1 1200); do
     body=$(curl -s ${NEURON_API_KEY:+-H "Authorization: Bearer $NEURON_API_KEY"} "$NEURON_BASE_URL/models" || true)
+    # A failed first load leaves /models; /health's activation keeps what failed at startup.
+    health=$(curl -s "$NEURON_BASE_URL/health" || true)
+    case "$health" in *'"failed":[{'*) die "a model failed to load: $health" ;; esac
     case "$body" in
       *'"state":"failed"'*) die "a model failed to load: $body" ;;
       *'"status":"loaded"'*) case "$body" in *'"status":"loading"'*) ;; *) return 0 ;; esac ;;

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -18,6 +19,8 @@
 #include "engine/registry.hpp"
 #include "server/activation.hpp"
 #include "server/api.hpp"
+#include "server/discovery.hpp"
+#include "server/model_spec.hpp"
 #include "support/temp_dir.hpp"
 
 namespace neuron::server {
@@ -109,14 +112,12 @@ void check_discovery(const json& d) {
   for (const auto& dev : d["devices"])
     expect_fields(dev, {{"index", T::integer}, {"name", T::string}, {"vram_total_mb", T::integer}, {"compute_capability", T::string}},
                   "discovery.devices[]");
-  EXPECT_EQ(d["harnesses"], json::array({"neuron"}));
-  if (d["devices"].empty()) {
-    ASSERT_TRUE(d.contains("cuda_unavailable_reason")) << d.dump();
-    EXPECT_TRUE(d["cuda_unavailable_reason"].is_string());
-    EXPECT_FALSE(d["cuda_unavailable_reason"].get<std::string>().empty());
-  } else if (d.contains("cuda_unavailable_reason")) {
+  EXPECT_EQ(d["harnesses"], json::array({"neuron", "candle"})) << "the gateway's catalogue names candle";
+  if (d.contains("cuda_unavailable_reason")) {
     EXPECT_TRUE(d["cuda_unavailable_reason"].is_string());
   }
+  // Only a loaded NVIDIA driver that CUDA cannot use is a reason (the gateway reads it as "CUDA loads fail").
+  EXPECT_EQ(d.contains("cuda_unavailable_reason"), d["devices"].empty() && fs::exists("/proc/driver/nvidia/version")) << d.dump();
 }
 
 void check_model_entry(const json& m) {
@@ -129,6 +130,11 @@ void check_model_entry(const json& m) {
   EXPECT_TRUE(status == "loaded" || status == "loading" || status == "unloaded" || status == "recovering") << status;
   expect_int_array(m["devices"], "models[].devices");
   expect_string_array(m["capabilities"], "models[].capabilities");
+  for (const auto& c : m["capabilities"]) EXPECT_EQ(c, "text") << "the gateway's modality words";
+  if (expect_fields(m, {{"servable", T::object}}, "models[]")) {
+    EXPECT_TRUE(m["servable"]["ok"].is_boolean());
+    EXPECT_EQ(m["servable"]["ok"] == true, status == "loaded") << m.dump();
+  }
   expect_fields(m["limit"], {{"context", T::integer}, {"output", T::integer}}, "models[].limit");
   if (m["limit"].contains("input")) { EXPECT_TRUE(m["limit"]["input"].is_number_integer()); }
   if (m.contains("download"))
@@ -210,16 +216,19 @@ TEST(HelexaContract, EveryManagementRouteParsesIncludingTensorParallelTwo) {
   const HttpResponse one = api.handle(post("/models/load", {{"model_id", "qwen3-tiny-a"}, {"harness", "neuron"}}));
   ASSERT_EQ(one.status, 200) << one.body;
   EXPECT_EQ(body_of(one)["status"], "loaded");
-  activation.expect(body_of(one)["model_id"]);
+  EXPECT_EQ(body_of(one)["model_id"], "qwen3-tiny-a") << "the id it was loaded by";
+  activation.expect(fs::canonical(tiny_model_dir()).string());
   activation.close_startup();
   // Tensor parallel 2 on the CPU (Gloo), with a served name.
   const HttpResponse two = api.handle(
       post("/models/load", {{"model_id", "tiny-copy"}, {"tensor_parallel", 2}, {"served_model_name", "tiny-tp"}, {"keep_alive", -1}}));
   ASSERT_EQ(two.status, 200) << two.body;
   EXPECT_EQ(body_of(two)["status"], "loaded");
-  // A Hugging Face id: ids hold '/'.
-  const HttpResponse hub = api.handle(post("/models/load", {{"model_id", "Qwen/Qwen3-Tiny"}, {"quant", nullptr}, {"devices", json::array()}}));
+  // A Hugging Face id (ids hold '/'), with the registry scheme and harness the gateway sends (its ModelSpec).
+  const HttpResponse hub = api.handle(post("/models/load", {{"model_id", "huggingface:Qwen/Qwen3-Tiny"}, {"harness", "candle"},
+                                                            {"quant", nullptr}, {"tensor_parallel", nullptr}, {"devices", json::array()}}));
   ASSERT_EQ(hub.status, 200) << hub.body;
+  EXPECT_EQ(body_of(hub)["model_id"], "Qwen/Qwen3-Tiny") << "listed under the bare id the gateway keys it by";
 
   const HttpResponse health = api.handle(get("/health"));
   ASSERT_EQ(health.status, 200);
@@ -228,12 +237,15 @@ TEST(HelexaContract, EveryManagementRouteParsesIncludingTensorParallelTwo) {
   EXPECT_EQ(h["activation"]["state"], "ready");
   EXPECT_EQ(h["activation"]["completed"], json::array({"qwen3-tiny-a"}));
   ASSERT_EQ(h["models"].size(), 3u) << h.dump();
+  std::set<std::string> health_ids;
   for (const auto& m : h["models"]) {
+    health_ids.insert(m["id"].get<std::string>());
     EXPECT_EQ(m["id"].get<std::string>().find(NEURON_REPO_ROOT), std::string::npos) << "/health shows no paths";
     EXPECT_GT(m["kv_budget_mb"].get<int>(), 0) << m.dump();
     EXPECT_GT(m["max_in_flight"].get<int>(), 0) << m.dump();
   }
 
+  EXPECT_EQ(health_ids, (std::set<std::string>{"qwen3-tiny-a", "tiny-tp", "Qwen/Qwen3-Tiny"})) << "one id per model, as /models";
   const json d = body_of(api.handle(get("/discovery")));
   check_discovery(d);
   EXPECT_EQ(d["max_prompt_tokens"], 32768 - 1) << "the longest context (the TP model's), less the token to generate";
@@ -259,19 +271,25 @@ TEST(HelexaContract, EveryManagementRouteParsesIncludingTensorParallelTwo) {
   ASSERT_NE(tp, nullptr) << models.dump();
   EXPECT_EQ((*tp)["tensor_parallel"], 2);
   ASSERT_NE(find_model(models, "Qwen/Qwen3-Tiny"), nullptr) << models.dump();
+  ASSERT_NE(find_model(models, "qwen3-tiny-a"), nullptr) << "listed under the id it was loaded by, not its path: " << models.dump();
 
   // Per-model routes, by every kind of id: a served name, a Hugging Face id (with '/', raw and escaped), a folder name.
   for (const std::string id : {"tiny-tp", "Qwen/Qwen3-Tiny", "Qwen%2FQwen3-Tiny", "qwen3-tiny-a"}) {
     const HttpResponse endpoint = api.handle(get("/models/" + id + "/endpoint"));
     ASSERT_EQ(endpoint.status, 200) << id << ": " << endpoint.body;
     expect_fields(body_of(endpoint), {{"url", T::string}}, "endpoint");
-    EXPECT_EQ(body_of(endpoint)["url"], "http://node7:13131/v1");
+    EXPECT_EQ(body_of(endpoint)["url"], "http://node7:13131") << "the node's root: the gateway joins it with /v1/...";
     const HttpResponse caps = api.handle(get("/models/" + id + "/capabilities"));
     ASSERT_EQ(caps.status, 200) << id << ": " << caps.body;
     expect_fields(body_of(caps), {{"capabilities", T::array}}, "capabilities");
     expect_string_array(body_of(caps)["capabilities"], "capabilities");
-    EXPECT_NE(body_of(caps)["capabilities"].size(), 0u);
+    EXPECT_EQ(body_of(caps)["capabilities"], json::array({"text"}));
   }
+  // A model not loaded: its modalities from its files (the gateway asks before any load); none here: 404.
+  const HttpResponse cold = api.handle(get("/models/tiny-quant/capabilities"));
+  ASSERT_EQ(cold.status, 200) << cold.body;
+  EXPECT_EQ(body_of(cold)["capabilities"], json::array({"text"}));
+  EXPECT_EQ(api.handle(get("/models/Nobody%2Fnothing/capabilities")).status, 404);
   EXPECT_EQ(api.handle(get("/models/never-loaded/endpoint")).status, 404);
   EXPECT_EQ(api.handle(get("/models/tiny-tp/weights")).status, 404);
 
@@ -298,8 +316,10 @@ TEST(HelexaContract, EveryManagementRouteParsesIncludingTensorParallelTwo) {
     EXPECT_EQ(r.status, 422) << body.dump() << ": " << r.body;
     EXPECT_EQ(body_of(r)["error"]["code"], code) << r.body;
   }
-  // An id already loaded is a conflict; a malformed body a 400.
-  EXPECT_EQ(api.handle(post("/models/load", {{"model_id", "qwen3-tiny-a"}})).status, 409);
+  // An id already loaded is a conflict the gateway reads as success ("already loaded"); a malformed body a 400.
+  const HttpResponse twice = api.handle(post("/models/load", {{"model_id", "qwen3-tiny-a"}, {"harness", "candle"}}));
+  EXPECT_EQ(twice.status, 409);
+  EXPECT_NE(twice.body.find("already loaded"), std::string::npos) << twice.body;
   EXPECT_EQ(api.handle(post("/models/load", {{"model_id", "x"}, {"keep_alive", "soon"}})).status, 400);
 
   // Unload: 200 {"status": "unloaded"}, then 404.
@@ -307,6 +327,7 @@ TEST(HelexaContract, EveryManagementRouteParsesIncludingTensorParallelTwo) {
     const HttpResponse r = api.handle(post("/models/unload", {{"model_id", id}}));
     ASSERT_EQ(r.status, 200) << id << ": " << r.body;
     EXPECT_EQ(body_of(r)["status"], "unloaded");
+    EXPECT_EQ(body_of(r)["model_id"], id);
     EXPECT_EQ(api.handle(post("/models/unload", {{"model_id", id}})).status, 404) << id;
   }
   EXPECT_EQ(body_of(api.handle(get("/models"))), json::array());
@@ -413,6 +434,77 @@ TEST(HelexaContract, ARequestForAModelUnderTheModelsDirLoadsItWhenAsked) {
   EXPECT_EQ(body_of(unknown)["error"]["code"], "model_not_found");
   EXPECT_EQ(api.handle(post("/v1/completions", {{"model", "../etc"}, {"prompt", "hi"}})).status, 404);
   EXPECT_EQ(registry.list().size(), 1u);
+}
+
+// A first load that fails in the background (no tokenizer) answers its error
+// and leaves nothing: not listed, and the same load again fails the same way
+// (never 409 "already loaded", which the gateway counts as success).
+TEST(HelexaContract, AFailedLoadLeavesNothingBehind) {
+  test_support::TempDir root("neuron-failed-load");
+  fs::create_directories(root.path() / "no-tokenizer");
+  for (const auto& f : fs::directory_iterator(tiny_model_dir()))
+    if (f.path().filename() != "tokenizer.json") fs::create_symlink(f.path(), root.path() / "no-tokenizer" / f.path().filename());
+  engine::Registry registry(registry_options(root.path()));
+  Api api(registry, {});
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    const HttpResponse r = api.handle(post("/models/load", {{"model_id", "no-tokenizer"}, {"harness", "candle"}}));
+    EXPECT_EQ(r.status, 400) << attempt << ": " << r.body;
+    EXPECT_EQ(body_of(r)["error"]["code"], "not_found") << r.body;
+    EXPECT_EQ(body_of(api.handle(get("/models"))), json::array());
+    EXPECT_TRUE(body_of(api.handle(get("/health")))["models"].empty());
+    EXPECT_EQ(api.handle(get("/models/no-tokenizer/endpoint")).status, 404);
+  }
+  // Asynchronously too: 202, then gone.
+  ASSERT_EQ(api.handle(post("/models/load", {{"model_id", "no-tokenizer"}, {"wait", false}})).status, 202);
+  ASSERT_TRUE(wait_for([&] { return registry.list().empty(); }, 10s));
+  EXPECT_EQ(api.handle(post("/v1/completions", {{"model", "no-tokenizer"}, {"prompt", "hi"}})).status, 404);
+  // A working load of another model is untouched by all this.
+  EXPECT_EQ(api.handle(post("/models/load", {{"model_id", "qwen3-tiny-a"}})).status, 200);
+}
+
+// Registry schemes: huggingface: is Hugging Face (dropped from the id); any
+// other has no source here: 400, nothing loaded.
+TEST(HelexaContract, RegistrySchemesAndBadSpecs) {
+  FakeHfCache hf;
+  test_support::TempDir root("neuron-schemes");
+  engine::Registry registry(registry_options(root.path()));
+  Api api(registry, {});
+  for (const json& body : {json{{"model_id", "helexa:Qwen/Qwen3-Tiny"}}, json{{"model_id", "huggingface:Qwen3-Tiny"}},
+                           json{{"model_id", "huggingface:Qwen/Qwen3:Tiny"}}, json{{"model_id", "qwen3-tiny-a"}, {"devices", {-1}}}}) {
+    const HttpResponse r = api.handle(post("/models/load", body));
+    EXPECT_EQ(r.status, 400) << body.dump() << ": " << r.body;
+    EXPECT_EQ(body_of(r)["error"]["param"], body.contains("devices") ? "devices[0]" : "model_id") << r.body;
+  }
+  EXPECT_TRUE(registry.list().empty());
+  // Not schemes: a folder with colons, a path with one; the scheme goes, the id stays.
+  EXPECT_EQ(parse_model_spec_text("dir:with:colons").model_id, "dir:with:colons");
+  EXPECT_EQ(parse_model_spec_text("/srv/a:b/qwen").model_id, "/srv/a:b/qwen");
+  EXPECT_EQ(parse_model_spec_text("huggingface:Qwen/Qwen3-8B:tp=2").model_id, "Qwen/Qwen3-8B");
+  const HttpResponse ok = api.handle(post("/models/load", {{"model_id", "huggingface:Qwen/Qwen3-Tiny"}}));
+  ASSERT_EQ(ok.status, 200) << ok.body;
+  const json models = body_of(api.handle(get("/models")));
+  ASSERT_EQ(models.size(), 1u);
+  EXPECT_EQ(models[0]["id"], "Qwen/Qwen3-Tiny");
+  EXPECT_EQ(api.handle(get("/models/Qwen%2FQwen3-Tiny/endpoint")).status, 200);
+}
+
+// /discovery before any load: the prompt cap from the models' configs (the
+// gateway keeps the first one above 0); cuda_unavailable_reason only when an
+// NVIDIA driver is loaded and CUDA still finds no device.
+TEST(HelexaContract, DiscoveryBeforeAnyLoad) {
+  test_support::TempDir root("neuron-discovery");
+  engine::Registry registry(registry_options(root.path()));
+  Api api(registry, {});
+  const json d = body_of(api.handle(get("/discovery")));
+  check_discovery(d);
+  EXPECT_EQ(d["max_prompt_tokens"], 40960 - 1) << "the tiny model's max_position_embeddings, less one";
+  EXPECT_FALSE(discover(root.path() / "no-driver").contains("cuda_unavailable_reason"));
+  root.write("nvidia-version", "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.14\n");
+  const json mismatch = discover(root.path() / "nvidia-version");
+  if (mismatch["devices"].empty()) {
+    ASSERT_TRUE(mismatch.contains("cuda_unavailable_reason")) << mismatch.dump();
+    EXPECT_NE(mismatch["cuda_unavailable_reason"].get<std::string>().find("550.54.14"), std::string::npos);
+  }
 }
 
 }  // namespace

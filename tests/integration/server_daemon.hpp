@@ -134,6 +134,11 @@ class Daemon {
   void wait_models_loaded(std::chrono::seconds timeout = std::chrono::seconds(120)) {
     auto deadline = std::chrono::steady_clock::now() + timeout;
     for (;;) {
+      // A failed first load leaves /models; /health's activation keeps what failed at startup.
+      if (auto health = client().Get("/health"); health && health->status == 200) {
+        const json failed = json::parse(health->body)["activation"]["failed"];
+        if (!failed.empty()) throw std::runtime_error("model failed to load: " + failed.dump());
+      }
       auto res = client().Get("/models", auth_headers());
       if (res && res->status == 200) {
         json models = json::parse(res->body);  // a bare array

@@ -559,7 +559,7 @@ TEST_F(ServerDaemon, KilledTpWorkerFailsTheRequestAndTheModelCanBeReloaded) {
   auto models = json::parse(daemon_->client().Get("/models")->body);
   std::string status, state;
   for (const auto& m : models)
-    if (m["id"] == tp_id) status = m["status"], state = m["state"];
+    if (m["model_id"] == tp_id) status = m["status"], state = m["state"];
   EXPECT_EQ(state, "failed");
   EXPECT_EQ(status, "unloaded") << "failed for good (no auto-reload): the contract's unloaded";
   auto refused = daemon_->post("/v1/completions", completion_request(tp_id, "again"));

@@ -213,8 +213,10 @@ TEST(ResponsesShape, AWholeTurnHasReasoningMessageAndCallItems) {
                                  response_status(turn.end), items, &turn.end);
   EXPECT_EQ(r["object"], "response");
   EXPECT_EQ(r["status"], "completed");
+  // prompt_tokens / completion_tokens: what the helexa gateway meters a response by.
   EXPECT_EQ(r["usage"], json::parse(R"({"input_tokens": 10, "input_tokens_details": {"cached_tokens": 2}, "output_tokens": 5,
-                                         "output_tokens_details": {"reasoning_tokens": 3}, "total_tokens": 15})"));
+                                         "output_tokens_details": {"reasoning_tokens": 3}, "total_tokens": 15,
+                                         "prompt_tokens": 10, "completion_tokens": 5})"));
   EXPECT_TRUE(r["incomplete_details"].is_null());
 
   turn = Turn{"cut sho", "", {}, {"length", {1, 1, 0}, 0, {}}};
