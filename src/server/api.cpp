@@ -691,7 +691,7 @@ HttpResponse Api::tokenize(const HttpRequest& request) {
     std::string text = assets->chat->apply(messages_json(chat.messages), chat.tools, add_generation_prompt, chat.chat_template_kwargs);
     ids = assets->tokenizer->encode(text);
   } else {
-    ids = assets->tokenizer->encode(string_field(body, "prompt", true));
+    ids = assets->tokenizer->encode_with_special_tokens(string_field(body, "prompt", true));  // as completions sends it
   }
   json out = {{"tokens", ids}, {"count", ids.size()}};
   if (auto info = registry_.info(model)) out["max_model_len"] = info->max_context;
@@ -891,7 +891,7 @@ std::shared_ptr<Api::Generation> Api::submit(const OpenAiRequest& req) {
     cr.split_reasoning = !cr.grammar && assets->tokenizer->token_to_id("<think>").has_value();
     cr.prompt_in_reasoning = cr.split_reasoning && ends_inside_think(text);
   } else if (const auto* text = std::get_if<std::string>(&req.prompt)) {
-    cr.prompt = assets->tokenizer->encode(*text);
+    cr.prompt = assets->tokenizer->encode_with_special_tokens(*text);  // a raw prompt gets the model's BOS, as transformers and vLLM give it
   } else {
     cr.prompt = std::get<std::vector<std::int32_t>>(req.prompt);
     for (std::size_t i = 0; i < cr.prompt.size(); ++i)

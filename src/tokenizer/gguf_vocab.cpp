@@ -20,12 +20,13 @@ struct PreTokenizerSpec {
   const char* regex;
   bool nfc;            // normalizer NFC (Qwen2) or none (Llama 3)
   bool ignore_merges;  // a word that is itself a vocab token is not merged (Llama 3's BPE)
+  bool add_bos;        // without tokenizer.ggml.add_bos_token: llama.cpp's default for the type
 };
 
 std::optional<PreTokenizerSpec> pre_tokenizer_spec(const std::string& pre) {
-  if (pre == "qwen2") return PreTokenizerSpec{kQwen2PreTokenizerRegex, true, false};
+  if (pre == "qwen2") return PreTokenizerSpec{kQwen2PreTokenizerRegex, true, false, false};
   // llama.cpp writes "llama-bpe" for Llama 3.x (older converters: "llama3", "llama-v3").
-  if (pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3") return PreTokenizerSpec{kLlama3PreTokenizerRegex, false, true};
+  if (pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3") return PreTokenizerSpec{kLlama3PreTokenizerRegex, false, true, true};
   return std::nullopt;
 }
 
@@ -100,6 +101,27 @@ nlohmann::json gguf_tokenizer_document(const io::GgufMetadata& md) {
                              {"invert", false}},
                             byte_level}}};
   doc["decoder"] = byte_level;
+
+  // What encode_with_special_tokens adds: BOS first when the file (or the type's default) says so, EOS last likewise.
+  json single = json::array();
+  json specials = json::object();
+  auto special = [&](const char* id_key, const char* add_key, bool add_default, bool before) {
+    if (!md.boolean(add_key).value_or(add_default)) return;
+    const auto id = md.integer(id_key);
+    if (!id || *id < 0 || static_cast<std::size_t>(*id) >= tokens->size())
+      bad(md, std::string(add_key) + " is set but " + id_key + " is missing or out of range");
+    const std::string& text = (*tokens)[static_cast<std::size_t>(*id)];
+    const json piece = {{"SpecialToken", {{"id", text}, {"type_id", 0}}}};
+    if (before) single.insert(single.begin(), piece);
+    else single.push_back(piece);
+    specials[text] = {{"id", text}, {"ids", {*id}}, {"tokens", {text}}};
+  };
+  single.push_back({{"Sequence", {{"id", "A"}, {"type_id", 0}}}});
+  special("tokenizer.ggml.bos_token_id", "tokenizer.ggml.add_bos_token", spec->add_bos, true);
+  special("tokenizer.ggml.eos_token_id", "tokenizer.ggml.add_eos_token", false, false);
+  doc["post_processor"] = specials.empty()
+                              ? json(nullptr)
+                              : json{{"type", "TemplateProcessing"}, {"single", single}, {"special_tokens", specials}};
   return doc;
 }
 

@@ -12,6 +12,8 @@
 //                                       matched on the raw text (llama.cpp's convention: it stores
 //                                       them pre-normalized); UNUSED (5) ids ([PAD151669]...) are holes
 //   tokenizer.ggml.merges               "a b" merge rules, highest priority first
+//   tokenizer.ggml.add_bos/eos_token    post_processor TemplateProcessing around the text
+//                                       (default: BOS for llama-bpe, as llama.cpp; none for qwen2)
 // Other models or pre-tokenizers are Error{unsupported_arch}; malformed keys Error{bad_model}.
 #include <nlohmann/json.hpp>
 

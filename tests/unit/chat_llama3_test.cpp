@@ -9,6 +9,7 @@
 // through tojson, quoted.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <ctime>
 #include <filesystem>
 #include <string>

@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -27,6 +28,7 @@
 #include "tokenizer/gguf_vocab.hpp"
 #include "tokenizer/tokenizer.hpp"
 #include "tokenizer_test_util.hpp"
+#include "util/error.hpp"
 
 namespace neuron::tokenizer {
 namespace {
@@ -66,7 +68,7 @@ std::vector<Vector> vocab_vectors() {
 }
 
 // What convert_hf_to_gguf writes for Llama 3's tokenizer.json.
-std::vector<std::byte> llama3_gguf_metadata(const nlohmann::json& tj) {
+std::vector<std::byte> llama3_gguf_metadata(const nlohmann::json& tj, std::optional<bool> add_bos = std::nullopt) {
   const auto& vocab = tj.at("model").at("vocab");
   std::vector<std::string> tokens(vocab.size() + tj.at("added_tokens").size());
   std::vector<std::int32_t> types(tokens.size(), 1);  // NORMAL
@@ -84,6 +86,7 @@ std::vector<std::byte> llama3_gguf_metadata(const nlohmann::json& tj) {
   w.add_strings("tokenizer.ggml.merges", tj.at("model").at("merges").get<std::vector<std::string>>());
   w.add_u32("tokenizer.ggml.bos_token_id", 128000);
   w.add_u32("tokenizer.ggml.eos_token_id", 128001);
+  if (add_bos) w.add_bool("tokenizer.ggml.add_bos_token", *add_bos);
   return w.bytes();
 }
 
@@ -163,6 +166,48 @@ TEST_F(Llama3FilesTokenizer, SpecialTokensOfTheChatFormat) {
   EXPECT_EQ(t.decode(ids), prompt);
   // Generated text as the server streams it: the special tokens left out.
   EXPECT_EQ(t.decode(ids, /*skip_special_tokens=*/true), "system\n\nHelloassistant\n\n{\"name\"");
+}
+
+TEST_F(Llama3FilesTokenizer, RawPromptsGetTheBeginOfText) {
+  // The post-processor (TemplateProcessing "<|begin_of_text|> $A"), as transformers' encode("Hello world") gives it.
+  const std::vector<std::int32_t> want{128000, 9906, 1917};
+  EXPECT_EQ(llama().encode_with_special_tokens("Hello world"), want);
+  EXPECT_EQ(llama_gguf().encode_with_special_tokens("Hello world"), want);  // llama-bpe: add_bos_token by default
+  EXPECT_EQ(llama().encode("Hello world"), std::vector<std::int32_t>(want.begin() + 1, want.end()));
+  EXPECT_EQ(llama().encode_with_special_tokens(""), std::vector<std::int32_t>{128000});
+  // A GGUF file that says add_bos_token false gets none.
+  auto tj = nlohmann::json::parse(testing::read_file(kFiles / "tokenizer.json"));
+  auto md = io::parse_gguf(llama3_gguf_metadata(tj, false), "no-bos.gguf").metadata;
+  EXPECT_EQ(tokenizer_from_gguf(md).encode_with_special_tokens("Hello world"), std::vector<std::int32_t>(want.begin() + 1, want.end()));
+}
+
+TEST(TokenizerPostProcessor, FramesTheTextAndRefusesWhatItCannotRun) {
+  auto j = testing::tiny_tokenizer_json();
+  EXPECT_EQ(Tokenizer::from_json(j.dump()).encode_with_special_tokens("hell"), Tokenizer::from_json(j.dump()).encode("hell"));
+  j["post_processor"] = nlohmann::json::parse(R"({"type": "Sequence", "processors": [
+      {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": false, "use_regex": true},
+      {"type": "TemplateProcessing", "single": [{"Sequence": {"id": "A", "type_id": 0}}, {"SpecialToken": {"id": "<|end|>", "type_id": 0}}],
+       "special_tokens": {"<|end|>": {"id": "<|end|>", "ids": [259], "tokens": ["<|end|>"]}}}]})");
+  EXPECT_EQ(Tokenizer::from_json(j.dump()).encode_with_special_tokens("hell"), (std::vector<std::int32_t>{258, 259}));
+  auto refusal = [&](const nlohmann::json& post) {
+    auto k = testing::tiny_tokenizer_json();
+    k["post_processor"] = post;
+    try {
+      (void)Tokenizer::from_json(k.dump());
+    } catch (const Error& e) {
+      return std::string(e.kind()) + ": " + e.what();
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(refusal({{"type", "RobertaProcessing"}}).find("bad_model: tokenizer.json: post_processor type 'RobertaProcessing' is not supported"),
+            std::string::npos);
+  auto unknown_id = j["post_processor"];
+  unknown_id["processors"][1]["special_tokens"]["<|end|>"]["ids"] = nlohmann::json::array({999});
+  EXPECT_NE(refusal(unknown_id).find("token id 999, which is not in the vocabulary"), std::string::npos);
+  auto unnamed = j["post_processor"];
+  unnamed["processors"][1]["special_tokens"] = nlohmann::json::object();
+  EXPECT_NE(refusal(unnamed).find("special token '<|end|>' is not in"), std::string::npos);
+  EXPECT_NE(refusal({{"type", "TemplateProcessing"}, {"single", nlohmann::json::array()}}).find("has no Sequence"), std::string::npos);
 }
 
 TEST_F(Llama3FilesTokenizer, DigitsGoInRunsOfThree) {
