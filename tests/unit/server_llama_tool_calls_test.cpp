@@ -115,7 +115,7 @@ TEST(LlamaToolCalls, ACallSplitAcrossManySmallDeltasStreamsItsArguments) {
 
 TEST(LlamaToolCalls, SeveralCallsSeparatedBySemicolons) {
   const std::string text = R"({"name": "get_weather", "parameters": {"city": "Paris"}}; {"name": "get_time", "parameters": {}})";
-  for (std::size_t n : {1u, 4u, text.size()}) {
+  for (std::size_t n : {std::size_t{1}, std::size_t{4}, text.size()}) {
     const Streamed s = run_pieces(cut_every(text, n));
     ASSERT_EQ(s.calls.size(), 2u) << n;
     EXPECT_EQ(s.calls[0].name, "get_weather");
@@ -150,7 +150,7 @@ TEST(LlamaToolCalls, AnswersThatAreNotCallsAreContent) {
       "{\"name\": \"get_weather\", \"parameters\": {\"city\"",          // cut off before the arguments are whole...
   };
   for (const std::string& text : answers) {
-    for (std::size_t n : {1u, 3u, text.size()}) {
+    for (std::size_t n : {std::size_t{1}, std::size_t{3}, text.size()}) {
       const Streamed s = run_pieces(cut_every(text, n), "stop");
       if (text.rfind("{\"name\": \"get_weather\", \"parameters\": {\"city\"", 0) == 0) {
         // ...it was announced: it stays a call (the client sees what was written), finish "length" in real life.
@@ -173,7 +173,7 @@ TEST(LlamaToolCalls, AnswersThatAreNotCallsAreContent) {
 TEST(LlamaToolCalls, TextAfterACallIsContent) {
   const auto r = ToolCallExtractor::split(R"({"name": "f", "parameters": {}} Done.)", kLlama);
   ASSERT_EQ(r.calls.size(), 1u);
-  EXPECT_EQ(r.content, " Done.");
+  EXPECT_EQ(r.content, "Done.");  // the blanks between the call and the text go with the call
   const auto only_separator = ToolCallExtractor::split(R"({"name": "f", "parameters": {}};  )", kLlama);
   ASSERT_EQ(only_separator.calls.size(), 1u);
   EXPECT_EQ(only_separator.content, "");

@@ -145,7 +145,18 @@ TEST_F(Llama3FilesTokenizer, GgufVocabularyIsTheSameTokenizer) {
 }
 
 TEST_F(Llama3FilesTokenizer, SpecialTokensOfTheChatFormat) {
-  const Tokenizer& t = llama();
+  // This tokenizer.json spells the ids as Llama 3.0 did (as llama.cpp's ggml-vocab-llama-bpe.gguf does);
+  // Meta's 3.1 release renamed three reserved ones, same ids, same vocabulary.
+  EXPECT_EQ(llama().id_to_token(128008), "<|reserved_special_token_4|>");
+  EXPECT_EQ(llama().id_to_token(128010), "<|reserved_special_token_5|>");
+  auto tj = nlohmann::json::parse(testing::read_file(kFiles / "tokenizer.json"));
+  for (auto& a : tj["added_tokens"]) {
+    const auto id = a["id"].get<std::int32_t>();
+    if (id == 128004) a["content"] = "<|finetune_right_pad_id|>";
+    if (id == 128008) a["content"] = "<|eom_id|>";
+    if (id == 128010) a["content"] = "<|python_tag|>";
+  }
+  const Tokenizer t = Tokenizer::from_json(tj.dump());
   EXPECT_EQ(t.token_to_id("<|begin_of_text|>"), 128000);
   EXPECT_EQ(t.token_to_id("<|end_of_text|>"), 128001);
   EXPECT_EQ(t.token_to_id("<|start_header_id|>"), 128006);
@@ -159,13 +170,15 @@ TEST_F(Llama3FilesTokenizer, SpecialTokensOfTheChatFormat) {
       "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nHello<|eot_id|>"
       "<|start_header_id|>assistant<|end_header_id|>\n\n<|python_tag|>{\"name\"";
   const std::vector<std::int32_t> ids = t.encode(prompt);
-  ASSERT_GE(ids.size(), 11u);
+  ASSERT_GE(ids.size(), 12u);
   EXPECT_EQ(std::vector<std::int32_t>(ids.begin(), ids.begin() + 11),
             (std::vector<std::int32_t>{128000, 128006, 9125, 128007, 271, 9906, 128009, 128006, 78191, 128007, 271}));
   EXPECT_EQ(ids[11], 128010);
   EXPECT_EQ(t.decode(ids), prompt);
   // Generated text as the server streams it: the special tokens left out.
   EXPECT_EQ(t.decode(ids, /*skip_special_tokens=*/true), "system\n\nHelloassistant\n\n{\"name\"");
+  EXPECT_EQ(llama().encode(prompt.substr(0, prompt.find("<|python_tag|>"))),
+            std::vector<std::int32_t>(ids.begin(), ids.begin() + 11));  // the same ids under either spelling
 }
 
 TEST_F(Llama3FilesTokenizer, RawPromptsGetTheBeginOfText) {
