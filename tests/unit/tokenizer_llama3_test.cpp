@@ -10,9 +10,10 @@
 // llama.cpp's ggml-vocab-llama-bpe.gguf holds exactly what
 // llama3_gguf_metadata() below writes from it (the same 128256 token texts,
 // types NORMAL for ids < 128000 and CONTROL after, the same 280147 merges;
-// compared once with a script when these tests were written), so the GGUF
-// path is tested on what llama.cpp's converter writes without committing
-// its 7.8 MB file.
+// compared once with a script when these tests were written, and the real
+// file through tokenizer_from_gguf gave all 46 vectors and BOS too), so the
+// GGUF path is tested on what llama.cpp's converter writes without
+// committing its 7.8 MB file.
 #include <gtest/gtest.h>
 
 #include <filesystem>
