@@ -63,6 +63,21 @@ bool iterates_content_parts(const std::string& source) {
   return std::regex_search(source, pattern);
 }
 
+// OpenAI clients send a past call's function.arguments as JSON text; templates
+// written for transformers expect a mapping (Llama 3.x prints it with tojson,
+// which would quote the text), so it is parsed, as vLLM does; "" is {}.
+void parse_call_arguments(nlohmann::ordered_json& calls, const std::string& where) {
+  for (std::size_t k = 0; k < calls.size(); ++k) {
+    auto& call = calls[k];
+    if (!call.is_object() || !call.contains("function") || !call["function"].is_object()) continue;
+    auto& function = call["function"];
+    if (!function.contains("arguments") || !function["arguments"].is_string()) continue;
+    const std::string text = function["arguments"].get<std::string>();
+    const std::string field = where + ".tool_calls[" + std::to_string(k) + "].function.arguments";
+    function["arguments"] = text.empty() ? nlohmann::ordered_json::object() : parse_json<nlohmann::ordered_json>(text, field);
+  }
+}
+
 nlohmann::ordered_json normalize_messages(const nlohmann::ordered_json& messages, bool keep_parts) {
   if (!messages.is_array()) throw Error(errc::invalid_argument, "messages must be an array");
   nlohmann::ordered_json out = nlohmann::ordered_json::array();
@@ -75,6 +90,7 @@ nlohmann::ordered_json normalize_messages(const nlohmann::ordered_json& messages
     // OpenAI clients send content: null on assistant tool-call turns; templates
     // written for transformers (Qwen3's `'</think>' in message.content`) expect a string.
     if (m.contains("tool_calls") && m.contains("content") && m["content"].is_null()) msg["content"] = "";
+    if (m.contains("tool_calls") && m["tool_calls"].is_array()) parse_call_arguments(msg["tool_calls"], where);
     if (m.contains("content") && m["content"].is_array() && !keep_parts) {
       std::string text;
       const auto& parts = m["content"];
@@ -135,6 +151,7 @@ ChatFormatter ChatFormatter::from_tokenizer_config(const std::filesystem::path& 
       throw Error(errc::template_error, tokenizer_config_json.string() + ": chat_template: " + e.what());
     }
     f.template_reads_content_parts_ = iterates_content_parts(*source);
+    f.tool_call_format_ = detect_tool_call_format(*source);
   }
   return f;
 }
@@ -143,6 +160,7 @@ ChatFormatter ChatFormatter::from_template(std::string source, const nlohmann::j
   if (!special_tokens.is_object()) throw Error(errc::invalid_argument, "special_tokens must be a JSON object");
   ChatFormatter f;
   f.template_reads_content_parts_ = iterates_content_parts(source);
+  f.tool_call_format_ = detect_tool_call_format(source);
   f.template_ = ChatTemplate::parse(std::move(source));
   f.special_tokens_ = special_tokens;
   return f;

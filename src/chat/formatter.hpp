@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "chat/template.hpp"
+#include "chat/tool_call_format.hpp"
 
 namespace neuron::chat {
 
@@ -30,7 +31,10 @@ class ChatFormatter {
 
   // messages: array of {role, content: string | [{type: "text", text}], ...};
   // text-part lists are joined with "\n" unless the template iterates over
-  // message content itself; a null content beside tool_calls becomes "". tools: null or an array. extra: an object (or
+  // message content itself; a null content beside tool_calls becomes "", and a
+  // past call's function.arguments sent as JSON text (OpenAI's shape) is parsed
+  // into the mapping templates expect ("" is {}; text that is not JSON is
+  // Error{invalid_argument}). tools: null or an array. extra: an object (or
   // null) of further template variables, e.g. {"enable_thinking": false}.
   // Throws Error{invalid_argument} for malformed messages or a non-text
   // content part, Error{template_error} when the template fails (including
@@ -41,11 +45,15 @@ class ChatFormatter {
                     bool add_generation_prompt, const nlohmann::ordered_json& extra) const;
 
   bool has_template() const { return template_.has_value(); }
+  // How the template teaches the model to write tool calls
+  // (detect_tool_call_format); nullopt when it shows no call syntax.
+  std::optional<ToolCallFormat> tool_call_format() const noexcept { return tool_call_format_; }
 
  private:
   std::optional<ChatTemplate> template_;
   nlohmann::ordered_json special_tokens_;  // bos_token, eos_token, ... present in the config
   bool template_reads_content_parts_ = false;
+  std::optional<ToolCallFormat> tool_call_format_;
 };
 
 }  // namespace neuron::chat

@@ -6,7 +6,7 @@ Grammar Constraint::compile() const {
   switch (kind) {
     case Kind::json_object: return compile_json_object();
     case Kind::json_schema: return compile_json_schema(schema);
-    case Kind::tool_call: return compile_tool_call(tools);
+    case Kind::tool_call: return compile_tool_call(tools, tool_format);
   }
   return compile_json_object();
 }
@@ -16,7 +16,7 @@ std::string Constraint::key() const {
     case Kind::json_object: return "object";
     case Kind::json_schema: return "schema:" + schema.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
     case Kind::tool_call: {
-      std::string k = "tools";
+      std::string k = "tools/" + std::string(chat::to_string(tool_format));
       for (const ToolSpec& t : tools) {
         k += ':' + nlohmann::ordered_json(t.name).dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
         k += '=' + t.parameters.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);

@@ -31,6 +31,7 @@ struct Constraint {
   Kind kind = Kind::json_object;
   nlohmann::ordered_json schema;  // json_schema
   std::vector<ToolSpec> tools;    // tool_call: the allowed tools (one for a named tool_choice)
+  chat::ToolCallFormat tool_format = chat::ToolCallFormat::hermes;  // tool_call: how the model writes one (its template's)
 
   static Constraint json_object() { return {}; }
   static Constraint json_schema(nlohmann::ordered_json s) { return {Kind::json_schema, std::move(s), {}}; }

@@ -697,7 +697,7 @@ Grammar compile_json_object() {
   return std::move(b).finish(root);
 }
 
-Grammar compile_tool_call(const std::vector<ToolSpec>& tools) {
+Grammar compile_tool_call(const std::vector<ToolSpec>& tools, chat::ToolCallFormat format) {
   if (tools.empty()) fail(errc::invalid_argument, "a tool call needs at least one tool");
   GrammarBuilder b;
   Common common(b);
@@ -712,11 +712,13 @@ Grammar compile_tool_call(const std::vector<ToolSpec>& tools) {
       args = compiler.compile_root();
     }
     std::vector<Element> seq;
-    b.literal(seq, "{\"name\": " + dump_json(json(tools[i].name)) + ", \"arguments\": ");
+    const char* args_key = format == chat::ToolCallFormat::llama_json ? "parameters" : "arguments";
+    b.literal(seq, "{\"name\": " + dump_json(json(tools[i].name)) + ", \"" + args_key + "\": ");
     seq.push_back(GrammarBuilder::ref(args));
     b.literal(seq, "}");
     b.alt(calls, seq);
   }
+  if (format == chat::ToolCallFormat::llama_json) return std::move(b).finish(calls);  // the answer is the call
   const std::uint32_t root = b.rule("tool_call");
   std::vector<Element> seq;
   b.literal(seq, "<tool_call>\n");

@@ -38,6 +38,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "chat/tool_call_format.hpp"
 #include "grammar/grammar.hpp"
 
 namespace neuron::grammar {
@@ -55,10 +56,11 @@ struct ToolSpec {
   nlohmann::ordered_json parameters;  // a JSON Schema for the arguments; null: any object
 };
 
-// One Qwen3 tool call, exactly as the chat template writes them and
-// server/tool_calls.hpp parses them:
-//   <tool_call>\n{"name": "<one of the names>", "arguments": <JSON>}\n</tool_call>
+// One tool call, exactly as the chat template writes them and
+// server/tool_calls.hpp parses them, in the model's format:
+//   hermes      <tool_call>\n{"name": "<one of the names>", "arguments": <JSON>}\n</tool_call>
+//   llama_json  {"name": "<one of the names>", "parameters": <JSON>}
 // Errors name the tool ("tools[1].function.parameters: ...") by its index.
-Grammar compile_tool_call(const std::vector<ToolSpec>& tools);
+Grammar compile_tool_call(const std::vector<ToolSpec>& tools, chat::ToolCallFormat format = chat::ToolCallFormat::hermes);
 
 }  // namespace neuron::grammar

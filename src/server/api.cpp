@@ -92,6 +92,19 @@ std::string render_chat(const engine::ModelAssets& assets, const OpenAiRequest& 
   return assets.chat->apply(messages_json(req.messages), req.tools, add_generation_prompt, template_kwargs);
 }
 
+// How the model writes tool calls: its chat template's format; <tool_call> tags
+// (the most common) when the template shows none.
+chat::ToolCallFormat tool_call_format(const engine::ModelAssets& assets) {
+  const auto format = assets.chat ? assets.chat->tool_call_format() : std::nullopt;
+  return format.value_or(chat::ToolCallFormat::hermes);
+}
+
+// The format a request's tool calls are parsed in; nullopt when it gave no tools.
+std::optional<chat::ToolCallFormat> tool_call_format(const engine::ModelAssets& assets, bool tool_calls) {
+  if (!tool_calls) return std::nullopt;
+  return tool_call_format(assets);
+}
+
 model::SamplingParams sampling_for(const model::GenerationDefaults& d, const SamplingOverrides& o) {
   model::SamplingParams p;
   if (d.temperature) p.temperature = *d.temperature;
@@ -117,6 +130,11 @@ std::shared_ptr<const grammar::CompiledGrammar> compile_constraint(const engine:
                                                                    const std::string& param) {
   if (!assets.grammars) throw FieldError(param, "constrained decoding is not available for this model", http_errc::unsupported);
   try {
+    if (constraint.kind == grammar::Constraint::Kind::tool_call) {
+      grammar::Constraint call = constraint;
+      call.tool_format = tool_call_format(assets);  // forced calls are written the way the model writes calls
+      return assets.grammars->get(call);
+    }
     return assets.grammars->get(constraint);
   } catch (const FieldError&) {
     throw;
@@ -346,7 +364,7 @@ class Api::SseStream final : public GenerationStream {
   SseStream(std::shared_ptr<Generation> gen, bool include_usage, bool tool_calls)
       : GenerationStream(std::move(gen)), include_usage_(include_usage), choices_(static_cast<std::size_t>(gen_->choices)) {
     for (Choice& c : choices_) {
-      if (tool_calls) c.extractor = std::make_unique<ToolCallExtractor>();
+      if (tool_calls) c.extractor = std::make_unique<ToolCallExtractor>(tool_call_format(*gen_->assets));
       if (!gen_->meta.chat && gen_->top_logprobs >= 0)
         c.completion_logprobs = std::make_unique<CompletionLogprobs>(*gen_->assets->tokenizer, code_points(gen_->echo));
     }
@@ -696,7 +714,7 @@ HttpResponse Api::tokenize(const HttpRequest& request) {
     std::string text = assets->chat->apply(messages_json(chat.messages), chat.tools, add_generation_prompt, chat.chat_template_kwargs);
     ids = assets->tokenizer->encode(text);
   } else {
-    ids = assets->tokenizer->encode(string_field(body, "prompt", true));
+    ids = assets->tokenizer->encode_with_special_tokens(string_field(body, "prompt", true));  // as completions sends it
   }
   json out = {{"tokens", ids}, {"count", ids.size()}};
   if (auto info = registry_.info(model)) out["max_model_len"] = info->max_context;
@@ -757,7 +775,7 @@ HttpResponse Api::generate(const HttpRequest& request, bool chat) {
           c.reasoning = std::move(a.reasoning);
           c.finish_reason = a.finish_reason;
           if (req.tool_calls) {
-            ToolCallExtractor::Result split = ToolCallExtractor::split(a.content);
+            ToolCallExtractor::Result split = ToolCallExtractor::split(a.content, tool_call_format(*assets));
             c.content = std::move(split.content);
             c.finish_reason = split.finish_reason(a.finish_reason);
             c.calls = std::move(split.calls);
@@ -822,7 +840,8 @@ HttpResponse Api::responses(const HttpRequest& request) {
     store->put(id, StoredResponse{response, std::move(conversation)});
   };
   if (req.chat.stream)
-    return stream(std::move(gen), std::make_unique<ResponsesTurnShaper>(id, created_at, model, req.echo, req.chat.tool_calls, std::move(keep)));
+    return stream(std::move(gen), std::make_unique<ResponsesTurnShaper>(id, created_at, model, req.echo,
+                                                                tool_call_format(*gen->assets, req.chat.tool_calls), std::move(keep)));
   std::optional<Turn> turn = collect(*gen, request, req.chat.tool_calls);
   if (!turn) return client_gone_response();
   const auto response = response_object(id, created_at, model, req.echo, response_status(turn->end), output_items(*turn), &turn->end);
@@ -855,7 +874,8 @@ HttpResponse Api::messages(const HttpRequest& request) {
   auto gen = submit(req, request);
   const std::string id = new_random_id("msg_");
   const std::string model = gen->meta.model;  // as the client named it
-  if (req.stream) return stream(gen, std::make_unique<MessagesTurnShaper>(id, model, gen->prompt_tokens, req.tool_calls));
+  if (req.stream) return stream(gen, std::make_unique<MessagesTurnShaper>(id, model, gen->prompt_tokens,
+                                                                        tool_call_format(*gen->assets, req.tool_calls)));
   std::optional<Turn> turn = collect(*gen, request, req.tool_calls);
   if (!turn) return client_gone_response();
   HttpResponse r;
@@ -894,7 +914,7 @@ std::shared_ptr<Api::Generation> Api::submit(const OpenAiRequest& req, const Htt
     cr.split_reasoning = !cr.grammar && assets->tokenizer->token_to_id("<think>").has_value();
     cr.prompt_in_reasoning = cr.split_reasoning && ends_inside_think(text);
   } else if (const auto* text = std::get_if<std::string>(&req.prompt)) {
-    cr.prompt = assets->tokenizer->encode(*text);
+    cr.prompt = assets->tokenizer->encode_with_special_tokens(*text);  // a raw prompt gets the model's BOS, as transformers and vLLM give it
   } else {
     cr.prompt = std::get<std::vector<std::int32_t>>(req.prompt);
     for (std::size_t i = 0; i < cr.prompt.size(); ++i)
@@ -963,7 +983,7 @@ std::optional<Turn> Api::collect(Generation& gen, const HttpRequest& request, bo
       if (e->kind == engine::Event::Kind::error) throw Error(e->error_kind, e->error_message);
       turn.end = gen.end_of(*e);
       if (tool_calls) {
-        ToolCallExtractor::Result split = ToolCallExtractor::split(turn.content);
+        ToolCallExtractor::Result split = ToolCallExtractor::split(turn.content, tool_call_format(*gen.assets));
         turn.content = std::move(split.content);
         turn.calls = std::move(split.calls);
       }

@@ -90,7 +90,7 @@ std::vector<int> cuda_ordinals(const engine::ModelInfo& m) {
 struct Capabilities {
   std::vector<std::string> modalities;  // "text"
   std::vector<std::string> list;        // "completion", "chat", "tools", "reasoning"
-  bool tool_call = false;               // the chat template takes tools and the vocabulary has <tool_call>
+  bool tool_call = false;               // the chat template shows the model a tool-call syntax
   bool reasoning = false;               // the vocabulary has <think>: reasoning is split out
 };
 
@@ -100,7 +100,7 @@ Capabilities capabilities_of(const engine::ModelAssets* assets) {
   c.modalities.push_back("text");
   c.list.push_back("completion");
   if (assets->chat) c.list.push_back("chat");
-  c.tool_call = assets->chat.has_value() && assets->tokenizer->token_to_id("<tool_call>").has_value();
+  c.tool_call = assets->chat.has_value() && assets->chat->tool_call_format().has_value();
   c.reasoning = assets->tokenizer->token_to_id("<think>").has_value();
   if (c.tool_call) c.list.push_back("tools");
   if (c.reasoning) c.list.push_back("reasoning");

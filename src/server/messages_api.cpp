@@ -279,11 +279,12 @@ json message_body(const std::string& id, const std::string& model, const Turn& t
 
 // ---- streaming ----
 
-MessagesTurnShaper::MessagesTurnShaper(std::string id, std::string model, std::int32_t prompt_tokens, bool tool_calls)
+MessagesTurnShaper::MessagesTurnShaper(std::string id, std::string model, std::int32_t prompt_tokens,
+                                       std::optional<chat::ToolCallFormat> tool_calls)
     : id_(std::move(id)),
       model_(std::move(model)),
       prompt_tokens_(prompt_tokens),
-      extractor_(tool_calls ? std::make_unique<WholeToolCalls>() : nullptr) {}
+      extractor_(tool_calls ? std::make_unique<WholeToolCalls>(*tool_calls) : nullptr) {}
 
 std::string MessagesTurnShaper::open() {
   json message = {{"id", id_},

@@ -21,6 +21,7 @@
 // the prefix cache, cache_read_input_tokens those that were.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -51,7 +52,8 @@ nlohmann::ordered_json message_body(const std::string& id, const std::string& mo
 
 class MessagesTurnShaper final : public TurnShaper {
  public:
-  MessagesTurnShaper(std::string id, std::string model, std::int32_t prompt_tokens, bool tool_calls);
+  // tool_calls: the format the model's calls are parsed in; nullopt: they are not.
+  MessagesTurnShaper(std::string id, std::string model, std::int32_t prompt_tokens, std::optional<chat::ToolCallFormat> tool_calls);
 
   std::string open() override;
   std::string delta(std::string_view text, std::string_view reasoning) override;

@@ -356,13 +356,13 @@ ChatMessage assistant_message(const Turn& turn) {
 
 // ---- streaming ----
 
-ResponsesTurnShaper::ResponsesTurnShaper(std::string id, std::int64_t created_at, std::string model, json echo, bool tool_calls,
-                                         OnDone on_done)
+ResponsesTurnShaper::ResponsesTurnShaper(std::string id, std::int64_t created_at, std::string model, json echo,
+                                         std::optional<chat::ToolCallFormat> tool_calls, OnDone on_done)
     : id_(std::move(id)),
       model_(std::move(model)),
       created_at_(created_at),
       echo_(std::move(echo)),
-      extractor_(tool_calls ? std::make_unique<WholeToolCalls>() : nullptr),
+      extractor_(tool_calls ? std::make_unique<WholeToolCalls>(*tool_calls) : nullptr),
       on_done_(std::move(on_done)) {}
 
 std::string ResponsesTurnShaper::event(const char* type, json payload) {

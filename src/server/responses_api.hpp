@@ -78,8 +78,9 @@ ChatMessage assistant_message(const Turn& turn);
 class ResponsesTurnShaper final : public TurnShaper {
  public:
   using OnDone = std::function<void(const nlohmann::ordered_json& response, const Turn& turn)>;
-  ResponsesTurnShaper(std::string id, std::int64_t created_at, std::string model, nlohmann::ordered_json echo, bool tool_calls,
-                      OnDone on_done);
+  // tool_calls: the format the model's calls are parsed in; nullopt: they are not.
+  ResponsesTurnShaper(std::string id, std::int64_t created_at, std::string model, nlohmann::ordered_json echo,
+                      std::optional<chat::ToolCallFormat> tool_calls, OnDone on_done);
 
   std::string open() override;
   std::string delta(std::string_view text, std::string_view reasoning) override;

@@ -35,6 +35,13 @@ std::optional<std::string> decode_string(const std::string& literal) {
 
 }  // namespace
 
+ToolCallExtractor::ToolCallExtractor(chat::ToolCallFormat format)
+    : format_(format), mode_(format == chat::ToolCallFormat::llama_json ? Mode::opening : Mode::content) {}
+
+bool ToolCallExtractor::is_arguments_key(const std::string& key) const {
+  return key == "arguments" || (format_ == chat::ToolCallFormat::llama_json && key == "parameters");
+}
+
 ToolCallExtractor::ValueScan::Step ToolCallExtractor::ValueScan::feed(char c) {
   if (!started) {
     started = true;
@@ -96,13 +103,31 @@ ToolCallExtractor::Output ToolCallExtractor::feed(std::string_view text) {
         if (const auto at = buf.find(kOpen); at != std::string::npos) {
           content(std::string_view(buf).substr(0, at), out);
           i += at + kOpen.size() - from_held;
-          start_call();
+          start_call(std::string(kOpen));
           continue;
         }
         const std::size_t keep = partial_tag_suffix(buf);
         content(std::string_view(buf).substr(0, buf.size() - keep), out);
         held_ = buf.substr(buf.size() - keep);
         i = text.size();
+        break;
+      }
+      case Mode::opening: {
+        // llama_json: blanks are held; '{' may begin a call, anything else makes the rest content.
+        const char c = text[i];
+        if (is_space(c)) {
+          held_ += c;
+          ++i;
+          break;
+        }
+        std::string raw = std::move(held_);
+        held_.clear();
+        if (c == '{') {
+          start_call(std::move(raw));
+          break;  // the brace is read as the call's first character
+        }
+        mode_ = Mode::passthrough;
+        content(raw, out);
         break;
       }
       case Mode::call:
@@ -123,6 +148,7 @@ ToolCallExtractor::Output ToolCallExtractor::finish() {
   Output out;
   switch (mode_) {
     case Mode::content:
+    case Mode::opening:
       content(held_, out);
       held_.clear();
       break;
@@ -153,10 +179,10 @@ void ToolCallExtractor::content(std::string_view text, Output& out) {
   after_call_ = false;
 }
 
-void ToolCallExtractor::start_call() {
+void ToolCallExtractor::start_call(std::string raw) {
   mode_ = Mode::call;
   held_blank_.clear();
-  raw_ = kOpen;
+  raw_ = std::move(raw);
   obj_ = Obj::open;
   any_key_ = false;
   key_raw_.clear();
@@ -198,7 +224,12 @@ void ToolCallExtractor::fail_call(char c, Output& out) {
 void ToolCallExtractor::call_char(char c, Output& out) {
   if (mode_ == Mode::closing) {
     if (close_matched_ == 0 && is_space(c)) return;
-    if (c == kClose[close_matched_]) {
+    if (format_ == chat::ToolCallFormat::llama_json && c == ';') {
+      mode_ = Mode::opening;  // another call may follow
+      after_call_ = true;     // if none does, blank text is dropped and other text is content
+      return;
+    }
+    if (format_ == chat::ToolCallFormat::hermes && c == kClose[close_matched_]) {
       if (++close_matched_ == kClose.size()) {
         mode_ = Mode::content;
         after_call_ = true;
@@ -251,7 +282,7 @@ void ToolCallExtractor::step(char c, Output& out) {
       if (*key == "name" && !have_name_) {
         if (c != '"') return fail_call(c, out);
         target_ = Target::name;
-      } else if (*key == "arguments" && !args_started_) {
+      } else if (is_arguments_key(*key) && !args_started_) {
         target_ = c == '"' ? Target::arguments_string : Target::arguments_stream;
         args_started_ = true;
         if (have_name_) announce(out);  // the arguments begin: the call is one
@@ -299,6 +330,8 @@ void ToolCallExtractor::step(char c, Output& out) {
 
 void ToolCallExtractor::object_end(char c, Output& out) {
   if (!have_name_) return fail_call(c, out);
+  // A llama_json answer is a call only with its arguments: {"name": "Bob"} may well be an answer.
+  if (!args_started_ && format_ == chat::ToolCallFormat::llama_json) return fail_call(c, out);
   if (!args_started_) {
     args_started_ = true;
     args_pending_ = "{}";
@@ -309,8 +342,8 @@ void ToolCallExtractor::object_end(char c, Output& out) {
   close_matched_ = 0;
 }
 
-ToolCallExtractor::Result ToolCallExtractor::split(std::string_view text) {
-  ToolCallExtractor x;
+ToolCallExtractor::Result ToolCallExtractor::split(std::string_view text, chat::ToolCallFormat format) {
+  ToolCallExtractor x(format);
   Output a = x.feed(text);
   Output b = x.finish();
   Result r;

@@ -1,10 +1,13 @@
 #pragma once
-// Tool calls in a Qwen3 answer. Given `tools`, Qwen3 (like other Hermes-style
+// Tool calls in a model's answer, in the format its chat template teaches
+// (chat::ToolCallFormat). Given `tools`, Qwen3 (like other Hermes-style
 // templates) writes each call into its content as
 //   <tool_call>
 //   {"name": "get_weather", "arguments": {"city": "Paris"}}
 //   </tool_call>
-// and OpenAI clients expect them as message.tool_calls with finish_reason
+// and Llama 3.x answers with the call itself (llama_json):
+//   {"name": "get_weather", "parameters": {"city": "Paris"}}
+// OpenAI clients expect them as message.tool_calls with finish_reason
 // "tool_calls", or, streamed, as incremental deltas: a call's first delta has
 // its index, id, type, function.name and arguments "", the next ones
 // fragments of function.arguments as the model writes them.
@@ -12,13 +15,16 @@
 // ToolCallExtractor separates content and calls while the text streams, with
 // a small incremental scanner of the call object (strings, escapes and
 // nesting; values it does not need are skipped):
-//  - content before a <tool_call> goes out as it arrives (minus a tail that
-//    may be the start of the tag);
-//  - a call is announced once its "name" is read and its "arguments" value
-//    has begun (or the object ended without one: arguments "{}"); until then
-//    its text is held, and text that turns out not to be a call (not an
-//    object, no name, cut off, bad syntax) is given back as content, so
-//    nothing the model wrote is lost;
+//  - hermes: content before a <tool_call> goes out as it arrives (minus a
+//    tail that may be the start of the tag); llama_json: a call can only
+//    begin the answer (after blanks) or follow a call and a ';', so an
+//    answer whose first other character is not '{' streams as content;
+//  - a call is announced once its "name" is read and its arguments value
+//    ("arguments"; llama_json also "parameters") has begun (hermes: or the
+//    object ended without one: arguments "{}"); until then its text is held,
+//    and text that turns out not to be a call (not an object, no name,
+//    llama_json: no arguments, cut off, bad syntax) is given back as
+//    content, so nothing the model wrote is lost;
 //  - an announced call's arguments stream verbatim (the model's JSON text;
 //    arguments written as a JSON string are sent decoded, whole); a call cut
 //    off after its announcement stays a call (its finish reason "length");
@@ -29,6 +35,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "chat/tool_call_format.hpp"
 
 namespace neuron::server {
 
@@ -48,6 +56,8 @@ struct ToolCallDelta {
 
 class ToolCallExtractor {
  public:
+  explicit ToolCallExtractor(chat::ToolCallFormat format = chat::ToolCallFormat::hermes);
+
   struct Output {
     std::string content;                // text to send as content now
     std::vector<ToolCallDelta> deltas;  // call pieces to send now, in order
@@ -74,10 +84,13 @@ class ToolCallExtractor {
       return !calls.empty() && engine_reason == "stop" ? "tool_calls" : engine_reason;
     }
   };
-  static Result split(std::string_view text);
+  static Result split(std::string_view text, chat::ToolCallFormat format = chat::ToolCallFormat::hermes);
 
  private:
-  enum class Mode { content, call, closing, passthrough };
+  // content: hermes text between calls; opening: llama_json blanks before a
+  // call (held); call: inside a call object; closing: after one (hermes:
+  // </tool_call>; llama_json: ';' or the end); passthrough: the rest is content.
+  enum class Mode { content, opening, call, closing, passthrough };
   enum class Obj { open, key_start, key, after_key, value_start, value, after_value };
   enum class Target { skip, name, arguments_stream, arguments_string };
   // Scans one JSON value a character at a time.
@@ -97,11 +110,13 @@ class ToolCallExtractor {
   // content, and everything after passes through as content.
   void fail_call(char c, Output& out);
   void announce(Output& out);
-  void start_call();
+  void start_call(std::string raw);  // `raw`: the call's text so far (its tag, or blanks)
+  bool is_arguments_key(const std::string& key) const;
   void flush_fragment(Output& out);
 
-  Mode mode_ = Mode::content;
-  std::string held_;        // content mode: a tail that may start <tool_call>
+  chat::ToolCallFormat format_;
+  Mode mode_;
+  std::string held_;        // content mode: a tail that may start <tool_call>; opening mode: blanks
   std::string held_blank_;  // blank text after a call (dropped unless other text follows)
   bool after_call_ = false;
   std::size_t calls_ = 0;  // calls announced
@@ -117,7 +132,7 @@ class ToolCallExtractor {
   bool have_name_ = false, args_started_ = false, announced_ = false;
   std::string args_pending_;  // arguments read before the name
   std::string fragment_;      // arguments to send with this feed
-  std::size_t close_matched_ = 0;  // closing mode: chars of </tool_call> seen
+  std::size_t close_matched_ = 0;  // closing mode (hermes): chars of </tool_call> seen
 };
 
 }  // namespace neuron::server

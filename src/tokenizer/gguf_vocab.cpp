@@ -1,6 +1,7 @@
 #include "tokenizer/gguf_vocab.hpp"
 
 #include <limits>
+#include <optional>
 #include <string>
 
 #include "tokenizer/utf8.hpp"
@@ -14,6 +15,21 @@ enum TokenType : std::int64_t { kNormal = 1, kUnknown = 2, kControl = 3, kUserDe
 
 [[noreturn]] void bad(const io::GgufMetadata& md, const std::string& msg) { fail(errc::bad_model, md.what + ": " + msg); }
 
+// What tokenizer.json holds for a llama.cpp pre-tokenizer name (llama-vocab.cpp's LLAMA_VOCAB_PRE_TYPE_*).
+struct PreTokenizerSpec {
+  const char* regex;
+  bool nfc;            // normalizer NFC (Qwen2) or none (Llama 3)
+  bool ignore_merges;  // a word that is itself a vocab token is not merged (Llama 3's BPE)
+  bool add_bos;        // without tokenizer.ggml.add_bos_token: llama.cpp's default for the type
+};
+
+std::optional<PreTokenizerSpec> pre_tokenizer_spec(const std::string& pre) {
+  if (pre == "qwen2") return PreTokenizerSpec{kQwen2PreTokenizerRegex, true, false, false};
+  // llama.cpp writes "llama-bpe" for Llama 3.x (older converters: "llama3", "llama-v3").
+  if (pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3") return PreTokenizerSpec{kLlama3PreTokenizerRegex, false, true, true};
+  return std::nullopt;
+}
+
 }  // namespace
 
 nlohmann::json gguf_tokenizer_document(const io::GgufMetadata& md) {
@@ -23,8 +39,10 @@ nlohmann::json gguf_tokenizer_document(const io::GgufMetadata& md) {
   if (*model != "gpt2")
     fail(errc::unsupported_arch, md.what + ": tokenizer.ggml.model is '" + *model + "'; only byte-level BPE ('gpt2') is supported");
   const std::string pre = md.string("tokenizer.ggml.pre").value_or("default");
-  if (pre != "qwen2")
-    fail(errc::unsupported_arch, md.what + ": tokenizer.ggml.pre is '" + pre + "'; only the 'qwen2' pre-tokenizer is supported");
+  const std::optional<PreTokenizerSpec> spec = pre_tokenizer_spec(pre);
+  if (!spec)
+    fail(errc::unsupported_arch,
+         md.what + ": tokenizer.ggml.pre is '" + pre + "'; the supported pre-tokenizers are 'qwen2' and 'llama-bpe'");
 
   const auto* tokens = md.strings("tokenizer.ggml.tokens");
   if (!tokens || tokens->empty()) bad(md, "metadata 'tokenizer.ggml.tokens' is missing or empty");
@@ -71,18 +89,39 @@ nlohmann::json gguf_tokenizer_document(const io::GgufMetadata& md) {
   doc["version"] = "1.0";
   doc["model"] = {{"type", "BPE"}, {"vocab", std::move(vocab)}, {"merges", std::move(merges)}, {"dropout", nullptr},
                   {"unk_token", nullptr}, {"continuing_subword_prefix", ""}, {"end_of_word_suffix", ""},
-                  {"fuse_unk", false}, {"byte_fallback", false}, {"ignore_merges", false}};
+                  {"fuse_unk", false}, {"byte_fallback", false}, {"ignore_merges", spec->ignore_merges}};
   doc["added_tokens"] = std::move(added);
-  doc["normalizer"] = {{"type", "NFC"}};
+  doc["normalizer"] = spec->nfc ? json{{"type", "NFC"}} : json(nullptr);
   const json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}};
   doc["pre_tokenizer"] = {{"type", "Sequence"},
                           {"pretokenizers",
                            {{{"type", "Split"},
-                             {"pattern", {{"Regex", kQwen2PreTokenizerRegex}}},
+                             {"pattern", {{"Regex", spec->regex}}},
                              {"behavior", "Isolated"},
                              {"invert", false}},
                             byte_level}}};
   doc["decoder"] = byte_level;
+
+  // What encode_with_special_tokens adds: BOS first when the file (or the type's default) says so, EOS last likewise.
+  json single = json::array();
+  json specials = json::object();
+  auto special = [&](const char* id_key, const char* add_key, bool add_default, bool before) {
+    if (!md.boolean(add_key).value_or(add_default)) return;
+    const auto id = md.integer(id_key);
+    if (!id || *id < 0 || static_cast<std::size_t>(*id) >= tokens->size())
+      bad(md, std::string(add_key) + " is set but " + id_key + " is missing or out of range");
+    const std::string& text = (*tokens)[static_cast<std::size_t>(*id)];
+    const json piece = {{"SpecialToken", {{"id", text}, {"type_id", 0}}}};
+    if (before) single.insert(single.begin(), piece);
+    else single.push_back(piece);
+    specials[text] = {{"id", text}, {"ids", {*id}}, {"tokens", {text}}};
+  };
+  single.push_back({{"Sequence", {{"id", "A"}, {"type_id", 0}}}});
+  special("tokenizer.ggml.bos_token_id", "tokenizer.ggml.add_bos_token", spec->add_bos, true);
+  special("tokenizer.ggml.eos_token_id", "tokenizer.ggml.add_eos_token", false, false);
+  doc["post_processor"] = specials.empty()
+                              ? json(nullptr)
+                              : json{{"type", "TemplateProcessing"}, {"single", single}, {"special_tokens", specials}};
   return doc;
 }
 

@@ -9,6 +9,7 @@
 #include "tokenizer/bpe.hpp"
 #include "tokenizer/byte_level.hpp"
 #include "tokenizer/normalizer.hpp"
+#include "tokenizer/post_processor.hpp"
 #include "tokenizer/pre_tokenizer.hpp"
 #include "tokenizer/utf8.hpp"
 #include "util/error.hpp"
@@ -22,6 +23,7 @@ struct Tokenizer::Impl {
   Normalizer normalizer;
   PreTokenizer pre_tokenizer;
   AddedVocabulary added;
+  PostProcessor post;
   // Indexed by id over [0, max id]; holes (ids neither in the vocab nor added) are unknown.
   std::vector<std::string_view> text;  // [n_ids] tokenizer.json spelling, viewing bpe's vocab or added's tokens
   std::vector<std::string> bytes;  // [n_ids] raw bytes the ByteLevel decoder yields
@@ -86,6 +88,7 @@ Tokenizer Tokenizer::from_json(std::string_view json_text) {
     bad("pre_tokenizer has no ByteLevel step (neuron serves byte-level BPE tokenizers)");
   check_decoder(field_or_null(root, "decoder"));
   impl->added = AddedVocabulary::from_json(field_or_null(root, "added_tokens"), impl->normalizer, impl->bpe);
+  impl->post = PostProcessor::from_json(field_or_null(root, "post_processor"));
 
   std::int32_t max_id = impl->bpe.max_id();
   for (const auto& t : impl->added.tokens()) max_id = std::max(max_id, t.id);
@@ -113,6 +116,10 @@ Tokenizer Tokenizer::from_json(std::string_view json_text) {
     auto raw = from_byte_level(impl->text[id]);
     impl->bytes[id] = raw ? std::move(*raw) : std::string(impl->text[id]);
   }
+  for (const auto* list : {&impl->post.prefix, &impl->post.suffix})
+    for (std::int32_t id : *list)
+      if (static_cast<std::size_t>(id) >= n || impl->kind[id] == Impl::kUnknown)
+        bad("post_processor adds token id " + std::to_string(id) + ", which is not in the vocabulary");
   return Tokenizer(std::move(impl));
 }
 
@@ -150,6 +157,14 @@ std::vector<std::int32_t> Tokenizer::encode(std::string_view text) const {
     else
       impl_->encode_plain(s.text, ids);
   }
+  return ids;
+}
+
+std::vector<std::int32_t> Tokenizer::encode_with_special_tokens(std::string_view text) const {
+  std::vector<std::int32_t> ids = impl_->post.prefix;
+  const std::vector<std::int32_t> body = encode(text);
+  ids.insert(ids.end(), body.begin(), body.end());
+  ids.insert(ids.end(), impl_->post.suffix.begin(), impl_->post.suffix.end());
   return ids;
 }
 

@@ -12,8 +12,8 @@
 //   3. the rest is normalized (NFC for Qwen), cut into words by the
 //      pre-tokenizer regex, and each word is BPE-merged over its UTF-8 bytes.
 //   The post-processor is not applied (no BOS/EOS insertion), i.e. the result
-//   is transformers' encode(text, add_special_tokens=False); Qwen's post-
-//   processor adds nothing, and chat templates write their markers in the text.
+//   is transformers' encode(text, add_special_tokens=False): chat templates
+//   write their markers in the text. encode_with_special_tokens applies it.
 // decode(ids): the tokens' bytes concatenated, ill-formed UTF-8 shown as U+FFFD
 //   (the ByteLevel decoder's from_utf8_lossy).
 //
@@ -40,6 +40,10 @@ class Tokenizer {
 
   // Never throws on any input bytes (only std::bad_alloc).
   std::vector<std::int32_t> encode(std::string_view text) const;
+  // transformers' encode(text) (add_special_tokens=True): encode(text) framed
+  // by the post-processor's special tokens (Llama 3 puts <|begin_of_text|>
+  // first; Qwen adds nothing). What a raw prompt (/v1/completions) becomes.
+  std::vector<std::int32_t> encode_with_special_tokens(std::string_view text) const;
   // Unknown ids -> Error{invalid_argument} naming the id.
   std::string decode(std::span<const std::int32_t> ids, bool skip_special_tokens = false) const;
 

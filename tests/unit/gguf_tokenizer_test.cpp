@@ -106,8 +106,8 @@ TEST(GgufTokenizer, RefusesOtherModelsAndMalformedVocabularies) {
   EXPECT_NE(error_of(md_of([](auto&) {})).find("carries no tokenizer"), std::string::npos);
   EXPECT_NE(error_of(md_of([](auto& w) {
               w.add_string("tokenizer.ggml.model", "gpt2");
-              w.add_string("tokenizer.ggml.pre", "llama-bpe");
-            })).find("'llama-bpe'"),
+              w.add_string("tokenizer.ggml.pre", "deepseek-llm");
+            })).find("'deepseek-llm'"),
             std::string::npos);
   auto base = [](auto& w) {
     w.add_string("tokenizer.ggml.model", "gpt2");

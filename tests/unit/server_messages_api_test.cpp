@@ -188,7 +188,7 @@ TEST(MessagesShape, AWholeTurnHasThinkingTextAndToolUseBlocks) {
 }
 
 TEST(MessagesShape, AStreamedTurnWithThinkingTextAndAToolCall) {
-  MessagesTurnShaper shaper("msg_1", "model", 12, true);
+  MessagesTurnShaper shaper("msg_1", "model", 12, chat::ToolCallFormat::hermes);
   std::string sse = shaper.open();
   sse += shaper.delta("", "think");
   sse += shaper.delta("Let me check.", "");
@@ -217,18 +217,18 @@ TEST(MessagesShape, AStreamedTurnWithThinkingTextAndAToolCall) {
 }
 
 TEST(MessagesShape, AStreamStoppedBySequenceOrFailingSaysSo) {
-  MessagesTurnShaper shaper("msg_1", "model", 3, false);
+  MessagesTurnShaper shaper("msg_1", "model", 3, std::nullopt);
   auto events = parse_events(script(shaper, {{"Hi", ""}}, [&] { return shaper.close(TurnEnd{"stop", {3, 2, 0}, 0, std::string("END")}); }));
   EXPECT_EQ(events[events.size() - 2].data["delta"]["stop_reason"], "stop_sequence");
   EXPECT_EQ(events[events.size() - 2].data["delta"]["stop_sequence"], "END");
 
-  MessagesTurnShaper failing("msg_2", "model", 3, false);
+  MessagesTurnShaper failing("msg_2", "model", 3, std::nullopt);
   events = parse_events(script(failing, {}, [&] { return failing.fail(classify(errc::worker_failed, "rank 1 died")); }));
   EXPECT_EQ(events.back().name, "error");
   EXPECT_EQ(events.back().data["error"], nlohmann::json({{"type", "api_error"}, {"message", "rank 1 died"}}));
 
   // A blank answer with tools on and no call is still the answer's text.
-  MessagesTurnShaper blank("msg_3", "model", 3, true);
+  MessagesTurnShaper blank("msg_3", "model", 3, chat::ToolCallFormat::hermes);
   events = parse_events(script(blank, {{" ", ""}}, [&] { return blank.close(TurnEnd{"stop", {3, 1, 0}, 0, {}}); }));
   EXPECT_EQ(events[3].data["delta"]["text"], " ");
   EXPECT_EQ(events[events.size() - 2].data["delta"]["stop_reason"], "end_turn");

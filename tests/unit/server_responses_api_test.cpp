@@ -235,7 +235,7 @@ TEST(ResponsesShape, AWholeTurnHasReasoningMessageAndCallItems) {
 TEST(ResponsesShape, AStreamedToolCallTurnHasEveryEventInOrder) {
   json stored;
   Turn stored_turn;
-  ResponsesTurnShaper shaper("resp_x", 1, "m", json::object(), true, [&](const json& response, const Turn& turn) {
+  ResponsesTurnShaper shaper("resp_x", 1, "m", json::object(), chat::ToolCallFormat::hermes, [&](const json& response, const Turn& turn) {
     stored = response;
     stored_turn = turn;
   });
@@ -274,7 +274,7 @@ TEST(ResponsesShape, AStreamedToolCallTurnHasEveryEventInOrder) {
 
 TEST(ResponsesShape, AStreamedTextTurnCutByItsLimitIsIncomplete) {
   bool stored = false;
-  ResponsesTurnShaper shaper("resp_x", 1, "m", json::object(), false, [&](const json&, const Turn&) { stored = true; });
+  ResponsesTurnShaper shaper("resp_x", 1, "m", json::object(), std::nullopt, [&](const json&, const Turn&) { stored = true; });
   const std::string sse = script(shaper, {{"Hello", ""}, {" wor", ""}}, [&] { return shaper.close(TurnEnd{"length", {3, 2, 0}, 0, {}}); });
   const auto events = parse_events(sse);
   const std::vector<std::string> expected = {"response.created", "response.in_progress", "response.output_item.added",
@@ -289,14 +289,14 @@ TEST(ResponsesShape, AStreamedTextTurnCutByItsLimitIsIncomplete) {
 }
 
 TEST(ResponsesShape, AnEmptyAnswerStillHasItsMessageAndAnErrorFailsTheResponse) {
-  ResponsesTurnShaper empty("r", 1, "m", json::object(), true, nullptr);
+  ResponsesTurnShaper empty("r", 1, "m", json::object(), chat::ToolCallFormat::hermes, nullptr);
   auto events = parse_events(script(empty, {{" ", ""}}, [&] { return empty.close(TurnEnd{"stop", {3, 1, 0}, 0, {}}); }));
   const json& output = events.back().data["response"]["output"];
   ASSERT_EQ(output.size(), 1u);
   EXPECT_EQ(output[0]["type"], "message");
   EXPECT_EQ(output[0]["content"][0]["text"], " ");
 
-  ResponsesTurnShaper failing("r", 1, "m", json::object(), false, [](const json&, const Turn&) { ADD_FAILURE() << "stored a failure"; });
+  ResponsesTurnShaper failing("r", 1, "m", json::object(), std::nullopt, [](const json&, const Turn&) { ADD_FAILURE() << "stored a failure"; });
   events = parse_events(script(failing, {{"a", ""}}, [&] { return failing.fail(classify(errc::worker_failed, "rank 1 died")); }));
   EXPECT_EQ(events.back().name, "response.failed");
   EXPECT_EQ(events.back().data["response"]["status"], "failed");
