@@ -35,7 +35,8 @@ std::vector<std::int32_t> stop_ids(const io::GgufMetadata& md) {
   if (tokens && types && types->size() == tokens->size()) {
     constexpr std::int64_t kControl = 3;
     for (std::size_t i = 0; i < tokens->size(); ++i)
-      if ((*types)[i] == kControl && ((*tokens)[i] == "<|im_end|>" || (*tokens)[i] == "<|endoftext|>"))
+      if ((*types)[i] == kControl && ((*tokens)[i] == "<|im_end|>" || (*tokens)[i] == "<|endoftext|>" ||
+                                        (*tokens)[i] == "<|eot_id|>" || (*tokens)[i] == "<|eom_id|>"))
         add(static_cast<std::int64_t>(i));
   }
   return ids;

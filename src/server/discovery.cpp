@@ -1,5 +1,7 @@
 #include "server/discovery.hpp"
 
+#include "model/arch/family.hpp"
+
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -96,6 +98,7 @@ nlohmann::json discover(const std::filesystem::path& nvidia_driver) {
       {"driver_version", optional_string(backend::cuda_driver_version())},
       {"devices", devices},
       {"harnesses", std::vector<std::string>(std::begin(kHarnesses), std::end(kHarnesses))},
+      {"architectures", model::supported_model_types()},  // the model families this node loads (model/arch)
       // Extra fields (the contract allows them): the host's CPUs and memory, and our version.
       {"cpu",
        {{"model", field(read_file("/proc/cpuinfo"), "model name", ':')},

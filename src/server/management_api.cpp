@@ -305,6 +305,7 @@ json model_entry(const engine::ModelInfo& m, const engine::Engine* engine, const
             {"tool_call", caps.tool_call},
             {"reasoning", caps.reasoning},
             // Extra fields: neuron's own view.
+            {"architecture", assets ? json(assets->configs.model.model_type) : json(nullptr)},
             {"model_id", m.model_id},
             {"served_name", m.served_name.empty() ? json(nullptr) : json(m.served_name)},
             {"state", std::string(engine::to_string(m.status))},
@@ -470,7 +471,8 @@ HttpResponse Api::model_route(const HttpRequest& request) {
   }
   const Capabilities caps = capabilities_of(assets.get());
   return json_response({{"capabilities", caps.modalities}, {"features", caps.list}, {"tool_call", caps.tool_call},
-                        {"reasoning", caps.reasoning}, {"loaded", true}});
+                        {"reasoning", caps.reasoning}, {"loaded", true},
+                        {"architecture", assets ? json(assets->configs.model.model_type) : json(nullptr)}});
 }
 
 // ---- load on request ----

@@ -249,6 +249,7 @@ TEST(HelexaContract, EveryManagementRouteParsesIncludingTensorParallelTwo) {
   const json d = body_of(api.handle(get("/discovery")));
   check_discovery(d);
   EXPECT_EQ(d["max_prompt_tokens"], 32768 - 1) << "the longest context (the TP model's), less the token to generate";
+  EXPECT_EQ(d["architectures"], json::array({"qwen3", "llama", "qwen3_moe"})) << "the families this node loads";
 
   const HttpResponse listed = api.handle(get("/models"));
   ASSERT_EQ(listed.status, 200);
@@ -266,6 +267,7 @@ TEST(HelexaContract, EveryManagementRouteParsesIncludingTensorParallelTwo) {
     EXPECT_EQ(m["limit"]["context"], m["tensor_parallel"] == 2 ? 32768 : 16384) << m.dump();
     EXPECT_TRUE(m["tool_call"].get<bool>()) << "Qwen's template and <tool_call> token";
     EXPECT_TRUE(m["reasoning"].get<bool>()) << "Qwen's <think> token";
+    EXPECT_EQ(m["architecture"], "qwen3") << "the model's family";
   }
   const json* tp = find_model(models, "tiny-tp");
   ASSERT_NE(tp, nullptr) << models.dump();
