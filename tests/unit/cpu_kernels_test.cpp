@@ -22,6 +22,7 @@
 #include "backend/cpu/isa.hpp"
 #include "backend/cpu/matmul.hpp"
 #include "backend/cpu/ops.hpp"
+#include "model/rope.hpp"
 #include "backend/cpu/simd.hpp"
 #include "backend/cpu/decode_kernel.hpp"
 #include "tensor/dtype.hpp"
@@ -375,7 +376,10 @@ TEST(CpuOps, SiluMul) {
 TEST(CpuOps, RopeRotatesHalvesByPositionTimesFrequency) {
   const std::int64_t hd = 8;
   const double theta = 10000.0;
-  RopeTable rope(hd, theta, 50);
+  model::ModelConfig cfg;
+  cfg.head_dim = hd;
+  cfg.rope.theta = theta;
+  RopeTable rope(model::rope_inv_freq(cfg), 50);
   const auto v = random_floats(hd, 14);
   auto at0 = v;
   rope.apply(at0.data(), 0);
@@ -387,6 +391,37 @@ TEST(CpuOps, RopeRotatesHalvesByPositionTimesFrequency) {
     EXPECT_NEAR(at37[i], v[i] * std::cos(a) - v[i + hd / 2] * std::sin(a), 1e-5);
     EXPECT_NEAR(at37[i + hd / 2], v[i + hd / 2] * std::cos(a) + v[i] * std::sin(a), 1e-5);
   }
+}
+
+// Llama 3's scaling (transformers' _compute_llama3_parameters): wavelengths under original / high_freq_factor
+// keep their frequency, those over original / low_freq_factor are divided by factor, the band between is
+// interpolated (strictly between the two).
+TEST(CpuOps, Llama3RopeScalesTheLowFrequencies) {
+  model::ModelConfig plain;
+  plain.head_dim = 128;
+  plain.rope.theta = 500000.0;
+  model::ModelConfig scaled = plain;
+  scaled.rope = model::RopeConfig{model::RopeType::llama3, 500000.0, 8.0, 1.0, 4.0, 8192};
+  const std::vector<float> a = model::rope_inv_freq(plain), b = model::rope_inv_freq(scaled);
+  ASSERT_EQ(a.size(), 64u);
+  int kept = 0, divided = 0, between = 0;
+  for (std::size_t j = 0; j < a.size(); ++j) {
+    const double wavelen = 2 * M_PI / a[j];
+    if (wavelen < 8192.0 / 4) {
+      EXPECT_EQ(b[j], a[j]) << j;
+      ++kept;
+    } else if (wavelen > 8192.0) {
+      EXPECT_FLOAT_EQ(b[j], a[j] / 8.0f) << j;
+      ++divided;
+    } else {
+      EXPECT_LT(b[j], a[j]) << j;
+      EXPECT_GT(b[j], a[j] / 8.0f) << j;
+      ++between;
+    }
+  }
+  EXPECT_GT(kept, 0);
+  EXPECT_GT(divided, 0);
+  EXPECT_GT(between, 0);
 }
 
 // Naive causal GQA of one sequence whose keys and values are read position by position.
