@@ -53,7 +53,7 @@ QuantMatrix make(quant::GgmlType type, std::int64_t rows) {
 
 // int8: the int8 kernels (NEURON_CPU_ACTIVATIONS=int8), `isa` then only names them.
 void run(benchmark::State& state, quant::GgmlType type, Isa isa, RowWalk walk, std::int64_t rows, bool int8) {
-  if (!gemm_quant_few_supported(isa, type) || (int8 && !gemm_quant_few_int8(type)))
+  if (int8 ? !gemm_quant_few_int8(isa, type) : !gemm_quant_few_supported(isa, type))
     return state.SkipWithError("kernel not supported on this CPU");
   const QuantMatrix m = make(type, rows);
   std::vector<float> x(kCols), y(static_cast<std::size_t>(rows));  // [kCols], [rows]
