@@ -64,6 +64,11 @@ NEURON_AVX2 inline __m256i add_byte_dots(__m256i acc, __m256i u, __m256i s) {
   }
 }
 
+// Keeps v's sum in the order written: without it GCC reassociates a token's
+// integer sums into trees of all the block's products at once, which spill
+// past the 16 registers.
+NEURON_AVX2 inline void in_order(__m256i& v) { asm("" : "+x"(v)); }
+
 NEURON_AVX2 inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
 // The tokens of a tile (T of them): each token's rounded x [cols], scales
@@ -119,6 +124,7 @@ NEURON_AVX2 void q4_k(const std::byte* rows, std::size_t row_bytes, std::int64_t
           const std::int8_t* a = x.a[t] + b * quant::kQK_K + 64 * g;
           dot[t] = add_word_dots<V>(dot[t], _mm256_maddubs_epi16(lo, load256(a)), s_lo);
           dot[t] = add_word_dots<V>(dot[t], _mm256_maddubs_epi16(hi, load256(a + 32)), s_hi);
+          in_order(dot[t]);
         }
       }
       const float d = f16_at(block), dmin = f16_at(block + 2);
@@ -173,6 +179,7 @@ NEURON_AVX2 void q6_k(const std::byte* rows, std::size_t row_bytes, std::int64_t
           for (int t = 0; t < T; ++t) {
             const std::int8_t* a = x.a[t] + b * quant::kQK_K + 128 * h + 32 * c;
             dot[t] = add_word_dots<V>(dot[t], _mm256_maddubs_epi16(q[c], load256(a)), s);
+            in_order(dot[t]);
           }
         }
       }
