@@ -321,8 +321,9 @@ TEST(QuantKernels, Int8KernelsPropagateNonFiniteActivations) {
 
 // Through matmul_quant at the int8 level, batched decode's 4 tokens to a prefill's 70: where
 // the CPU's int8 kernels are the AVX2 ones and it has neither AVX-512 BF16
-// nor AMX (NEURON_CPU_ISA=avx2 on any CPU) every count takes them, elsewhere
-// the counts below the pairs kernel's; the result is the int8 product
+// nor AMX (NEURON_CPU_ISA=avx2 on any CPU) every count of a K-quant takes
+// them (Q8_0 and Q4_0 below kFewTokensMax), elsewhere the counts below the
+// pairs kernel's; the result is the int8 product
 // (within 1e-5 of the kernels' own), split over the pool's threads.
 TEST(QuantKernels, MatmulTakesTheInt8Kernels) {
   if (int8_families().empty()) GTEST_SKIP() << "no AVX2 here";
@@ -339,7 +340,8 @@ TEST(QuantKernels, MatmulTakesTheInt8Kernels) {
     const QuantMatrix m = random_blocks(type, rows, cols, rng);
     // From 4 tokens: the interleaved walk, not measured (decode_kernel.hpp), which keeps this test fast.
     for (const std::int64_t n : {std::int64_t{4}, std::int64_t{9}, kFewTokensMax - 1, std::int64_t{70}}) {
-      if (n >= kPairsTokensMin && !every_count) continue;
+      const bool k_quant = type == quant::GgmlType::q4_k || type == quant::GgmlType::q5_k || type == quant::GgmlType::q6_k;
+      if (n >= (every_count ? (k_quant ? n + 1 : kFewTokensMax) : kPairsTokensMin)) continue;
       std::vector<float> x(static_cast<std::size_t>(n * cols));
       for (auto& v : x) v = normal(rng);
       std::vector<float> y(static_cast<std::size_t>(n * rows)), want(y.size());

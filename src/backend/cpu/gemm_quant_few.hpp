@@ -39,7 +39,7 @@
 // product (bench/CPU.md). Prefill (40 tokens and more) takes
 // gemm_quant_pairs or sgemm instead (matmul_quant.hpp), except on CPUs
 // whose int8 family is an AVX2 one, where the int8 kernels take every
-// token count.
+// token count of the K-quants.
 #include <cstdint>
 #include <string_view>
 #include <vector>
