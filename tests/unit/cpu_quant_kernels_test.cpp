@@ -277,9 +277,9 @@ TEST(QuantKernels, Int8KernelsEqualTheProductWithRoundedActivations) {
   }
 }
 
-// The AVX2 rounding gives the operand's bits (the AVX-512 one's, where the
-// CPU has AVX-512 VNNI): every value, scale and sum, and NaN for a block
-// with a NaN or infinity.
+// The AVX2 rounding gives the operand's bits (the AVX-512 one's where the
+// selected ISA's int8 kernels are AVX-512 VNNI): every value, scale and sum,
+// and NaN for a block with a NaN or infinity.
 TEST(QuantKernels, Avx2RoundingEqualsTheOperands) {
   if (!isa_supported(Isa::avx2)) GTEST_SKIP() << "no AVX2 here";
   std::mt19937 rng(13);

@@ -790,7 +790,8 @@ QuantOperand::QuantOperand(Activations, quant::GgmlType type, const float* x, st
   q8_sums_.resize(static_cast<std::size_t>(n * (cols / 16)));
   // Q8_0's quants go in as q + 128, Q4_0's as q: -128 or -8 times each 4 columns' sum takes the bias back out.
   const int bias = type == GgmlType::q8_0 ? 128 : type == GgmlType::q4_0 ? 8 : 0;
-  const bool avx512 = int8_kernels_supported(Int8Kernels::avx512_vnni);  // else the AVX2 rounding (the same bits)
+  // The selected ISA's rounding (NEURON_CPU_ISA=avx2 runs no AVX-512); the same bits either way.
+  const bool avx512 = int8_kernels(selected_isa()) == Int8Kernels::avx512_vnni;
   if (bias != 0) corrections_.resize(static_cast<std::size_t>(n * (cols / 4)));
   for (std::int64_t t = 0; t < n; ++t) {
     const float* xt = x + t * ldx;
