@@ -1,11 +1,13 @@
 // The CPU decode kernels on one thread, as weights a second (the
 // "items_per_second" counter): each quantized type with every kernel this
-// CPU runs (isa, and int8 activations), both row walks, over rows that stay in L2 (256 x 1024)
+// CPU runs (isa, and each int8 kernel family), both row walks, over rows that stay in L2 (256 x 1024)
 // and rows streamed from memory (96 MiB, past a 32 MiB L3), one token. And the
-// prefill products (prefill/...), multiply-adds a second.
+// prefill products (prefill/..., prefill_level/... at f32 and int8 activations
+// through matmul_quant), multiply-adds a second.
 //   cmake -B build -DNEURON_BENCH=ON && ninja -C build cpu_kernel_bench
 //   build/bench/cpu_kernel_bench --benchmark_min_time=0.5
 #include <benchmark/benchmark.h>
+#include <cblas.h>
 
 #include <array>
 #include <cstring>
@@ -19,6 +21,9 @@
 #include "backend/cpu/gemm_quant_few.hpp"
 #include "backend/cpu/gemm_quant_pairs.hpp"
 #include "backend/cpu/isa.hpp"
+#include "backend/cpu/matmul_quant.hpp"
+#include "backend/cpu/activations.hpp"
+#include "quant/dequantize.hpp"
 #include "quant/quantize.hpp"
 #include "tensor/dtype.hpp"
 
@@ -41,7 +46,16 @@ QuantMatrix make(quant::GgmlType type, std::int64_t rows) {
   constexpr std::int64_t kDistinct = 64;
   for (std::int64_t r = 0; r < rows; ++r) {
     std::byte* dst = m.data.data() + static_cast<std::size_t>(r) * m.row_bytes;
-    if (r < kDistinct) {
+    if (r < kDistinct && (type == quant::GgmlType::q4_0 || type == quant::GgmlType::q5_k)) {
+      // Not quantize_row's types: random quants, f16 scales (d, dmin) of about 0.01 at each block's start.
+      for (std::size_t i = 0; i < m.row_bytes; ++i) dst[i] = static_cast<std::byte>(rng() & 0xFF);
+      const std::size_t block = quant::row_bytes(type, type == quant::GgmlType::q4_0 ? 32 : 256);
+      for (std::size_t at = 0; at < m.row_bytes; at += block) {
+        const std::uint16_t d = 0x2100;
+        std::memcpy(dst + at, &d, 2);
+        if (type == quant::GgmlType::q5_k) std::memcpy(dst + at + 2, &d, 2);
+      }
+    } else if (r < kDistinct) {
       for (auto& v : row) v = normal(rng);
       quant::quantize_row(type, row.data(), dst, kCols);
     } else {
@@ -51,9 +65,10 @@ QuantMatrix make(quant::GgmlType type, std::int64_t rows) {
   return m;
 }
 
-// int8: the int8 kernels (NEURON_CPU_ACTIVATIONS=int8), `isa` then only names them.
-void run(benchmark::State& state, quant::GgmlType type, Isa isa, RowWalk walk, std::int64_t rows, bool int8) {
-  if (!gemm_quant_few_supported(isa, type) || (int8 && !gemm_quant_few_int8(type)))
+// int8: the int8 kernels of `family` (NEURON_CPU_ACTIVATIONS=int8), `isa` then unused.
+void run(benchmark::State& state, quant::GgmlType type, Isa isa, RowWalk walk, std::int64_t rows, bool int8,
+         Int8Kernels family = Int8Kernels::avx2) {
+  if (int8 ? !int8_kernels_supported(family) : !gemm_quant_few_supported(isa, type))
     return state.SkipWithError("kernel not supported on this CPU");
   const QuantMatrix m = make(type, rows);
   std::vector<float> x(kCols), y(static_cast<std::size_t>(rows));  // [kCols], [rows]
@@ -63,7 +78,10 @@ void run(benchmark::State& state, quant::GgmlType type, Isa isa, RowWalk walk, s
   const QuantOperand operand = int8 ? QuantOperand(Activations::int8, type, x.data(), 1, kCols, kCols)
                                     : QuantOperand(isa, type, x.data(), 1, kCols, kCols);
   for (auto _ : state) {
-    gemm_quant_few_rows(isa, walk, operand, m, 0, rows, y.data(), rows);
+    if (int8)
+      gemm_quant_few_rows(family, walk, operand, m, 0, rows, y.data(), rows);
+    else
+      gemm_quant_few_rows(isa, walk, operand, m, 0, rows, y.data(), rows);
     benchmark::DoNotOptimize(y.data());
   }
   state.SetItemsProcessed(state.iterations() * rows * kCols);
@@ -96,6 +114,60 @@ void prefill(benchmark::State& state, quant::GgmlType type, int terms) {
     }
   }
   state.SetItemsProcessed(state.iterations() * kTokens * kRowsOut * kCols);
+}
+
+// A prefill product (128 tokens, 3072 x 1024 weights) through matmul_quant
+// at an activation level, on the pool's threads as the runner runs it: with
+// NEURON_CPU_ISA=avx2, f32 is the dequantized tiles and sgemm, int8 the AVX2
+// int8 kernels; items are multiply-adds.
+void prefill_level(benchmark::State& state, quant::GgmlType type, Activations level) {
+  constexpr std::int64_t kTokens = 128, kRowsOut = 3072;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(static_cast<std::size_t>(kTokens * kCols)), y(static_cast<std::size_t>(kTokens * kRowsOut));  // [n, cols], [n, rows]
+  for (auto& v : x) v = normal(rng);
+  const QuantMatrix m = make(type, kRowsOut);
+  const Activations before = cpu_activations();
+  set_cpu_activations(level);
+  for (auto _ : state) {
+    matmul_quant(x.data(), kTokens, kCols, m, y.data(), kRowsOut);
+    benchmark::DoNotOptimize(y.data());
+  }
+  set_cpu_activations(before);
+  state.SetItemsProcessed(state.iterations() * kTokens * kRowsOut * kCols);
+}
+
+// The int8 kernels' prefill tiles on one thread (128 tokens against 256 rows
+// of 1024 columns, in L2), in the thread's CPU time (robust on a shared
+// machine); `family` < 0: the dequantized rows and sgemm (OpenBLAS on this
+// thread, OPENBLAS_NUM_THREADS=1; OPENBLAS_CORETYPE=Haswell for its AVX2
+// kernel) as matmul_quant's f32 prefill runs them. Items are multiply-adds.
+void prefill_tile(benchmark::State& state, quant::GgmlType type, int family) {
+  constexpr std::int64_t kTokens = 128, kRows = 256;
+  if (family >= 0 && !int8_kernels_supported(static_cast<Int8Kernels>(family)))
+    return state.SkipWithError("kernel not supported on this CPU");
+  std::mt19937 rng(6);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(static_cast<std::size_t>(kTokens * kCols)), y(static_cast<std::size_t>(kTokens * kRows));  // [n, cols], [n, rows]
+  for (auto& v : x) v = normal(rng);
+  const QuantMatrix m = make(type, kRows);
+  if (family < 0) {
+    std::vector<float> w(static_cast<std::size_t>(kRows * kCols));  // [rows, cols] f32
+    for (auto _ : state) {
+      for (std::int64_t r = 0; r < kRows; ++r)
+        quant::dequantize_row(type, m.data.data() + static_cast<std::size_t>(r) * m.row_bytes, w.data() + r * kCols, kCols);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, kTokens, kRows, kCols, 1.0f, x.data(), kCols, w.data(), kCols,
+                  0.0f, y.data(), kRows);
+      benchmark::DoNotOptimize(y.data());
+    }
+  } else {
+    for (auto _ : state) {
+      const QuantOperand operand(Activations::int8, type, x.data(), kTokens, kCols, kCols);
+      gemm_quant_few_rows(static_cast<Int8Kernels>(family), RowWalk::interleaved, operand, m, 0, kRows, y.data(), kRows);
+      benchmark::DoNotOptimize(y.data());
+    }
+  }
+  state.SetItemsProcessed(state.iterations() * kTokens * kRows * kCols);
 }
 
 // Batched decode's products (n tokens, 3072 x 1024 weights, two threads,
@@ -148,10 +220,37 @@ const bool registered = [] {
       const std::string name = "prefill/" + std::string(quant::ggml_type_name(type)) + "/terms:" + std::to_string(terms);
       benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { prefill(s, type, terms); })->UseRealTime();
     }
+  for (auto type : {quant::GgmlType::q8_0, quant::GgmlType::q4_0, quant::GgmlType::q4_k, quant::GgmlType::q5_k,
+                    quant::GgmlType::q6_k})
+    for (const int family : {-1, 0, 1, 2}) {  // sgemm, then Int8Kernels avx2, avx_vnni, avx512_vnni
+      const std::string name = "prefill_tile/" + std::string(quant::ggml_type_name(type)) + "/" +
+                               (family < 0 ? std::string("sgemm") : "int8_" + std::string(int8_kernels_name(static_cast<Int8Kernels>(family))));
+      benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { prefill_tile(s, type, family); });
+    }
+  for (auto type : {quant::GgmlType::q8_0, quant::GgmlType::q4_0, quant::GgmlType::q4_k, quant::GgmlType::q5_k,
+                    quant::GgmlType::q6_k})
+    for (const Activations level : {Activations::f32, Activations::int8}) {
+      const std::string name = "prefill_level/" + std::string(quant::ggml_type_name(type)) + "/" +
+                               std::string(activations_name(level)) + "/isa:" + std::string(isa_name(selected_isa()));
+      benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { prefill_level(s, type, level); })
+          ->UseRealTime();
+    }
+  for (auto type : {quant::GgmlType::q8_0, quant::GgmlType::q4_0, quant::GgmlType::q4_k, quant::GgmlType::q5_k,
+                    quant::GgmlType::q6_k})
+    for (const Int8Kernels family : {Int8Kernels::avx2, Int8Kernels::avx_vnni, Int8Kernels::avx512_vnni})
+      for (RowWalk walk : {RowWalk::interleaved, RowWalk::sequential})
+        for (const bool l2 : {true, false}) {
+          const std::int64_t rows = l2 ? 256 : (std::int64_t{96} << 20) / static_cast<std::int64_t>(quant::row_bytes(type, kCols));
+          const std::string name = std::string(quant::ggml_type_name(type)) + "/int8_" +
+                                   std::string(int8_kernels_name(family)) + "/" + std::string(row_walk_name(walk)) +
+                                   (l2 ? "/l2" : "/memory");
+          benchmark::RegisterBenchmark(name.c_str(),
+                                       [=](benchmark::State& s) { run(s, type, Isa::avx2, walk, rows, true, family); });
+        }
   for (auto type : {quant::GgmlType::q8_0, quant::GgmlType::q4_k, quant::GgmlType::q6_k})
-    for (int kind = 0; kind < 4; ++kind) {  // avx2, avx512, avx512_bf16 (f32 x); int8 x
-      const bool int8 = kind == 3;
-      const Isa isa = int8 ? Isa::avx512 : std::array{Isa::avx2, Isa::avx512, Isa::avx512_bf16}[kind];
+    for (int kind = 0; kind < 3; ++kind) {  // avx2, avx512, avx512_bf16 (f32 x)
+      const bool int8 = false;
+      const Isa isa = std::array{Isa::avx2, Isa::avx512, Isa::avx512_bf16}[kind];
       if (isa == Isa::avx512_bf16 && !gemm_quant_few_bf16_pairs(isa, type)) continue;  // the avx512 kernel again
       for (RowWalk walk : {RowWalk::interleaved, RowWalk::sequential})
         for (const bool l2 : {true, false}) {

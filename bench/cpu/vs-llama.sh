@@ -10,7 +10,12 @@
 # prompt PROMPT random ids, GEN tokens, greedy, ignore_eos; its --json timings
 # (decode over all runs, prefill of the last, warm run).
 # Knobs: NEURON=build/neuron OUT=.serve-out/cpu-vs-llama PROMPT=128 GEN=32 REPS=3
-# THREADS=2 LLAMA_BUILD=.llama/build-cpu (kept between runs).
+# THREADS=2 LLAMA_BUILD=.llama/build-cpu (kept between runs), LLAMA_FLAGS (its
+# cmake flags; default -DGGML_NATIVE=ON).
+# An AVX2-only CPU (Zen 1-3) emulated on a newer one: both engines at that level,
+#   NEURON_CPU_ISA=avx2 NEURON_CPU_AVX_VNNI=0 OPENBLAS_CORETYPE=Haswell \
+#   LLAMA_BUILD=.llama/build-avx2 LLAMA_FLAGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON \
+#     -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF" bash bench/cpu/vs-llama.sh
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"

@@ -246,10 +246,11 @@ int run(const BenchArgs& a) {
     using backend::cpu::decode_kernel, backend::cpu::isa_name, backend::cpu::row_walk_name;
     const auto describe = [](quant::GgmlType type) {
       const auto k = decode_kernel(type);
-      const bool int8 = backend::cpu::cpu_activations() == backend::cpu::Activations::int8 &&
-                        backend::cpu::gemm_quant_few_int8(type);
+      const bool int8 = backend::cpu::int8_quant_products(backend::cpu::cpu_activations()) &&
+                        backend::cpu::gemm_quant_few_int8(backend::cpu::selected_isa(), type);
       return nlohmann::json{
-          {"walk", row_walk_name(k.walk)}, {"isa", isa_name(k.isa)}, {"activations", int8 ? "int8" : "f32"}};
+          {"walk", row_walk_name(k.walk)}, {"isa", isa_name(k.isa)}, {"activations", int8 ? "int8" : "f32"},
+          {"int8_kernels", backend::cpu::int8_kernels_name(backend::cpu::int8_kernels(k.isa))}};
     };
     out["decode_kernels"] = {{"bf16", describe(quant::GgmlType::bf16)}};
     out["cpu_activations"] = backend::cpu::activations_name(backend::cpu::cpu_activations());

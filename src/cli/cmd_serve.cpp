@@ -105,10 +105,11 @@ int run_serve(const server::ServeFlags& flags) {
   spdlog::set_default_logger(std::make_shared<spdlog::logger>("neuron", std::make_shared<spdlog::sinks::stderr_color_sink_mt>()));
   if (const std::string warning = server::exposure_warning(opts); !warning.empty()) spdlog::warn("{}", warning);
   // This process's CPU kernels, and through the environment its TP workers'.
-  const auto activations = backend::cpu::parse_activations(opts.cpu_activations).value_or(backend::cpu::Activations::f32);
+  const auto activations =
+      backend::cpu::parse_activations(opts.cpu_activations).value_or(backend::cpu::Activations::automatic);
   backend::cpu::set_cpu_activations(activations);
   ::setenv("NEURON_CPU_ACTIVATIONS", opts.cpu_activations.c_str(), 1);
-  if (activations != backend::cpu::Activations::f32)
+  if (activations != backend::cpu::Activations::f32 && activations != backend::cpu::Activations::automatic)
     spdlog::info("cpu: products may round the activations to {} (--cpu-activations)", opts.cpu_activations);
   // A client that disconnects mid-write must fail the write, not kill the daemon.
   ::signal(SIGPIPE, SIG_IGN);
@@ -263,10 +264,10 @@ Run setup(CLI::App& sub) {
                              "per model: name= in its --model spec)");
   opt("--keep-alive", "How long a model stays loaded after its last request: '5m', '30s', seconds, 0 = unload at once, "
                       "negative = never (NEURON_KEEP_ALIVE; default never; a load's keep_alive overrides it)");
-  opt("--cpu-activations", "f32|bf16|int8: how far the CPU products may round the activations: f32 exact (default); bf16: "
-                            "prefill and batched decode round them to bf16 and the KV cache holds bf16; int8: that, and "
-                            "quantized decode rounds them to int8 per 256 columns; as llama.cpp, faster "
-                            "(NEURON_CPU_ACTIVATIONS)");
+  opt("--cpu-activations", "auto|f32|bf16|int8: how far the CPU products may round the activations: auto (default): "
+                            "products with quantized weights round them to int8 per 256 columns, as llama.cpp, the rest "
+                            "stay f32; f32: exact; bf16: prefill and batched decode round them to bf16 and the KV cache "
+                            "holds bf16; int8: that, and quantized products round them to int8 (NEURON_CPU_ACTIVATIONS)");
   sub.add_flag("--load-on-request")
       ->description("A request for a model that is not loaded loads it, when it is a folder under --models-dir or a "
                     "Hugging Face id in the local cache (NEURON_LOAD_ON_REQUEST=1; config load_on_request: true)");

@@ -231,7 +231,7 @@ ServeOptions resolve_serve_options(const ServeFlags& flags, const EnvLookup& env
   }
   if (auto r = src.get(flags.cpu_activations, "--cpu-activations", "NEURON_CPU_ACTIVATIONS", "cpu_activations")) {
     if (!backend::cpu::parse_activations(r->text))
-      fail(errc::invalid_argument, r->source + " must be f32, bf16 or int8, got '" + r->text + "'");
+      fail(errc::invalid_argument, r->source + " must be f32, bf16, int8 or auto, got '" + r->text + "'");
     o.cpu_activations = r->text;
   }
   o.models = src.list(flags.models, "NEURON_MODEL", "models");

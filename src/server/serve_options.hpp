@@ -47,7 +47,7 @@ struct ServeOptions {
   // How far the CPU products may round the activations: "f32" (exact, the
   // default), "bf16" or "int8" (as llama.cpp; backend/cpu/activations.hpp).
   // Process-wide, TP workers included.
-  std::string cpu_activations = "f32";
+  std::string cpu_activations = "auto";
 };
 
 // The values given on the command line (absent: not given).

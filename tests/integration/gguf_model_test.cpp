@@ -226,7 +226,8 @@ void expect_close_but_rounded(const Greedy& got, const Greedy& want, const char*
 // the f32 ones, and differ from them (the int8 kernels ran), where the CPU has
 // the kernels.
 TEST(QuantizedInt8, GreedyTokensFollowTheF32Ones) {
-  if (!backend::cpu::gemm_quant_few_int8(quant::GgmlType::q4_k)) GTEST_SKIP() << "no AVX-512 VNNI here";
+  if (!backend::cpu::gemm_quant_few_int8(backend::cpu::selected_isa(), quant::GgmlType::q4_k))
+    GTEST_SKIP() << "no AVX2 here";
   test_support::TempDir tmp("neuron-quant-int8");
   model::write_random_checkpoint(tmp.path(), test_support::quant_test_config(), {.seed = 5});
   std::vector<std::int32_t> prompt;

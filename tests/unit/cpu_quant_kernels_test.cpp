@@ -14,6 +14,7 @@
 #include "backend/cpu/gemm_bf16_few.hpp"
 #include "backend/cpu/gemm_bf16_pairs.hpp"
 #include "backend/cpu/gemm_quant_few.hpp"
+#include "backend/cpu/gemm_quant_int8_avx2.hpp"
 #include "backend/cpu/gemm_quant_pairs.hpp"
 #include "backend/cpu/isa.hpp"
 #include "backend/cpu/matmul_quant.hpp"
@@ -182,16 +183,20 @@ TEST(QuantKernels, Bf16PairKernelsHoldTheBoundOnWideActivations) {
   }
 }
 
-// Blocks of any bytes but sane f16 scales: Q4_0 and Q5_K, which quantize_row
-// does not write (GGUF files bring them), for the kernels' tests.
+// Blocks of any bytes but sane f16 scales (d, and the K-quants' dmin):
+// Q4_0 and Q5_K, which quantize_row does not write (GGUF files bring them),
+// and any quants and 6- or 8-bit scales of the others, for the kernels' tests.
 QuantMatrix random_blocks(quant::GgmlType type, std::int64_t rows, std::int64_t cols, std::mt19937& rng) {
   QuantMatrix m = sized(type, rows, cols);
   for (auto& b : m.data) b = static_cast<std::byte>(rng() & 0xFF);
-  const std::size_t block = type == quant::GgmlType::q4_0 ? quant::kQ4_0Bytes : quant::kQ5_KBytes;
+  const bool k_quant = type == quant::GgmlType::q4_k || type == quant::GgmlType::q5_k || type == quant::GgmlType::q6_k;
+  const std::size_t block = quant::row_bytes(type, k_quant ? 256 : 32);
+  const std::size_t d_at = type == quant::GgmlType::q6_k ? 208 : 0;
+  const bool has_min = type == quant::GgmlType::q4_k || type == quant::GgmlType::q5_k;
   for (std::size_t at = 0; at < m.data.size(); at += block) {
     const std::uint16_t d = static_cast<std::uint16_t>(0x2000 + (rng() & 0x0FFF));  // f16 in about [0.008, 0.06)
-    std::memcpy(m.data.data() + at, &d, 2);
-    if (type == quant::GgmlType::q5_k) {
+    std::memcpy(m.data.data() + at + d_at, &d, 2);
+    if (has_min) {
       const std::uint16_t dmin = static_cast<std::uint16_t>(0x2000 + (rng() & 0x0FFF));
       std::memcpy(m.data.data() + at + 2, &dmin, 2);
     }
@@ -199,73 +204,156 @@ QuantMatrix random_blocks(quant::GgmlType type, std::int64_t rows, std::int64_t 
   return m;
 }
 
-// The int8 kernels (NEURON_CPU_ACTIVATIONS=int8; Q4_K, Q6_K, Q8_0, Q5_K, Q4_0 on
-// AVX-512 VNNI): the operand rounds each 256 columns to int8 within half a step
+// Every int8 kernel family this CPU runs (the AVX2 ones run on any AVX2 or
+// AVX-512 CPU, so CI always tests them).
+std::vector<Int8Kernels> int8_families() {
+  std::vector<Int8Kernels> out;
+  for (Int8Kernels k : {Int8Kernels::avx2, Int8Kernels::avx_vnni, Int8Kernels::avx512_vnni})
+    if (int8_kernels_supported(k)) out.push_back(k);
+  return out;
+}
+
+// The int8 kernels (NEURON_CPU_ACTIVATIONS=int8; Q4_K, Q6_K, Q8_0, Q5_K, Q4_0),
+// each family: the operand rounds each 256 columns to int8 within half a step
 // (d = max|x| / 127) and its sums of 16 are the rounded values' sums; the
 // products equal the dequantized W times that rounded x within 1e-5 of
-// sum |w x^|, on both walks alike, with row strides and several tokens.
+// sum |w x^|, on both walks alike, with row strides, one token (rows four
+// at a time and the remainders) and several (token tiles of four and the
+// remainders, past a block of 16 tokens). Blocks of any bytes: Q8_0's -128,
+// Q6_K's scales of either sign, every 6-bit scale and minimum.
 TEST(QuantKernels, Int8KernelsEqualTheProductWithRoundedActivations) {
-  if (!gemm_quant_few_int8(quant::GgmlType::q4_k)) GTEST_SKIP() << "no AVX-512 VNNI here";
+  if (int8_families().empty()) GTEST_SKIP() << "no AVX2 here";
   std::mt19937 rng(10);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (auto type : {quant::GgmlType::q4_k, quant::GgmlType::q6_k, quant::GgmlType::q8_0, quant::GgmlType::q5_k,
                     quant::GgmlType::q4_0}) {
-    const std::int64_t cols = 768, rows = 23, n = 3, ldx = cols + 5, ldy = rows + 2;
-    const bool ours = type != quant::GgmlType::q4_0 && type != quant::GgmlType::q5_k;  // quant::quantize_row's types
-    const QuantMatrix m = ours ? make(type, rows, cols, rng) : random_blocks(type, rows, cols, rng);
-    std::vector<float> x(static_cast<std::size_t>(n * ldx));
-    for (std::size_t i = 0; i < x.size(); ++i) x[i] = normal(rng) * (i % 131 == 0 ? 50.0f : 1.0f);
-    x[5] = 0.0f;
-    std::fill(x.begin() + ldx + 256, x.begin() + ldx + 512, 0.0f);  // an all-zero block
-    const QuantOperand operand(Activations::int8, type, x.data(), n, ldx, cols);
-    ASSERT_TRUE(operand.int8());
-    std::vector<float> y(static_cast<std::size_t>(n * ldy), -7.0f), seq(y.size(), -7.0f);
-    gemm_quant_few_rows(Isa::avx512, RowWalk::interleaved, operand, m, 0, rows, y.data(), ldy);
-    gemm_quant_few_rows(Isa::avx512, RowWalk::sequential, operand, m, 0, rows, seq.data(), ldy);
-    ASSERT_EQ(std::memcmp(y.data(), seq.data(), 4 * y.size()), 0) << quant::ggml_type_name(type);
-    for (std::int64_t t = 0; t < n; ++t) {
-      std::vector<float> rounded(static_cast<std::size_t>(cols));
-      for (std::int64_t c = 0; c < cols; ++c) {
-        const float d = operand.q8_scales(t)[c / 256];
-        rounded[c] = d * operand.q8(t)[c];
-        ASSERT_LE(std::abs(rounded[c] - x[t * ldx + c]), 0.5f * d * (1 + 1e-6f) + 1e-30f) << "column " << c;
+    ASSERT_TRUE(gemm_quant_few_int8(Isa::avx2, type));
+    const std::int64_t cols = 768, rows = 23;
+    const QuantMatrix m = random_blocks(type, rows, cols, rng);
+    for (const std::int64_t n : {1, 2, 5, 18}) {
+      const std::int64_t ldx = cols + 5, ldy = rows + 2;
+      std::vector<float> x(static_cast<std::size_t>(n * ldx));
+      for (std::size_t i = 0; i < x.size(); ++i) x[i] = normal(rng) * (i % 131 == 0 ? 50.0f : 1.0f);
+      x[5] = 0.0f;
+      if (n > 1) std::fill(x.begin() + ldx + 256, x.begin() + ldx + 512, 0.0f);  // an all-zero block
+      const QuantOperand operand(Activations::int8, type, x.data(), n, ldx, cols);
+      ASSERT_TRUE(operand.int8());
+      std::vector<std::vector<double>> want(n), scale(n), exact(n), exact_scale(n);
+      for (std::int64_t t = 0; t < n; ++t) {
+        std::vector<float> rounded(static_cast<std::size_t>(cols));
+        for (std::int64_t c = 0; c < cols; ++c) {
+          const float d = operand.q8_scales(t)[c / 256];
+          rounded[c] = d * operand.q8(t)[c];
+          ASSERT_LE(std::abs(rounded[c] - x[t * ldx + c]), 0.5f * d * (1 + 1e-6f) + 1e-30f) << "column " << c;
+        }
+        for (std::int64_t k = 0; k < cols / 16; ++k) {
+          int sum = 0;
+          for (std::int64_t i = 0; i < 16; ++i) sum += operand.q8(t)[16 * k + i];
+          ASSERT_EQ(operand.q8_sums(t)[k], sum);
+        }
+        ASSERT_EQ(operand.q8_corrections(t) != nullptr, type == quant::GgmlType::q8_0 || type == quant::GgmlType::q4_0);
+        reference(m, rounded.data(), want[t], scale[t]);
+        reference(m, x.data() + t * ldx, exact[t], exact_scale[t]);
       }
-      for (std::int64_t k = 0; k < cols / 16; ++k) {
-        int sum = 0;
-        for (std::int64_t i = 0; i < 16; ++i) sum += operand.q8(t)[16 * k + i];
-        ASSERT_EQ(operand.q8_sums(t)[k], sum);
+      for (const Int8Kernels k : int8_families()) {
+        const std::string what = std::string(quant::ggml_type_name(type)) + " " + std::string(int8_kernels_name(k)) +
+                                 " n " + std::to_string(n);
+        std::vector<float> y(static_cast<std::size_t>(n * ldy), -7.0f), seq(y.size(), -7.0f);
+        gemm_quant_few_rows(k, RowWalk::interleaved, operand, m, 0, rows, y.data(), ldy);
+        gemm_quant_few_rows(k, RowWalk::sequential, operand, m, 0, rows, seq.data(), ldy);
+        ASSERT_EQ(std::memcmp(y.data(), seq.data(), 4 * y.size()), 0) << what;
+        for (std::int64_t t = 0; t < n; ++t) {
+          double worst = 0;  // against the f32 product: the rounding's cost, bounded loosely
+          for (std::int64_t r = 0; r < rows; ++r) {
+            ASSERT_NEAR(y[t * ldy + r], want[t][r], 1e-5 * scale[t][r]) << what << " token " << t << " row " << r;
+            worst = std::max(worst, std::abs(y[t * ldy + r] - exact[t][r]) / exact_scale[t][r]);
+          }
+          for (std::int64_t rr = rows; rr < ldy; ++rr) ASSERT_EQ(y[t * ldy + rr], -7.0f) << "wrote past the row";
+          EXPECT_LT(worst, 5e-2) << what;
+          EXPECT_GT(worst, 1e-5) << what << ": x was not rounded";
+        }
       }
-      ASSERT_EQ(operand.q8_corrections(t) != nullptr, type == quant::GgmlType::q8_0 || type == quant::GgmlType::q4_0);
-      std::vector<double> want, scale, exact, exact_scale;
-      reference(m, rounded.data(), want, scale);
-      reference(m, x.data() + t * ldx, exact, exact_scale);
-      double worst = 0;  // against the f32 product: the rounding's cost, bounded loosely
-      for (std::int64_t r = 0; r < rows; ++r) {
-        ASSERT_NEAR(y[t * ldy + r], want[r], 1e-5 * scale[r]) << quant::ggml_type_name(type) << " token " << t << " row " << r;
-        worst = std::max(worst, std::abs(y[t * ldy + r] - exact[r]) / exact_scale[r]);
-        for (std::int64_t rr = rows; rr < ldy; ++rr) ASSERT_EQ(y[t * ldy + rr], -7.0f) << "wrote past the row";
-      }
-      EXPECT_LT(worst, 5e-2) << quant::ggml_type_name(type);
-      EXPECT_GT(worst, 1e-5) << "x was not rounded";
     }
+  }
+}
+
+// The AVX2 rounding gives the operand's bits (the AVX-512 one's where the
+// selected ISA's int8 kernels are AVX-512 VNNI): every value, scale and sum,
+// and NaN for a block with a NaN or infinity.
+TEST(QuantKernels, Avx2RoundingEqualsTheOperands) {
+  if (!isa_supported(Isa::avx2)) GTEST_SKIP() << "no AVX2 here";
+  std::mt19937 rng(13);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(4 * 256);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = normal(rng) * (i % 61 == 0 ? 1e3f : 1.0f);
+  std::fill(x.begin() + 256, x.begin() + 512, 0.0f);
+  x[600] = NAN;
+  const QuantOperand operand(Activations::int8, quant::GgmlType::q4_k, x.data(), 1, 1024, 1024);
+  for (int b = 0; b < 4; ++b) {
+    std::int8_t q[256];
+    std::int16_t sums[16];
+    const float d = round_to_int8_avx2(x.data() + 256 * b, q, sums);
+    if (b == 2) {
+      EXPECT_TRUE(std::isnan(d) && std::isnan(operand.q8_scales(0)[b]));
+    } else {
+      EXPECT_EQ(d, operand.q8_scales(0)[b]) << "block " << b;
+    }
+    EXPECT_EQ(std::memcmp(q, operand.q8(0) + 256 * b, 256), 0) << "block " << b;
+    EXPECT_EQ(std::memcmp(sums, operand.q8_sums(0) + 16 * b, sizeof sums), 0) << "block " << b;
   }
 }
 
 // A NaN or infinity in x makes the int8 products NaN, as the f32 ones are, not a value.
 TEST(QuantKernels, Int8KernelsPropagateNonFiniteActivations) {
-  if (!gemm_quant_few_int8(quant::GgmlType::q4_k)) GTEST_SKIP() << "no AVX-512 VNNI here";
+  if (int8_families().empty()) GTEST_SKIP() << "no AVX2 here";
   std::mt19937 rng(11);
   const QuantMatrix m = make(quant::GgmlType::q4_k, 5, 512, rng);
-  for (float bad : {INFINITY, -INFINITY, NAN}) {
-    std::vector<float> x(512, 0.25f);
-    x[300] = bad;
-    std::vector<float> y(5, 0.0f);
-    gemm_quant_few_rows(Isa::avx512, RowWalk::interleaved,
-                        QuantOperand(Activations::int8, m.type, x.data(), 1, 512, 512), m, 0, 5, y.data(), 5);
-    for (float v : y) EXPECT_TRUE(std::isnan(v)) << bad;
-  }
+  for (const Int8Kernels k : int8_families())
+    for (float bad : {INFINITY, -INFINITY, NAN}) {
+      std::vector<float> x(512, 0.25f);
+      x[300] = bad;
+      std::vector<float> y(5, 0.0f);
+      gemm_quant_few_rows(k, RowWalk::interleaved, QuantOperand(Activations::int8, m.type, x.data(), 1, 512, 512), m, 0,
+                          5, y.data(), 5);
+      for (float v : y) EXPECT_TRUE(std::isnan(v)) << bad << " " << int8_kernels_name(k);
+    }
 }
 
+// Through matmul_quant at the int8 level, batched decode's 4 tokens to a prefill's 70: where
+// the CPU's int8 kernels are the AVX2 ones and it has neither AVX-512 BF16
+// nor AMX (NEURON_CPU_ISA=avx2 on any CPU) every count of a K-quant takes
+// them (Q8_0 and Q4_0 below kFewTokensMax), elsewhere the counts below the
+// pairs kernel's; the result is the int8 product
+// (within 1e-5 of the kernels' own), split over the pool's threads.
+TEST(QuantKernels, MatmulTakesTheInt8Kernels) {
+  if (int8_families().empty()) GTEST_SKIP() << "no AVX2 here";
+  std::mt19937 rng(14);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const Activations before = cpu_activations();
+  set_cpu_activations(Activations::int8);
+  const Isa isa = selected_isa();
+  const bool every_count = int8_kernels(isa) != Int8Kernels::avx512_vnni &&
+                           !gemm_quant_pairs_fits(quant::GgmlType::q4_k, 512) && !amx_bf16_usable();
+  for (auto type : {quant::GgmlType::q4_k, quant::GgmlType::q6_k, quant::GgmlType::q8_0, quant::GgmlType::q5_k,
+                    quant::GgmlType::q4_0}) {
+    const std::int64_t cols = 512, rows = 1030;
+    const QuantMatrix m = random_blocks(type, rows, cols, rng);
+    // From 4 tokens: the interleaved walk, not measured (decode_kernel.hpp), which keeps this test fast.
+    for (const std::int64_t n : {std::int64_t{4}, std::int64_t{9}, kFewTokensMax - 1, std::int64_t{70}}) {
+      const bool k_quant = type == quant::GgmlType::q4_k || type == quant::GgmlType::q5_k || type == quant::GgmlType::q6_k;
+      if (n >= (every_count ? (k_quant ? n + 1 : kFewTokensMax) : kPairsTokensMin)) continue;
+      std::vector<float> x(static_cast<std::size_t>(n * cols));
+      for (auto& v : x) v = normal(rng);
+      std::vector<float> y(static_cast<std::size_t>(n * rows)), want(y.size());
+      matmul_quant(x.data(), n, cols, m, y.data(), rows);
+      gemm_quant_few_rows(int8_kernels(isa), RowWalk::sequential,
+                          QuantOperand(Activations::int8, type, x.data(), n, cols, cols), m, 0, rows, want.data(), rows);
+      for (std::size_t i = 0; i < y.size(); ++i)
+        ASSERT_NEAR(y[i], want[i], 1e-5f * (std::abs(want[i]) + 1.0f)) << quant::ggml_type_name(type) << " n " << n;
+    }
+  }
+  set_cpu_activations(before);
+}
 
 // Q4_0 and Q5_K (AVX-512 kernels only): every row block and token tile,
 // with row strides, against the dequantized reference, both walks alike.

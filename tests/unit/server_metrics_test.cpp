@@ -101,7 +101,7 @@ TEST(ServerServeOptions, InvalidValuesNameTheirSource) {
 }
 
 TEST(ServerServeOptions, CpuActivationsAreF32Bf16OrInt8FromFlagEnvOrFile) {
-  EXPECT_EQ(resolve_serve_options({}, env_of({})).cpu_activations, "f32");
+  EXPECT_EQ(resolve_serve_options({}, env_of({})).cpu_activations, "auto");
   EXPECT_EQ(resolve_serve_options({}, env_of({{"NEURON_CPU_ACTIVATIONS", "int8"}})).cpu_activations, "int8");
   EXPECT_EQ(resolve_serve_options({}, env_of({{"NEURON_CPU_ACTIVATIONS", "bf16"}})).cpu_activations, "bf16");
   ServeFlags flag;

@@ -13,13 +13,13 @@ std::atomic<int> g_activations{-1};  // an Activations, or -1 before the first r
 
 Activations from_environment() {
   const char* v = std::getenv("NEURON_CPU_ACTIVATIONS");
-  if (v == nullptr || *v == '\0') return Activations::f32;
+  if (v == nullptr || *v == '\0') return Activations::automatic;
   const std::optional<Activations> a = parse_activations(v);
   if (!a) {
-    spdlog::warn("NEURON_CPU_ACTIVATIONS={} is not f32, bf16 or int8; keeping f32", v);
+    spdlog::warn("NEURON_CPU_ACTIVATIONS={} is not f32, bf16, int8 or auto; keeping f32", v);
     return Activations::f32;
   }
-  if (*a != Activations::f32)
+  if (*a != Activations::f32 && *a != Activations::automatic)
     spdlog::info("cpu: NEURON_CPU_ACTIVATIONS={}: products may round the activations to {}", v, v);
   return *a;
 }
@@ -31,12 +31,13 @@ std::string_view activations_name(Activations a) noexcept {
     case Activations::f32: return "f32";
     case Activations::bf16: return "bf16";
     case Activations::int8: return "int8";
+    case Activations::automatic: return "auto";
   }
   return "f32";
 }
 
 std::optional<Activations> parse_activations(std::string_view name) noexcept {
-  for (Activations a : {Activations::f32, Activations::bf16, Activations::int8})
+  for (Activations a : {Activations::f32, Activations::bf16, Activations::int8, Activations::automatic})
     if (activations_name(a) == name) return a;
   return std::nullopt;
 }
@@ -52,5 +53,9 @@ Activations cpu_activations() {
 }
 
 void set_cpu_activations(Activations a) noexcept { g_activations.store(static_cast<int>(a), std::memory_order_relaxed); }
+
+bool int8_quant_products(Activations a) noexcept { return a == Activations::int8 || a == Activations::automatic; }
+
+bool bf16_float_products(Activations a) noexcept { return a == Activations::bf16 || a == Activations::int8; }
 
 }  // namespace neuron::backend::cpu

@@ -48,7 +48,7 @@ void KvPool::store(std::int64_t layer, std::int64_t head, std::int64_t row, cons
 }
 
 KvPool::Element kv_element() {
-  return cpu_activations() == Activations::f32 ? KvPool::Element::f32 : KvPool::Element::bf16;
+  return bf16_float_products(cpu_activations()) ? KvPool::Element::bf16 : KvPool::Element::f32;
 }
 
 namespace {

@@ -7,14 +7,20 @@
 // Qwen3-0.6B decode step at 1000 positions, bench/CPU.md).
 //
 // K and V rows in f32 or bf16 (a bf16 pool's, widened in registers). AVX-512
-// when the CPU has it and head_dim is a multiple of 16 up to 128
-// (decode_fits); the caller keeps its BLAS path otherwise.
+// when the CPU has it and head_dim is a multiple of 16 up to 128, AVX2 + FMA
+// when head_dim is a multiple of 8 up to 128 (decode_fits); the caller keeps
+// its BLAS path otherwise. The same sums up to summation order (within
+// 1e-6 of each other).
 #include <cstdint>
+
+#include "backend/cpu/isa.hpp"
 
 namespace neuron::backend::cpu {
 
-// These kernels run here for this head size.
+// These kernels run here for this head size with selected_isa() (or `isa`:
+// avx2, avx512 or avx512_bf16, supported by this CPU).
 bool decode_fits(std::int64_t head_dim) noexcept;
+bool decode_fits(Isa isa, std::int64_t head_dim) noexcept;
 
 // s[r * lds + p] = scale * (q_r . k_p) for g queries q ([g, hd], row stride
 // hd) and `count` rows of K (k: [count, hd] row-major, f32 or bf16).
@@ -30,5 +36,15 @@ void decode_weighted_sum(const float* a, std::int64_t lda, std::int64_t g, const
                          std::int64_t hd, float* o, std::int64_t ldo, bool accumulate);
 void decode_weighted_sum(const float* a, std::int64_t lda, std::int64_t g, const std::uint16_t* v, std::int64_t count,
                          std::int64_t hd, float* o, std::int64_t ldo, bool accumulate);
+
+// The same with `isa`'s kernels (decode_fits(isa, hd) must hold; tests compare them).
+void decode_scores(Isa isa, const float* q, std::int64_t g, std::int64_t hd, const float* k, std::int64_t count,
+                   float scale, float* s, std::int64_t lds);
+void decode_scores(Isa isa, const float* q, std::int64_t g, std::int64_t hd, const std::uint16_t* k, std::int64_t count,
+                   float scale, float* s, std::int64_t lds);
+void decode_weighted_sum(Isa isa, const float* a, std::int64_t lda, std::int64_t g, const float* v, std::int64_t count,
+                         std::int64_t hd, float* o, std::int64_t ldo, bool accumulate);
+void decode_weighted_sum(Isa isa, const float* a, std::int64_t lda, std::int64_t g, const std::uint16_t* v,
+                         std::int64_t count, std::int64_t hd, float* o, std::int64_t ldo, bool accumulate);
 
 }  // namespace neuron::backend::cpu

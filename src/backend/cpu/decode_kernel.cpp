@@ -98,7 +98,8 @@ DecodeKernel measure(GgmlType type) {
       gemv_bf16_rows(k.isa, w.data(), kCols, rows, k.isa == Isa::avx512_bf16 ? pairs : f32, y.data(), k.walk);
     });
   }
-  if (!gemm_quant_few_supported(isa, type)) return {RowWalk::interleaved, isa};
+  const bool int8 = int8_quant_products(cpu_activations()) && gemm_quant_few_int8(isa, type);
+  if (!int8 && !gemm_quant_few_supported(isa, type)) return {RowWalk::interleaved, isa};
   QuantMatrix m;
   m.type = type;
   m.cols = kCols;
@@ -107,9 +108,10 @@ DecodeKernel measure(GgmlType type) {
   // Every byte 0x2c: quants of every kind, and each f16 scale 0x2c2c, an ordinary normal number.
   m.data.assign(static_cast<std::size_t>(m.rows) * m.row_bytes, std::byte{0x2c});  // [rows * row_bytes]
   std::vector<float> y(static_cast<std::size_t>(m.rows));                           // [rows]
-  if (cpu_activations() == Activations::int8 && gemm_quant_few_int8(type)) {  // the int8 kernels' walks
+  if (int8) {  // the int8 kernels' walks
     const QuantOperand operand(Activations::int8, type, x.data(), 1, kCols, kCols);
-    spdlog::info("cpu: {} decode kernels take int8 activations (NEURON_CPU_ACTIVATIONS)", quant::ggml_type_name(type));
+    spdlog::info("cpu: {} decode kernels take int8 activations ({} kernels)", quant::ggml_type_name(type),
+                 int8_kernels_name(int8_kernels(isa)));
     return fastest(type, m.data.size(), {{RowWalk::interleaved, isa}, {RowWalk::sequential, isa}},
                    [&](const DecodeKernel& k) {
                      gemm_quant_few_rows(isa, k.walk, operand, m, 0, m.rows, y.data(), m.rows);

@@ -12,6 +12,7 @@
 
 #include "backend/cpu/simd.hpp"
 #include "backend/cpu/chunk_pool.hpp"
+#include "backend/cpu/gemm_quant_int8_avx2.hpp"
 #include "quant/dequantize.hpp"
 #include "util/error.hpp"
 
@@ -64,22 +65,6 @@ template <class Q>
 constexpr bool block_scale() {
   if constexpr (requires { Q::kBlockScale; }) return Q::kBlockScale;
   return false;
-}
-
-// The eight 6-bit scales and mins of a Q4_K super-block from its 12 packed
-// bytes, all at once with 32-bit masks and shifts (llama.cpp's unpacking of
-// the same layout), as the low 8 bytes of two vectors: sc[j], m[j] equal
-// quant::scale_min_k4(j) for j = 0..7. Built in registers: stored as bytes
-// and reloaded as a vector they would stall store forwarding (an int8
-// kernel ran at half speed so).
-__attribute__((target("sse4.1"))) inline void unpack_k4_scales(const std::byte* packed, __m128i& sc, __m128i& m) {
-  constexpr std::uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
-  std::uint32_t u[3];
-  std::memcpy(u, packed, 12);
-  sc = _mm_insert_epi32(_mm_cvtsi32_si128(static_cast<int>(u[0] & kLow6)),
-                        static_cast<int>((u[2] & kLow4) | (((u[0] >> 6) & kLow2) << 4)), 1);
-  m = _mm_insert_epi32(_mm_cvtsi32_si128(static_cast<int>(u[1] & kLow6)),
-                       static_cast<int>(((u[2] >> 4) & kLow4) | (((u[1] >> 6) & kLow2) << 4)), 1);
 }
 
 // A Q4_K super-block's scales and mins as f32, for both ISAs' kernels
@@ -231,16 +216,6 @@ struct Q6_K : Q6_KScales {
   }
 };
 
-// Every cache line of the block at `block`. The kernels pass the same block
-// of the row R rows below: the next row block's, one block pass ahead (a
-// fixed 1 KiB ahead left Q8_0 decode 25% slower); in the sequential walk
-// (decode_kernel.hpp, R = 1) the next row's, which on Zen 4 still beat none
-// (Q4_K decode 27.2 against 25.3 tok/s, 2026-12-04).
-template <class Q>
-inline void prefetch_block(const std::byte* block) {
-  for (std::size_t off = 0; off < Q::kBytes + 63; off += 64)
-    _mm_prefetch(reinterpret_cast<const char*>(block + std::min(off, Q::kBytes - 1)), _MM_HINT_T0);
-}
 
 // R rows from `rows` (row r at rows + r * row_bytes) times T tokens (token t at x + t * ldx), into y[t * ldy + r].
 template <class Q, int R, int T>
@@ -734,10 +709,41 @@ bool gemm_quant_few_bf16_pairs(Isa isa, quant::GgmlType type) noexcept {
 }
 
 
-bool gemm_quant_few_int8(quant::GgmlType type) noexcept {
-  static const bool vnni = isa_supported(Isa::avx512) && __builtin_cpu_supports("avx512vnni");
-  return vnni && (type == GgmlType::q4_k || type == GgmlType::q6_k || type == GgmlType::q8_0 ||
-                  type == GgmlType::q5_k || type == GgmlType::q4_0);
+namespace {
+bool int8_type(GgmlType type) noexcept {
+  return type == GgmlType::q4_k || type == GgmlType::q6_k || type == GgmlType::q8_0 || type == GgmlType::q5_k ||
+         type == GgmlType::q4_0;
+}
+}  // namespace
+
+std::string_view int8_kernels_name(Int8Kernels k) noexcept {
+  switch (k) {
+    case Int8Kernels::avx2: return "avx2";
+    case Int8Kernels::avx_vnni: return "avx_vnni";
+    case Int8Kernels::avx512_vnni: return "avx512_vnni";
+  }
+  return "avx2";
+}
+
+bool int8_kernels_supported(Int8Kernels k) noexcept {
+  switch (k) {
+    case Int8Kernels::avx2: return isa_supported(Isa::avx2);
+    case Int8Kernels::avx_vnni: return avx_vnni_supported();
+    case Int8Kernels::avx512_vnni:
+      static const bool vnni = isa_supported(Isa::avx512) && __builtin_cpu_supports("avx512vnni");
+      return vnni;
+  }
+  return false;
+}
+
+Int8Kernels int8_kernels(Isa isa) noexcept {
+  if ((isa == Isa::avx512 || isa == Isa::avx512_bf16) && int8_kernels_supported(Int8Kernels::avx512_vnni))
+    return Int8Kernels::avx512_vnni;
+  return avx_vnni_supported() ? Int8Kernels::avx_vnni : Int8Kernels::avx2;
+}
+
+bool gemm_quant_few_int8(Isa isa, quant::GgmlType type) noexcept {
+  return isa != Isa::scalar && isa_supported(isa) && isa_supported(Isa::avx2) && int8_type(type);
 }
 
 namespace {
@@ -746,7 +752,7 @@ namespace {
 // (llama.cpp's Q8_K), sums16 its sums of 16; returns the block's scale
 // max|x| / 127. A NaN or infinity makes the scale NaN (so the block's
 // products are NaN, as in f32) and q zero. x: [256], q: [256], sums16: [16].
-NEURON_AVX512_VNNI float round_to_int8(const float* x, std::int8_t* q, std::int16_t* sums16) {
+NEURON_AVX512_VNNI float round_to_int8(const float* x, std::int8_t* q, std::int16_t* sums16) noexcept {
   constexpr int kVectors = quant::kQK_K / 16;
   __m512 amax = _mm512_setzero_ps();
   __mmask16 finite = 0xFFFF;
@@ -777,20 +783,23 @@ NEURON_AVX512_VNNI float round_to_int8(const float* x, std::int8_t* q, std::int1
 QuantOperand::QuantOperand(Activations, quant::GgmlType type, const float* x, std::int64_t n, std::int64_t ldx,
                            std::int64_t cols)
     : x_(x), n_(n), ldx_(ldx), cols_(cols) {
-  NEURON_ASSERT(gemm_quant_few_int8(type) && cols % quant::kQK_K == 0);
+  NEURON_ASSERT(gemm_quant_few_int8(Isa::avx2, type) && cols % quant::kQK_K == 0);
   if (n <= 0) return;
   q8_.resize(static_cast<std::size_t>(n * cols));
   sums_.resize(static_cast<std::size_t>(n * (cols / quant::kQK_K)));
   q8_sums_.resize(static_cast<std::size_t>(n * (cols / 16)));
   // Q8_0's quants go in as q + 128, Q4_0's as q: -128 or -8 times each 4 columns' sum takes the bias back out.
   const int bias = type == GgmlType::q8_0 ? 128 : type == GgmlType::q4_0 ? 8 : 0;
+  // The selected ISA's rounding (NEURON_CPU_ISA=avx2 runs no AVX-512); the same bits either way.
+  const bool avx512 = int8_kernels(selected_isa()) == Int8Kernels::avx512_vnni;
   if (bias != 0) corrections_.resize(static_cast<std::size_t>(n * (cols / 4)));
   for (std::int64_t t = 0; t < n; ++t) {
     const float* xt = x + t * ldx;
     std::int8_t* q = q8_.data() + t * cols;
     for (std::int64_t b = 0; b < cols / quant::kQK_K; ++b)
       sums_[static_cast<std::size_t>(t * (cols / quant::kQK_K) + b)] =
-          round_to_int8(xt + b * quant::kQK_K, q + b * quant::kQK_K, q8_sums_.data() + t * (cols / 16) + b * 16);
+          (avx512 ? round_to_int8 : round_to_int8_avx2)(xt + b * quant::kQK_K, q + b * quant::kQK_K,
+                                                        q8_sums_.data() + t * (cols / 16) + b * 16);
     if (bias != 0)
       for (std::int64_t k = 0; k < cols / 4; ++k)
         corrections_[static_cast<std::size_t>(t * (cols / 4) + k)] =
@@ -819,21 +828,9 @@ QuantOperand::QuantOperand(Isa isa, quant::GgmlType type, const float* x, std::i
 
 void gemm_quant_few_rows(Isa isa, RowWalk walk, const QuantOperand& x, const QuantMatrix& w, std::int64_t r0,
                          std::int64_t r1, float* y, std::int64_t ldy) {
+  if (x.int8()) return gemm_quant_few_rows(int8_kernels(isa), walk, x, w, r0, r1, y, ldy);
   NEURON_ASSERT(gemm_quant_few_supported(isa, w.type));
   const std::int64_t group = walk == RowWalk::sequential ? 1 : isa == Isa::avx2 ? kRowBlockAvx2 : kRowBlock;
-  if (x.int8()) {
-    NEURON_ASSERT(gemm_quant_few_int8(w.type));
-    const auto& fn = int8_table(w.type);
-    const std::int64_t rows_at_once = walk == RowWalk::sequential ? 1 : kRowBlock;
-    for (std::int64_t t = 0; t < x.tokens(); ++t)
-      for (std::int64_t r = r0; r < r1; r += rows_at_once) {
-        const std::int64_t rr = std::min<std::int64_t>(rows_at_once, r1 - r);
-        const Int8Token token{x.q8(t), x.q8_scales(t), x.q8_sums(t), x.q8_corrections(t)};
-        fn[rr - 1](w.data.data() + static_cast<std::size_t>(r) * w.row_bytes, w.row_bytes, w.cols, token,
-                   y + t * ldy + r);
-      }
-    return;
-  }
   if (gemm_quant_few_bf16_pairs(isa, w.type)) {
     NEURON_ASSERT(x.pairs() || x.tokens() == 0);  // operand prepared for this kernel
     const auto& fn = pair_table(w.type);
@@ -856,6 +853,22 @@ void gemm_quant_few_rows(Isa isa, RowWalk walk, const QuantOperand& x, const Qua
   }
 }
 
+void gemm_quant_few_rows(Int8Kernels k, RowWalk walk, const QuantOperand& x, const QuantMatrix& w, std::int64_t r0,
+                         std::int64_t r1, float* y, std::int64_t ldy) {
+  NEURON_ASSERT(int8_type(w.type) && int8_kernels_supported(k) && (x.int8() || x.tokens() == 0));
+  if (k != Int8Kernels::avx512_vnni)
+    return gemm_quant_int8_avx2_rows(k == Int8Kernels::avx_vnni, walk, x, w, r0, r1, y, ldy);
+  const auto& fn = int8_table(w.type);
+  const std::int64_t rows_at_once = walk == RowWalk::sequential ? 1 : kRowBlock;
+  for (std::int64_t t = 0; t < x.tokens(); ++t)
+    for (std::int64_t r = r0; r < r1; r += rows_at_once) {
+      const std::int64_t rr = std::min<std::int64_t>(rows_at_once, r1 - r);
+      const Int8Token token{x.q8(t), x.q8_scales(t), x.q8_sums(t), x.q8_corrections(t)};
+      fn[rr - 1](w.data.data() + static_cast<std::size_t>(r) * w.row_bytes, w.row_bytes, w.cols, token,
+                 y + t * ldy + r);
+    }
+}
+
 void gemm_quant_few_rows(Isa isa, RowWalk walk, const float* x, std::int64_t n, std::int64_t ldx, const QuantMatrix& w,
                          std::int64_t r0, std::int64_t r1, float* y, std::int64_t ldy) {
   gemm_quant_few_rows(isa, walk, QuantOperand(isa, w.type, x, n, ldx, w.cols), w, r0, r1, y, ldy);
@@ -865,9 +878,10 @@ void gemm_quant_few(Isa isa, const float* x, std::int64_t n, std::int64_t ldx, c
                     std::int64_t ldy) {
   if (n <= 0 || w.rows <= 0) return;
   RowWalk walk = row_walk(w.type, n);
-  const bool int8 = cpu_activations() == Activations::int8 && gemm_quant_few_int8(w.type) && w.cols % quant::kQK_K == 0;
+  const bool int8 =
+      int8_quant_products(cpu_activations()) && gemm_quant_few_int8(isa, w.type) && w.cols % quant::kQK_K == 0;
   if (int8) {
-    walk = row_walk(w.type);
+    walk = row_walk(w.type, n);
   } else if (n == 1 && isa == selected_isa()) {
     const DecodeKernel k = decode_kernel(w.type);
     walk = k.walk;

@@ -23,19 +23,25 @@
 // instructions on 32 and a scale on the sub-block (decode_kernel.hpp
 // measures which is faster). Every other type takes the AVX-512 kernels.
 //
-// With int8 activations (activations.hpp; opt-in, process-wide),
-// Q4_K, Q6_K, Q8_0, Q5_K and Q4_0 (rows of whole 256 columns) on a CPU with AVX-512
-// VNNI take the int8 kernels instead: each token's x is rounded to int8 per
-// 256 columns (d = max|x| / 127, llama.cpp's Q8_K; a NaN or infinity makes
-// its block's products NaN) and the quants meet it in integer
-// multiply-adds, a sub-block's scale applied as an integer, one f32 FMA a
-// block (Q8_0: its quants as q + 128, x's sums of 4 taking the 128 back
-// out; Q4_0 likewise its 8). Exact up to x's rounding (up to d / 2 an element), which the 1e-5
-// bound of the f32 kernels does not cover: the result equals the
-// dequantized W times the rounded x within 1e-5, and is about 1e-2 of
-// sum |w x| from the f32 product (bench/CPU.md). Prefill (40 tokens and
-// more) takes gemm_quant_pairs or sgemm instead (matmul_quant.hpp).
+// With int8 activations (activations.hpp), Q4_K, Q6_K, Q8_0, Q5_K and Q4_0
+// (rows of whole 256 columns) take the int8 kernels instead: each token's x
+// is rounded to int8 per 256 columns (d = max|x| / 127, llama.cpp's Q8_K; a
+// NaN or infinity makes its block's products NaN) and the quants meet it in
+// integer multiply-adds, a sub-block's scale applied as an integer, one f32
+// FMA a block. Three families (Int8Kernels): AVX-512 VNNI (vpdpbusd /
+// vpdpwssd on 512 bits; Q8_0's quants as q + 128, x's sums of 4 taking the
+// 128 back out; Q4_0 likewise its 8), and on every other AVX2 CPU the
+// 256-bit kernels of gemm_quant_int8_avx2.hpp (vpmaddubsw / vpmaddwd, or
+// AVX-VNNI's vpdpbusd / vpdpwssd where the CPU has them). Exact up to x's
+// rounding (up to d / 2 an element), which the 1e-5 bound of the f32
+// kernels does not cover: the result equals the dequantized W times the
+// rounded x within 1e-5, and is about 1e-2 of sum |w x| from the f32
+// product (bench/CPU.md). Prefill (40 tokens and more) takes
+// gemm_quant_pairs or sgemm instead (matmul_quant.hpp), except on CPUs
+// whose int8 family is an AVX2 one, where the int8 kernels take every
+// token count of the K-quants.
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "backend/cpu/activations.hpp"
@@ -53,9 +59,22 @@ bool gemm_quant_few_supported(Isa isa, quant::GgmlType type) noexcept;
 // `isa` multiplies `type` in bf16 pairs (avx512_bf16 and Q4_K or Q6_K).
 bool gemm_quant_few_bf16_pairs(Isa isa, quant::GgmlType type) noexcept;
 
-// This CPU has int8 kernels for `type` (AVX-512 BW + VNNI; Q4_K, Q6_K, Q8_0,
-// Q5_K, Q4_0; x's columns a multiple of 256).
-bool gemm_quant_few_int8(quant::GgmlType type) noexcept;
+// The int8 kernels' instruction families.
+enum class Int8Kernels {
+  avx2,         // vpmaddubsw + vpmaddwd on 256 bits (gemm_quant_int8_avx2.hpp)
+  avx_vnni,     // the same with AVX-VNNI's vpdpbusd / vpdpwssd (VEX, 256 bits)
+  avx512_vnni,  // AVX-512 BW + VNNI on 512 bits
+};
+std::string_view int8_kernels_name(Int8Kernels k) noexcept;  // "avx2", "avx_vnni", "avx512_vnni"
+bool int8_kernels_supported(Int8Kernels k) noexcept;          // this CPU runs them
+// The family `isa`'s int8 products take on this CPU: avx512_vnni for the
+// AVX-512 ISAs where the CPU has VNNI, else avx_vnni where it has AVX-VNNI,
+// else avx2 (so NEURON_CPU_ISA=avx2 runs an AVX2 CPU's kernels on any CPU).
+Int8Kernels int8_kernels(Isa isa) noexcept;
+
+// `isa` has int8 kernels for `type` (any ISA but scalar, supported; Q4_K,
+// Q6_K, Q8_0, Q5_K, Q4_0; x's columns a multiple of 256).
+bool gemm_quant_few_int8(Isa isa, quant::GgmlType type) noexcept;
 
 // The activations of one product as the kernels read them, prepared once
 // per product (not per row chunk): x itself, and where the kernel takes bf16
@@ -65,7 +84,8 @@ class QuantOperand {
  public:
   // x: [n, cols] f32 (row stride ldx), kept by pointer (it must outlive the operand).
   QuantOperand(Isa isa, quant::GgmlType type, const float* x, std::int64_t n, std::int64_t ldx, std::int64_t cols);
-  // The int8 form (gemm_quant_few_int8(type) must hold; cols a multiple of 256).
+  // The int8 form (gemm_quant_few_int8(Isa::avx2, type) must hold; cols a
+  // multiple of 256); the same bits whichever family multiplies it.
   QuantOperand(Activations, quant::GgmlType type, const float* x, std::int64_t n, std::int64_t ldx, std::int64_t cols);
 
   const float* f32() const noexcept { return x_; }
@@ -100,8 +120,8 @@ class QuantOperand {
 
 // x: [n, w.cols] f32 (row stride ldx), y: [n, w.rows] f32 (row stride ldy).
 // Rows split in chunks over ChunkPool::shared(). With cpu_activations()
-// int8 and gemm_quant_few_int8(w.type), every token takes the int8 kernels,
-// walked as row_walk(w.type, n) says. Otherwise one token runs
+// int8 and gemm_quant_few_int8(isa, w.type), every token takes the int8
+// kernels of int8_kernels(isa), walked as row_walk(w.type, n) says. Otherwise one token runs
 // decode_kernel(w.type)'s walk and kernel when `isa` is selected_isa(), more
 // tokens row_walk(w.type, n) and the f32 kernels (bf16 pairs would redo the
 // products for each token where the f32 kernels share a dequantized weight).
@@ -110,10 +130,13 @@ void gemm_quant_few(Isa isa, const float* x, std::int64_t n, std::int64_t ldx, c
                     std::int64_t ldy);
 
 // Rows [r0, r1) of the same product on the calling thread with `isa`'s
-// kernel (the int8 kernels when x.int8()), walked as `walk` says (decode_kernel.hpp: blocks of four rows (two
+// kernel (the int8 kernels of int8_kernels(isa) when x.int8()), walked as `walk` says (decode_kernel.hpp: blocks of four rows (two
 // with AVX2), or one; the same sums either way). `x` must be prepared for
 // `isa` and w.type. Tests compare it with the reference.
 void gemm_quant_few_rows(Isa isa, RowWalk walk, const QuantOperand& x, const QuantMatrix& w, std::int64_t r0,
+                         std::int64_t r1, float* y, std::int64_t ldy);
+// The same for an int8 operand with the int8 kernels of family `k` (supported).
+void gemm_quant_few_rows(Int8Kernels k, RowWalk walk, const QuantOperand& x, const QuantMatrix& w, std::int64_t r0,
                          std::int64_t r1, float* y, std::int64_t ldy);
 // The same with the operand prepared for this call.
 void gemm_quant_few_rows(Isa isa, RowWalk walk, const float* x, std::int64_t n, std::int64_t ldx, const QuantMatrix& w,

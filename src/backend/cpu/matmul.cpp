@@ -52,7 +52,7 @@ void matmul_bf16(const float* x, std::int64_t n, std::int64_t in, std::int64_t l
   if (n <= 0 || out <= 0) return;
   if (n == 1) return gemv_bf16(w, out, in, x, y);
   const bool pairs = gemm_bf16_pairs_fits(in), amx = gemm_bf16_amx_fits(in, out);
-  const int terms = cpu_activations() == Activations::f32 ? 2 : 1;
+  const int terms = bf16_float_products(cpu_activations()) ? 1 : 2;
   if (n < (pairs && !amx ? kPairsTokensMin : kFewTokensMax)) return gemm_bf16_few(x, n, in, ldx, w, out, y, ldy);
   if (amx) {
     gemm_bf16_amx(x, n, in, ldx, w, out, y, ldy);

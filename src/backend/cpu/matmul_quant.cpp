@@ -284,8 +284,17 @@ void matmul_quant(const float* x, std::int64_t n, std::int64_t ldx, const QuantM
   // beats the few-token ones from kPairsTokensMin tokens (batched decode).
   const bool one_term = cpu_activations() != Activations::f32;
   const bool pairs = gemm_quant_pairs_fits(w.type, w.cols) && !amx_bf16_usable();
-  if (const Isa isa = selected_isa(); n < kFewTokensMax && gemm_quant_few_supported(isa, w.type) &&
-                                      !(pairs && one_term && n >= kPairsTokensMin))
+  const Isa isa = selected_isa();
+  const bool int8 = int8_quant_products(cpu_activations()) && gemm_quant_few_int8(isa, w.type) &&
+                    w.cols % quant::kQK_K == 0;
+  // The AVX2 int8 kernels share a row's unpacked quants between tokens: on a
+  // CPU without AVX-512 BF16 or AMX they take the K-quants' prefill too
+  // (ahead of sgemm there; Q8_0's and Q4_0's behind it, bench/CPU.md).
+  const bool k_quant = w.type == quant::GgmlType::q4_k || w.type == quant::GgmlType::q5_k || w.type == quant::GgmlType::q6_k;
+  if (int8 && k_quant && int8_kernels(isa) != Int8Kernels::avx512_vnni && !pairs && !amx_bf16_usable())
+    return gemm_quant_few(isa, x, n, ldx, w, y, ldy);
+  if (n < kFewTokensMax && (gemm_quant_few_supported(isa, w.type) || int8) &&
+      !(pairs && one_term && n >= kPairsTokensMin))
     return gemm_quant_few(isa, x, n, ldx, w, y, ldy);
   if (n == 1) return gemv_quant(w, x, y);
   const std::int64_t in = w.cols;

@@ -12,6 +12,10 @@
 // gemm_quant_few instead, but from kPairsTokensMin tokens to gemm_quant_pairs
 // when x takes one bf16 term there (a reduced activation level,
 // activations.hpp; 1.5x the few-token kernels at 16 tokens on Zen 4).
+// With int8 activations on a CPU whose int8 kernels are the AVX2 ones
+// (gemm_quant_few.hpp's Int8Kernels) and which has neither AVX-512 BF16 nor
+// AMX, every product of Q4_K, Q5_K and Q6_K goes to gemm_quant_few's int8
+// kernels, prefill included (Q8_0 and Q4_0 below kFewTokensMax tokens).
 // Several tokens (matmul_quant): on a CPU with AMX-BF16, row chunks are
 // dequantized and split into two bf16 terms for the tiles (gemm_bf16_amx
 // with its low term), the rows past the last block of 32 by L2-sized tiles
