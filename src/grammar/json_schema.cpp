@@ -1039,10 +1039,11 @@ Grammar compile_json_object() {
   return std::move(b).finish(root);
 }
 
-Grammar compile_tool_call(const std::vector<ToolSpec>& tools) {
+namespace {
+
+// The rule of one Qwen3 tool call of `tools`.
+std::uint32_t tool_call_rule(GrammarBuilder& b, Common& common, const std::vector<ToolSpec>& tools) {
   if (tools.empty()) fail(errc::invalid_argument, "a tool call needs at least one tool");
-  GrammarBuilder b;
-  Common common(b);
   const std::uint32_t calls = b.rule("tool_calls");
   for (std::size_t i = 0; i < tools.size(); ++i) {
     const std::string where = "tools[" + std::to_string(i) + "].function.parameters";
@@ -1065,6 +1066,32 @@ Grammar compile_tool_call(const std::vector<ToolSpec>& tools) {
   seq.push_back(GrammarBuilder::ref(calls));
   b.literal(seq, "\n</tool_call>");
   b.alt(root, seq);
+  return root;
+}
+
+}  // namespace
+
+Grammar compile_tool_call(const std::vector<ToolSpec>& tools) {
+  GrammarBuilder b;
+  Common common(b);
+  const std::uint32_t root = tool_call_rule(b, common, tools);
+  return std::move(b).finish(root);
+}
+
+Grammar compile_tool_call_or_json(const std::vector<ToolSpec>& tools, const nlohmann::ordered_json* schema) {
+  GrammarBuilder b;
+  Common common(b);
+  const std::uint32_t call = tool_call_rule(b, common, tools);
+  std::uint32_t value = 0;
+  if (schema) {
+    SchemaCompiler compiler(b, common, *schema, "");
+    value = compiler.compile_root();
+  } else {
+    value = common.any_object();
+  }
+  const std::uint32_t root = b.rule("tool_call_or_value");
+  b.alt(root, {GrammarBuilder::ref(call)});
+  b.alt(root, {GrammarBuilder::ref(value)});
   return std::move(b).finish(root);
 }
 

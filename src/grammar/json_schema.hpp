@@ -75,4 +75,8 @@ struct ToolSpec {
 // Errors name the tool ("tools[1].function.parameters: ...") by its index.
 Grammar compile_tool_call(const std::vector<ToolSpec>& tools);
 
+// Either one tool call (as compile_tool_call) or a value of `schema` (null:
+// any JSON object): tool_choice "auto" with a response format.
+Grammar compile_tool_call_or_json(const std::vector<ToolSpec>& tools, const nlohmann::ordered_json* schema);
+
 }  // namespace neuron::grammar
