@@ -543,7 +543,8 @@ HttpResponse Api::openai_models(const HttpRequest&) {
   json data = json::array();
   for (const auto& m : registry_.list()) {
     if (m.status != engine::ModelStatus::loaded) continue;
-    data.push_back({{"id", m.model_id}, {"object", "model"}, {"created", unix_seconds(m.created)}, {"owned_by", "neuron"},
+    // The name clients send (served name, a directory model's folder name), never a file system path.
+    data.push_back({{"id", display_name(m.model_id)}, {"object", "model"}, {"created", unix_seconds(m.created)}, {"owned_by", "neuron"},
                     {"max_model_len", m.max_context}});
   }
   return json_response({{"object", "list"}, {"data", data}});
@@ -554,7 +555,7 @@ HttpResponse Api::openai_model(const HttpRequest& request) {
   auto info = registry_.info(id);
   if (!info || info->status != engine::ModelStatus::loaded)
     throw FieldError("model", "model '" + id + "' does not exist or is not loaded", http_errc::model_not_found);
-  return json_response({{"id", info->model_id}, {"object", "model"}, {"created", unix_seconds(info->created)}, {"owned_by", "neuron"},
+  return json_response({{"id", display_name(info->model_id)}, {"object", "model"}, {"created", unix_seconds(info->created)}, {"owned_by", "neuron"},
                         {"max_model_len", info->max_context}});
 }
 

@@ -277,7 +277,10 @@ TEST_F(ServerApi, EverySpellingOfTheDirectoryIsTheLoadedModel) {
   EXPECT_EQ(api.handle(post("/tokenize", {{"model", "qwen3-tiny-a"}, {"prompt", "hi"}})).status, 200);
   const json listed = json::parse(api.handle({"GET", "/v1/models", {}, "", ""}).body)["data"];
   ASSERT_EQ(listed.size(), 1u);
-  EXPECT_EQ(listed[0]["id"], fs::canonical(tiny_model_dir()).string());
+  EXPECT_EQ(listed[0]["id"], "qwen3-tiny-a") << "the name clients send, never a file system path";
+  const HttpResponse one = api.handle({"GET", "/v1/models/qwen3-tiny-a", {}, "", ""});
+  ASSERT_EQ(one.status, 200) << one.body;
+  EXPECT_EQ(json::parse(one.body)["id"], "qwen3-tiny-a");
 }
 
 TEST_F(ServerApi, HealthShowsFolderNamesNotPaths) {
