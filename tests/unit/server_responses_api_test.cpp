@@ -213,7 +213,8 @@ TEST(ResponsesShape, AWholeTurnHasReasoningMessageAndCallItems) {
                                  response_status(turn.end), items, &turn.end);
   EXPECT_EQ(r["object"], "response");
   EXPECT_EQ(r["status"], "completed");
-  EXPECT_EQ(r["usage"], json::parse(R"({"input_tokens": 10, "input_tokens_details": {"cached_tokens": 2}, "output_tokens": 5,
+  EXPECT_FALSE(r.contains("user")) << "omitted when not sent, as OpenAI does";
+  EXPECT_EQ(r["usage"], json::parse(R"({"input_tokens": 10, "input_tokens_details": {"cached_tokens": 2, "cache_write_tokens": 8}, "output_tokens": 5,
                                          "output_tokens_details": {"reasoning_tokens": 3}, "total_tokens": 15})"));
   EXPECT_TRUE(r["incomplete_details"].is_null());
 
