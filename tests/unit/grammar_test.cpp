@@ -252,6 +252,24 @@ TEST(GrammarMatcher, ToolCallsMatchTheQwen3FormatTheExtractorParses) {
   EXPECT_TRUE(split.content.empty());
 }
 
+// tool_choice "auto" with a response format: a tool call, or a value of the format.
+TEST(GrammarMatcher, ToolCallOrFormat) {
+  const std::vector<ToolSpec> tools = {{"get_weather", json::parse(R"({"type":"object","properties":{"city":{"type":"string"}},"required":["city"]})")}};
+  const json schema = json::parse(R"({"type":"object","properties":{"answer":{"type":"integer","minimum":0,"maximum":9}},"required":["answer"]})");
+  const auto g = compiled(compile_tool_call_or_json(tools, &schema));
+  EXPECT_TRUE(accepts(g, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"));
+  EXPECT_TRUE(accepts(g, R"({"answer": 7})"));
+  EXPECT_FALSE(accepts(g, R"({"answer": 10})"));
+  EXPECT_FALSE(accepts(g, "hello"));
+  const auto object = compiled(compile_tool_call_or_json(tools, nullptr));
+  EXPECT_TRUE(accepts(object, R"({"any": [1]})"));
+  EXPECT_FALSE(accepts(object, "[1]"));
+  // Different tools make different constraints (the cache key tells them apart).
+  Constraint a = Constraint::json_schema(schema), b = Constraint::json_schema(schema);
+  b.tools = tools;
+  EXPECT_NE(a.key(), b.key());
+}
+
 TEST(GrammarMask, WalksTheVocabularyAndAddsEosWhenComplete) {
   // ids: 0 "{", 1 "}", 2 "\"a\"", 3 ":", 4 "1", 5 "12", 6 "{\"a\":", 7 "x", 8 "" (no bytes), 9 "1}", 10 EOS (no bytes)
   const auto trie = std::make_shared<const TokenTrie>(std::vector<std::string>{"{", "}", "\"a\"", ":", "1", "12", "{\"a\":", "x", "", "1}", ""});
