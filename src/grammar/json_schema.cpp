@@ -634,12 +634,17 @@ class SchemaCompiler {
 
   // The regular expression of a `format` the grammar enforces, or null (other formats only annotate).
   static const char* format_pattern(std::string_view f) {
-#define NEURON_DATE R"(\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01]))"
-#define NEURON_TIME R"(([01]\d|2[0-3]):[0-5]\d:([0-5]\d|60)(\.\d{1,9})?(Z|[+-]([01]\d|2[0-3]):[0-5]\d))"
+// Calendar dates (days per month, February 29 in leap years), times without leap seconds.
+#define NEURON_DATE                                                                                          \
+  R"((\d{4}-((0[13578]|1[02])-(0[1-9]|[12]\d|3[01])|(0[469]|11)-(0[1-9]|[12]\d|30)|02-(0[1-9]|1\d|2[0-8]))|)" \
+  R"((\d{2}(0[48]|[2468][048]|[13579][26])|(0[48]|[2468][048]|[13579][26])00)-02-29))"
+#define NEURON_TIME R"(([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{1,9})?(Z|[+-]([01]\d|2[0-3]):[0-5]\d))"
 #define NEURON_LABEL R"([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)"
 #define NEURON_OCTET R"((25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d))"
 #define NEURON_H16 "[0-9a-fA-F]{1,4}"
 #define NEURON_DUR_TIME R"(T(\d+H(\d+M)?(\d+S)?|\d+M(\d+S)?|\d+S))"
+#define NEURON_PCHAR R"([A-Za-z0-9\-._~!$&'()*+,;=:@])"
+#define NEURON_QCHAR R"([A-Za-z0-9\-._~!$&'()*+,;=:@/?])"
     static constexpr std::pair<std::string_view, const char*> kFormats[] = {
         {"date", "^" NEURON_DATE "$"},
         {"time", "^" NEURON_TIME "$"},
@@ -653,7 +658,10 @@ class SchemaCompiler {
                  "){1,4}|(" NEURON_H16 ":){1,2}(:" NEURON_H16 "){1,5}|" NEURON_H16 ":(:" NEURON_H16 "){1,6}|:((:" NEURON_H16
                  "){1,7}|:))$"},
         {"uuid", "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},
-        {"uri", R"(^[A-Za-z][A-Za-z0-9+.-]*:[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]*$)"},
+        // scheme ":" then "//" authority and an absolute path, or a path; a query; a fragment (RFC 3986, no
+        // percent-escapes or IP literals).
+        {"uri", "^[A-Za-z][A-Za-z0-9+.-]*:(//[A-Za-z0-9\\-._~]*(:\\d{1,5})?(/" NEURON_PCHAR "*)*|/?(" NEURON_PCHAR "+(/" NEURON_PCHAR
+                "*)*)?)(\\?" NEURON_QCHAR "*)?(#" NEURON_QCHAR "*)?$"},
     };
 #undef NEURON_DATE
 #undef NEURON_TIME
@@ -661,6 +669,8 @@ class SchemaCompiler {
 #undef NEURON_OCTET
 #undef NEURON_H16
 #undef NEURON_DUR_TIME
+#undef NEURON_PCHAR
+#undef NEURON_QCHAR
     for (const auto& [name, re] : kFormats)
       if (name == f) return re;
     return nullptr;

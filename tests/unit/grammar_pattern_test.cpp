@@ -89,8 +89,8 @@ TEST(GrammarPattern, StringsFollowThePatternAsJson) {
 TEST(GrammarPattern, Formats) {
   auto fmt = [](const char* f) { return json{{"type", "string"}, {"format", f}}; };
   const std::vector<std::tuple<const char*, std::vector<const char*>, std::vector<const char*>>> cases = {
-      {"date", {"2024-02-29", "1999-12-31"}, {"2024-13-01", "2024-1-01", "24-01-01"}},
-      {"time", {"23:59:60Z", "08:30:00.123+02:00"}, {"24:00:00Z", "08:30:00", "8:30:00Z"}},
+      {"date", {"2024-02-29", "2000-02-29", "1999-12-31", "2023-04-30"}, {"2024-13-01", "2024-1-01", "24-01-01", "2023-02-29", "1900-02-29", "2023-04-31"}},
+      {"time", {"23:59:59Z", "08:30:00.123+02:00"}, {"24:00:00Z", "08:30:00", "8:30:00Z", "12:00:60Z"}},
       {"date-time", {"2024-05-06T07:08:09Z", "2024-05-06T07:08:09.5-05:30"}, {"2024-05-06 07:08:09Z", "2024-05-06T07:08Z"}},
       {"duration", {"P1Y2M3DT4H5M6S", "PT5M", "P3W", "P1D"}, {"P", "PT", "P1H", "1D"}},
       {"email", {"a.b+c@example.com", "x@y.io"}, {"a@b", "@x.com", "a b@x.com"}},
@@ -98,7 +98,8 @@ TEST(GrammarPattern, Formats) {
       {"ipv4", {"192.168.0.1", "0.0.0.0", "255.255.255.255"}, {"256.1.1.1", "1.2.3", "01.2.3.4"}},
       {"ipv6", {"::1", "fe80::1", "2001:db8:0:0:0:0:2:1", "::"}, {":::", "12345::", "1:2:3:4:5:6:7:8:9"}},
       {"uuid", {"123e4567-e89b-12d3-a456-426614174000"}, {"123e4567e89b12d3a456426614174000", "123e4567-e89b-12d3-a456-42661417400"}},
-      {"uri", {"https://example.com/a?b=c#d", "mailto:x@y.z", "urn:isbn:0451450523"}, {"//example.com", "1http://x", "http://a b"}},
+      {"uri", {"https://example.com:8080/a/b?c=d#e", "mailto:x@y.z", "urn:isbn:0451450523", "file:///etc"},
+       {"//example.com", "1http://x", "http://a b", "a:#x#y", "http://x:y:z"}},
   };
   for (const auto& [f, good, bad] : cases) {
     const auto g = compiled(compile_json_schema(fmt(f)));
