@@ -583,8 +583,8 @@ class SchemaCompiler {
     if (auto it = s.find("multipleOf"); it != s.end()) {
       if (!it->is_number() || !(it->get<double>() > 0)) refuse_at(path, "'multipleOf' must be a number above 0");
       const double m = it->get<double>();
-      if (m != std::floor(m)) refuse_at(path, "'multipleOf' is supported only as a whole number");
-      if (!integer && m != 1) refuse_at(path, "'multipleOf' is supported only on integers (\"type\": \"integer\")");
+      if (m != std::floor(m)) refuse_at(path, "'multipleOf' is supported only as a whole number (on integers)");
+      integer = true;  // a number that is a multiple of a whole number is an integer
       if (m > static_cast<double>(kMaxSafeInteger)) refuse_at(path, "'multipleOf' above 2^53 is not supported");
       multiple = it->is_number_unsigned() ? it->get<std::uint64_t>()
                  : it->is_number_integer() ? static_cast<std::uint64_t>(it->get<std::int64_t>())

@@ -154,6 +154,9 @@ TEST(GrammarNumberRange, DecimalOfDoublesIsExact) {
 TEST(GrammarNumberRange, LargeMultipleOfIsRefusedNotBuilt) {
   const json s = json::parse(R"({"type":"integer","multipleOf":1000003})");
   EXPECT_NE(refusal(s).find("too large"), std::string::npos);
+  const json number = json::parse(R"({"type":"number","multipleOf":3,"minimum":-1,"maximum":10})");
+  for (const char* t : {"0", "3", "9"}) EXPECT_TRUE(accepts(number, t)) << t;
+  for (const char* t : {"1.5", "4", "12", "-3"}) EXPECT_FALSE(accepts(number, t)) << t;
   const auto ok = compiled(compile_json_schema(json::parse(R"({"type":"integer","minimum":0,"maximum":1000,"multipleOf":250})")));
   for (int v = 0; v <= 1000; ++v) EXPECT_EQ(accepts(ok, std::to_string(v)), v % 250 == 0) << v;
 }
