@@ -111,8 +111,11 @@ else
   fail load "HTTP $status $body"
 fi
 
+# /v1/models lists the name clients send: a directory model by its folder name, never its path.
+listed="$id"
+if [ -d "$model" ]; then listed="$(json_escape "$(basename "$model")")"; fi
 request GET /v1/models
-if [ "$status" = 200 ] && printf '%s' "$body" | grep -qF "\"id\":\"$id\""; then pass v1/models; else fail v1/models "HTTP $status $body"; fi
+if [ "$status" = 200 ] && printf '%s' "$body" | grep -qF "\"id\":\"$listed\""; then pass v1/models; else fail v1/models "HTTP $status $body"; fi
 
 chat_body="{\"model\":\"$id\",\"messages\":[{\"role\":\"user\",\"content\":\"Say hello in five words.\"}],\"max_tokens\":24,\"temperature\":0}"
 request POST /v1/chat/completions "$chat_body"
