@@ -658,10 +658,10 @@ class SchemaCompiler {
                  "){1,4}|(" NEURON_H16 ":){1,2}(:" NEURON_H16 "){1,5}|" NEURON_H16 ":(:" NEURON_H16 "){1,6}|:((:" NEURON_H16
                  "){1,7}|:))$"},
         {"uuid", "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},
-        // scheme ":" then "//" authority and an absolute path, or a path; a query; a fragment (RFC 3986, no
-        // percent-escapes or IP literals).
-        {"uri", "^[A-Za-z][A-Za-z0-9+.-]*:(//[A-Za-z0-9\\-._~]*(:\\d{1,5})?(/" NEURON_PCHAR "*)*|/?(" NEURON_PCHAR "+(/" NEURON_PCHAR
-                "*)*)?)(\\?" NEURON_QCHAR "*)?(#" NEURON_QCHAR "*)?$"},
+        // scheme ":" then "//" authority and an absolute path, or a non-empty path (as validators such as
+        // ajv-formats want); a query; a fragment (RFC 3986, no percent-escapes or IP literals).
+        {"uri", "^[A-Za-z][A-Za-z0-9+.-]*:(//[A-Za-z0-9\\-._~]*(:\\d{1,5})?(/" NEURON_PCHAR "*)*|/?" NEURON_PCHAR "+(/" NEURON_PCHAR
+                "*)*|/)(\\?" NEURON_QCHAR "*)?(#" NEURON_QCHAR "*)?$"},
     };
 #undef NEURON_DATE
 #undef NEURON_TIME

@@ -99,7 +99,7 @@ TEST(GrammarPattern, Formats) {
       {"ipv6", {"::1", "fe80::1", "2001:db8:0:0:0:0:2:1", "::"}, {":::", "12345::", "1:2:3:4:5:6:7:8:9"}},
       {"uuid", {"123e4567-e89b-12d3-a456-426614174000"}, {"123e4567e89b12d3a456426614174000", "123e4567-e89b-12d3-a456-42661417400"}},
       {"uri", {"https://example.com:8080/a/b?c=d#e", "mailto:x@y.z", "urn:isbn:0451450523", "file:///etc"},
-       {"//example.com", "1http://x", "http://a b", "a:#x#y", "http://x:y:z"}},
+       {"//example.com", "1http://x", "http://a b", "a:#x#y", "http://x:y:z", "a:", "a:?q"}},
   };
   for (const auto& [f, good, bad] : cases) {
     const auto g = compiled(compile_json_schema(fmt(f)));
