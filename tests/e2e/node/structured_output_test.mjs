@@ -21,7 +21,7 @@ import Ajv2020 from "ajv/dist/2020.js";
 import addFormats from "ajv-formats";
 import { z } from "zod";
 import { z as z4 } from "zod/v4";
-import { Agent, run, tool as agentTool, setOpenAIAPI } from "@openai/agents";
+import { Agent, run, tool as agentTool, setOpenAIAPI, setTracingDisabled } from "@openai/agents";
 import { generateObject } from "ai";
 import { createOpenAI } from "@ai-sdk/openai";
 import { ChatOpenAI } from "@langchain/openai";
@@ -235,7 +235,7 @@ for (const method of ["jsonSchema", "functionCalling"]) {
 await check("Agents SDK toolChoice required with an outputType", async () => {
   process.env.OPENAI_BASE_URL = `${root}/v1`;
   process.env.OPENAI_API_KEY = "unused";
-  process.env.OPENAI_AGENTS_DISABLE_TRACING = "1";
+  setTracingDisabled(true);  // no trace export (to api.openai.com)
   setOpenAIAPI("chat_completions");
   let calls = 0;
   const lookup = agentTool({
