@@ -67,7 +67,7 @@ struct Nfa {
 // `pattern`: UTF-8. Errors name the construct and its byte offset.
 Nfa compile_regex(std::string_view pattern);
 
-// UTF-8 text as code points; nullopt-like failure is an Error{invalid_argument}.
+// UTF-8 text as code points; invalid UTF-8 is an Error{invalid_argument}.
 std::u32string decode_utf8(std::string_view text);
 
 }  // namespace neuron::grammar
