@@ -114,6 +114,7 @@ else
   fail load "HTTP $status $body"
 fi
 
+# /v1/models lists the name clients send (the model's one id, as /models), never its path.
 request GET /v1/models
 if [ "$status" = 200 ] && printf '%s' "$body" | grep -qF "\"id\":\"$name\""; then pass v1/models; else fail v1/models "HTTP $status $body"; fi
 

@@ -4,27 +4,24 @@ namespace neuron::grammar {
 
 Grammar Constraint::compile() const {
   switch (kind) {
-    case Kind::json_object: return compile_json_object();
-    case Kind::json_schema: return compile_json_schema(schema);
+    case Kind::json_object: return tools.empty() ? compile_json_object() : compile_tool_call_or_json(tools, nullptr);
+    case Kind::json_schema: return tools.empty() ? compile_json_schema(schema) : compile_tool_call_or_json(tools, &schema);
     case Kind::tool_call: return compile_tool_call(tools, tool_format);
   }
   return compile_json_object();
 }
 
 std::string Constraint::key() const {
+  auto dump = [](const nlohmann::ordered_json& j) { return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace); };
+  std::string k;
   switch (kind) {
-    case Kind::json_object: return "object";
-    case Kind::json_schema: return "schema:" + schema.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
-    case Kind::tool_call: {
-      std::string k = "tools/" + std::string(chat::to_string(tool_format));
-      for (const ToolSpec& t : tools) {
-        k += ':' + nlohmann::ordered_json(t.name).dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
-        k += '=' + t.parameters.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
-      }
-      return k;
-    }
+    case Kind::json_object: k = "object"; break;
+    case Kind::json_schema: k = "schema:" + dump(schema); break;
+    case Kind::tool_call: k = "tools/" + std::string(chat::to_string(tool_format)); break;
   }
-  return {};
+  if (kind != Kind::tool_call && !tools.empty()) k += "|or_tools";
+  for (const ToolSpec& t : tools) k += ':' + dump(nlohmann::ordered_json(t.name)) + '=' + dump(t.parameters);
+  return k;
 }
 
 GrammarCache::GrammarCache(std::shared_ptr<const tokenizer::Tokenizer> tok, std::int64_t logits_vocab)

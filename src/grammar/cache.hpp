@@ -30,7 +30,9 @@ struct Constraint {
   enum class Kind { json_object, json_schema, tool_call };
   Kind kind = Kind::json_object;
   nlohmann::ordered_json schema;  // json_schema
-  std::vector<ToolSpec> tools;    // tool_call: the allowed tools (one for a named tool_choice)
+  std::vector<ToolSpec> tools;    // tool_call: the allowed tools (one for a named tool_choice);
+                                  // json_object / json_schema: tools a call of which may come instead (tool_choice
+                                  // "auto"; Hermes calls only)
   chat::ToolCallFormat tool_format = chat::ToolCallFormat::hermes;  // tool_call: how the model writes one (its template's)
 
   static Constraint json_object() { return {}; }

@@ -1,11 +1,15 @@
 #include "grammar/json_schema.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <deque>
 #include <map>
 #include <optional>
 #include <string_view>
+#include <tuple>
 
+#include "grammar/number_range.hpp"
+#include "grammar/regex.hpp"
 #include "util/error.hpp"
 
 namespace neuron::grammar {
@@ -16,8 +20,7 @@ using json = nlohmann::ordered_json;
 
 constexpr int kMaxIndent = 16;     // spaces after a newline in whitespace
 constexpr int kMaxIntDigits = 18;  // digits of a number's integer part
-constexpr int kMaxFracDigits = 18;
-constexpr int kMaxExpDigits = 3;
+constexpr int kMaxExpDigits = 2;   // so an unbounded number stays below 1e118: a finite double
 
 [[noreturn]] void refuse(const std::string& where, const std::string& what) {
   fail(errc::invalid_argument, where.empty() ? what : where + ": " + what);
@@ -109,32 +112,31 @@ class Common {
     return r;
   }
 
-  // Unsigned integer part: 0, or up to kMaxIntDigits digits without a leading 0; `positive` excludes 0.
-  std::uint32_t int_abs(bool positive) {
-    std::optional<std::uint32_t>& slot = positive ? pos_int_ : nat_int_;
-    if (slot) return *slot;
-    if (!more_int_) more_int_ = digits(kMaxIntDigits - 1, "int_digits");
-    const std::uint32_t r = b_.rule(positive ? "positive_integer" : "natural_integer");
+  // Unsigned integer part of an unbounded number: 0, or up to kMaxIntDigits digits without a leading 0.
+  std::uint32_t int_abs() {
+    if (nat_int_) return *nat_int_;
+    const std::uint32_t more = digits(kMaxIntDigits - 1, "int_digits");
+    const std::uint32_t r = b_.rule("natural_integer");
     ByteSet nonzero;
     nonzero.add_range('1', '9');
-    if (!positive) b_.alt(r, {lit('0')});
-    b_.alt(r, {b_.set(nonzero), GrammarBuilder::ref(*more_int_)});
-    slot = r;
+    b_.alt(r, {lit('0')});
+    b_.alt(r, {b_.set(nonzero), GrammarBuilder::ref(more)});
+    nat_int_ = r;
     return r;
   }
 
-  std::uint32_t integer(bool allow_negative, bool positive) {
-    const std::uint32_t abs = int_abs(positive);
-    if (!allow_negative) return abs;
-    const std::uint32_t r = b_.rule("integer");
-    b_.alt(r, {GrammarBuilder::ref(abs)});
-    b_.alt(r, {lit('-'), GrammarBuilder::ref(abs)});
+  // Integers in [lo, hi] that are multiples of m (number_range.hpp), shared by equal bounds.
+  std::uint32_t integer(std::int64_t lo, std::int64_t hi, std::uint64_t m) {
+    const auto key = std::make_tuple(lo, hi, m);
+    if (auto it = integers_.find(key); it != integers_.end()) return it->second;
+    const std::uint32_t r = integer_range(b_, lo, hi, m);
+    integers_.emplace(key, r);
     return r;
   }
 
-  std::uint32_t number(bool allow_negative) {
-    std::optional<std::uint32_t>& slot = allow_negative ? number_ : nonneg_number_;
-    if (slot) return *slot;
+  // Any number (no bounds): an exponent of at most kMaxExpDigits keeps it a finite double.
+  std::uint32_t number() {
+    if (number_) return *number_;
     const std::uint32_t frac_more = digits(kMaxFracDigits - 1, "frac_digits");
     const std::uint32_t exp_more = digits(kMaxExpDigits - 1, "exp_digits");
     const std::uint32_t frac = b_.rule("fraction");
@@ -149,15 +151,40 @@ class Common {
     b_.alt(exp, {});
     b_.alt(exp, {b_.set(e), b_.set(digit()), GrammarBuilder::ref(exp_more)});
     b_.alt(exp, {b_.set(e), b_.set(sign), b_.set(digit()), GrammarBuilder::ref(exp_more)});
-    const std::uint32_t r = b_.rule(allow_negative ? "number" : "nonnegative_number");
-    const std::vector<Element> tail = {GrammarBuilder::ref(int_abs(false)), GrammarBuilder::ref(frac), GrammarBuilder::ref(exp)};
+    const std::uint32_t r = b_.rule("number");
+    const std::vector<Element> tail = {GrammarBuilder::ref(int_abs()), GrammarBuilder::ref(frac), GrammarBuilder::ref(exp)};
     b_.alt(r, tail);
-    if (allow_negative) {
-      std::vector<Element> neg = {lit('-')};
-      neg.insert(neg.end(), tail.begin(), tail.end());
-      b_.alt(r, neg);
-    }
-    slot = r;
+    std::vector<Element> neg = {lit('-')};
+    neg.insert(neg.end(), tail.begin(), tail.end());
+    b_.alt(r, neg);
+    number_ = r;
+    return r;
+  }
+
+  // One character of a string's content from `chars`, as JSON writes it:
+  // printable ASCII as itself, '"' '\\' tab, newline and carriage return
+  // escaped, other characters as UTF-8 (of the Basic Multilingual Plane
+  // only when `bmp`, as character()). Other control characters are never written.
+  std::uint32_t code_set(const CodeSet& chars, bool bmp) {
+    const auto key = std::pair(chars, bmp);
+    if (auto it = code_sets_.find(key); it != code_sets_.end()) return it->second;
+    const std::uint32_t r = b_.rule("chars");
+    code_sets_.emplace(key, r);
+    ByteSet ascii;
+    for (const auto& [lo, hi] : chars.ranges())
+      for (char32_t c = std::max<char32_t>(lo, 0x20); c <= std::min<char32_t>(hi, 0x7f); ++c) ascii.add(static_cast<std::uint8_t>(c));
+    ascii.remove('"');
+    ascii.remove('\\');
+    if (!ascii.empty()) b_.alt(r, {b_.set(ascii)});
+    for (auto [c, e] : {std::pair{U'"', '"'}, {U'\\', '\\'}, {U'\t', 't'}, {U'\n', 'n'}, {U'\r', 'r'}})
+      if (chars.has(c)) b_.alt(r, {lit('\\'), lit(e)});
+    CodeSet wide = chars.intersect(CodeSet::of(0x80, bmp ? 0xffff : kMaxCodePoint)).intersect(CodeSet::of(0xd800, 0xdfff).complement());
+    for (const auto& [lo, hi] : wide.ranges())
+      for (const auto& seq : utf8_sequences(lo, hi)) {
+        std::vector<Element> alt;
+        for (const auto& [blo, bhi] : seq) alt.push_back(b_.set(range(blo, bhi)));
+        b_.alt(r, alt);
+      }
     return r;
   }
 
@@ -213,6 +240,56 @@ class Common {
     ByteSet s;
     s.add_range(lo, hi);
     return s;
+  }
+
+  // The UTF-8 encodings of the code points lo..hi (no surrogates), as
+  // sequences of byte ranges (the split of RE2's and regex-syntax's utf8 ranges).
+  static std::vector<std::vector<std::pair<std::uint8_t, std::uint8_t>>> utf8_sequences(char32_t lo, char32_t hi) {
+    std::vector<std::vector<std::pair<std::uint8_t, std::uint8_t>>> out;
+    std::vector<std::pair<char32_t, char32_t>> todo{{lo, hi}};
+    auto encode = [](char32_t c, std::uint8_t* b) {
+      if (c < 0x80) return b[0] = static_cast<std::uint8_t>(c), 1;
+      if (c < 0x800) return b[0] = static_cast<std::uint8_t>(0xc0 | (c >> 6)), b[1] = static_cast<std::uint8_t>(0x80 | (c & 0x3f)), 2;
+      if (c < 0x10000)
+        return b[0] = static_cast<std::uint8_t>(0xe0 | (c >> 12)), b[1] = static_cast<std::uint8_t>(0x80 | ((c >> 6) & 0x3f)),
+               b[2] = static_cast<std::uint8_t>(0x80 | (c & 0x3f)), 3;
+      return b[0] = static_cast<std::uint8_t>(0xf0 | (c >> 18)), b[1] = static_cast<std::uint8_t>(0x80 | ((c >> 12) & 0x3f)),
+             b[2] = static_cast<std::uint8_t>(0x80 | ((c >> 6) & 0x3f)), b[3] = static_cast<std::uint8_t>(0x80 | (c & 0x3f)), 4;
+    };
+    while (!todo.empty()) {
+      auto [s, e] = todo.back();
+      todo.pop_back();
+      bool split = false;
+      for (char32_t max : {char32_t{0x7f}, char32_t{0x7ff}, char32_t{0xffff}})
+        if (s <= max && max < e) {
+          todo.push_back({max + 1, e});
+          todo.push_back({s, max});
+          split = true;
+          break;
+        }
+      if (split) continue;
+      for (int i = 1; i < 4 && !split; ++i) {
+        const char32_t m = (char32_t{1} << (6 * i)) - 1;
+        if ((s & ~m) == (e & ~m)) continue;
+        if ((s & m) != 0) {
+          todo.push_back({(s | m) + 1, e});
+          todo.push_back({s, s | m});
+          split = true;
+        } else if ((e & m) != m) {
+          todo.push_back({e & ~m, e});
+          todo.push_back({s, (e & ~m) - 1});
+          split = true;
+        }
+      }
+      if (split) continue;
+      std::uint8_t bs[4], be[4];
+      const int n = encode(s, bs);
+      encode(e, be);
+      std::vector<std::pair<std::uint8_t, std::uint8_t>> seq;
+      for (int i = 0; i < n; ++i) seq.push_back({bs[i], be[i]});
+      out.push_back(std::move(seq));
+    }
+    return out;
   }
 
   // Well-formed UTF-8 sequences of 2 to 4 bytes (Unicode table 3-7).
@@ -273,7 +350,7 @@ class Common {
     b_.alt(value, {R(obj)});
     b_.alt(value, {R(arr)});
     b_.alt(value, {R(string())});
-    b_.alt(value, {R(number(true))});
+    b_.alt(value, {R(number())});
     b_.alt(value, {R(boolean())});
     b_.alt(value, {R(null())});
     b_.alt(obj, {lit('{'), w, R(obj_body)});
@@ -289,18 +366,19 @@ class Common {
   }
 
   GrammarBuilder& b_;
-  std::optional<std::uint32_t> ws_, char_, string_rest_, string_, more_int_, pos_int_, nat_int_, number_, nonneg_number_,
-      boolean_, null_, any_, any_object_, any_array_, escape_;
+  std::optional<std::uint32_t> ws_, char_, string_rest_, string_, nat_int_, number_, boolean_, null_, any_, any_object_,
+      any_array_, escape_;
+  std::map<std::tuple<std::int64_t, std::int64_t, std::uint64_t>, std::uint32_t> integers_;
+  std::map<std::pair<CodeSet, bool>, std::uint32_t> code_sets_;
 };
 
-// Keywords not listed here only annotate (title, format, $defs, x-*) and are
-// ignored; these constrain values in ways the grammar does not express.
+// Keywords not listed here only annotate (title, $defs, x-*) or are compiled
+// below; these constrain values in ways the grammar does not express.
 bool refused_keyword(std::string_view k) {
   static constexpr std::string_view kRefused[] = {
-      "pattern", "patternProperties", "propertyNames", "minProperties", "maxProperties", "dependencies",
-      "dependentRequired", "dependentSchemas", "if", "then", "else", "not", "contains", "minContains",
-      "maxContains", "prefixItems", "additionalItems", "unevaluatedProperties", "unevaluatedItems", "multipleOf",
-      "maximum", "exclusiveMaximum", "$dynamicRef", "$recursiveRef", "$dynamicAnchor", "$recursiveAnchor"};
+      "patternProperties", "dependencies", "dependentRequired", "dependentSchemas", "if", "then", "else", "not",
+      "contains", "minContains", "maxContains", "unevaluatedProperties", "unevaluatedItems", "$dynamicRef",
+      "$recursiveRef", "$dynamicAnchor", "$recursiveAnchor"};
   return std::find(std::begin(kRefused), std::end(kRefused), k) != std::end(kRefused);
 }
 
@@ -373,8 +451,13 @@ class SchemaCompiler {
     auto type = s.find("type");
     if (type == s.end()) {
       if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties")) return typed(s, "object", path);
-      if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) return typed(s, "array", path);
-      if (s.contains("minLength") || s.contains("maxLength")) return typed(s, "string", path);
+      if (s.contains("propertyNames") || s.contains("minProperties") || s.contains("maxProperties")) return typed(s, "object", path);
+      if (s.contains("items") || s.contains("prefixItems") || s.contains("minItems") || s.contains("maxItems"))
+        return typed(s, "array", path);
+      if (s.contains("minLength") || s.contains("maxLength") || s.contains("pattern") || known_format(s))
+        return typed(s, "string", path);
+      for (const char* k : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"})
+        if (s.contains(k)) return typed(s, "number", path);
       return c_.any_value();
     }
     if (type->is_string()) return typed(s, type->get<std::string>(), path);
@@ -473,27 +556,180 @@ class SchemaCompiler {
     refuse_at(path, "unknown type '" + type + "'");
   }
 
+  // A bound keyword's value: a number (or, for exclusiveMinimum / exclusiveMaximum, draft 4's boolean).
+  const json* bound(const json& s, const char* key, const std::string& path) const {
+    auto it = s.find(key);
+    if (it == s.end()) return nullptr;
+    if (!it->is_number()) refuse_at(path, std::string("'") + key + "' must be a number");
+    return &*it;
+  }
+
   std::uint32_t number(const json& s, bool integer, const std::string& path) {
-    bool negative = true, positive = false;
-    if (auto it = s.find("minimum"); it != s.end()) {
-      if (!it->is_number()) refuse_at(path, "'minimum' must be a number");
+    // Draft 4: exclusiveMinimum / exclusiveMaximum true make minimum / maximum exclusive.
+    auto draft4 = [&](const char* key) {
+      auto it = s.find(key);
+      return it != s.end() && it->is_boolean() && it->get<bool>();
+    };
+    const bool min_excl4 = draft4("exclusiveMinimum"), max_excl4 = draft4("exclusiveMaximum");
+    auto is_flag = [&](const char* key) {
+      auto it = s.find(key);
+      return it != s.end() && it->is_boolean();
+    };
+    const json* min = bound(s, "minimum", path);
+    const json* max = bound(s, "maximum", path);
+    const json* xmin = is_flag("exclusiveMinimum") ? nullptr : bound(s, "exclusiveMinimum", path);
+    const json* xmax = is_flag("exclusiveMaximum") ? nullptr : bound(s, "exclusiveMaximum", path);
+    std::uint64_t multiple = 1;
+    if (auto it = s.find("multipleOf"); it != s.end()) {
+      if (!it->is_number() || !(it->get<double>() > 0)) refuse_at(path, "'multipleOf' must be a number above 0");
       const double m = it->get<double>();
-      if (m == 0) negative = false;
-      else if (integer && m == 1) negative = false, positive = true;
-      else refuse_at(path, "'minimum' other than 0 (or 1 for integers) is not supported");
+      if (m != std::floor(m)) refuse_at(path, "'multipleOf' is supported only as a whole number (on integers)");
+      integer = true;  // a number that is a multiple of a whole number is an integer
+      if (m > static_cast<double>(kMaxSafeInteger)) refuse_at(path, "'multipleOf' above 2^53 is not supported");
+      multiple = it->is_number_unsigned() ? it->get<std::uint64_t>()
+                 : it->is_number_integer() ? static_cast<std::uint64_t>(it->get<std::int64_t>())
+                                           : static_cast<std::uint64_t>(m);
     }
-    if (auto it = s.find("exclusiveMinimum"); it != s.end()) {
-      if (!it->is_number() || it->get<double>() != 0 || !integer)
-        refuse_at(path, "'exclusiveMinimum' is supported only as 0 on integers");
-      negative = false;
-      positive = true;
+    if (integer) {
+      // Integers stay within what every JSON parser keeps exactly.
+      std::int64_t lo = -kMaxSafeInteger, hi = kMaxSafeInteger;
+      constexpr double kClamp = 1e17;  // past +-2^53: converts to int64 without overflow
+      auto as_int = [&](const json& v, bool up) -> std::int64_t {
+        if (v.is_number_integer()) {
+          if (v.is_number_unsigned()) return v.get<std::uint64_t>() > static_cast<std::uint64_t>(kClamp) ? static_cast<std::int64_t>(kClamp) : v.get<std::int64_t>();
+          return std::clamp<std::int64_t>(v.get<std::int64_t>(), -static_cast<std::int64_t>(kClamp), static_cast<std::int64_t>(kClamp));
+        }
+        const double d = std::clamp(v.get<double>(), -kClamp, kClamp);
+        return static_cast<std::int64_t>(up ? std::ceil(d) : std::floor(d));
+      };
+      if (min) lo = std::max(lo, as_int(*min, true) + (min_excl4 && as_int(*min, true) == as_int(*min, false) ? 1 : 0));
+      if (xmin) lo = std::max(lo, as_int(*xmin, false) + 1);
+      if (max) hi = std::min(hi, as_int(*max, false) - (max_excl4 && as_int(*max, true) == as_int(*max, false) ? 1 : 0));
+      if (xmax) hi = std::min(hi, as_int(*xmax, true) - 1);
+      return c_.integer(lo, hi, multiple);
     }
-    return integer ? c_.integer(negative, positive) : c_.number(negative);
+    if (!min && !max && !xmin && !xmax) return c_.number();
+    // The tighter of each side's bounds; a bound past what the grammar writes (+-1e18) is none (or admits nothing).
+    std::optional<std::pair<double, bool>> lo_d, hi_d;  // value, exclusive
+    auto tighten = [](std::optional<std::pair<double, bool>>& slot, const json* v, bool strict, bool is_lo) {
+      if (!v) return;
+      const double d = v->get<double>();
+      if (!slot || (is_lo ? d > slot->first : d < slot->first) || (d == slot->first && strict)) slot = std::pair(d, strict);
+    };
+    tighten(lo_d, min, min_excl4, true);
+    tighten(lo_d, xmin, true, true);
+    tighten(hi_d, max, max_excl4, false);
+    tighten(hi_d, xmax, true, false);
+    std::optional<DecimalBound> lo, hi;
+    if (lo_d) {
+      if (auto d = to_decimal(lo_d->first)) lo = DecimalBound{*d, lo_d->second};
+      else if (lo_d->first > 0) return b_.rule("empty@" + path);
+    }
+    if (hi_d) {
+      if (auto d = to_decimal(hi_d->first)) hi = DecimalBound{*d, hi_d->second};
+      else if (hi_d->first < 0) return b_.rule("empty@" + path);
+    }
+    return decimal_range(b_, lo, hi);
+  }
+
+  // The regular expression of a `format` the grammar enforces, or null (other formats only annotate).
+  static const char* format_pattern(std::string_view f) {
+// Calendar dates (days per month, February 29 in leap years), times without leap seconds.
+#define NEURON_DATE                                                                                          \
+  R"((\d{4}-((0[13578]|1[02])-(0[1-9]|[12]\d|3[01])|(0[469]|11)-(0[1-9]|[12]\d|30)|02-(0[1-9]|1\d|2[0-8]))|)" \
+  R"((\d{2}(0[48]|[2468][048]|[13579][26])|(0[48]|[2468][048]|[13579][26])00)-02-29))"
+#define NEURON_TIME R"(([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{1,9})?(Z|[+-]([01]\d|2[0-3]):[0-5]\d))"
+#define NEURON_LABEL R"([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)"
+#define NEURON_OCTET R"((25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d))"
+#define NEURON_H16 "[0-9a-fA-F]{1,4}"
+#define NEURON_DUR_TIME R"(T(\d+H(\d+M)?(\d+S)?|\d+M(\d+S)?|\d+S))"
+#define NEURON_PCHAR R"([A-Za-z0-9\-._~!$&'()*+,;=:@])"
+#define NEURON_QCHAR R"([A-Za-z0-9\-._~!$&'()*+,;=:@/?])"
+    static constexpr std::pair<std::string_view, const char*> kFormats[] = {
+        {"date", "^" NEURON_DATE "$"},
+        {"time", "^" NEURON_TIME "$"},
+        {"date-time", "^" NEURON_DATE "T" NEURON_TIME "$"},
+        {"duration", "^P((\\d+Y(\\d+M)?(\\d+D)?|\\d+M(\\d+D)?|\\d+D)(" NEURON_DUR_TIME ")?|" NEURON_DUR_TIME "|\\d+W)$"},
+        {"email", R"(^[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@)" NEURON_LABEL R"((\.)" NEURON_LABEL ")+$"},
+        {"hostname", "^" NEURON_LABEL R"((\.)" NEURON_LABEL ")*$"},
+        {"ipv4", "^(" NEURON_OCTET R"(\.){3})" NEURON_OCTET "$"},
+        {"ipv6", "^((" NEURON_H16 ":){7}" NEURON_H16 "|(" NEURON_H16 ":){1,7}:|(" NEURON_H16 ":){1,6}:" NEURON_H16 "|(" NEURON_H16
+                 ":){1,5}(:" NEURON_H16 "){1,2}|(" NEURON_H16 ":){1,4}(:" NEURON_H16 "){1,3}|(" NEURON_H16 ":){1,3}(:" NEURON_H16
+                 "){1,4}|(" NEURON_H16 ":){1,2}(:" NEURON_H16 "){1,5}|" NEURON_H16 ":(:" NEURON_H16 "){1,6}|:((:" NEURON_H16
+                 "){1,7}|:))$"},
+        {"uuid", "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},
+        // scheme ":" then "//" authority and an absolute path, or a non-empty path (as validators such as
+        // ajv-formats want); a query; a fragment (RFC 3986, no percent-escapes or IP literals).
+        {"uri", "^[A-Za-z][A-Za-z0-9+.-]*:(//[A-Za-z0-9\\-._~]*(:\\d{1,5})?(/" NEURON_PCHAR "*)*|/?" NEURON_PCHAR "+(/" NEURON_PCHAR
+                "*)*|/)(\\?" NEURON_QCHAR "*)?(#" NEURON_QCHAR "*)?$"},
+    };
+#undef NEURON_DATE
+#undef NEURON_TIME
+#undef NEURON_LABEL
+#undef NEURON_OCTET
+#undef NEURON_H16
+#undef NEURON_DUR_TIME
+#undef NEURON_PCHAR
+#undef NEURON_QCHAR
+    for (const auto& [name, re] : kFormats)
+      if (name == f) return re;
+    return nullptr;
+  }
+  static bool known_format(const json& s) {
+    auto it = s.find("format");
+    return it != s.end() && it->is_string() && format_pattern(it->get<std::string>()) != nullptr;
+  }
+
+  Nfa regex(const std::string& pattern, const std::string& path, const std::string& what) {
+    try {
+      return compile_regex(pattern);
+    } catch (const Error& e) {
+      refuse_at(path, what + ": " + e.what());
+    }
+  }
+
+  // A string whose content matches `nfa` and holds min..max characters:
+  // states (automaton state, characters written, counted up to the bound).
+  std::uint32_t regex_string(const Nfa& nfa, std::int64_t min, std::optional<std::int64_t> max, const std::string& path) {
+    const std::uint32_t root = b_.rule("pattern@" + path);
+    if (max && *max < min) return root;
+    const bool bmp = min > 0 || max;  // a length-bounded string holds no characters JavaScript counts twice
+    const std::int64_t cap = max ? *max : min;
+    std::map<std::pair<std::uint32_t, std::int64_t>, std::uint32_t> rules;
+    std::vector<std::pair<std::uint32_t, std::int64_t>> work;
+    auto state = [&](std::uint32_t q, std::int64_t k) {
+      auto [it, inserted] = rules.try_emplace({q, k}, 0);
+      if (inserted) {
+        it->second = b_.rule("pattern@" + path);
+        work.push_back({q, k});
+      }
+      return it->second;
+    };
+    b_.alt(root, {c_.lit('"'), GrammarBuilder::ref(state(nfa.start, 0))});
+    while (!work.empty()) {
+      const auto [q, k] = work.back();
+      work.pop_back();
+      const std::uint32_t r = rules.at({q, k});
+      if (nfa.accepting[q] && k >= min) b_.alt(r, {c_.lit('"')});
+      if (max && k == cap) continue;
+      const std::int64_t next = k < cap ? k + 1 : cap;
+      for (const auto& e : nfa.edges[q])
+        b_.alt(r, {GrammarBuilder::ref(c_.code_set(nfa.sets[e.set], bmp)), GrammarBuilder::ref(state(e.to, next))});
+    }
+    return root;
   }
 
   std::uint32_t string(const json& s, const std::string& path) {
     const std::int64_t min = count(s, "minLength", at(path)).value_or(0);
     const std::optional<std::int64_t> max = count(s, "maxLength", at(path));
+    const char* format = nullptr;
+    if (auto it = s.find("format"); it != s.end() && it->is_string()) format = format_pattern(it->get<std::string>());
+    if (auto it = s.find("pattern"); it != s.end()) {
+      if (!it->is_string()) refuse_at(path, "'pattern' must be a string");
+      if (format) refuse_at(path, "'pattern' together with 'format' is not supported");
+      return regex_string(regex(it->get<std::string>(), path, "'pattern'"), min, max, path);
+    }
+    if (format) return regex_string(regex(format, path, "'format'"), min, max, path);
     if (min == 0 && !max) return c_.string();
     if (max && *max < min) return b_.rule("empty@" + path);  // admits nothing
     // count_k: k characters written so far.
@@ -516,29 +752,51 @@ class SchemaCompiler {
 
   std::uint32_t array(const json& s, const std::string& path) {
     const std::int64_t min = count(s, "minItems", at(path)).value_or(0);
-    const std::optional<std::int64_t> max = count(s, "maxItems", at(path));
-    if (max && *max < min) return b_.rule("empty@" + path);
-    const json* items = nullptr;
+    std::optional<std::int64_t> max = count(s, "maxItems", at(path));
+    // Item schemas by position: prefixItems (or draft 4's items array) first, then items (or additionalItems).
+    const json* prefix = nullptr;
+    const json* rest = nullptr;
+    std::string prefix_key = "prefixItems", rest_key = "items";
+    if (auto it = s.find("prefixItems"); it != s.end()) prefix = &*it;
     if (auto it = s.find("items"); it != s.end()) {
-      if (it->is_array()) refuse_at(path, "'items' as an array (tuples) is not supported");
-      items = &*it;
+      if (it->is_array()) {
+        if (prefix) refuse_at(path, "'items' as an array together with 'prefixItems'");
+        prefix = &*it;
+        prefix_key = "items", rest_key = "additionalItems";
+        if (auto more = s.find("additionalItems"); more != s.end()) rest = &*more;
+      } else {
+        rest = &*it;
+      }
     }
-    const std::uint32_t item = items ? compile(*items, child_path(path, "items")) : c_.any_value();
+    std::vector<std::uint32_t> prefix_rules;
+    if (prefix) {
+      if (!prefix->is_array()) refuse_at(path, "'" + prefix_key + "' must be an array of schemas");
+      if (prefix->size() > static_cast<std::size_t>(kMaxRepeat))
+        refuse_at(path, "'" + prefix_key + "' of more than " + std::to_string(kMaxRepeat) + " schemas is not supported");
+      for (std::size_t i = 0; i < prefix->size(); ++i)
+        prefix_rules.push_back(compile((*prefix)[i], child_path(path, prefix_key + "[" + std::to_string(i) + "]")));
+    }
+    const auto n_prefix = static_cast<std::int64_t>(prefix_rules.size());
+    const bool no_rest = rest && rest->is_boolean() && !rest->get<bool>();
+    if (no_rest) max = std::min(max.value_or(n_prefix), n_prefix);
+    if (max && *max < min) return b_.rule("empty@" + path);
+    const std::uint32_t rest_item = no_rest ? 0 : rest ? compile(*rest, child_path(path, rest_key)) : c_.any_value();
+    auto item_at = [&](std::int64_t k) { return k < n_prefix ? prefix_rules[static_cast<std::size_t>(k)] : rest_item; };
     const auto R = GrammarBuilder::ref;
     const Element w = R(c_.ws());
     // after_k: k items written (k >= 1), what may follow.
-    const std::int64_t last = max ? *max : std::max<std::int64_t>(min, 1);
+    const std::int64_t last = max ? *max : std::max({min, n_prefix, std::int64_t{1}});
     std::uint32_t next = 0;
     for (std::int64_t k = last; k >= 1; --k) {
       const std::uint32_t r = b_.rule("items" + std::to_string(k) + "@" + path);
       if (k >= min) b_.alt(r, {w, c_.lit(']')});
-      if (k < last) b_.alt(r, {c_.lit(','), w, R(item), R(next)});
-      else if (!max) b_.alt(r, {c_.lit(','), w, R(item), R(r)});  // unbounded: loop
+      if (k < last) b_.alt(r, {c_.lit(','), w, R(item_at(k)), R(next)});
+      else if (!max) b_.alt(r, {c_.lit(','), w, R(item_at(k)), R(r)});  // unbounded: loop (k >= the prefix)
       next = r;
     }
     const std::uint32_t r = b_.rule("array@" + path);
     if (min == 0) b_.alt(r, {c_.lit('['), w, c_.lit(']')});
-    if (last >= 1) b_.alt(r, {c_.lit('['), w, R(item), R(next)});
+    if (last >= 1) b_.alt(r, {c_.lit('['), w, R(item_at(0)), R(next)});
     return r;
   }
 
@@ -612,6 +870,15 @@ class SchemaCompiler {
         extra_value = compile(*it, child_path(path, "additionalProperties"));
       }
     }
+    // propertyNames: a declared key it refuses is left out (a required one: no object qualifies).
+    const std::optional<Nfa> names = property_names(s, path);
+    if (names) {
+      for (const Prop& p : props)
+        if (p.required && !names->matches(decode_utf8(p.raw))) return b_.rule("empty@" + path);
+      std::erase_if(props, [&](const Prop& p) { return !names->matches(decode_utf8(p.raw)); });
+    }
+    const std::int64_t min = count(s, "minProperties", at(path)).value_or(0);
+    const std::optional<std::int64_t> max = count(s, "maxProperties", at(path));
     const auto R = GrammarBuilder::ref;
     const Element w = R(c_.ws());
     auto kv = [&](const Prop& p) {
@@ -622,49 +889,134 @@ class SchemaCompiler {
       seq.push_back(R(p.value));
       return seq;
     };
-    // first_i: members i.. with none written yet; more_i: some written (each next one after a comma).
+    // members[i][k]: properties i.. still to come, k members written (counted up to `cap`; past it only
+    // without a maximum). k == 0: the next member has no comma before it.
+    const std::int64_t cap = max ? *max : std::max<std::int64_t>(min, 1);
+    auto after = [&](std::int64_t k) -> std::optional<std::int64_t> {
+      if (k < cap) return k + 1;
+      if (!max) return cap;
+      return std::nullopt;
+    };
     const std::size_t n = props.size();
-    std::uint32_t first_next = b_.rule("members_end@" + path), more_next = b_.rule("members_more_end@" + path);
-    b_.alt(first_next, {c_.lit('}')});
-    b_.alt(more_next, {w, c_.lit('}')});
+    std::vector<std::vector<std::uint32_t>> members(n + 1);
+    for (std::size_t i = 0; i <= n; ++i)
+      for (std::int64_t k = 0; k <= cap; ++k) members[i].push_back(b_.rule("members" + std::to_string(i) + "_" + std::to_string(k) + "@" + path));
+    auto comma = [&](std::int64_t k) { return k > 0 ? std::vector<Element>{c_.lit(','), w} : std::vector<Element>{}; };
+    std::optional<std::uint32_t> extra_key_rule;
     if (extra_value) {
-      std::vector<std::string> names;
-      for (const auto& p : props) {
-        if (std::any_of(p.raw.begin(), p.raw.end(), [](char ch) { return static_cast<unsigned char>(ch) >= 0x80; }) ||
-            p.key.size() != p.raw.size() + 2)
-          continue;  // extra keys are plain ASCII without escapes: they never spell this name
-        names.push_back(p.raw);
+      if (names) {
+        std::vector<std::u32string> declared;
+        for (const auto& p : props) declared.push_back(decode_utf8(p.raw));
+        extra_key_rule = pattern_key(*names, declared, path);
+      } else {
+        std::vector<std::string> plain_names;
+        for (const auto& p : props) {
+          if (std::any_of(p.raw.begin(), p.raw.end(), [](char ch) { return static_cast<unsigned char>(ch) >= 0x80; }) ||
+              p.key.size() != p.raw.size() + 2)
+            continue;  // extra keys are plain ASCII without escapes: they never spell this name
+          plain_names.push_back(p.raw);
+        }
+        extra_key_rule = extra_key(std::move(plain_names), path);
       }
-      const std::uint32_t key = extra_key(std::move(names), path);
-      std::vector<Element> extra = {R(key), c_.lit(':'), w, R(*extra_value)};
-      std::vector<Element> more_extra = {c_.lit(','), w};
-      more_extra.insert(more_extra.end(), extra.begin(), extra.end());
-      more_extra.push_back(R(more_next));
-      extra.push_back(R(more_next));
-      b_.alt(first_next, extra);
-      b_.alt(more_next, more_extra);
     }
-    for (std::size_t i = n; i-- > 0;) {
-      const std::uint32_t first = b_.rule("members" + std::to_string(i) + "@" + path);
-      const std::uint32_t more = b_.rule("members_more" + std::to_string(i) + "@" + path);
-      std::vector<Element> a = kv(props[i]);
-      a.push_back(R(more_next));
-      b_.alt(first, a);
-      std::vector<Element> m = {c_.lit(','), w};
-      const auto body = kv(props[i]);
-      m.insert(m.end(), body.begin(), body.end());
-      m.push_back(R(more_next));
-      b_.alt(more, m);
-      if (!props[i].required) {
-        b_.alt(first, {R(first_next)});
-        b_.alt(more, {R(more_next)});
+    for (std::int64_t k = 0; k <= cap; ++k) {
+      const std::uint32_t r = members[n][static_cast<std::size_t>(k)];
+      if (k >= min) b_.alt(r, k == 0 ? std::vector<Element>{c_.lit('}')} : std::vector<Element>{w, c_.lit('}')});
+      if (extra_value && after(k)) {
+        std::vector<Element> seq = comma(k);
+        for (Element e : {R(*extra_key_rule), c_.lit(':'), w, R(*extra_value), R(members[n][static_cast<std::size_t>(*after(k))])})
+          seq.push_back(e);
+        b_.alt(r, seq);
       }
-      first_next = first;
-      more_next = more;
     }
+    for (std::size_t i = n; i-- > 0;)
+      for (std::int64_t k = 0; k <= cap; ++k) {
+        const std::uint32_t r = members[i][static_cast<std::size_t>(k)];
+        if (after(k)) {
+          std::vector<Element> seq = comma(k);
+          const auto body = kv(props[i]);
+          seq.insert(seq.end(), body.begin(), body.end());
+          seq.push_back(R(members[i + 1][static_cast<std::size_t>(*after(k))]));
+          b_.alt(r, seq);
+        }
+        if (!props[i].required) b_.alt(r, {R(members[i + 1][static_cast<std::size_t>(k)])});
+      }
     const std::uint32_t r = b_.rule("object@" + path);
-    b_.alt(r, {c_.lit('{'), w, R(first_next)});
+    b_.alt(r, {c_.lit('{'), w, R(members[0][0])});
     return r;
+  }
+
+  // propertyNames as an automaton over keys; nullopt when it constrains nothing.
+  std::optional<Nfa> property_names(const json& s, const std::string& path) {
+    auto it = s.find("propertyNames");
+    if (it == s.end() || (it->is_boolean() && it->get<bool>())) return std::nullopt;
+    const std::string where = child_path(path, "propertyNames");
+    if (!it->is_object()) refuse_at(where, "'propertyNames' is supported only as a schema with a 'pattern' or a 'format'");
+    const char* pattern = nullptr;
+    std::string text;
+    for (const auto& [k, v] : it->items()) {
+      if (k == "type" && v == "string") continue;
+      if (k == "pattern" && v.is_string()) {
+        text = v.get<std::string>();
+        pattern = text.c_str();
+      } else if (k == "format" && v.is_string()) {
+        if (const char* f = format_pattern(v.get<std::string>()); f && !pattern) pattern = f;
+      } else if (k != "title" && k != "description" && k != "$comment" && k != "examples" && k != "format") {
+        refuse_at(where, "'" + k + "' in 'propertyNames' is not supported (only 'pattern' or 'format')");
+      }
+    }
+    if (!pattern) return std::nullopt;
+    return regex(pattern, where, "'pattern'");
+  }
+
+  // An extra key of an object with propertyNames: a string of the pattern's language that is
+  // none of `declared` (the automaton crossed with the trie of the declared names).
+  std::uint32_t pattern_key(const Nfa& nfa, const std::vector<std::u32string>& declared, const std::string& path) {
+    struct TrieNode {
+      std::map<char32_t, std::int32_t> kids;
+      bool end = false;
+    };
+    std::vector<TrieNode> trie(1);
+    for (const auto& name : declared) {
+      std::int32_t t = 0;
+      for (char32_t c : name) {
+        auto [it, inserted] = trie[static_cast<std::size_t>(t)].kids.try_emplace(c, static_cast<std::int32_t>(trie.size()));
+        if (inserted) trie.emplace_back();
+        t = it->second;
+      }
+      trie[static_cast<std::size_t>(t)].end = true;
+    }
+    std::map<std::pair<std::uint32_t, std::int32_t>, std::uint32_t> rules;  // (state, trie node or -1: off the trie)
+    std::vector<std::pair<std::uint32_t, std::int32_t>> work;
+    auto state = [&](std::uint32_t q, std::int32_t t) {
+      auto [it, inserted] = rules.try_emplace({q, t}, 0);
+      if (inserted) {
+        it->second = b_.rule("key@" + path);
+        work.push_back({q, t});
+      }
+      return it->second;
+    };
+    const std::uint32_t root = b_.rule("extra_key@" + path);
+    b_.alt(root, {c_.lit('"'), GrammarBuilder::ref(state(nfa.start, 0))});
+    while (!work.empty()) {
+      const auto [q, t] = work.back();
+      work.pop_back();
+      const std::uint32_t r = rules.at({q, t});
+      if (nfa.accepting[q] && (t < 0 || !trie[static_cast<std::size_t>(t)].end)) b_.alt(r, {c_.lit('"')});
+      for (const auto& e : nfa.edges[q]) {
+        const CodeSet& chars = nfa.sets[e.set];
+        CodeSet on_trie;
+        if (t >= 0)
+          for (const auto& [c, child] : trie[static_cast<std::size_t>(t)].kids)
+            if (chars.has(c)) {
+              on_trie.add(c, c);
+              b_.alt(r, {GrammarBuilder::ref(c_.code_set(CodeSet::of(c, c), false)), GrammarBuilder::ref(state(e.to, child))});
+            }
+        const CodeSet off = chars.intersect(on_trie.complement());
+        if (!off.empty()) b_.alt(r, {GrammarBuilder::ref(c_.code_set(off, false)), GrammarBuilder::ref(state(e.to, -1))});
+      }
+    }
+    return root;
   }
 
   GrammarBuilder& b_;
@@ -697,10 +1049,13 @@ Grammar compile_json_object() {
   return std::move(b).finish(root);
 }
 
-Grammar compile_tool_call(const std::vector<ToolSpec>& tools, chat::ToolCallFormat format) {
+namespace {
+
+// The rule of one tool call of `tools` as `format` writes it: Hermes (Qwen3) wraps the call object in
+// <tool_call> tags; Llama's JSON call is the whole answer, with its arguments under "parameters".
+std::uint32_t tool_call_rule(GrammarBuilder& b, Common& common, const std::vector<ToolSpec>& tools,
+                             chat::ToolCallFormat format) {
   if (tools.empty()) fail(errc::invalid_argument, "a tool call needs at least one tool");
-  GrammarBuilder b;
-  Common common(b);
   const std::uint32_t calls = b.rule("tool_calls");
   for (std::size_t i = 0; i < tools.size(); ++i) {
     const std::string where = "tools[" + std::to_string(i) + "].function.parameters";
@@ -718,13 +1073,39 @@ Grammar compile_tool_call(const std::vector<ToolSpec>& tools, chat::ToolCallForm
     b.literal(seq, "}");
     b.alt(calls, seq);
   }
-  if (format == chat::ToolCallFormat::llama_json) return std::move(b).finish(calls);  // the answer is the call
+  if (format == chat::ToolCallFormat::llama_json) return calls;  // the answer is the call
   const std::uint32_t root = b.rule("tool_call");
   std::vector<Element> seq;
   b.literal(seq, "<tool_call>\n");
   seq.push_back(GrammarBuilder::ref(calls));
   b.literal(seq, "\n</tool_call>");
   b.alt(root, seq);
+  return root;
+}
+
+}  // namespace
+
+Grammar compile_tool_call(const std::vector<ToolSpec>& tools, chat::ToolCallFormat format) {
+  GrammarBuilder b;
+  Common common(b);
+  const std::uint32_t root = tool_call_rule(b, common, tools, format);
+  return std::move(b).finish(root);
+}
+
+Grammar compile_tool_call_or_json(const std::vector<ToolSpec>& tools, const nlohmann::ordered_json* schema) {
+  GrammarBuilder b;
+  Common common(b);
+  const std::uint32_t call = tool_call_rule(b, common, tools, chat::ToolCallFormat::hermes);
+  std::uint32_t value = 0;
+  if (schema) {
+    SchemaCompiler compiler(b, common, *schema, "");
+    value = compiler.compile_root();
+  } else {
+    value = common.any_object();
+  }
+  const std::uint32_t root = b.rule("tool_call_or_value");
+  b.alt(root, {GrammarBuilder::ref(call)});
+  b.alt(root, {GrammarBuilder::ref(value)});
   return std::move(b).finish(root);
 }
 

@@ -4,34 +4,48 @@
 // arguments follow the tool's parameters schema.
 //
 // The JSON Schema subset (what OpenAI-style clients send: zod, pydantic,
-// LangChain): type (one or an array: nullable), object with properties (in
-// declared order; every required one present, optional ones may be skipped),
-// required, additionalProperties (absent or false: none, as OpenAI's strict
-// mode; true: any extra keys with any values; a schema: extra values follow
-// it; extra keys are ASCII without escapes and never a declared name), array
-// with items, minItems, maxItems; string with minLength, maxLength (in code
-// points; an escape or a UTF-8 character counts one), enum, const, integer
-// and number (minimum 0 / exclusiveMinimum 0 on integers; a length-bounded
-// string holds no characters past U+FFFF, which JavaScript counts twice), boolean, null,
-// anyOf and oneOf (both as anyOf), allOf of one schema, $ref to "#" or a
-// local JSON pointer ($defs, definitions; recursion included), OpenAPI's
-// nullable: true. Annotations (title, description, default, examples,
-// $schema, ...) and `format` are ignored. Anything else that constrains
-// values (pattern, maximum, not, if/then/else, uniqueItems, ...) is refused
-// with Error{invalid_argument} naming the keyword and where it is
-// ("'pattern' at properties.name is not supported").
+// LangChain; about what llguidance covers): type (one or an array: nullable),
+// object with properties (in declared order; every required one present,
+// optional ones may be skipped), required, additionalProperties (absent or
+// false: none, as OpenAI's strict mode; true: any extra keys with any values;
+// a schema: extra values follow it; extra keys are ASCII without escapes and
+// never a declared name), minProperties / maxProperties, propertyNames with a
+// pattern or format (declared keys it refuses are left out; extra keys follow
+// it); array with items, prefixItems (or draft 4's items array with
+// additionalItems), minItems, maxItems; string with minLength, maxLength (in
+// code points; an escape or a UTF-8 character counts one; a length-bounded
+// string holds no characters past U+FFFF, which JavaScript counts twice),
+// pattern (grammar/regex.hpp: no lookaround or backreferences), format
+// (date-time, date, time, duration, email, hostname, ipv4, ipv6, uuid, uri
+// as regular expressions; other formats only annotate; not together with a
+// pattern), enum, const; integer and number with minimum, maximum,
+// exclusiveMinimum, exclusiveMaximum (draft 4's boolean forms too) and, on
+// integers, multipleOf (grammar/number_range.hpp); boolean, null, anyOf and
+// oneOf (both as anyOf), allOf of one schema, $ref to "#" or a local JSON
+// pointer ($defs, definitions; recursion included), OpenAPI's nullable: true.
+// Annotations (title, description, default, examples, $schema, ...) are
+// ignored. What a grammar cannot express (not, if/then/else, uniqueItems,
+// contains, patternProperties, dependent*, unevaluated*, ...) is refused with
+// Error{invalid_argument} naming the keyword and where it is
+// ("'not' at properties.name is not supported").
 //
 // Output shape: no whitespace is required; after '{', '[', ',' and ':' and
 // before '}' and ']' at most one space, or one newline and up to 16 spaces,
-// may appear, so a model cannot loop on whitespace. Numbers have at most 18
-// integer digits, 18 fraction digits and a 3-digit exponent, strings are
-// valid UTF-8 with no escaped surrogates (\ud800-\udfff), so every output
-// parses with any strict JSON parser.
+// may appear, so a model cannot loop on whitespace. Integers stay within
+// +-(2^53-1) (what every JSON parser keeps exactly) and are written without
+// leading zeros, "-0", a fraction or an exponent. A number with no bounds has
+// at most 18 integer digits, 18 fraction digits and a 2-digit exponent (so it
+// is a finite double); a bounded one is written without an exponent. Strings
+// are valid UTF-8 with no escaped surrogates (\ud800-\udfff); a pattern's or
+// format's string writes printable ASCII as itself, escapes only '"', '\\',
+// tab, newline and carriage return, and never other control characters.
+// Every output parses with any strict JSON parser.
 //
 // Schemas come from clients: work and memory are bounded (grammar.hpp's
 // kMaxElements and kMaxRules; minLength/maxLength/minItems/maxItems above
-// kMaxRepeat are refused), and a schema is never walked recursively deeper
-// than its JSON nesting (which util/json_parse bounds).
+// kMaxRepeat are refused, as are patterns past regex.hpp's bounds), and a
+// schema is never walked recursively deeper than its JSON nesting (which
+// util/json_parse bounds).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -62,5 +76,9 @@ struct ToolSpec {
 //   llama_json  {"name": "<one of the names>", "parameters": <JSON>}
 // Errors name the tool ("tools[1].function.parameters: ...") by its index.
 Grammar compile_tool_call(const std::vector<ToolSpec>& tools, chat::ToolCallFormat format = chat::ToolCallFormat::hermes);
+
+// Either one Hermes tool call (as compile_tool_call) or a value of `schema`
+// (null: any JSON object): tool_choice "auto" with a response format.
+Grammar compile_tool_call_or_json(const std::vector<ToolSpec>& tools, const nlohmann::ordered_json* schema);
 
 }  // namespace neuron::grammar

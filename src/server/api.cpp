@@ -135,6 +135,13 @@ std::shared_ptr<const grammar::CompiledGrammar> compile_constraint(const engine:
       call.tool_format = tool_call_format(assets);  // forced calls are written the way the model writes calls
       return assets.grammars->get(call);
     }
+    if (!constraint.tools.empty() && tool_call_format(assets) != chat::ToolCallFormat::hermes) {
+      // "A tool call or a value of the format" is built for Hermes calls (tagged, so the two cannot be
+      // confused); a Llama call is itself a bare JSON object: such a model answers in the format.
+      grammar::Constraint format_only = constraint;
+      format_only.tools.clear();
+      return assets.grammars->get(format_only);
+    }
     return assets.grammars->get(constraint);
   } catch (const FieldError&) {
     throw;
@@ -584,6 +591,7 @@ HttpResponse Api::openai_models(const HttpRequest&) {
   json data = json::array();
   for (const auto& m : registry_.list()) {
     if (m.status != engine::ModelStatus::loaded) continue;
+    // The name clients send (ModelInfo::name: served name, else the id it was loaded by), never a path.
     data.push_back({{"id", m.name}, {"object", "model"}, {"created", unix_seconds(m.created)}, {"owned_by", "neuron"},
                     {"max_model_len", m.max_context}});
   }

@@ -192,12 +192,7 @@ void parse_constraint(const json& body, OpenAiRequest& r) {
     c = parse_guided_json(*gj, "guided_json");
     param = "guided_json";
   }
-  if (!c) return;
-  if (r.constraint)
-    throw FieldError(param, "'" + param + "' and tool_choice '" + r.constraint_param +
-                                "' both constrain the answer; send one of them");
-  r.constraint = std::move(c);
-  r.constraint_param = param;
+  if (c) add_format_constraint(r, std::move(*c), param);
 }
 
 }  // namespace
@@ -260,6 +255,13 @@ grammar::Constraint tool_call_constraint(const json& tools, const std::string* o
     throw FieldError(param, "'" + param + "' requires a tool call, but 'tools' is empty");
   }
   return grammar::Constraint::tool_call(std::move(specs));
+}
+
+void add_format_constraint(OpenAiRequest& r, grammar::Constraint format, const std::string& param) {
+  if (r.constraint) return;  // a forced tool call: the format applies to a later turn's text
+  if (r.tool_calls) format.tools = tool_call_constraint(r.tools, nullptr, "tools").tools;
+  r.constraint = std::move(format);
+  r.constraint_param = param;
 }
 
 json parse_body(std::string_view body) {

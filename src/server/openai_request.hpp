@@ -59,8 +59,10 @@ struct OpenAiRequest {
   bool echo = false;             // completions: the prompt text before the answer (no prompt logprobs)
   // Constrained decoding: response_format json_object / json_schema, vLLM's
   // guided_json, or tool_choice "required" / a named function (one tool call
-  // is forced). Compiled per model by the handler (grammar/cache.hpp); a
-  // schema it cannot compile is a 400 on `constraint_param`.
+  // is forced; a response format then waits for a later turn's text). With
+  // tool_choice "auto" and tools, a response format admits a tool call too.
+  // Compiled per model by the handler (grammar/cache.hpp); a schema it
+  // cannot compile is a 400 on `constraint_param`.
   std::optional<grammar::Constraint> constraint;
   std::string constraint_param;
 };
@@ -76,6 +78,11 @@ grammar::Constraint parse_guided_json(const nlohmann::ordered_json& v, const std
 // [{"type": "function", "function": {"name", "parameters"}}]), or only the
 // one named `only` (FieldError on `param` when no tool has that name).
 grammar::Constraint tool_call_constraint(const nlohmann::ordered_json& tools, const std::string* only, const std::string& param);
+// A response format (`param`: response_format, guided_json, text.format) on
+// a request whose tool_choice is parsed: a forced call keeps its constraint
+// (this turn is the call; the format is for the text of a later turn);
+// with tool calls allowed ("auto"), the format also admits one tool call.
+void add_format_constraint(OpenAiRequest& r, grammar::Constraint format, const std::string& param);
 
 // Body text -> JSON object. Throws FieldError{invalid_json} for malformed
 // JSON (nlohmann also rejects invalid UTF-8 and lone surrogates in strings),

@@ -115,12 +115,17 @@ json finish_chunk(const ResponseMeta& meta, const std::string& finish_reason, in
 }
 
 json tool_call_deltas_chunk(const ResponseMeta& meta, const std::vector<ToolCallDelta>& deltas, int index) {
+  // One entry per call index, as OpenAI sends them (clients such as LlamaIndex keep only one per index):
+  // a call's announcement and the argument pieces after it in this chunk merge into one entry.
   json calls = json::array();
   for (const ToolCallDelta& d : deltas) {
-    if (d.first)
-      calls.push_back({{"index", d.index}, {"id", d.id}, {"type", "function"}, {"function", {{"name", d.name}, {"arguments", ""}}}});
-    else
+    if (!d.first && !calls.empty() && calls.back()["index"] == d.index) {
+      calls.back()["function"]["arguments"] = calls.back()["function"]["arguments"].get<std::string>() + d.arguments;
+    } else if (d.first) {
+      calls.push_back({{"index", d.index}, {"id", d.id}, {"type", "function"}, {"function", {{"name", d.name}, {"arguments", d.arguments}}}});
+    } else {
       calls.push_back({{"index", d.index}, {"function", {{"arguments", d.arguments}}}});
+    }
   }
   return chunk_with(meta, {{"index", index}, {"delta", {{"tool_calls", std::move(calls)}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}});
 }

@@ -253,12 +253,7 @@ ResponsesRequest parse_responses_request(const json& body) {
       } else if (type != "text") {
         throw FieldError("text.format.type", "'text.format.type' must be \"text\", \"json_object\" or \"json_schema\"; got '" + type + "'");
       }
-      if (constraint) {
-        if (c.constraint)
-          throw FieldError("text.format", "'text.format' and tool_choice both constrain the answer; send one of them");
-        c.constraint = std::move(constraint);
-        c.constraint_param = "text.format";
-      }
+      if (constraint) add_format_constraint(c, std::move(*constraint), "text.format");
       text["format"] = *f;
     }
     if (auto v = string_in(*t, "verbosity", "text.verbosity")) text["verbosity"] = *v;
@@ -290,7 +285,7 @@ ResponsesRequest parse_responses_request(const json& body) {
   e["tools"] = field(body, "tools") ? body["tools"] : json::array();
   e["top_p"] = c.sampling.top_p ? body["top_p"] : json(nullptr);
   e["truncation"] = truncation.value_or("disabled");
-  e["user"] = user ? json(*user) : json(nullptr);
+  if (user) e["user"] = *user;  // omitted when not sent (OpenAI's current schema)
   return r;
 }
 
@@ -311,7 +306,9 @@ std::string response_status(const TurnEnd& end) {
 json response_usage(const TurnEnd& end) {
   const TokenUsage& u = end.usage;
   json j = {{"input_tokens", u.prompt_tokens},
-            {"input_tokens_details", {{"cached_tokens", u.cached_tokens}}},
+            // cache_write_tokens: the prompt tokens prefilled here (not read from the prefix cache), whose
+            // full KV blocks the cache keeps for later requests.
+            {"input_tokens_details", {{"cached_tokens", u.cached_tokens}, {"cache_write_tokens", u.prompt_tokens - u.cached_tokens}}},
             {"output_tokens", u.completion_tokens},
             {"output_tokens_details", {{"reasoning_tokens", end.reasoning_tokens}}},
             {"total_tokens", u.prompt_tokens + u.completion_tokens},

@@ -119,7 +119,7 @@ TEST_F(BenchServeDaemon, CommandPrintsOneJsonObjectPerLevel) {
     EXPECT_EQ(l["output_tokens"], 6 * 2 * c);
     EXPECT_EQ(l["mean_prompt_tokens"], 10.0);
     EXPECT_EQ(l["tokens_from"], "usage");
-    EXPECT_EQ(l["model"], tiny_model_dir());  // named by GET /v1/models
+    EXPECT_EQ(l["model"], "qwen3-tiny-a");  // named by GET /v1/models: the folder name
     EXPECT_GT(l["output_tok_s"].get<double>(), 0.0);
     EXPECT_GT(l["ttft_ms"]["p50"].get<double>(), 0.0);
   }

@@ -153,9 +153,7 @@ TEST(ResponsesRequest, BadInputNamesTheField) {
   EXPECT_EQ(refusal(R"({"input": "x", "tool_choice": {"type": "web_search"}})"), P("tool_choice.type", uns));
   EXPECT_EQ(refusal(R"({"input": "x", "text": {"format": {"type": "json_schema"}}})"), P("text.format.schema", inv));
   EXPECT_EQ(refusal(R"({"input": "x", "text": {"format": {"type": "yaml"}}})"), P("text.format.type", inv));
-  EXPECT_EQ(refusal(R"({"input": "x", "tools": [{"type": "function", "name": "f"}], "tool_choice": "required",
-                        "text": {"format": {"type": "json_object"}}})"),
-            P("text.format", inv));
+  // tool_choice required with a text.format is accepted (the Agents SDK sends both): ForcedToolCallsAndStructuredOutputAreConstraints.
   EXPECT_EQ(refusal(R"({"input": "x", "reasoning": {"effort": "extreme"}})"), P("reasoning.effort", inv));
   EXPECT_EQ(refusal(R"({"input": "x", "previous_response_id": 5})"), P("previous_response_id", inv));
   EXPECT_EQ(refusal(R"({"input": "x", "metadata": {"k": 1}})"), P("metadata.k", inv));
@@ -187,6 +185,17 @@ TEST(ResponsesRequest, ForcedToolCallsAndStructuredOutputAreConstraints) {
 
   r = parse_responses_request({{"input", "x"}, {"text", {{"format", {{"type", "json_object"}}}}}});
   EXPECT_TRUE(r.chat.constraint.has_value());
+  // With tool_choice required the forced call is this turn (the format is for a later one); with "auto"
+  // and tools, the format admits a tool call too.
+  r = parse_responses_request({{"input", "x"}, {"tools", tools}, {"tool_choice", "required"}, {"text", {{"format", format}}}});
+  ASSERT_TRUE(r.chat.constraint.has_value());
+  EXPECT_EQ(r.chat.constraint->kind, grammar::Constraint::Kind::tool_call);
+  EXPECT_EQ(r.chat.constraint_param, "tool_choice");
+  r = parse_responses_request({{"input", "x"}, {"tools", tools}, {"text", {{"format", format}}}});
+  ASSERT_TRUE(r.chat.constraint.has_value());
+  EXPECT_EQ(r.chat.constraint->kind, grammar::Constraint::Kind::json_schema);
+  EXPECT_EQ(r.chat.constraint->tools.size(), 2u);
+  EXPECT_EQ(r.chat.constraint_param, "text.format");
   r = parse_responses_request({{"input", "x"}, {"text", {{"format", {{"type", "text"}}}}}});
   EXPECT_FALSE(r.chat.constraint.has_value());
 }
@@ -213,10 +222,11 @@ TEST(ResponsesShape, AWholeTurnHasReasoningMessageAndCallItems) {
                                  response_status(turn.end), items, &turn.end);
   EXPECT_EQ(r["object"], "response");
   EXPECT_EQ(r["status"], "completed");
+  EXPECT_FALSE(r.contains("user")) << "omitted when not sent, as OpenAI does";
   // prompt_tokens / completion_tokens: what the helexa gateway meters a response by.
-  EXPECT_EQ(r["usage"], json::parse(R"({"input_tokens": 10, "input_tokens_details": {"cached_tokens": 2}, "output_tokens": 5,
-                                         "output_tokens_details": {"reasoning_tokens": 3}, "total_tokens": 15,
-                                         "prompt_tokens": 10, "completion_tokens": 5})"));
+  EXPECT_EQ(r["usage"], json::parse(R"({"input_tokens": 10, "input_tokens_details": {"cached_tokens": 2, "cache_write_tokens": 8},
+                                         "output_tokens": 5, "output_tokens_details": {"reasoning_tokens": 3},
+                                         "total_tokens": 15, "prompt_tokens": 10, "completion_tokens": 5})"));
   EXPECT_TRUE(r["incomplete_details"].is_null());
 
   turn = Turn{"cut sho", "", {}, {"length", {1, 1, 0}, 0, {}}};

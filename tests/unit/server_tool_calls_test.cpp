@@ -206,6 +206,13 @@ TEST(ToolCallResponses, BlockingBodyAndStreamedChunksHaveOpenAisShapes) {
             json({{"index", 0}, {"id", "call_1"}, {"type", "function"}, {"function", {{"name", "get_weather"}, {"arguments", ""}}}}));
   json frag = tool_call_deltas_chunk(meta, {{0, false, "", "", "{\"ci"}});
   EXPECT_EQ(frag["choices"][0]["delta"]["tool_calls"][0], json({{"index", 0}, {"function", {{"arguments", "{\"ci"}}}}));
+  // One entry per index per chunk: the announcement carries the first argument pieces (OpenAI's shape).
+  json merged = tool_call_deltas_chunk(meta, {{0, true, "call_1", "get_weather", ""}, {0, false, "", "", "{\"ci"}, {0, false, "", "", "ty\""},
+                                               {1, true, "call_2", "get_time", ""}, {1, false, "", "", "{}"}});
+  ASSERT_EQ(merged["choices"][0]["delta"]["tool_calls"].size(), 2u);
+  EXPECT_EQ(merged["choices"][0]["delta"]["tool_calls"][0],
+            json({{"index", 0}, {"id", "call_1"}, {"type", "function"}, {"function", {{"name", "get_weather"}, {"arguments", "{\"city\""}}}}));
+  EXPECT_EQ(merged["choices"][0]["delta"]["tool_calls"][1]["function"]["arguments"], "{}");
   ChoiceOutput plain;
   plain.content = "hi";
   plain.finish_reason = "stop";
@@ -243,13 +250,24 @@ TEST(ToolCallRequests, ToolChoiceDecidesWhetherCallsAreParsed) {
   ASSERT_TRUE(named.constraint.has_value());
   ASSERT_EQ(named.constraint->tools.size(), 1u);
   EXPECT_EQ(named.constraint->tools[0].name, "get_weather");
-  body["response_format"] = {{"type", "json_object"}};
-  try {
-    parse_chat_request(body);
-    ADD_FAILURE() << "tool_choice and response_format together were accepted";
-  } catch (const FieldError& e) {
-    EXPECT_EQ(e.param(), "response_format");
-  }
+  // With a response format (the Agents SDK's toolChoice "required" and outputType): the forced call
+  // is this turn; the format is for a later turn's text.
+  body["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"name", "o"}, {"schema", {{"type", "object"}}}}}};
+  OpenAiRequest forced = parse_chat_request(body);
+  ASSERT_TRUE(forced.constraint.has_value());
+  EXPECT_EQ(forced.constraint->kind, grammar::Constraint::Kind::tool_call);
+  EXPECT_EQ(forced.constraint_param, "tool_choice");
+  // "auto": the format, or a call of any tool.
+  body["tool_choice"] = "auto";
+  OpenAiRequest either = parse_chat_request(body);
+  ASSERT_TRUE(either.constraint.has_value());
+  EXPECT_EQ(either.constraint->kind, grammar::Constraint::Kind::json_schema);
+  EXPECT_EQ(either.constraint->tools.size(), 1u);
+  EXPECT_EQ(either.constraint_param, "response_format");
+  body["tool_choice"] = "none";
+  OpenAiRequest text_only = parse_chat_request(body);
+  ASSERT_TRUE(text_only.constraint.has_value());
+  EXPECT_TRUE(text_only.constraint->tools.empty());
   body.erase("response_format");
   body["tools"] = json::array();
   body["tool_choice"] = "required";

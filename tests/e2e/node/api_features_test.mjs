@@ -2,12 +2,14 @@
 // the official `openai` npm client: logprobs and n > 1 (streamed and not), a
 // browser-style CORS preflight and fetch (the daemon must be started with
 // --allowed-origins http://app.example), and every answer validated with ajv
-// against OpenAI's response schemas (openai_schemas.mjs). Prints PASS/FAIL
+// against OpenAI's response schemas (openai_schemas.mjs); with a tool call
+// model, streamed tool calls through the openai client and LlamaIndex. Prints PASS/FAIL
 // lines and exits non-zero on any failure.
 //   NEURON_BASE_URL  daemon root (default http://127.0.0.1:13131)
 //   NEURON_MODEL     model id (default: the first of /v1/models)
 import Ajv from "ajv";
 import OpenAI from "openai";
+import { OpenAI as LlamaOpenAI } from "@llamaindex/openai";
 
 import * as schemas from "./openai_schemas.mjs";
 
@@ -178,21 +180,40 @@ if (toolModel) {
     assert(blocking.choices[0].finish_reason === "tool_calls", `finish ${blocking.choices[0].finish_reason}`);
     assert(call && call.function.name === "lookup" && call.function.arguments === '{"q":[1,2]}', JSON.stringify(blocking.choices[0].message));
 
-    let deltas = 0, firstHasName = false;
+    let deltas = 0, firstHasName = false, repeated = 0;
     const stream = client.beta.chat.completions.stream({ model: toolModel, messages: toolMessages, tools, temperature: 0, max_tokens: 40, stream: true });
     stream.on("chunk", (chunk) => {
       validate("chatCompletionChunk", chunk);
-      for (const d of chunk.choices[0]?.delta?.tool_calls || []) {
-        if (deltas++ === 0) firstHasName = d.id?.startsWith("call_") && d.type === "function" && d.function?.name === "lookup" && d.function?.arguments === "";
+      const entries = chunk.choices[0]?.delta?.tool_calls || [];
+      if (new Set(entries.map((d) => d.index)).size !== entries.length) repeated++;  // OpenAI sends one entry per index per chunk
+      for (const d of entries) {
+        if (deltas++ === 0) firstHasName = d.id?.startsWith("call_") && d.type === "function" && d.function?.name === "lookup" && typeof d.function?.arguments === "string";
       }
     });
     const final = await stream.finalChatCompletion();
     const got = final.choices[0].message.tool_calls?.[0];
-    assert(firstHasName, "the first delta has index, id, type, name and arguments \"\"");
+    assert(firstHasName, "the first delta has index, id, type, name and the first arguments");
+    assert(repeated === 0, `${repeated} chunk(s) with two entries of one index`);
     assert(deltas > 2, `arguments came in fragments (${deltas} deltas)`);
     assert(final.choices[0].finish_reason === "tool_calls", `streamed finish ${final.choices[0].finish_reason}`);
     assert(got && got.function.name === "lookup" && got.function.arguments === call.function.arguments, JSON.stringify(got));
     return `${deltas} tool call deltas`;
+  });
+}
+
+if (toolModel) {
+  // LlamaIndex reads only delta.tool_calls[0] of each chunk: it loses whatever a second entry of the
+  // same index carries (the first argument piece, "{", before one entry per index per chunk).
+  await check("LlamaIndex streamed tool calls", async () => {
+    const llm = new LlamaOpenAI({ model: toolModel, apiKey: "unused", baseURL: `${root}/v1`, temperature: 0, maxTokens: 40 });
+    const lookup = { metadata: { name: "lookup", description: "Looks it up.", parameters: tools[0].function.parameters }, call: async () => "" };
+    const stream = await llm.chat({ messages: toolMessages, tools: [lookup], stream: true });
+    let last = null;
+    for await (const chunk of stream) if (chunk.options?.toolCall) last = chunk.options.toolCall[0];
+    assert(last && last.name === "lookup", JSON.stringify(last));
+    const input = typeof last.input === "string" ? JSON.parse(last.input) : last.input;
+    assert(JSON.stringify(input) === '{"q":[1,2]}', JSON.stringify(last));
+    return JSON.stringify(last.input);
   });
 }
 

@@ -28,14 +28,19 @@ function assert(cond, message) {
 const models = await client.models.list();
 const model = process.env.NEURON_MODEL || models.data[0]?.id;
 
+// /v1/models lists the names clients send: a directory model by its folder name, never a path.
+const listed = model.startsWith("/") ? model.split("/").filter(Boolean).pop() : model;
 await check("models.list", async () => {
-  assert(models.data.some((m) => m.id === model), `${model} not in ${JSON.stringify(models.data.map((m) => m.id))}`);
+  assert(models.data.some((m) => m.id === listed), `${listed} not in ${JSON.stringify(models.data.map((m) => m.id))}`);
+  assert(models.data.every((m) => !m.id.startsWith("/")), `a path in ${JSON.stringify(models.data.map((m) => m.id))}`);
   return `${models.data.length} model(s)`;
 });
 
 await check("models.retrieve", async () => {
-  const m = await client.models.retrieve(model);
-  assert(m.id === model && m.object === "model", JSON.stringify(m));
+  for (const name of [model, listed]) {
+    const m = await client.models.retrieve(name);
+    assert(m.id === listed && m.object === "model", JSON.stringify(m));
+  }
 });
 
 const messages = [{ role: "user", content: "Write a haiku about the sea." }];
