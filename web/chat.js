@@ -135,7 +135,8 @@ export function chatView(root) {
     try {
       // /models names a model as clients may call it (its served name when it has one).
       const list = await getJson('/models');
-      models = list.filter((m) => m.state === 'loaded' && (m.capabilities || []).includes('chat')).map((m) => m.id);
+      // /models: `capabilities` are the gateway's modality words ("text"); neuron's own list is `features`.
+      models = list.filter((m) => m.state === 'loaded' && (m.features || []).includes('chat')).map((m) => m.id);
     } catch (e) {
       models = [];
       status.textContent = 'cannot list models: ' + e.message;

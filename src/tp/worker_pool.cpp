@@ -87,7 +87,13 @@ WorkerPool::WorkerPool(PoolOptions options) : options_(std::move(options)) {
   } catch (const Error& e) {
     throw fail_pool(std::string("cannot watch the workers: ") + e.what());
   }
-  const auto pongs = ping();
+  // The first answer also waits out each process's start (exec and dynamic loading of the CUDA and BLAS
+  // libraries: ~0.8 s on a busy 2-core machine), which is no step: at least kStartupTimeout for it. A worker
+  // that exits or answers garbage is still seen at once (its pidfd, its line).
+  constexpr std::chrono::milliseconds kStartupTimeout{10000};
+  std::vector<PongResponse> pongs;
+  for (auto& r : round(PingRequest{}, "pong", nullptr, std::max(options_.step_timeout, kStartupTimeout)))
+    pongs.push_back(std::get<PongResponse>(r));
   for (std::size_t i = 0; i < pongs.size(); ++i) {
     const int r = static_cast<int>(i) + 1;
     if (pongs[i].rank != r || pongs[i].world_size != world)

@@ -60,7 +60,7 @@ try {
   await page.click('#api-key-submit');
   await page.waitForFunction(() => document.querySelectorAll('#model-select option[value]:not([value=""])').length > 0, { timeout: 10000 });
   const options = await page.$$eval('#model-select option', (o) => o.map((x) => x.value));
-  const tiny = options.find((o) => o.endsWith('/qwen3-tiny-a'));
+  const tiny = options.find((o) => o === 'qwen3-tiny-a');  // a directory model's one id: its folder name
   check(options.length === 1 && tiny, 'the chat lists the loaded model: ' + options.join(', '));
 
   // ---- a streamed chat, stopped mid-stream
