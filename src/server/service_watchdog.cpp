@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 namespace neuron::server {
 
 ServiceWatchdog::ServiceWatchdog(const SystemdNotify& notify, const engine::Registry& registry) : notify_(notify), registry_(registry) {
@@ -32,11 +34,13 @@ std::optional<std::string> ServiceWatchdog::stalled(const engine::Registry& regi
 
 void ServiceWatchdog::run(std::chrono::microseconds period) {
   const auto half = period / 2;
+  // An idle engine beats only every kHeartbeat: a shorter limit would starve systemd of pings while nothing runs.
+  const std::chrono::steady_clock::duration limit = std::max<std::chrono::steady_clock::duration>(half, kMinStallLimit);
   spdlog::info("systemd watchdog: pinging every {} ms while the engines run", std::chrono::duration_cast<std::chrono::milliseconds>(half).count());
   std::unique_lock lock(mu_);
   while (!stop_) {
     lock.unlock();
-    if (const auto problem = stalled(registry_, half, std::chrono::steady_clock::now()))
+    if (const auto problem = stalled(registry_, limit, std::chrono::steady_clock::now()))
       spdlog::error("systemd watchdog not fed: {}", *problem);
     else
       notify_.notify("WATCHDOG=1");
