@@ -185,10 +185,34 @@ Checkpoint Checkpoint::open_files(const std::vector<std::filesystem::path>& file
       fail(errc::invalid_argument, "a GGUF checkpoint is exactly one .gguf file (split GGUF files are not supported), got " +
                                        std::to_string(files.size()) + " files");
     c.gguf_ = std::make_unique<GgufFile>(files[0]);
+    const std::string what = files[0].string();
+    const GgufMetadata& md = c.gguf_->metadata();
+    const std::string arch = md.string("general.architecture").value_or("");
+    auto add = [&](const std::string& name, const TensorView& view, const GgufTensor& t) {
+      if (!c.gguf_views_.emplace(name, view).second)
+        fail(errc::bad_model, what + ": tensor '" + t.name + "' names " + name + " a second time");
+    };
     for (const GgufTensor& t : c.gguf_->tensors()) {
+      if (const auto experts = gguf_experts(t.name)) {
+        if (t.ne.size() != 3)
+          fail(errc::bad_model, what + ": tensor '" + t.name + "' has " + std::to_string(t.ne.size()) +
+                                    " dimensions; stacked experts have 3 ([cols, rows, experts] in ggml's order)");
+        const std::int64_t cols = t.ne[0], rows = t.ne[1];
+        const auto expert_bytes = static_cast<std::size_t>(rows) * quant::row_bytes(t.type, cols);
+        for (std::int64_t e = 0; e < t.ne[2]; ++e)
+          add(hf_expert_name(experts->layer, e, experts->proj),
+              TensorView(t.type, {rows, cols}, t.data + static_cast<std::size_t>(e) * expert_bytes), t);
+        continue;
+      }
       const std::string name = hf_name_for_gguf(t.name).value_or(t.name);
-      if (!c.gguf_views_.emplace(name, t.view()).second)
-        fail(errc::bad_model, files[0].string() + ": tensor '" + t.name + "' names " + name + " a second time");
+      const bool q = name.ends_with("self_attn.q_proj.weight"), k = name.ends_with("self_attn.k_proj.weight");
+      if (gguf_permutes_qk(arch) && (q || k)) {
+        const std::string key = arch + (q ? ".attention.head_count" : ".attention.head_count_kv");
+        const std::int64_t heads = md.integer(key).value_or(md.integer(arch + ".attention.head_count").value_or(0));
+        add(name, c.unpermute_rope_rows(t.view(), heads, what + ": tensor '" + t.name + "'"), t);
+      } else {
+        add(name, t.view(), t);
+      }
     }
     for (const auto& [name, view] : c.gguf_views_) c.index_.emplace(name, &view);
     return c;
@@ -201,6 +225,22 @@ Checkpoint Checkpoint::open_files(const std::vector<std::filesystem::path>& file
     }
   }
   return c;
+}
+
+TensorView Checkpoint::unpermute_rope_rows(const TensorView& view, std::int64_t heads, const std::string& what) {
+  if (view.rank() != 2 || heads < 1 || view.dim(0) % heads != 0 || (view.dim(0) / heads) % 2 != 0)
+    fail(errc::bad_model, what + " of shape " + view.shape_string() + " does not split into " + std::to_string(heads) +
+                              " heads of an even head_dim (attention.head_count / head_count_kv)");
+  const std::int64_t rows = view.dim(0), head_dim = rows / heads, half = head_dim / 2;
+  const auto row_bytes = static_cast<std::size_t>(view.row_stride());
+  auto& owned = gguf_owned_.emplace_back(std::make_unique<std::byte[]>(static_cast<std::size_t>(rows) * row_bytes));
+  // Stored row h * head_dim + 2 * i + s is Hugging Face's row h * head_dim + s * half + i.
+  for (std::int64_t h = 0; h < heads; ++h)
+    for (std::int64_t s = 0; s < 2; ++s)
+      for (std::int64_t i = 0; i < half; ++i)
+        std::memcpy(owned.get() + static_cast<std::size_t>(h * head_dim + s * half + i) * row_bytes,
+                    view.row_data(h * head_dim + 2 * i + s), row_bytes);
+  return TensorView(view.ggml_type(), view.shape(), owned.get());
 }
 
 const TensorView* Checkpoint::find(const std::string& name) const noexcept {

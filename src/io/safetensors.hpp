@@ -47,7 +47,9 @@ class SafetensorsFile {
 
 // All tensors of a model: one model.safetensors, the shards listed by
 // model.safetensors.index.json, or one GGUF file (its tensors under the
-// Hugging Face names, io/gguf_names.hpp; possibly block-quantized views).
+// Hugging Face names and in their layout, io/gguf_names.hpp: stacked experts
+// as one view each, LLaMA q/k rows un-permuted into copies; possibly
+// block-quantized views).
 // Tensor names must be unique across shards.
 class Checkpoint {
  public:
@@ -72,9 +74,13 @@ class Checkpoint {
   const GgufFile* gguf() const noexcept { return gguf_.get(); }
 
  private:
+  // A copy of a GGUF q/k weight ([heads * head_dim, cols]) with llama.cpp's rotary row permutation undone (io/gguf_names.hpp).
+  TensorView unpermute_rope_rows(const TensorView& view, std::int64_t heads, const std::string& what);
+
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::unique_ptr<GgufFile> gguf_;
-  std::map<std::string, TensorView> gguf_views_;     // HF name -> view into gguf_
+  std::map<std::string, TensorView> gguf_views_;     // HF name -> view into gguf_ or gguf_owned_
+  std::vector<std::unique_ptr<std::byte[]>> gguf_owned_;  // [rows * row bytes] each: un-permuted q/k weights
   std::map<std::string, const TensorView*> index_;  // into files_ or gguf_views_
 };
 

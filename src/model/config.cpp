@@ -70,9 +70,22 @@ void parse_rope(const json& j, const char* name, RopeConfig& rope) {
     rope.theta = t->get<double>();
   }
   if (type == "default") return;
+  if (type == "freq_factors") {
+    const json* f = field(*v, "factors");
+    if (!f || !f->is_array() || f->empty() || f->size() > kMaxDim)
+      bad("config field '" + where + "factors' must be a non-empty list (rope type freq_factors)");
+    rope.type = RopeType::freq_factors;
+    rope.freq_factors.clear();
+    for (const json& x : *f) {
+      if (!x.is_number() || !std::isfinite(x.get<double>()) || x.get<double>() <= 0)
+        bad("config field '" + where + "factors' must hold positive numbers");
+      rope.freq_factors.push_back(x.get<float>());
+    }
+    return;
+  }
   if (type != "llama3")
     fail(errc::unsupported_arch, "config field '" + std::string(name) + "' asks for rope type '" + type +
-                                     "'; implemented: default, llama3");
+                                     "'; implemented: default, llama3, freq_factors");
   rope.type = RopeType::llama3;
   auto positive = [&](const char* key) {
     const json* f = field(*v, key);
@@ -164,6 +177,9 @@ ModelConfig ModelConfig::parse(const std::string& json_text) {
   parse_rope(j, "rope_scaling", c.rope);
   parse_rope(j, "rope_parameters", c.rope);
   if (!std::isfinite(c.rope.theta) || c.rope.theta <= 1.0) bad("config field 'rope_theta' must be a finite number above 1");
+  if (c.rope.type == RopeType::freq_factors && static_cast<std::int64_t>(c.rope.freq_factors.size()) != c.head_dim / 2)
+    bad("config field 'rope_parameters.factors' holds " + std::to_string(c.rope.freq_factors.size()) +
+        " factors; head_dim " + std::to_string(c.head_dim) + " needs " + std::to_string(c.head_dim / 2));
   c.rms_norm_eps = number_field(j, "rms_norm_eps", 1e-6);
   if (!std::isfinite(c.rms_norm_eps) || c.rms_norm_eps <= 0 || c.rms_norm_eps >= 1)
     bad("config field 'rms_norm_eps' must be in (0, 1)");
@@ -215,6 +231,8 @@ std::string ModelConfig::to_json() const {
                          {"low_freq_factor", rope.low_freq_factor},
                          {"high_freq_factor", rope.high_freq_factor},
                          {"original_max_position_embeddings", rope.original_max_position_embeddings}};
+  else if (rope.type == RopeType::freq_factors)
+    j["rope_scaling"] = {{"rope_type", "freq_factors"}, {"factors", rope.freq_factors}};
   else
     j["rope_scaling"] = nullptr;
   family.write(*this, j);

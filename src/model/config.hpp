@@ -15,7 +15,10 @@
 namespace neuron::model {
 
 // How positions turn into RoPE angles (transformers' rope_type).
-enum class RopeType { plain, llama3 };
+// freq_factors: llama.cpp's form of a scaled RoPE (a GGUF's rope_freqs
+// tensor, which its converter computes from Llama 3's rope_scaling): each
+// plain inverse frequency divided by its factor.
+enum class RopeType { plain, llama3, freq_factors };
 
 struct RopeConfig {
   RopeType type = RopeType::plain;
@@ -25,6 +28,7 @@ struct RopeConfig {
   // interpolated (transformers' _compute_llama3_parameters).
   double factor = 1, low_freq_factor = 1, high_freq_factor = 4;
   std::int64_t original_max_position_embeddings = 0;
+  std::vector<float> freq_factors;  // [head_dim / 2], freq_factors only
   bool operator==(const RopeConfig&) const = default;
 };
 

@@ -49,12 +49,9 @@ ModelConfigs configs_from_gguf(const io::GgufFile& file) {
   const std::string what = file.path().string();
   const std::string arch = md.require_string("general.architecture");
   const Family* family = find_gguf_family(arch);
-  // The families' safetensors load; of their GGUF files only qwen3's so far (llama's store q/k permuted and
-  // Llama 3's RoPE factors as a tensor, qwen3moe's experts as 3-D tensors: not read yet).
-  if (!family || family->model_type() != "qwen3")
-    fail(errc::unsupported_arch, what + ": general.architecture is '" + arch +
-                                     "'; GGUF files load for 'qwen3' (safetensors checkpoints for: " +
-                                     supported_model_types_text() + ")");
+  if (!family)
+    fail(errc::unsupported_arch, what + ": general.architecture is '" + arch + "'; GGUF files load for the families " +
+                                     supported_model_types_text() + " (as qwen3, llama, qwen3moe)");
   const std::string p = arch + ".";
   if (auto t = md.string(p + "rope.scaling.type"); t && *t != "none")
     fail(errc::unsupported_arch, what + ": " + p + "rope.scaling.type is '" + *t + "'; only plain RoPE is implemented");
@@ -75,6 +72,18 @@ ModelConfigs configs_from_gguf(const io::GgufFile& file) {
     j["head_dim"] = *k;
   }
   if (auto r = md.real(p + "rope.freq_base")) j["rope_theta"] = *r;
+  const std::int64_t heads = std::max<std::int64_t>(1, j["num_attention_heads"].get<std::int64_t>());
+  const std::int64_t head_dim = j.contains("head_dim") ? j["head_dim"].get<std::int64_t>() : j["hidden_size"].get<std::int64_t>() / heads;
+  if (auto d = md.integer(p + "rope.dimension_count"); d && *d != head_dim)
+    fail(errc::unsupported_arch, what + ": " + p + "rope.dimension_count is " + std::to_string(*d) +
+                                     ", not the head size; partial rotary embeddings are not implemented");
+  // llama.cpp's converter stores Llama 3's RoPE scaling as per-frequency divisors.
+  if (const io::GgufTensor* f = find_tensor(file, "rope_freqs.weight")) {
+    if (f->ne.size() != 1 || f->type != quant::GgmlType::f32)
+      fail(errc::bad_model, what + ": tensor 'rope_freqs.weight' must be a 1-D f32 tensor");
+    const std::vector<float> factors = f->view().to_f32();
+    j["rope_parameters"] = {{"rope_type", "freq_factors"}, {"factors", factors}};
+  }
   if (auto e = md.real(p + "attention.layer_norm_rms_epsilon")) j["rms_norm_eps"] = *e;
   if (auto c = md.integer(p + "context_length")) j["max_position_embeddings"] = *c;
 
@@ -82,7 +91,7 @@ ModelConfigs configs_from_gguf(const io::GgufFile& file) {
   if (!embd || embd->ne.size() != 2) fail(errc::bad_model, what + ": tensor 'token_embd.weight' is missing or not 2-D");
   j["vocab_size"] = embd->ne[1];
   if (auto v = md.integer(p + "vocab_size"); v && *v != embd->ne[1])
-    fail(errc::bad_model, what + ": qwen3.vocab_size " + std::to_string(*v) + " differs from token_embd's " +
+    fail(errc::bad_model, what + ": " + p + "vocab_size " + std::to_string(*v) + " differs from token_embd's " +
                               std::to_string(embd->ne[1]) + " rows");
   j["tie_word_embeddings"] = find_tensor(file, "output.weight") == nullptr;
   if (auto b = md.integer("tokenizer.ggml.bos_token_id")) j["bos_token_id"] = *b;

@@ -14,6 +14,8 @@ std::vector<float> rope_inv_freq(const ModelConfig& cfg) {
     const float exponent = static_cast<float>(2 * j) / static_cast<float>(dim);
     inv[static_cast<std::size_t>(j)] = 1.0f / static_cast<float>(std::pow(base, exponent));
   }
+  if (cfg.rope.type == RopeType::freq_factors)  // llama.cpp: theta / freq_factors[j]
+    for (std::int64_t j = 0; j < half; ++j) inv[static_cast<std::size_t>(j)] /= cfg.rope.freq_factors.at(static_cast<std::size_t>(j));
   if (cfg.rope.type == RopeType::llama3) {
     const auto factor = static_cast<float>(cfg.rope.factor);
     const auto low = static_cast<float>(cfg.rope.low_freq_factor), high = static_cast<float>(cfg.rope.high_freq_factor);

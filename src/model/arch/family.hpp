@@ -42,13 +42,8 @@ class Family {
   // The "<gguf_architecture>.*" metadata as those config.json fields (the
   // shared keys are mapped by gguf_config.cpp).
   virtual void gguf_fields(const io::GgufMetadata& md, nlohmann::json& config) const = 0;
-  // The tensor a GGUF file stores under a per-layer llama.cpp name part
-  // ("ffn_gate_inp") as the Hugging Face part ("mlp.gate"); empty when the
-  // family has no such tensor. Shared names (attn_q, ffn_down, ...) are io/gguf_names'.
-  virtual std::string_view gguf_layer_part(std::string_view gguf_part) const noexcept { return {}; }
-  // llama.cpp stores LLaMA-family q/k rows permuted for its interleaved RoPE
-  // (convert_hf_to_gguf.py LlamaModel.permute); true when rows must be put back.
-  virtual bool gguf_permutes_qk() const noexcept { return false; }
+  // (llama.cpp's tensor names and storage layout, stacked experts and LLaMA's
+  // permuted q/k rows included, are undone by io/gguf_names for every family.)
 
   // Layer `layer`'s tensors on rank plan.rank.
   virtual LayerSpecs layer_specs(const ModelConfig& cfg, const ShardPlan& plan, std::int64_t layer) const = 0;

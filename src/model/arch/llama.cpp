@@ -21,7 +21,6 @@ class Llama final : public DecoderFamily {
     j["mlp_bias"] = false;
   }
   void gguf_fields(const io::GgufMetadata&, nlohmann::json&) const override {}
-  bool gguf_permutes_qk() const noexcept override { return true; }
 };
 
 }  // namespace

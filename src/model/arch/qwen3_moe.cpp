@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/gguf.hpp"
 #include "model/arch/decoder.hpp"
 #include "model/config_fields.hpp"
 #include "util/error.hpp"
@@ -62,7 +63,13 @@ class Qwen3Moe final : public DecoderFamily {
     j["mlp_only_layers"] = m.mlp_only_layers;
   }
 
-  void gguf_fields(const io::GgufMetadata&, nlohmann::json&) const override {}
+  // llama.cpp's qwen3moe: every layer sparse, the top-k weights renormalized (src/models/qwen3moe.cpp).
+  void gguf_fields(const io::GgufMetadata& md, nlohmann::json& j) const override {
+    j["num_experts"] = md.require_integer("qwen3moe.expert_count");
+    j["num_experts_per_tok"] = md.require_integer("qwen3moe.expert_used_count");
+    j["moe_intermediate_size"] = md.require_integer("qwen3moe.expert_feed_forward_length");
+    j["norm_topk_prob"] = true;
+  }
 };
 
 }  // namespace
