@@ -2,7 +2,9 @@
 // reference (tests/data/families/<name>: tiny random checkpoints saved by
 // transformers 5.17 from their own classes, with greedy tokens, top-5 logits
 // per position and last-position logits; ../shared/fixtures/families/README.md):
-// the CPU runner in f32 must give every greedy token and the logits to 1e-4.
+// the CPU runner in f32 must give every greedy token and the logits to 1e-4,
+// from the checkpoint and from the bf16 GGUF llama.cpp's converter would
+// write for it (support/gguf_writer.hpp; bf16 holds the bf16 weights exactly).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,9 +19,13 @@
 
 #include "backend/model_runner.hpp"
 #include "backend/single_sequence.hpp"
+#include "io/gguf.hpp"
 #include "io/safetensors.hpp"
 #include "model/config.hpp"
+#include "model/gguf_config.hpp"
 #include "model/shard.hpp"
+#include "support/gguf_writer.hpp"
+#include "support/temp_dir.hpp"
 
 namespace neuron {
 namespace {
@@ -58,12 +64,22 @@ std::int32_t argmax(std::span<const float> v) {
   return static_cast<std::int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
 }
 
-class FamilyGolden : public ::testing::TestWithParam<std::string> {
+// (family fixture, "safetensors" or "gguf")
+class FamilyGolden : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {
  protected:
   void SetUp() override {
-    dir_ = family_dir(GetParam());
-    configs_ = model::load_model_configs(dir_);
-    const auto ckpt = io::Checkpoint::open_dir(dir_);
+    dir_ = family_dir(std::get<0>(GetParam()));
+    io::Checkpoint ckpt;
+    if (std::get<1>(GetParam()) == "gguf") {
+      test_support::TempDir tmp("neuron-family-gguf");
+      const auto path = tmp / "model.gguf";
+      test_support::gguf_from_checkpoint(dir_, quant::GgmlType::bf16).write(path);
+      configs_ = model::configs_from_gguf(io::GgufFile(path));
+      ckpt = io::Checkpoint::open_files({path});  // mapped: the file may go once the runner holds its weights
+    } else {
+      configs_ = model::load_model_configs(dir_);
+      ckpt = io::Checkpoint::open_dir(dir_);
+    }
     const auto& cfg = configs_.model;
     runner_ = backend::make_runner(cfg, &ckpt, model::ShardPlan::make(cfg, 0, 1), backend::Device{}, nullptr,
                                    {.max_context = 1024});
@@ -90,7 +106,7 @@ TEST_P(FamilyGolden, GreedyTokensMatchExactly) {
       const std::array<std::int32_t, 1> step{got.back()};
       seq.forward(step, pos++, logits);
     }
-    EXPECT_EQ(got, g.greedy) << GetParam() << " prompt " << g.name;
+    EXPECT_EQ(got, g.greedy) << std::get<0>(GetParam()) << " prompt " << g.name;
   }
 }
 
@@ -111,10 +127,10 @@ TEST_P(FamilyGolden, TopFiveAtEveryRecordedPosition) {
       std::iota(ids.begin(), ids.end(), 0);
       std::partial_sort(ids.begin(), ids.begin() + 5, ids.end(), [&](auto a, auto b) { return row[a] > row[b]; });
       ids.resize(5);
-      EXPECT_EQ(ids, t.ids) << GetParam() << " " << g.name << " position " << t.pos;
+      EXPECT_EQ(ids, t.ids) << std::get<0>(GetParam()) << " " << g.name << " position " << t.pos;
       for (std::size_t k = 0; k < 5; ++k)
         EXPECT_NEAR(row[static_cast<std::size_t>(t.ids[k])], t.logits[k], 1e-4)
-            << GetParam() << " " << g.name << " position " << t.pos << " rank " << k;
+            << std::get<0>(GetParam()) << " " << g.name << " position " << t.pos << " rank " << k;
     }
   }
 }
@@ -133,15 +149,17 @@ TEST_P(FamilyGolden, LastPositionLogitsWithinRelativeTolerance) {
     double worst = 0;
     for (std::size_t i = 0; i < expected.size(); ++i)
       worst = std::max(worst, std::abs(double(logits[i]) - expected[i]) / std::max(1.0, std::abs(double(expected[i]))));
-    EXPECT_LE(worst, 1e-4) << GetParam() << " " << g.name;
+    EXPECT_LE(worst, 1e-4) << std::get<0>(GetParam()) << " " << g.name;
     ++checked;
   }
   EXPECT_EQ(checked, 2);
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, FamilyGolden, ::testing::Values("llama-a", "qwen3_moe-a"),
+INSTANTIATE_TEST_SUITE_P(Families, FamilyGolden,
+                         ::testing::Combine(::testing::Values("llama-a", "qwen3_moe-a"),
+                                            ::testing::Values("safetensors", "gguf")),
                          [](const auto& info) {
-                           std::string n = info.param;
+                           std::string n = std::get<0>(info.param) + "_" + std::get<1>(info.param);
                            std::replace(n.begin(), n.end(), '-', '_');
                            return n;
                          });

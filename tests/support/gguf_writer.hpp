@@ -5,11 +5,14 @@
 // Face model directory (config.json, model.safetensors, tokenizer.json,
 // tokenizer_config.json) into the GGUF llama.cpp's convert_hf_to_gguf.py
 // would write for it, with the weight matrices stored as `type`.
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -164,76 +167,167 @@ class GgufWriter {
 // out: qwen3.* hyper-parameters, the gpt2 tokenizer (vocab_size tokens, holes
 // as UNUSED "[PAD<i>]"), the chat template, norms in F32 and the 2-D weights
 // (embedding included) as `type`; rows not a whole number of blocks fall back to F32.
-inline GgufWriter gguf_from_checkpoint(const std::filesystem::path& dir, quant::GgmlType type) {
+// convert_hf_to_gguf.py's LlamaModel.permute: within each of `heads` heads,
+// Hugging Face row s * head_dim / 2 + i becomes row 2 * i + s ([rows, cols] row-major).
+inline std::vector<float> permute_rope_rows(const std::vector<float>& w, std::int64_t rows, std::int64_t heads) {
+  const std::int64_t cols = static_cast<std::int64_t>(w.size()) / rows, head_dim = rows / heads, half = head_dim / 2;
+  std::vector<float> out(w.size());
+  for (std::int64_t h = 0; h < heads; ++h)
+    for (std::int64_t s = 0; s < 2; ++s)
+      for (std::int64_t i = 0; i < half; ++i)
+        std::copy_n(w.begin() + (h * head_dim + s * half + i) * cols, cols, out.begin() + (h * head_dim + 2 * i + s) * cols);
+  return out;
+}
+
+// convert_hf_to_gguf.py's LlamaModel.generate_extra_tensors: Llama 3's
+// rope_scaling as one divisor per frequency (computed in double, stored f32).
+inline std::vector<float> llama3_rope_factors(const nlohmann::json& rope, double base, std::int64_t dim) {
+  const double factor = rope.value("factor", 8.0), low = rope.value("low_freq_factor", 1.0),
+               high = rope.value("high_freq_factor", 4.0);
+  const double old_len = rope.value("original_max_position_embeddings", 8192.0);
+  std::vector<float> out;
+  for (std::int64_t i = 0; i < dim; i += 2) {
+    const double freq = 1.0 / std::pow(base, static_cast<double>(static_cast<float>(i) / static_cast<float>(dim)));
+    const double wavelen = 2 * 3.141592653589793 / freq;
+    if (wavelen < old_len / high) {
+      out.push_back(1.0f);
+    } else if (wavelen > old_len / low) {
+      out.push_back(static_cast<float>(factor));
+    } else {
+      const double smooth = (old_len / wavelen - low) / (high - low);
+      out.push_back(static_cast<float>(1 / ((1 - smooth) / factor + smooth)));
+    }
+  }
+  return out;
+}
+
+// The GGUF llama.cpp's convert_hf_to_gguf.py writes for a qwen3, llama or
+// qwen3_moe checkpoint directory (config.json, model.safetensors; the
+// tokenizer's metadata when tokenizer.json and tokenizer_config.json are
+// there), the matrices stored as `type` (rows whose length is no multiple of
+// its block stay f32; the embedding and LM head as `embedding_type` when given; the MoE
+// router f32, as the converter keeps it). LLaMA q/k rows permuted, Llama 3's
+// RoPE scaling as rope_freqs, Qwen3-MoE's experts stacked per layer, as the
+// converter does.
+inline GgufWriter gguf_from_checkpoint(const std::filesystem::path& dir, quant::GgmlType type,
+                                       std::optional<quant::GgmlType> embedding_type = std::nullopt) {
   using nlohmann::json;
   auto read = [&](const char* name) {
     std::ifstream in(dir / name);
     return json::parse(in);
   };
   const json cfg = read("config.json");
+  const std::string model_type = cfg.value("model_type", "qwen3");
+  const std::string arch = model_type == "qwen3_moe" ? "qwen3moe" : model_type;
+  const std::string p = arch + ".";
+  const auto heads = cfg["num_attention_heads"].get<std::int64_t>(), kv_heads = cfg["num_key_value_heads"].get<std::int64_t>();
+  const std::int64_t head_dim = cfg.contains("head_dim") && cfg["head_dim"].is_number()
+                                    ? cfg["head_dim"].get<std::int64_t>()
+                                    : cfg["hidden_size"].get<std::int64_t>() / heads;
+  const json rope = cfg.contains("rope_parameters") && cfg["rope_parameters"].is_object() ? cfg["rope_parameters"]
+                    : cfg.contains("rope_scaling") && cfg["rope_scaling"].is_object() ? cfg["rope_scaling"]
+                                                                                        : json::object();
+  const double theta = rope.contains("rope_theta") ? rope["rope_theta"].get<double>() : cfg.value("rope_theta", 10000.0);
   GgufWriter w;
-  w.add_string("general.architecture", "qwen3");
-  w.add_u32("qwen3.block_count", cfg["num_hidden_layers"].get<std::uint32_t>());
-  w.add_u32("qwen3.context_length", cfg["max_position_embeddings"].get<std::uint32_t>());
-  w.add_u32("qwen3.embedding_length", cfg["hidden_size"].get<std::uint32_t>());
-  w.add_u32("qwen3.feed_forward_length", cfg["intermediate_size"].get<std::uint32_t>());
-  w.add_u32("qwen3.attention.head_count", cfg["num_attention_heads"].get<std::uint32_t>());
-  w.add_u32("qwen3.attention.head_count_kv", cfg["num_key_value_heads"].get<std::uint32_t>());
-  w.add_u32("qwen3.attention.key_length", cfg["head_dim"].get<std::uint32_t>());
-  w.add_u32("qwen3.attention.value_length", cfg["head_dim"].get<std::uint32_t>());
-  w.add_f32("qwen3.rope.freq_base", cfg["rope_theta"].get<float>());
-  w.add_f32("qwen3.attention.layer_norm_rms_epsilon", cfg["rms_norm_eps"].get<float>());
+  w.add_string("general.architecture", arch);
+  w.add_u32(p + "block_count", cfg["num_hidden_layers"].get<std::uint32_t>());
+  w.add_u32(p + "context_length", cfg["max_position_embeddings"].get<std::uint32_t>());
+  w.add_u32(p + "embedding_length", cfg["hidden_size"].get<std::uint32_t>());
+  w.add_u32(p + "feed_forward_length", cfg["intermediate_size"].get<std::uint32_t>());
+  w.add_u32(p + "attention.head_count", static_cast<std::uint32_t>(heads));
+  w.add_u32(p + "attention.head_count_kv", static_cast<std::uint32_t>(kv_heads));
+  w.add_u32(p + "attention.key_length", static_cast<std::uint32_t>(head_dim));
+  w.add_u32(p + "attention.value_length", static_cast<std::uint32_t>(head_dim));
+  w.add_f32(p + "rope.freq_base", static_cast<float>(theta));
+  w.add_f32(p + "attention.layer_norm_rms_epsilon", cfg["rms_norm_eps"].get<float>());
+  w.add_u32(p + "vocab_size", cfg["vocab_size"].get<std::uint32_t>());
+  if (arch == "llama") w.add_u32(p + "rope.dimension_count", static_cast<std::uint32_t>(head_dim));
+  const std::int64_t experts = arch == "qwen3moe" ? cfg.value("num_experts", cfg.value("num_local_experts", 0)) : 0;
+  if (experts > 0) {
+    w.add_u32(p + "expert_count", static_cast<std::uint32_t>(experts));
+    w.add_u32(p + "expert_used_count", cfg["num_experts_per_tok"].get<std::uint32_t>());
+    w.add_u32(p + "expert_feed_forward_length", cfg["moe_intermediate_size"].get<std::uint32_t>());
+  }
 
-  const json tok = read("tokenizer.json");
-  const auto vocab_size = cfg["vocab_size"].get<std::size_t>();
-  std::vector<std::string> tokens(vocab_size);
-  std::vector<std::int32_t> types(vocab_size, 5);
-  for (std::size_t i = 0; i < vocab_size; ++i) tokens[i] = "[PAD" + std::to_string(i) + "]";
-  for (const auto& [text, id] : tok["model"]["vocab"].items()) {
-    tokens[id.get<std::size_t>()] = text;
-    types[id.get<std::size_t>()] = 1;
+  if (std::filesystem::exists(dir / "tokenizer.json")) {
+    const json tok = read("tokenizer.json");
+    const auto vocab_size = cfg["vocab_size"].get<std::size_t>();
+    std::vector<std::string> tokens(vocab_size);
+    std::vector<std::int32_t> types(vocab_size, 5);
+    for (std::size_t i = 0; i < vocab_size; ++i) tokens[i] = "[PAD" + std::to_string(i) + "]";
+    for (const auto& [text, id] : tok["model"]["vocab"].items()) {
+      tokens[id.get<std::size_t>()] = text;
+      types[id.get<std::size_t>()] = 1;
+    }
+    for (const auto& a : tok["added_tokens"]) {
+      const auto id = a["id"].get<std::size_t>();
+      tokens[id] = a["content"].get<std::string>();
+      types[id] = a["special"].get<bool>() ? 3 : 4;
+    }
+    std::vector<std::string> merges;
+    for (const auto& m : tok["model"]["merges"])
+      merges.push_back(m.is_string() ? m.get<std::string>() : m[0].get<std::string>() + " " + m[1].get<std::string>());
+    w.add_string("tokenizer.ggml.model", "gpt2");
+    w.add_string("tokenizer.ggml.pre", arch == "llama" ? "llama-bpe" : "qwen2");
+    w.add_strings("tokenizer.ggml.tokens", tokens);
+    w.add_i32s("tokenizer.ggml.token_type", types);
+    w.add_strings("tokenizer.ggml.merges", merges);
+    if (arch != "llama") {
+      w.add_u32("tokenizer.ggml.eos_token_id", 151645);
+      w.add_u32("tokenizer.ggml.padding_token_id", 151643);
+    }
+    if (cfg.contains("bos_token_id") && cfg["bos_token_id"].is_number())
+      w.add_u32("tokenizer.ggml.bos_token_id", cfg["bos_token_id"].get<std::uint32_t>());
+    w.add_bool("tokenizer.ggml.add_bos_token", arch == "llama");
+    const json tc = read("tokenizer_config.json");
+    if (tc.contains("chat_template")) w.add_string("tokenizer.chat_template", tc["chat_template"].get<std::string>());
   }
-  for (const auto& a : tok["added_tokens"]) {
-    const auto id = a["id"].get<std::size_t>();
-    tokens[id] = a["content"].get<std::string>();
-    types[id] = a["special"].get<bool>() ? 3 : 4;
-  }
-  std::vector<std::string> merges;
-  for (const auto& m : tok["model"]["merges"])
-    merges.push_back(m.is_string() ? m.get<std::string>() : m[0].get<std::string>() + " " + m[1].get<std::string>());
-  w.add_string("tokenizer.ggml.model", "gpt2");
-  w.add_string("tokenizer.ggml.pre", "qwen2");
-  w.add_strings("tokenizer.ggml.tokens", tokens);
-  w.add_i32s("tokenizer.ggml.token_type", types);
-  w.add_strings("tokenizer.ggml.merges", merges);
-  w.add_u32("tokenizer.ggml.eos_token_id", 151645);
-  w.add_u32("tokenizer.ggml.padding_token_id", 151643);
-  w.add_u32("tokenizer.ggml.bos_token_id", cfg["bos_token_id"].get<std::uint32_t>());
-  w.add_bool("tokenizer.ggml.add_bos_token", false);
-  const json tc = read("tokenizer_config.json");
-  w.add_string("tokenizer.chat_template", tc["chat_template"].get<std::string>());
 
   const auto ckpt = io::Checkpoint::open_dir(dir);
-  auto put = [&](const std::string& hf, const std::string& gguf_name) {
+  auto stored_as = [&](const std::vector<std::int64_t>& shape) {
+    const quant::GgmlType t = shape.size() >= 2 ? type : quant::GgmlType::f32;
+    return shape.back() % quant::traits(t).block_size == 0 ? t : quant::GgmlType::f32;
+  };
+  auto put = [&](const std::string& hf, const std::string& gguf_name, std::int64_t permute_heads = 0) {
     const io::TensorView& v = ckpt.tensor(hf);
-    const auto values = v.to_f32();
-    const bool matrix = v.rank() == 2;
-    quant::GgmlType t = matrix ? type : quant::GgmlType::f32;
-    if (v.shape().back() % quant::traits(t).block_size != 0) t = quant::GgmlType::f32;
+    auto values = v.to_f32();
+    if (permute_heads > 0) values = permute_rope_rows(values, v.dim(0), permute_heads);
+    quant::GgmlType t = stored_as(v.shape());
+    if (gguf_name.ends_with("ffn_gate_inp.weight")) t = quant::GgmlType::f32;
+    if ((gguf_name == "token_embd.weight" || gguf_name == "output.weight") && embedding_type) t = *embedding_type;
     w.add_floats(gguf_name, t, v.shape(), values);
   };
+  if (arch == "llama" && rope.value("rope_type", std::string("default")) == "llama3")
+    w.add_floats("rope_freqs.weight", quant::GgmlType::f32, {head_dim / 2}, llama3_rope_factors(rope, theta, head_dim));
   put("model.embed_tokens.weight", "token_embd.weight");
   put("model.norm.weight", "output_norm.weight");
   if (ckpt.find("lm_head.weight")) put("lm_head.weight", "output.weight");
   const std::map<std::string, std::string> layer = {
-      {"input_layernorm", "attn_norm"},        {"self_attn.q_proj", "attn_q"},   {"self_attn.k_proj", "attn_k"},
-      {"self_attn.v_proj", "attn_v"},          {"self_attn.o_proj", "attn_output"},
+      {"input_layernorm", "attn_norm"},        {"self_attn.v_proj", "attn_v"},   {"self_attn.o_proj", "attn_output"},
       {"self_attn.q_norm", "attn_q_norm"},     {"self_attn.k_norm", "attn_k_norm"},
       {"post_attention_layernorm", "ffn_norm"}, {"mlp.gate_proj", "ffn_gate"}, {"mlp.up_proj", "ffn_up"},
-      {"mlp.down_proj", "ffn_down"}};
-  for (int i = 0; i < cfg["num_hidden_layers"].get<int>(); ++i)
-    for (const auto& [hf, g] : layer)
-      put("model.layers." + std::to_string(i) + "." + hf + ".weight", "blk." + std::to_string(i) + "." + g + ".weight");
+      {"mlp.down_proj", "ffn_down"},           {"mlp.gate", "ffn_gate_inp"}};
+  for (int i = 0; i < cfg["num_hidden_layers"].get<int>(); ++i) {
+    const std::string hf = "model.layers." + std::to_string(i) + ".", g = "blk." + std::to_string(i) + ".";
+    const bool permute = arch == "llama";
+    put(hf + "self_attn.q_proj.weight", g + "attn_q.weight", permute ? heads : 0);
+    put(hf + "self_attn.k_proj.weight", g + "attn_k.weight", permute ? kv_heads : 0);
+    for (const auto& [h, name] : layer)
+      if (ckpt.find(hf + h + ".weight")) put(hf + h + ".weight", g + name + ".weight");
+    for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) {
+      if (!ckpt.find(hf + "mlp.experts.0." + proj + ".weight")) continue;
+      std::vector<float> stacked;  // [E, rows, cols]
+      std::vector<std::int64_t> shape;
+      for (std::int64_t e = 0; e < experts; ++e) {
+        const io::TensorView& v = ckpt.tensor(hf + "mlp.experts." + std::to_string(e) + "." + proj + ".weight");
+        const auto values = v.to_f32();
+        stacked.insert(stacked.end(), values.begin(), values.end());
+        shape = {experts, v.dim(0), v.dim(1)};
+      }
+      const std::string part = std::string(proj) == "gate_proj" ? "ffn_gate_exps" : std::string(proj) == "up_proj" ? "ffn_up_exps" : "ffn_down_exps";
+      w.add_floats(g + part + ".weight", stored_as(shape), shape, stacked);
+    }
+  }
   return w;
 }
 

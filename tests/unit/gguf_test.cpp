@@ -273,6 +273,17 @@ TEST(GgufNames, MapToHuggingFace) {
   EXPECT_EQ(hf_name_for_gguf("blk.3.ffn_norm.weight"), "model.layers.3.post_attention_layernorm.weight");
   EXPECT_EQ(hf_name_for_gguf("blk.1.attn_q.bias"), "model.layers.1.self_attn.q_proj.bias");
   EXPECT_EQ(hf_name_for_gguf("blk.01.attn_q.weight"), std::nullopt);
+  EXPECT_EQ(hf_name_for_gguf("blk.5.ffn_gate_inp.weight"), "model.layers.5.mlp.gate.weight");
+  EXPECT_EQ(hf_name_for_gguf("blk.5.ffn_gate_exps.weight"), std::nullopt) << "gguf_experts' to name";
+  const auto e = gguf_experts("blk.12.ffn_down_exps.weight");
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->layer, 12);
+  EXPECT_EQ(e->proj, "down_proj");
+  EXPECT_EQ(hf_expert_name(e->layer, 3, e->proj), "model.layers.12.mlp.experts.3.down_proj.weight");
+  EXPECT_FALSE(gguf_experts("blk.12.ffn_down.weight"));
+  EXPECT_FALSE(gguf_experts("blk.x.ffn_up_exps.weight"));
+  EXPECT_TRUE(gguf_permutes_qk("llama"));
+  EXPECT_FALSE(gguf_permutes_qk("qwen3"));
   EXPECT_EQ(hf_name_for_gguf("blk.x.attn_q.weight"), std::nullopt);
   EXPECT_EQ(hf_name_for_gguf("rope_freqs.weight"), std::nullopt);
   EXPECT_EQ(hf_name_for_gguf("blk.1.attn_q"), std::nullopt);
@@ -304,14 +315,14 @@ TEST(GgufCheckpoint, FixtureAsBf16GgufEqualsSafetensors) {
 TEST(GgufCheckpoint, ConfigRefusesOtherArchitectures) {
   test_support::TempDir tmp("neuron-gguf");
   GgufWriter w;
-  w.add_string("general.architecture", "llama");
+  w.add_string("general.architecture", "gemma3");
   w.write(tmp / "m.gguf");
   try {
     (void)model::load_model_configs(tmp / "m.gguf");
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), errc::unsupported_arch);
-    EXPECT_NE(std::string(e.what()).find("'llama'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'gemma3'"), std::string::npos) << e.what();
   }
   GgufWriter q;
   q.add_string("general.architecture", "qwen3");

@@ -1,0 +1,183 @@
+// GGUF files of the families beyond Qwen3 dense, in llama.cpp's storage
+// (io/gguf_names.hpp): stacked quantized experts read as the experts they
+// hold, and files whose layout cannot be undone refused with the tensor or
+// key named. (The exact greedy tokens of bf16 GGUF llama and qwen3moe files
+// are Families/FamilyGolden's *_gguf cases.)
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "backend/model_runner.hpp"
+#include "backend/single_sequence.hpp"
+#include "engine/model_loader.hpp"
+#include "io/gguf.hpp"
+#include "io/safetensors.hpp"
+#include "model/config.hpp"
+#include "model/gguf_config.hpp"
+#include "model/random_checkpoint.hpp"
+#include "model/rope.hpp"
+#include "model/shard.hpp"
+#include "support/gguf_writer.hpp"
+#include "support/temp_dir.hpp"
+#include "util/error.hpp"
+
+namespace neuron {
+namespace {
+
+std::string family_dir(const std::string& name) { return std::string(NEURON_TEST_DATA) + "/families/" + name; }
+
+// [prompt.size(), vocab] logits of every prompt position.
+std::vector<float> prompt_logits(const model::ModelConfig& cfg, const io::Checkpoint& ckpt,
+                                 const std::vector<std::int32_t>& prompt, std::optional<quant::GgmlType> quantize) {
+  auto runner = backend::make_runner(cfg, &ckpt, model::ShardPlan::make(cfg, 0, 1), backend::Device{}, nullptr,
+                                     {.max_context = 256, .quantize = quantize});
+  backend::SingleSequence seq(*runner);
+  std::vector<float> logits(prompt.size() * static_cast<std::size_t>(cfg.vocab_size));
+  seq.forward(prompt, 0, logits);
+  return logits;
+}
+
+// Experts whose rows are whole Q8_0 blocks, stored stacked in one Q8_0 tensor
+// per layer and projection: the same logits as the same experts quantized to
+// Q8_0 at load from the safetensors (both hold the same blocks; the embedding
+// and LM head stay bf16, the router f32 holds bf16 values exactly).
+TEST(GgufFamily, StackedQuantizedExpertsAreTheExpertsQuantizedAtLoad) {
+  test_support::TempDir tmp("neuron-gguf-moe");
+  const auto cfg = model::ModelConfig::parse(R"({"model_type": "qwen3_moe", "vocab_size": 512, "hidden_size": 64,
+      "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+      "head_dim": 32, "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
+      "norm_topk_prob": true, "rope_theta": 1000000, "max_position_embeddings": 4096, "tie_word_embeddings": false})");
+  model::write_random_checkpoint(tmp.path(), cfg, {.seed = 7});
+  const auto gguf = tmp / "moe-q8_0.gguf";
+  test_support::gguf_from_checkpoint(tmp.path(), quant::GgmlType::q8_0, quant::GgmlType::bf16).write(gguf);
+
+  const io::GgufFile file(gguf);
+  const auto* exps = [&]() -> const io::GgufTensor* {
+    for (const auto& t : file.tensors())
+      if (t.name == "blk.1.ffn_down_exps.weight") return &t;
+    return nullptr;
+  }();
+  ASSERT_NE(exps, nullptr);
+  EXPECT_EQ(exps->type, quant::GgmlType::q8_0);
+  EXPECT_EQ(exps->ne, (std::vector<std::int64_t>{64, 64, 8}));
+  const auto from_file = model::configs_from_gguf(file).model;
+  EXPECT_EQ(from_file.moe, cfg.moe);
+
+  const std::vector<std::int32_t> prompt = {1, 17, 301, 42, 511, 0, 256, 9};
+  const auto a = prompt_logits(from_file, io::Checkpoint::open_files({gguf}), prompt, std::nullopt);
+  const auto b = prompt_logits(cfg, io::Checkpoint::open_dir(tmp.path()), prompt, quant::GgmlType::q8_0);
+  float worst = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]));
+  EXPECT_LE(worst, 1e-5f) << "every position of the prompt";
+  // And they are Q8_0 experts, not bf16 ones: the bf16 model's logits differ.
+  const auto c = prompt_logits(cfg, io::Checkpoint::open_dir(tmp.path()), prompt, std::nullopt);
+  float moved = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) moved = std::max(moved, std::abs(a[i] - c[i]));
+  EXPECT_GT(moved, 1e-4f);
+}
+
+template <typename F>
+void expect_error(F&& f, const std::string& kind, std::initializer_list<std::string> needles) {
+  try {
+    f();
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), kind) << e.what();
+    for (const auto& n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << n << " in: " << e.what();
+  }
+}
+
+TEST(GgufFamily, LayoutsThatCannotBeUndoneAreRefusedByName) {
+  test_support::TempDir tmp("neuron-gguf-bad");
+  {  // stacked experts must be 3-D
+    test_support::GgufWriter w;
+    w.add_string("general.architecture", "qwen3moe");
+    w.add_floats("blk.0.ffn_gate_exps.weight", quant::GgmlType::f32, {16, 32}, std::vector<float>(512, 0.5f));
+    w.write(tmp / "a.gguf");
+    expect_error([&] { (void)io::Checkpoint::open_files({tmp / "a.gguf"}); }, errc::bad_model,
+                 {"blk.0.ffn_gate_exps.weight", "stacked experts have 3"});
+  }
+  {  // LLaMA q rows that do not split into the heads the metadata names
+    test_support::GgufWriter w;
+    w.add_string("general.architecture", "llama");
+    w.add_u32("llama.attention.head_count", 3);
+    w.add_floats("blk.0.attn_q.weight", quant::GgmlType::f32, {16, 16}, std::vector<float>(256, 0.5f));
+    w.write(tmp / "b.gguf");
+    expect_error([&] { (void)io::Checkpoint::open_files({tmp / "b.gguf"}); }, errc::bad_model,
+                 {"blk.0.attn_q.weight", "3 heads"});
+  }
+  {  // rope_freqs of the wrong length for the head size
+    auto w = test_support::gguf_from_checkpoint(family_dir("qwen3_moe-a"), quant::GgmlType::bf16);
+    w.add_floats("rope_freqs.weight", quant::GgmlType::f32, {3}, {1.0f, 2.0f, 4.0f});
+    w.write(tmp / "c.gguf");
+    expect_error([&] { (void)model::configs_from_gguf(io::GgufFile(tmp / "c.gguf")); }, errc::bad_model,
+                 {"factors", "head_dim 4 needs 2"});
+  }
+  {  // an architecture no family reads
+    test_support::GgufWriter w;
+    w.add_string("general.architecture", "mamba");
+    w.write(tmp / "d.gguf");
+    expect_error([&] { (void)model::configs_from_gguf(io::GgufFile(tmp / "d.gguf")); }, errc::unsupported_arch,
+                 {"'mamba'", "qwen3", "llama", "qwen3_moe"});
+  }
+}
+
+// A tensor-parallel load of a llama GGUF: each rank opens the file, puts the
+// q/k rows back and takes its heads; two ranks give the goldens' tokens.
+TEST(GgufFamily, LlamaGgufAtTwoRanksGivesTheGreedyTokens) {
+  using namespace std::chrono_literals;
+  test_support::TempDir tmp("neuron-gguf-tp");
+  test_support::gguf_from_checkpoint(family_dir("llama-a"), quant::GgmlType::bf16).write(tmp / "llama.gguf");
+  engine::LoadOptions o;
+  o.model_dir = tmp / "llama.gguf";
+  o.model_id = "llama-gguf-tp";
+  o.tensor_parallel = 2;
+  o.max_context = 256;
+  o.step_timeout = 20000ms;
+  o.worker_binary = NEURON_BINARY;
+  auto runner = engine::open_runner(o);
+  std::ifstream in(family_dir("llama-a") + "/golden.json");
+  const auto golden = nlohmann::json::parse(in);
+  for (const auto& p : golden.at("prompts")) {
+    const auto ids = p.at("prompt_ids").get<std::vector<std::int32_t>>();
+    if (ids.size() > 64) continue;  // the long prompt is FamilyGolden's
+    const auto want = p.at("greedy_ids").get<std::vector<std::int32_t>>();
+    backend::SingleSequence seq(*runner);
+    std::vector<float> logits(static_cast<std::size_t>(runner->config().vocab_size));
+    seq.forward(ids, 0, logits);
+    std::vector<std::int32_t> got;
+    auto pos = static_cast<std::int32_t>(ids.size());
+    while (got.size() < 8) {
+      got.push_back(static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+      const std::array<std::int32_t, 1> one{got.back()};
+      seq.forward(one, pos++, logits);
+    }
+    EXPECT_EQ(got, std::vector<std::int32_t>(want.begin(), want.begin() + 8)) << p.at("name");
+  }
+}
+
+// Llama 3's RoPE scaling read back from rope_freqs: the same inverse
+// frequencies as the config's llama3 parameters (to f32 rounding).
+TEST(GgufFamily, RopeFreqsGiveLlama3Frequencies) {
+  test_support::TempDir tmp("neuron-gguf-rope");
+  test_support::gguf_from_checkpoint(family_dir("llama-a"), quant::GgmlType::bf16).write(tmp / "l.gguf");
+  const auto from_file = model::configs_from_gguf(io::GgufFile(tmp / "l.gguf")).model;
+  const auto from_dir = model::load_model_configs(family_dir("llama-a")).model;
+  ASSERT_EQ(from_file.rope.type, model::RopeType::freq_factors);
+  ASSERT_EQ(from_dir.rope.type, model::RopeType::llama3);
+  const auto a = model::rope_inv_freq(from_file), b = model::rope_inv_freq(from_dir);
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 2e-7f * b[i]) << "frequency " << i;
+  EXPECT_NE(a.front() / a.back(), 1.0f);
+}
+
+}  // namespace
+}  // namespace neuron
