@@ -83,12 +83,12 @@ std::vector<std::vector<std::int32_t>> embedding_inputs(const ordered_json& body
     text(*input, "input");
   } else if (input->is_array()) {
     if (input->empty()) throw FieldError("input", "'input' is an empty array");
-    if (input->size() > kMaxEmbeddingInputs)
-      throw FieldError("input", "'input' has " + std::to_string(input->size()) + " entries; at most " +
-                                    std::to_string(kMaxEmbeddingInputs) + " are allowed in one request");
     if ((*input)[0].is_number()) {
       out.push_back(token_ids(*input, tok, "input"));
     } else {
+      if (input->size() > kMaxEmbeddingInputs)
+        throw FieldError("input", "'input' has " + std::to_string(input->size()) + " entries; at most " +
+                                      std::to_string(kMaxEmbeddingInputs) + " are allowed in one request");
       for (std::size_t i = 0; i < input->size(); ++i) {
         const ordered_json& e = (*input)[i];
         const std::string param = "input[" + std::to_string(i) + "]";
