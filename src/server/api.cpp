@@ -1072,8 +1072,8 @@ std::optional<Api::PrefillResult> Api::run_prefill(const std::string& model, eng
       out.prompt_tokens += e->usage.prompt_tokens;
       metrics_.inc("neuron_prompt_tokens_total", model_label, e->usage.prompt_tokens);
       rest.flying.pop_front();
-      continue;
     }
+    // Checked between inputs too, so a request of many quick inputs still sees its client leave.
     if (request.client_gone && Clock::now() >= next_probe) {
       if (request.client_gone()) {
         metrics_.inc("neuron_requests_cancelled_total", model_label);

@@ -260,6 +260,32 @@ TEST_F(Embeddings, BadInputIs400NamingTheField) {
   EXPECT_EQ(s.api->in_flight(), 0u);
 }
 
+TEST_F(Embeddings, AClientThatLeavesCancelsTheRestAndFreesEverything) {
+  Served s(spec_of(dir));
+  // 1024 inputs of 632 tokens, each its own first token so that the prefix cache shares nothing: seconds of
+  // prefill on the CPU; the client is gone at the first probe (100 ms).
+  json many = json::array();
+  for (std::int32_t i = 0; i < 1024; ++i) {
+    json ids = golden["inputs"][4]["token_ids"];
+    ids[0] = 1000 + i;
+    many.push_back(std::move(ids));
+  }
+  HttpRequest r{"POST", "/v1/embeddings", {}, json({{"input", many}}).dump(), "test"};
+  r.client_gone = [] { return true; };
+  const auto started = std::chrono::steady_clock::now();
+  const HttpResponse answer = s.api->handle(r);
+  EXPECT_EQ(answer.status, 499) << answer.body.substr(0, 200);
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(5)) << "the request ran on after its client left";
+  const auto engine = s.registry->engine(dir.string());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!engine->idle() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_TRUE(engine->idle());
+  EXPECT_EQ(engine->stats().kv_blocks_used, 0);
+  EXPECT_GT(engine->stats().requests_cancelled, 0u) << "done " << engine->stats().requests_done << " failed " << engine->stats().requests_failed;
+  EXPECT_EQ(s.api->in_flight(), 0u);
+  EXPECT_EQ(s.api->metrics().value("neuron_requests_cancelled_total", {{"model", dir.string()}}), 1);
+}
+
 TEST(EmbeddingsPooled, AGenerativeModelEmbedsWithMeanAndLastPooling) {
   const json golden = read_json(kData / "pooled_golden.json");
   for (const std::string pooling : {"mean", "last"}) {
