@@ -1,6 +1,7 @@
 // The prefill-only routes: POST /v1/embeddings (OpenAI's shape), POST
 // /v1/rerank (also /rerank and /v2/rerank: Jina's and Cohere's shape) and
-// POST /v1/score (vLLM's). Each input becomes one prefill-only request
+// POST /v1/score (vLLM's: a reranker's pair scores, or an embedder's cosine
+// similarities). Each input becomes one prefill-only request
 // (engine/prefill_output.hpp) through Api::run_prefill, so it batches with
 // everything else the model runs; pooling happened in the engine, the rest
 // (truncation, normalization, scores) happens here.
@@ -259,7 +260,9 @@ HttpResponse Api::score(const HttpRequest& request) {
   const std::string model = load_on_request(resolve_model_name(requested));
   const auto assets = assets_for(model);
   const std::string name = requested.empty() ? display_name(model) : requested;
-  require_task(*assets, engine::ModelTask::rerank, name, "/v1/score");
+  // A reranker scores each pair; an embedder scores the cosine of the two texts' embeddings (as vLLM does).
+  const bool cosine = assets->task.task == engine::ModelTask::embed;
+  if (!cosine) require_task(*assets, engine::ModelTask::rerank, name, "/v1/score");
   const auto engine = engine_for(model);
 
   const std::vector<std::string> first = strings_of(body, "text_1");
@@ -268,17 +271,38 @@ HttpResponse Api::score(const HttpRequest& request) {
     throw FieldError("text_2", "'text_1' has " + std::to_string(first.size()) + " entries and 'text_2' " +
                                    std::to_string(second.size()) + ": give one text_1, or as many as text_2");
   const std::string instruction = string_in(body, "instruction").value_or("");
-  const std::vector<std::int32_t> answer = rerank_answer_ids(*assets->tokenizer);
   std::vector<std::vector<std::int32_t>> prompts;
-  for (std::size_t i = 0; i < second.size(); ++i)
-    prompts.push_back(rerank_prompt_ids(*assets->tokenizer, instruction, first[first.size() == 1 ? 0 : i], second[i]));
-  auto inputs = prefill_requests(std::move(prompts), engine::PrefillOutput::logits, answer, engine->max_context(), "text_2");
+  std::vector<engine::CompletionRequest> inputs;
+  if (cosine) {  // text_1's entries, then text_2's
+    for (const auto* texts : {&first, &second})
+      for (const std::string& t : *texts) {
+        if (t.empty()) throw FieldError(texts == &first ? "text_1" : "text_2", "an empty text has no embedding");
+        prompts.push_back(assets->tokenizer->encode_with_special_tokens(t));
+      }
+    const engine::PrefillOutput output = assets->task.pooling == engine::Pooling::mean ? engine::PrefillOutput::hidden_mean
+                                                                                       : engine::PrefillOutput::hidden_last;
+    inputs = prefill_requests(std::move(prompts), output, {}, engine->max_context(), "text_1");
+  } else {
+    const std::vector<std::int32_t> answer = rerank_answer_ids(*assets->tokenizer);
+    for (std::size_t i = 0; i < second.size(); ++i)
+      prompts.push_back(rerank_prompt_ids(*assets->tokenizer, instruction, first[first.size() == 1 ? 0 : i], second[i]));
+    inputs = prefill_requests(std::move(prompts), engine::PrefillOutput::logits, answer, engine->max_context(), "text_2");
+  }
   const auto result = run_prefill(model, *engine, std::move(inputs), request);
   if (!result) return client_gone_response();
 
   json data = json::array();
-  for (std::size_t i = 0; i < result->outputs.size(); ++i)
-    data.push_back({{"index", i}, {"object", "score"}, {"score", rerank_score(result->outputs[i][0], result->outputs[i][1])}});
+  for (std::size_t i = 0; i < second.size(); ++i) {
+    double score = 0;
+    if (cosine) {
+      const auto a = model::finish_embedding(result->outputs[first.size() == 1 ? 0 : i], 0, true);
+      const auto b = model::finish_embedding(result->outputs[first.size() + i], 0, true);
+      for (std::size_t k = 0; k < a.size(); ++k) score += static_cast<double>(a[k]) * b[k];
+    } else {
+      score = rerank_score(result->outputs[i][0], result->outputs[i][1]);
+    }
+    data.push_back({{"index", i}, {"object", "score"}, {"score", score}});
+  }
   return json_response({{"id", "score-" + new_completion_id(false)},
                         {"object", "list"},
                         {"created", unix_now()},

@@ -212,6 +212,22 @@ TEST_F(Embeddings, ConcurrentRequestsEqualOneAtATime) {
   EXPECT_EQ(s.registry->engine(dir.string())->stats().kv_blocks_used, 0);
 }
 
+TEST_F(Embeddings, ScoreIsTheCosineOfTheEmbeddings) {
+  Served s(spec_of(dir));
+  const auto texts = golden_texts(golden);
+  // The query "What is the capital of China?" against two documents.
+  const json r = s.ok("/v1/score", {{"text_1", texts[7]}, {"text_2", {texts[3], texts[0]}}});
+  ASSERT_EQ(r["data"].size(), 2u) << r.dump();
+  for (const auto [i, doc] : {std::pair{0, 3}, std::pair{1, 0}}) {
+    double want = 0;
+    for (std::size_t k = 0; k < golden["inputs"][7]["embedding"].size(); ++k)
+      want += golden["inputs"][7]["embedding"][k].get<double>() * golden["inputs"][doc]["embedding"][k].get<double>();
+    EXPECT_NEAR(r["data"][i]["score"].get<double>(), want, kTolerance) << "pair " << i;
+  }
+  EXPECT_EQ(r["usage"]["prompt_tokens"], golden["inputs"][7]["token_ids"].size() + golden["inputs"][3]["token_ids"].size() +
+                                             golden["inputs"][0]["token_ids"].size());
+}
+
 TEST_F(Embeddings, TensorParallelTwoOnTheCpuEqualsOneRank) {
   Served single(spec_of(dir));
   Served sharded(spec_of(dir, std::nullopt, std::nullopt, 2));
@@ -398,6 +414,8 @@ TEST_F(Rerank, BadInputIs400NamingTheField) {
   expect_400(s, "/v1/score", {{"text_1", "a"}}, "text_2");
   expect_400(s, "/v1/embeddings", {{"input", "a"}}, "model", "task embed");
   EXPECT_TRUE(s.registry->engine(kTiny.string())->idle());
+  Served gen(spec_of(kTiny));
+  expect_400(gen, "/v1/score", {{"text_1", "a"}, {"text_2", "b"}}, "model", "task rerank");
 }
 
 }  // namespace
