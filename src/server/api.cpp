@@ -1068,6 +1068,7 @@ std::optional<Api::PrefillResult> Api::run_prefill(const std::string& model, eng
     if (auto e = oldest.channel->next(kProbeEvery); e && e->kind != engine::Event::Kind::delta) {
       if (e->kind == engine::Event::Kind::error) throw Error(e->error_kind, e->error_message);
       if (e->finish_reason != "stop") throw Error(errc::cancelled, "the request was cancelled (" + e->finish_reason + ")");
+      if (e->output.empty()) throw Error(errc::internal, "internal error: a prefill-only request ended without its output");
       out.outputs[oldest.index] = std::move(e->output);
       out.prompt_tokens += e->usage.prompt_tokens;
       metrics_.inc("neuron_prompt_tokens_total", model_label, e->usage.prompt_tokens);
