@@ -218,7 +218,7 @@ TEST_F(Embeddings, ScoreIsTheCosineOfTheEmbeddings) {
   // The query "What is the capital of China?" against two documents.
   const json r = s.ok("/v1/score", {{"text_1", texts[7]}, {"text_2", {texts[3], texts[0]}}});
   ASSERT_EQ(r["data"].size(), 2u) << r.dump();
-  for (const auto [i, doc] : {std::pair{0, 3}, std::pair{1, 0}}) {
+  for (const auto& [i, doc] : {std::pair{0, 3}, std::pair{1, 0}}) {
     double want = 0;
     for (std::size_t k = 0; k < golden["inputs"][7]["embedding"].size(); ++k)
       want += golden["inputs"][7]["embedding"][k].get<double>() * golden["inputs"][doc]["embedding"][k].get<double>();
@@ -246,7 +246,9 @@ void expect_400(Served& s, const std::string& path, const json& body, const std:
   EXPECT_EQ(r.status, 400) << body.dump() << " -> " << r.body;
   const json e = json::parse(r.body)["error"];
   EXPECT_EQ(e["param"], param) << r.body;
-  if (!words.empty()) EXPECT_NE(e["message"].get<std::string>().find(words), std::string::npos) << r.body;
+  if (!words.empty()) {
+    EXPECT_NE(e["message"].get<std::string>().find(words), std::string::npos) << r.body;
+  }
 }
 
 TEST_F(Embeddings, BadInputIs400NamingTheField) {
