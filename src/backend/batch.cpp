@@ -27,12 +27,25 @@ void Batch::clear() {
   block_ids.clear();
 }
 
+std::int64_t logit_rows_of(const SequenceStep& s) noexcept {
+  if (s.logits == LogitsWanted::last) return 1;
+  return s.logits == LogitsWanted::all ? s.num_tokens : 0;
+}
+
+std::int64_t hidden_rows_of(const SequenceStep& s) noexcept {
+  if (s.logits == LogitsWanted::hidden_last) return 1;
+  return s.logits == LogitsWanted::hidden_all ? s.num_tokens : 0;
+}
+
 std::int64_t Batch::logit_rows() const noexcept {
   std::int64_t rows = 0;
-  for (const SequenceStep& s : seqs) {
-    if (s.logits == LogitsWanted::last) rows += 1;
-    if (s.logits == LogitsWanted::all) rows += s.num_tokens;
-  }
+  for (const SequenceStep& s : seqs) rows += logit_rows_of(s);
+  return rows;
+}
+
+std::int64_t Batch::hidden_rows() const noexcept {
+  std::int64_t rows = 0;
+  for (const SequenceStep& s : seqs) rows += hidden_rows_of(s);
   return rows;
 }
 
@@ -43,7 +56,7 @@ std::int64_t Batch::pick_rows() const noexcept {
 }
 
 void check_batch(const Batch& batch, const model::ModelConfig& cfg, const KvPoolShape& pool, std::int32_t max_context,
-                 std::span<const float> logits, std::span<const std::int32_t> picks) {
+                 std::span<const float> logits, std::span<const std::int32_t> picks, std::span<const float> hidden) {
   if (batch.seqs.empty()) fail(errc::invalid_argument, "step: the batch has no sequence");
   if (pool.block_size <= 0 || pool.num_blocks <= 0) fail(errc::invalid_argument, "step: the runner has no KV pool");
   const auto n_tokens = static_cast<std::int64_t>(batch.tokens.size());
@@ -121,7 +134,7 @@ void check_batch(const Batch& batch, const model::ModelConfig& cfg, const KvPool
                                          std::to_string(it->second.entry));
     }
   }
-  if (logits.empty() && picks.empty()) return;  // no LM head
+  if (logits.empty() && picks.empty() && hidden.empty()) return;  // no LM head
   const auto want = static_cast<std::uint64_t>(batch.logit_rows()) * static_cast<std::uint64_t>(cfg.vocab_size);
   if (logits.size() != want)
     fail(errc::invalid_argument, "step: logits buffer holds " + std::to_string(logits.size()) + " floats; the batch wants " +
@@ -129,6 +142,10 @@ void check_batch(const Batch& batch, const model::ModelConfig& cfg, const KvPool
   if (picks.size() != static_cast<std::uint64_t>(batch.pick_rows()))
     fail(errc::invalid_argument, "step: picks buffer holds " + std::to_string(picks.size()) + " ids; the batch has " +
                                      std::to_string(batch.pick_rows()) + " argmax sequences");
+  const auto want_hidden = static_cast<std::uint64_t>(batch.hidden_rows()) * static_cast<std::uint64_t>(cfg.hidden_size);
+  if (hidden.size() != want_hidden)
+    fail(errc::invalid_argument, "step: hidden buffer holds " + std::to_string(hidden.size()) + " floats; the batch wants " +
+                                     std::to_string(want_hidden) + " (" + std::to_string(batch.hidden_rows()) + " rows)");
 }
 
 }  // namespace neuron::backend

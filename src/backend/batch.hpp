@@ -30,14 +30,19 @@ struct KvPoolShape {
   std::uint64_t bytes_per_block = 0;  // K and V of every layer and local KV head, as held on the device
 };
 
-// Which logits a sequence wants from a step.
+// What a sequence wants from a step's last stage: logits from the LM head, a
+// greedy pick, or (prefill-only sequences: embeddings) the final-norm hidden
+// state itself, which skips the LM head.
 enum class LogitsWanted : std::uint8_t {
   none,  // a prefill chunk that is not the prompt's last: no LM head
   last,  // one row: the last new token's (decode, or the prompt's last chunk)
   all,   // num_tokens rows, one per new token (tests, prompt logprobs)
   argmax,  // the last new token's greedy pick (model::greedy_pick's rule), not its row: a runner
            // that can picks on its device and copies one id back instead of a [vocab] row
+  hidden_last,  // one row of the hidden output: the last new token's final-norm hidden state
+  hidden_all,   // num_tokens rows of the hidden output, one per new token
 };
+
 
 struct SequenceStep {
   std::int32_t token_begin = 0;  // its new tokens: Batch::tokens[token_begin, token_begin + num_tokens)
@@ -47,6 +52,11 @@ struct SequenceStep {
   std::int32_t num_blocks = 0;   // covers positions [0, position + num_tokens)
   LogitsWanted logits = LogitsWanted::last;
 };
+
+// Rows a sequence adds to the logits output (`last` 1, `all` num_tokens) and to the hidden output
+// (`hidden_last` 1, `hidden_all` num_tokens).
+std::int64_t logit_rows_of(const SequenceStep& s) noexcept;
+std::int64_t hidden_rows_of(const SequenceStep& s) noexcept;
 
 struct Batch {
   std::vector<std::int32_t> tokens;     // [T] every sequence's new tokens, in sequence order
@@ -63,6 +73,8 @@ struct Batch {
   std::int64_t logit_rows() const noexcept;
   // Entries of the picks output: 1 per `argmax` sequence, in sequence order.
   std::int64_t pick_rows() const noexcept;
+  // Rows of the hidden output ([rows, hidden] f32): 1 per `hidden_last`, num_tokens per `hidden_all`.
+  std::int64_t hidden_rows() const noexcept;
 };
 
 // The runner-independent checks of a step, one owner for every backend:
@@ -72,10 +84,12 @@ struct Batch {
 // pool; block ids inside the pool; no (block, slot) written twice and none
 // read by one sequence while another writes it (so a block written this step
 // appears once in one table); logits.size() equal to
-// logit_rows() * vocab_size and picks.size() equal to pick_rows(), or both
-// empty (no LM head: a tensor-parallel worker). Throws Error{invalid_argument}
+// logit_rows() * vocab_size, picks.size() equal to pick_rows() and
+// hidden.size() equal to hidden_rows() * hidden_size, or all three empty (no
+// LM head: a tensor-parallel worker). Throws Error{invalid_argument}
 // (or context_length_exceeded) naming the sequence and the field.
 void check_batch(const Batch& batch, const model::ModelConfig& cfg, const KvPoolShape& pool, std::int32_t max_context,
-                 std::span<const float> logits, std::span<const std::int32_t> picks = {});
+                 std::span<const float> logits, std::span<const std::int32_t> picks = {},
+                 std::span<const float> hidden = {});
 
 }  // namespace neuron::backend

@@ -31,9 +31,10 @@ HostFloats ModelRunner::alloc_logits(std::size_t count) const {
   return HostFloats(new float[count], HostFloatsDeleter{[](float* p) { delete[] p; }});
 }
 
-void ModelRunner::step(const Batch& batch, std::span<float> logits, std::span<std::int32_t> picks) {
+void ModelRunner::step(const Batch& batch, std::span<float> logits, std::span<std::int32_t> picks,
+                       std::span<float> hidden) {
   if (picks.empty() || picks_on_device()) {
-    run_step(batch, logits, picks);
+    run_step(batch, logits, picks, hidden);
     return;
   }
   if (picks.size() != static_cast<std::size_t>(batch.pick_rows()))
@@ -48,13 +49,11 @@ void ModelRunner::step(const Batch& batch, std::span<float> logits, std::span<st
   for (SequenceStep& s : b.seqs)
     if (s.logits == LogitsWanted::argmax) s.logits = LogitsWanted::last;
   host_rows_.resize(static_cast<std::size_t>(b.logit_rows()) * vocab);
-  run_step(b, host_rows_, {});
+  run_step(b, host_rows_, {}, hidden);
   // Rows come sequence by sequence: hand the asked-for ones on, pick the others.
   std::size_t row = 0, out = 0, pick = 0;
   for (const SequenceStep& s : batch.seqs) {
-    const std::size_t rows = s.logits == LogitsWanted::all ? static_cast<std::size_t>(s.num_tokens)
-                             : s.logits == LogitsWanted::none ? 0
-                                                              : 1;
+    const std::size_t rows = s.logits == LogitsWanted::argmax ? 1 : static_cast<std::size_t>(logit_rows_of(s));
     const std::span<const float> src(host_rows_.data() + row * vocab, rows * vocab);
     if (s.logits == LogitsWanted::argmax) {
       picks[pick++] = model::greedy_pick(src);

@@ -73,12 +73,16 @@ class ModelRunner {
   // own sequence's positions [0, its own], and writes logits as the batch asks
   // ([batch.logit_rows(), vocab] f32, sequence by sequence) and the greedy pick
   // of each `argmax` sequence ([batch.pick_rows()] ids, sequence by sequence).
+  // `hidden_last` / `hidden_all` sequences get the final-norm hidden state
+  // instead ([batch.hidden_rows(), hidden_size] f32 into `hidden`, sequence
+  // by sequence: embeddings), with no LM head for them.
   // Every rank of a tensor-parallel model runs the same batch; workers pass
-  // empty spans (no LM head). Validates with check_batch() before touching any
+  // empty spans (no LM head; rank 0's hidden rows are the model's). Validates with check_batch() before touching any
   // memory; a step that throws leaves the new tokens' slots undefined, nothing
   // else. A runner whose picks_on_device() is false never sees an `argmax`
   // sequence: they reach run_step() as `last` ones and are picked here.
-  void step(const Batch& batch, std::span<float> logits, std::span<std::int32_t> picks = {});
+  void step(const Batch& batch, std::span<float> logits, std::span<std::int32_t> picks = {},
+            std::span<float> hidden = {});
   // True when run_step() makes the `argmax` picks itself (next to the logits).
   virtual bool picks_on_device() const noexcept { return false; }
 
@@ -89,7 +93,8 @@ class ModelRunner {
 
  protected:
   // The backend's step, as step() describes it.
-  virtual void run_step(const Batch& batch, std::span<float> logits, std::span<std::int32_t> picks) = 0;
+  virtual void run_step(const Batch& batch, std::span<float> logits, std::span<std::int32_t> picks,
+                        std::span<float> hidden) = 0;
 
  private:
   Batch host_pick_batch_;          // the batch with `argmax` sequences turned into `last` ones

@@ -17,6 +17,7 @@
 #include <memory>
 #include <system_error>
 #include <thread>
+#include <tuple>
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -96,6 +97,14 @@ int run_serve(const server::ServeFlags& flags) {
       if (!specs[0].served_name.empty() && specs[0].served_name != opts.served_model_name)
         fail(errc::invalid_argument, "--served-model-name and the --model spec's name= disagree");
       specs[0].served_name = opts.served_model_name;
+    }
+    for (const auto& [flag, value, field] : {std::tuple{"--task", &flags.task, &engine::ModelSpec::task},
+                                             std::tuple{"--pooling", &flags.pooling, &engine::ModelSpec::pooling}}) {
+      if (!*value) continue;
+      if (specs.size() != 1)
+        fail(errc::invalid_argument, std::string(flag) + " applies to the one --model; with several, give each its " +
+                                         (flag + 2) + "= option");
+      specs[0].*field = **value;
     }
   } catch (const Error& e) {
     std::fprintf(stderr, "neuron serve: %s\n", e.what());
@@ -262,6 +271,10 @@ Run setup(CLI::App& sub) {
   opt("--prefix-caching", "true|false: reuse the KV blocks of earlier requests' shared prefixes (NEURON_PREFIX_CACHING; default true)");
   opt("--served-model-name", "The name clients use for the one --model, echoed in responses (NEURON_SERVED_MODEL_NAME; "
                              "per model: name= in its --model spec)");
+  opt("--task", "What the one --model serves: generate, embed (/v1/embeddings) or rerank (/v1/rerank, /v1/score); "
+                "default: detected (a sentence-transformers folder embeds, a name with 'reranker' reranks; per model: "
+                "task= in its --model spec)");
+  opt("--pooling", "With --task embed on a generative model: last or mean (per model: pooling= in its --model spec)");
   opt("--keep-alive", "How long a model stays loaded after its last request: '5m', '30s', seconds, 0 = unload at once, "
                       "negative = never (NEURON_KEEP_ALIVE; default never; a load's keep_alive overrides it)");
   opt("--cpu-activations", "auto|f32|bf16|int8: how far the CPU products may round the activations: auto (default): "
@@ -298,6 +311,8 @@ Run setup(CLI::App& sub) {
     if (sub.count("--load-on-request") > 0) flags->load_on_request = "1";
     flags->keep_alive = given("--keep-alive");
     flags->served_model_name = given("--served-model-name");
+    flags->task = given("--task");
+    flags->pooling = given("--pooling");
     flags->io_threads = given("--io-threads");
     flags->max_connections = given("--max-connections");
     flags->header_timeout_ms = given("--header-timeout-ms");

@@ -13,6 +13,7 @@ Batcher::Batcher(backend::ModelRunner& runner, BatcherOptions options)
     : runner_(runner),
       max_context_(runner.max_context()),
       vocab_(runner.config().vocab_size),
+      hidden_size_(runner.config().hidden_size),
       blocks_(runner.kv_pool().num_blocks, runner.kv_pool().block_size, options.prefix_caching),
       scheduler_(blocks_, options.scheduler) {}
 
@@ -109,24 +110,55 @@ StepStats Batcher::step() {
   if (plan.empty()) return stats;
 
   // A plain greedy, unconstrained sequence that wants no logprobs takes its pick from the runner (made on the device: one
-  // id copied back instead of a [vocab] row); the others sample their logits row here.
+  // id copied back instead of a [vocab] row); the others sample their logits row here. Prefill-only sequences ask for
+  // hidden rows (embeddings) or, at their last token, a logits row (scores).
   batch_.clear();
   std::vector<Sequence*> sampled, greedy;  // in batch order within each kind
+  std::vector<std::int64_t> sampled_rows;  // [sampled] each one's row of the logits output
+  struct Scored {
+    Sequence* seq;
+    std::int64_t row;  // of the logits output
+  };
+  std::vector<Scored> scored;
+  struct Pooled {
+    Sequence* seq;
+    std::int64_t first_row, rows;  // of the hidden output
+    bool restart;                  // the chunk starts at position 0: the sum starts over (a preempted sequence recomputes)
+  };
+  std::vector<Pooled> pooled;
+  std::vector<Sequence*> prefilled;  // prefill-only sequences whose prompt this step completes
+  std::int64_t logit_row = 0, hidden_row = 0;
   for (const ScheduledSequence& p : plan.seqs) {
     Sequence& s = *p.seq;
     const auto tokens = std::span<const std::int32_t>(s.tokens).subspan(static_cast<std::size_t>(s.computed),
                                                                         static_cast<std::size_t>(p.num_new));
     backend::LogitsWanted want = backend::LogitsWanted::none;
-    if (p.sample && s.sampler().plain_greedy() && s.params().top_logprobs < 0 && !s.matcher()) {
+    const PrefillOutput output = s.params().output;
+    if (output != PrefillOutput::none) {
+      if (output == PrefillOutput::hidden_mean) {
+        want = backend::LogitsWanted::hidden_all;
+        pooled.push_back({p.seq, hidden_row, p.num_new, s.computed == 0});
+        hidden_row += p.num_new;
+      } else if (p.sample && output == PrefillOutput::hidden_last) {
+        want = backend::LogitsWanted::hidden_last;
+        pooled.push_back({p.seq, hidden_row, 1, true});
+        hidden_row += 1;
+      } else if (p.sample) {
+        want = backend::LogitsWanted::last;
+        scored.push_back({p.seq, logit_row++});
+      }
+      if (p.sample) prefilled.push_back(p.seq);
+    } else if (p.sample && s.sampler().plain_greedy() && s.params().top_logprobs < 0 && !s.matcher()) {
       want = backend::LogitsWanted::argmax;
       greedy.push_back(p.seq);
     } else if (p.sample) {
       want = backend::LogitsWanted::last;
       sampled.push_back(p.seq);
+      sampled_rows.push_back(logit_row++);
     }
     batch_.add(tokens, s.computed, s.blocks, want);
   }
-  const auto rows = static_cast<std::int64_t>(sampled.size());
+  const std::int64_t rows = logit_row;
   if (rows > logits_rows_) {  // grows to the widest step seen, at least max_num_seqs rows
     logits_rows_ = std::max<std::int64_t>(rows, scheduler_.options().max_num_seqs);
     logits_.reset();
@@ -134,10 +166,39 @@ StepStats Batcher::step() {
   }
   const std::span<float> logits(logits_.get(), static_cast<std::size_t>(rows * vocab_));
   device_picks_.assign(greedy.size(), -1);
-  runner_.step(batch_, logits, device_picks_);
+  hidden_.resize(static_cast<std::size_t>(hidden_row * hidden_size_));
+  runner_.step(batch_, logits, device_picks_, hidden_);
   scheduler_.complete(plan);
   stats.seqs = static_cast<std::int32_t>(plan.seqs.size());
   stats.tokens = plan.num_tokens;
+
+  // Prefill-only sequences: pool their hidden rows, keep their scored logits, and end the complete ones.
+  const auto hid = static_cast<std::size_t>(hidden_size_);
+  for (const Pooled& p : pooled) {
+    Sequence& s = *p.seq;
+    const float* rows_at = hidden_.data() + static_cast<std::size_t>(p.first_row) * hid;
+    if (s.params().output == PrefillOutput::hidden_last) {
+      s.output.assign(rows_at, rows_at + hid);
+      continue;
+    }
+    if (p.restart) s.hidden_sum.assign(hid, 0.0);
+    NEURON_ASSERT(s.hidden_sum.size() == hid);
+    for (std::int64_t r = 0; r < p.rows; ++r)
+      for (std::size_t c = 0; c < hid; ++c) s.hidden_sum[c] += rows_at[static_cast<std::size_t>(r) * hid + c];
+  }
+  for (const Scored& sc : scored) {
+    const float* row = logits.data() + static_cast<std::size_t>(sc.row) * static_cast<std::size_t>(vocab_);
+    sc.seq->output.clear();
+    for (const std::int32_t id : sc.seq->params().output_ids) sc.seq->output.push_back(row[id]);
+  }
+  for (Sequence* s : prefilled) {
+    if (s->params().output == PrefillOutput::hidden_mean) {
+      // Every position was computed here (no prefix reuse for mean pooling), so the sum has len() rows.
+      s->output.resize(hid);
+      for (std::size_t c = 0; c < hid; ++c) s->output[c] = static_cast<float>(s->hidden_sum[c] / s->len());
+    }
+    finish(*s, FinishReason::stop);
+  }
 
   // Sample every row in parallel (each sequence owns its sampler and history).
   picks_.assign(sampled.size(), -1);
@@ -148,7 +209,8 @@ StepStats Batcher::step() {
   for (std::int64_t i = 0; i < n; ++i) {
     try {
       Sequence& s = *sampled[static_cast<std::size_t>(i)];
-      const auto row = logits.subspan(static_cast<std::size_t>(i * vocab_), static_cast<std::size_t>(vocab_));
+      const auto row = logits.subspan(static_cast<std::size_t>(sampled_rows[static_cast<std::size_t>(i)] * vocab_),
+                                      static_cast<std::size_t>(vocab_));
       const std::int32_t top_n = s.params().top_logprobs;
       // The sampler's penalties rewrite the row in place; logprobs are of the raw one.
       thread_local std::vector<float> raw;  // [vocab] a copy of the row, for sequences that want logprobs

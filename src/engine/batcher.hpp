@@ -10,7 +10,9 @@
 // cancellation). A sequence with a grammar samples from its matcher's mask
 // (computed in the same parallel loop), advances the matcher by the sampled
 // token, and ends ("stop") when the grammar is done. A finished sequence's blocks go back to the pool at once
-// (full ones stay cached for reuse).
+// (full ones stay cached for reuse). A prefill-only sequence (engine/prefill_output.hpp) samples nothing: its
+// hidden rows are pooled here (last token, or the mean over every token) or its scored logits kept, into
+// Sequence::output, and it ends ("stop") in the step that computes its last prompt token.
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -72,12 +74,14 @@ class Batcher {
   backend::ModelRunner& runner_;
   std::int32_t max_context_;
   std::int64_t vocab_;
+  std::int64_t hidden_size_;
   BlockManager blocks_;
   Scheduler scheduler_;
   backend::Batch batch_;             // reused between steps
   backend::HostFloats logits_;       // [logits_rows_, vocab] f32 from runner.alloc_logits (pinned on CUDA)
   std::int64_t logits_rows_ = 0;
   std::vector<std::int32_t> device_picks_;  // [argmax sequences] greedy picks the runner made
+  std::vector<float> hidden_;               // [hidden rows, hidden] f32 final-norm rows of prefill-only sequences
   std::vector<std::int32_t> picks_;         // [sampling sequences] the tokens sampled this step on the host
   std::vector<std::optional<model::TokenLogprobs>> picked_logprobs_;  // [sampling sequences] set for rows that asked
 };

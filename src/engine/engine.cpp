@@ -113,7 +113,9 @@ struct Engine::State {
                              .stop_ids = state.stop_ids,
                              .ignore_eos = request.ignore_eos,
                              .top_logprobs = request.top_logprobs,
-                             .grammar = request.grammar},
+                             .grammar = request.grammar,
+                             .output = request.output,
+                             .output_ids = request.output_ids},
               *this) {
       done.kind = Event::Kind::done;
       done.choice = choice;
@@ -204,7 +206,9 @@ void Engine::State::Job::push_delta(TextChunk chunk) {
 }
 
 void Engine::State::Job::on_finish(FinishReason reason) {
-  if (reason == FinishReason::stop && first) {
+  const bool prefill_only = request.output != PrefillOutput::none;
+  if (prefill_only && reason == FinishReason::stop) done.output = std::move(seq.output);
+  if (reason == FinishReason::stop && first && !prefill_only) {
     // An EOS as the very first token: still a first token for the latency books.
     first = false;
     const double ttft_s = seconds_between(submitted, Clock::now());
@@ -467,10 +471,29 @@ std::shared_ptr<Channel> Engine::submit(CompletionRequest request) {
                                        ", outside the vocabulary [0, " + std::to_string(s.vocab) + ")");
     }
   }
+  const bool prefill_only = request.output != PrefillOutput::none;
+  if (prefill_only) {
+    // Nothing is sampled: the prompt alone takes positions, one sequence.
+    if (request.n != 1) fail(errc::invalid_argument, "n must be 1 for an embedding or score request");
+    if (request.output == PrefillOutput::logits && request.output_ids.empty())
+      fail(errc::invalid_argument, "a score request names no vocabulary ids to score");
+    for (const std::int32_t id : request.output_ids)
+      if (id < 0 || id >= s.vocab)
+        fail(errc::invalid_argument, "scored token id " + std::to_string(id) + " is outside the vocabulary");
+    request.max_tokens = 1;
+    request.grammar = nullptr;
+    request.top_logprobs = -1;
+    request.stop.clear();
+    request.sampling = {};
+  }
   if (request.max_tokens < 1) {
     fail(errc::invalid_argument, "max_tokens must be at least 1, got " + std::to_string(request.max_tokens));
   }
-  const std::int64_t needed = static_cast<std::int64_t>(request.prompt.size()) + request.max_tokens;
+  const std::int64_t generated = prefill_only ? 0 : request.max_tokens;
+  const std::int64_t needed = static_cast<std::int64_t>(request.prompt.size()) + generated;
+  if (prefill_only && needed > s.max_context)
+    fail(errc::context_length_exceeded, "this model's context is " + std::to_string(s.max_context) +
+                                            " tokens, but the input has " + std::to_string(request.prompt.size()));
   if (needed > s.max_context) {
     fail(errc::context_length_exceeded,
          "this model's context is " + std::to_string(s.max_context) + " tokens, but the prompt has " +

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "chat/formatter.hpp"
+#include "engine/model_task.hpp"
 #include "grammar/cache.hpp"
 #include "model/config.hpp"
 #include "tokenizer/tokenizer.hpp"
@@ -20,6 +21,7 @@ struct ModelAssets {
   model::ModelConfigs configs;              // config.json + generation_config.json (sampling defaults, EOS ids)
   std::filesystem::path dir;                // the resolved model directory (or .gguf file)
   std::shared_ptr<grammar::GrammarCache> grammars;  // constrained decoding: compiled constraints for this vocabulary
+  TaskSetup task;  // what it serves (generate, embed with its pooling, rerank); set by the registry at load
 };
 
 // Reads a model directory's tokenizer.json (required), tokenizer_config.json

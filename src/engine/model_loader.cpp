@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "dist/communicator.hpp"
+#include "engine/model_task.hpp"
 #include "io/gguf.hpp"
 #include "io/safetensors.hpp"
 #include "model/config.hpp"
@@ -137,7 +138,11 @@ void check_host_memory(const LoadPlan& plan) {
 
 std::unique_ptr<backend::ModelRunner> open_runner(const LoadOptions& options) {
   const auto configs = model::load_model_configs(options.model_dir);
-  const model::ModelConfig& cfg = configs.model;
+  model::ModelConfig cfg = configs.model;
+  const TaskSetup setup = resolve_task(options.model_dir, options.task, options.pooling, options.model_id);
+  if (setup.task == ModelTask::embed && !cfg.tie_word_embeddings &&
+      !io::Checkpoint::open_files(io::checkpoint_files(options.model_dir)).find("lm_head.weight"))
+    cfg.tie_word_embeddings = true;  // no LM head to load: an embedder reads only the final norm's rows
   const int n = options.tensor_parallel;
   const LoadPlan plan = plan_load(options, cfg);
   const auto& devices = plan.devices;

@@ -26,6 +26,9 @@ struct LoadOptions {
   backend::Device device;           // every rank's device unless `devices` is given
   std::vector<int> devices;         // CUDA ordinals: one per rank, or one shared by all ranks
   std::int32_t max_context = 0;     // 0: min(max_position_embeddings, the positions the KV budget holds)
+  // The spec's task and pooling (engine/model_task.hpp's resolve_task): an embedder's checkpoint may lack an
+  // LM head (Qwen3-Embedding as released), which it never uses.
+  std::optional<std::string> task, pooling;
   backend::KvBudget kv_budget;      // the KV pool's size on each rank (backend/model_runner.hpp)
   std::int32_t kv_block_size = 0;   // 0: backend::kDefaultKvBlockSize
   std::optional<quant::GgmlType> quantize;  // quantize-at-load (q8_0, q4_k, q6_k; fp8 on CUDA); see backend::RunnerOptions

@@ -321,8 +321,10 @@ Registry::State::Built Registry::State::build(const LoadOptions& load, const Eng
     } catch (...) {
       runner_error = std::current_exception();
     }
-    out.assets = std::make_shared<const ModelAssets>(pending_assets.get());
+    ModelAssets assets = pending_assets.get();
     if (runner_error) std::rethrow_exception(runner_error);
+    assets.task = resolve_task(load.model_dir, load.task, load.pooling, load.model_id);
+    out.assets = std::make_shared<const ModelAssets>(std::move(assets));
     EngineOptions options = engine_options;
     if (options.max_batch_tokens <= 0)
       options.max_batch_tokens = load.device.is_cuda() ? kDefaultGpuBatchTokens : kDefaultCpuBatchTokens;
@@ -670,6 +672,8 @@ ModelInfo Registry::load(const ModelSpec& spec, bool wait) {
   }
   load.devices = spec.devices;
   load.max_context = spec.max_context;
+  load.task = spec.task;
+  load.pooling = spec.pooling;
   load.kv_budget = s.options.kv_budget;
   load.step_timeout = s.options.step_timeout;
   load.worker_binary = s.options.worker_binary;
@@ -698,6 +702,7 @@ ModelInfo Registry::load(const ModelSpec& spec, bool wait) {
     load.quantize = quantize_for(load.model_dir, quant, id == load.model_dir.string());
     // Shape problems answer now, not from the background thread.
     const model::ModelConfigs configs = model::load_model_configs(load.model_dir);
+    resolve_task(load.model_dir, load.task, load.pooling, id);  // a bad task or pooling answers now
     // Split, max_context, KV budget and host memory answer now (507 when it cannot fit).
     check_host_memory(plan_load(load, configs.model));
   }

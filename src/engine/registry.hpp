@@ -64,6 +64,9 @@ struct ModelSpec {
   std::int32_t max_context = 0;    // 0: max_position_embeddings, bounded by what the KV budget holds
   std::optional<std::chrono::milliseconds> keep_alive;  // idle time before unload; negative never; unset: RegistryOptions
   std::string served_name;         // another name clients use for it, echoed in responses; empty: none
+  // What it serves (engine/model_task.hpp): generate | embed | rerank; unset: detected from the checkpoint.
+  std::optional<std::string> task;
+  std::optional<std::string> pooling;  // task embed: last | mean (a sentence-transformers folder names its own)
 };
 
 enum class ModelStatus { loading, loaded, failed, reloading };

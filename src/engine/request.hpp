@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/prefill_output.hpp"
 #include "model/logprobs.hpp"
 #include "grammar/matcher.hpp"
 #include "model/sampler.hpp"
@@ -35,6 +36,12 @@ struct CompletionRequest {
   // Constrained decoding (response_format, tool_choice): compiled for this
   // model's vocabulary (grammar/cache.hpp); null: unconstrained.
   std::shared_ptr<const grammar::CompiledGrammar> grammar;
+  // A prefill-only request (embeddings, scores: engine/prefill_output.hpp):
+  // not none means nothing is sampled (max_tokens, sampling, stop, n, grammar
+  // and logprobs are ignored; n must be 1) and the done event carries
+  // `output`. output_ids: the vocabulary ids whose logits `logits` returns.
+  PrefillOutput output = PrefillOutput::none;
+  std::vector<std::int32_t> output_ids;
 };
 
 inline constexpr std::int32_t kMaxChoices = 16;
@@ -66,6 +73,7 @@ struct Event {
   std::string error_kind;       // error: an errc kind
   std::string error_message;    // error
   double time_to_first_token_ms = 0;  // done: from submit to the first sampled token (queue wait included)
+  std::vector<float> output;    // done, prefill-only request: its result (PrefillOutput's shape)
 };
 
 // Single-producer (engine thread) / single-consumer (HTTP side) queue of events.

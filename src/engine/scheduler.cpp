@@ -31,8 +31,10 @@ void Scheduler::preempt(Sequence& seq) {
 
 void Scheduler::take_prefix(Sequence& seq) {
   NEURON_ASSERT(seq.blocks.empty() && seq.computed == 0);
-  // At least the last token is computed: its logits pick the next token.
-  seq.blocks = blocks_.match_prefix(seq.tokens, seq.len() - 1);
+  // At least the last token is computed: its logits pick the next token. Mean pooling needs every token's
+  // hidden state, so such a sequence computes all of them.
+  const bool every_row = seq.params().output == PrefillOutput::hidden_mean;
+  seq.blocks = blocks_.match_prefix(seq.tokens, every_row ? 0 : seq.len() - 1);
   seq.computed = static_cast<std::int32_t>(seq.blocks.size()) * blocks_.block_size();
   seq.registered = static_cast<std::int32_t>(seq.blocks.size());
   if (seq.cached_prompt_tokens < 0) seq.cached_prompt_tokens = std::min(seq.computed, seq.prompt_len());

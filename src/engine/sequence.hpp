@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/prefill_output.hpp"
 #include "model/logprobs.hpp"
 #include "grammar/matcher.hpp"
 #include "model/sampler.hpp"
@@ -31,6 +32,11 @@ struct SequenceParams {
   // this grammar are sampled; EOS only once it is complete, and the sequence
   // ends ("stop") as soon as nothing may follow. Null: unconstrained.
   std::shared_ptr<const grammar::CompiledGrammar> grammar;
+  // Not none: a prefill-only sequence (engine/prefill_output.hpp); the
+  // Batcher fills Sequence::output and finishes it ("stop") once its prompt is
+  // computed. output_ids: the ids whose logits `logits` keeps.
+  PrefillOutput output = PrefillOutput::none;
+  std::vector<std::int32_t> output_ids;
 };
 
 // What a sequence's owner hears, on the engine thread, in order: on_token for
@@ -65,6 +71,9 @@ class Sequence {
   // The token being accepted's logprobs (model/logprobs.hpp), set by the
   // Batcher before the observer hears on_token when params().top_logprobs >= 0.
   std::optional<model::TokenLogprobs> sampled_logprobs;
+  // A prefill-only sequence's result, set before its observer hears on_finish(stop).
+  std::vector<float> output;
+  std::vector<double> hidden_sum;  // hidden_mean: [hidden] the sum of the rows computed so far (restarts at position 0)
 
   std::int32_t prompt_len() const noexcept { return static_cast<std::int32_t>(params_.prompt.size()); }
   std::int32_t len() const noexcept { return static_cast<std::int32_t>(tokens.size()); }

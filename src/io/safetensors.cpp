@@ -224,6 +224,13 @@ Checkpoint Checkpoint::open_files(const std::vector<std::filesystem::path>& file
         fail(errc::bad_model, "tensor '" + name + "' appears in more than one shard (again in " + f.string() + ")");
     }
   }
+  // A bare decoder saved on its own (sentence-transformers' Qwen3-Embedding: Qwen3Model's tensors, no lm_head)
+  // names its tensors without the causal LM's `model.` prefix: they answer to the prefixed names.
+  if (c.index_.count("embed_tokens.weight") && !c.index_.count("model.embed_tokens.weight")) {
+    std::map<std::string, const TensorView*> prefixed;
+    for (const auto& [name, view] : c.index_) prefixed.emplace(name.starts_with("lm_head.") ? name : "model." + name, view);
+    c.index_ = std::move(prefixed);
+  }
   return c;
 }
 

@@ -61,7 +61,10 @@ class Checkpoint {
   // A directory with model.safetensors or model.safetensors.index.json.
   static Checkpoint open_dir(const std::filesystem::path& dir);
   // An explicit file list (what the TP wire protocol carries): safetensors
-  // shards, or exactly one .gguf file.
+  // shards, or exactly one .gguf file. A bare decoder's tensors (no `model.`
+  // prefix: `embed_tokens.weight`, `layers.N...`, `norm.weight`, as
+  // sentence-transformers saves Qwen3-Embedding) are found under the prefixed
+  // names the families use.
   static Checkpoint open_files(const std::vector<std::filesystem::path>& files);
 
   // Throws Error{not_found} naming the tensor.

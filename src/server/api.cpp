@@ -1,6 +1,7 @@
 #include "server/api.hpp"
 
 #include <algorithm>
+#include <deque>
 #include <filesystem>
 #include <thread>
 #include <variant>
@@ -534,6 +535,11 @@ Api::Api(engine::Registry& registry, ApiOptions options)
   router_.add_prefix("DELETE", "/v1/responses/", "/v1/responses/{id}", bind(&Api::delete_response));
   router_.add("POST", "/v1/messages", bind(&Api::messages));
   router_.add("POST", "/v1/messages/count_tokens", bind(&Api::count_message_tokens));
+  router_.add("POST", "/v1/embeddings", bind(&Api::embeddings));
+  router_.add("POST", "/v1/rerank", bind(&Api::rerank));
+  router_.add("POST", "/rerank", bind(&Api::rerank));
+  router_.add("POST", "/v2/rerank", bind(&Api::rerank));
+  router_.add("POST", "/v1/score", bind(&Api::score));
   router_.add("POST", "/tokenize", bind(&Api::tokenize));
   router_.add("POST", "/detokenize", bind(&Api::detokenize));
   router_.add("GET", "/metrics", bind(&Api::render_metrics));
@@ -587,13 +593,24 @@ std::size_t Api::in_flight() const {
   return active_.size();
 }
 
+namespace {
+// What a loaded model serves (engine/model_task.hpp), for /v1/models; null while unknown.
+json task_json(const engine::Registry& registry, const std::string& model_id) {
+  try {
+    if (const auto assets = registry.assets(model_id)) return engine::task_name(assets->task.task);
+  } catch (const Error&) {
+  }
+  return nullptr;
+}
+}  // namespace
+
 HttpResponse Api::openai_models(const HttpRequest&) {
   json data = json::array();
   for (const auto& m : registry_.list()) {
     if (m.status != engine::ModelStatus::loaded) continue;
     // The name clients send (ModelInfo::name: served name, else the id it was loaded by), never a path.
     data.push_back({{"id", m.name}, {"object", "model"}, {"created", unix_seconds(m.created)}, {"owned_by", "neuron"},
-                    {"max_model_len", m.max_context}});
+                    {"max_model_len", m.max_context}, {"task", task_json(registry_, m.model_id)}});
   }
   return json_response({{"object", "list"}, {"data", data}});
 }
@@ -604,7 +621,7 @@ HttpResponse Api::openai_model(const HttpRequest& request) {
   if (!info || info->status != engine::ModelStatus::loaded)
     throw FieldError("model", "model '" + id + "' does not exist or is not loaded", http_errc::model_not_found);
   return json_response({{"id", info->name}, {"object", "model"}, {"created", unix_seconds(info->created)}, {"owned_by", "neuron"},
-                        {"max_model_len", info->max_context}});
+                        {"max_model_len", info->max_context}, {"task", task_json(registry_, id)}});
 }
 
 HttpResponse Api::render_metrics(const HttpRequest&) {
@@ -907,6 +924,11 @@ std::shared_ptr<Api::Generation> Api::submit(const OpenAiRequest& req, const Htt
   const std::string model = load_on_request(resolve_model_name(req.model));
   auto engine = engine_for(model);
   auto assets = assets_for(model);
+  if (assets->task.task != engine::ModelTask::generate)
+    throw FieldError("model", "model '" + display_name(model) + "' serves task " + std::string(engine::task_name(assets->task.task)) +
+                                  ", not generation: use " +
+                                  (assets->task.task == engine::ModelTask::embed ? "/v1/embeddings" : "/v1/rerank or /v1/score") +
+                                  ", or load a generative model (task generate)");
 
   engine::CompletionRequest cr;
   const std::string prompt_param = !req.prompt_param.empty() ? req.prompt_param : chat ? "messages" : "prompt";
@@ -1010,6 +1032,58 @@ std::optional<Turn> Api::collect(Generation& gen, const HttpRequest& request, bo
       next_probe = Clock::now() + kProbeEvery;
     }
   }
+}
+
+std::optional<Api::PrefillResult> Api::run_prefill(const std::string& model, engine::Engine& engine,
+                                                   std::vector<engine::CompletionRequest> inputs, const HttpRequest& request) {
+  const std::size_t window =
+      std::min(inputs.size(), static_cast<std::size_t>(std::max<std::int32_t>(1, engine.options().max_num_seqs)));
+  const std::size_t capacity = engine.options().queue_depth + static_cast<std::size_t>(engine.options().max_num_seqs);
+  const auto ticket = admission_.enter(display_name(model),
+                                       principal_of(request.header("x-helexa-account-id"), request.header("x-helexa-key-id")),
+                                       window, capacity);
+  struct InFlight {
+    std::size_t index;
+    std::shared_ptr<engine::Channel> channel;
+    std::unique_ptr<Tracker> tracker;
+  };
+  // Whatever ends this call early (an error, the client leaving) stops the inputs still in the engine.
+  struct CancelRest {
+    std::deque<InFlight> flying;
+    ~CancelRest() {
+      for (InFlight& f : flying) f.channel->cancel();
+    }
+  } rest;
+  const Labels model_label{{"model", model}};
+  PrefillResult out;
+  out.outputs.resize(inputs.size());
+  std::size_t next = 0;
+  auto next_probe = Clock::now() + kProbeEvery;
+  while (next < inputs.size() || !rest.flying.empty()) {
+    for (; next < inputs.size() && rest.flying.size() < window; ++next) {
+      auto channel = engine.submit(std::move(inputs[next]));
+      rest.flying.push_back({next, channel, std::make_unique<Tracker>(*this, channel)});
+    }
+    InFlight& oldest = rest.flying.front();
+    if (auto e = oldest.channel->next(kProbeEvery); e && e->kind != engine::Event::Kind::delta) {
+      if (e->kind == engine::Event::Kind::error) throw Error(e->error_kind, e->error_message);
+      if (e->finish_reason != "stop") throw Error(errc::cancelled, "the request was cancelled (" + e->finish_reason + ")");
+      if (e->output.empty()) throw Error(errc::internal, "internal error: a prefill-only request ended without its output");
+      out.outputs[oldest.index] = std::move(e->output);
+      out.prompt_tokens += e->usage.prompt_tokens;
+      metrics_.inc("neuron_prompt_tokens_total", model_label, e->usage.prompt_tokens);
+      rest.flying.pop_front();
+    }
+    // Checked between inputs too, so a request of many quick inputs still sees its client leave.
+    if (request.client_gone && Clock::now() >= next_probe) {
+      if (request.client_gone()) {
+        metrics_.inc("neuron_requests_cancelled_total", model_label);
+        return std::nullopt;
+      }
+      next_probe = Clock::now() + kProbeEvery;
+    }
+  }
+  return out;
 }
 
 HttpResponse Api::stream(std::shared_ptr<Generation> gen, std::unique_ptr<TurnShaper> shaper) {

@@ -110,6 +110,20 @@ class Api {
   HttpResponse render_metrics(const HttpRequest&);
   HttpResponse version(const HttpRequest&);
 
+  // Prefill-only routes (server/embeddings_api.cpp): /v1/embeddings, /v1/rerank (also /rerank, /v2/rerank), /v1/score.
+  HttpResponse embeddings(const HttpRequest&);
+  HttpResponse rerank(const HttpRequest&);
+  HttpResponse score(const HttpRequest&);
+  struct PrefillResult {
+    std::vector<std::vector<float>> outputs;  // [inputs] each input's Event::output, in input order
+    std::int64_t prompt_tokens = 0;           // over every input
+  };
+  // Runs each request (a prefill-only CompletionRequest: engine/prefill_output.hpp) on `model`'s engine,
+  // at most max_num_seqs of them in flight, admitted for `request`'s principal and tracked for shutdown like a
+  // generation. nullopt: the client left (the rest are cancelled). An engine error is thrown as Error.
+  std::optional<PrefillResult> run_prefill(const std::string& model, engine::Engine& engine,
+                                           std::vector<engine::CompletionRequest> inputs, const HttpRequest& request);
+
   HttpResponse generate(const HttpRequest& request, bool chat);
   // The generation core, shared by every generating route.
   // submit: renders (chat) or encodes the prompt, compiles its constraint,

@@ -89,7 +89,7 @@ std::vector<int> cuda_ordinals(const engine::ModelInfo& m) {
 // text), and the flags; `list` rides along as "features".
 struct Capabilities {
   std::vector<std::string> modalities;  // "text"
-  std::vector<std::string> list;        // "completion", "chat", "tools", "reasoning"
+  std::vector<std::string> list;        // "completion", "chat", "tools", "reasoning"; "embeddings"; "rerank", "score"
   bool tool_call = false;               // the chat template shows the model a tool-call syntax
   bool reasoning = false;               // the vocabulary has <think>: reasoning is split out
 };
@@ -98,6 +98,16 @@ Capabilities capabilities_of(const engine::ModelAssets* assets) {
   Capabilities c;
   if (!assets) return c;  // not loaded (yet): unknown, so none claimed
   c.modalities.push_back("text");
+  // An embedder or a reranker serves only its own routes (server/embeddings_api.cpp).
+  if (assets->task.task == engine::ModelTask::embed) {
+    c.list.push_back("embeddings");
+    return c;
+  }
+  if (assets->task.task == engine::ModelTask::rerank) {
+    c.list.push_back("rerank");
+    c.list.push_back("score");
+    return c;
+  }
   c.list.push_back("completion");
   if (assets->chat) c.list.push_back("chat");
   c.tool_call = assets->chat.has_value() && assets->chat->tool_call_format().has_value();
@@ -306,6 +316,7 @@ json model_entry(const engine::ModelInfo& m, const engine::Engine* engine, const
             {"reasoning", caps.reasoning},
             // Extra fields: neuron's own view.
             {"architecture", assets ? json(assets->configs.model.model_type) : json(nullptr)},
+            {"task", assets ? json(engine::task_name(assets->task.task)) : json(nullptr)},
             {"model_id", m.model_id},
             {"served_name", m.served_name.empty() ? json(nullptr) : json(m.served_name)},
             {"state", std::string(engine::to_string(m.status))},

@@ -4,6 +4,7 @@
 
 #include <sstream>
 
+#include "engine/model_task.hpp"
 #include "server/api_error.hpp"
 #include "server/keep_alive.hpp"
 #include "util/json_parse.hpp"
@@ -82,6 +83,19 @@ LoadRequest parse_load_request(const json& body) {
     if (!quant->is_string()) throw FieldError("quant", "'quant' must be a string or null");
     r.spec.quant = quant->get<std::string>();
   }
+  for (const char* name : {"task", "pooling"}) {
+    const json* v = field(body, name);
+    if (!v) continue;
+    if (!v->is_string()) throw FieldError(name, std::string("'") + name + "' must be a string");
+    std::string value = v->get<std::string>();
+    if (std::string_view(name) == "task") {
+      if (!engine::parse_task(value)) throw FieldError(name, "'task' must be generate, embed or rerank");
+      r.spec.task = std::move(value);
+    } else {
+      if (!engine::parse_pooling(value)) throw FieldError(name, "'pooling' must be last or mean");
+      r.spec.pooling = std::move(value);
+    }
+  }
   if (const json* mc = field(body, "max_context")) r.spec.max_context = small_int(*mc, "max_context", 0, 1 << 24);
   if (const json* keep_alive = field(body, "keep_alive")) {
     try {
@@ -149,6 +163,8 @@ engine::ModelSpec parse_model_spec_text(const std::string& text) {
         if (key == "tp" || key == "tensor_parallel") j["tensor_parallel"] = as_int("tensor_parallel");
         else if (key == "device") j["device"] = value;
         else if (key == "quant") j["quant"] = value;
+        else if (key == "task") j["task"] = value;
+        else if (key == "pooling") j["pooling"] = value;
         else if (key == "max_context") j["max_context"] = as_int("max_context");
         else if (key == "keep_alive") j["keep_alive"] = value;
         else if (key == "name" || key == "served_model_name") j["served_model_name"] = value;

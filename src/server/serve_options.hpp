@@ -58,6 +58,7 @@ struct ServeFlags {
   std::optional<std::string> max_num_seqs, max_batch_tokens, kv_cache_bytes, gpu_memory_fraction, prefix_caching;
   std::optional<std::string> auto_reload;  // "0" from --no-auto-reload
   std::optional<std::string> keep_alive, served_model_name;
+  std::optional<std::string> task, pooling;  // --task, --pooling: the one --model's (engine/model_task.hpp)
   std::optional<std::string> load_on_request;  // "1" from --load-on-request
   std::optional<std::string> allowed_origins, cpu_activations;
   std::optional<std::string> io_threads, max_connections, header_timeout_ms, idle_timeout_ms, write_timeout_ms;

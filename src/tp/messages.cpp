@@ -64,9 +64,11 @@ std::vector<std::int32_t> get_index_array(const ojson& j, std::string_view op, c
   return out;
 }
 
-// logits on the wire: 0 none, 1 last, 2 all, 3 argmax, LogitsWanted's own values.
+// logits on the wire: 0 none, 1 last, 2 all, 3 argmax, 4 hidden_last, 5 hidden_all, LogitsWanted's own values.
 static_assert(static_cast<int>(backend::LogitsWanted::none) == 0 && static_cast<int>(backend::LogitsWanted::last) == 1 &&
-              static_cast<int>(backend::LogitsWanted::all) == 2 && static_cast<int>(backend::LogitsWanted::argmax) == 3);
+              static_cast<int>(backend::LogitsWanted::all) == 2 && static_cast<int>(backend::LogitsWanted::argmax) == 3 &&
+              static_cast<int>(backend::LogitsWanted::hidden_last) == 4 &&
+              static_cast<int>(backend::LogitsWanted::hidden_all) == 5);
 
 // seqs: [[token_begin, num_tokens, position, block_begin, num_blocks, logits], ...], each span inside the batch's arrays.
 std::vector<backend::SequenceStep> get_seqs(const ojson& j, std::string_view op, std::size_t tokens,
@@ -88,7 +90,7 @@ std::vector<backend::SequenceStep> get_seqs(const ojson& j, std::string_view op,
     s.position = static_cast<std::int32_t>(get_int(e[2], op, name + ".position", 0, kI32Max));
     s.block_begin = static_cast<std::int32_t>(get_int(e[3], op, name + ".block_begin", 0, kI32Max));
     s.num_blocks = static_cast<std::int32_t>(get_int(e[4], op, name + ".num_blocks", 0, kI32Max));
-    s.logits = static_cast<backend::LogitsWanted>(get_int(e[5], op, name + ".logits", 0, 3));
+    s.logits = static_cast<backend::LogitsWanted>(get_int(e[5], op, name + ".logits", 0, 5));
     if (static_cast<std::size_t>(s.token_begin) + static_cast<std::size_t>(s.num_tokens) > tokens)
       bad(op, name, "tokens [" + std::to_string(s.token_begin) + ", " +
                         std::to_string(static_cast<std::int64_t>(s.token_begin) + s.num_tokens) + ") run past the " +

@@ -80,9 +80,10 @@ TpRunner::~TpRunner() {
   if (pool_) pool_->shutdown();
 }
 
-void TpRunner::run_step(const backend::Batch& batch, std::span<float> logits, std::span<std::int32_t> picks) {
+void TpRunner::run_step(const backend::Batch& batch, std::span<float> logits, std::span<std::int32_t> picks,
+                        std::span<float> hidden) {
   const auto comm0 = comm_->busy_ns();
-  pool_->round(StepRequest{.model_id = model_id_, .batch = batch}, "step_ok", [&] { own_->step(batch, logits, picks); },
+  pool_->round(StepRequest{.model_id = model_id_, .batch = batch}, "step_ok", [&] { own_->step(batch, logits, picks, hidden); },
                pool_->step_timeout());
   const RoundTiming& t = pool_->last_round();
   stats_.steps += 1;

@@ -70,7 +70,8 @@ class TpRunner final : public backend::ModelRunner {
   bool picks_on_device() const noexcept override { return true; }
 
  protected:
-  void run_step(const backend::Batch& batch, std::span<float> logits, std::span<std::int32_t> picks) override;
+  void run_step(const backend::Batch& batch, std::span<float> logits, std::span<std::int32_t> picks,
+                std::span<float> hidden) override;
 
  public:
   const model::ModelConfig& config() const noexcept override { return own_->config(); }

@@ -169,6 +169,27 @@ TEST(CudaStepInputs, StepsLongerThanAPassGoInPieces) {
   EXPECT_EQ(pass_picks(passes[0]) + pass_picks(passes[1]), 0);
 }
 
+TEST(CudaStepInputs, HiddenRowsComeFromEveryPieceOrTheLastAndNeverFromTheHead) {
+  const std::int32_t bs = 16;
+  const auto a = range(0, 3000), b = range(0, 2000);
+  Batch batch;
+  batch.add(a, 0, range(0, 188), LogitsWanted::hidden_all);
+  batch.add(b, 100, range(200, 132), LogitsWanted::hidden_last);
+  std::vector<std::vector<PassSeq>> passes;
+  split_passes(batch, bs, 4096, true, passes);
+  ASSERT_EQ(passes.size(), 2u);
+  EXPECT_EQ(pass_hidden_rows(passes[0]), 3000) << "a's every row; b's first piece is not its last";
+  EXPECT_EQ(passes[0][1].logits, LogitsWanted::none);
+  EXPECT_EQ(pass_hidden_rows(passes[1]), 1);
+  for (const auto& pass : passes) {
+    EXPECT_EQ(pass_rows(pass) + pass_picks(pass), 0) << "hidden rows take no LM head";
+    const PassPlan p = plan_pass(pass, 0);
+    EXPECT_TRUE(p.rows.empty() && p.picks.empty());
+  }
+  split_passes(batch, bs, 4096, false, passes);  // a worker
+  EXPECT_EQ(pass_hidden_rows(passes[0]) + pass_hidden_rows(passes[1]), 0);
+}
+
 TEST(CudaStepInputs, EagerHeadRowsAreLogitsRowsThenPicks) {
   const auto a = range(0, 5), b = range(10, 1), c = range(20, 3);
   const std::vector<std::int32_t> ta = {1}, tb = {2}, tc = {3};

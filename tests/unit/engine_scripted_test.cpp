@@ -73,7 +73,7 @@ class ScriptedRunner final : public backend::ModelRunner {
     config_ = model::load_model_configs(kTinyModel).model;
   }
 
-  void run_step(const backend::Batch& batch, std::span<float> logits, std::span<std::int32_t>) override {
+  void run_step(const backend::Batch& batch, std::span<float> logits, std::span<std::int32_t>, std::span<float>) override {
     backend::check_batch(batch, config_, pool_, max_context_, logits);
     std::size_t prompt_len;
     {
@@ -480,7 +480,7 @@ TEST(EngineScripted, ARunnerFailureFailsTheRequestsInTheStepAndPoisonsTheEngine)
   class Failing final : public backend::ModelRunner {
    public:
     Failing() { config_ = model::load_model_configs(kTinyModel).model; }
-    void run_step(const backend::Batch&, std::span<float>, std::span<std::int32_t>) override {
+    void run_step(const backend::Batch&, std::span<float>, std::span<std::int32_t>, std::span<float>) override {
       fail(errc::worker_failed, "rank 1 died");
     }
     const model::ModelConfig& config() const noexcept override { return config_; }

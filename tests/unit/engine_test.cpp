@@ -48,7 +48,7 @@ class FailingRunner final : public backend::ModelRunner {
  public:
   FailingRunner(std::unique_ptr<backend::ModelRunner> inner, int fail_at, std::string kind)
       : inner_(std::move(inner)), fail_at_(fail_at), kind_(std::move(kind)) {}
-  void run_step(const backend::Batch& batch, std::span<float> logits, std::span<std::int32_t>) override {
+  void run_step(const backend::Batch& batch, std::span<float> logits, std::span<std::int32_t>, std::span<float>) override {
     if (calls_++ == fail_at_) fail(kind_, "injected failure on step " + std::to_string(fail_at_));
     inner_->step(batch, logits);
   }

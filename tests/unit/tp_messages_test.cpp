@@ -57,8 +57,11 @@ TEST(TpMessages, RequestsHaveTheSeedsWireShapes) {
   step.batch.add(prompt, 0, prompt_blocks, backend::LogitsWanted::all);
   step.batch.add(next, 17, next_blocks, backend::LogitsWanted::last);
   step.batch.add(next, 3, prompt_blocks, backend::LogitsWanted::none);
-  expect_request_wire(step, R"({"op":"step","model_id":"m","tokens":[1,2,151935,9,9],)"
-                            R"("seqs":[[0,3,0,0,1,2],[3,1,17,1,2,1],[4,1,3,3,1,0]],"block_ids":[4,0,2,4]})");
+  step.batch.add(next, 5, prompt_blocks, backend::LogitsWanted::hidden_last);
+  step.batch.add(next, 6, prompt_blocks, backend::LogitsWanted::hidden_all);
+  expect_request_wire(step, R"({"op":"step","model_id":"m","tokens":[1,2,151935,9,9,9,9],)"
+                            R"("seqs":[[0,3,0,0,1,2],[3,1,17,1,2,1],[4,1,3,3,1,0],[5,1,5,4,1,4],[6,1,6,5,1,5]],)"
+                            R"("block_ids":[4,0,2,4,4,4]})");
   expect_request_wire(UnloadModelRequest{"m"}, R"({"op":"unload_model","model_id":"m"})");
   expect_request_wire(ShutdownRequest{}, R"({"op":"shutdown"})");
 }
@@ -157,7 +160,7 @@ TEST(TpMessages, MalformedStepsAreBadRequestsNamingTheField) {
       {step("[1]", "[[0,1,-1,0,1,1]]", "[0]"), "step.seqs[0].position"},
       {step("[1]", "[[0,1,0,-1,1,1]]", "[0]"), "step.seqs[0].block_begin"},
       {step("[1]", "[[0,1,0,0,-1,1]]", "[0]"), "step.seqs[0].num_blocks"},
-      {step("[1]", "[[0,1,0,0,1,4]]", "[0]"), "step.seqs[0].logits"},
+      {step("[1]", "[[0,1,0,0,1,6]]", "[0]"), "step.seqs[0].logits"},
       {step("[1]", "[[0,1,0,0,1,1.5]]", "[0]"), "step.seqs[0].logits"},
       {step("[1]", R"([[0,1,0,0,1,"last"]])", "[0]"), "step.seqs[0].logits"},
       {step("[1]", "[[0,1,2147483648,0,1,1]]", "[0]"), "step.seqs[0].position"},

@@ -252,9 +252,10 @@ class CpuRunner final : public ModelRunner, private model::BlockOps {
       for_each_stack(l, measure_walks);
   }
 
-  void run_step(const Batch& batch, std::span<float> logits, std::span<std::int32_t> picks) override {
+  void run_step(const Batch& batch, std::span<float> logits, std::span<std::int32_t> picks,
+                std::span<float> hidden_out) override {
     NEURON_ASSERT(picks.empty());  // picks_on_device() is false: the base class picks
-    check_batch(batch, cfg_, pool_shape_, max_context_, logits);
+    check_batch(batch, cfg_, pool_shape_, max_context_, logits, {}, hidden_out);
     const std::int64_t n = batch.num_tokens(), hidden = cfg_.hidden_size;
     place_tokens(batch);
     x_.resize(static_cast<std::size_t>(n * hidden));
@@ -264,6 +265,7 @@ class CpuRunner final : public ModelRunner, private model::BlockOps {
     for (std::int64_t l = 0; l < cfg_.num_hidden_layers; ++l) family_.layer(*this, cfg_, l);
     batch_ = nullptr;
     if (!logits.empty()) lm_head(batch, logits);
+    if (!hidden_out.empty()) hidden_rows(batch, hidden_out);
   }
 
   const model::ModelConfig& config() const noexcept override { return cfg_; }
@@ -425,8 +427,8 @@ class CpuRunner final : public ModelRunner, private model::BlockOps {
     std::int64_t rows = 0;
     xn_.resize(static_cast<std::size_t>(batch.logit_rows() * hidden));
     for (const SequenceStep& s : batch.seqs) {
-      if (s.logits == LogitsWanted::none) continue;
-      const std::int64_t take = s.logits == LogitsWanted::all ? s.num_tokens : 1;
+      const std::int64_t take = logit_rows_of(s);
+      if (take == 0) continue;
       const std::int64_t first = s.token_begin + s.num_tokens - take;
       rms_norm(x_.data() + first * hidden, take, hidden, hidden, final_norm_.data(), eps(), xn_.data() + rows * hidden,
                hidden);
@@ -434,6 +436,21 @@ class CpuRunner final : public ModelRunner, private model::BlockOps {
     }
     NEURON_ASSERT(static_cast<std::uint64_t>(rows * vocab) == logits.size());
     multiply(cfg_.tie_word_embeddings ? embed_ : lm_head_, xn_.data(), rows, hidden, hidden, logits.data(), vocab);
+  }
+
+  // The final norm alone over the rows the batch asks hidden states of, in sequence order ([rows, hidden] f32).
+  void hidden_rows(const Batch& batch, std::span<float> out) {
+    const std::int64_t hidden = cfg_.hidden_size;
+    std::int64_t rows = 0;
+    for (const SequenceStep& s : batch.seqs) {
+      const std::int64_t take = hidden_rows_of(s);
+      if (take == 0) continue;
+      const std::int64_t first = s.token_begin + s.num_tokens - take;
+      rms_norm(x_.data() + first * hidden, take, hidden, hidden, final_norm_.data(), eps(), out.data() + rows * hidden,
+               hidden);
+      rows += take;
+    }
+    NEURON_ASSERT(static_cast<std::uint64_t>(rows * hidden) == out.size());
   }
 
   model::ModelConfig cfg_;

@@ -11,7 +11,7 @@
 //                                                flash prefill for the others; one batch may mix both)
 //              delta = a Wo^T (f32), all-reduce; h = rmsnorm(x += delta)
 //              act = silu(gate) * up of h Wgu^T; delta = act Wdown^T (f32), all-reduce
-//   h = final_norm(x += delta); logits = h[rows asked for] Wlm^T (f32)
+//   h = final_norm(x += delta); logits = h[rows asked for] Wlm^T (f32); hidden rows: h[rows asked for] as f32
 // The KV pool is one allocation: per layer K and V, each [blocks + 1, hkv,
 // block_size, hd] bf16; block `kv_blocks` is a scratch block no sequence owns,
 // where the padding sequences of a CUDA graph write.
@@ -55,6 +55,7 @@
 #include "backend/cuda/quant_kernels.hpp"
 #include "backend/packed_weights.hpp"
 #include "backend/cuda/step_inputs.hpp"
+#include "tensor/dtype.hpp"
 #include "dist/communicator.hpp"
 #include "io/safetensors.hpp"
 #include "model/arch/block_ops.hpp"
@@ -189,7 +190,8 @@ class CudaRunner final : public ModelRunner, private model::BlockOps {
   MemoryStats memory() const override;
 
  protected:
-  void run_step(const Batch& batch, std::span<float> logits, std::span<std::int32_t> picks) override;
+  void run_step(const Batch& batch, std::span<float> logits, std::span<std::int32_t> picks,
+                std::span<float> hidden) override;
 
  private:
   struct Layer {
@@ -242,8 +244,12 @@ class CudaRunner final : public ModelRunner, private model::BlockOps {
     (*linear_)(x, n, w, y);
   }
   void all_reduce(float* data, std::size_t count);
-  // Runs one pass and writes its logits rows to `out` ([rows, vocab]) and its picks to `picks` ([picks]).
-  void run_pass(std::span<const PassSeq> seqs, std::span<float> out, std::span<std::int32_t> picks);
+  // Runs one pass and writes its logits rows to `out` ([rows, vocab]), its picks to `picks` ([picks]) and its
+  // final-norm hidden rows to `hidden` ([hidden rows, hidden] f32, from h_'s bf16).
+  void run_pass(std::span<const PassSeq> seqs, std::span<float> out, std::span<std::int32_t> picks,
+                std::span<float> hidden);
+  // Copies the pass's hidden rows out of h_ into `out` (waits for the stream).
+  void copy_hidden_rows(std::span<const PassSeq> seqs, std::span<float> out);
   void replay_graph(int graph, int split_bucket, const PassPlan& p, int splits, bool want_logits);
   // Greedy picks of `n` rows of logits_ (row ids on the device, or rows [first, first + n) when null) into
   // picks_dev_[at, at + n).
@@ -837,13 +843,34 @@ void CudaRunner::pick(const std::int32_t* dev_rows, int first, int n, int at) {
                        picks_dev_.data<std::int32_t>() + at, stream_.get());
 }
 
-void CudaRunner::run_pass(std::span<const PassSeq> seqs, std::span<float> out, std::span<std::int32_t> picks) {
+void CudaRunner::copy_hidden_rows(std::span<const PassSeq> seqs, std::span<float> out) {
+  const auto hid = static_cast<std::size_t>(hidden_);
+  thread_local std::vector<bf16_t> staged;  // [hidden rows, hidden] bf16 copied out of h_
+  staged.resize(out.size());
+  std::size_t row = 0, token = 0;  // rows written; the pass's first token of the current piece
+  for (const PassSeq& q : seqs) {
+    const std::size_t n = q.tokens.size();
+    const std::size_t take = q.logits == LogitsWanted::hidden_all ? n : q.logits == LogitsWanted::hidden_last ? 1 : 0;
+    if (take > 0)
+      NEURON_CUDA_CHECK(cudaMemcpyAsync(staged.data() + row * hid, h_.data<bf16_t>() + (token + n - take) * hid,
+                                        2 * take * hid, cudaMemcpyDeviceToHost, stream_.get()));
+    row += take;
+    token += n;
+  }
+  NEURON_ASSERT(row * hid == out.size());
+  stream_.synchronize();
+  std::transform(staged.begin(), staged.end(), out.begin(), [](bf16_t v) { return bf16_to_f32(v); });
+}
+
+void CudaRunner::run_pass(std::span<const PassSeq> seqs, std::span<float> out, std::span<std::int32_t> picks,
+                          std::span<float> hidden) {
   cudaStream_t s = stream_.get();
   const auto v = static_cast<std::size_t>(vocab_);
   bool decode_only = true;
   for (const PassSeq& q : seqs) decode_only = decode_only && q.tokens.size() == 1;
   int graph = -1;
-  if (decode_only && use_graphs_ && seqs.size() <= static_cast<std::size_t>(kMaxGraphBatch))
+  // Hidden rows come from an eager pass (a graph's LM head covers every row; hidden ones need none).
+  if (decode_only && hidden.empty() && use_graphs_ && seqs.size() <= static_cast<std::size_t>(kMaxGraphBatch))
     graph = static_cast<int>(std::lower_bound(kGraphLadder.begin(), kGraphLadder.end(), static_cast<int>(seqs.size())) -
                              kGraphLadder.begin());
   const PassPlan p = upload_pass(seqs, graph);
@@ -872,6 +899,7 @@ void CudaRunner::run_pass(std::span<const PassSeq> seqs, std::span<float> out, s
     return;
   }
   run_layers(p, decode_splits(p.n_decode, p.max_decode_ctx));
+  if (!hidden.empty()) copy_hidden_rows(seqs, hidden);  // before the LM head: h_ is its input, never its output
   // The LM head reads rows then picks (head_rows), kLogitRows at a time.
   const std::int32_t* dev_rows = step_in_.data<std::int32_t>() + p.layout.head_rows;
   std::vector<std::int32_t> head(p.rows);
@@ -907,20 +935,24 @@ HostFloats CudaRunner::alloc_logits(std::size_t count) const {
   return HostFloats(static_cast<float*>(p), HostFloatsDeleter{[](float* q) { (void)cudaFreeHost(q); }});
 }
 
-void CudaRunner::run_step(const Batch& batch, std::span<float> logits, std::span<std::int32_t> picks) {
-  check_batch(batch, cfg_, kv_pool(), max_ctx_, logits, picks);
+void CudaRunner::run_step(const Batch& batch, std::span<float> logits, std::span<std::int32_t> picks,
+                          std::span<float> hidden) {
+  check_batch(batch, cfg_, kv_pool(), max_ctx_, logits, picks, hidden);
   DeviceGuard g(device_.index);
   const auto v = static_cast<std::size_t>(vocab_);
-  split_passes(batch, block_size_, kMaxPassTokens, !logits.empty() || !picks.empty(), passes_);
-  std::size_t row = 0, picked = 0;  // logits rows and picks written so far
+  const auto hid = static_cast<std::size_t>(hidden_);
+  split_passes(batch, block_size_, kMaxPassTokens, !logits.empty() || !picks.empty() || !hidden.empty(), passes_);
+  std::size_t row = 0, picked = 0, hidden_row = 0;  // logits rows, picks and hidden rows written so far
   for (const std::vector<PassSeq>& pass : passes_) {
     const auto rows = static_cast<std::size_t>(pass_rows(pass));
     const auto n = static_cast<std::size_t>(pass_picks(pass));
-    run_pass(pass, logits.subspan(row * v, rows * v), picks.subspan(picked, n));
+    const auto h = static_cast<std::size_t>(pass_hidden_rows(pass));
+    run_pass(pass, logits.subspan(row * v, rows * v), picks.subspan(picked, n), hidden.subspan(hidden_row * hid, h * hid));
     row += rows;
     picked += n;
+    hidden_row += h;
   }
-  NEURON_ASSERT(row * v == logits.size() && picked == picks.size());
+  NEURON_ASSERT(row * v == logits.size() && picked == picks.size() && hidden_row * hid == hidden.size());
 }
 
 }  // namespace

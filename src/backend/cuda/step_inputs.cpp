@@ -158,8 +158,10 @@ void split_passes(const Batch& batch, std::int32_t block_size, int max_tokens, b
       piece.position = seq.position + done;
       const std::int64_t end = static_cast<std::int64_t>(piece.position) + n;
       piece.blocks = table.first(static_cast<std::size_t>((end + block_size - 1) / block_size));
-      if (want_logits && (seq.logits == LogitsWanted::all ||
-                          (last_piece && (seq.logits == LogitsWanted::last || seq.logits == LogitsWanted::argmax))))
+      const bool every_piece = seq.logits == LogitsWanted::all || seq.logits == LogitsWanted::hidden_all;
+      const bool last_only = seq.logits == LogitsWanted::last || seq.logits == LogitsWanted::argmax ||
+                             seq.logits == LogitsWanted::hidden_last;
+      if (want_logits && (every_piece || (last_piece && last_only)))
         piece.logits = seq.logits;
       passes.back().push_back(piece);
       room -= n;
@@ -181,6 +183,15 @@ std::int64_t pass_picks(std::span<const PassSeq> seqs) noexcept {
   std::int64_t picks = 0;
   for (const PassSeq& s : seqs) picks += s.logits == LogitsWanted::argmax ? 1 : 0;
   return picks;
+}
+
+std::int64_t pass_hidden_rows(std::span<const PassSeq> seqs) noexcept {
+  std::int64_t rows = 0;
+  for (const PassSeq& s : seqs) {
+    if (s.logits == LogitsWanted::hidden_last) rows += 1;
+    if (s.logits == LogitsWanted::hidden_all) rows += static_cast<std::int64_t>(s.tokens.size());
+  }
+  return rows;
 }
 
 }  // namespace neuron::backend::cuda

@@ -71,9 +71,10 @@ void pack_pass(std::span<const PassSeq> seqs, const PassPlan& plan, std::int32_t
 
 // Cuts a (checked) batch into passes of at most `max_tokens` tokens, in
 // order; a sequence that does not fit goes in pieces, and only its last piece
-// gives a `last` row or an `argmax` pick (every piece gives its rows for
-// `all`). With want_logits false no piece asks for logits or picks. Logits rows come out in the
-// batch's order, pass after pass.
+// gives a `last` row, an `argmax` pick or a `hidden_last` row (every piece
+// gives its rows for `all` and `hidden_all`). With want_logits false no piece
+// asks for logits, picks or hidden rows. Rows come out in the batch's order,
+// pass after pass.
 void split_passes(const Batch& batch, std::int32_t block_size, int max_tokens, bool want_logits,
                   std::vector<std::vector<PassSeq>>& passes);
 
@@ -81,5 +82,7 @@ void split_passes(const Batch& batch, std::int32_t block_size, int max_tokens, b
 std::int64_t pass_rows(std::span<const PassSeq> seqs) noexcept;
 // Greedy picks a pass's pieces ask for (`argmax`).
 std::int64_t pass_picks(std::span<const PassSeq> seqs) noexcept;
+// Hidden rows a pass's pieces ask for (`hidden_last` and `hidden_all`).
+std::int64_t pass_hidden_rows(std::span<const PassSeq> seqs) noexcept;
 
 }  // namespace neuron::backend::cuda

@@ -1,0 +1,424 @@
+// Embeddings, rerank and score through the API and the engine, against the
+// references in tests/data/embed (sentence-transformers 6.0.1 / transformers
+// 5.17, float32; see its README): a Qwen3-Embedding-shaped checkpoint
+// (bare Qwen3Model tensors, no LM head, last-token pooling, Normalize),
+// qwen3-tiny-a used as an embedder (mean and last pooling) and as a
+// Qwen3-Reranker (yes/no at the last position). The CPU runs f32, so the
+// vectors agree to ~1e-6; the bar is 1e-4.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/model_task.hpp"
+#include "engine/registry.hpp"
+#include "server/api.hpp"
+#include "server/model_spec.hpp"
+#include "server/rerank_prompt.hpp"
+#include "support/temp_dir.hpp"
+#include "tokenizer/tokenizer.hpp"
+#include "util/error.hpp"
+
+namespace neuron::server {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+const fs::path kData = fs::path(NEURON_TEST_DATA) / "embed";
+const fs::path kTiny = fs::path(NEURON_REPO_ROOT) / "models" / "qwen3-tiny-a";
+constexpr double kTolerance = 1e-4;
+
+json read_json(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return json::parse(s.str());
+}
+
+// qwen3_embed-a as released: its tokenizer.json is qwen3-tiny-a's with Qwen3-Embedding's post-processor
+// (append <|endoftext|>), written here (make_goldens.py's EOS_POST).
+fs::path make_embed_dir(const test_support::TempDir& tmp) {
+  const fs::path dir = tmp / "qwen3_embed-a";
+  fs::copy(kData / "qwen3_embed-a", dir, fs::copy_options::recursive);
+  json tok = read_json(kTiny / "tokenizer.json");
+  tok["post_processor"] = json::parse(R"({
+    "type": "TemplateProcessing",
+    "single": [{"Sequence": {"id": "A", "type_id": 0}}, {"SpecialToken": {"id": "<|endoftext|>", "type_id": 0}}],
+    "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"SpecialToken": {"id": "<|endoftext|>", "type_id": 0}},
+             {"Sequence": {"id": "B", "type_id": 1}}, {"SpecialToken": {"id": "<|endoftext|>", "type_id": 1}}],
+    "special_tokens": {"<|endoftext|>": {"id": "<|endoftext|>", "ids": [151643], "tokens": ["<|endoftext|>"]}}})");
+  std::ofstream(dir / "tokenizer.json") << tok.dump();
+  return dir;
+}
+
+// A registry serving one model and the Api over it.
+struct Served {
+  explicit Served(const engine::ModelSpec& spec, std::int32_t max_batch_tokens = 0) {
+    engine::RegistryOptions ro;
+    ro.allow_any_directory = true;
+    ro.worker_binary = NEURON_BINARY;
+    ro.engine.max_batch_tokens = max_batch_tokens;
+    registry = std::make_unique<engine::Registry>(ro);
+    registry->load(spec, true);
+    api = std::make_unique<Api>(*registry, ApiOptions{});
+  }
+  HttpResponse post(const std::string& path, const json& body) {
+    return api->handle(HttpRequest{"POST", path, {}, body.dump(), "test"});
+  }
+  json ok(const std::string& path, const json& body) {
+    const HttpResponse r = post(path, body);
+    EXPECT_EQ(r.status, 200) << r.body;
+    return json::parse(r.body);
+  }
+  std::unique_ptr<engine::Registry> registry;
+  std::unique_ptr<Api> api;
+};
+
+engine::ModelSpec spec_of(const fs::path& dir, std::optional<std::string> task = std::nullopt,
+                          std::optional<std::string> pooling = std::nullopt, int tp = 1) {
+  engine::ModelSpec s;
+  s.model_id = dir.string();
+  s.device = "cpu";
+  s.max_context = 1024;
+  s.task = std::move(task);
+  s.pooling = std::move(pooling);
+  s.tensor_parallel = tp;
+  return s;
+}
+
+double max_abs_diff(const std::vector<float>& a, const json& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double d = 0;
+  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) d = std::max(d, std::abs(a[i] - b[i].get<double>()));
+  return d;
+}
+
+std::vector<float> floats(const json& j) { return j.get<std::vector<float>>(); }
+
+std::vector<float> from_base64(const std::string& s) {
+  static const std::string alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::vector<unsigned char> bytes;
+  unsigned buf = 0;
+  int bits = 0;
+  for (char c : s) {
+    if (c == '=') break;
+    buf = (buf << 6) | static_cast<unsigned>(alphabet.find(c));
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      bytes.push_back(static_cast<unsigned char>((buf >> bits) & 0xff));
+    }
+  }
+  std::vector<float> out(bytes.size() / 4);
+  std::memcpy(out.data(), bytes.data(), out.size() * 4);
+  return out;
+}
+
+// Every golden input's text as sent: the query prompt prepended for queries (the client's job, as in OpenAI's API).
+std::vector<std::string> golden_texts(const json& golden) {
+  std::vector<std::string> out;
+  for (const json& in : golden["inputs"])
+    out.push_back((in["prompt_name"].is_null() ? std::string() : golden["query_prompt"].get<std::string>()) +
+                  in["text"].get<std::string>());
+  return out;
+}
+
+class Embeddings : public ::testing::Test {
+ protected:
+  test_support::TempDir tmp{"neuron-embed"};
+  fs::path dir = make_embed_dir(tmp);
+  json golden = read_json(kData / "qwen3_embed-a" / "embed_golden.json");
+};
+
+TEST_F(Embeddings, SentenceTransformersFolderIsDetectedAsALastTokenNormalizedEmbedder) {
+  const engine::TaskSetup t = engine::resolve_task(dir, std::nullopt, std::nullopt, "qwen3_embed-a");
+  EXPECT_EQ(t.task, engine::ModelTask::embed);
+  EXPECT_EQ(t.pooling, engine::Pooling::last);
+  EXPECT_TRUE(t.normalize);
+  // The tokenizer with Qwen3-Embedding's post-processor gives the ids sentence-transformers fed the model.
+  const auto tok = tokenizer::Tokenizer::from_file(dir / "tokenizer.json");
+  const auto texts = golden_texts(golden);
+  for (std::size_t i = 0; i < texts.size(); ++i)
+    EXPECT_EQ(tok.encode_with_special_tokens(texts[i]), golden["inputs"][i]["token_ids"].get<std::vector<std::int32_t>>()) << i;
+}
+
+TEST_F(Embeddings, DocumentsAndQueriesInOneRequestMatchSentenceTransformers) {
+  Served s(spec_of(dir));
+  const auto texts = golden_texts(golden);
+  const json r = s.ok("/v1/embeddings", {{"model", "qwen3_embed-a"}, {"input", texts}});
+  ASSERT_EQ(r["data"].size(), texts.size());
+  std::int64_t tokens = 0;
+  for (std::size_t i = 0; i < texts.size(); ++i) {
+    const json& want = golden["inputs"][i];
+    EXPECT_EQ(r["data"][i]["index"], i);
+    EXPECT_EQ(r["data"][i]["object"], "embedding");
+    EXPECT_LT(max_abs_diff(floats(r["data"][i]["embedding"]), want["embedding"]), kTolerance) << "input " << i;
+    tokens += static_cast<std::int64_t>(want["token_ids"].size());
+  }
+  EXPECT_EQ(r["object"], "list");
+  EXPECT_EQ(r["model"], "qwen3_embed-a");
+  EXPECT_EQ(r["usage"]["prompt_tokens"], tokens);
+  EXPECT_EQ(r["usage"]["total_tokens"], tokens);
+  // The model's task is visible.
+  const HttpResponse models = s.api->handle(HttpRequest{"GET", "/v1/models", {}, "", "test"});
+  EXPECT_EQ(json::parse(models.body)["data"][0]["task"], "embed") << models.body;
+  const HttpResponse listed = s.api->handle(HttpRequest{"GET", "/models", {}, "", "test"});
+  EXPECT_NE(listed.body.find("\"embeddings\""), std::string::npos) << listed.body;
+}
+
+TEST_F(Embeddings, TokenIdsWithDimensionsAndBase64MatchTheTruncatedReference) {
+  Served s(spec_of(dir));
+  json ids = json::array();
+  for (const json& in : golden["inputs"]) ids.push_back(in["token_ids"]);
+  const json r = s.ok("/v1/embeddings", {{"input", ids}, {"dimensions", 8}, {"encoding_format", "base64"}});
+  ASSERT_EQ(r["data"].size(), ids.size());
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const std::vector<float> v = from_base64(r["data"][i]["embedding"].get<std::string>());
+    EXPECT_LT(max_abs_diff(v, golden["inputs"][i]["embedding_dims8"]), kTolerance) << "input " << i;
+  }
+  // One list of ids, and one string, are single inputs.
+  const json one = s.ok("/v1/embeddings", {{"input", golden["inputs"][0]["token_ids"]}});
+  EXPECT_LT(max_abs_diff(floats(one["data"][0]["embedding"]), golden["inputs"][0]["embedding"]), kTolerance);
+  const json text = s.ok("/v1/embeddings", {{"input", golden["inputs"][1]["text"]}, {"encoding_format", "float"}});
+  EXPECT_LT(max_abs_diff(floats(text["data"][0]["embedding"]), golden["inputs"][1]["embedding"]), kTolerance);
+}
+
+TEST_F(Embeddings, ConcurrentRequestsEqualOneAtATime) {
+  // Small steps: the 632-token input is prefilled in chunks among the others.
+  Served s(spec_of(dir), /*max_batch_tokens=*/64);
+  const auto texts = golden_texts(golden);
+  std::vector<std::vector<float>> alone;
+  for (const std::string& t : texts) alone.push_back(floats(s.ok("/v1/embeddings", {{"input", t}})["data"][0]["embedding"]));
+  std::vector<std::vector<float>> together(texts.size());
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < texts.size(); ++i)
+    threads.emplace_back([&, i] { together[i] = floats(s.ok("/v1/embeddings", {{"input", texts[i]}})["data"][0]["embedding"]); });
+  for (auto& t : threads) t.join();
+  for (std::size_t i = 0; i < texts.size(); ++i) {
+    EXPECT_LT(max_abs_diff(together[i], json(alone[i])), 1e-5) << "input " << i;
+    EXPECT_LT(max_abs_diff(alone[i], golden["inputs"][i]["embedding"]), kTolerance) << "input " << i;
+  }
+  // Prefill-only sequences keep no KV: every block is back in the pool.
+  EXPECT_EQ(s.registry->engine(dir.string())->stats().kv_blocks_used, 0);
+}
+
+TEST_F(Embeddings, ScoreIsTheCosineOfTheEmbeddings) {
+  Served s(spec_of(dir));
+  const auto texts = golden_texts(golden);
+  // The query "What is the capital of China?" against two documents.
+  const json r = s.ok("/v1/score", {{"text_1", texts[7]}, {"text_2", {texts[3], texts[0]}}});
+  ASSERT_EQ(r["data"].size(), 2u) << r.dump();
+  for (const auto& [i, doc] : {std::pair{0, 3}, std::pair{1, 0}}) {
+    double want = 0;
+    for (std::size_t k = 0; k < golden["inputs"][7]["embedding"].size(); ++k)
+      want += golden["inputs"][7]["embedding"][k].get<double>() * golden["inputs"][doc]["embedding"][k].get<double>();
+    EXPECT_NEAR(r["data"][i]["score"].get<double>(), want, kTolerance) << "pair " << i;
+  }
+  EXPECT_EQ(r["usage"]["prompt_tokens"], golden["inputs"][7]["token_ids"].size() + golden["inputs"][3]["token_ids"].size() +
+                                             golden["inputs"][0]["token_ids"].size());
+}
+
+TEST_F(Embeddings, TensorParallelTwoOnTheCpuEqualsOneRank) {
+  Served single(spec_of(dir));
+  Served sharded(spec_of(dir, std::nullopt, std::nullopt, 2));
+  const auto texts = golden_texts(golden);
+  const json a = single.ok("/v1/embeddings", {{"input", texts}});
+  const json b = sharded.ok("/v1/embeddings", {{"input", texts}});
+  for (std::size_t i = 0; i < texts.size(); ++i) {
+    EXPECT_LT(max_abs_diff(floats(b["data"][i]["embedding"]), a["data"][i]["embedding"]), 1e-5) << "input " << i;
+    EXPECT_LT(max_abs_diff(floats(b["data"][i]["embedding"]), golden["inputs"][i]["embedding"]), kTolerance) << "input " << i;
+  }
+}
+
+// A 400 naming `param`, whose message contains `words`.
+void expect_400(Served& s, const std::string& path, const json& body, const std::string& param, const std::string& words = "") {
+  const HttpResponse r = s.post(path, body);
+  EXPECT_EQ(r.status, 400) << body.dump() << " -> " << r.body;
+  const json e = json::parse(r.body)["error"];
+  EXPECT_EQ(e["param"], param) << r.body;
+  if (!words.empty()) {
+    EXPECT_NE(e["message"].get<std::string>().find(words), std::string::npos) << r.body;
+  }
+}
+
+TEST_F(Embeddings, BadInputIs400NamingTheField) {
+  engine::ModelSpec spec = spec_of(dir);
+  spec.max_context = 64;
+  Served s(spec);
+  expect_400(s, "/v1/embeddings", json::object(), "input", "required");
+  expect_400(s, "/v1/embeddings", {{"input", ""}}, "input", "empty");
+  expect_400(s, "/v1/embeddings", {{"input", json::array()}}, "input", "empty");
+  expect_400(s, "/v1/embeddings", {{"input", {"a", ""}}}, "input[1]", "empty");
+  expect_400(s, "/v1/embeddings", {{"input", {"a", json::array()}}}, "input[1]", "empty");
+  expect_400(s, "/v1/embeddings", {{"input", std::vector<std::string>(2049, "a")}}, "input", "at most 2048");
+  expect_400(s, "/v1/embeddings", {{"input", {1, -2}}}, "input[1]");
+  expect_400(s, "/v1/embeddings", {{"input", {{1, 2}, {3, 999999999}}}}, "input[1][1]");
+  expect_400(s, "/v1/embeddings", {{"input", {"a", 3}}}, "input[1]");
+  expect_400(s, "/v1/embeddings", {{"input", 7}}, "input");
+  expect_400(s, "/v1/embeddings", {{"input", golden["inputs"][4]["text"]}}, "input", "context");
+  expect_400(s, "/v1/embeddings", {{"input", {"a", golden["inputs"][4]["text"]}}}, "input[1]", "context");
+  expect_400(s, "/v1/embeddings", {{"input", "a"}, {"encoding_format", "int8"}}, "encoding_format");
+  expect_400(s, "/v1/embeddings", {{"input", "a"}, {"dimensions", 0}}, "dimensions");
+  expect_400(s, "/v1/embeddings", {{"input", "a"}, {"dimensions", 17}}, "dimensions");
+  // A wrong-task model says how to load one for the task.
+  expect_400(s, "/v1/rerank", {{"query", "q"}, {"documents", {"d"}}}, "model", "task rerank");
+  expect_400(s, "/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "hi"}}}}}, "model", "/v1/embeddings");
+  // Nothing above left anything running.
+  EXPECT_TRUE(s.registry->engine(dir.string())->idle());
+  EXPECT_EQ(s.api->in_flight(), 0u);
+}
+
+TEST_F(Embeddings, AClientThatLeavesCancelsTheRestAndFreesEverything) {
+  Served s(spec_of(dir));
+  // 1024 inputs of 632 tokens, each its own first token so that the prefix cache shares nothing: seconds of
+  // prefill on the CPU; the client is gone at the first probe (100 ms).
+  json many = json::array();
+  for (std::int32_t i = 0; i < 1024; ++i) {
+    json ids = golden["inputs"][4]["token_ids"];
+    ids[0] = 1000 + i;
+    many.push_back(std::move(ids));
+  }
+  HttpRequest r{"POST", "/v1/embeddings", {}, json({{"input", many}}).dump(), "test"};
+  r.client_gone = [] { return true; };
+  const auto started = std::chrono::steady_clock::now();
+  const HttpResponse answer = s.api->handle(r);
+  EXPECT_EQ(answer.status, 499) << answer.body.substr(0, 200);
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(5)) << "the request ran on after its client left";
+  const auto engine = s.registry->engine(dir.string());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!engine->idle() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_TRUE(engine->idle());
+  EXPECT_EQ(engine->stats().kv_blocks_used, 0);
+  EXPECT_GT(engine->stats().requests_cancelled, 0u) << "done " << engine->stats().requests_done << " failed " << engine->stats().requests_failed;
+  EXPECT_EQ(s.api->in_flight(), 0u);
+  EXPECT_EQ(s.api->metrics().value("neuron_requests_cancelled_total", {{"model", dir.string()}}), 1);
+}
+
+TEST(EmbeddingsPooled, AGenerativeModelEmbedsWithMeanAndLastPooling) {
+  const json golden = read_json(kData / "pooled_golden.json");
+  for (const std::string pooling : {"mean", "last"}) {
+    Served s(spec_of(kTiny, "embed", pooling), /*max_batch_tokens=*/64);
+    json texts = json::array();
+    for (const json& in : golden["inputs"]) texts.push_back(in["text"]);
+    const json r = s.ok("/v1/embeddings", {{"input", texts}});
+    ASSERT_EQ(r["data"].size(), texts.size());
+    for (std::size_t i = 0; i < texts.size(); ++i)
+      EXPECT_LT(max_abs_diff(floats(r["data"][i]["embedding"]), golden["inputs"][i][pooling]), kTolerance)
+          << pooling << " input " << i;
+    EXPECT_EQ(s.registry->engine(kTiny.string())->stats().kv_blocks_used, 0);
+  }
+}
+
+TEST(EmbeddingsPooled, AGenerativeModelWithoutPoolingSaysHowToLoadIt) {
+  Served s(spec_of(kTiny));
+  expect_400(s, "/v1/embeddings", {{"input", "hello"}}, "model", "pooling last");
+  // task embed without pooling on such a model is refused at load, naming the option.
+  engine::RegistryOptions ro;
+  ro.allow_any_directory = true;
+  engine::Registry registry(ro);
+  try {
+    registry.load(spec_of(kTiny, "embed"), true);
+    FAIL() << "loaded an embedder with no pooling";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.kind()), errc::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("pooling"), std::string::npos) << e.what();
+  }
+}
+
+TEST(EmbeddingsLoadOptions, SpecTextAndJsonCarryTaskAndPooling) {
+  const engine::ModelSpec a = parse_model_spec_text("/m/qwen3:task=embed,pooling=mean");
+  EXPECT_EQ(a.model_id, "/m/qwen3");
+  EXPECT_EQ(a.task, "embed");
+  EXPECT_EQ(a.pooling, "mean");
+  const engine::ModelSpec b = parse_model_spec_text(R"({"model_id": "x", "task": "rerank"})");
+  EXPECT_EQ(b.task, "rerank");
+  EXPECT_THROW(parse_model_spec_text("/m/qwen3:task=summarize"), Error);
+  EXPECT_THROW(parse_model_spec_text("/m/qwen3:pooling=max"), Error);
+  EXPECT_THROW(engine::resolve_task(kTiny, "rerank", "mean", "x"), Error);  // pooling is for embedders
+  EXPECT_EQ(engine::resolve_task(kTiny, std::nullopt, std::nullopt, "Qwen/Qwen3-Reranker-0.6B").task, engine::ModelTask::rerank);
+  EXPECT_EQ(engine::resolve_task(kTiny, std::nullopt, std::nullopt, "qwen3-tiny-a").task, engine::ModelTask::generate);
+}
+
+class Rerank : public ::testing::Test {
+ protected:
+  json golden = read_json(kData / "rerank_golden.json");
+};
+
+TEST_F(Rerank, PromptIdsMatchTheModelCard) {
+  const auto tok = tokenizer::Tokenizer::from_file(kTiny / "tokenizer.json");
+  for (const json& p : golden["pairs"]) {
+    const std::string instruction = p["instruction"].is_null() ? "" : p["instruction"].get<std::string>();
+    EXPECT_EQ(rerank_prompt_ids(tok, instruction, p["query"].get<std::string>(), p["document"].get<std::string>()),
+              p["token_ids"].get<std::vector<std::int32_t>>());
+  }
+  EXPECT_EQ(rerank_answer_ids(tok),
+            (std::vector<std::int32_t>{golden["no_token_id"].get<std::int32_t>(), golden["yes_token_id"].get<std::int32_t>()}));
+}
+
+TEST_F(Rerank, ScoresMatchTransformersAndResultsAreSortedByScore) {
+  Served s(spec_of(kTiny, "rerank"), /*max_batch_tokens=*/64);
+  // The first two pairs share a query: one rerank call.
+  const json& p0 = golden["pairs"][0];
+  const json& p1 = golden["pairs"][1];
+  const json r = s.ok("/v1/rerank", {{"query", p0["query"]}, {"documents", {p0["document"], {{"text", p1["document"]}}}}});
+  ASSERT_EQ(r["results"].size(), 2u) << r.dump();
+  const double s0 = p0["score"].get<double>(), s1 = p1["score"].get<double>();
+  for (const json& res : r["results"]) {
+    const json& want = golden["pairs"][res["index"].get<std::size_t>()];
+    EXPECT_NEAR(res["relevance_score"].get<double>(), want["score"].get<double>(), kTolerance);
+    EXPECT_EQ(res["document"]["text"], want["document"]);
+  }
+  EXPECT_EQ(r["results"][0]["index"], s0 >= s1 ? 0 : 1);
+  EXPECT_GT(r["usage"]["prompt_tokens"].get<std::int64_t>(), 0);
+  // top_n and return_documents.
+  const json top = s.ok("/v2/rerank", {{"query", p0["query"]}, {"documents", {p0["document"], p1["document"]}}, {"top_n", 1},
+                                      {"return_documents", false}});
+  ASSERT_EQ(top["results"].size(), 1u);
+  EXPECT_FALSE(top["results"][0].contains("document"));
+  // Every pair through /v1/score (text_1 lists pair up with text_2), the instruction and the 700-token document included.
+  json first = json::array(), second = json::array();
+  for (const json& p : golden["pairs"]) {
+    first.push_back(p["query"]);
+    second.push_back(p["document"]);
+  }
+  // The instruction applies to a whole request: score the pairs without one here, the third with it below.
+  const json sc = s.ok("/v1/score", {{"text_1", first}, {"text_2", second}});
+  ASSERT_EQ(sc["data"].size(), golden["pairs"].size());
+  for (std::size_t i = 0; i < golden["pairs"].size(); ++i) {
+    if (!golden["pairs"][i]["instruction"].is_null()) continue;
+    EXPECT_NEAR(sc["data"][i]["score"].get<double>(), golden["pairs"][i]["score"].get<double>(), kTolerance) << i;
+  }
+  const json& p2 = golden["pairs"][2];
+  const json with = s.ok("/rerank", {{"query", p2["query"]}, {"documents", {p2["document"]}}, {"instruction", p2["instruction"]}});
+  EXPECT_NEAR(with["results"][0]["relevance_score"].get<double>(), p2["score"].get<double>(), kTolerance);
+  EXPECT_EQ(s.registry->engine(kTiny.string())->stats().kv_blocks_used, 0);
+}
+
+TEST_F(Rerank, BadInputIs400NamingTheField) {
+  Served s(spec_of(kTiny, "rerank"));
+  expect_400(s, "/v1/rerank", {{"query", "q"}}, "documents");
+  expect_400(s, "/v1/rerank", {{"query", "q"}, {"documents", json::array()}}, "documents");
+  expect_400(s, "/v1/rerank", {{"documents", {"d"}}}, "query");
+  expect_400(s, "/v1/rerank", {{"query", "q"}, {"documents", {"d", 4}}}, "documents[1]");
+  expect_400(s, "/v1/rerank", {{"query", "q"}, {"documents", std::vector<std::string>(1025, "d")}}, "documents", "at most");
+  expect_400(s, "/v1/rerank", {{"query", "q"}, {"documents", {"d"}}, {"top_n", 0}}, "top_n");
+  expect_400(s, "/v1/score", {{"text_1", {"a", "b"}}, {"text_2", {"c", "d", "e"}}}, "text_2");
+  expect_400(s, "/v1/score", {{"text_1", "a"}}, "text_2");
+  expect_400(s, "/v1/embeddings", {{"input", "a"}}, "model", "task embed");
+  EXPECT_TRUE(s.registry->engine(kTiny.string())->idle());
+  Served gen(spec_of(kTiny));
+  expect_400(gen, "/v1/score", {{"text_1", "a"}, {"text_2", "b"}}, "model", "task rerank");
+}
+
+}  // namespace
+}  // namespace neuron::server
