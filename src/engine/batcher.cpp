@@ -9,12 +9,24 @@
 
 namespace neuron::engine {
 
+namespace {
+
+SchedulerOptions with_state_slots(SchedulerOptions o, std::int32_t slots) {
+  o.state_slots = slots;
+  return o;
+}
+
+}  // namespace
+
 Batcher::Batcher(backend::ModelRunner& runner, BatcherOptions options)
     : runner_(runner),
       max_context_(runner.max_context()),
       vocab_(runner.config().vocab_size),
-      blocks_(runner.kv_pool().num_blocks, runner.kv_pool().block_size, options.prefix_caching),
-      scheduler_(blocks_, options.scheduler) {}
+      // A hybrid's recurrent state cannot resume from a shared prefix (state snapshots are a later part):
+      // its sequences always compute their whole prompt.
+      blocks_(runner.kv_pool().num_blocks, runner.kv_pool().block_size,
+              options.prefix_caching && runner.kv_pool().state_slots == 0),
+      scheduler_(blocks_, with_state_slots(options.scheduler, runner.kv_pool().state_slots)) {}
 
 void Batcher::check_fits(std::int64_t prompt_len, std::int64_t max_tokens) const {
   // The last sampled token is never fed, so a sequence holds prompt + max_tokens - 1 positions.
@@ -124,7 +136,7 @@ StepStats Batcher::step() {
       want = backend::LogitsWanted::last;
       sampled.push_back(p.seq);
     }
-    batch_.add(tokens, s.computed, s.blocks, want);
+    batch_.add(tokens, s.computed, s.blocks, want, s.state_slot);
   }
   const auto rows = static_cast<std::int64_t>(sampled.size());
   if (rows > logits_rows_) {  // grows to the widest step seen, at least max_num_seqs rows

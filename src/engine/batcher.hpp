@@ -10,7 +10,8 @@
 // cancellation). A sequence with a grammar samples from its matcher's mask
 // (computed in the same parallel loop), advances the matcher by the sampled
 // token, and ends ("stop") when the grammar is done. A finished sequence's blocks go back to the pool at once
-// (full ones stay cached for reuse).
+// (full ones stay cached for reuse). A hybrid model's runner (KvPoolShape::state_slots > 0) gets no prefix
+// caching, and each running sequence holds one of its state slots (Scheduler).
 #include <cstdint>
 #include <optional>
 #include <vector>

@@ -474,7 +474,7 @@ void CudaRunner::place(const model::SliceSpec& spec, const io::Checkpoint* check
 }
 
 void CudaRunner::load_weights(const io::Checkpoint* checkpoint) {
-  if (checkpoint) model::reject_unsupported_tensors(*checkpoint);
+  if (checkpoint) model::reject_unsupported_tensors(*checkpoint, cfg_);
   const model::ShardSpecs specs = model::shard_specs(cfg_, plan_);
   std::optional<Uploader> up;  // pinned staging only when there is a checkpoint to read
   auto alloc = [&](const std::vector<const model::SliceSpec*>& parts) {
@@ -499,7 +499,7 @@ void CudaRunner::load_weights(const io::Checkpoint* checkpoint) {
 
   layers_.reserve(specs.layers.size());
   for (const model::LayerSpecs& s : specs.layers) {
-    const model::AttentionSpecs& a = s.attention;
+    const model::AttentionSpecs& a = *s.attention;  // hybrids (linear attention) never reach CUDA (make_runner)
     Layer l;
     l.input_norm = alloc({&a.norm});
     l.qkv = matrix({&a.q_proj, &a.k_proj, &a.v_proj}, checkpoint, up, Hold::quantizable);
