@@ -492,8 +492,10 @@ class CpuRunner final : public ModelRunner, private model::BlockOps {
       }
       const float* base = lin_conv_.data() + t0 * conv_dim;
       const float* gb = lin_gb_.data() + t0 * 2 * hv;
-      gated_delta_rule(base, base + key_dim, conv_dim, base + 2 * key_dim, conv_dim, gb, gb + hv, 2 * hv, m, shape,
-                       states_.delta(s.state_slot, lin), lin_out_.data() + t0 * value_dim, value_dim);
+      // Prefill chunks by the chunked (WY) form, a decode's one token by the recurrent rule.
+      const auto rule = m > 1 ? gated_delta_rule_chunked : gated_delta_rule;
+      rule(base, base + key_dim, conv_dim, base + 2 * key_dim, conv_dim, gb, gb + hv, 2 * hv, m, shape,
+           states_.delta(s.state_slot, lin), lin_out_.data() + t0 * value_dim, value_dim);
     }
     // o = rmsnorm(o) * gated_norm * silu(z), per value head.
     for (std::int64_t i = 0; i < n; ++i) {

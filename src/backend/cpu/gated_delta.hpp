@@ -33,4 +33,16 @@ void gated_delta_rule(const float* q, const float* k, std::int64_t ld_qk, const 
                       const float* g, const float* beta, std::int64_t ld_gb, std::int64_t n, const DeltaRuleShape& shape,
                       float* state, float* out, std::int64_t ld_out);
 
+// The same rule over the same inputs in the chunked (WY / UT) form, chunks of
+// kDeltaChunk tokens: within a chunk the delta-rule updates are solved as one
+// unit lower-triangular system (forward substitution) and applied with
+// matrix products (BLAS), so a long prompt costs products of [64, dk] and
+// [dk, dv] blocks instead of a rank-1 update per token (transformers'
+// torch_chunk_gated_delta_rule). Equal to the recurrent form up to float
+// rounding; the value heads run in parallel.
+inline constexpr std::int64_t kDeltaChunk = 64;
+void gated_delta_rule_chunked(const float* q, const float* k, std::int64_t ld_qk, const float* v, std::int64_t ld_v,
+                              const float* g, const float* beta, std::int64_t ld_gb, std::int64_t n,
+                              const DeltaRuleShape& shape, float* state, float* out, std::int64_t ld_out);
+
 }  // namespace neuron::backend::cpu
