@@ -87,7 +87,7 @@ struct Mlp {
 // A Gated DeltaNet layer's weights (model::LinearAttentionConfig: Hk / Hv
 // key / value heads of dk / dv, C = 2 Hk dk + Hv dv conv channels, K the conv kernel).
 struct LinearWeights {
-  Stack in_proj;                  // [C + Hv dv + 2 Hv, hidden]: q, k, v, z, b, a rows stacked (LinearAttentionSpecs order)
+  Stack in_proj;                  // [C + Hv dv + 2 Hv, hidden]: q, k, v, z (quantizable), then b, a rows (as stored)
   std::vector<float> conv;        // [C, K] f32 depthwise conv1d taps, oldest input first
   std::vector<float> neg_a;       // [Hv] f32 -exp(A_log)
   std::vector<float> dt_bias;     // [Hv] f32
@@ -294,10 +294,14 @@ class CpuRunner final : public ModelRunner, private model::BlockOps {
 
   static LinearWeights load_linear(const WeightSource& src, const model::LinearAttentionSpecs& la) {
     LinearWeights w;
-    std::vector<const SliceSpec*> rows;
-    for (const auto* part : {&la.qkv, &la.z, &la.b, &la.a})
-      for (const SliceSpec& s : *part) rows.push_back(&s);
-    w.in_proj = src.stacked(rows, false);  // kept as stored: the b/a rows are too few to quantize usefully
+    // q, k, v, z are projections (quantize-at-load applies); the b and a rows (2 Hv of them) stay as stored.
+    std::vector<const SliceSpec*> proj_rows, gate_rows;
+    for (const auto* part : {&la.qkv, &la.z})
+      for (const SliceSpec& s : *part) proj_rows.push_back(&s);
+    for (const auto* part : {&la.b, &la.a})
+      for (const SliceSpec& s : *part) gate_rows.push_back(&s);
+    w.in_proj = src.stacked(proj_rows, true);
+    for (Matrix& m : src.stacked(gate_rows, false)) w.in_proj.push_back(std::move(m));
     w.conv = src.f32(la.conv);
     w.neg_a = src.f32(la.a_log);
     for (float& a : w.neg_a) a = -std::exp(a);

@@ -38,7 +38,7 @@ void gated_delta_rule(const float* q, const float* k, std::int64_t ld_qk, const 
                       const float* g, const float* beta, std::int64_t ld_gb, std::int64_t n, const DeltaRuleShape& shape,
                       float* state, float* out, std::int64_t ld_out) {
   const std::int64_t dk = shape.key_dim, dv = shape.value_dim, group = shape.value_heads / shape.key_heads;
-#pragma omp parallel for schedule(static) if (shape.value_heads > 1 && n * dk * dv > 16384)
+#pragma omp parallel for schedule(static) if (shape.value_heads > 1 && shape.value_heads * n * dk * dv > 65536)
   for (std::int64_t h = 0; h < shape.value_heads; ++h) {
     float* S = state + h * dk * dv;  // [dk, dv]
     const std::int64_t kh = h / group;
