@@ -235,6 +235,10 @@ class CudaRunner final : public ModelRunner, private model::BlockOps {
   void attention(std::int64_t layer) override;
   void mlp(std::int64_t layer) override;
   void moe(std::int64_t layer) override;
+  // Hybrids (linear attention) are refused before a CUDA runner is built (make_runner): never called.
+  void linear_attention(std::int64_t) override {
+    fail(errc::unsupported_arch, "Gated DeltaNet linear attention runs on the CPU for now");
+  }
   kernels::DecodeRope decode_rope(const Layer& layer) const;
   void lm_head(const bf16_t* h_rows, int rows, float* out);
   template <class Y>
