@@ -11,7 +11,7 @@ namespace neuron::backend::cpu {
 void causal_conv1d_silu(const float* x, std::int64_t n, std::int64_t channels, std::int64_t ldx, const float* w,
                         std::int64_t kernel, float* state, float* out, std::int64_t ld_out) {
   const std::int64_t keep = kernel - 1;
-#pragma omp parallel for schedule(static) if (channels * n > 4096)
+#pragma omp parallel for schedule(static) if (channels * n * kernel > (1 << 18))  // a decode token: serial (a barrier costs more)
   for (std::int64_t c = 0; c < channels; ++c) {
     const float* wc = w + c * kernel;
     float* sc = state + c * keep;  // [K - 1] oldest first
@@ -38,7 +38,7 @@ void gated_delta_rule(const float* q, const float* k, std::int64_t ld_qk, const 
                       const float* g, const float* beta, std::int64_t ld_gb, std::int64_t n, const DeltaRuleShape& shape,
                       float* state, float* out, std::int64_t ld_out) {
   const std::int64_t dk = shape.key_dim, dv = shape.value_dim, group = shape.value_heads / shape.key_heads;
-#pragma omp parallel for schedule(static) if (shape.value_heads > 1 && shape.value_heads * n * dk * dv > 65536)
+#pragma omp parallel for schedule(static) if (shape.value_heads > 1 && shape.value_heads * n * dk * dv > (1 << 22))
   for (std::int64_t h = 0; h < shape.value_heads; ++h) {
     float* S = state + h * dk * dv;  // [dk, dv]
     const std::int64_t kh = h / group;
