@@ -480,7 +480,7 @@ class CpuRunner final : public ModelRunner, private model::BlockOps {
     }
     const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
     const DeltaRuleShape shape{.key_heads = hk, .value_heads = hv, .key_dim = dk, .value_dim = dv};
-    for (const SequenceStep& s : batch.seqs) {
+    auto run_sequence = [&](const SequenceStep& s) {
       if (s.position == 0) states_.reset(s.state_slot, lin);
       const std::int64_t t0 = s.token_begin, m = s.num_tokens;
       causal_conv1d_silu(lin_in_.data() + t0 * width, m, conv_dim, width, W.conv.data(), c.conv_kernel,
@@ -500,7 +500,19 @@ class CpuRunner final : public ModelRunner, private model::BlockOps {
       const auto rule = m > 1 ? gated_delta_rule_chunked : gated_delta_rule;
       rule(base, base + key_dim, conv_dim, base + 2 * key_dim, conv_dim, gb, gb + hv, 2 * hv, m, shape,
            states_.delta(s.state_slot, lin), lin_out_.data() + t0 * value_dim, value_dim);
+    };
+    // Prefill chunks one after another (their kernels split the value heads over the threads); the decoding
+    // sequences, each a little serial work on its own state slot, side by side.
+    decoding_.clear();
+    for (const SequenceStep& s : batch.seqs) {
+      if (s.num_tokens > 1)
+        run_sequence(s);
+      else
+        decoding_.push_back(&s);
     }
+    const auto decodes = static_cast<std::int64_t>(decoding_.size());
+#pragma omp parallel for schedule(dynamic, 1) if (decodes > 1)
+    for (std::int64_t i = 0; i < decodes; ++i) run_sequence(*decoding_[static_cast<std::size_t>(i)]);
     // o = rmsnorm(o) * gated_norm * silu(z), per value head.
     for (std::int64_t i = 0; i < n; ++i) {
       const float* z = lin_in_.data() + i * width + conv_dim;
@@ -648,6 +660,7 @@ class CpuRunner final : public ModelRunner, private model::BlockOps {
   std::vector<float> lin_conv_;  // [n, C] conv1d + SiLU output: q, k, v
   std::vector<float> lin_gb_;    // [n, 2 Hv] g (log decay), then beta
   std::vector<float> lin_out_;   // [n, Hv dv] delta-rule output, then gated-normed
+  std::vector<const SequenceStep*> decoding_;  // the step's one-token sequences
 };
 
 void check_config(const model::ModelConfig& cfg) {
