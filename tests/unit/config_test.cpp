@@ -308,6 +308,9 @@ TEST(Config, BadHybridConfigsNameTheField) {
   j = families_config("qwen3_5-a");
   j["text_config"]["linear_conv_kernel_dim"] = 0;
   expect_rejected(j, errc::bad_model, "linear_conv_kernel_dim");
+  j = families_config("qwen3_next-a");
+  j["layer_types"][3] = "linear_attention";  // no layer left with a KV cache
+  expect_rejected(j, errc::unsupported_arch, "layer_types");
   // Linear attention in a family that has none.
   j = tiny_json();
   j["layer_types"] = json::array();

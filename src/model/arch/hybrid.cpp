@@ -98,6 +98,9 @@ void HybridFamily::parse_hybrid(const nlohmann::json& j, ModelConfig& cfg) {
     for (std::int64_t l = 0; l < cfg.num_hidden_layers; ++l)
       c.layer_types.push_back((l + 1) % interval == 0 ? LayerType::full_attention : LayerType::linear_attention);
   }
+  if (cfg.kv_layers() == 0)
+    fail(errc::unsupported_arch, "config field 'layer_types' has no full_attention layer; neuron's KV planning "
+                                 "needs at least one (every released hybrid has one in four)");
   cfg.qk_norm = true;
   cfg.attention_output_gate = true;
   cfg.zero_centred_norms = true;
