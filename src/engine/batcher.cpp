@@ -21,11 +21,11 @@ SchedulerOptions with_state_slots(SchedulerOptions o, std::int32_t slots) {
 Batcher::Batcher(backend::ModelRunner& runner, BatcherOptions options)
     : runner_(runner),
       max_context_(runner.max_context()),
-      vocab_(runner.config().vocab_size),
       // A hybrid's recurrent state cannot resume from a shared prefix (state snapshots are a later part):
       // its sequences always compute their whole prompt.
-      blocks_(runner.kv_pool().num_blocks, runner.kv_pool().block_size,
-              options.prefix_caching && runner.kv_pool().state_slots == 0),
+      prefix_caching_(options.prefix_caching && runner.kv_pool().state_slots == 0),
+      vocab_(runner.config().vocab_size),
+      blocks_(runner.kv_pool().num_blocks, runner.kv_pool().block_size, prefix_caching_),
       scheduler_(blocks_, with_state_slots(options.scheduler, runner.kv_pool().state_slots)) {}
 
 void Batcher::check_fits(std::int64_t prompt_len, std::int64_t max_tokens) const {

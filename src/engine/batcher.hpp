@@ -62,6 +62,8 @@ class Batcher {
   const Scheduler& scheduler() const noexcept { return scheduler_; }
   BlockStats blocks() const noexcept { return blocks_.stats(); }
   std::int32_t max_context() const noexcept { return max_context_; }
+  // Whether full blocks are shared between sequences: as asked, and never for a hybrid (state slots).
+  bool prefix_caching() const noexcept { return prefix_caching_; }
 
  private:
   // The pick for one host-sampled row: from the sampler, within the grammar's allowed tokens when constrained.
@@ -72,6 +74,7 @@ class Batcher {
 
   backend::ModelRunner& runner_;
   std::int32_t max_context_;
+  bool prefix_caching_;
   std::int64_t vocab_;
   BlockManager blocks_;
   Scheduler scheduler_;

@@ -607,6 +607,16 @@ TEST_F(EngineTest, HybridRequestsGetTheReferenceTokensUnderBatchingAndPreemption
   const EngineStats stats = engine->stats();
   EXPECT_EQ(stats.prompt_tokens_cached, 0u);
   EXPECT_GT(stats.preemptions, 0u);
+  // Choices of one request: no prefix to share, so they all start at once and each computes the prompt.
+  CompletionRequest r = greedy_request(prompts[0], 12);
+  r.n = 3;
+  const std::uint64_t before = engine->stats().step_tokens;
+  for (const Outcome& o : drain_choices(*engine->submit(r), 3)) {
+    ASSERT_EQ(o.last.kind, Event::Kind::done) << o.last.error_message;
+    EXPECT_EQ(o.last.tokens, expected[0]) << "choice " << o.last.choice;
+    EXPECT_EQ(o.last.usage.cached_tokens, 0);
+  }
+  EXPECT_EQ(engine->stats().step_tokens - before, 3 * (prompts[0].size() + 11));
 }
 
 }  // namespace
