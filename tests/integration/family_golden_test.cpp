@@ -241,6 +241,12 @@ TEST_P(HybridState, BatchedMixedPrefillAndDecodeEqualsEachAlone) {
   clash.add(chat.ids, 0, blocks(0, 15), backend::LogitsWanted::none, 1);
   clash.add(fox.ids, 0, blocks(100, 4), backend::LogitsWanted::none, 1);
   EXPECT_THROW(batched->step(clash, {}), Error);
+  // Every sequence of a hybrid names a slot inside the pool.
+  for (std::int32_t bad : {-1, 4}) {
+    backend::Batch b;
+    b.add(fox.ids, 0, blocks(100, 4), backend::LogitsWanted::none, bad);
+    EXPECT_THROW(batched->step(b, {}), Error) << "slot " << bad;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, HybridState, ::testing::Values("qwen3_next-a", "qwen3_5-a", "qwen3_5_moe-a"),
