@@ -8,8 +8,9 @@
 namespace neuron::backend {
 
 void Batch::add(std::span<const std::int32_t> new_tokens, std::int32_t position, std::span<const std::int32_t> blocks,
-                LogitsWanted logits) {
+                LogitsWanted logits, std::int32_t state_slot) {
   SequenceStep s;
+  s.state_slot = state_slot;
   s.token_begin = static_cast<std::int32_t>(tokens.size());
   s.num_tokens = static_cast<std::int32_t>(new_tokens.size());
   s.position = position;
@@ -74,6 +75,7 @@ void check_batch(const Batch& batch, const model::ModelConfig& cfg, const KvPool
     std::int32_t entry;
   };
   std::unordered_map<std::int32_t, Writer> writer;
+  std::unordered_map<std::int32_t, std::size_t> slot_owner;  // state slot -> the sequence naming it
   std::int64_t covered = 0;
   for (std::size_t si = 0; si < batch.seqs.size(); ++si) {
     const SequenceStep& s = batch.seqs[si];
@@ -85,6 +87,18 @@ void check_batch(const Batch& batch, const model::ModelConfig& cfg, const KvPool
     covered += s.num_tokens;
     if (covered > n_tokens) fail(errc::invalid_argument, who + "tokens run past the batch's " + std::to_string(n_tokens));
     if (s.position < 0) fail(errc::invalid_argument, who + "position " + std::to_string(s.position) + " is negative");
+    if (pool.state_slots > 0) {
+      if (s.state_slot < 0 || s.state_slot >= pool.state_slots)
+        fail(errc::invalid_argument, who + "state slot " + std::to_string(s.state_slot) + " is outside [0, " +
+                                         std::to_string(pool.state_slots) + ")");
+      const auto [it, inserted] = slot_owner.emplace(s.state_slot, si);
+      if (!inserted)
+        fail(errc::invalid_argument, who + "state slot " + std::to_string(s.state_slot) + " is sequence " +
+                                         std::to_string(it->second) + "'s too");
+    } else if (s.state_slot != -1) {
+      fail(errc::invalid_argument, who + "names state slot " + std::to_string(s.state_slot) +
+                                       " but the model keeps no recurrent state");
+    }
     const std::int64_t end = static_cast<std::int64_t>(s.position) + s.num_tokens;
     if (end > max_context)
       fail(errc::context_length_exceeded, who + "positions up to " + std::to_string(end) + " exceed the context of " +

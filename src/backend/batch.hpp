@@ -15,6 +15,16 @@
 //     shares only full blocks that earlier steps computed).
 // check_batch() verifies all of it, so a scheduler bug is an Error, never a
 // write outside the pool.
+//
+// A hybrid model (linear-attention layers, model::LinearAttentionConfig) also
+// keeps a recurrent state per sequence, which cannot be paged or shared: the
+// runner owns a pool of state slots (KvPoolShape::state_slots) and each
+// sequence of a step names the one it holds (SequenceStep::state_slot; the
+// engine assigns it at admission and frees it at finish, cancel and
+// preemption). A step at position 0 starts the slot from zero; a later step
+// continues from what the slot holds, which must be the state after exactly
+// `position` tokens of this sequence (the previous step's, so chunks of a
+// prompt follow each other and a sequence never resumes from a shared prefix).
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -27,7 +37,9 @@ namespace neuron::backend {
 struct KvPoolShape {
   std::int32_t block_size = 0;  // positions per block
   std::int32_t num_blocks = 0;  // blocks in the pool; ids are [0, num_blocks)
-  std::uint64_t bytes_per_block = 0;  // K and V of every layer and local KV head, as held on the device
+  std::uint64_t bytes_per_block = 0;  // K and V of every full-attention layer and local KV head, as held on the device
+  std::int32_t state_slots = 0;       // recurrent-state slots; 0: the model has none (no linear attention)
+  std::uint64_t bytes_per_state_slot = 0;  // one sequence's conv and delta-rule state of every linear layer
 };
 
 // What a sequence wants from a step's last stage: logits from the LM head, a
@@ -51,6 +63,7 @@ struct SequenceStep {
   std::int32_t block_begin = 0;  // its block table: Batch::block_ids[block_begin, block_begin + num_blocks)
   std::int32_t num_blocks = 0;   // covers positions [0, position + num_tokens)
   LogitsWanted logits = LogitsWanted::last;
+  std::int32_t state_slot = -1;  // its recurrent-state slot when the pool has state_slots, else -1
 };
 
 // Rows a sequence adds to the logits output (`last` 1, `all` num_tokens) and to the hidden output
@@ -65,7 +78,7 @@ struct Batch {
 
   // Appends one sequence; its logits rows follow the earlier sequences' rows.
   void add(std::span<const std::int32_t> new_tokens, std::int32_t position, std::span<const std::int32_t> blocks,
-           LogitsWanted logits);
+           LogitsWanted logits, std::int32_t state_slot = -1);
   void clear();
   bool empty() const noexcept { return seqs.empty(); }
   std::int64_t num_tokens() const noexcept { return static_cast<std::int64_t>(tokens.size()); }
@@ -86,7 +99,8 @@ struct Batch {
 // appears once in one table); logits.size() equal to
 // logit_rows() * vocab_size, picks.size() equal to pick_rows() and
 // hidden.size() equal to hidden_rows() * hidden_size, or all three empty (no
-// LM head: a tensor-parallel worker). Throws Error{invalid_argument}
+// LM head: a tensor-parallel worker); with state slots, every sequence's slot
+// inside [0, state_slots) and no slot named twice, else -1. Throws Error{invalid_argument}
 // (or context_length_exceeded) naming the sequence and the field.
 void check_batch(const Batch& batch, const model::ModelConfig& cfg, const KvPoolShape& pool, std::int32_t max_context,
                  std::span<const float> logits, std::span<const std::int32_t> picks = {},

@@ -80,6 +80,16 @@ std::uint64_t kv_bytes_per_block(const model::ModelConfig& cfg, const model::Sha
          static_cast<std::uint64_t>(block_size);
 }
 
+std::uint64_t state_bytes_per_slot(const model::ModelConfig& cfg) {
+  const model::LinearAttentionConfig& c = cfg.linear;
+  std::uint64_t layers = 0;
+  for (std::int64_t l = 0; l < cfg.num_hidden_layers; ++l) layers += c.linear_layer(l) ? 1 : 0;
+  if (layers == 0) return 0;
+  const auto conv = static_cast<std::uint64_t>(c.conv_dim() * (c.conv_kernel - 1));
+  const auto delta = static_cast<std::uint64_t>(c.num_value_heads * c.key_head_dim * c.value_head_dim);
+  return layers * (conv + delta) * sizeof(float);
+}
+
 namespace {
 // The KV budget in bytes for rank plan.rank on `device`, and how it was arrived at (for errors).
 std::pair<std::uint64_t, std::string> kv_budget_bytes(const model::ModelConfig& cfg, const model::ShardPlan& plan,
@@ -141,6 +151,16 @@ std::unique_ptr<ModelRunner> make_runner(const model::ModelConfig& cfg, const io
   if (options.quantize == quant::GgmlType::fp8_e4m3 && !device.is_cuda())
     fail(errc::unsupported_arch, "quant 'fp8' runs on CUDA devices (compute capability 9.0); on " + device.str() +
                                      " use q8_0, q4_k or q6_k");
+  if (cfg.linear.hybrid() && device.is_cuda())
+    fail(errc::unsupported_arch, "model_type '" + cfg.model_type +
+                                     "' (Gated DeltaNet linear attention) runs on the CPU for now, not on " + device.str());
+  if (cfg.linear.hybrid() && plan.world > 1)
+    fail(errc::unsupported_arch, "model_type '" + cfg.model_type +
+                                     "' (Gated DeltaNet linear attention) runs on one rank for now, not tensor-parallel over " +
+                                     std::to_string(plan.world));
+  if (cfg.rope.partial_rotary_factor != 1.0 && device.is_cuda())
+    fail(errc::unsupported_arch, "config field 'partial_rotary_factor' = " + std::to_string(cfg.rope.partial_rotary_factor) +
+                                     ": partial rotary runs on the CPU for now, not on " + device.str());
   if (!device.is_cuda()) return cpu::make_cpu_runner(cfg, checkpoint, plan, std::move(comm), options);
 #ifdef NEURON_HAVE_CUDA
   return cuda::make_cuda_runner(cfg, checkpoint, plan, device, std::move(comm), options);

@@ -38,9 +38,18 @@ struct RunnerOptions {
   // are refused by make_runner). A GGUF checkpoint's quantized tensors stay
   // as they are either way.
   std::optional<quant::GgmlType> quantize = std::nullopt;
+  // Recurrent-state slots of a hybrid model (batch.hpp): how many sequences
+  // may run at once; 0 = kDefaultStateSlots. Ignored for a model without linear attention.
+  std::int32_t state_slots = 0;
 };
 
 inline constexpr std::int32_t kDefaultKvBlockSize = 16;
+inline constexpr std::int32_t kDefaultStateSlots = 16;
+
+// Bytes of one sequence's recurrent state on the CPU (f32): per linear layer
+// the conv's last K - 1 inputs of its C channels and Hv [dk, dv] delta-rule
+// matrices. 0 for a model without linear attention.
+std::uint64_t state_bytes_per_slot(const model::ModelConfig& cfg);
 
 // max_context for a runner built without a load plan (tools and tests that call
 // make_runner with max_context 0): the CPU keeps it short (its KV is f32 and its
@@ -132,7 +141,9 @@ inline constexpr std::uint64_t kDefaultCpuKvBytes = 2ull << 30;
 std::int64_t kv_budget_positions(const model::ModelConfig& cfg, const model::ShardPlan& plan, const Device& device,
                                  const KvBudget& budget, std::int32_t block_size);
 
-// Builds rank plan.rank's shard on `device`. `checkpoint` null means random
+// Builds rank plan.rank's shard on `device`. Hybrid models (linear
+// attention) run on the CPU on one rank for now: a CUDA device or a tensor-
+// parallel plan is Error{unsupported_arch}. `checkpoint` null means random
 // weights (benchmarks); the runner copies what it needs, so the checkpoint may
 // be closed afterwards. The runner shares ownership of `comm`.
 std::unique_ptr<ModelRunner> make_runner(const model::ModelConfig& cfg, const io::Checkpoint* checkpoint,

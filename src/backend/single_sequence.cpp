@@ -33,10 +33,15 @@ void SingleSequence::forward(std::span<const std::int32_t> tokens, std::int32_t 
   if (!logits.empty() && want == LogitsWanted::none)
     fail(errc::invalid_argument, "logits buffer holds " + std::to_string(logits.size()) + " floats; expected 0, " +
                                      std::to_string(vocab) + " or " + std::to_string(n * vocab));
+  // A hybrid's recurrent state (slot 0) holds exactly the fed positions: it continues from fed() or restarts at 0.
+  const bool stateful = runner_.kv_pool().state_slots > 0;
+  if (stateful && offset != 0 && offset != fed_)
+    fail(errc::invalid_argument, "offset " + std::to_string(offset) + ": a model with recurrent state (linear attention) "
+                                     "continues from the fed positions (" + std::to_string(fed_) + ") or restarts at 0");
   const std::int32_t block_size = runner_.kv_pool().block_size;
   const auto used = static_cast<std::size_t>((offset + n + block_size - 1) / block_size);
   batch_.clear();
-  batch_.add(tokens, offset, std::span<const std::int32_t>(blocks_).first(used), want);
+  batch_.add(tokens, offset, std::span<const std::int32_t>(blocks_).first(used), want, stateful ? 0 : -1);
   fed_ = offset;  // from here on the slots are rewritten; if the step throws they are undefined
   runner_.step(batch_, logits);
   fed_ = static_cast<std::int32_t>(offset + n);

@@ -18,7 +18,8 @@ class SingleSequence {
 
   // Runs `tokens` at positions [offset, offset + n); positions before
   // `offset` must have been fed by earlier calls (later ones are
-  // overwritten). Logits for the last position ([vocab]) or every position
+  // overwritten). A model with recurrent state (hybrids: state slot 0) takes
+  // offset fed() or 0 only: its state cannot rewind. Logits for the last position ([vocab]) or every position
   // ([n, vocab]) by logits.size(); an empty span skips the LM head. Throws
   // Error{invalid_argument} for an offset past what was fed or a logits span
   // of another size, Error{context_length_exceeded} past capacity(), and

@@ -118,6 +118,10 @@ class BenchBatch {
       fail(errc::out_of_memory, std::to_string(sequences) + " sequences of " + std::to_string(positions) +
                                     " positions need " + std::to_string(per_seq_ * sequences) + " KV blocks; the pool has " +
                                     std::to_string(pool.num_blocks));
+    stateful_ = pool.state_slots > 0;  // a hybrid: sequence i holds recurrent-state slot i
+    if (stateful_ && sequences > pool.state_slots)
+      fail(errc::invalid_argument, std::to_string(sequences) + " sequences need as many state slots; the runner has " +
+                                       std::to_string(pool.state_slots));
     tables_.resize(static_cast<std::size_t>(sequences));
     for (int i = 0; i < sequences; ++i)
       for (std::int32_t b = 0; b < per_seq_; ++b) tables_[static_cast<std::size_t>(i)].push_back(i * per_seq_ + b);
@@ -126,7 +130,7 @@ class BenchBatch {
   // Prefills sequence i's prompt; returns its greedy next token (picked where the logits are, as the engine does).
   std::int32_t prefill(int i, const std::vector<std::int32_t>& prompt) {
     batch_.clear();
-    batch_.add(prompt, 0, tables_[static_cast<std::size_t>(i)], backend::LogitsWanted::argmax);
+    batch_.add(prompt, 0, tables_[static_cast<std::size_t>(i)], backend::LogitsWanted::argmax, slot(i));
     runner_.step(batch_, {}, std::span<std::int32_t>(picks_).first(1));
     return picks_[0];
   }
@@ -134,13 +138,17 @@ class BenchBatch {
   void decode(std::vector<std::int32_t>& tokens, std::int32_t pos) {
     batch_.clear();
     for (std::size_t i = 0; i < tokens.size(); ++i)
-      batch_.add(std::span<const std::int32_t>(&tokens[i], 1), pos, tables_[i], backend::LogitsWanted::argmax);
+      batch_.add(std::span<const std::int32_t>(&tokens[i], 1), pos, tables_[i], backend::LogitsWanted::argmax,
+                 slot(static_cast<int>(i)));
     runner_.step(batch_, {}, std::span<std::int32_t>(picks_).first(tokens.size()));
     std::copy_n(picks_.begin(), tokens.size(), tokens.begin());
   }
 
  private:
+  std::int32_t slot(int i) const noexcept { return stateful_ ? i : -1; }
+
   backend::ModelRunner& runner_;
+  bool stateful_ = false;
   std::int32_t per_seq_ = 0;
   std::vector<std::vector<std::int32_t>> tables_;  // [batch][per_seq_] block ids
   std::vector<std::int32_t> picks_;                // [batch] greedy picks of a step
@@ -163,6 +171,7 @@ int run(const BenchArgs& a) {
   ro.max_context = *std::max_element(a.prompt_lens.begin(), a.prompt_lens.end()) + a.gen;
   ro.kv_block_size = backend::kDefaultKvBlockSize;
   ro.kv_blocks = a.batch * ((ro.max_context + ro.kv_block_size - 1) / ro.kv_block_size);
+  ro.state_slots = a.batch;  // hybrids: one recurrent-state slot per sequence (ignored otherwise)
   if (!a.quant.empty() && a.quant != "none" && a.quant != "bf16") {
     ro.quantize = quant::parse_ggml_type(a.quant);
     if (!ro.quantize) fail(errc::invalid_argument, "--quant must be none, bf16, q8_0, q4_k, q6_k or fp8, got " + a.quant);

@@ -9,13 +9,25 @@
 
 namespace neuron::engine {
 
+namespace {
+
+SchedulerOptions with_state_slots(SchedulerOptions o, std::int32_t slots) {
+  o.state_slots = slots;
+  return o;
+}
+
+}  // namespace
+
 Batcher::Batcher(backend::ModelRunner& runner, BatcherOptions options)
     : runner_(runner),
       max_context_(runner.max_context()),
+      // A hybrid's recurrent state cannot resume from a shared prefix (state snapshots are a later part):
+      // its sequences always compute their whole prompt.
+      prefix_caching_(options.prefix_caching && runner.kv_pool().state_slots == 0),
       vocab_(runner.config().vocab_size),
       hidden_size_(runner.config().hidden_size),
-      blocks_(runner.kv_pool().num_blocks, runner.kv_pool().block_size, options.prefix_caching),
-      scheduler_(blocks_, options.scheduler) {}
+      blocks_(runner.kv_pool().num_blocks, runner.kv_pool().block_size, prefix_caching_),
+      scheduler_(blocks_, with_state_slots(options.scheduler, runner.kv_pool().state_slots)) {}
 
 void Batcher::check_fits(std::int64_t prompt_len, std::int64_t max_tokens) const {
   // The last sampled token is never fed, so a sequence holds prompt + max_tokens - 1 positions.
@@ -156,7 +168,7 @@ StepStats Batcher::step() {
       sampled.push_back(p.seq);
       sampled_rows.push_back(logit_row++);
     }
-    batch_.add(tokens, s.computed, s.blocks, want);
+    batch_.add(tokens, s.computed, s.blocks, want, s.state_slot);
   }
   const std::int64_t rows = logit_row;
   if (rows > logits_rows_) {  // grows to the widest step seen, at least max_num_seqs rows

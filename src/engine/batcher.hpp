@@ -12,7 +12,9 @@
 // token, and ends ("stop") when the grammar is done. A finished sequence's blocks go back to the pool at once
 // (full ones stay cached for reuse). A prefill-only sequence (engine/prefill_output.hpp) samples nothing: its
 // hidden rows are pooled here (last token, or the mean over every token) or its scored logits kept, into
-// Sequence::output, and it ends ("stop") in the step that computes its last prompt token.
+// Sequence::output, and it ends ("stop") in the step that computes its last prompt token. A hybrid model's runner
+// (KvPoolShape::state_slots > 0) gets no prefix caching, and each running sequence holds one of its state
+// slots (Scheduler).
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -63,6 +65,8 @@ class Batcher {
   const Scheduler& scheduler() const noexcept { return scheduler_; }
   BlockStats blocks() const noexcept { return blocks_.stats(); }
   std::int32_t max_context() const noexcept { return max_context_; }
+  // Whether full blocks are shared between sequences: as asked, and never for a hybrid (state slots).
+  bool prefix_caching() const noexcept { return prefix_caching_; }
 
  private:
   // The pick for one host-sampled row: from the sampler, within the grammar's allowed tokens when constrained.
@@ -73,6 +77,7 @@ class Batcher {
 
   backend::ModelRunner& runner_;
   std::int32_t max_context_;
+  bool prefix_caching_;
   std::int64_t vocab_;
   std::int64_t hidden_size_;
   BlockManager blocks_;

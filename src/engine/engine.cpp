@@ -253,7 +253,7 @@ void Engine::State::admit(std::deque<Submission>& fresh) {
         continue;
       }
       // Without the prefix cache there is nothing to share: every choice starts at once.
-      if (!options.prefix_caching) job.held = false;
+      if (!batcher->prefix_caching()) job.held = false;
       if (!job.held) batcher->add(job.seq);
     }
   }

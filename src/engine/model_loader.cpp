@@ -69,7 +69,18 @@ LoadPlan plan_load(const LoadOptions& options, const model::ModelConfig& cfg) {
          "tensor_parallel must be in [1, " + std::to_string(kMaxTensorParallel) + "], got " + std::to_string(n));
   LoadPlan plan;
   plan.devices = rank_devices(options);
+  if (cfg.linear.hybrid()) {  // refused here, before a worker starts (make_runner refuses the same)
+    if (n > 1)
+      fail(errc::unsupported_arch, "model_type '" + cfg.model_type +
+                                       "' (Gated DeltaNet linear attention) runs on one rank for now, not tensor_parallel " +
+                                       std::to_string(n));
+    if (plan.devices.front().is_cuda())
+      fail(errc::unsupported_arch, "model_type '" + cfg.model_type +
+                                       "' (Gated DeltaNet linear attention) runs on the CPU for now, not on " +
+                                       plan.devices.front().str());
+  }
   backend::RunnerOptions& ro = plan.runner;
+  ro.state_slots = cfg.linear.hybrid() ? backend::kDefaultStateSlots : 0;
   ro.kv_block_size = options.kv_block_size > 0 ? options.kv_block_size : backend::kDefaultKvBlockSize;
   ro.quantize = options.quantize;
   // Every rank's plan, so a bad split fails here, before a process starts.
@@ -102,7 +113,8 @@ LoadPlan plan_load(const LoadOptions& options, const model::ModelConfig& cfg) {
     const auto& device = plan.devices[static_cast<std::size_t>(r)];
     plan.rank_bytes.push_back(budgets[static_cast<std::size_t>(r)].weight_bytes +
                               backend::kv_bytes_per_block(cfg, shard, device, ro.kv_block_size) *
-                                  static_cast<std::uint64_t>(ro.kv_blocks));
+                                  static_cast<std::uint64_t>(ro.kv_blocks) +
+                              backend::state_bytes_per_slot(cfg) * static_cast<std::uint64_t>(ro.state_slots));
   }
   return plan;
 }

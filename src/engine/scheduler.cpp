@@ -7,7 +7,18 @@
 namespace neuron::engine {
 
 Scheduler::Scheduler(BlockManager& blocks, SchedulerOptions options) : blocks_(blocks), options_(options) {
-  NEURON_ASSERT(options_.max_num_seqs >= 1 && options_.max_batch_tokens >= 1);
+  NEURON_ASSERT(options_.max_num_seqs >= 1 && options_.max_batch_tokens >= 1 && options_.state_slots >= 0);
+  for (std::int32_t s = options_.state_slots - 1; s >= 0; --s) free_slots_.push_back(s);
+}
+
+void Scheduler::release(Sequence& seq) {
+  blocks_.release(seq.blocks);
+  seq.computed = 0;
+  seq.registered = 0;
+  if (seq.state_slot >= 0) {
+    free_slots_.push_back(seq.state_slot);
+    seq.state_slot = -1;
+  }
 }
 
 void Scheduler::add(Sequence& seq) { waiting_.push_back(&seq); }
@@ -15,16 +26,12 @@ void Scheduler::add(Sequence& seq) { waiting_.push_back(&seq); }
 void Scheduler::remove(Sequence& seq) {
   if (auto it = std::find(running_.begin(), running_.end(), &seq); it != running_.end()) running_.erase(it);
   if (auto it = std::find(waiting_.begin(), waiting_.end(), &seq); it != waiting_.end()) waiting_.erase(it);
-  blocks_.release(seq.blocks);
-  seq.computed = 0;
-  seq.registered = 0;
+  release(seq);
 }
 
 void Scheduler::preempt(Sequence& seq) {
   running_.erase(std::find(running_.begin(), running_.end(), &seq));
-  blocks_.release(seq.blocks);
-  seq.computed = 0;
-  seq.registered = 0;
+  release(seq);
   seq.preemptions += 1;
   waiting_.push_front(&seq);
 }
@@ -85,7 +92,8 @@ StepPlan Scheduler::schedule() {
 
   // Waiting sequences, in order, while there is room; none after a preemption.
   while (plan.preempted == 0 && budget > 0 && !waiting_.empty() &&
-         static_cast<std::int32_t>(running_.size()) < options_.max_num_seqs) {
+         static_cast<std::int32_t>(running_.size()) < options_.max_num_seqs &&
+         (options_.state_slots == 0 || !free_slots_.empty())) {
     Sequence* s = waiting_.front();
     take_prefix(*s);
     const std::int32_t n = std::min(s->len() - s->computed, budget);
@@ -97,6 +105,11 @@ StepPlan Scheduler::schedule() {
     }
     waiting_.pop_front();
     running_.push_back(s);
+    if (options_.state_slots > 0) {  // its recurrent state starts from zero at position 0 (no prefix was taken)
+      NEURON_ASSERT(s->computed == 0);
+      s->state_slot = free_slots_.back();
+      free_slots_.pop_back();
+    }
     plan.seqs.push_back({s, n, s->computed + n == s->len()});
     plan.num_tokens += n;
     budget -= n;

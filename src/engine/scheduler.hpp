@@ -16,6 +16,12 @@
 // it returns to the front of the queue, to be recomputed from its tokens
 // (prompt and what it generated so far) later. Every admitted sequence fits
 // the pool alone (the engine refuses one that cannot), so this always ends.
+//
+// A hybrid model's sequences also each hold one of the runner's recurrent-
+// state slots (SchedulerOptions::state_slots) from admission until they
+// finish, are cancelled or preempted (a preempted one restarts from scratch
+// with whichever slot is free when it is admitted again); no free slot stops
+// admission like a full pool does.
 #include <cstdint>
 #include <deque>
 #include <vector>
@@ -28,6 +34,7 @@ namespace neuron::engine {
 struct SchedulerOptions {
   std::int32_t max_num_seqs = 64;        // running sequences at most
   std::int32_t max_batch_tokens = 2048;  // new tokens per step at most (>= 1)
+  std::int32_t state_slots = 0;          // the runner's recurrent-state slots (hybrids, backend/batch.hpp); 0: none
 };
 
 struct ScheduledSequence {
@@ -66,8 +73,11 @@ class Scheduler {
   // Takes what can be reused of the prefix cache for a sequence being admitted.
   void take_prefix(Sequence& seq);
 
+  void release(Sequence& seq);  // its blocks and state slot back
+
   BlockManager& blocks_;
   SchedulerOptions options_;
+  std::vector<std::int32_t> free_slots_;  // state slots no running sequence holds (a stack)
   std::deque<Sequence*> waiting_;   // arrival order; preempted ones go back to the front
   std::vector<Sequence*> running_;  // admission order; the last is preempted first
 };

@@ -69,6 +69,13 @@ void parse_rope(const json& j, const char* name, RopeConfig& rope) {
     if (!t->is_number()) bad("config field '" + where + "rope_theta' must be a number");
     rope.theta = t->get<double>();
   }
+  if (const json* f = field(*v, "partial_rotary_factor")) {
+    if (!f->is_number()) bad("config field '" + where + "partial_rotary_factor' must be a number");
+    rope.partial_rotary_factor = f->get<double>();
+  }
+  // Qwen3.5's M-RoPE (mrope_section, mrope_interleaved) gives image tokens
+  // three position axes; text positions are equal on all three, where it is
+  // plain RoPE. Text is all neuron feeds it (vision requests are refused).
   if (type == "default") return;
   if (type == "freq_factors") {
     const json* f = field(*v, "factors");
@@ -120,18 +127,52 @@ void append_unique(std::vector<std::int32_t>& to, const std::vector<std::int32_t
     if (std::find(to.begin(), to.end(), id) == to.end()) to.push_back(id);
 }
 
+
+// layer_types: every entry full_attention or linear_attention, one per layer.
+std::vector<LayerType> parse_layer_types(const json& j, std::int64_t layers) {
+  const json* lt = field(j, "layer_types");
+  if (!lt) return {};
+  if (!lt->is_array()) bad("config field 'layer_types' must be a list");
+  std::vector<LayerType> out;
+  bool linear = false;
+  for (const auto& t : *lt) {
+    if (!t.is_string()) bad("config field 'layer_types' must hold strings");
+    const std::string name = t.get<std::string>();
+    if (name == "full_attention") {
+      out.push_back(LayerType::full_attention);
+    } else if (name == "linear_attention") {
+      out.push_back(LayerType::linear_attention);
+      linear = true;
+    } else {
+      fail(errc::unsupported_arch, "config field 'layer_types' holds '" + name +
+                                       "'; implemented: full_attention, linear_attention");
+    }
+  }
+  if (static_cast<std::int64_t>(out.size()) != layers)
+    bad("config field 'layer_types' has " + std::to_string(out.size()) + " entries but 'num_hidden_layers' is " +
+        std::to_string(layers));
+  if (!linear) return {};  // a plain decoder
+  return out;
+}
+
 }  // namespace
 
 ModelConfig ModelConfig::parse(const std::string& json_text) {
-  const json j = parse_object(json_text, "config.json");
+  const json top = parse_object(json_text, "config.json");
 
-  const json* model_type = field(j, "model_type");
+  const json* model_type = field(top, "model_type");
   if (!model_type) bad("config field 'model_type' is missing");
   if (!model_type->is_string()) bad("config field 'model_type' must be a string");
   const Family* family = find_family(model_type->get<std::string>());
   if (!family)
     fail(errc::unsupported_arch, "config field 'model_type' is '" + model_type->get<std::string>() +
                                      "'; supported: " + supported_model_types_text());
+  if (field(top, "quantization_config"))
+    fail(errc::unsupported_arch, "config field 'quantization_config' is set; quantized checkpoints are not implemented");
+  // Qwen3.5's text model's settings sit under text_config (the vision tower's under vision_config, unused).
+  const json* text = family->nested_text_config() ? field(top, "text_config") : nullptr;
+  if (text && !text->is_object()) bad("config field 'text_config' must be an object");
+  const json& j = text ? *text : top;
 
   reject_if_true(j, "attention_bias", "attention biases");
   reject_if_true(j, "mlp_bias", "MLP biases");
@@ -141,22 +182,13 @@ ModelConfig ModelConfig::parse(const std::string& json_text) {
     if (act->get<std::string>() != "silu")
       fail(errc::unsupported_arch, "config field 'hidden_act' is '" + act->get<std::string>() + "'; only 'silu' is implemented");
   }
-  if (const json* lt = field(j, "layer_types")) {
-    if (!lt->is_array()) bad("config field 'layer_types' must be a list");
-    for (const auto& t : *lt) {
-      if (!t.is_string()) bad("config field 'layer_types' must hold strings");
-      if (t.get<std::string>() != "full_attention")
-        fail(errc::unsupported_arch, "config field 'layer_types' holds '" + t.get<std::string>() + "'; only full attention is implemented");
-    }
-  }
-  if (field(j, "quantization_config"))
-    fail(errc::unsupported_arch, "config field 'quantization_config' is set; quantized checkpoints are not implemented");
-
   ModelConfig c;
   c.model_type = std::string(family->model_type());
   c.vocab_size = dim_field(j, "vocab_size", kMaxDim);
   c.hidden_size = dim_field(j, "hidden_size", kMaxDim);
-  c.intermediate_size = dim_field(j, "intermediate_size", kMaxDim);
+  // A model whose every layer is a MoE (Qwen3.5-MoE) may name no dense size.
+  c.intermediate_size = dim_field(j, "intermediate_size", kMaxDim,
+                                  field(j, "moe_intermediate_size") ? std::optional<std::int64_t>(0) : std::nullopt);
   c.num_hidden_layers = dim_field(j, "num_hidden_layers", kMaxLayers);
   c.num_attention_heads = dim_field(j, "num_attention_heads", kMaxDim);
   c.num_key_value_heads = dim_field(j, "num_key_value_heads", kMaxDim);
@@ -176,10 +208,21 @@ ModelConfig ModelConfig::parse(const std::string& json_text) {
   c.rope.theta = number_field(j, "rope_theta", 10000.0);
   parse_rope(j, "rope_scaling", c.rope);
   parse_rope(j, "rope_parameters", c.rope);
+  c.rope.partial_rotary_factor = number_field(j, "partial_rotary_factor", c.rope.partial_rotary_factor);
+  if (!(c.rope.partial_rotary_factor > 0 && c.rope.partial_rotary_factor <= 1))
+    bad("config field 'partial_rotary_factor' must be in (0, 1]");
+  {
+    const std::int64_t rd = c.rope.rotary_dim(c.head_dim);
+    if (rd < 2 || rd % 2 != 0)
+      bad("config field 'partial_rotary_factor' gives a rotary dimension of " + std::to_string(rd) + " of head_dim " +
+          std::to_string(c.head_dim) + "; it must be even and at least 2");
+  }
   if (!std::isfinite(c.rope.theta) || c.rope.theta <= 1.0) bad("config field 'rope_theta' must be a finite number above 1");
-  if (c.rope.type == RopeType::freq_factors && static_cast<std::int64_t>(c.rope.freq_factors.size()) != c.head_dim / 2)
+  if (const std::int64_t pairs = c.rope.rotary_dim(c.head_dim) / 2;
+      c.rope.type == RopeType::freq_factors && static_cast<std::int64_t>(c.rope.freq_factors.size()) != pairs)
     bad("config field 'rope_parameters.factors' holds " + std::to_string(c.rope.freq_factors.size()) +
-        " factors; head_dim " + std::to_string(c.head_dim) + " needs " + std::to_string(c.head_dim / 2));
+        " factors; a rotary dimension of " + std::to_string(2 * pairs) + " (head_dim " + std::to_string(c.head_dim) +
+        ") needs " + std::to_string(pairs));
   c.rms_norm_eps = number_field(j, "rms_norm_eps", 1e-6);
   if (!std::isfinite(c.rms_norm_eps) || c.rms_norm_eps <= 0 || c.rms_norm_eps >= 1)
     bad("config field 'rms_norm_eps' must be in (0, 1)");
@@ -195,7 +238,11 @@ ModelConfig ModelConfig::parse(const std::string& json_text) {
       break;
     }
   }
+  c.linear.layer_types = parse_layer_types(j, c.num_hidden_layers);
   family->parse(j, c);
+  if (c.linear.hybrid() && c.linear.num_value_heads == 0)
+    fail(errc::unsupported_arch, "config field 'layer_types' holds linear_attention layers, which model_type '" +
+                                     c.model_type + "' does not have (hybrids: qwen3_next, qwen3_5, qwen3_5_moe)");
   return c;
 }
 
@@ -206,7 +253,6 @@ std::string ModelConfig::to_json() const {
       {"model_type", model_type},
       {"vocab_size", vocab_size},
       {"hidden_size", hidden_size},
-      {"intermediate_size", intermediate_size},
       {"num_hidden_layers", num_hidden_layers},
       {"num_attention_heads", num_attention_heads},
       {"num_key_value_heads", num_key_value_heads},
@@ -225,6 +271,7 @@ std::string ModelConfig::to_json() const {
       {"use_cache", true},
       {"torch_dtype", torch_dtype},
   };
+  if (intermediate_size > 0) j["intermediate_size"] = intermediate_size;
   if (rope.type == RopeType::llama3)
     j["rope_scaling"] = {{"rope_type", "llama3"},
                          {"factor", rope.factor},
@@ -235,6 +282,7 @@ std::string ModelConfig::to_json() const {
     j["rope_scaling"] = {{"rope_type", "freq_factors"}, {"factors", rope.freq_factors}};
   else
     j["rope_scaling"] = nullptr;
+  if (rope.partial_rotary_factor != 1.0) j["partial_rotary_factor"] = rope.partial_rotary_factor;
   family.write(*this, j);
   j["bos_token_id"] = bos_token_id ? json(*bos_token_id) : json(nullptr);
   if (eos_token_ids.empty())
@@ -299,6 +347,32 @@ ModelConfigs load_model_configs(const std::filesystem::path& dir) {
   }
   append_unique(out.model.eos_token_ids, out.generation.eos_token_ids);
   return out;
+}
+
+std::int64_t RopeConfig::rotary_dim(std::int64_t head_dim) const noexcept {
+  return static_cast<std::int64_t>(static_cast<double>(head_dim) * partial_rotary_factor);
+}
+
+bool LinearAttentionConfig::linear_layer(std::int64_t layer) const noexcept {
+  return layer >= 0 && layer < static_cast<std::int64_t>(layer_types.size()) &&
+         layer_types[static_cast<std::size_t>(layer)] == LayerType::linear_attention;
+}
+
+bool LinearAttentionConfig::hybrid() const noexcept {
+  return std::find(layer_types.begin(), layer_types.end(), LayerType::linear_attention) != layer_types.end();
+}
+
+std::int64_t ModelConfig::kv_layers() const noexcept {
+  std::int64_t n = 0;
+  for (std::int64_t l = 0; l < num_hidden_layers; ++l) n += linear.linear_layer(l) ? 0 : 1;
+  return n;
+}
+
+std::int64_t ModelConfig::kv_layer_index(std::int64_t layer) const noexcept {
+  if (linear.linear_layer(layer)) return -1;
+  std::int64_t n = 0;
+  for (std::int64_t l = 0; l < layer; ++l) n += linear.linear_layer(l) ? 0 : 1;
+  return n;
 }
 
 bool MoeConfig::sparse_layer(std::int64_t layer) const noexcept {

@@ -29,6 +29,11 @@ struct RopeConfig {
   double factor = 1, low_freq_factor = 1, high_freq_factor = 4;
   std::int64_t original_max_position_embeddings = 0;
   std::vector<float> freq_factors;  // [head_dim / 2], freq_factors only
+  // Partial rotary (Qwen3-Next, Qwen3.5): only the first rotary_dim(head_dim)
+  // lanes of a head rotate (rotate-half over them), the rest pass through.
+  double partial_rotary_factor = 1.0;
+  // int(head_dim * partial_rotary_factor), as transformers truncates it.
+  std::int64_t rotary_dim(std::int64_t head_dim) const noexcept;
   bool operator==(const RopeConfig&) const = default;
 };
 
@@ -43,8 +48,36 @@ struct MoeConfig {
   bool norm_topk_prob = true;
   std::int64_t sparse_step = 1;        // decoder_sparse_step
   std::vector<std::int64_t> mlp_only_layers;
+  // Qwen3-Next / Qwen3.5-MoE: a SwiGLU shared expert of this size run on every
+  // token, its output scaled by sigmoid(n . shared_expert_gate) and added to
+  // the routed experts'. 0: none (Qwen3-MoE).
+  std::int64_t shared_expert_intermediate_size = 0;
   bool sparse_layer(std::int64_t layer) const noexcept;
   bool operator==(const MoeConfig&) const = default;
+};
+
+// What a decoder layer's token mixer is (config.json's layer_types).
+enum class LayerType : std::uint8_t { full_attention, linear_attention };
+
+// Gated DeltaNet linear attention (Qwen3-Next, Qwen3.5): the layers
+// layer_types marks linear_attention replace softmax attention with a
+// recurrent state per value head, [key_head_dim, value_head_dim], plus a
+// causal depthwise conv1d over the last conv_kernel inputs of q, k and v.
+// Each key head serves num_value_heads / num_key_heads consecutive value heads.
+struct LinearAttentionConfig {
+  std::vector<LayerType> layer_types;  // [num_hidden_layers]; empty: every layer full attention
+  std::int64_t num_key_heads = 0;      // linear_num_key_heads
+  std::int64_t num_value_heads = 0;    // linear_num_value_heads
+  std::int64_t key_head_dim = 0;       // linear_key_head_dim
+  std::int64_t value_head_dim = 0;     // linear_value_head_dim
+  std::int64_t conv_kernel = 0;        // linear_conv_kernel_dim
+
+  bool linear_layer(std::int64_t layer) const noexcept;
+  bool hybrid() const noexcept;  // some layer is linear attention
+  std::int64_t key_dim() const noexcept { return num_key_heads * key_head_dim; }
+  std::int64_t value_dim() const noexcept { return num_value_heads * value_head_dim; }
+  std::int64_t conv_dim() const noexcept { return 2 * key_dim() + value_dim(); }  // conv channels: q, k, v
+  bool operator==(const LinearAttentionConfig&) const = default;
 };
 
 struct ModelConfig {
@@ -59,12 +92,26 @@ struct ModelConfig {
   RopeConfig rope;
   bool qk_norm = true;  // RMSNorm over head_dim on q and k before RoPE (Qwen3); Llama has none
   MoeConfig moe;
+  LinearAttentionConfig linear;
+  // q_proj yields each head's query and an output gate ([heads, 2, head_dim]
+  // rows): attention's output is multiplied by sigmoid(gate) before o_proj (Qwen3-Next, Qwen3.5).
+  bool attention_output_gate = false;
+  // RMSNorm weights stored zero-centred: the scale is 1 + w (Qwen3-Next,
+  // Qwen3.5: input/post-attention/final norms and q/k norm; not the linear
+  // attention's gated norm). Runners add the 1 when they load a norm
+  // (model::norm_scale, shard_weights.hpp), so the blocks see plain scales.
+  bool zero_centred_norms = false;
   double rms_norm_eps = 1e-6;
   std::int64_t max_position_embeddings = 0;
   bool tie_word_embeddings = false;
   std::optional<std::int32_t> bos_token_id;
   std::vector<std::int32_t> eos_token_ids;  // config.json's, merged with generation_config's by load_model_configs
   std::string torch_dtype = "bfloat16";
+
+  // Layers with a KV cache (full attention): num_hidden_layers for a plain decoder.
+  std::int64_t kv_layers() const noexcept;
+  // Layer `layer`'s index among them (its KV pool layer); -1 for a linear-attention layer.
+  std::int64_t kv_layer_index(std::int64_t layer) const noexcept;
 
   // Throws Error{bad_model} for malformed JSON or missing/mistyped fields,
   // Error{unsupported_arch} for an unknown model_type (naming the supported

@@ -50,8 +50,8 @@ ModelConfigs configs_from_gguf(const io::GgufFile& file) {
   const std::string arch = md.require_string("general.architecture");
   const Family* family = find_gguf_family(arch);
   if (!family)
-    fail(errc::unsupported_arch, what + ": general.architecture is '" + arch + "'; GGUF files load for the families " +
-                                     supported_model_types_text() + " (as qwen3, llama, qwen3moe)");
+    fail(errc::unsupported_arch, what + ": general.architecture is '" + arch + "'; GGUF files of qwen3, llama and qwen3moe load (families: " +
+                                     supported_model_types_text() + ")");
   const std::string p = arch + ".";
   if (auto t = md.string(p + "rope.scaling.type"); t && *t != "none")
     fail(errc::unsupported_arch, what + ": " + p + "rope.scaling.type is '" + *t + "'; only plain RoPE is implemented");

@@ -118,7 +118,9 @@ std::vector<TensorSpec> checkpoint_tensor_specs(const ModelConfig& cfg, DType dt
   auto add = [&](const SliceSpec& s) { specs.push_back({s.name, dtype, s.shape}); };
   add(whole.embed);
   for (const LayerSpecs& l : whole.layers) {
-    const AttentionSpecs& a = l.attention;
+    if (l.linear)
+      fail(errc::unsupported_arch, "random checkpoints of linear-attention models (" + cfg.model_type + ") are not implemented");
+    const AttentionSpecs& a = *l.attention;
     for (const SliceSpec* s : {&a.norm, &a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj, &l.ffn_norm}) add(*s);
     if (a.q_norm) add(*a.q_norm);
     if (a.k_norm) add(*a.k_norm);

@@ -6,7 +6,9 @@
 namespace neuron::model {
 
 std::vector<float> rope_inv_freq(const ModelConfig& cfg) {
-  const std::int64_t dim = cfg.head_dim, half = dim / 2;
+  // Partial rotary: the frequencies of the first rotary_dim lanes, over that dimension (transformers'
+  // dim = int(head_dim * partial_rotary_factor)).
+  const std::int64_t dim = cfg.rope.rotary_dim(cfg.head_dim), half = dim / 2;
   std::vector<float> inv(static_cast<std::size_t>(half));
   // 1 / base ** (arange(0, dim, 2).float() / dim), in f32.
   const auto base = static_cast<double>(static_cast<float>(cfg.rope.theta));

@@ -10,7 +10,9 @@
 
 namespace neuron::model {
 
-// [head_dim / 2] f32.
+// [rotary_dim / 2] f32: head_dim / 2, or with a partial_rotary_factor the
+// rotary lanes' (rotate-half then pairs lane j with j + rotary_dim / 2 and
+// leaves lanes from rotary_dim on as they are).
 std::vector<float> rope_inv_freq(const ModelConfig& cfg);
 
 }  // namespace neuron::model

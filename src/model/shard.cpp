@@ -48,7 +48,7 @@ std::int64_t ShardPlan::kv_of_q(std::int64_t local_q, const ModelConfig& cfg) co
 }
 
 std::int64_t kv_elements_per_position(const ModelConfig& cfg, const ShardPlan& plan) {
-  return 2 * cfg.num_hidden_layers * plan.kv_heads * cfg.head_dim;
+  return 2 * cfg.kv_layers() * plan.kv_heads * cfg.head_dim;  // full-attention layers only
 }
 
 }  // namespace neuron::model

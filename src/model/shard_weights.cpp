@@ -9,8 +9,6 @@
 
 namespace neuron::model {
 
-namespace {
-
 SliceSpec whole(std::string name, std::vector<std::int64_t> shape) {
   SliceSpec s;
   s.name = std::move(name);
@@ -33,6 +31,8 @@ SliceSpec col_slice(std::string name, std::vector<std::int64_t> shape, std::int6
   s.col_end = begin + count;
   return s;
 }
+
+namespace {
 
 std::string shape_str(const std::vector<std::int64_t>& shape) {
   std::string s = "[";
@@ -62,10 +62,13 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 AttentionSpecs attention_specs(const std::string& prefix, const ModelConfig& cfg, const ShardPlan& plan, bool qk_norm) {
   const std::int64_t hidden = cfg.hidden_size, hd = cfg.head_dim;
   const std::int64_t q_rows = cfg.num_attention_heads * hd, kv_rows = cfg.num_key_value_heads * hd;
+  const std::int64_t q_per_head = cfg.attention_output_gate ? 2 * hd : hd;  // [query, gate] rows of a head
   AttentionSpecs a;
   a.norm = whole(prefix + "input_layernorm.weight", {hidden});
+  a.output_gate = cfg.attention_output_gate;
   const std::string p = prefix + "self_attn.";
-  a.q_proj = row_slice(p + "q_proj.weight", {q_rows, hidden}, plan.q_head_begin * hd, plan.q_heads * hd);
+  a.q_proj = row_slice(p + "q_proj.weight", {cfg.num_attention_heads * q_per_head, hidden},
+                       plan.q_head_begin * q_per_head, plan.q_heads * q_per_head);
   a.k_proj = row_slice(p + "k_proj.weight", {kv_rows, hidden}, plan.kv_head_begin * hd, plan.kv_heads * hd);
   a.v_proj = row_slice(p + "v_proj.weight", {kv_rows, hidden}, plan.kv_head_begin * hd, plan.kv_heads * hd);
   a.o_proj = col_slice(p + "o_proj.weight", {hidden, q_rows}, plan.q_head_begin * hd, plan.q_heads * hd);
@@ -93,18 +96,28 @@ MoeSpecs moe_specs(const std::string& prefix, const ModelConfig& cfg, const Shar
   for (std::int64_t e = 0; e < cfg.moe.num_experts; ++e)
     m.experts.push_back(mlp_specs(prefix + "experts." + std::to_string(e) + ".", cfg, cfg.moe.intermediate_size,
                                   plan.moe_ff_begin, plan.moe_ff_size));
+  if (const std::int64_t fs = cfg.moe.shared_expert_intermediate_size; fs > 0) {
+    // Whole on every rank: hybrids (the only families with one) run unsplit (make_runner refuses TP for them).
+    m.shared_expert = mlp_specs(prefix + "shared_expert.", cfg, fs, 0, fs);
+    m.shared_expert_gate = whole(prefix + "shared_expert_gate.weight", {1, cfg.hidden_size});
+  }
   return m;
+}
+
+void ffn_specs(const std::string& prefix, const ModelConfig& cfg, const ShardPlan& plan, std::int64_t layer,
+               LayerSpecs& l) {
+  l.ffn_norm = whole(prefix + "post_attention_layernorm.weight", {cfg.hidden_size});
+  if (cfg.moe.sparse_layer(layer))
+    l.moe = moe_specs(prefix + "mlp.", cfg, plan);
+  else
+    l.mlp = mlp_specs(prefix + "mlp.", cfg, cfg.intermediate_size, plan.ff_begin, plan.ff_size);
 }
 
 LayerSpecs decoder_layer_specs(const ModelConfig& cfg, const ShardPlan& plan, std::int64_t layer, bool qk_norm) {
   const std::string p = "model.layers." + std::to_string(layer) + ".";
   LayerSpecs l;
   l.attention = attention_specs(p, cfg, plan, qk_norm);
-  l.ffn_norm = whole(p + "post_attention_layernorm.weight", {cfg.hidden_size});
-  if (cfg.moe.sparse_layer(layer))
-    l.moe = moe_specs(p + "mlp.", cfg, plan);
-  else
-    l.mlp = mlp_specs(p + "mlp.", cfg, cfg.intermediate_size, plan.ff_begin, plan.ff_size);
+  ffn_specs(p, cfg, plan, layer, l);
   return l;
 }
 
@@ -112,8 +125,9 @@ ShardSpecs shard_specs(const ModelConfig& cfg, const ShardPlan& plan) {
   const Family& family = family_of(cfg);
   const std::int64_t hidden = cfg.hidden_size;
   ShardSpecs s;
-  s.embed = whole("model.embed_tokens.weight", {cfg.vocab_size, hidden});
-  s.final_norm = whole("model.norm.weight", {hidden});
+  const std::string prefix(family.weight_prefix());
+  s.embed = whole(prefix + "embed_tokens.weight", {cfg.vocab_size, hidden});
+  s.final_norm = whole(prefix + "norm.weight", {hidden});
   s.lm_head = cfg.tie_word_embeddings ? s.embed : whole("lm_head.weight", {cfg.vocab_size, hidden});
   s.layers.reserve(static_cast<std::size_t>(cfg.num_hidden_layers));
   for (std::int64_t i = 0; i < cfg.num_hidden_layers; ++i) s.layers.push_back(family.layer_specs(cfg, plan, i));
@@ -126,15 +140,22 @@ io::TensorView slice_view(const io::Checkpoint& ckpt, const SliceSpec& spec) {
   if (t->shape() != spec.shape)
     fail(errc::bad_model, "tensor " + spec.name + " has shape " + t->shape_string() + " but the config implies " +
                               shape_str(spec.shape));
+  if (spec.shape.size() > 2) return *t;  // a conv1d weight: whole (SliceSpec)
   io::TensorView v = t->rows(spec.row_begin, spec.row_end);
   if (spec.shape.size() == 2) v = v.cols(spec.col_begin, spec.col_end);
   return v;
 }
 
-void reject_unsupported_tensors(const io::Checkpoint& ckpt) {
+void reject_unsupported_tensors(const io::Checkpoint& ckpt, const ModelConfig& cfg) {
+  const Family& family = family_of(cfg);
   for (const std::string& name : ckpt.names())
-    if (ends_with(name, ".bias"))
+    if (ends_with(name, ".bias") && !family.ignores_tensor(name))
       fail(errc::unsupported_arch, "checkpoint tensor " + name + " is a bias; Qwen3 layers without biases only");
+}
+
+void to_norm_scale(const ModelConfig& cfg, std::span<float> weight) {
+  if (!cfg.zero_centred_norms) return;
+  for (float& w : weight) w += 1.0f;
 }
 
 void fill_dummy(const SliceSpec& spec, std::span<std::uint16_t> out) {
@@ -161,12 +182,21 @@ namespace {
 
 std::int64_t projections(const MlpSpecs& m) { return m.gate_proj.numel() + m.up_proj.numel() + m.down_proj.numel(); }
 
+std::int64_t numel(const std::vector<SliceSpec>& pieces) {
+  std::int64_t n = 0;
+  for (const SliceSpec& s : pieces) n += s.numel();
+  return n;
+}
+
 std::int64_t projections(const LayerSpecs& l) {
-  const AttentionSpecs& a = l.attention;
-  std::int64_t n = a.q_proj.numel() + a.k_proj.numel() + a.v_proj.numel() + a.o_proj.numel();
+  std::int64_t n = 0;
+  if (const auto& a = l.attention) n += a->q_proj.numel() + a->k_proj.numel() + a->v_proj.numel() + a->o_proj.numel();
+  if (const auto& la = l.linear) n += numel(la->qkv) + numel(la->z) + la->out_proj.numel();
   if (l.mlp) n += projections(*l.mlp);
-  if (l.moe)
+  if (l.moe) {
     for (const MlpSpecs& e : l.moe->experts) n += projections(e);
+    if (l.moe->shared_expert) n += projections(*l.moe->shared_expert);
+  }
   return n;
 }
 
@@ -176,9 +206,18 @@ std::int64_t weight_elements(const ModelConfig& cfg, const ShardPlan& plan) {
   const ShardSpecs s = shard_specs(cfg, plan);
   std::int64_t n = s.embed.numel() + s.final_norm.numel() + (cfg.tie_word_embeddings ? 0 : s.lm_head.numel());
   for (const LayerSpecs& l : s.layers) {
-    n += projections(l) + l.attention.norm.numel() + l.ffn_norm.numel();
-    if (l.attention.q_norm) n += l.attention.q_norm->numel() + l.attention.k_norm->numel();
-    if (l.moe) n += l.moe->router.numel();
+    n += projections(l) + l.ffn_norm.numel();
+    if (const auto& a = l.attention) {
+      n += a->norm.numel();
+      if (a->q_norm) n += a->q_norm->numel() + a->k_norm->numel();
+    }
+    if (const auto& la = l.linear)
+      n += la->norm.numel() + numel(la->b) + numel(la->a) + la->conv.numel() + la->a_log.numel() +
+           la->dt_bias.numel() + la->gated_norm.numel();
+    if (l.moe) {
+      n += l.moe->router.numel();
+      if (l.moe->shared_expert_gate) n += l.moe->shared_expert_gate->numel();
+    }
   }
   return n;
 }

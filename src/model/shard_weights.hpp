@@ -19,7 +19,8 @@ namespace neuron::io { class Checkpoint; }
 namespace neuron::model {
 
 // Rows [row_begin, row_end) and, for 2-D tensors, columns [col_begin, col_end)
-// of the tensor `name`, whose full shape the config implies.
+// of the tensor `name`, whose full shape the config implies. A 3-D tensor
+// (a conv1d weight) is taken whole: rows of shape[1] * shape[2] elements.
 struct SliceSpec {
   std::string name;
   std::vector<std::int64_t> shape;  // full tensor: [rows] or [rows, cols]
@@ -27,7 +28,10 @@ struct SliceSpec {
   std::int64_t col_begin = 0, col_end = 0;  // 0, 0 for 1-D tensors
 
   std::int64_t rows() const noexcept { return row_end - row_begin; }
-  std::int64_t cols() const noexcept { return shape.size() == 2 ? col_end - col_begin : 1; }
+  std::int64_t cols() const noexcept {
+    if (shape.size() == 2) return col_end - col_begin;
+    return shape.size() == 3 ? shape[1] * shape[2] : 1;
+  }
   std::int64_t numel() const noexcept { return rows() * cols(); }
 };
 
@@ -35,7 +39,9 @@ struct SliceSpec {
 // heads, F = its ff_size, Fm = its moe_ff_size, E = num_experts).
 struct AttentionSpecs {
   SliceSpec norm;        // [hidden]            input_layernorm
-  SliceSpec q_proj;      // [H * hd, hidden]   column-parallel: rows of the rank's query heads
+  SliceSpec q_proj;      // [H * hd, hidden]   column-parallel: rows of the rank's query heads;
+                         // with output_gate [H * 2 * hd, hidden]: each head's query rows, then its gate's
+  bool output_gate = false;  // ModelConfig::attention_output_gate
   SliceSpec k_proj;      // [KV * hd, hidden]  rows of the rank's KV heads (replicated when KV < world)
   SliceSpec v_proj;      // [KV * hd, hidden]
   SliceSpec o_proj;      // [hidden, H * hd]   row-parallel: input columns of the rank's query heads
@@ -51,10 +57,34 @@ struct MlpSpecs {        // SwiGLU: a dense MLP (F) or one expert (Fm)
 struct MoeSpecs {
   SliceSpec router;              // [E, hidden] replicated (mlp.gate)
   std::vector<MlpSpecs> experts;  // E experts, each split Fm ways like a dense MLP
+  // MoeConfig::shared_expert_intermediate_size > 0 (Fs): mlp.shared_expert, and
+  // mlp.shared_expert_gate [1, hidden] whose sigmoid scales its output.
+  std::optional<MlpSpecs> shared_expert;   // [Fs, hidden] gate/up, [hidden, Fs] down
+  std::optional<SliceSpec> shared_expert_gate;
+};
+
+// Gated DeltaNet linear attention (LinearAttentionConfig: Hk / Hv key / value
+// heads of dk / dv, K the conv kernel; C = 2 Hk dk + Hv dv conv channels).
+// The in-projections are lists of row slices stacked in order, so a family
+// whose checkpoint fuses them (Qwen3-Next's in_proj_qkvz, grouped by key
+// head) names the pieces and every runner sees one layout: q of all heads,
+// then k, then v (the conv's channel order), z, b and a each head-major.
+struct LinearAttentionSpecs {
+  SliceSpec norm;                 // [hidden] input_layernorm
+  std::vector<SliceSpec> qkv;     // stacked [C, hidden]: q [Hk dk], k [Hk dk], v [Hv dv]
+  std::vector<SliceSpec> z;       // stacked [Hv dv, hidden]: the output gate
+  std::vector<SliceSpec> b;       // stacked [Hv, hidden]: beta = sigmoid(n b^T)
+  std::vector<SliceSpec> a;       // stacked [Hv, hidden]: g = -exp(A_log) softplus(n a^T + dt_bias)
+  SliceSpec conv;                 // [C, 1, K] depthwise causal conv1d weight (no bias)
+  SliceSpec a_log;                // [Hv]
+  SliceSpec dt_bias;              // [Hv]
+  SliceSpec gated_norm;           // [dv] RMSNorm per head, times silu(z); a plain scale (not zero-centred)
+  SliceSpec out_proj;             // [hidden, Hv dv]
 };
 
 struct LayerSpecs {
-  AttentionSpecs attention;
+  std::optional<AttentionSpecs> attention;      // exactly one of attention (full, with a KV cache)
+  std::optional<LinearAttentionSpecs> linear;   // and linear (a recurrent state)
   SliceSpec ffn_norm;            // [hidden] post_attention_layernorm
   std::optional<MlpSpecs> mlp;   // exactly one of mlp and moe
   std::optional<MoeSpecs> moe;
@@ -66,6 +96,12 @@ struct ShardSpecs {
   SliceSpec lm_head;     // [vocab, hidden] replicated; names the embedding when tie_word_embeddings
   std::vector<LayerSpecs> layers;
 };
+
+// Slice builders for the families' layer_specs: the whole tensor, rows
+// [begin, begin + count), columns [begin, begin + count).
+SliceSpec whole(std::string name, std::vector<std::int64_t> shape);
+SliceSpec row_slice(std::string name, std::vector<std::int64_t> shape, std::int64_t begin, std::int64_t count);
+SliceSpec col_slice(std::string name, std::vector<std::int64_t> shape, std::int64_t begin, std::int64_t count);
 
 // Every tensor of rank plan.rank, the layers' as the config's family names them (model/arch/family.hpp).
 ShardSpecs shard_specs(const ModelConfig& cfg, const ShardPlan& plan);
@@ -79,12 +115,20 @@ std::int64_t projection_elements(const ModelConfig& cfg, const ShardPlan& plan);
 // Error{bad_model} when its shape differs from what the config implies, naming both.
 io::TensorView slice_view(const io::Checkpoint& ckpt, const SliceSpec& spec);
 
-// Throws Error{unsupported_arch} for tensors neuron would silently ignore (biases).
-void reject_unsupported_tensors(const io::Checkpoint& ckpt);
+// Throws Error{unsupported_arch} for tensors neuron would silently ignore
+// (biases), except those outside the text model the family skips (Qwen3.5's
+// vision tower, the MTP head: Family::ignores_tensor).
+void reject_unsupported_tensors(const io::Checkpoint& ckpt, const ModelConfig& cfg);
+
+// A loaded RMSNorm weight turned into the scale the blocks multiply by, in
+// place: 1 + w when cfg.zero_centred_norms, else w. The one place the offset
+// is added; runners call it for every zero-centred norm they load.
+void to_norm_scale(const ModelConfig& cfg, std::span<float> weight);
 
 // The slices of a standard pre-norm decoder layer under Hugging Face's names
 // ("model.layers.{i}.self_attn.q_proj.weight", "mlp.gate_proj", MoE
-// "mlp.gate" and "mlp.experts.{e}.gate_proj"), for the families built on it.
+// "mlp.gate", "mlp.experts.{e}.gate_proj", "mlp.shared_expert.gate_proj"),
+// for the families built on it. `prefix` is the layer's ("model.layers.3.").
 AttentionSpecs attention_specs(const std::string& prefix, const ModelConfig& cfg, const ShardPlan& plan, bool qk_norm);
 MlpSpecs mlp_specs(const std::string& prefix, const ModelConfig& cfg, std::int64_t ff, std::int64_t ff_begin,
                    std::int64_t ff_size);
@@ -92,6 +136,9 @@ MoeSpecs moe_specs(const std::string& prefix, const ModelConfig& cfg, const Shar
 // A standard pre-norm decoder layer: attention (q/k norm when asked),
 // post_attention_layernorm, then a dense MLP, or a MoE on cfg.moe's sparse layers.
 LayerSpecs decoder_layer_specs(const ModelConfig& cfg, const ShardPlan& plan, std::int64_t layer, bool qk_norm);
+// The post-attention norm and the dense MLP or MoE of `prefix`'s layer (into l).
+void ffn_specs(const std::string& prefix, const ModelConfig& cfg, const ShardPlan& plan, std::int64_t layer,
+               LayerSpecs& l);
 
 // Deterministic stand-in weights for benchmarks, as bf16 into out ([numel()]
 // row-major). An element depends only on (name, global row, global column), so

@@ -119,7 +119,7 @@ TEST(GgufFamily, LayoutsThatCannotBeUndoneAreRefusedByName) {
     w.add_floats("rope_freqs.weight", quant::GgmlType::f32, {3}, {1.0f, 2.0f, 4.0f});
     w.write(tmp / "c.gguf");
     expect_error([&] { (void)model::configs_from_gguf(io::GgufFile(tmp / "c.gguf")); }, errc::bad_model,
-                 {"factors", "head_dim 4 needs 2"});
+                 {"factors", "head_dim 4) needs 2"});
   }
   {  // an architecture no family reads
     test_support::GgufWriter w;

@@ -249,7 +249,7 @@ TEST(HelexaContract, EveryManagementRouteParsesIncludingTensorParallelTwo) {
   const json d = body_of(api.handle(get("/discovery")));
   check_discovery(d);
   EXPECT_EQ(d["max_prompt_tokens"], 32768 - 1) << "the longest context (the TP model's), less the token to generate";
-  EXPECT_EQ(d["architectures"], json::array({"qwen3", "llama", "qwen3_moe"})) << "the families this node loads";
+  EXPECT_EQ(d["architectures"], json::array({"qwen3", "llama", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe"})) << "the families this node loads";
 
   const HttpResponse listed = api.handle(get("/models"));
   ASSERT_EQ(listed.status, 200);

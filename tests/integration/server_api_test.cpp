@@ -317,6 +317,35 @@ TEST(ServerApiLoad, LoadAndUnloadByAnySpelling) {
   EXPECT_TRUE(registry.list().empty());
 }
 
+// A Qwen3.5 hybrid (tests/data/families/qwen3_5-a with the Qwen vocabulary of models/qwen3-tiny-a) loaded through
+// the registry from a models directory and served on the CPU: greedy completions repeat exactly (the second run
+// recomputes its prompt: no prefix reuse for hybrids, cached_tokens 0).
+TEST(ServerApiLoad, AQwen35HybridServesCompletionsOnTheCpu) {
+  test_support::TempDir root;
+  const fs::path dir = root.path() / "qwen3_5-a";
+  fs::create_directories(dir);
+  const fs::path family = fs::path(NEURON_TEST_DATA) / "families" / "qwen3_5-a";
+  for (const char* f : {"config.json", "generation_config.json", "model.safetensors"}) fs::copy_file(family / f, dir / f);
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) fs::copy_file(fs::path(tiny_model_dir()) / f, dir / f);
+  engine::RegistryOptions ro;
+  ro.model_roots = {root.path()};
+  engine::Registry registry(ro);
+  Api api(registry, {});
+  const HttpResponse load = api.handle(post_json("/models/load", {{"model_id", "qwen3_5-a"}, {"wait", true}}));
+  ASSERT_EQ(load.status, 200) << load.body;
+  const json body = {{"model", "qwen3_5-a"}, {"prompt", "The quick brown fox"}, {"max_tokens", 8},
+                     {"temperature", 0}, {"ignore_eos", true}};
+  const HttpResponse first = api.handle(post_json("/v1/completions", body));
+  ASSERT_EQ(first.status, 200) << first.body;
+  const HttpResponse again = api.handle(post_json("/v1/completions", body));
+  ASSERT_EQ(again.status, 200) << again.body;
+  const json a = json::parse(first.body), b = json::parse(again.body);
+  EXPECT_EQ(a["usage"]["prompt_tokens"], 4);
+  EXPECT_EQ(a["usage"]["completion_tokens"], 8);
+  EXPECT_EQ(a["choices"][0]["text"], b["choices"][0]["text"]);
+  EXPECT_EQ(b["usage"]["prompt_tokens_details"]["cached_tokens"], 0) << b.dump();
+}
+
 TEST(ServerApiLoad, WeightsThatAreNotRegularFilesAreA400NamingTheFile) {
   test_support::TempDir root;
   engine::RegistryOptions ro;

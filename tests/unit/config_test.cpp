@@ -226,6 +226,98 @@ TEST(Config, ImpossibleMoeConfigsNameTheField) {
   expect_rejected(j, errc::bad_model, "moe_intermediate_size");
 }
 
+json families_config(const std::string& name) {
+  return json::parse(read(fs::path(NEURON_TEST_DATA) / "families" / name / "config.json"));
+}
+
+// The hybrids as transformers 5.17 saves them (tests/data/families): Qwen3-Next flat, Qwen3.5 under text_config.
+TEST(Config, HybridsReadTheirLinearAttentionFields) {
+  const ModelConfig next = ModelConfig::parse(families_config("qwen3_next-a").dump());
+  EXPECT_EQ(next.model_type, "qwen3_next");
+  EXPECT_TRUE(next.linear.hybrid());
+  EXPECT_EQ(next.linear.num_key_heads, 2);
+  EXPECT_EQ(next.linear.num_value_heads, 4);
+  EXPECT_EQ(next.linear.key_head_dim, 16);
+  EXPECT_EQ(next.linear.value_head_dim, 16);
+  EXPECT_EQ(next.linear.conv_kernel, 4);
+  EXPECT_EQ(next.linear.conv_dim(), 2 * 32 + 64);
+  EXPECT_TRUE(next.linear.linear_layer(0) && next.linear.linear_layer(2) && !next.linear.linear_layer(3));
+  EXPECT_EQ(next.kv_layers(), 1);
+  EXPECT_EQ(next.kv_layer_index(3), 0);
+  EXPECT_EQ(next.kv_layer_index(1), -1);
+  EXPECT_TRUE(next.attention_output_gate && next.zero_centred_norms && next.qk_norm);
+  EXPECT_DOUBLE_EQ(next.rope.partial_rotary_factor, 0.25);
+  EXPECT_EQ(next.rope.rotary_dim(next.head_dim), 4);
+  EXPECT_DOUBLE_EQ(next.rope.theta, 1e7);
+  EXPECT_EQ(next.moe.num_experts, 8);
+  EXPECT_EQ(next.moe.shared_expert_intermediate_size, 16);
+  EXPECT_TRUE(next.moe.norm_topk_prob);
+  EXPECT_EQ(ModelConfig::parse(next.to_json()), next);
+
+  const ModelConfig dense = ModelConfig::parse(families_config("qwen3_5-a").dump());
+  EXPECT_EQ(dense.model_type, "qwen3_5");
+  EXPECT_EQ(dense.hidden_size, 16);  // from text_config
+  EXPECT_EQ(dense.intermediate_size, 48);
+  EXPECT_EQ(dense.moe.num_experts, 0);
+  EXPECT_EQ(dense.linear.layer_types, next.linear.layer_types);
+  EXPECT_EQ(ModelConfig::parse(dense.to_json()), dense);
+
+  const ModelConfig moe = ModelConfig::parse(families_config("qwen3_5_moe-a").dump());
+  EXPECT_EQ(moe.model_type, "qwen3_5_moe");
+  EXPECT_EQ(moe.intermediate_size, 0);  // no dense layer, no dense size
+  EXPECT_TRUE(moe.moe.sparse_layer(0) && moe.moe.sparse_layer(3));
+  EXPECT_TRUE(moe.moe.norm_topk_prob);
+  EXPECT_EQ(ModelConfig::parse(moe.to_json()), moe);
+
+  // Released Qwen3-Next configs: no layer_types (every 4th layer full attention) and no partial factor (0.25).
+  json released = families_config("qwen3_next-a");
+  released.erase("layer_types");
+  released.erase("partial_rotary_factor");
+  released["rope_parameters"].erase("partial_rotary_factor");
+  released["num_hidden_layers"] = 8;
+  const ModelConfig r = ModelConfig::parse(released.dump());
+  EXPECT_DOUBLE_EQ(r.rope.partial_rotary_factor, 0.25);
+  EXPECT_EQ(r.kv_layers(), 2);
+  EXPECT_FALSE(r.linear.linear_layer(7));
+  EXPECT_TRUE(r.linear.linear_layer(6));
+}
+
+TEST(Config, BadHybridConfigsNameTheField) {
+  json j = families_config("qwen3_next-a");
+  j["layer_types"][1] = "mamba";
+  expect_rejected(j, errc::unsupported_arch, "layer_types");
+  j = families_config("qwen3_next-a");
+  j["layer_types"].push_back("full_attention");
+  expect_rejected(j, errc::bad_model, "layer_types");
+  j = families_config("qwen3_next-a");
+  j["linear_num_value_heads"] = 3;
+  expect_rejected(j, errc::bad_model, "linear_num_value_heads");
+  j = families_config("qwen3_next-a");
+  j["linear_key_head_dim"] = 0;
+  expect_rejected(j, errc::bad_model, "linear_key_head_dim");
+  j = families_config("qwen3_next-a");
+  j.erase("linear_num_key_heads");
+  expect_rejected(j, errc::bad_model, "linear_num_key_heads");
+  j = families_config("qwen3_next-a");
+  j["partial_rotary_factor"] = 0.1;  // 16 * 0.1 = 1 lane: nothing to rotate
+  j["rope_parameters"].erase("partial_rotary_factor");
+  expect_rejected(j, errc::bad_model, "partial_rotary_factor");
+  j = families_config("qwen3_5-a");
+  j["text_config"]["num_attention_heads"] = 3;
+  expect_rejected(j, errc::bad_model, "num_attention_heads");
+  j = families_config("qwen3_5-a");
+  j["text_config"]["linear_conv_kernel_dim"] = 0;
+  expect_rejected(j, errc::bad_model, "linear_conv_kernel_dim");
+  j = families_config("qwen3_next-a");
+  j["layer_types"][3] = "linear_attention";  // no layer left with a KV cache
+  expect_rejected(j, errc::unsupported_arch, "layer_types");
+  // Linear attention in a family that has none.
+  j = tiny_json();
+  j["layer_types"] = json::array();
+  for (int l = 0; l < j["num_hidden_layers"].get<int>(); ++l) j["layer_types"].push_back("linear_attention");
+  expect_rejected(j, errc::unsupported_arch, "layer_types");
+}
+
 TEST(Config, RejectsMissingSizes) {
   for (const char* f : {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                         "num_key_value_heads", "model_type"}) {

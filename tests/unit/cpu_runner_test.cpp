@@ -209,7 +209,7 @@ TEST(CpuRunnerDummy, StandInWeightsAreDeterministicAndShardConsistent) {
   const auto full = model::shard_specs(cfg, plan);
   const auto half = model::shard_specs(cfg, model::ShardPlan::make(cfg, 1, 2));
   for (auto [whole, part] : {std::pair{&full.layers[1].mlp->down_proj, &half.layers[1].mlp->down_proj},
-                             std::pair{&full.layers[1].attention.q_proj, &half.layers[1].attention.q_proj}}) {
+                             std::pair{&full.layers[1].attention->q_proj, &half.layers[1].attention->q_proj}}) {
     std::vector<std::uint16_t> w(static_cast<std::size_t>(whole->numel())), p(static_cast<std::size_t>(part->numel()));
     model::fill_dummy(*whole, w);
     model::fill_dummy(*part, p);

@@ -3,10 +3,13 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "backend/model_runner.hpp"
 #include "dist/communicator.hpp"
@@ -560,6 +563,60 @@ TEST_F(EngineTest, ConcurrentClientsGetTheAnswersTheyGetAlone) {
     EXPECT_EQ(got[static_cast<std::size_t>(c)], alone[static_cast<std::size_t>(c) % texts.size()]) << "client " << c;
   }
   EXPECT_EQ(engine->stats().requests_done, static_cast<std::uint64_t>(kClients));
+}
+
+// A Gated DeltaNet hybrid (tests/data/families/qwen3_5-a, transformers' greedy tokens in golden.json) through
+// the engine: concurrent requests with chunked prefill (a 841-token prompt over 96-token steps), fewer state slots
+// than requests, a KV pool too small for every request at once (preemption recomputes from scratch), and repeated
+// prompts that must not reuse a prefix (cached_tokens 0): every request gets the reference's tokens.
+TEST_F(EngineTest, HybridRequestsGetTheReferenceTokensUnderBatchingAndPreemption) {
+  const std::filesystem::path dir = std::filesystem::path(NEURON_TEST_DATA) / "families" / "qwen3_5-a";
+  model::ModelConfigs configs = model::load_model_configs(dir);
+  const io::Checkpoint checkpoint = io::Checkpoint::open_dir(dir);
+  backend::RunnerOptions options;
+  options.max_context = 1024;
+  options.kv_block_size = 4;
+  options.kv_blocks = 216;  // 864 positions: a long request (853) leaves room for almost nothing else
+  options.state_slots = 3;
+  auto runner = backend::make_runner(configs.model, &checkpoint, model::ShardPlan::make(configs.model, 0, 1),
+                                     backend::Device{}, std::make_shared<dist::LocalCommunicator>(), options);
+  ASSERT_EQ(runner->kv_pool().state_slots, 3);
+  std::ifstream in(dir / "golden.json");
+  const auto golden = nlohmann::json::parse(in);
+  std::vector<std::vector<std::int32_t>> prompts, expected;
+  for (const auto& p : golden.at("prompts")) {
+    prompts.push_back(p.at("prompt_ids").get<std::vector<std::int32_t>>());
+    auto g = p.at("greedy_ids").get<std::vector<std::int32_t>>();
+    g.resize(12);
+    expected.push_back(std::move(g));
+  }
+  ASSERT_EQ(prompts.size(), 4u);
+  auto engine = make_engine(EngineOptions{.queue_depth = 64, .max_num_seqs = 8, .max_batch_tokens = 96},
+                            std::move(runner), configs);
+  // All queued at once (submit does not wait), so the long prompts meet the others in the pool whatever the timing.
+  constexpr int kClients = 8;
+  std::vector<std::shared_ptr<Channel>> channels;
+  for (int c = 0; c < kClients; ++c) channels.push_back(engine->submit(greedy_request(prompts[c % 4], 12)));
+  std::vector<Outcome> got;
+  for (const auto& channel : channels) got.push_back(drain(*channel));
+  for (int c = 0; c < kClients; ++c) {
+    ASSERT_EQ(got[c].last.kind, Event::Kind::done) << "client " << c << ": " << got[c].last.error_message;
+    EXPECT_EQ(got[c].last.tokens, expected[c % 4]) << "client " << c;
+    EXPECT_EQ(got[c].last.usage.cached_tokens, 0) << "client " << c;
+  }
+  const EngineStats stats = engine->stats();
+  EXPECT_EQ(stats.prompt_tokens_cached, 0u);
+  EXPECT_GT(stats.preemptions, 0u);
+  // Choices of one request: no prefix to share, so they all start at once and each computes the prompt.
+  CompletionRequest r = greedy_request(prompts[0], 12);
+  r.n = 3;
+  const std::uint64_t before = engine->stats().step_tokens;
+  for (const Outcome& o : drain_choices(*engine->submit(r), 3)) {
+    ASSERT_EQ(o.last.kind, Event::Kind::done) << o.last.error_message;
+    EXPECT_EQ(o.last.tokens, expected[0]) << "choice " << o.last.choice;
+    EXPECT_EQ(o.last.usage.cached_tokens, 0);
+  }
+  EXPECT_EQ(engine->stats().step_tokens - before, 3 * (prompts[0].size() + 11));
 }
 
 }  // namespace

@@ -324,6 +324,19 @@ TEST(GgufCheckpoint, ConfigRefusesOtherArchitectures) {
     EXPECT_EQ(e.kind(), errc::unsupported_arch);
     EXPECT_NE(std::string(e.what()).find("'gemma3'"), std::string::npos) << e.what();
   }
+  // llama.cpp's Gated DeltaNet hybrids: refused by name (their safetensors checkpoints load).
+  for (const char* arch : {"qwen3next", "qwen35", "qwen35moe"}) {
+    GgufWriter h;
+    h.add_string("general.architecture", arch);
+    h.write(tmp / "h.gguf");
+    try {
+      (void)model::load_model_configs(tmp / "h.gguf");
+      FAIL() << arch;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), errc::unsupported_arch);
+      EXPECT_NE(std::string(e.what()).find(std::string("'") + arch + "'"), std::string::npos) << e.what();
+    }
+  }
   GgufWriter q;
   q.add_string("general.architecture", "qwen3");
   q.write(tmp / "q.gguf");

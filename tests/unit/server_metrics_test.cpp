@@ -243,7 +243,7 @@ TEST(ServerDiscovery, ReportsThisHost) {
   EXPECT_FALSE(d["hostname"].get<std::string>().empty());
   EXPECT_FALSE(d["kernel"].get<std::string>().empty());
   EXPECT_EQ(d["harnesses"], nlohmann::json::array({"neuron", "candle"}));
-  EXPECT_EQ(d["architectures"], nlohmann::json::array({"qwen3", "llama", "qwen3_moe"}));
+  EXPECT_EQ(d["architectures"], nlohmann::json::array({"qwen3", "llama", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe"}));
   // A reason only for a driver that CUDA cannot use: a host with no NVIDIA driver is a CPU host, not a mismatch.
   if (d["devices"].empty() && !std::filesystem::exists("/proc/driver/nvidia/version")) {
     EXPECT_TRUE(!d.contains("cuda_unavailable_reason") || d["cuda_unavailable_reason"].is_null()) << d.dump();

@@ -11,9 +11,11 @@
 
 #include "backend/cpu/attention.hpp"
 #include "backend/cpu/chunk_pool.hpp"
+#include "backend/cpu/gated_delta.hpp"
 #include "backend/cpu/matmul.hpp"
 #include "backend/cpu/matmul_quant.hpp"
 #include "backend/cpu/ops.hpp"
+#include "backend/cpu/recurrent_state.hpp"
 #include "backend/cpu/decode_kernel.hpp"
 #include "backend/cpu/weight_buffer.hpp"
 #include "backend/packed_weights.hpp"
@@ -82,17 +84,31 @@ struct Mlp {
   Stack down;                     // [hidden, F]: down_proj's input columns of this rank
 };
 
+// A Gated DeltaNet layer's weights (model::LinearAttentionConfig: Hk / Hv
+// key / value heads of dk / dv, C = 2 Hk dk + Hv dv conv channels, K the conv kernel).
+struct LinearWeights {
+  Stack in_proj;                  // [C + Hv dv + 2 Hv, hidden]: q, k, v, z (quantizable), then b, a rows (as stored)
+  std::vector<float> conv;        // [C, K] f32 depthwise conv1d taps, oldest input first
+  std::vector<float> neg_a;       // [Hv] f32 -exp(A_log)
+  std::vector<float> dt_bias;     // [Hv] f32
+  std::vector<float> gated_norm;  // [dv] f32
+  Stack out;                      // [hidden, Hv dv] out_proj
+};
+
 // One decoder layer of this rank (hd = head_dim; H, KV = the rank's query and KV heads; E = experts).
 struct Layer {
-  std::vector<float> input_norm;  // [hidden] f32
+  std::vector<float> input_norm;  // [hidden] f32 (the token mixer's, attention or linear)
   std::vector<float> q_norm;      // [hd] f32; empty without q/k norm
   std::vector<float> k_norm;      // [hd] f32; empty without q/k norm
   std::vector<float> post_norm;   // [hidden] f32
-  Stack qkv;                      // [(H + 2 KV) * hd, hidden]: q_proj, k_proj, v_proj rows stacked
+  Stack qkv;                      // [(H (x2 with an output gate) + 2 KV) * hd, hidden]: q_proj, k_proj, v_proj rows
   Stack o;                        // [hidden, H * hd]: o_proj's input columns of this rank
+  std::optional<LinearWeights> linear;  // a linear-attention layer (then qkv and o are empty)
   std::optional<Mlp> mlp;         // a dense layer
   Stack router;                   // [E, hidden]: a MoE layer's router (mlp.gate); empty when dense
   std::vector<Mlp> experts;       // [E] a MoE layer's experts
+  std::optional<Mlp> shared_expert;  // a MoE layer's shared expert
+  Stack shared_gate;              // [1, hidden] its sigmoid gate; empty without one
 };
 
 // Reads a slice from the checkpoint, or makes stand-in weights when there is none.
@@ -135,6 +151,9 @@ class WeightSource {
   }
 
   Stack stacked(std::initializer_list<const SliceSpec*> specs, bool quantizable) const {
+    return stacked(std::vector<const SliceSpec*>(specs), quantizable);
+  }
+  Stack stacked(const std::vector<const SliceSpec*>& specs, bool quantizable) const {
     Stack out;
     for (const SliceSpec* s : specs) {
       Matrix m = matrix(*s, quantizable);
@@ -199,44 +218,58 @@ class CpuRunner final : public ModelRunner, private model::BlockOps {
  public:
   CpuRunner(const model::ModelConfig& cfg, const io::Checkpoint* ckpt, const model::ShardPlan& plan,
             std::shared_ptr<dist::Communicator> comm, std::int32_t max_context, std::int32_t block_size,
-            std::int32_t num_blocks, std::optional<quant::GgmlType> quantize, KvPool::Element kv)
+            std::int32_t num_blocks, std::int32_t state_slots, std::optional<quant::GgmlType> quantize,
+            KvPool::Element kv)
       : cfg_(cfg),
         family_(model::family_of(cfg)),
         plan_(plan),
         comm_(std::move(comm)),
         max_context_(max_context),
         q_dim_(plan.q_heads * cfg.head_dim),
+        q_rows_(cfg.attention_output_gate ? 2 * q_dim_ : q_dim_),
         kv_dim_(plan.kv_heads * cfg.head_dim),
         pool_shape_{.block_size = block_size,
                     .num_blocks = num_blocks,
                     .bytes_per_block = kv_bytes_per_block(cfg, plan, KvPool::element_bytes(kv), block_size)},
-        pool_(cfg.num_hidden_layers, plan.kv_heads, cfg.head_dim, block_size, num_blocks, kv),
-        rope_(model::rope_inv_freq(cfg), max_context) {
+        pool_(cfg.kv_layers(), plan.kv_heads, cfg.head_dim, block_size, num_blocks, kv),
+        rope_(model::rope_inv_freq(cfg), max_context),
+        states_(cfg, state_slots) {
     NEURON_ASSERT(pool_.bytes() == pool_shape_.bytes_per_block * static_cast<std::uint64_t>(num_blocks));
-    if (ckpt) model::reject_unsupported_tensors(*ckpt);
+    pool_shape_.state_slots = states_.slots();
+    pool_shape_.bytes_per_state_slot = states_.bytes_per_slot();
+    if (ckpt) model::reject_unsupported_tensors(*ckpt, cfg);
     const WeightSource src(ckpt, quantize);
     const model::ShardSpecs specs = model::shard_specs(cfg, plan);
     // The embedding and LM head stay as the checkpoint has them (quantize-at-load leaves them bf16).
     embed_.push_back(src.matrix(specs.embed, false));
-    final_norm_ = src.f32(specs.final_norm);
+    final_norm_ = norm(src, specs.final_norm);
     if (!cfg.tie_word_embeddings) lm_head_.push_back(src.matrix(specs.lm_head, false));
     auto make_mlp = [&](const model::MlpSpecs& ms) {
       return Mlp{src.stacked({&ms.gate_proj, &ms.up_proj}, true), src.stacked({&ms.down_proj}, true)};
     };
     for (const model::LayerSpecs& ls : specs.layers) {
-      const model::AttentionSpecs& as = ls.attention;
       Layer l;
-      l.input_norm = src.f32(as.norm);
-      if (as.q_norm) l.q_norm = src.f32(*as.q_norm);
-      if (as.k_norm) l.k_norm = src.f32(*as.k_norm);
-      l.post_norm = src.f32(ls.ffn_norm);
-      l.qkv = src.stacked({&as.q_proj, &as.k_proj, &as.v_proj}, true);
-      l.o = src.stacked({&as.o_proj}, true);
+      if (const auto& as = ls.attention) {
+        l.input_norm = norm(src, as->norm);
+        if (as->q_norm) l.q_norm = norm(src, *as->q_norm);
+        if (as->k_norm) l.k_norm = norm(src, *as->k_norm);
+        l.qkv = src.stacked({&as->q_proj, &as->k_proj, &as->v_proj}, true);
+        l.o = src.stacked({&as->o_proj}, true);
+      }
+      if (const auto& la = ls.linear) {
+        l.input_norm = norm(src, la->norm);
+        l.linear = load_linear(src, *la);
+      }
+      l.post_norm = norm(src, ls.ffn_norm);
       if (ls.mlp) l.mlp = make_mlp(*ls.mlp);
       if (ls.moe) {
         // The router stays as the checkpoint has it (quantize-at-load leaves it, as llama.cpp does).
         l.router.push_back(src.matrix(ls.moe->router, false));
         for (const model::MlpSpecs& e : ls.moe->experts) l.experts.push_back(make_mlp(e));
+        if (ls.moe->shared_expert) {
+          l.shared_expert = make_mlp(*ls.moe->shared_expert);
+          l.shared_gate.push_back(src.matrix(*ls.moe->shared_expert_gate, false));
+        }
       }
       layers_.push_back(std::move(l));
     }
@@ -250,6 +283,32 @@ class CpuRunner final : public ModelRunner, private model::BlockOps {
     measure_walks(lm_head_);
     for (const Layer& l : layers_)
       for_each_stack(l, measure_walks);
+  }
+
+  // An RMSNorm weight as the scale the blocks multiply by (a zero-centred one gets its 1 here: model::to_norm_scale).
+  std::vector<float> norm(const WeightSource& src, const SliceSpec& spec) const {
+    std::vector<float> w = src.f32(spec);
+    model::to_norm_scale(cfg_, w);
+    return w;
+  }
+
+  static LinearWeights load_linear(const WeightSource& src, const model::LinearAttentionSpecs& la) {
+    LinearWeights w;
+    // q, k, v, z are projections (quantize-at-load applies); the b and a rows (2 Hv of them) stay as stored.
+    std::vector<const SliceSpec*> proj_rows, gate_rows;
+    for (const auto* part : {&la.qkv, &la.z})
+      for (const SliceSpec& s : *part) proj_rows.push_back(&s);
+    for (const auto* part : {&la.b, &la.a})
+      for (const SliceSpec& s : *part) gate_rows.push_back(&s);
+    w.in_proj = src.stacked(proj_rows, true);
+    for (Matrix& m : src.stacked(gate_rows, false)) w.in_proj.push_back(std::move(m));
+    w.conv = src.f32(la.conv);
+    w.neg_a = src.f32(la.a_log);
+    for (float& a : w.neg_a) a = -std::exp(a);
+    w.dt_bias = src.f32(la.dt_bias);
+    w.gated_norm = src.f32(la.gated_norm);  // a plain scale, not zero-centred
+    w.out = src.stacked({&la.out_proj}, true);
+    return w;
   }
 
   void run_step(const Batch& batch, std::span<float> logits, std::span<std::int32_t> picks,
@@ -278,9 +337,11 @@ class CpuRunner final : public ModelRunner, private model::BlockOps {
     m.weight_bytes = bytes_of(embed_) + bytes_of(lm_head_) + bytes_of(final_norm_);
     for (const Layer& l : layers_) {
       m.weight_bytes += bytes_of(l.input_norm) + bytes_of(l.q_norm) + bytes_of(l.k_norm) + bytes_of(l.post_norm);
+      if (const auto& la = l.linear)
+        m.weight_bytes += bytes_of(la->conv) + bytes_of(la->neg_a) + bytes_of(la->dt_bias) + bytes_of(la->gated_norm);
       for_each_stack(l, [&](const Stack& s) { m.weight_bytes += bytes_of(s); });
     }
-    m.kv_cache_bytes = pool_.bytes();
+    m.kv_cache_bytes = pool_.bytes() + states_.bytes();
     return m;
   }
 
@@ -305,10 +366,15 @@ class CpuRunner final : public ModelRunner, private model::BlockOps {
 
   template <class F>
   static void for_each_stack(const Layer& l, F&& f) {
-    for (const Stack* s : {&l.qkv, &l.o, &l.router}) f(*s);
-    if (l.mlp) {
-      f(l.mlp->gate_up);
-      f(l.mlp->down);
+    for (const Stack* s : {&l.qkv, &l.o, &l.router, &l.shared_gate}) f(*s);
+    if (l.linear) {
+      f(l.linear->in_proj);
+      f(l.linear->out);
+    }
+    for (const std::optional<Mlp>* m : {&l.mlp, &l.shared_expert}) {
+      if (!*m) continue;
+      f((*m)->gate_up);
+      f((*m)->down);
     }
     for (const Mlp& e : l.experts) {
       f(e.gate_up);
@@ -332,11 +398,18 @@ class CpuRunner final : public ModelRunner, private model::BlockOps {
     const Batch& batch = *batch_;
     const std::int64_t n = batch.num_tokens();
     const std::int64_t hidden = cfg_.hidden_size, hd = cfg_.head_dim;
-    const std::int64_t qkv_w = q_dim_ + 2 * kv_dim_;
+    const std::int64_t qkv_w = q_rows_ + 2 * kv_dim_;
+    const std::int64_t kv_layer = cfg_.kv_layer_index(li);
+    const bool gated = q_rows_ != q_dim_;
+    NEURON_ASSERT(kv_layer >= 0);
     xn_.resize(static_cast<std::size_t>(n * hidden));
     qkv_.resize(static_cast<std::size_t>(n * qkv_w));
     attn_.resize(static_cast<std::size_t>(n * q_dim_));
     proj_.resize(static_cast<std::size_t>(n * hidden));
+    if (gated) {
+      q_.resize(static_cast<std::size_t>(n * q_dim_));
+      gate_.resize(static_cast<std::size_t>(n * q_dim_));
+    }
 
     // Projections over every token of every sequence at once.
     rms_norm(x_.data(), n, hidden, hidden, L.input_norm.data(), eps(), xn_.data(), hidden);
@@ -346,19 +419,115 @@ class CpuRunner final : public ModelRunner, private model::BlockOps {
       float* row = qkv_.data() + i * qkv_w;
       const std::int64_t pos = pos_[static_cast<std::size_t>(i)], kv_row = kv_row_[static_cast<std::size_t>(i)];
       for (std::int64_t h = 0; h < plan_.q_heads; ++h) {
-        float* q = row + h * hd;
+        // With an output gate q_proj's rows are [H, 2, hd]: the head's query, then its gate.
+        float* q = gated ? q_.data() + i * q_dim_ + h * hd : row + h * hd;
+        if (gated) {
+          std::memcpy(q, row + h * 2 * hd, static_cast<std::size_t>(hd) * sizeof(float));
+          std::memcpy(gate_.data() + i * q_dim_ + h * hd, row + h * 2 * hd + hd,
+                      static_cast<std::size_t>(hd) * sizeof(float));
+        }
         if (qk_norm) rms_norm(q, 1, hd, hd, L.q_norm.data(), eps(), q, hd);
         rope_.apply(q, pos);
       }
       for (std::int64_t h = 0; h < plan_.kv_heads; ++h) {
-        float* k = row + q_dim_ + h * hd;
+        float* k = row + q_rows_ + h * hd;
         if (qk_norm) rms_norm(k, 1, hd, hd, L.k_norm.data(), eps(), k, hd);
         rope_.apply(k, pos);
-        pool_.store(li, h, kv_row, k, row + q_dim_ + kv_dim_ + h * hd);
+        pool_.store(kv_layer, h, kv_row, k, row + q_rows_ + kv_dim_ + h * hd);
       }
     }
-    cpu::attention(qkv_.data(), qkv_w, batch, pool_, li, kv_of_q_, attn_.data(), q_dim_);
+    if (gated) {
+      cpu::attention(q_.data(), q_dim_, batch, pool_, kv_layer, kv_of_q_, attn_.data(), q_dim_);
+      for (std::size_t i = 0; i < attn_.size(); ++i) attn_[i] *= 1.0f / (1.0f + std::exp(-gate_[i]));
+    } else {
+      cpu::attention(qkv_.data(), qkv_w, batch, pool_, kv_layer, kv_of_q_, attn_.data(), q_dim_);
+    }
     multiply(L.o, attn_.data(), n, q_dim_, q_dim_, proj_.data(), hidden);
+    add_to_residual();
+  }
+
+  // Gated DeltaNet (block_ops.hpp): the in-projections over every token at once, then each sequence's
+  // conv and delta rule from its state slot (zeroed at position 0), the gated norm, out_proj.
+  void linear_attention(std::int64_t li) override {
+    const Layer& L = layer_at(li);
+    NEURON_ASSERT(L.linear);
+    const LinearWeights& W = *L.linear;
+    const model::LinearAttentionConfig& c = cfg_.linear;
+    const Batch& batch = *batch_;
+    const std::int64_t n = batch.num_tokens(), hidden = cfg_.hidden_size;
+    const std::int64_t hk = c.num_key_heads, hv = c.num_value_heads, dk = c.key_head_dim, dv = c.value_head_dim;
+    const std::int64_t conv_dim = c.conv_dim(), key_dim = c.key_dim(), value_dim = c.value_dim();
+    const std::int64_t width = conv_dim + value_dim + 2 * hv;  // q, k, v | z | b | a
+    const std::int64_t lin = states_.linear_index(li);
+    NEURON_ASSERT(lin >= 0);
+    xn_.resize(static_cast<std::size_t>(n * hidden));
+    lin_in_.resize(static_cast<std::size_t>(n * width));
+    lin_conv_.resize(static_cast<std::size_t>(n * conv_dim));
+    lin_gb_.resize(static_cast<std::size_t>(n * 2 * hv));
+    lin_out_.resize(static_cast<std::size_t>(n * value_dim));
+    proj_.resize(static_cast<std::size_t>(n * hidden));
+
+    rms_norm(x_.data(), n, hidden, hidden, L.input_norm.data(), eps(), xn_.data(), hidden);
+    multiply(W.in_proj, xn_.data(), n, hidden, hidden, lin_in_.data(), width);
+    for (std::int64_t i = 0; i < n; ++i) {
+      const float* b = lin_in_.data() + i * width + conv_dim + value_dim;
+      const float* a = b + hv;
+      float* g = lin_gb_.data() + i * 2 * hv;
+      for (std::int64_t h = 0; h < hv; ++h) {
+        const float x = a[h] + W.dt_bias[static_cast<std::size_t>(h)];
+        const float softplus = x > 20.0f ? x : std::log1p(std::exp(x));  // torch's threshold
+        g[h] = W.neg_a[static_cast<std::size_t>(h)] * softplus;
+        g[hv + h] = 1.0f / (1.0f + std::exp(-b[h]));
+      }
+    }
+    const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
+    const DeltaRuleShape shape{.key_heads = hk, .value_heads = hv, .key_dim = dk, .value_dim = dv};
+    auto run_sequence = [&](const SequenceStep& s) {
+      if (s.position == 0) states_.reset(s.state_slot, lin);
+      const std::int64_t t0 = s.token_begin, m = s.num_tokens;
+      causal_conv1d_silu(lin_in_.data() + t0 * width, m, conv_dim, width, W.conv.data(), c.conv_kernel,
+                         states_.conv(s.state_slot, lin), lin_conv_.data() + t0 * conv_dim, conv_dim);
+      for (std::int64_t i = t0; i < t0 + m; ++i) {
+        float* row = lin_conv_.data() + i * conv_dim;
+        for (std::int64_t h = 0; h < hk; ++h) {
+          float* q = row + h * dk;
+          l2_normalize(q, dk, 1e-6f);
+          for (std::int64_t j = 0; j < dk; ++j) q[j] *= q_scale;
+          l2_normalize(row + key_dim + h * dk, dk, 1e-6f);
+        }
+      }
+      const float* base = lin_conv_.data() + t0 * conv_dim;
+      const float* gb = lin_gb_.data() + t0 * 2 * hv;
+      // Prefill chunks by the chunked (WY) form, a decode's one token by the recurrent rule.
+      const auto rule = m > 1 ? gated_delta_rule_chunked : gated_delta_rule;
+      rule(base, base + key_dim, conv_dim, base + 2 * key_dim, conv_dim, gb, gb + hv, 2 * hv, m, shape,
+           states_.delta(s.state_slot, lin), lin_out_.data() + t0 * value_dim, value_dim);
+    };
+    // Prefill chunks one after another (their kernels split the value heads over the threads); the decoding
+    // sequences, each a little serial work on its own state slot, side by side.
+    decoding_.clear();
+    for (const SequenceStep& s : batch.seqs) {
+      if (s.num_tokens > 1)
+        run_sequence(s);
+      else
+        decoding_.push_back(&s);
+    }
+    const auto decodes = static_cast<std::int64_t>(decoding_.size());
+#pragma omp parallel for schedule(dynamic, 1) if (decodes > 1)
+    for (std::int64_t i = 0; i < decodes; ++i) run_sequence(*decoding_[static_cast<std::size_t>(i)]);
+    // o = rmsnorm(o) * gated_norm * silu(z), per value head.
+    for (std::int64_t i = 0; i < n; ++i) {
+      const float* z = lin_in_.data() + i * width + conv_dim;
+      for (std::int64_t h = 0; h < hv; ++h) {
+        float* o = lin_out_.data() + i * value_dim + h * dv;
+        rms_norm(o, 1, dv, dv, W.gated_norm.data(), eps(), o, dv);
+        for (std::int64_t j = 0; j < dv; ++j) {
+          const float zj = z[h * dv + j];
+          o[j] *= zj / (1.0f + std::exp(-zj));
+        }
+      }
+    }
+    multiply(W.out, lin_out_.data(), n, value_dim, value_dim, proj_.data(), hidden);
     add_to_residual();
   }
 
@@ -418,6 +587,18 @@ class CpuRunner final : public ModelRunner, private model::BlockOps {
         for (std::int64_t c = 0; c < hidden; ++c) dst[c] += src[c] * w;
       }
     }
+    if (L.shared_expert) {  // + sigmoid(n . shared_expert_gate) * shared_expert(n), after the routed experts
+      shared_gate_.resize(static_cast<std::size_t>(n));
+      expert_out_.resize(static_cast<std::size_t>(n * hidden));
+      multiply(L.shared_gate, xn_.data(), n, hidden, hidden, shared_gate_.data(), 1);
+      swiglu(*L.shared_expert, xn_.data(), n, expert_out_.data());
+      for (std::int64_t i = 0; i < n; ++i) {
+        const float w = 1.0f / (1.0f + std::exp(-shared_gate_[static_cast<std::size_t>(i)]));
+        float* dst = proj_.data() + i * hidden;
+        const float* src = expert_out_.data() + i * hidden;
+        for (std::int64_t c = 0; c < hidden; ++c) dst[c] += src[c] * w;
+      }
+    }
     add_to_residual();
   }
 
@@ -458,7 +639,9 @@ class CpuRunner final : public ModelRunner, private model::BlockOps {
   model::ShardPlan plan_;
   std::shared_ptr<dist::Communicator> comm_;
   std::int32_t max_context_;
-  std::int64_t q_dim_, kv_dim_;  // this rank's H * hd and KV * hd
+  std::int64_t q_dim_;   // this rank's H * hd
+  std::int64_t q_rows_;  // q_proj's output width: H * hd, or 2 H * hd with an output gate
+  std::int64_t kv_dim_;  // this rank's KV * hd
   KvPoolShape pool_shape_;
 
   Stack embed_;    // one [vocab, hidden] matrix (also the LM head when tied)
@@ -468,13 +651,16 @@ class CpuRunner final : public ModelRunner, private model::BlockOps {
   std::vector<std::int64_t> kv_of_q_;   // [H] local KV head each local query head reads
   KvPool pool_;
   RopeTable rope_;
+  RecurrentStates states_;  // hybrids: each sequence's conv and delta-rule state (by SequenceStep::state_slot)
 
   // Activations of the current step (n = its token count over all sequences), reused between steps.
   std::vector<std::int64_t> pos_;     // [n] each token's position in its sequence
   std::vector<std::int64_t> kv_row_;  // [n] each token's pool row: block * block_size + slot
   std::vector<float> x_;        // [n, hidden] residual stream
   std::vector<float> xn_;       // [n, hidden] normed input of a block (the LM head's: [logit rows, hidden])
-  std::vector<float> qkv_;      // [n, (H + 2 KV) * hd]
+  std::vector<float> qkv_;      // [n, q_rows + 2 KV * hd]
+  std::vector<float> q_;        // [n, H * hd] queries apart from their gates (output-gated attention)
+  std::vector<float> gate_;     // [n, H * hd] the output gates' pre-activations
   std::vector<float> attn_;     // [n, H * hd]
   std::vector<float> proj_;     // [n, hidden] o_proj / down_proj output (partial sums before the all-reduce)
   std::vector<float> gate_up_;  // [m, 2 F] of the MLP running (m: the layer's tokens, or an expert's)
@@ -484,7 +670,14 @@ class CpuRunner final : public ModelRunner, private model::BlockOps {
   std::vector<float> router_;                // [n, E] router logits, then probabilities
   model::MoeRouter router_state_;            // each expert's tokens of the layer running
   std::vector<float> expert_in_;             // [m, hidden] an expert's tokens' normed inputs
-  std::vector<float> expert_out_;            // [m, hidden] its outputs
+  std::vector<float> expert_out_;             // [m, hidden] its outputs
+  std::vector<float> shared_gate_;            // [n] the shared expert's gate logits
+  // Linear-attention layers (C conv channels, Hv value heads of dv; W = C + Hv dv + 2 Hv).
+  std::vector<float> lin_in_;    // [n, W] in-projection: q, k, v, z, b, a
+  std::vector<float> lin_conv_;  // [n, C] conv1d + SiLU output: q, k, v
+  std::vector<float> lin_gb_;    // [n, 2 Hv] g (log decay), then beta
+  std::vector<float> lin_out_;   // [n, Hv dv] delta-rule output, then gated-normed
+  std::vector<const SequenceStep*> decoding_;  // the step's one-token sequences
 };
 
 void check_config(const model::ModelConfig& cfg) {
@@ -493,7 +686,9 @@ void check_config(const model::ModelConfig& cfg) {
   };
   positive(cfg.vocab_size, "vocab_size");
   positive(cfg.hidden_size, "hidden_size");
-  positive(cfg.intermediate_size, "intermediate_size");
+  bool dense_layer = false;
+  for (std::int64_t l = 0; l < cfg.num_hidden_layers; ++l) dense_layer = dense_layer || !cfg.moe.sparse_layer(l);
+  if (dense_layer) positive(cfg.intermediate_size, "intermediate_size");
   positive(cfg.num_hidden_layers, "num_hidden_layers");
   positive(cfg.num_attention_heads, "num_attention_heads");
   positive(cfg.num_key_value_heads, "num_key_value_heads");
@@ -538,8 +733,11 @@ std::unique_ptr<ModelRunner> make_cpu_runner(const model::ModelConfig& cfg, cons
   if (per_block > (std::uint64_t{1} << 62) / static_cast<std::uint64_t>(num_blocks))
     fail(errc::out_of_memory, "a KV pool of " + std::to_string(num_blocks) + " blocks of " + std::to_string(block_size) +
                                   " positions does not fit in memory");
+  if (options.state_slots < 0)
+    fail(errc::invalid_argument, "state_slots " + std::to_string(options.state_slots) + " is negative");
+  const std::int32_t state_slots = options.state_slots > 0 ? options.state_slots : kDefaultStateSlots;
   return std::make_unique<CpuRunner>(cfg, checkpoint, plan, std::move(comm), max_context, block_size, num_blocks,
-                                     options.quantize, kv);
+                                     state_slots, options.quantize, kv);
 }
 
 }  // namespace neuron::backend::cpu

@@ -18,7 +18,8 @@ void silu_mul(const float* gate, const float* up, float* out, std::int64_t count
 // i + head_dim / 2, and both turn by pos * inv_freq[i].
 class RopeTable {
  public:
-  // inv_freq: [head_dim / 2] (model::rope_inv_freq). Angles are formed as
+  // inv_freq: [rotary_dim / 2] (model::rope_inv_freq): apply() rotates a
+  // head's first rotary_dim lanes (rotate-half over them) and leaves the rest. Angles are formed as
   // transformers does (pos * inv_freq rounded to f32), then cos / sin
   // evaluated in double: at position ~1000 an angle computed more exactly than
   // the reference's would differ from it by ~1e-4 rad, more than the logits

@@ -237,6 +237,10 @@ class CudaRunner final : public ModelRunner, private model::BlockOps {
   void attention(std::int64_t layer) override;
   void mlp(std::int64_t layer) override;
   void moe(std::int64_t layer) override;
+  // Hybrids (linear attention) are refused before a CUDA runner is built (make_runner): never called.
+  void linear_attention(std::int64_t) override {
+    fail(errc::unsupported_arch, "Gated DeltaNet linear attention runs on the CPU for now");
+  }
   kernels::DecodeRope decode_rope(const Layer& layer) const;
   void lm_head(const bf16_t* h_rows, int rows, float* out);
   template <class Y>
@@ -480,7 +484,7 @@ void CudaRunner::place(const model::SliceSpec& spec, const io::Checkpoint* check
 }
 
 void CudaRunner::load_weights(const io::Checkpoint* checkpoint) {
-  if (checkpoint) model::reject_unsupported_tensors(*checkpoint);
+  if (checkpoint) model::reject_unsupported_tensors(*checkpoint, cfg_);
   const model::ShardSpecs specs = model::shard_specs(cfg_, plan_);
   std::optional<Uploader> up;  // pinned staging only when there is a checkpoint to read
   auto alloc = [&](const std::vector<const model::SliceSpec*>& parts) {
@@ -505,7 +509,7 @@ void CudaRunner::load_weights(const io::Checkpoint* checkpoint) {
 
   layers_.reserve(specs.layers.size());
   for (const model::LayerSpecs& s : specs.layers) {
-    const model::AttentionSpecs& a = s.attention;
+    const model::AttentionSpecs& a = *s.attention;  // hybrids (linear attention) never reach CUDA (make_runner)
     Layer l;
     l.input_norm = alloc({&a.norm});
     l.qkv = matrix({&a.q_proj, &a.k_proj, &a.v_proj}, checkpoint, up, Hold::quantizable);

@@ -3,13 +3,17 @@
 #include <array>
 
 #include "model/arch/decoder.hpp"
+#include "model/arch/hybrid.hpp"
 #include "util/error.hpp"
 
 namespace neuron::model {
 
 namespace {
 
-std::array<const Family*, 3> families() noexcept { return {&qwen3_family(), &llama_family(), &qwen3_moe_family()}; }
+std::array<const Family*, 6> families() noexcept {
+  return {&qwen3_family(),      &llama_family(),   &qwen3_moe_family(),
+          &qwen3_next_family(), &qwen3_5_family(), &qwen3_5_moe_family()};
+}
 
 }  // namespace
 

@@ -8,7 +8,9 @@
 // family touches neither runner's loop.
 //
 // Supported now: qwen3 (Qwen3ForCausalLM), llama (LlamaForCausalLM: Llama
-// 3.x), qwen3_moe (Qwen3MoeForCausalLM).
+// 3.x), qwen3_moe (Qwen3MoeForCausalLM), and the Gated DeltaNet hybrids
+// (hybrid.hpp) qwen3_next (Qwen3NextForCausalLM), qwen3_5 and qwen3_5_moe
+// (Qwen3_5[Moe]ForConditionalGeneration: text only).
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -32,6 +34,16 @@ class Family {
   virtual std::string_view model_type() const noexcept = 0;         // config.json's model_type
   virtual std::string_view hf_architecture() const noexcept = 0;    // config.json's architectures[0]
   virtual std::string_view gguf_architecture() const noexcept = 0;  // a GGUF's general.architecture
+
+  // True when config.json keeps the text model's settings under text_config
+  // (Qwen3.5's multimodal checkpoints); a flat config is read too.
+  virtual bool nested_text_config() const noexcept { return false; }
+  // The text model's tensor prefix: "model." ("model.embed_tokens.weight"),
+  // Qwen3.5's "model.language_model.".
+  virtual std::string_view weight_prefix() const noexcept { return "model."; }
+  // Checkpoint tensors outside the text model that loading skips (Qwen3.5's
+  // vision tower model.visual.*, the multi-token-prediction head mtp.*).
+  virtual bool ignores_tensor(std::string_view name) const noexcept { return false; }
 
   // Reads the family's own config.json fields into cfg (the shared ones are
   // read already). Throws Error{bad_model} for malformed fields and

@@ -1,0 +1,47 @@
+#include "backend/cpu/recurrent_state.hpp"
+
+#include <algorithm>
+
+#include "util/error.hpp"
+
+namespace neuron::backend::cpu {
+
+RecurrentStates::RecurrentStates(const model::ModelConfig& cfg, std::int32_t slots) {
+  const model::LinearAttentionConfig& c = cfg.linear;
+  for (std::int64_t l = 0; l < cfg.num_hidden_layers; ++l)
+    linear_index_.push_back(c.linear_layer(l) ? linear_layers_++ : -1);
+  if (linear_layers_ == 0) return;
+  NEURON_ASSERT(slots > 0);
+  slots_ = slots;
+  conv_floats_ = c.conv_dim() * (c.conv_kernel - 1);
+  delta_floats_ = c.num_value_heads * c.key_head_dim * c.value_head_dim;
+  const std::int64_t total = static_cast<std::int64_t>(slots_) * linear_layers_ * (conv_floats_ + delta_floats_);
+  data_.reset(new float[static_cast<std::size_t>(total)]);  // uninitialised: committed on first write
+}
+
+std::uint64_t RecurrentStates::bytes_per_slot() const noexcept {
+  return static_cast<std::uint64_t>(linear_layers_ * (conv_floats_ + delta_floats_)) * sizeof(float);
+}
+
+std::int64_t RecurrentStates::linear_index(std::int64_t layer) const noexcept {
+  if (layer < 0 || layer >= static_cast<std::int64_t>(linear_index_.size())) return -1;
+  return linear_index_[static_cast<std::size_t>(layer)];
+}
+
+float* RecurrentStates::at(std::int32_t slot, std::int64_t linear_layer) {
+  NEURON_ASSERT(slot >= 0 && slot < slots_ && linear_layer >= 0 && linear_layer < linear_layers_);
+  return data_.get() + (static_cast<std::int64_t>(slot) * linear_layers_ + linear_layer) * (conv_floats_ + delta_floats_);
+}
+
+float* RecurrentStates::conv(std::int32_t slot, std::int64_t linear_layer) { return at(slot, linear_layer); }
+
+float* RecurrentStates::delta(std::int32_t slot, std::int64_t linear_layer) {
+  return at(slot, linear_layer) + conv_floats_;
+}
+
+void RecurrentStates::reset(std::int32_t slot, std::int64_t linear_layer) {
+  float* p = at(slot, linear_layer);
+  std::fill(p, p + conv_floats_ + delta_floats_, 0.0f);
+}
+
+}  // namespace neuron::backend::cpu

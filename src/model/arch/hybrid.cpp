@@ -1,0 +1,131 @@
+#include "model/arch/hybrid.hpp"
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "model/arch/block_ops.hpp"
+#include "model/config_fields.hpp"
+#include "model/shard_weights.hpp"
+#include "util/error.hpp"
+
+namespace neuron::model {
+
+namespace {
+
+using namespace fields;
+
+// Linear attention's slices under "<prefix>linear_attn.", unsplit (hybrids run on one rank).
+LinearAttentionSpecs linear_specs(const std::string& prefix, const ModelConfig& cfg, bool fused) {
+  const LinearAttentionConfig& c = cfg.linear;
+  const std::int64_t hidden = cfg.hidden_size, hk = c.num_key_heads, hv = c.num_value_heads;
+  const std::int64_t dk = c.key_head_dim, dv = c.value_head_dim, r = hv / hk;
+  const std::string p = prefix + "linear_attn.";
+  LinearAttentionSpecs s;
+  s.norm = whole(prefix + "input_layernorm.weight", {hidden});
+  if (fused) {
+    // in_proj_qkvz rows per key head g: q [dk], k [dk], v [r dv], z [r dv];
+    // in_proj_ba rows per key head: b [r], a [r]. Picked apart into the split layout.
+    const std::int64_t group = 2 * dk + 2 * r * dv;
+    const std::string qkvz = p + "in_proj_qkvz.weight", ba = p + "in_proj_ba.weight";
+    const std::vector<std::int64_t> qkvz_shape{hk * group, hidden}, ba_shape{hk * 2 * r, hidden};
+    for (std::int64_t g = 0; g < hk; ++g) s.qkv.push_back(row_slice(qkvz, qkvz_shape, g * group, dk));
+    for (std::int64_t g = 0; g < hk; ++g) s.qkv.push_back(row_slice(qkvz, qkvz_shape, g * group + dk, dk));
+    for (std::int64_t g = 0; g < hk; ++g) s.qkv.push_back(row_slice(qkvz, qkvz_shape, g * group + 2 * dk, r * dv));
+    for (std::int64_t g = 0; g < hk; ++g) s.z.push_back(row_slice(qkvz, qkvz_shape, g * group + 2 * dk + r * dv, r * dv));
+    for (std::int64_t g = 0; g < hk; ++g) s.b.push_back(row_slice(ba, ba_shape, g * 2 * r, r));
+    for (std::int64_t g = 0; g < hk; ++g) s.a.push_back(row_slice(ba, ba_shape, g * 2 * r + r, r));
+  } else {
+    s.qkv.push_back(whole(p + "in_proj_qkv.weight", {c.conv_dim(), hidden}));
+    s.z.push_back(whole(p + "in_proj_z.weight", {c.value_dim(), hidden}));
+    s.b.push_back(whole(p + "in_proj_b.weight", {hv, hidden}));
+    s.a.push_back(whole(p + "in_proj_a.weight", {hv, hidden}));
+  }
+  s.conv = whole(p + "conv1d.weight", {c.conv_dim(), 1, c.conv_kernel});
+  s.a_log = whole(p + "A_log", {hv});
+  s.dt_bias = whole(p + "dt_bias", {hv});
+  s.gated_norm = whole(p + "norm.weight", {dv});
+  s.out_proj = whole(p + "out_proj.weight", {hidden, c.value_dim()});
+  return s;
+}
+
+}  // namespace
+
+LayerSpecs HybridFamily::layer_specs(const ModelConfig& cfg, const ShardPlan& plan, std::int64_t layer) const {
+  const std::string p = std::string(weight_prefix()) + "layers." + std::to_string(layer) + ".";
+  LayerSpecs l;
+  if (cfg.linear.linear_layer(layer))
+    l.linear = linear_specs(p, cfg, fused_in_proj());
+  else
+    l.attention = attention_specs(p, cfg, plan, true);
+  ffn_specs(p, cfg, plan, layer, l);
+  return l;
+}
+
+void HybridFamily::layer(BlockOps& ops, const ModelConfig& cfg, std::int64_t layer) const {
+  if (cfg.linear.linear_layer(layer))
+    ops.linear_attention(layer);
+  else
+    ops.attention(layer);
+  if (cfg.moe.sparse_layer(layer))
+    ops.moe(layer);
+  else
+    ops.mlp(layer);
+}
+
+void HybridFamily::gguf_fields(const io::GgufMetadata&, nlohmann::json&) const {
+  fail(errc::unsupported_arch, "GGUF files of architecture '" + std::string(gguf_architecture()) +
+                                   "' are not supported yet; load the Hugging Face checkpoint of " +
+                                   std::string(model_type()) + " instead");
+}
+
+void HybridFamily::parse_hybrid(const nlohmann::json& j, ModelConfig& cfg) {
+  LinearAttentionConfig& c = cfg.linear;
+  c.num_key_heads = dim_field(j, "linear_num_key_heads", kMaxDim);
+  c.num_value_heads = dim_field(j, "linear_num_value_heads", kMaxDim);
+  c.key_head_dim = dim_field(j, "linear_key_head_dim", kMaxDim);
+  c.value_head_dim = dim_field(j, "linear_value_head_dim", kMaxDim);
+  c.conv_kernel = dim_field(j, "linear_conv_kernel_dim", 64, 4);
+  if (c.num_value_heads % c.num_key_heads != 0)
+    bad("config field 'linear_num_value_heads' (" + std::to_string(c.num_value_heads) +
+        ") is not a multiple of 'linear_num_key_heads' (" + std::to_string(c.num_key_heads) + ")");
+  if (c.conv_dim() > kMaxDim || c.num_value_heads * c.key_head_dim * c.value_head_dim > kMaxDim * 64)
+    bad("config fields 'linear_*' give a linear-attention layer past " + std::to_string(kMaxDim) + " channels");
+  if (!field(j, "layer_types")) {
+    // transformers' default: every full_attention_interval-th layer is full attention.
+    const std::int64_t interval = dim_field(j, "full_attention_interval", kMaxLayers, 4);
+    c.layer_types.clear();
+    for (std::int64_t l = 0; l < cfg.num_hidden_layers; ++l)
+      c.layer_types.push_back((l + 1) % interval == 0 ? LayerType::full_attention : LayerType::linear_attention);
+  }
+  if (cfg.kv_layers() == 0)
+    fail(errc::unsupported_arch, "config field 'layer_types' has no full_attention layer; neuron's KV planning "
+                                 "needs at least one (every released hybrid has one in four)");
+  cfg.qk_norm = true;
+  cfg.attention_output_gate = true;
+  cfg.zero_centred_norms = true;
+  // transformers' default partial_rotary_factor for these families is 0.25.
+  const nlohmann::json* rope = field(j, "rope_parameters");
+  if (!field(j, "partial_rotary_factor") && !(rope && rope->is_object() && field(*rope, "partial_rotary_factor"))) {
+    cfg.rope.partial_rotary_factor = 0.25;
+    const std::int64_t rd = cfg.rope.rotary_dim(cfg.head_dim);
+    if (rd < 2 || rd % 2 != 0)
+      bad("config field 'head_dim' = " + std::to_string(cfg.head_dim) +
+          " leaves no even rotary dimension at the default partial_rotary_factor 0.25");
+  }
+}
+
+void HybridFamily::write_hybrid(const ModelConfig& cfg, nlohmann::json& j) {
+  const LinearAttentionConfig& c = cfg.linear;
+  j["linear_num_key_heads"] = c.num_key_heads;
+  j["linear_num_value_heads"] = c.num_value_heads;
+  j["linear_key_head_dim"] = c.key_head_dim;
+  j["linear_value_head_dim"] = c.value_head_dim;
+  j["linear_conv_kernel_dim"] = c.conv_kernel;
+  nlohmann::json types = nlohmann::json::array();
+  for (std::int64_t l = 0; l < cfg.num_hidden_layers; ++l)
+    types.push_back(c.linear_layer(l) ? "linear_attention" : "full_attention");
+  j["layer_types"] = types;
+}
+
+}  // namespace neuron::model
