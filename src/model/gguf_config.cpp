@@ -59,6 +59,7 @@ ModelConfigs configs_from_gguf(const io::GgufFile& file) {
     fail(errc::unsupported_arch, what + ": " + p + "attention.sliding_window is set; sliding-window attention is not implemented");
 
   json j;
+  family->gguf_fields(md, j);  // first: a family that reads no GGUF refuses before the shared keys are required
   j["model_type"] = std::string(family->model_type());
   j["hidden_size"] = md.require_integer(p + "embedding_length");
   j["intermediate_size"] = md.require_integer(p + "feed_forward_length");
@@ -95,7 +96,6 @@ ModelConfigs configs_from_gguf(const io::GgufFile& file) {
                               std::to_string(embd->ne[1]) + " rows");
   j["tie_word_embeddings"] = find_tensor(file, "output.weight") == nullptr;
   if (auto b = md.integer("tokenizer.ggml.bos_token_id")) j["bos_token_id"] = *b;
-  family->gguf_fields(md, j);
   if (auto e = md.integer("tokenizer.ggml.eos_token_id")) j["eos_token_id"] = *e;
 
   json g;
