@@ -307,8 +307,10 @@ class CortexGateway : public ::testing::Test {
       auto m = poll_client().Get("/models");
       bool idle = h && h->status == 200 && m && m->status == 200;
       if (idle) {
-        for (const auto& e : json::parse(h->body)["models"]) idle = idle && e["in_flight"] == 0 && e["queue_depth"] == 0;
-        for (const auto& e : json::parse(m->body)) idle = idle && e["in_use"] == 0;
+        // Named documents: a range-for over json::parse(...)["models"] would walk a destroyed temporary.
+        const json health = json::parse(h->body), models = json::parse(m->body);
+        for (const auto& e : health["models"]) idle = idle && e["in_flight"] == 0 && e["queue_depth"] == 0;
+        for (const auto& e : models) idle = idle && e["in_use"] == 0;
       }
       if (idle) return true;
       std::this_thread::sleep_for(20ms);
