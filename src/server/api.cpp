@@ -864,9 +864,12 @@ HttpResponse Api::responses(const HttpRequest& request) {
     conversation.push_back(assistant_message(turn));
     store->put(id, StoredResponse{response, std::move(conversation)});
   };
-  if (req.chat.stream)
-    return stream(std::move(gen), std::make_unique<ResponsesTurnShaper>(id, created_at, model, req.echo,
-                                                                tool_call_format(*gen->assets, req.chat.tool_calls), std::move(keep)));
+  if (req.chat.stream) {
+    // Read from gen before it is moved: the order the arguments of one call are evaluated in is unspecified.
+    auto format = tool_call_format(*gen->assets, req.chat.tool_calls);
+    auto shaper = std::make_unique<ResponsesTurnShaper>(id, created_at, model, req.echo, std::move(format), std::move(keep));
+    return stream(std::move(gen), std::move(shaper));
+  }
   std::optional<Turn> turn = collect(*gen, request, req.chat.tool_calls);
   if (!turn) return client_gone_response();
   const auto response = response_object(id, created_at, model, req.echo, response_status(turn->end), output_items(*turn), &turn->end);
