@@ -33,10 +33,11 @@ std::unique_ptr<Admission::Ticket> Admission::enter(const std::string& model, co
     std::size_t& held = m.by_principal[*principal];
     const std::size_t share = per_principal(capacity);
     if (held + sequences > share) {
-      if (held == 0) m.by_principal.erase(*principal);
+      const std::size_t holds = held;  // `held` dies with its entry below
+      if (holds == 0) m.by_principal.erase(*principal);
       ++m.rejected_per_principal;
       throw RetryLaterError(http_errc::rate_limit_exceeded,
-                            "too many concurrent requests for this key on model " + model + ": it holds " + std::to_string(held) +
+                            "too many concurrent requests for this key on model " + model + ": it holds " + std::to_string(holds) +
                                 " of its share of " + std::to_string(share) + " sequences; retry shortly",
                             kRetryAfter);
     }

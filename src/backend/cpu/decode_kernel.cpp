@@ -17,6 +17,7 @@
 #include "backend/cpu/gemm_quant_few.hpp"
 #include "backend/cpu/gemv_bf16.hpp"
 #include "backend/cpu/isa.hpp"
+#include "backend/cpu/weight_buffer.hpp"
 
 namespace neuron::backend::cpu {
 
@@ -36,11 +37,14 @@ std::size_t l3_bytes() {
   return l3 > 0 ? static_cast<std::size_t>(l3) : std::size_t{32} << 20;
 }
 
-// Bytes streamed per timing: past the last-level cache (twice it, 32 to 640
-// MiB), so both walks read from memory, as a model's weights are. About 80
-// ms a type at 64 MiB (Zen 4 guest), ~0.5 s at 600 MiB (a 300 MiB-L3 Xeon).
+// Bytes streamed per timing: past the last-level cache (twice it, 32 to 256
+// MiB), so both walks read from memory, as a model's weights are. A guest
+// often reports a whole socket's L3 (508 MiB on a Zen 5 EPYC guest, whose
+// cores see 32 each), hence the cap: 640 MiB there, in 4 KiB pages, took 3 s
+// of every load; 256 MiB in huge pages takes ~0.15 s for bf16's four
+// candidates (same guest, 2026-12-06), with the same pick.
 std::size_t probe_bytes() {
-  return std::clamp<std::size_t>(2 * l3_bytes(), std::size_t{32} << 20, std::size_t{640} << 20);
+  return std::clamp<std::size_t>(2 * l3_bytes(), std::size_t{32} << 20, std::size_t{256} << 20);
 }
 
 // The fastest of `product`'s candidates (a walk with an ISA), each timed
@@ -91,7 +95,9 @@ DecodeKernel measure(GgmlType type) {
   if (type == GgmlType::bf16) {
     if (isa == Isa::scalar) return {RowWalk::interleaved, isa};  // the scalar kernel has one walk
     const auto rows = static_cast<std::int64_t>(bytes / (2 * kCols));
-    std::vector<std::uint16_t> w(static_cast<std::size_t>(rows * kCols), 0x3f80);  // [rows, kCols] bf16 1.0
+    // Huge pages (weight_buffer.hpp), as a model's weights have: 4 KiB faults over hundreds of MiB cost seconds.
+    WeightVector<std::uint16_t> w(static_cast<std::size_t>(rows * kCols));  // [rows, kCols] bf16 1.0
+    std::fill(w.begin(), w.end(), std::uint16_t{0x3f80});
     std::vector<float> y(static_cast<std::size_t>(rows));                          // [rows]
     const GemvOperand f32(Isa::avx512, x.data(), kCols), pairs(Isa::avx512_bf16, x.data(), kCols);
     return fastest(type, w.size() * 2, candidates(isa, type), [&](const DecodeKernel& k) {
