@@ -35,8 +35,8 @@ std::optional<std::string> decode_string(const std::string& literal) {
 
 }  // namespace
 
-ToolCallExtractor::ToolCallExtractor(chat::ToolCallFormat format)
-    : format_(format), mode_(format == chat::ToolCallFormat::llama_json ? Mode::opening : Mode::content) {}
+ToolCallExtractor::ToolCallExtractor(chat::ToolCallFormat format, ParameterTypes types)
+    : format_(format), types_(std::move(types)), mode_(format == chat::ToolCallFormat::llama_json ? Mode::opening : Mode::content) {}
 
 bool ToolCallExtractor::is_arguments_key(const std::string& key) const {
   return key == "arguments" || (format_ == chat::ToolCallFormat::llama_json && key == "parameters");
@@ -154,7 +154,8 @@ ToolCallExtractor::Output ToolCallExtractor::finish() {
       break;
     case Mode::call:
       if (!announced_) content(raw_, out);  // never became a call: the model's text, as written
-      flush_fragment(out);                  // else a call cut off: it stays one
+      else if (format_ == chat::ToolCallFormat::qwen3_coder) fragment_ += xml_.close();
+      flush_fragment(out);  // else a call cut off: it stays one
       break;
     case Mode::closing:
     case Mode::passthrough:
@@ -192,6 +193,7 @@ void ToolCallExtractor::start_call(std::string raw) {
   args_pending_.clear();
   fragment_.clear();
   close_matched_ = 0;
+  xml_ = XmlCallReader();
 }
 
 void ToolCallExtractor::announce(Output& out) {
@@ -229,7 +231,7 @@ void ToolCallExtractor::call_char(char c, Output& out) {
       after_call_ = true;     // if none does, blank text is dropped and other text is content
       return;
     }
-    if (format_ == chat::ToolCallFormat::hermes && c == kClose[close_matched_]) {
+    if (format_ != chat::ToolCallFormat::llama_json && c == kClose[close_matched_]) {
       if (++close_matched_ == kClose.size()) {
         mode_ = Mode::content;
         after_call_ = true;
@@ -242,7 +244,34 @@ void ToolCallExtractor::call_char(char c, Output& out) {
     return;
   }
   if (!announced_) raw_ += c;
+  if (format_ == chat::ToolCallFormat::qwen3_coder) return xml_char(c, out);
   step(c, out);
+}
+
+void ToolCallExtractor::xml_char(char c, Output& out) {
+  switch (xml_.feed(c, types_, announced_ ? fragment_ : args_pending_)) {
+    case XmlCallReader::Step::more:
+      return;
+    case XmlCallReader::Step::announce:
+      name_ = xml_.name();
+      return announce(out);
+    case XmlCallReader::Step::done:
+      flush_fragment(out);
+      mode_ = Mode::closing;
+      close_matched_ = 0;
+      return;
+    case XmlCallReader::Step::fail:
+      if (!announced_) {
+        mode_ = Mode::passthrough;
+        return content(raw_, out);  // raw_ ends with c
+      }
+      // A broken call after its announcement: it ends with what it finished, and the rest is content.
+      fragment_ += xml_.close();
+      flush_fragment(out);
+      mode_ = Mode::passthrough;
+      after_call_ = true;
+      return content(xml_.unread(), out);
+  }
 }
 
 void ToolCallExtractor::step(char c, Output& out) {
@@ -342,8 +371,8 @@ void ToolCallExtractor::object_end(char c, Output& out) {
   close_matched_ = 0;
 }
 
-ToolCallExtractor::Result ToolCallExtractor::split(std::string_view text, chat::ToolCallFormat format) {
-  ToolCallExtractor x(format);
+ToolCallExtractor::Result ToolCallExtractor::split(std::string_view text, chat::ToolCallFormat format, ParameterTypes types) {
+  ToolCallExtractor x(format, std::move(types));
   Output a = x.feed(text);
   Output b = x.finish();
   Result r;
