@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -234,6 +235,55 @@ TEST(QwenToolCalls, CallsCutOffOrBrokenAfterTheirNameStayCalls) {
   s = run_pieces({"<tool_call>\n<function=get_time>\n</function>\nDone."});
   ASSERT_EQ(s.calls.size(), 1u);
   EXPECT_EQ(s.content, "Done.");
+}
+
+// Random answers: well-formed calls with random names, parameters and
+// values, then often broken (cut short, a piece of syntax inserted, a byte
+// dropped). However they are cut, the stream gives what the blocking split
+// gives, and every call's arguments are a JSON object (cut off, broken or
+// whole).
+TEST(QwenToolCalls, RandomAnswersStreamAsTheySplitAndArgumentsAreObjects) {
+  std::mt19937 rng(7);
+  const auto pick = [&](const std::vector<std::string>& from) { return from[rng() % from.size()]; };
+  const std::vector<std::string> names = {"get_weather", "get_time", "other"};
+  const std::vector<std::string> params = {"city", "days", "detailed", "where", "ratio", "extra"};
+  const std::vector<std::string> values = {"Paris", "3", "x\ny", "True", "{\"a\": [1]}", "[1, 2", "null", "", "<b>", "</param"};
+  const std::vector<std::string> noise = {"<tool_call>", "</tool_call>", "<function=", "</function>", "<parameter=", "</parameter>",
+                                          "<", ">", "\n", "text"};
+  int with_calls = 0, with_params = 0;
+  for (int round = 0; round < 2000; ++round) {
+    std::string text = rng() % 2 ? "Let me see.\n" : "";
+    for (int c = static_cast<int>(rng() % 4); c > 0; --c) {
+      text += "<tool_call>\n<function=" + pick(names) + ">\n";
+      for (int p = static_cast<int>(rng() % 4); p > 0; --p) text += "<parameter=" + pick(params) + ">\n" + pick(values) + "\n</parameter>\n";
+      text += "</function>\n</tool_call>\n";
+    }
+    switch (rng() % 4) {
+      case 0: text = text.substr(0, rng() % (text.size() + 1)); break;
+      case 1: text.insert(rng() % (text.size() + 1), pick(noise)); break;
+      case 2: if (!text.empty()) text.erase(rng() % text.size(), 1); break;
+      default: break;
+    }
+    const ToolCallExtractor::Result whole = ToolCallExtractor::split(text, syntax());
+    std::vector<std::string> cuts;
+    for (std::size_t at = 0; at < text.size();) {
+      const std::size_t len = 1 + rng() % 6;
+      cuts.push_back(text.substr(at, len));
+      at += len;
+    }
+    const Streamed s = run_pieces(cuts);
+    ASSERT_EQ(s.content, whole.content) << text;
+    ASSERT_EQ(s.calls.size(), whole.calls.size()) << text;
+    with_calls += !s.calls.empty();
+    for (std::size_t i = 0; i < s.calls.size(); ++i) {
+      with_params += s.calls[i].arguments.size() > 2;
+      EXPECT_EQ(s.calls[i].name, whole.calls[i].name) << text;
+      EXPECT_EQ(s.calls[i].arguments, whole.calls[i].arguments) << text;
+      EXPECT_TRUE(json::accept(s.calls[i].arguments) && json::parse(s.calls[i].arguments).is_object()) << text << "\n" << s.calls[i].arguments;
+    }
+  }
+  EXPECT_GT(with_calls, 1000) << "most answers hold calls";
+  EXPECT_GT(with_params, 1000) << "and calls with parameters";
 }
 
 // The Messages stream (Anthropic) reads the same calls.
