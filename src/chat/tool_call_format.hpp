@@ -18,7 +18,8 @@
 //               ...</function>\n</tool_call> (Qwen3-Coder, Qwen3.5, Qwen3-Next;
 //               vLLM's qwen3_coder parser): tagged as hermes, but the call is
 //               XML-like and each parameter's value is raw text, read as JSON
-//               by the tool's schema type for it (server/xml_tool_call.hpp).
+//               by the tool's schema type for it (server/xml_tool_call.hpp);
+//               a <function=...> call without the <tool_call> tags is read too.
 #include <optional>
 #include <string_view>
 

@@ -1,5 +1,6 @@
 #include "server/tool_calls.hpp"
 
+#include <algorithm>
 #include <cctype>
 
 #include <nlohmann/json.hpp>
@@ -11,12 +12,13 @@ namespace neuron::server {
 namespace {
 
 constexpr std::string_view kOpen = "<tool_call>";
+constexpr std::string_view kBareFunction = "<function=";  // qwen3_coder: a call the model did not wrap in <tool_call>
 constexpr std::string_view kClose = "</tool_call>";
 
-// Length of the longest suffix of `text` that is a proper prefix of kOpen.
-std::size_t partial_tag_suffix(std::string_view text) {
-  for (std::size_t n = std::min(text.size(), kOpen.size() - 1); n > 0; --n)
-    if (text.substr(text.size() - n) == kOpen.substr(0, n)) return n;
+// Length of the longest suffix of `text` that is a proper prefix of `tag`.
+std::size_t partial_tag_suffix(std::string_view text, std::string_view tag) {
+  for (std::size_t n = std::min(text.size(), tag.size() - 1); n > 0; --n)
+    if (text.substr(text.size() - n) == tag.substr(0, n)) return n;
   return 0;
 }
 
@@ -100,13 +102,24 @@ ToolCallExtractor::Output ToolCallExtractor::feed(std::string_view text) {
         held_.clear();
         const std::size_t from_held = buf.size();
         buf.append(text.substr(i));
-        if (const auto at = buf.find(kOpen); at != std::string::npos) {
+        const bool xml = format_ == chat::ToolCallFormat::qwen3_coder;
+        std::size_t at = buf.find(kOpen);
+        std::string_view tag = kOpen;
+        if (const auto bare = xml ? buf.find(kBareFunction) : std::string::npos; bare < at) {
+          at = bare;
+          tag = kBareFunction;
+        }
+        if (at != std::string::npos) {
           content(std::string_view(buf).substr(0, at), out);
-          i += at + kOpen.size() - from_held;
-          start_call(std::string(kOpen));
+          i += at + tag.size() - from_held;
+          start_call(std::string(tag));
+          if (tag == kBareFunction) {
+            bare_ = true;
+            xml_.skip_function_tag();
+          }
           continue;
         }
-        const std::size_t keep = partial_tag_suffix(buf);
+        const std::size_t keep = std::max(partial_tag_suffix(buf, kOpen), xml ? partial_tag_suffix(buf, kBareFunction) : 0);
         content(std::string_view(buf).substr(0, buf.size() - keep), out);
         held_ = buf.substr(buf.size() - keep);
         i = text.size();
@@ -194,6 +207,7 @@ void ToolCallExtractor::start_call(std::string raw) {
   fragment_.clear();
   close_matched_ = 0;
   xml_ = XmlCallReader();
+  bare_ = false;
 }
 
 void ToolCallExtractor::announce(Output& out) {
@@ -257,6 +271,11 @@ void ToolCallExtractor::xml_char(char c, Output& out) {
       return announce(out);
     case XmlCallReader::Step::done:
       flush_fragment(out);
+      if (bare_) {  // no </tool_call> to wait for
+        mode_ = Mode::content;
+        after_call_ = true;
+        return;
+      }
       mode_ = Mode::closing;
       close_matched_ = 0;
       return;

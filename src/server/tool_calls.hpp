@@ -36,7 +36,9 @@
 //    llama_json: no arguments, cut off, bad syntax) is given back as
 //    content, so nothing the model wrote is lost; qwen3_coder: a call is
 //    announced once <function=NAME> is read, and text before that which is
-//    not the call's syntax is given back the same way;
+//    not the call's syntax is given back the same way; a <function=...>
+//    call the model did not wrap in <tool_call> is read too (as vLLM's
+//    qwen3_coder parser reads it);
 //  - an announced call's arguments stream verbatim (the model's JSON text;
 //    arguments written as a JSON string are sent decoded, whole); a call cut
 //    off after its announcement stays a call (its finish reason "length");
@@ -164,6 +166,7 @@ class ToolCallExtractor {
   std::string fragment_;      // arguments to send with this feed
   std::size_t close_matched_ = 0;  // closing mode (hermes, qwen3_coder): chars of </tool_call> seen
   XmlCallReader xml_;              // qwen3_coder: the call being read
+  bool bare_ = false;              // qwen3_coder: it began at <function= without <tool_call>
 };
 
 }  // namespace neuron::server

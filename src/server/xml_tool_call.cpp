@@ -142,6 +142,11 @@ XmlCallReader::Step XmlCallReader::feed(char c, const ParameterTypes& types, std
   return fail(c);
 }
 
+void XmlCallReader::skip_function_tag() {
+  tag_ = kFunction;
+  state_ = State::function_name;
+}
+
 std::string XmlCallReader::close() { return any_param_ ? "}" : "{}"; }
 
 }  // namespace neuron::server

@@ -67,6 +67,8 @@ class XmlCallReader {
   // (the first parameter "{...", each next one ",...", the end "}"), its
   // values read by `types`.
   Step feed(char c, const ParameterTypes& types, std::string& arguments);
+  // The caller has read "<function=" itself (a call not wrapped in <tool_call>): the name comes next.
+  void skip_function_tag();
   const std::string& name() const noexcept { return name_; }
   // After fail: the text of the tag being matched when it failed, the failing character included.
   const std::string& unread() const noexcept { return tag_; }

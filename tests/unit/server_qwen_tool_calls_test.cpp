@@ -254,9 +254,10 @@ TEST(QwenToolCalls, RandomAnswersStreamAsTheySplitAndArgumentsAreObjects) {
   for (int round = 0; round < 2000; ++round) {
     std::string text = rng() % 2 ? "Let me see.\n" : "";
     for (int c = static_cast<int>(rng() % 4); c > 0; --c) {
-      text += "<tool_call>\n<function=" + pick(names) + ">\n";
+      const bool bare = rng() % 4 == 0;
+      text += (bare ? "<function=" : "<tool_call>\n<function=") + pick(names) + ">\n";
       for (int p = static_cast<int>(rng() % 4); p > 0; --p) text += "<parameter=" + pick(params) + ">\n" + pick(values) + "\n</parameter>\n";
-      text += "</function>\n</tool_call>\n";
+      text += bare ? "</function>\n" : "</function>\n</tool_call>\n";
     }
     switch (rng() % 4) {
       case 0: text = text.substr(0, rng() % (text.size() + 1)); break;
@@ -284,6 +285,33 @@ TEST(QwenToolCalls, RandomAnswersStreamAsTheySplitAndArgumentsAreObjects) {
   }
   EXPECT_GT(with_calls, 1000) << "most answers hold calls";
   EXPECT_GT(with_params, 1000) << "and calls with parameters";
+}
+
+// A call the model did not wrap in <tool_call> is read too (vLLM reads it);
+// text around it is content, and the Hermes format never reads it.
+TEST(QwenToolCalls, ACallWithoutToolCallTagsIsACall) {
+  const std::string text = "Sure.\n<function=get_weather>\n<parameter=days>\n2\n</parameter>\n</function>\nDone.";
+  for (std::size_t cut = 0; cut <= text.size(); ++cut) {
+    const Streamed s = run_pieces({text.substr(0, cut), text.substr(cut)});
+    ASSERT_EQ(s.calls.size(), 1u) << "cut at " << cut;
+    EXPECT_EQ(s.calls[0].name, "get_weather");
+    EXPECT_EQ(s.calls[0].arguments, R"({"days":2})");
+    EXPECT_EQ(s.content, "Sure.\n\nDone.") << "cut at " << cut;
+  }
+  const Streamed two = run_pieces({"<function=get_time>\n</function>\n<tool_call>\n<function=get_time>\n</function>\n</tool_call>"});
+  EXPECT_EQ(two.calls.size(), 2u);
+  EXPECT_EQ(two.content, "");
+  for (const std::string& prose : {std::string("use <function=f> in x"), std::string("a <function= b"), std::string("<function=\n")}) {
+    const Streamed s = run_pieces(cut_every(prose, 1));
+    if (prose.starts_with("use")) {
+      ASSERT_EQ(s.calls.size(), 1u) << "a whole <function=NAME> tag is a call, the rest content";
+      EXPECT_EQ(s.content, "use in x");  // the blank after the tag went with the call
+      continue;
+    }
+    EXPECT_TRUE(s.calls.empty()) << prose;
+    EXPECT_EQ(s.content, prose);
+  }
+  EXPECT_TRUE(ToolCallExtractor::split(text).calls.empty()) << "hermes";
 }
 
 // The Messages stream (Anthropic) reads the same calls.
