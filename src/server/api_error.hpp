@@ -58,6 +58,5 @@ HttpResponse error_response(const ApiError& e);
 // Serialises for the wire. Never throws on invalid UTF-8 (model output may
 // split a character): bad bytes become U+FFFD.
 std::string dump(const nlohmann::json& j);
-std::string dump(const nlohmann::ordered_json& j);  // keys in the order they were written
 
 }  // namespace neuron::server

@@ -4,7 +4,6 @@
 
 #include "chat/tool_call_format.hpp"
 
-#include "server/api_error.hpp"
 #include "util/json_parse.hpp"
 
 namespace neuron::server {
@@ -25,6 +24,10 @@ std::string ascii_lower(std::string_view s) {
     if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
   return out;
 }
+
+// JSON text of a value, keys in the order written (api_error.hpp's dump() takes nlohmann::json, which
+// sorts them); invalid UTF-8 from the model becomes U+FFFD, as there.
+std::string dump(const ordered_json& v) { return v.dump(-1, ' ', false, ordered_json::error_handler_t::replace); }
 
 std::string_view trim(std::string_view s) {
   const std::size_t b = s.find_first_not_of(" \t\r\n");
