@@ -57,9 +57,10 @@ std::optional<std::string> token_text(const nlohmann::json& config, const char* 
 }
 
 // Templates written for multimodal chat iterate over content parts themselves
-// (`for part in message.content`); the rest expect a string.
+// (`for part in message.content`, or, in a macro the content is passed to,
+// `for item in content`: Qwen3.5, Kimi, Hunyuan, StepFun); the rest expect a string.
 bool iterates_content_parts(const std::string& source) {
-  static const std::regex pattern(R"(for\s+\w+\s+in\s+\w+\s*(\.\s*content\b|\[\s*['"]content['"]\s*\]))");
+  static const std::regex pattern(R"(for\s+\w+\s+in\s+(\w+\s*(\.\s*content\b|\[\s*['"]content['"]\s*\])|content\b))");
   return std::regex_search(source, pattern);
 }
 

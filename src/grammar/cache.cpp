@@ -4,8 +4,8 @@ namespace neuron::grammar {
 
 Grammar Constraint::compile() const {
   switch (kind) {
-    case Kind::json_object: return tools.empty() ? compile_json_object() : compile_tool_call_or_json(tools, nullptr);
-    case Kind::json_schema: return tools.empty() ? compile_json_schema(schema) : compile_tool_call_or_json(tools, &schema);
+    case Kind::json_object: return tools.empty() ? compile_json_object() : compile_tool_call_or_json(tools, nullptr, tool_format);
+    case Kind::json_schema: return tools.empty() ? compile_json_schema(schema) : compile_tool_call_or_json(tools, &schema, tool_format);
     case Kind::tool_call: return compile_tool_call(tools, tool_format);
   }
   return compile_json_object();
@@ -19,7 +19,7 @@ std::string Constraint::key() const {
     case Kind::json_schema: k = "schema:" + dump(schema); break;
     case Kind::tool_call: k = "tools/" + std::string(chat::to_string(tool_format)); break;
   }
-  if (kind != Kind::tool_call && !tools.empty()) k += "|or_tools";
+  if (kind != Kind::tool_call && !tools.empty()) k += "|or_tools/" + std::string(chat::to_string(tool_format));
   for (const ToolSpec& t : tools) k += ':' + dump(nlohmann::ordered_json(t.name)) + '=' + dump(t.parameters);
   return k;
 }

@@ -32,8 +32,8 @@ struct Constraint {
   nlohmann::ordered_json schema;  // json_schema
   std::vector<ToolSpec> tools;    // tool_call: the allowed tools (one for a named tool_choice);
                                   // json_object / json_schema: tools a call of which may come instead (tool_choice
-                                  // "auto"; Hermes calls only)
-  chat::ToolCallFormat tool_format = chat::ToolCallFormat::hermes;  // tool_call: how the model writes one (its template's)
+                                  // "auto"; tagged calls only: hermes, qwen3_coder)
+  chat::ToolCallFormat tool_format = chat::ToolCallFormat::hermes;  // how the model writes a call (its template's)
 
   static Constraint json_object() { return {}; }
   static Constraint json_schema(nlohmann::ordered_json s) { return {Kind::json_schema, std::move(s), {}}; }

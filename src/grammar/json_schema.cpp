@@ -5,6 +5,7 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <set>
 #include <string_view>
 #include <tuple>
 
@@ -229,7 +230,6 @@ class Common {
 
   Element lit(char c) { return b_.set(ByteSet::of(static_cast<std::uint8_t>(c))); }
 
- private:
   static ByteSet digit() {
     ByteSet s;
     s.add_range('0', '9');
@@ -313,6 +313,7 @@ class Common {
     return out;
   }
 
+ private:
   // After a backslash: a one-letter escape or \uXXXX outside the surrogates.
   std::uint32_t escape() {
     if (escape_) return *escape_;
@@ -391,8 +392,10 @@ class SchemaCompiler {
       : b_(b), c_(common), root_(root), where_(std::move(where)) {}
 
   // The rule for the root schema; every $ref reached is compiled before returning.
-  std::uint32_t compile_root() {
-    const std::uint32_t r = compile(root_, "");
+  std::uint32_t compile_root() { return compile_part(root_, ""); }
+  // The rule for a schema inside the root (`path` from it), refs still resolved against the root.
+  std::uint32_t compile_part(const json& s, const std::string& path) {
+    const std::uint32_t r = compile(s, path);
     while (!pending_.empty()) {
       auto [target, rule, path] = pending_.front();
       pending_.pop_front();
@@ -1051,11 +1054,131 @@ Grammar compile_json_object() {
 
 namespace {
 
+// Bytes of qwen3_coder free text: tab, newline, carriage return, printable ASCII (UTF-8 multi-byte
+// characters are added as sequences).
+ByteSet xml_text_bytes() {
+  ByteSet s;
+  s.add('\t');
+  s.add('\n');
+  s.add('\r');
+  s.add_range(0x20, 0x7e);
+  return s;
+}
+
+// A qwen3_coder parameter's text value: well-formed UTF-8 without "</parameter>" in it, the language of
+// the pattern's KMP automaton minus its accepting state. No proper prefix of "</parameter>" is also its
+// suffix ('<' opens it only), so a mismatch in state k goes to state 1 on '<' and to state 0 otherwise.
+std::uint32_t xml_text_rule(GrammarBuilder& b, Common& common) {
+  constexpr std::string_view kEnd = "</parameter>";
+  std::vector<std::uint32_t> state(kEnd.size());
+  for (std::size_t k = 0; k < kEnd.size(); ++k) state[k] = b.rule("xml_text" + std::to_string(k));
+  const auto multibyte = common.utf8_multibyte();
+  for (std::size_t k = 0; k < kEnd.size(); ++k) {
+    const std::uint32_t r = state[k];
+    b.alt(r, {});
+    if (k + 1 < kEnd.size()) b.alt(r, {common.lit(kEnd[k]), GrammarBuilder::ref(state[k + 1])});
+    if (kEnd[k] != '<') b.alt(r, {common.lit('<'), GrammarBuilder::ref(state[1])});
+    ByteSet other = xml_text_bytes();
+    other.remove(static_cast<std::uint8_t>(kEnd[k]));
+    other.remove('<');
+    b.alt(r, {b.set(other), GrammarBuilder::ref(state[0])});
+    for (auto seq : multibyte) {
+      seq.push_back(GrammarBuilder::ref(state[0]));
+      b.alt(r, seq);
+    }
+  }
+  return state[0];
+}
+
+// A name the qwen3_coder syntax can carry: it ends at '>' and holds no '<' or newline.
+void check_xml_name(const std::string& name, const std::string& where) {
+  if (name.empty() || name.find_first_of("<>\n") != std::string::npos)
+    refuse(where, "the name '" + name + "' cannot be written in this model's tool call syntax (it holds '<', '>' or a newline, or is empty)");
+}
+
+// One qwen3_coder call of `tool` (see compile_tool_call): its parameters in the schema's declared order,
+// the required ones always, each value JSON of its schema or free text (chat::qwen3_coder_value_is_json);
+// a tool whose schema declares no properties takes any parameter names.
+std::vector<Element> xml_call(GrammarBuilder& b, Common& common, const ToolSpec& tool, const std::string& where,
+                              std::optional<std::uint32_t>& text_rule) {
+  auto text = [&] {
+    if (!text_rule) text_rule = xml_text_rule(b, common);
+    return *text_rule;
+  };
+  check_xml_name(tool.name, where.substr(0, where.rfind('.')) + ".name");
+  std::vector<Element> seq;
+  b.literal(seq, "<function=" + tool.name + ">\n");
+  const json* props = nullptr;
+  if (tool.parameters.is_object())
+    if (auto it = tool.parameters.find("properties"); it != tool.parameters.end() && it->is_object()) props = &*it;
+  if (!props) {
+    // Any names: ("<parameter=" name ">\n" text "\n</parameter>\n")*
+    ByteSet name_bytes = xml_text_bytes();
+    name_bytes.remove('<');
+    name_bytes.remove('>');
+    name_bytes.remove('\n');
+    const std::uint32_t any = b.rule("xml_params@" + tool.name);
+    b.alt(any, {});
+    std::vector<Element> one;
+    b.literal(one, "<parameter=");
+    one.push_back(b.set(name_bytes));
+    one.push_back(b.star(name_bytes));
+    b.literal(one, ">\n");
+    one.push_back(GrammarBuilder::ref(text()));
+    b.literal(one, "\n</parameter>\n");
+    one.push_back(GrammarBuilder::ref(any));
+    b.alt(any, one);
+    seq.push_back(GrammarBuilder::ref(any));
+  } else {
+    std::set<std::string> required;
+    if (auto it = tool.parameters.find("required"); it != tool.parameters.end() && it->is_array())
+      for (const auto& r : *it)
+        if (r.is_string()) required.insert(r.get<std::string>());
+    SchemaCompiler compiler(b, common, tool.parameters, where);
+    // rest[j]: parameters j.. of the declared ones; each may be skipped unless required.
+    std::vector<std::pair<std::string, const json*>> declared;
+    for (const auto& [name, schema] : props->items()) declared.emplace_back(name, &schema);
+    std::uint32_t rest = b.rule("xml_params_end@" + tool.name);
+    b.alt(rest, {});
+    for (std::size_t j = declared.size(); j-- > 0;) {
+      const auto& [name, schema] = declared[j];
+      const std::string path = "properties." + name;
+      check_xml_name(name, where + "." + path);
+      std::vector<Element> one;
+      b.literal(one, "<parameter=" + name + ">\n");
+      one.push_back(GrammarBuilder::ref(chat::qwen3_coder_value_is_json(*schema) ? compiler.compile_part(*schema, path) : text()));
+      b.literal(one, "\n</parameter>\n");
+      one.push_back(GrammarBuilder::ref(rest));
+      const std::uint32_t r = b.rule("xml_params@" + tool.name + "." + name);
+      b.alt(r, one);
+      if (!required.contains(name)) b.alt(r, {GrammarBuilder::ref(rest)});
+      rest = r;
+    }
+    seq.push_back(GrammarBuilder::ref(rest));
+  }
+  b.literal(seq, "</function>");
+  return seq;
+}
+
 // The rule of one tool call of `tools` as `format` writes it: Hermes (Qwen3) wraps the call object in
-// <tool_call> tags; Llama's JSON call is the whole answer, with its arguments under "parameters".
+// <tool_call> tags; Llama's JSON call is the whole answer, with its arguments under "parameters";
+// qwen3_coder wraps its XML-like call in <tool_call> tags.
 std::uint32_t tool_call_rule(GrammarBuilder& b, Common& common, const std::vector<ToolSpec>& tools,
                              chat::ToolCallFormat format) {
   if (tools.empty()) fail(errc::invalid_argument, "a tool call needs at least one tool");
+  if (format == chat::ToolCallFormat::qwen3_coder) {
+    const std::uint32_t calls = b.rule("tool_calls");
+    std::optional<std::uint32_t> text_rule;  // built once, for the first free-text value
+    for (std::size_t i = 0; i < tools.size(); ++i)
+      b.alt(calls, xml_call(b, common, tools[i], "tools[" + std::to_string(i) + "].function.parameters", text_rule));
+    const std::uint32_t root = b.rule("tool_call");
+    std::vector<Element> seq;
+    b.literal(seq, "<tool_call>\n");
+    seq.push_back(GrammarBuilder::ref(calls));
+    b.literal(seq, "\n</tool_call>");
+    b.alt(root, seq);
+    return root;
+  }
   const std::uint32_t calls = b.rule("tool_calls");
   for (std::size_t i = 0; i < tools.size(); ++i) {
     const std::string where = "tools[" + std::to_string(i) + "].function.parameters";
@@ -1092,10 +1215,12 @@ Grammar compile_tool_call(const std::vector<ToolSpec>& tools, chat::ToolCallForm
   return std::move(b).finish(root);
 }
 
-Grammar compile_tool_call_or_json(const std::vector<ToolSpec>& tools, const nlohmann::ordered_json* schema) {
+Grammar compile_tool_call_or_json(const std::vector<ToolSpec>& tools, const nlohmann::ordered_json* schema,
+                                  chat::ToolCallFormat format) {
+  if (format == chat::ToolCallFormat::llama_json) fail(errc::invalid_argument, "a Llama tool call is itself a JSON object");
   GrammarBuilder b;
   Common common(b);
-  const std::uint32_t call = tool_call_rule(b, common, tools, chat::ToolCallFormat::hermes);
+  const std::uint32_t call = tool_call_rule(b, common, tools, format);
   std::uint32_t value = 0;
   if (schema) {
     SchemaCompiler compiler(b, common, *schema, "");

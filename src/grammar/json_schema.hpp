@@ -1,7 +1,7 @@
 #pragma once
 // JSON constraints compiled to grammars (grammar/grammar.hpp): a JSON Schema,
-// any JSON object (response_format json_object), and a Qwen3 tool call whose
-// arguments follow the tool's parameters schema.
+// any JSON object (response_format json_object), and a tool call (in the
+// model's format) whose arguments follow the tool's parameters schema.
 //
 // The JSON Schema subset (what OpenAI-style clients send: zod, pydantic,
 // LangChain; about what llguidance covers): type (one or an array: nullable),
@@ -72,13 +72,26 @@ struct ToolSpec {
 
 // One tool call, exactly as the chat template writes them and
 // server/tool_calls.hpp parses them, in the model's format:
-//   hermes      <tool_call>\n{"name": "<one of the names>", "arguments": <JSON>}\n</tool_call>
-//   llama_json  {"name": "<one of the names>", "parameters": <JSON>}
+//   hermes       <tool_call>\n{"name": "<one of the names>", "arguments": <JSON>}\n</tool_call>
+//   llama_json   {"name": "<one of the names>", "parameters": <JSON>}
+//   qwen3_coder  <tool_call>\n<function=NAME>\n(<parameter=P>\nVALUE\n</parameter>\n)*</function>\n</tool_call>
+//                with NAME one of the names; the parameters those of the
+//                tool's schema "properties", in their declared order, every
+//                "required" one present (no properties declared: any names
+//                without '<', '>' or a newline); a VALUE whose schema
+//                declares only non-string types (chat::qwen3_coder_value_is_json)
+//                is JSON of that schema, any other VALUE free UTF-8 text
+//                that does not contain "</parameter>" (a string's enum,
+//                pattern or length are not enforced there). A function or
+//                parameter name with '<', '>' or a newline is refused.
 // Errors name the tool ("tools[1].function.parameters: ...") by its index.
 Grammar compile_tool_call(const std::vector<ToolSpec>& tools, chat::ToolCallFormat format = chat::ToolCallFormat::hermes);
 
-// Either one Hermes tool call (as compile_tool_call) or a value of `schema`
+// Either one tool call (as compile_tool_call; hermes or qwen3_coder, both
+// tagged, so a call and a value cannot be confused) or a value of `schema`
 // (null: any JSON object): tool_choice "auto" with a response format.
-Grammar compile_tool_call_or_json(const std::vector<ToolSpec>& tools, const nlohmann::ordered_json* schema);
+// llama_json is refused (its call is a JSON object itself).
+Grammar compile_tool_call_or_json(const std::vector<ToolSpec>& tools, const nlohmann::ordered_json* schema,
+                                  chat::ToolCallFormat format = chat::ToolCallFormat::hermes);
 
 }  // namespace neuron::grammar

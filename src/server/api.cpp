@@ -100,10 +100,11 @@ chat::ToolCallFormat tool_call_format(const engine::ModelAssets& assets) {
   return format.value_or(chat::ToolCallFormat::hermes);
 }
 
-// The format a request's tool calls are parsed in; nullopt when it gave no tools.
-std::optional<chat::ToolCallFormat> tool_call_format(const engine::ModelAssets& assets, bool tool_calls) {
-  if (!tool_calls) return std::nullopt;
-  return tool_call_format(assets);
+// How a request's tool calls are parsed: the model's format, with the types
+// of its tools' parameters; nullopt when it gave no tools.
+std::optional<ToolCallSyntax> tool_call_syntax(const engine::ModelAssets& assets, const OpenAiRequest& req) {
+  if (!req.tool_calls) return std::nullopt;
+  return ToolCallSyntax{tool_call_format(assets), ParameterTypes(req.tools)};
 }
 
 model::SamplingParams sampling_for(const model::GenerationDefaults& d, const SamplingOverrides& o) {
@@ -131,19 +132,14 @@ std::shared_ptr<const grammar::CompiledGrammar> compile_constraint(const engine:
                                                                    const std::string& param) {
   if (!assets.grammars) throw FieldError(param, "constrained decoding is not available for this model", http_errc::unsupported);
   try {
-    if (constraint.kind == grammar::Constraint::Kind::tool_call) {
-      grammar::Constraint call = constraint;
-      call.tool_format = tool_call_format(assets);  // forced calls are written the way the model writes calls
-      return assets.grammars->get(call);
+    grammar::Constraint c = constraint;
+    c.tool_format = tool_call_format(assets);  // calls are written the way the model writes calls
+    if (c.kind != grammar::Constraint::Kind::tool_call && !c.tools.empty() && c.tool_format == chat::ToolCallFormat::llama_json) {
+      // "A tool call or a value of the format" needs tagged calls (hermes, qwen3_coder), so the two
+      // cannot be confused; a Llama call is itself a bare JSON object: such a model answers in the format.
+      c.tools.clear();
     }
-    if (!constraint.tools.empty() && tool_call_format(assets) != chat::ToolCallFormat::hermes) {
-      // "A tool call or a value of the format" is built for Hermes calls (tagged, so the two cannot be
-      // confused); a Llama call is itself a bare JSON object: such a model answers in the format.
-      grammar::Constraint format_only = constraint;
-      format_only.tools.clear();
-      return assets.grammars->get(format_only);
-    }
-    return assets.grammars->get(constraint);
+    return assets.grammars->get(c);
   } catch (const FieldError&) {
     throw;
   } catch (const Error& e) {
@@ -192,6 +188,7 @@ struct Api::Generation {
   std::int32_t choices = 1;
   std::int32_t top_logprobs = -1;  // -1: no logprobs
   std::string echo;                // completions with echo: the prompt text, before each choice's text
+  std::optional<ToolCallSyntax> tool_calls;  // how the answer's tool calls are parsed; nullopt: they are not
   TokenUsage usage;                // summed over the choices that ended
   std::vector<std::string> stop;   // the request's stop strings
   std::int32_t prompt_tokens = 0;
@@ -369,10 +366,10 @@ class Api::GenerationStream : public BodyStream {
 // and finish chunk; usage and [DONE] follow the last choice's end.
 class Api::SseStream final : public GenerationStream {
  public:
-  SseStream(std::shared_ptr<Generation> gen, bool include_usage, bool tool_calls)
+  SseStream(std::shared_ptr<Generation> gen, bool include_usage)
       : GenerationStream(std::move(gen)), include_usage_(include_usage), choices_(static_cast<std::size_t>(gen_->choices)) {
     for (Choice& c : choices_) {
-      if (tool_calls) c.extractor = std::make_unique<ToolCallExtractor>(tool_call_format(*gen_->assets));
+      if (gen_->tool_calls) c.extractor = std::make_unique<ToolCallExtractor>(*gen_->tool_calls);
       if (!gen_->meta.chat && gen_->top_logprobs >= 0)
         c.completion_logprobs = std::make_unique<CompletionLogprobs>(*gen_->assets->tokenizer, code_points(gen_->echo));
     }
@@ -799,8 +796,8 @@ HttpResponse Api::generate(const HttpRequest& request, bool chat) {
           c.content = gen->echo + a.content;
           c.reasoning = std::move(a.reasoning);
           c.finish_reason = a.finish_reason;
-          if (req.tool_calls) {
-            ToolCallExtractor::Result split = ToolCallExtractor::split(a.content, tool_call_format(*assets));
+          if (gen->tool_calls) {
+            ToolCallExtractor::Result split = ToolCallExtractor::split(a.content, *gen->tool_calls);
             c.content = std::move(split.content);
             c.finish_reason = split.finish_reason(a.finish_reason);
             c.calls = std::move(split.calls);
@@ -833,7 +830,7 @@ HttpResponse Api::generate(const HttpRequest& request, bool chat) {
 
   HttpResponse r;
   r.content_type = "text/event-stream";
-  r.stream = std::make_shared<SseStream>(std::move(gen), req.include_usage, req.tool_calls);
+  r.stream = std::make_shared<SseStream>(std::move(gen), req.include_usage);
   return r;
 }
 
@@ -866,11 +863,11 @@ HttpResponse Api::responses(const HttpRequest& request) {
   };
   if (req.chat.stream) {
     // Read from gen before it is moved: the order the arguments of one call are evaluated in is unspecified.
-    auto format = tool_call_format(*gen->assets, req.chat.tool_calls);
+    auto format = gen->tool_calls;
     auto shaper = std::make_unique<ResponsesTurnShaper>(id, created_at, model, req.echo, std::move(format), std::move(keep));
     return stream(std::move(gen), std::move(shaper));
   }
-  std::optional<Turn> turn = collect(*gen, request, req.chat.tool_calls);
+  std::optional<Turn> turn = collect(*gen, request);
   if (!turn) return client_gone_response();
   const auto response = response_object(id, created_at, model, req.echo, response_status(turn->end), output_items(*turn), &turn->end);
   keep(response, *turn);
@@ -903,8 +900,8 @@ HttpResponse Api::messages(const HttpRequest& request) {
   const std::string id = new_random_id("msg_");
   const std::string model = gen->meta.model;  // as the client named it
   if (req.stream) return stream(gen, std::make_unique<MessagesTurnShaper>(id, model, gen->prompt_tokens,
-                                                                        tool_call_format(*gen->assets, req.tool_calls)));
-  std::optional<Turn> turn = collect(*gen, request, req.tool_calls);
+                                                                        gen->tool_calls));
+  std::optional<Turn> turn = collect(*gen, request);
   if (!turn) return client_gone_response();
   HttpResponse r;
   r.body = dump(message_body(id, model, *turn));
@@ -990,6 +987,7 @@ std::shared_ptr<Api::Generation> Api::submit(const OpenAiRequest& req, const Htt
   gen->assets = assets;
   gen->choices = req.n;
   gen->top_logprobs = req.top_logprobs;
+  gen->tool_calls = tool_call_syntax(*assets, req);
   gen->stop = req.stop;
   gen->prompt_tokens = static_cast<std::int32_t>(prompt_len);
   if (req.echo) {
@@ -1005,7 +1003,7 @@ std::shared_ptr<Api::Generation> Api::submit(const OpenAiRequest& req, const Htt
   return gen;
 }
 
-std::optional<Turn> Api::collect(Generation& gen, const HttpRequest& request, bool tool_calls) {
+std::optional<Turn> Api::collect(Generation& gen, const HttpRequest& request) {
   Turn turn;
   auto next_probe = Clock::now() + kProbeEvery;
   for (;;) {
@@ -1015,8 +1013,8 @@ std::optional<Turn> Api::collect(Generation& gen, const HttpRequest& request, bo
       gen.on_end(*e);
       if (e->kind == engine::Event::Kind::error) throw Error(e->error_kind, e->error_message);
       turn.end = gen.end_of(*e);
-      if (tool_calls) {
-        ToolCallExtractor::Result split = ToolCallExtractor::split(turn.content, tool_call_format(*gen.assets));
+      if (gen.tool_calls) {
+        ToolCallExtractor::Result split = ToolCallExtractor::split(turn.content, *gen.tool_calls);
         turn.content = std::move(split.content);
         turn.calls = std::move(split.calls);
       }

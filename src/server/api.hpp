@@ -135,7 +135,7 @@ class Api {
   std::shared_ptr<Generation> submit(const OpenAiRequest& req, const HttpRequest& request);
   // Blocks until the turn ends. nullopt: the client left (the generation is
   // cancelled; answer client_gone_response()). An engine error is thrown as Error.
-  std::optional<Turn> collect(Generation& gen, const HttpRequest& request, bool tool_calls);
+  std::optional<Turn> collect(Generation& gen, const HttpRequest& request);
   // A streaming answer: the shaper's bytes as the engine produces them.
   HttpResponse stream(std::shared_ptr<Generation> gen, std::unique_ptr<TurnShaper> shaper);
   static HttpResponse client_gone_response();

@@ -280,7 +280,7 @@ json message_body(const std::string& id, const std::string& model, const Turn& t
 // ---- streaming ----
 
 MessagesTurnShaper::MessagesTurnShaper(std::string id, std::string model, std::int32_t prompt_tokens,
-                                       std::optional<chat::ToolCallFormat> tool_calls)
+                                       std::optional<ToolCallSyntax> tool_calls)
     : id_(std::move(id)),
       model_(std::move(model)),
       prompt_tokens_(prompt_tokens),

@@ -53,7 +53,7 @@ nlohmann::ordered_json message_body(const std::string& id, const std::string& mo
 class MessagesTurnShaper final : public TurnShaper {
  public:
   // tool_calls: the format the model's calls are parsed in; nullopt: they are not.
-  MessagesTurnShaper(std::string id, std::string model, std::int32_t prompt_tokens, std::optional<chat::ToolCallFormat> tool_calls);
+  MessagesTurnShaper(std::string id, std::string model, std::int32_t prompt_tokens, std::optional<ToolCallSyntax> tool_calls);
 
   std::string open() override;
   std::string delta(std::string_view text, std::string_view reasoning) override;

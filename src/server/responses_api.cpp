@@ -354,7 +354,7 @@ ChatMessage assistant_message(const Turn& turn) {
 // ---- streaming ----
 
 ResponsesTurnShaper::ResponsesTurnShaper(std::string id, std::int64_t created_at, std::string model, json echo,
-                                         std::optional<chat::ToolCallFormat> tool_calls, OnDone on_done)
+                                         std::optional<ToolCallSyntax> tool_calls, OnDone on_done)
     : id_(std::move(id)),
       model_(std::move(model)),
       created_at_(created_at),

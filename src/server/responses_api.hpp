@@ -80,7 +80,7 @@ class ResponsesTurnShaper final : public TurnShaper {
   using OnDone = std::function<void(const nlohmann::ordered_json& response, const Turn& turn)>;
   // tool_calls: the format the model's calls are parsed in; nullopt: they are not.
   ResponsesTurnShaper(std::string id, std::int64_t created_at, std::string model, nlohmann::ordered_json echo,
-                      std::optional<chat::ToolCallFormat> tool_calls, OnDone on_done);
+                      std::optional<ToolCallSyntax> tool_calls, OnDone on_done);
 
   std::string open() override;
   std::string delta(std::string_view text, std::string_view reasoning) override;

@@ -1,5 +1,6 @@
 #include "server/tool_calls.hpp"
 
+#include <algorithm>
 #include <cctype>
 
 #include <nlohmann/json.hpp>
@@ -11,12 +12,13 @@ namespace neuron::server {
 namespace {
 
 constexpr std::string_view kOpen = "<tool_call>";
+constexpr std::string_view kBareFunction = "<function=";  // qwen3_coder: a call the model did not wrap in <tool_call>
 constexpr std::string_view kClose = "</tool_call>";
 
-// Length of the longest suffix of `text` that is a proper prefix of kOpen.
-std::size_t partial_tag_suffix(std::string_view text) {
-  for (std::size_t n = std::min(text.size(), kOpen.size() - 1); n > 0; --n)
-    if (text.substr(text.size() - n) == kOpen.substr(0, n)) return n;
+// Length of the longest suffix of `text` that is a proper prefix of `tag`.
+std::size_t partial_tag_suffix(std::string_view text, std::string_view tag) {
+  for (std::size_t n = std::min(text.size(), tag.size() - 1); n > 0; --n)
+    if (text.substr(text.size() - n) == tag.substr(0, n)) return n;
   return 0;
 }
 
@@ -35,8 +37,8 @@ std::optional<std::string> decode_string(const std::string& literal) {
 
 }  // namespace
 
-ToolCallExtractor::ToolCallExtractor(chat::ToolCallFormat format)
-    : format_(format), mode_(format == chat::ToolCallFormat::llama_json ? Mode::opening : Mode::content) {}
+ToolCallExtractor::ToolCallExtractor(chat::ToolCallFormat format, ParameterTypes types)
+    : format_(format), types_(std::move(types)), mode_(format == chat::ToolCallFormat::llama_json ? Mode::opening : Mode::content) {}
 
 bool ToolCallExtractor::is_arguments_key(const std::string& key) const {
   return key == "arguments" || (format_ == chat::ToolCallFormat::llama_json && key == "parameters");
@@ -100,13 +102,24 @@ ToolCallExtractor::Output ToolCallExtractor::feed(std::string_view text) {
         held_.clear();
         const std::size_t from_held = buf.size();
         buf.append(text.substr(i));
-        if (const auto at = buf.find(kOpen); at != std::string::npos) {
+        const bool xml = format_ == chat::ToolCallFormat::qwen3_coder;
+        std::size_t at = buf.find(kOpen);
+        std::string_view tag = kOpen;
+        if (const auto bare = xml ? buf.find(kBareFunction) : std::string::npos; bare < at) {
+          at = bare;
+          tag = kBareFunction;
+        }
+        if (at != std::string::npos) {
           content(std::string_view(buf).substr(0, at), out);
-          i += at + kOpen.size() - from_held;
-          start_call(std::string(kOpen));
+          i += at + tag.size() - from_held;
+          start_call(std::string(tag));
+          if (tag == kBareFunction) {
+            bare_ = true;
+            xml_.skip_function_tag();
+          }
           continue;
         }
-        const std::size_t keep = partial_tag_suffix(buf);
+        const std::size_t keep = std::max(partial_tag_suffix(buf, kOpen), xml ? partial_tag_suffix(buf, kBareFunction) : 0);
         content(std::string_view(buf).substr(0, buf.size() - keep), out);
         held_ = buf.substr(buf.size() - keep);
         i = text.size();
@@ -154,7 +167,8 @@ ToolCallExtractor::Output ToolCallExtractor::finish() {
       break;
     case Mode::call:
       if (!announced_) content(raw_, out);  // never became a call: the model's text, as written
-      flush_fragment(out);                  // else a call cut off: it stays one
+      else if (format_ == chat::ToolCallFormat::qwen3_coder) fragment_ += xml_.close();
+      flush_fragment(out);  // else a call cut off: it stays one
       break;
     case Mode::closing:
     case Mode::passthrough:
@@ -192,6 +206,8 @@ void ToolCallExtractor::start_call(std::string raw) {
   args_pending_.clear();
   fragment_.clear();
   close_matched_ = 0;
+  xml_ = XmlCallReader();
+  bare_ = false;
 }
 
 void ToolCallExtractor::announce(Output& out) {
@@ -229,7 +245,7 @@ void ToolCallExtractor::call_char(char c, Output& out) {
       after_call_ = true;     // if none does, blank text is dropped and other text is content
       return;
     }
-    if (format_ == chat::ToolCallFormat::hermes && c == kClose[close_matched_]) {
+    if (format_ != chat::ToolCallFormat::llama_json && c == kClose[close_matched_]) {
       if (++close_matched_ == kClose.size()) {
         mode_ = Mode::content;
         after_call_ = true;
@@ -242,7 +258,39 @@ void ToolCallExtractor::call_char(char c, Output& out) {
     return;
   }
   if (!announced_) raw_ += c;
+  if (format_ == chat::ToolCallFormat::qwen3_coder) return xml_char(c, out);
   step(c, out);
+}
+
+void ToolCallExtractor::xml_char(char c, Output& out) {
+  switch (xml_.feed(c, types_, announced_ ? fragment_ : args_pending_)) {
+    case XmlCallReader::Step::more:
+      return;
+    case XmlCallReader::Step::announce:
+      name_ = xml_.name();
+      return announce(out);
+    case XmlCallReader::Step::done:
+      flush_fragment(out);
+      if (bare_) {  // no </tool_call> to wait for
+        mode_ = Mode::content;
+        after_call_ = true;
+        return;
+      }
+      mode_ = Mode::closing;
+      close_matched_ = 0;
+      return;
+    case XmlCallReader::Step::fail:
+      if (!announced_) {
+        mode_ = Mode::passthrough;
+        return content(raw_, out);  // raw_ ends with c
+      }
+      // A broken call after its announcement: it ends with what it finished, and the rest is content.
+      fragment_ += xml_.close();
+      flush_fragment(out);
+      mode_ = Mode::passthrough;
+      after_call_ = true;
+      return content(xml_.unread(), out);
+  }
 }
 
 void ToolCallExtractor::step(char c, Output& out) {
@@ -342,8 +390,8 @@ void ToolCallExtractor::object_end(char c, Output& out) {
   close_matched_ = 0;
 }
 
-ToolCallExtractor::Result ToolCallExtractor::split(std::string_view text, chat::ToolCallFormat format) {
-  ToolCallExtractor x(format);
+ToolCallExtractor::Result ToolCallExtractor::split(std::string_view text, chat::ToolCallFormat format, ParameterTypes types) {
+  ToolCallExtractor x(format, std::move(types));
   Output a = x.feed(text);
   Output b = x.finish();
   Result r;

@@ -5,8 +5,18 @@
 //   <tool_call>
 //   {"name": "get_weather", "arguments": {"city": "Paris"}}
 //   </tool_call>
-// and Llama 3.x answers with the call itself (llama_json):
+// Llama 3.x answers with the call itself (llama_json):
 //   {"name": "get_weather", "parameters": {"city": "Paris"}}
+// and Qwen3-Coder / Qwen3.5 tag an XML-like call (qwen3_coder,
+// server/xml_tool_call.hpp), whose parameter values are typed by the tools'
+// schemas:
+//   <tool_call>
+//   <function=get_weather>
+//   <parameter=city>
+//   Paris
+//   </parameter>
+//   </function>
+//   </tool_call>
 // OpenAI clients expect them as message.tool_calls with finish_reason
 // "tool_calls", or, streamed, as incremental deltas: a call's first delta has
 // its index, id, type, function.name and arguments "", the next ones
@@ -15,8 +25,8 @@
 // ToolCallExtractor separates content and calls while the text streams, with
 // a small incremental scanner of the call object (strings, escapes and
 // nesting; values it does not need are skipped):
-//  - hermes: content before a <tool_call> goes out as it arrives (minus a
-//    tail that may be the start of the tag); llama_json: a call can only
+//  - hermes, qwen3_coder: content before a <tool_call> goes out as it
+//    arrives (minus a tail that may be the start of the tag); llama_json: a call can only
 //    begin the answer (after blanks) or follow a call and a ';', so an
 //    answer whose first other character is not '{' streams as content;
 //  - a call is announced once its "name" is read and its arguments value
@@ -24,10 +34,17 @@
 //    object ended without one: arguments "{}"); until then its text is held,
 //    and text that turns out not to be a call (not an object, no name,
 //    llama_json: no arguments, cut off, bad syntax) is given back as
-//    content, so nothing the model wrote is lost;
+//    content, so nothing the model wrote is lost; qwen3_coder: a call is
+//    announced once <function=NAME> is read, and text before that which is
+//    not the call's syntax is given back the same way; a <function=...>
+//    call the model did not wrap in <tool_call> is read too (as vLLM's
+//    qwen3_coder parser reads it);
 //  - an announced call's arguments stream verbatim (the model's JSON text;
 //    arguments written as a JSON string are sent decoded, whole); a call cut
 //    off after its announcement stays a call (its finish reason "length");
+//    qwen3_coder: each parameter goes out once its </parameter> is read, and
+//    a call cut off or broken after its announcement is closed with the
+//    parameters it finished, so its arguments are always a JSON object;
 //  - blank text between and after calls is dropped; other text after a call
 //    is content.
 #include <cstddef>
@@ -37,6 +54,7 @@
 #include <vector>
 
 #include "chat/tool_call_format.hpp"
+#include "server/xml_tool_call.hpp"
 
 namespace neuron::server {
 
@@ -54,9 +72,18 @@ struct ToolCallDelta {
   std::string arguments;  // a fragment (empty on the first delta)
 };
 
+// How one request's tool calls are read: the model's format (its chat
+// template's) and, for qwen3_coder, the types of the request's tools' parameters.
+struct ToolCallSyntax {
+  chat::ToolCallFormat format = chat::ToolCallFormat::hermes;
+  ParameterTypes types;
+};
+
 class ToolCallExtractor {
  public:
-  explicit ToolCallExtractor(chat::ToolCallFormat format = chat::ToolCallFormat::hermes);
+  // `types`: how qwen3_coder parameter values become JSON (the request's tools).
+  explicit ToolCallExtractor(chat::ToolCallFormat format = chat::ToolCallFormat::hermes, ParameterTypes types = {});
+  explicit ToolCallExtractor(const ToolCallSyntax& syntax) : ToolCallExtractor(syntax.format, syntax.types) {}
 
   struct Output {
     std::string content;                // text to send as content now
@@ -84,12 +111,15 @@ class ToolCallExtractor {
       return !calls.empty() && engine_reason == "stop" ? "tool_calls" : engine_reason;
     }
   };
-  static Result split(std::string_view text, chat::ToolCallFormat format = chat::ToolCallFormat::hermes);
+  static Result split(std::string_view text, chat::ToolCallFormat format = chat::ToolCallFormat::hermes,
+                      ParameterTypes types = {});
+  static Result split(std::string_view text, const ToolCallSyntax& syntax) { return split(text, syntax.format, syntax.types); }
 
  private:
-  // content: hermes text between calls; opening: llama_json blanks before a
-  // call (held); call: inside a call object; closing: after one (hermes:
-  // </tool_call>; llama_json: ';' or the end); passthrough: the rest is content.
+  // content: hermes / qwen3_coder text between calls; opening: llama_json
+  // blanks before a call (held); call: inside a call; closing: after one
+  // (hermes, qwen3_coder: </tool_call>; llama_json: ';' or the end);
+  // passthrough: the rest is content.
   enum class Mode { content, opening, call, closing, passthrough };
   enum class Obj { open, key_start, key, after_key, value_start, value, after_value };
   enum class Target { skip, name, arguments_stream, arguments_string };
@@ -104,6 +134,7 @@ class ToolCallExtractor {
 
   void content(std::string_view text, Output& out);
   void call_char(char c, Output& out);
+  void xml_char(char c, Output& out);  // one character of a qwen3_coder call
   void step(char c, Output& out);        // one character of the call object
   void object_end(char c, Output& out);  // its closing brace
   // `c` shows the text is not (or no longer) a call: held text back to
@@ -115,6 +146,7 @@ class ToolCallExtractor {
   void flush_fragment(Output& out);
 
   chat::ToolCallFormat format_;
+  ParameterTypes types_;  // qwen3_coder
   Mode mode_;
   std::string held_;        // content mode: a tail that may start <tool_call>; opening mode: blanks
   std::string held_blank_;  // blank text after a call (dropped unless other text follows)
@@ -132,7 +164,9 @@ class ToolCallExtractor {
   bool have_name_ = false, args_started_ = false, announced_ = false;
   std::string args_pending_;  // arguments read before the name
   std::string fragment_;      // arguments to send with this feed
-  std::size_t close_matched_ = 0;  // closing mode (hermes): chars of </tool_call> seen
+  std::size_t close_matched_ = 0;  // closing mode (hermes, qwen3_coder): chars of </tool_call> seen
+  XmlCallReader xml_;              // qwen3_coder: the call being read
+  bool bare_ = false;              // qwen3_coder: it began at <function= without <tool_call>
 };
 
 }  // namespace neuron::server

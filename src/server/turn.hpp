@@ -61,7 +61,7 @@ class TurnShaper {
 // ToolCallExtractor's streaming interface.
 class WholeToolCalls {
  public:
-  explicit WholeToolCalls(chat::ToolCallFormat format) : extractor_(format) {}
+  explicit WholeToolCalls(const ToolCallSyntax& syntax) : extractor_(syntax) {}
   std::string feed(std::string_view text);  // content to send now
   ToolCallExtractor::Result finish();       // the rest of the content, and the calls
 

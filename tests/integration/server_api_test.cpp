@@ -10,6 +10,8 @@
 #include <memory>
 #include <mutex>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <set>
 #include <string>
 #include <thread>
@@ -32,6 +34,10 @@ namespace fs = std::filesystem;
 
 std::string models_dir() { return std::string(NEURON_REPO_ROOT) + "/models"; }
 std::string tiny_model_dir() { return models_dir() + "/qwen3-tiny-a"; }
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
 
 HttpRequest raw_post(const std::string& path, std::string body) { return HttpRequest{"POST", path, {}, std::move(body), "test"}; }
 HttpRequest post_json(const std::string& path, const nlohmann::json& body) { return raw_post(path, body.dump()); }
@@ -709,6 +715,98 @@ TEST(ServerApiToolCalls, StreamedCallsAreIncrementalDeltasThatReassembleToTheBlo
   }
   EXPECT_NE(calls[0][0]["id"], calls[1][0]["id"]) << "every call has its own id";
   EXPECT_EQ(api.in_flight(), 0u);
+}
+
+// The Qwen3.5-shaped checkpoint with Qwen3.5's chat template (the tiny
+// model's tokenizer, whose tokenizer_config.json is given the template of
+// tests/data/qwen3_5): tools and tool_choice "required" force a call in the
+// template's XML syntax, which comes back parsed and typed as tool_calls;
+// without a constraint, thinking on routes the answer to reasoning_content
+// (the prompt ends inside <think>), thinking off leaves it content.
+TEST(ServerApiLoad, AQwen35HybridCallsToolsInItsTemplatesSyntax) {
+  test_support::TempDir root;
+  const fs::path dir = root.path() / "qwen3_5-a";
+  fs::create_directories(dir);
+  const fs::path family = fs::path(NEURON_TEST_DATA) / "families" / "qwen3_5-a";
+  for (const char* f : {"config.json", "generation_config.json", "model.safetensors"}) fs::copy_file(family / f, dir / f);
+  fs::copy_file(fs::path(tiny_model_dir()) / "tokenizer.json", dir / "tokenizer.json");
+  json config = parse_json<json>(read_text(fs::path(tiny_model_dir()) / "tokenizer_config.json"), "tokenizer_config.json");
+  config["chat_template"] = read_text(fs::path(NEURON_TEST_DATA) / "qwen3_5" / "Qwen3.5-4B.jinja");
+  std::ofstream(dir / "tokenizer_config.json") << config.dump();
+  engine::RegistryOptions ro;
+  ro.model_roots = {root.path()};
+  engine::Registry registry(ro);
+  Api api(registry, {});
+  const HttpResponse load = api.handle(post_json("/models/load", {{"model_id", "qwen3_5-a"}, {"wait", true}}));
+  ASSERT_EQ(load.status, 200) << load.body;
+
+  const json tools = json::parse(R"([{"type": "function", "function": {"name": "pick", "parameters": {"type": "object",
+      "properties": {"n": {"type": "integer", "enum": [1, 2]}, "why": {"type": "boolean"}}, "required": ["n", "why"]}}},
+      {"type": "function", "function": {"name": "noop", "parameters": {"type": "object", "properties": {}}}}])");
+  const json msgs = json::array({{{"role", "user"}, {"content", "Pick a number."}}});
+  for (int seed = 0; seed < 3; ++seed) {
+    const HttpResponse r = api.handle(post_json("/v1/chat/completions", {{"model", "qwen3_5-a"}, {"messages", msgs}, {"tools", tools},
+                                                                         {"tool_choice", "required"}, {"max_tokens", 200},
+                                                                         {"temperature", 1}, {"seed", seed}}));
+    ASSERT_EQ(r.status, 200) << r.body;
+    const json choice = json::parse(r.body)["choices"][0];
+    EXPECT_EQ(choice["finish_reason"], "tool_calls") << r.body;
+    ASSERT_EQ(choice["message"]["tool_calls"].size(), 1u) << r.body;
+    const json fn = choice["message"]["tool_calls"][0]["function"];
+    const json args = json::parse(fn["arguments"].get<std::string>());
+    if (fn["name"] == "pick") {
+      EXPECT_TRUE(args["n"] == 1 || args["n"] == 2) << args.dump();  // typed: a number, not the text "1"
+      EXPECT_TRUE(args["why"].is_boolean()) << args.dump();
+    } else {
+      EXPECT_EQ(fn["name"], "noop") << r.body;
+      EXPECT_EQ(args, json::object());
+    }
+    EXPECT_FALSE(choice["message"].contains("reasoning_content")) << "thinking is off for a forced call";
+    if (seed != 0) continue;
+    // Streamed, the same call: one entry per call index per chunk, the first with id, type and name.
+    const HttpResponse streamed = api.handle(post_json("/v1/chat/completions", {{"model", "qwen3_5-a"}, {"messages", msgs}, {"tools", tools},
+                                                                                {"tool_choice", "required"}, {"max_tokens", 200},
+                                                                                {"temperature", 1}, {"seed", seed}, {"stream", true}}));
+    ASSERT_TRUE(streamed.stream);
+    const Drained sink = drain(*streamed.stream);
+    ASSERT_TRUE(sink.finished);
+    json call = nullptr;
+    std::string finish;
+    for (const json& e : events_of(sink.received)) {
+      const json& c = e["choices"][0];
+      if (!c["finish_reason"].is_null()) finish = c["finish_reason"];
+      if (!c["delta"].contains("tool_calls")) continue;
+      ASSERT_EQ(c["delta"]["tool_calls"].size(), 1u) << c.dump();
+      const json& d = c["delta"]["tool_calls"][0];
+      EXPECT_EQ(d["index"], 0);
+      if (call.is_null()) {
+        ASSERT_TRUE(d.contains("id")) << d.dump();
+        EXPECT_EQ(d["type"], "function");
+        call = {{"name", d["function"]["name"]}, {"arguments", d["function"]["arguments"]}};
+        continue;
+      }
+      EXPECT_FALSE(d.contains("id")) << "later deltas carry only arguments";
+      call["arguments"] = call["arguments"].get<std::string>() + d["function"]["arguments"].get<std::string>();
+    }
+    EXPECT_EQ(finish, "tool_calls");
+    ASSERT_FALSE(call.is_null()) << sink.received;
+    EXPECT_EQ(call["name"], fn["name"]);
+    EXPECT_EQ(call["arguments"], fn["arguments"]);
+  }
+
+  const json plain = {{"model", "qwen3_5-a"}, {"messages", msgs}, {"max_tokens", 6}, {"temperature", 0}, {"ignore_eos", true}};
+  json on = plain, off = plain;
+  on["chat_template_kwargs"] = {{"enable_thinking", true}};
+  off["chat_template_kwargs"] = {{"enable_thinking", false}};
+  const HttpResponse thinking = api.handle(post_json("/v1/chat/completions", on));
+  ASSERT_EQ(thinking.status, 200) << thinking.body;
+  const json t = json::parse(thinking.body)["choices"][0]["message"];
+  EXPECT_FALSE(t.value("reasoning_content", "").empty()) << "the prompt opened <think>: the answer starts as reasoning; " << t.dump();
+  const HttpResponse direct = api.handle(post_json("/v1/chat/completions", off));
+  ASSERT_EQ(direct.status, 200) << direct.body;
+  const json d = json::parse(direct.body)["choices"][0]["message"];
+  EXPECT_FALSE(d.contains("reasoning_content")) << d.dump();
+  EXPECT_FALSE(d["content"].get<std::string>().empty()) << d.dump();
 }
 
 }  // namespace

@@ -225,7 +225,7 @@ TEST(LlamaToolCalls, StreamedChunksReassembleToTheCall) {
 
 // The Messages and Responses streams take the model's format too.
 TEST(LlamaToolCalls, MessagesAndResponsesStreamsReadTheFormat) {
-  MessagesTurnShaper messages("msg_1", "llama", 5, kLlama);
+  MessagesTurnShaper messages("msg_1", "llama", 5, ToolCallSyntax{kLlama, {}});
   std::string sse = messages.open();
   for (const std::string& piece : cut_every(kCall, 7)) sse += messages.delta(piece, "");
   sse += messages.close(TurnEnd{"stop", {5, 20, 0}, 0, {}});
@@ -235,7 +235,7 @@ TEST(LlamaToolCalls, MessagesAndResponsesStreamsReadTheFormat) {
   EXPECT_EQ(sse.find("text_delta"), std::string::npos) << "no text block: the answer was the call";
 
   bool done = false;
-  ResponsesTurnShaper responses("resp_1", 1, "llama", json::object(), kLlama, [&](const nlohmann::ordered_json& response, const Turn& turn) {
+  ResponsesTurnShaper responses("resp_1", 1, "llama", json::object(), ToolCallSyntax{kLlama, {}}, [&](const nlohmann::ordered_json& response, const Turn& turn) {
     done = true;
     ASSERT_EQ(turn.calls.size(), 1u);
     EXPECT_EQ(turn.calls[0].name, "get_weather");

@@ -188,7 +188,7 @@ TEST(MessagesShape, AWholeTurnHasThinkingTextAndToolUseBlocks) {
 }
 
 TEST(MessagesShape, AStreamedTurnWithThinkingTextAndAToolCall) {
-  MessagesTurnShaper shaper("msg_1", "model", 12, chat::ToolCallFormat::hermes);
+  MessagesTurnShaper shaper("msg_1", "model", 12, ToolCallSyntax{});
   std::string sse = shaper.open();
   sse += shaper.delta("", "think");
   sse += shaper.delta("Let me check.", "");
@@ -228,7 +228,7 @@ TEST(MessagesShape, AStreamStoppedBySequenceOrFailingSaysSo) {
   EXPECT_EQ(events.back().data["error"], nlohmann::json({{"type", "api_error"}, {"message", "rank 1 died"}}));
 
   // A blank answer with tools on and no call is still the answer's text.
-  MessagesTurnShaper blank("msg_3", "model", 3, chat::ToolCallFormat::hermes);
+  MessagesTurnShaper blank("msg_3", "model", 3, ToolCallSyntax{});
   events = parse_events(script(blank, {{" ", ""}}, [&] { return blank.close(TurnEnd{"stop", {3, 1, 0}, 0, {}}); }));
   EXPECT_EQ(events[3].data["delta"]["text"], " ");
   EXPECT_EQ(events[events.size() - 2].data["delta"]["stop_reason"], "end_turn");

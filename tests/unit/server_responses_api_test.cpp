@@ -245,7 +245,7 @@ TEST(ResponsesShape, AWholeTurnHasReasoningMessageAndCallItems) {
 TEST(ResponsesShape, AStreamedToolCallTurnHasEveryEventInOrder) {
   json stored;
   Turn stored_turn;
-  ResponsesTurnShaper shaper("resp_x", 1, "m", json::object(), chat::ToolCallFormat::hermes, [&](const json& response, const Turn& turn) {
+  ResponsesTurnShaper shaper("resp_x", 1, "m", json::object(), ToolCallSyntax{}, [&](const json& response, const Turn& turn) {
     stored = response;
     stored_turn = turn;
   });
@@ -299,7 +299,7 @@ TEST(ResponsesShape, AStreamedTextTurnCutByItsLimitIsIncomplete) {
 }
 
 TEST(ResponsesShape, AnEmptyAnswerStillHasItsMessageAndAnErrorFailsTheResponse) {
-  ResponsesTurnShaper empty("r", 1, "m", json::object(), chat::ToolCallFormat::hermes, nullptr);
+  ResponsesTurnShaper empty("r", 1, "m", json::object(), ToolCallSyntax{}, nullptr);
   auto events = parse_events(script(empty, {{" ", ""}}, [&] { return empty.close(TurnEnd{"stop", {3, 1, 0}, 0, {}}); }));
   const json& output = events.back().data["response"]["output"];
   ASSERT_EQ(output.size(), 1u);
