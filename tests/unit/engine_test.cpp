@@ -170,7 +170,13 @@ TEST_F(EngineTest, LaterRequestsReuseTheCachedPrefixAndMatch) {
 }
 
 TEST_F(EngineTest, SeededSamplingIsReproducible) {
-  auto engine = make_engine();
+  // Without prefix caching: a second run that reuses the first one's KV computes its last prompt
+  // token as a one-token product (decode kernel), within 1e-5 of the prefill's but not bit-equal,
+  // and a temperature draw near a boundary may then differ (with the avx512_bf16 decode kernel
+  // the probe picks on some CPUs, it did). The sampler's own determinism is what this checks.
+  EngineOptions options;
+  options.prefix_caching = false;
+  auto engine = make_engine(options);
   CompletionRequest r = greedy_request(prompt(), 24);
   r.sampling.temperature = 0.9f;
   r.sampling.top_p = 0.95f;
