@@ -653,6 +653,21 @@ TEST_F(EngineTest, HybridSecondTurnReusesTheFirstAndReportsItsCachedTokens) {
   EXPECT_EQ(engine->stats().prompt_tokens_cached, 24u);
   auto cold = make_engine(EngineOptions{.max_batch_tokens = 64, .prefix_caching = false}, open(), configs);
   EXPECT_EQ(turn2.last.tokens, drain(*cold->submit(greedy_request(prompt2, 8))).last.tokens);
+
+  // Choices of one request share the prompt again: choice 0 computes its 19 tokens (a snapshot at 16), the
+  // others resume there and compute 3 each.
+  std::vector<std::int32_t> prompt3(fox);
+  prompt3.insert(prompt3.end(), chat.begin(), chat.end());
+  CompletionRequest r = greedy_request(prompt3, 12);
+  r.n = 3;
+  const auto alone = drain(*cold->submit(greedy_request(prompt3, 12))).last.tokens;
+  const std::uint64_t before = engine->stats().step_tokens;
+  for (const Outcome& o : drain_choices(*engine->submit(r), 3)) {
+    ASSERT_EQ(o.last.kind, Event::Kind::done) << o.last.error_message;
+    EXPECT_EQ(o.last.tokens, alone) << "choice " << o.last.choice;
+    EXPECT_EQ(o.last.usage.cached_tokens, o.last.choice == 0 ? 0 : 16) << "choice " << o.last.choice;
+  }
+  EXPECT_EQ(engine->stats().step_tokens - before, 19 + 2 * 3 + 3 * 11);
 }
 
 }  // namespace
