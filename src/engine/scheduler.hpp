@@ -74,6 +74,8 @@ struct StepPlan {
 class Scheduler {
  public:
   Scheduler(BlockManager& blocks, SchedulerOptions options);
+  Scheduler(const Scheduler&) = delete;  // the BlockManager's eviction listener points at this one
+  Scheduler& operator=(const Scheduler&) = delete;
 
   void add(Sequence& seq);     // to the back of the queue
   // Drops a sequence wherever it is (finished, cancelled, failed) and gives its blocks back.
