@@ -98,6 +98,11 @@ std::int32_t BlockManager::take_fresh() {
   }
   Block& b = blocks_[static_cast<std::size_t>(id)];
   NEURON_ASSERT(b.refs == 0 && !b.cached);
+  if (b.duplicate) {  // a private duplicate's record goes with its last holder
+    b.duplicate = false;
+    b.tokens.clear();
+    b.key = b.parent_key = 0;
+  }
   b.refs = 1;
   ++used_;
   return id;
@@ -130,8 +135,11 @@ std::int32_t BlockManager::register_full(std::span<const std::int32_t> table, st
       b.parent_key = parent;
       b.tokens.assign(block_tokens.begin(), block_tokens.end());
       by_key_.emplace(key, table[static_cast<std::size_t>(i)]);
-    } else {
-      b.key = key;  // a duplicate stays private, but its key still chains its successors, in a later call too
+    } else {  // a duplicate stays private, but its key still chains its successors, in a later call too
+      b.duplicate = true;
+      b.key = key;
+      b.parent_key = parent;
+      b.tokens.assign(block_tokens.begin(), block_tokens.end());
     }
     parent = key;
   }
@@ -140,8 +148,12 @@ std::int32_t BlockManager::register_full(std::span<const std::int32_t> table, st
 
 void BlockManager::release(std::vector<std::int32_t>& table) { truncate(table, 0); }
 
-bool BlockManager::cached(std::int32_t id) const noexcept {
-  return id >= 0 && id < num_blocks() && blocks_[static_cast<std::size_t>(id)].cached;
+std::int32_t BlockManager::cached_block(std::int32_t id) const {
+  NEURON_ASSERT(id >= 0 && id < num_blocks());
+  const Block& b = blocks_[static_cast<std::size_t>(id)];
+  NEURON_ASSERT(b.refs > 0);
+  if (b.cached) return id;
+  return b.duplicate ? find(b.parent_key, b.tokens) : -1;
 }
 
 void BlockManager::truncate(std::vector<std::int32_t>& table, std::int32_t keep) {

@@ -57,8 +57,10 @@ class BlockManager {
   // Drops the references on the blocks of `table` past its first `keep` and shortens it to `keep`.
   void truncate(std::vector<std::int32_t>& table, std::int32_t keep);
 
-  // Whether block `id` is registered for reuse (its id stands for its prefix until it is evicted).
-  bool cached(std::int32_t id) const noexcept;
+  // The cached block that holds block `id`'s prefix (its id stands for that prefix until it is evicted): `id`
+  // itself when it is cached, the cached block with the same tokens and parent when `id` is a registered private
+  // duplicate of one, else -1. `id` must be held by the caller's table.
+  std::int32_t cached_block(std::int32_t id) const;
   // Called with a cached block's id when eviction takes it out of the cache (hybrids drop its state snapshot).
   void on_evict(std::function<void(std::int32_t id)> listener) { on_evict_ = std::move(listener); }
 
@@ -70,9 +72,11 @@ class BlockManager {
   struct Block {
     std::int32_t refs = 0;
     bool cached = false;                   // registered in by_key_
-    std::uint64_t key = 0;                 // chained hash (valid when cached, or registered as a private duplicate)
+    // key, parent_key and tokens are valid when cached, or registered as a private duplicate (duplicate).
+    bool duplicate = false;
+    std::uint64_t key = 0;                 // chained hash
     std::uint64_t parent_key = 0;          // the previous block's key; 0 for the first block
-    std::vector<std::int32_t> tokens;      // [block_size] this block's tokens (when cached)
+    std::vector<std::int32_t> tokens;      // [block_size] this block's tokens
     std::list<std::int32_t>::iterator lru;  // position in lru_ when cached and refs == 0
   };
 

@@ -161,8 +161,9 @@ std::vector<StateCopy> Scheduler::complete(const StepPlan& plan) {
     // resumes from; the end of its prompt; every boundary of its answer, the next turn's prefix).
     if (s.computed < last_boundary(s)) continue;
     const bool past_prompt = s.computed > s.prompt_len();
-    const std::int32_t block = s.blocks[static_cast<std::size_t>(s.computed / bs - 1)];
-    if (!blocks_.cached(block)) continue;  // a private duplicate of a cached block: that one is the prefix's
+    // The cached block that ends there (this sequence's own, or the one its private duplicate copies).
+    const std::int32_t block = blocks_.cached_block(s.blocks[static_cast<std::size_t>(s.computed / bs - 1)]);
+    if (block < 0) continue;
     const auto snapshot = snapshots_.take(block);
     if (!snapshot) continue;
     if (past_prompt) {

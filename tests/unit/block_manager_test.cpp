@@ -127,6 +127,14 @@ TEST(BlockManager, BlocksAfterAPrivateDuplicateChainAcrossCalls) {
   bm.release(b);
   std::vector<std::int32_t> c = bm.match_prefix(t, 8);
   EXPECT_EQ(c.size(), 4u);
+  // Each of c's blocks is the cached one for its prefix; b's duplicates (held again by d) point at a's.
+  for (std::int32_t id : c) EXPECT_EQ(bm.cached_block(id), id);
+  std::vector<std::int32_t> d;
+  ASSERT_TRUE(bm.grow(d, 2));
+  EXPECT_EQ(bm.cached_block(d[0]), -1) << "a fresh block has no prefix yet";
+  bm.register_full(d, t, 2, 0);
+  EXPECT_EQ(bm.cached_block(d[0]), c[0]) << "a private duplicate stands for the cached block it copies";
+  bm.release(d);
   bm.release(c);
   EXPECT_EQ(bm.stats().used, 0);
 }

@@ -6,6 +6,7 @@
 
 #include <numeric>
 #include <optional>
+#include <tuple>
 #include <vector>
 
 #include "engine/block_manager.hpp"
@@ -151,6 +152,33 @@ TEST(SchedulerSnapshots, AnEvictedBlockTakesItsSnapshotWithIt) {
   EXPECT_EQ(again.computed, 0);
   EXPECT_TRUE(p.restores.empty());
   sched.remove(again);
+}
+
+// A prompt whose KV blocks are cached but whose snapshot was replaced is recomputed into private duplicate
+// blocks; the snapshot it takes on the way belongs to the cached block, so the next repeat resumes there.
+TEST(SchedulerSnapshots, ARecomputedPrefixSnapshotsOntoTheCachedBlock) {
+  BlockManager blocks(32, 4, true);
+  Scheduler sched(blocks, {.max_num_seqs = 4, .max_batch_tokens = 64, .state_slots = 2, .state_snapshots = 1});
+  Quiet q;
+  auto once = [&](std::uint64_t id, std::vector<std::int32_t> prompt) {
+    Sequence s(id, SequenceParams{.prompt = std::move(prompt), .max_tokens = 1}, q);
+    s.tokens = s.params().prompt;
+    sched.add(s);
+    std::int32_t restores = 0, saves = 0;
+    while (s.computed < s.len()) {
+      const StepPlan p = sched.schedule();
+      restores += static_cast<std::int32_t>(p.restores.size());
+      saves += static_cast<std::int32_t>(run(sched, p).size());
+    }
+    const std::int32_t from = s.cached_prompt_tokens;
+    sched.remove(s);
+    return std::tuple{from, restores, saves};
+  };
+  EXPECT_EQ(once(1, ids(10, 100)), std::tuple(0, 0, 1));  // a snapshot at 8
+  EXPECT_EQ(once(2, ids(10, 500)), std::tuple(0, 0, 1));  // replaces it (capacity 1)
+  EXPECT_EQ(once(3, ids(10, 100)), std::tuple(0, 0, 1)) << "recomputed: its snapshot at 8 is taken anyway";
+  EXPECT_EQ(once(4, ids(10, 100)), std::tuple(8, 1, 0)) << "resumes from it";
+  EXPECT_EQ(blocks.stats().used, 0);
 }
 
 TEST(SchedulerSnapshots, WithoutSnapshotsAHybridTakesNoPrefix) {
