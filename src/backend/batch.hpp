@@ -24,7 +24,13 @@
 // preemption). A step at position 0 starts the slot from zero; a later step
 // continues from what the slot holds, which must be the state after exactly
 // `position` tokens of this sequence (the previous step's, so chunks of a
-// prompt follow each other and a sequence never resumes from a shared prefix).
+// prompt follow each other). A sequence resumes from a shared prefix only
+// through a snapshot: the runner also keeps KvPoolShape::state_snapshots
+// snapshot slots, and between steps the engine copies a sequence's slot into
+// one when its computed length reaches a block boundary
+// (ModelRunner::save_state) and copies one back into a new sequence's slot
+// whose first tokens are that same prefix (ModelRunner::restore_state), so
+// its first step starts at the boundary.
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -40,6 +46,7 @@ struct KvPoolShape {
   std::uint64_t bytes_per_block = 0;  // K and V of every full-attention layer and local KV head, as held on the device
   std::int32_t state_slots = 0;       // recurrent-state slots; 0: the model has none (no linear attention)
   std::uint64_t bytes_per_state_slot = 0;  // one sequence's conv and delta-rule state of every linear layer
+  std::int32_t state_snapshots = 0;  // snapshot slots of that state (prefix reuse), bytes_per_state_slot each; 0: none
 };
 
 // What a sequence wants from a step's last stage: logits from the LM head, a

@@ -80,6 +80,41 @@ std::uint64_t kv_bytes_per_block(const model::ModelConfig& cfg, const model::Sha
          static_cast<std::uint64_t>(block_size);
 }
 
+std::int32_t resolve_state_snapshots(std::optional<std::int32_t> requested, std::int32_t state_slots) {
+  if (!requested) return kDefaultSnapshotsPerSlot * state_slots;
+  if (*requested < 0) fail(errc::invalid_argument, "state_snapshots " + std::to_string(*requested) + " is negative");
+  return *requested;
+}
+
+namespace {
+void check_state_indices(const KvPoolShape& pool, std::int32_t slot, std::int32_t snapshot, const char* what) {
+  if (slot < 0 || slot >= pool.state_slots)
+    fail(errc::invalid_argument, std::string(what) + ": state slot " + std::to_string(slot) + " is outside [0, " +
+                                     std::to_string(pool.state_slots) + ")");
+  if (snapshot < 0 || snapshot >= pool.state_snapshots)
+    fail(errc::invalid_argument, std::string(what) + ": snapshot " + std::to_string(snapshot) + " is outside [0, " +
+                                     std::to_string(pool.state_snapshots) + ")");
+}
+}  // namespace
+
+void ModelRunner::save_state(std::int32_t slot, std::int32_t snapshot) {
+  check_state_indices(kv_pool(), slot, snapshot, "save_state");
+  run_save_state(slot, snapshot);
+}
+
+void ModelRunner::restore_state(std::int32_t snapshot, std::int32_t slot) {
+  check_state_indices(kv_pool(), slot, snapshot, "restore_state");
+  run_restore_state(snapshot, slot);
+}
+
+void ModelRunner::run_save_state(std::int32_t, std::int32_t) {
+  NEURON_ASSERT(!"a runner that reports state snapshots implements run_save_state");
+}
+
+void ModelRunner::run_restore_state(std::int32_t, std::int32_t) {
+  NEURON_ASSERT(!"a runner that reports state snapshots implements run_restore_state");
+}
+
 std::uint64_t state_bytes_per_slot(const model::ModelConfig& cfg) {
   const model::LinearAttentionConfig& c = cfg.linear;
   std::uint64_t layers = 0;

@@ -41,10 +41,19 @@ struct RunnerOptions {
   // Recurrent-state slots of a hybrid model (batch.hpp): how many sequences
   // may run at once; 0 = kDefaultStateSlots. Ignored for a model without linear attention.
   std::int32_t state_slots = 0;
+  // Snapshot slots of that state (prefix reuse for hybrids, batch.hpp): nullopt =
+  // kDefaultSnapshotsPerSlot per state slot; 0: none. Ignored for a model without linear attention.
+  std::optional<std::int32_t> state_snapshots = std::nullopt;
 };
 
 inline constexpr std::int32_t kDefaultKvBlockSize = 16;
 inline constexpr std::int32_t kDefaultStateSlots = 16;
+inline constexpr std::int32_t kDefaultSnapshotsPerSlot = 2;
+
+// The snapshot slots `requested` asks for beside `state_slots` state slots
+// (RunnerOptions::state_snapshots' rule): nullopt gives kDefaultSnapshotsPerSlot
+// per slot. Throws Error{invalid_argument} for a negative count.
+std::int32_t resolve_state_snapshots(std::optional<std::int32_t> requested, std::int32_t state_slots);
 
 // Bytes of one sequence's recurrent state on the CPU (f32): per linear layer
 // the conv's last K - 1 inputs of its C channels and Hv [dk, dv] delta-rule
@@ -95,6 +104,14 @@ class ModelRunner {
   // True when run_step() makes the `argmax` picks itself (next to the logits).
   virtual bool picks_on_device() const noexcept { return false; }
 
+  // A hybrid's prefix reuse (batch.hpp): copies the recurrent state in state
+  // slot `slot` into snapshot slot `snapshot` (save), or a snapshot into a
+  // state slot (restore). Called between steps. Throws Error{invalid_argument}
+  // for a slot outside [0, kv_pool().state_slots) or a snapshot outside
+  // [0, kv_pool().state_snapshots) (so a runner without snapshots refuses both).
+  void save_state(std::int32_t slot, std::int32_t snapshot);
+  void restore_state(std::int32_t snapshot, std::int32_t slot);
+
   virtual const model::ModelConfig& config() const noexcept = 0;
   virtual std::int32_t max_context() const noexcept = 0;  // positions one sequence may reach
   virtual KvPoolShape kv_pool() const noexcept = 0;
@@ -104,6 +121,10 @@ class ModelRunner {
   // The backend's step, as step() describes it.
   virtual void run_step(const Batch& batch, std::span<float> logits, std::span<std::int32_t> picks,
                         std::span<float> hidden) = 0;
+  // The backend's copies, indices checked. Only a runner whose pool has state_snapshots is ever asked;
+  // the default (every runner without linear attention) treats a call as a broken invariant.
+  virtual void run_save_state(std::int32_t slot, std::int32_t snapshot);
+  virtual void run_restore_state(std::int32_t snapshot, std::int32_t slot);
 
  private:
   Batch host_pick_batch_;          // the batch with `argmax` sequences turned into `last` ones

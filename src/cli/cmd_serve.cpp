@@ -149,6 +149,7 @@ int run_serve(const server::ServeFlags& flags) {
   ropts.engine.max_num_seqs = opts.max_num_seqs;
   ropts.engine.max_batch_tokens = opts.max_batch_tokens;
   ropts.engine.prefix_caching = opts.prefix_caching;
+  ropts.state_snapshots = opts.state_snapshots;
   ropts.kv_budget = backend::KvBudget{.bytes = opts.kv_cache_bytes, .device_fraction = opts.gpu_memory_fraction};
   ropts.step_timeout = opts.step_timeout;
   ropts.reload.enabled = opts.auto_reload;
@@ -269,6 +270,9 @@ Run setup(CLI::App& sub) {
   opt("--kv-cache-bytes", "KV cache per model and rank, in bytes (NEURON_KV_CACHE_BYTES; default: the GPU memory fraction, 2 GiB on the CPU)");
   opt("--gpu-memory-fraction", "Share of each GPU a model's weights, KV cache and activations may use (NEURON_GPU_MEMORY_FRACTION; default 0.9)");
   opt("--prefix-caching", "true|false: reuse the KV blocks of earlier requests' shared prefixes (NEURON_PREFIX_CACHING; default true)");
+  opt("--state-snapshots", "Hybrid (Gated DeltaNet) models: recurrent-state snapshots kept per model for prefix reuse, "
+                           "counted in its memory; 0 turns their prefix caching off (NEURON_STATE_SNAPSHOTS; default 2 "
+                           "per state slot: 32)");
   opt("--served-model-name", "The name clients use for the one --model, echoed in responses (NEURON_SERVED_MODEL_NAME; "
                              "per model: name= in its --model spec)");
   opt("--task", "What the one --model serves: generate, embed (/v1/embeddings) or rerank (/v1/rerank, /v1/score); "
@@ -307,6 +311,7 @@ Run setup(CLI::App& sub) {
     flags->kv_cache_bytes = given("--kv-cache-bytes");
     flags->gpu_memory_fraction = given("--gpu-memory-fraction");
     flags->prefix_caching = given("--prefix-caching");
+    flags->state_snapshots = given("--state-snapshots");
     if (sub.count("--no-auto-reload") > 0) flags->auto_reload = "0";
     if (sub.count("--load-on-request") > 0) flags->load_on_request = "1";
     flags->keep_alive = given("--keep-alive");

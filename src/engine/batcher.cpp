@@ -11,8 +11,9 @@ namespace neuron::engine {
 
 namespace {
 
-SchedulerOptions with_state_slots(SchedulerOptions o, std::int32_t slots) {
-  o.state_slots = slots;
+SchedulerOptions with_states(SchedulerOptions o, const backend::KvPoolShape& pool, bool prefix_caching) {
+  o.state_slots = pool.state_slots;
+  o.state_snapshots = prefix_caching ? pool.state_snapshots : 0;
   return o;
 }
 
@@ -21,13 +22,14 @@ SchedulerOptions with_state_slots(SchedulerOptions o, std::int32_t slots) {
 Batcher::Batcher(backend::ModelRunner& runner, BatcherOptions options)
     : runner_(runner),
       max_context_(runner.max_context()),
-      // A hybrid's recurrent state cannot resume from a shared prefix (state snapshots are a later part):
-      // its sequences always compute their whole prompt.
-      prefix_caching_(options.prefix_caching && runner.kv_pool().state_slots == 0),
+      // A hybrid's recurrent state resumes from a shared prefix only through a state snapshot: without
+      // snapshot slots its sequences always compute their whole prompt.
+      prefix_caching_(options.prefix_caching &&
+                      (runner.kv_pool().state_slots == 0 || runner.kv_pool().state_snapshots > 0)),
       vocab_(runner.config().vocab_size),
       hidden_size_(runner.config().hidden_size),
       blocks_(runner.kv_pool().num_blocks, runner.kv_pool().block_size, prefix_caching_),
-      scheduler_(blocks_, with_state_slots(options.scheduler, runner.kv_pool().state_slots)) {}
+      scheduler_(blocks_, with_states(options.scheduler, runner.kv_pool(), prefix_caching_)) {}
 
 void Batcher::check_fits(std::int64_t prompt_len, std::int64_t max_tokens) const {
   // The last sampled token is never fed, so a sequence holds prompt + max_tokens - 1 positions.
@@ -179,8 +181,10 @@ StepStats Batcher::step() {
   const std::span<float> logits(logits_.get(), static_cast<std::size_t>(rows * vocab_));
   device_picks_.assign(greedy.size(), -1);
   hidden_.resize(static_cast<std::size_t>(hidden_row * hidden_size_));
+  for (const StateCopy& c : plan.restores) runner_.restore_state(c.snapshot, c.slot);
   runner_.step(batch_, logits, device_picks_, hidden_);
-  scheduler_.complete(plan);
+  // Snapshots now, while each slot still holds its sequence's state (finishing below frees slots).
+  for (const StateCopy& c : scheduler_.complete(plan)) runner_.save_state(c.slot, c.snapshot);
   stats.seqs = static_cast<std::int32_t>(plan.seqs.size());
   stats.tokens = plan.num_tokens;
 

@@ -13,8 +13,9 @@
 // (full ones stay cached for reuse). A prefill-only sequence (engine/prefill_output.hpp) samples nothing: its
 // hidden rows are pooled here (last token, or the mean over every token) or its scored logits kept, into
 // Sequence::output, and it ends ("stop") in the step that computes its last prompt token. A hybrid model's runner
-// (KvPoolShape::state_slots > 0) gets no prefix caching, and each running sequence holds one of its state
-// slots (Scheduler).
+// (KvPoolShape::state_slots > 0): each running sequence holds one of its state slots, and prefixes are reused
+// through its state snapshots (KvPoolShape::state_snapshots; none: no prefix caching). The Scheduler plans the
+// copies; the step runs the restores before the runner's step and the saves right after it.
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -65,7 +66,7 @@ class Batcher {
   const Scheduler& scheduler() const noexcept { return scheduler_; }
   BlockStats blocks() const noexcept { return blocks_.stats(); }
   std::int32_t max_context() const noexcept { return max_context_; }
-  // Whether full blocks are shared between sequences: as asked, and never for a hybrid (state slots).
+  // Whether full blocks are shared between sequences: as asked, and for a hybrid (state slots) only with state snapshots.
   bool prefix_caching() const noexcept { return prefix_caching_; }
 
  private:

@@ -94,9 +94,15 @@ std::int32_t BlockManager::take_fresh() {
     id = lru_.front();  // evict the least recently used cached block
     lru_.pop_front();
     uncache(id);
+    if (on_evict_) on_evict_(id);
   }
   Block& b = blocks_[static_cast<std::size_t>(id)];
   NEURON_ASSERT(b.refs == 0 && !b.cached);
+  if (b.duplicate) {  // a private duplicate's record goes with its last holder
+    b.duplicate = false;
+    b.tokens.clear();
+    b.key = b.parent_key = 0;
+  }
   b.refs = 1;
   ++used_;
   return id;
@@ -129,16 +135,32 @@ std::int32_t BlockManager::register_full(std::span<const std::int32_t> table, st
       b.parent_key = parent;
       b.tokens.assign(block_tokens.begin(), block_tokens.end());
       by_key_.emplace(key, table[static_cast<std::size_t>(i)]);
+    } else {  // a duplicate stays private, but its key still chains its successors, in a later call too
+      b.duplicate = true;
+      b.key = key;
+      b.parent_key = parent;
+      b.tokens.assign(block_tokens.begin(), block_tokens.end());
     }
-    // A duplicate stays private, but its key still chains its successors.
     parent = key;
   }
   return std::max(registered, full);
 }
 
-void BlockManager::release(std::vector<std::int32_t>& table) {
+void BlockManager::release(std::vector<std::int32_t>& table) { truncate(table, 0); }
+
+std::int32_t BlockManager::cached_block(std::int32_t id) const {
+  NEURON_ASSERT(id >= 0 && id < num_blocks());
+  const Block& b = blocks_[static_cast<std::size_t>(id)];
+  NEURON_ASSERT(b.refs > 0);
+  if (b.cached) return id;
+  return b.duplicate ? find(b.parent_key, b.tokens) : -1;
+}
+
+void BlockManager::truncate(std::vector<std::int32_t>& table, std::int32_t keep) {
+  NEURON_ASSERT(keep >= 0);
+  if (static_cast<std::size_t>(keep) >= table.size()) return;
   // Last blocks first into the LRU, so a prefix's head outlives its tail.
-  for (auto it = table.rbegin(); it != table.rend(); ++it) {
+  for (auto it = table.rbegin(); it != table.rend() - keep; ++it) {
     Block& b = blocks_[static_cast<std::size_t>(*it)];
     NEURON_ASSERT(b.refs > 0);
     if (--b.refs > 0) continue;
@@ -149,7 +171,7 @@ void BlockManager::release(std::vector<std::int32_t>& table) {
       free_.push_back(*it);
     }
   }
-  table.clear();
+  table.resize(static_cast<std::size_t>(keep));
 }
 
 BlockStats BlockManager::stats() const noexcept {

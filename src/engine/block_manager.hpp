@@ -12,6 +12,7 @@
 // blocks are taken from the never-cached free list first, then by evicting
 // the least recently used. Single-threaded: the engine thread owns it.
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <span>
 #include <unordered_map>
@@ -53,6 +54,15 @@ class BlockManager {
 
   // Drops the sequence's reference on every block of `table` and clears it.
   void release(std::vector<std::int32_t>& table);
+  // Drops the references on the blocks of `table` past its first `keep` and shortens it to `keep`.
+  void truncate(std::vector<std::int32_t>& table, std::int32_t keep);
+
+  // The cached block that holds block `id`'s prefix (its id stands for that prefix until it is evicted): `id`
+  // itself when it is cached, the cached block with the same tokens and parent when `id` is a registered private
+  // duplicate of one, else -1. `id` must be held by the caller's table.
+  std::int32_t cached_block(std::int32_t id) const;
+  // Called with a cached block's id when eviction takes it out of the cache (hybrids drop its state snapshot).
+  void on_evict(std::function<void(std::int32_t id)> listener) { on_evict_ = std::move(listener); }
 
   BlockStats stats() const noexcept;
   std::int32_t block_size() const noexcept { return block_size_; }
@@ -62,9 +72,11 @@ class BlockManager {
   struct Block {
     std::int32_t refs = 0;
     bool cached = false;                   // registered in by_key_
-    std::uint64_t key = 0;                 // chained hash (valid when cached)
+    // key, parent_key and tokens are valid when cached, or registered as a private duplicate (duplicate).
+    bool duplicate = false;
+    std::uint64_t key = 0;                 // chained hash
     std::uint64_t parent_key = 0;          // the previous block's key; 0 for the first block
-    std::vector<std::int32_t> tokens;      // [block_size] this block's tokens (when cached)
+    std::vector<std::int32_t> tokens;      // [block_size] this block's tokens
     std::list<std::int32_t>::iterator lru;  // position in lru_ when cached and refs == 0
   };
 
@@ -80,6 +92,7 @@ class BlockManager {
   std::list<std::int32_t> lru_;                                // cached, unreferenced ids; front = least recent
   std::unordered_multimap<std::uint64_t, std::int32_t> by_key_;  // key -> cached block id
   std::int32_t used_ = 0;
+  std::function<void(std::int32_t)> on_evict_;
 };
 
 }  // namespace neuron::engine

@@ -81,6 +81,8 @@ LoadPlan plan_load(const LoadOptions& options, const model::ModelConfig& cfg) {
   }
   backend::RunnerOptions& ro = plan.runner;
   ro.state_slots = cfg.linear.hybrid() ? backend::kDefaultStateSlots : 0;
+  const std::int32_t snapshots = backend::resolve_state_snapshots(options.state_snapshots, ro.state_slots);
+  ro.state_snapshots = cfg.linear.hybrid() ? snapshots : 0;
   ro.kv_block_size = options.kv_block_size > 0 ? options.kv_block_size : backend::kDefaultKvBlockSize;
   ro.quantize = options.quantize;
   // Every rank's plan, so a bad split fails here, before a process starts.
@@ -114,7 +116,8 @@ LoadPlan plan_load(const LoadOptions& options, const model::ModelConfig& cfg) {
     plan.rank_bytes.push_back(budgets[static_cast<std::size_t>(r)].weight_bytes +
                               backend::kv_bytes_per_block(cfg, shard, device, ro.kv_block_size) *
                                   static_cast<std::uint64_t>(ro.kv_blocks) +
-                              backend::state_bytes_per_slot(cfg) * static_cast<std::uint64_t>(ro.state_slots));
+                              backend::state_bytes_per_slot(cfg) *
+                                  static_cast<std::uint64_t>(ro.state_slots + *ro.state_snapshots));
   }
   return plan;
 }

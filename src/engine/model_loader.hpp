@@ -31,6 +31,9 @@ struct LoadOptions {
   std::optional<std::string> task, pooling;
   backend::KvBudget kv_budget;      // the KV pool's size on each rank (backend/model_runner.hpp)
   std::int32_t kv_block_size = 0;   // 0: backend::kDefaultKvBlockSize
+  // Hybrids: recurrent-state snapshots kept for prefix reuse (backend::RunnerOptions::state_snapshots);
+  // nullopt: backend::kDefaultSnapshotsPerSlot per state slot; 0: none (no prefix caching).
+  std::optional<std::int32_t> state_snapshots;
   std::optional<quant::GgmlType> quantize;  // quantize-at-load (q8_0, q4_k, q6_k; fp8 on CUDA); see backend::RunnerOptions
   std::chrono::milliseconds step_timeout{30000};   // TP: per-step reply deadline and collective timeout
   std::chrono::milliseconds load_timeout{600000};  // TP: deadline for the workers' shard loads
@@ -50,7 +53,7 @@ std::optional<quant::GgmlType> quantize_for(const std::filesystem::path& model, 
 // What a load will allocate, decided before anything is: each rank's device,
 // the runner options (max_context resolved, the KV pool's blocks: the fewest
 // any rank's budget buys, so all ranks' pools match) and the bytes each rank
-// will hold (weights plus KV pool).
+// will hold (weights plus KV pool, a hybrid's state slots and snapshots included).
 struct LoadPlan {
   std::vector<backend::Device> devices;   // [tensor_parallel]
   backend::RunnerOptions runner;

@@ -675,6 +675,7 @@ ModelInfo Registry::load(const ModelSpec& spec, bool wait) {
   load.task = spec.task;
   load.pooling = spec.pooling;
   load.kv_budget = s.options.kv_budget;
+  load.state_snapshots = s.options.state_snapshots;
   load.step_timeout = s.options.step_timeout;
   load.worker_binary = s.options.worker_binary;
   std::vector<std::string> devices;

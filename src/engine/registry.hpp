@@ -114,6 +114,7 @@ struct RegistryOptions {
   bool allow_any_directory = false;                // CLI/--model may name any directory; HTTP may not
   EngineOptions engine;                            // max_batch_tokens 0: 8192 on a GPU, 512 on the CPU
   backend::KvBudget kv_budget;                     // each model's KV pool (per rank)
+  std::optional<std::int32_t> state_snapshots;     // hybrids' prefix-reuse snapshots (LoadOptions::state_snapshots)
   std::chrono::milliseconds step_timeout{30000};
   std::filesystem::path worker_binary;             // default /proc/self/exe
   ReloadPolicy reload;

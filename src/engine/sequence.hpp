@@ -65,6 +65,7 @@ class Sequence {
   std::int32_t computed = 0;         // positions whose keys and values are in `blocks`
   std::int32_t registered = 0;       // leading blocks registered for prefix reuse
   std::int32_t state_slot = -1;      // the runner's recurrent-state slot it holds while running (hybrids), else -1
+  std::int32_t snapshot_block = -1;  // hybrids: the block of its latest state snapshot past its prompt (its next replaces it)
   std::int32_t generated = 0;        // tokens emitted so far
   std::int32_t cached_prompt_tokens = -1;  // prompt tokens found in the prefix cache at first admission; -1 before
   std::int32_t preemptions = 0;      // times its blocks were taken back to make room

@@ -124,7 +124,7 @@ json read_config_file(const std::string& path, const std::string& source) {
                                  "kv_cache_bytes", "gpu_memory_fraction", "prefix_caching", "auto_reload",
                                  "io_threads",     "max_connections", "header_timeout_ms", "idle_timeout_ms",
                                  "write_timeout_ms", "keep_alive",     "load_on_request", "served_model_name",
-                                 "allowed_origins", "cpu_activations", "max_per_principal"};
+                                 "allowed_origins", "cpu_activations", "max_per_principal", "state_snapshots"};
   for (const auto& [key, value] : j.items()) {
     bool known = false;
     for (const char* k : kKnown) known = known || key == k;
@@ -200,6 +200,8 @@ ServeOptions resolve_serve_options(const ServeFlags& flags, const EnvLookup& env
     o.gpu_memory_fraction = parse_fraction(*r);
   if (auto r = src.get(flags.prefix_caching, "--prefix-caching", "NEURON_PREFIX_CACHING", "prefix_caching"))
     o.prefix_caching = parse_bool(*r);
+  if (auto r = src.get(flags.state_snapshots, "--state-snapshots", "NEURON_STATE_SNAPSHOTS", "state_snapshots"))
+    o.state_snapshots = static_cast<int>(parse_int(*r, 0, 1 << 16));
   if (auto r = src.get(flags.auto_reload, "--no-auto-reload", "NEURON_AUTO_RELOAD", "auto_reload"))
     o.auto_reload = parse_bool(*r);
   if (auto r = src.get(flags.io_threads, "--io-threads", "NEURON_IO_THREADS", "io_threads"))

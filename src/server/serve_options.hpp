@@ -39,6 +39,7 @@ struct ServeOptions {
   std::uint64_t kv_cache_bytes = 0;  // KV pool per rank; 0: the device fraction (GPU) or 2 GiB (CPU)
   double gpu_memory_fraction = 0;   // of each GPU, for weights + KV + activations; 0: 0.9
   bool prefix_caching = true;       // share full KV blocks between requests with the same prefix
+  std::optional<int> state_snapshots;  // hybrids: recurrent-state snapshots for prefix reuse; unset: 2 per state slot
   bool auto_reload = true;  // reload a model whose engine failed, with backoff (engine::ReloadPolicy)
   std::chrono::milliseconds keep_alive{-1};  // default idle time before a model unloads; negative: never
   bool load_on_request = false;  // an OpenAI request for a model not loaded loads it (under --models-dir or the HF cache)
@@ -56,6 +57,7 @@ struct ServeFlags {
   std::optional<std::string> port, queue_depth, max_body_bytes, step_timeout_ms, threads, shutdown_grace_ms;
   std::optional<std::string> max_per_principal;
   std::optional<std::string> max_num_seqs, max_batch_tokens, kv_cache_bytes, gpu_memory_fraction, prefix_caching;
+  std::optional<std::string> state_snapshots;
   std::optional<std::string> auto_reload;  // "0" from --no-auto-reload
   std::optional<std::string> keep_alive, served_model_name;
   std::optional<std::string> task, pooling;  // --task, --pooling: the one --model's (engine/model_task.hpp)

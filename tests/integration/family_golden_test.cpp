@@ -15,6 +15,7 @@
 #include <array>
 #include <cmath>
 #include <fstream>
+#include <utility>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -270,6 +271,57 @@ TEST_P(HybridState, BatchedMixedPrefillAndDecodeEqualsEachAlone) {
   }
 }
 
+// A snapshot of a slot at a block boundary, restored into another slot, continues exactly as the original slot
+// does (the copy is the whole conv and delta-rule state), even after the original slot started over; the
+// continuation equals the uncut prompt's logits.
+TEST_P(HybridState, ASnapshotRestoredIntoAnotherSlotContinuesExactly) {
+  const auto& cfg = configs_.model;
+  const auto ckpt = io::Checkpoint::open_dir(dir_);
+  auto r = backend::make_runner(cfg, &ckpt, model::ShardPlan::make(cfg, 0, 1), backend::Device{}, nullptr,
+                                {.max_context = 1024, .kv_blocks = 256, .state_slots = 2, .state_snapshots = 1});
+  ASSERT_EQ(r->kv_pool().state_snapshots, 1);
+  EXPECT_EQ(r->memory().kv_cache_bytes - r->kv_pool().bytes_per_block * 256, 3 * r->kv_pool().bytes_per_state_slot);
+  const std::int32_t bs = r->kv_pool().block_size;
+  const Prompt& g = prompts_.at(3);
+  const auto n = static_cast<std::int32_t>(g.ids.size());
+  const std::int32_t cut = 20 * bs;
+  std::vector<std::int32_t> table(static_cast<std::size_t>((n + bs - 1) / bs));
+  std::iota(table.begin(), table.end(), 0);
+  const std::span<const std::int32_t> ids(g.ids);
+  auto run = [&](std::span<const std::int32_t> tokens, std::int32_t position, std::int32_t slot,
+                 std::span<float> logits) {
+    backend::Batch b;
+    const auto blocks = std::span<const std::int32_t>(table).first(
+        static_cast<std::size_t>((position + static_cast<std::int32_t>(tokens.size()) + bs - 1) / bs));
+    b.add(tokens, position, blocks, logits.empty() ? backend::LogitsWanted::none : backend::LogitsWanted::last, slot);
+    r->step(b, logits);
+  };
+  run(ids.first(static_cast<std::size_t>(cut)), 0, 0, {});
+  r->save_state(0, 0);
+  std::vector<float> in_place(vocab()), restored(vocab()), again(vocab()), whole(vocab());
+  run(ids.subspan(static_cast<std::size_t>(cut)), cut, 0, in_place);
+  r->restore_state(0, 1);
+  run(ids.subspan(static_cast<std::size_t>(cut)), cut, 1, restored);
+  EXPECT_EQ(rel_diff(restored, in_place), 0.0);
+  {  // slot 0 starts another sequence (in blocks of its own): the snapshot is its own copy
+    backend::Batch other;
+    const std::array<std::int32_t, 2> other_blocks{200, 201};
+    other.add(ids.subspan(7, 5), 0, other_blocks, backend::LogitsWanted::none, 0);
+    r->step(other, {});
+  }
+  r->restore_state(0, 1);
+  run(ids.subspan(static_cast<std::size_t>(cut)), cut, 1, again);
+  EXPECT_EQ(rel_diff(again, in_place), 0.0);
+  backend::SingleSequence(*runner_).forward(g.ids, 0, whole);
+  EXPECT_LE(rel_diff(restored, whole), 1e-5);
+  EXPECT_EQ(argmax(restored), g.greedy.front());
+  // Indices outside the pools are refused before anything is copied.
+  for (auto [slot, snap] : {std::pair{-1, 0}, std::pair{2, 0}, std::pair{0, -1}, std::pair{0, 1}}) {
+    EXPECT_THROW(r->save_state(slot, snap), Error) << slot << " " << snap;
+    EXPECT_THROW(r->restore_state(snap, slot), Error) << slot << " " << snap;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Hybrids, HybridState, kHybrids, param_name);
 
 // What this part does not run yet fails cleanly, naming why: a hybrid on a CUDA device or split over ranks.
@@ -297,6 +349,31 @@ TEST(HybridRefusals, CudaAndTensorParallelAreUnsupportedArch) {
   options.model_dir = family_dir("qwen3_5-a");
   options.tensor_parallel = 2;
   expect_refused([&] { engine::plan_load(options, cfg); }, "runs on one rank for now");
+}
+
+// The load plan counts the snapshots in the model's memory; a model without linear attention has neither state
+// slots nor snapshots, and its runner refuses both copies.
+TEST(HybridSnapshots, CountedInTheLoadPlanAndRefusedWithoutLinearAttention) {
+  const auto cfg = model::load_model_configs(family_dir("qwen3_5-a")).model;
+  engine::LoadOptions options;
+  options.model_dir = family_dir("qwen3_5-a");
+  const auto base = engine::plan_load(options, cfg);
+  EXPECT_EQ(base.runner.state_snapshots, backend::kDefaultSnapshotsPerSlot * backend::kDefaultStateSlots);
+  options.state_snapshots = 0;
+  const auto none = engine::plan_load(options, cfg);
+  EXPECT_EQ(none.runner.state_snapshots, 0);
+  EXPECT_EQ(base.rank_bytes.at(0) - none.rank_bytes.at(0),
+            backend::state_bytes_per_slot(cfg) * static_cast<std::uint64_t>(*base.runner.state_snapshots));
+  options.state_snapshots = -1;
+  EXPECT_THROW(engine::plan_load(options, cfg), Error);
+
+  const auto dense = model::load_model_configs(family_dir("llama-a")).model;
+  auto r = backend::make_runner(dense, nullptr, model::ShardPlan::make(dense, 0, 1), backend::Device{}, nullptr,
+                                {.max_context = 64});
+  EXPECT_EQ(r->kv_pool().state_slots, 0);
+  EXPECT_EQ(r->kv_pool().state_snapshots, 0);
+  EXPECT_THROW(r->save_state(0, 0), Error);
+  EXPECT_THROW(r->restore_state(0, 0), Error);
 }
 
 }  // namespace

@@ -109,6 +109,36 @@ TEST(BlockManager, DuplicateContentStaysPrivateAndLeaksNothing) {
   EXPECT_EQ(bm.available(), 8);
 }
 
+// A sequence that recomputed a cached prefix into private blocks, registering them over two chunks (the first
+// ending on a duplicate), still chains its later blocks from the prefix's keys: they match.
+TEST(BlockManager, BlocksAfterAPrivateDuplicateChainAcrossCalls) {
+  BlockManager bm(16, 2, true);
+  const auto t = iota(8);
+  std::vector<std::int32_t> a, b;
+  ASSERT_TRUE(bm.grow(a, 4));
+  bm.register_full(a, t, 4, 0);  // blocks [0, 4) cached by a
+  ASSERT_TRUE(bm.grow(b, 8));
+  std::int32_t registered = bm.register_full(b, t, 4, 0);  // b's first two duplicate a's: private
+  EXPECT_EQ(registered, 2);
+  registered = bm.register_full(b, t, 8, registered);  // [4, 8): new content, chained from the duplicate's key
+  EXPECT_EQ(registered, 4);
+  EXPECT_EQ(bm.stats().cached, 4);
+  bm.release(a);
+  bm.release(b);
+  std::vector<std::int32_t> c = bm.match_prefix(t, 8);
+  EXPECT_EQ(c.size(), 4u);
+  // Each of c's blocks is the cached one for its prefix; b's duplicates (held again by d) point at a's.
+  for (std::int32_t id : c) EXPECT_EQ(bm.cached_block(id), id);
+  std::vector<std::int32_t> d;
+  ASSERT_TRUE(bm.grow(d, 2));
+  EXPECT_EQ(bm.cached_block(d[0]), -1) << "a fresh block has no prefix yet";
+  bm.register_full(d, t, 2, 0);
+  EXPECT_EQ(bm.cached_block(d[0]), c[0]) << "a private duplicate stands for the cached block it copies";
+  bm.release(d);
+  bm.release(c);
+  EXPECT_EQ(bm.stats().used, 0);
+}
+
 TEST(BlockManager, WithoutPrefixCachingNothingMatches) {
   BlockManager bm(8, 2, false);
   const auto t = iota(4);

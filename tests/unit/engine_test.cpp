@@ -574,7 +574,8 @@ TEST_F(EngineTest, ConcurrentClientsGetTheAnswersTheyGetAlone) {
 // A Gated DeltaNet hybrid (tests/data/families/qwen3_5-a, transformers' greedy tokens in golden.json) through
 // the engine: concurrent requests with chunked prefill (a 841-token prompt over 96-token steps), fewer state slots
 // than requests, a KV pool too small for every request at once (preemption recomputes from scratch), and repeated
-// prompts that must not reuse a prefix (cached_tokens 0): every request gets the reference's tokens.
+// prompts that must not reuse a prefix without state snapshots (cached_tokens 0): every request gets the reference's
+// tokens. (With snapshots: tests/unit/hybrid_prefix_test.cpp, and the next test.)
 TEST_F(EngineTest, HybridRequestsGetTheReferenceTokensUnderBatchingAndPreemption) {
   const std::filesystem::path dir = std::filesystem::path(NEURON_TEST_DATA) / "families" / "qwen3_5-a";
   model::ModelConfigs configs = model::load_model_configs(dir);
@@ -584,9 +585,11 @@ TEST_F(EngineTest, HybridRequestsGetTheReferenceTokensUnderBatchingAndPreemption
   options.kv_block_size = 4;
   options.kv_blocks = 216;  // 864 positions: a long request (853) leaves room for almost nothing else
   options.state_slots = 3;
+  options.state_snapshots = 0;
   auto runner = backend::make_runner(configs.model, &checkpoint, model::ShardPlan::make(configs.model, 0, 1),
                                      backend::Device{}, std::make_shared<dist::LocalCommunicator>(), options);
   ASSERT_EQ(runner->kv_pool().state_slots, 3);
+  ASSERT_EQ(runner->kv_pool().state_snapshots, 0);
   std::ifstream in(dir / "golden.json");
   const auto golden = nlohmann::json::parse(in);
   std::vector<std::vector<std::int32_t>> prompts, expected;
@@ -623,6 +626,54 @@ TEST_F(EngineTest, HybridRequestsGetTheReferenceTokensUnderBatchingAndPreemption
     EXPECT_EQ(o.last.usage.cached_tokens, 0);
   }
   EXPECT_EQ(engine->stats().step_tokens - before, 3 * (prompts[0].size() + 11));
+}
+
+// With state snapshots (the default) a hybrid's second turn resumes from its first: usage and the engine's counters
+// report the reused prompt tokens, and the tokens are those of the same prompt with prefix caching off.
+TEST_F(EngineTest, HybridSecondTurnReusesTheFirstAndReportsItsCachedTokens) {
+  const std::filesystem::path dir = std::filesystem::path(NEURON_TEST_DATA) / "families" / "qwen3_5-a";
+  model::ModelConfigs configs = model::load_model_configs(dir);
+  auto open = [&] {
+    const io::Checkpoint checkpoint = io::Checkpoint::open_dir(dir);
+    return backend::make_runner(configs.model, &checkpoint, model::ShardPlan::make(configs.model, 0, 1),
+                                backend::Device{}, std::make_shared<dist::LocalCommunicator>(),
+                                {.max_context = 1024, .kv_block_size = 4, .kv_blocks = 256, .state_slots = 3});
+  };
+  std::ifstream in(dir / "golden.json");
+  const auto golden = nlohmann::json::parse(in);
+  const auto chat = golden.at("prompts").at(0).at("prompt_ids").get<std::vector<std::int32_t>>();
+  const auto fox = golden.at("prompts").at(1).at("prompt_ids").get<std::vector<std::int32_t>>();
+  auto reference = golden.at("prompts").at(0).at("greedy_ids").get<std::vector<std::int32_t>>();
+  reference.resize(12);
+  auto engine = make_engine(EngineOptions{.max_batch_tokens = 64}, open(), configs);
+  const Outcome turn1 = drain(*engine->submit(greedy_request(chat, 12)));
+  ASSERT_EQ(turn1.last.kind, Event::Kind::done) << turn1.last.error_message;
+  EXPECT_EQ(turn1.last.tokens, reference);
+  EXPECT_EQ(turn1.last.usage.cached_tokens, 0);
+  std::vector<std::int32_t> prompt2(chat);  // 15 + 12 + 4: turn 1 computed 26 positions, snapshot at 24
+  prompt2.insert(prompt2.end(), turn1.last.tokens.begin(), turn1.last.tokens.end());
+  prompt2.insert(prompt2.end(), fox.begin(), fox.end());
+  const Outcome turn2 = drain(*engine->submit(greedy_request(prompt2, 8)));
+  ASSERT_EQ(turn2.last.kind, Event::Kind::done) << turn2.last.error_message;
+  EXPECT_EQ(turn2.last.usage.cached_tokens, 24);
+  EXPECT_EQ(engine->stats().prompt_tokens_cached, 24u);
+  auto cold = make_engine(EngineOptions{.max_batch_tokens = 64, .prefix_caching = false}, open(), configs);
+  EXPECT_EQ(turn2.last.tokens, drain(*cold->submit(greedy_request(prompt2, 8))).last.tokens);
+
+  // Choices of one request share the prompt again: choice 0 computes its 19 tokens (a snapshot at 16), the
+  // others resume there and compute 3 each.
+  std::vector<std::int32_t> prompt3(fox);
+  prompt3.insert(prompt3.end(), chat.begin(), chat.end());
+  CompletionRequest r = greedy_request(prompt3, 12);
+  r.n = 3;
+  const auto alone = drain(*cold->submit(greedy_request(prompt3, 12))).last.tokens;
+  const std::uint64_t before = engine->stats().step_tokens;
+  for (const Outcome& o : drain_choices(*engine->submit(r), 3)) {
+    ASSERT_EQ(o.last.kind, Event::Kind::done) << o.last.error_message;
+    EXPECT_EQ(o.last.tokens, alone) << "choice " << o.last.choice;
+    EXPECT_EQ(o.last.usage.cached_tokens, o.last.choice == 0 ? 0 : 16) << "choice " << o.last.choice;
+  }
+  EXPECT_EQ(engine->stats().step_tokens - before, 19 + 2 * 3 + 3 * 11);
 }
 
 }  // namespace

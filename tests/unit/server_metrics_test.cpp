@@ -147,6 +147,30 @@ TEST(ServerServeOptions, AutoReloadComesFromFlagEnvOrFile) {
   }
 }
 
+TEST(ServerServeOptions, StateSnapshotsComeFromFlagEnvOrFile) {
+  EXPECT_FALSE(resolve_serve_options({}, env_of({})).state_snapshots) << "unset: the loader's default";
+  EXPECT_EQ(resolve_serve_options({}, env_of({{"NEURON_STATE_SNAPSHOTS", "0"}})).state_snapshots, 0);
+  ServeFlags flag;
+  flag.state_snapshots = "8";
+  EXPECT_EQ(resolve_serve_options(flag, env_of({{"NEURON_STATE_SNAPSHOTS", "3"}})).state_snapshots, 8);
+  std::string path = testing::TempDir() + "/neuron-serve-snapshots.json";
+  std::ofstream(path) << R"({"state_snapshots": 5})";
+  ServeFlags file;
+  file.config = path;
+  EXPECT_EQ(resolve_serve_options(file, env_of({})).state_snapshots, 5);
+  std::remove(path.c_str());
+  for (const char* bad : {"-1", "lots", "70000"}) {
+    ServeFlags f;
+    f.state_snapshots = bad;
+    try {
+      resolve_serve_options(f, env_of({}));
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--state-snapshots"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(ServerServeOptions, KeepAliveAndLoadOnRequestComeFromFlagEnvOrFile) {
   const ServeOptions d = resolve_serve_options({}, env_of({}));
   EXPECT_LT(d.keep_alive.count(), 0) << "models stay loaded unless told otherwise";

@@ -218,8 +218,8 @@ class CpuRunner final : public ModelRunner, private model::BlockOps {
  public:
   CpuRunner(const model::ModelConfig& cfg, const io::Checkpoint* ckpt, const model::ShardPlan& plan,
             std::shared_ptr<dist::Communicator> comm, std::int32_t max_context, std::int32_t block_size,
-            std::int32_t num_blocks, std::int32_t state_slots, std::optional<quant::GgmlType> quantize,
-            KvPool::Element kv)
+            std::int32_t num_blocks, std::int32_t state_slots, std::int32_t state_snapshots,
+            std::optional<quant::GgmlType> quantize, KvPool::Element kv)
       : cfg_(cfg),
         family_(model::family_of(cfg)),
         plan_(plan),
@@ -233,10 +233,11 @@ class CpuRunner final : public ModelRunner, private model::BlockOps {
                     .bytes_per_block = kv_bytes_per_block(cfg, plan, KvPool::element_bytes(kv), block_size)},
         pool_(cfg.kv_layers(), plan.kv_heads, cfg.head_dim, block_size, num_blocks, kv),
         rope_(model::rope_inv_freq(cfg), max_context),
-        states_(cfg, state_slots) {
+        states_(cfg, state_slots, state_snapshots) {
     NEURON_ASSERT(pool_.bytes() == pool_shape_.bytes_per_block * static_cast<std::uint64_t>(num_blocks));
     pool_shape_.state_slots = states_.slots();
     pool_shape_.bytes_per_state_slot = states_.bytes_per_slot();
+    pool_shape_.state_snapshots = states_.snapshots();
     if (ckpt) model::reject_unsupported_tensors(*ckpt, cfg);
     const WeightSource src(ckpt, quantize);
     const model::ShardSpecs specs = model::shard_specs(cfg, plan);
@@ -330,6 +331,12 @@ class CpuRunner final : public ModelRunner, private model::BlockOps {
   const model::ModelConfig& config() const noexcept override { return cfg_; }
   std::int32_t max_context() const noexcept override { return max_context_; }
   KvPoolShape kv_pool() const noexcept override { return pool_shape_; }
+
+ protected:
+  void run_save_state(std::int32_t slot, std::int32_t snapshot) override { states_.save(slot, snapshot); }
+  void run_restore_state(std::int32_t snapshot, std::int32_t slot) override { states_.restore(snapshot, slot); }
+
+ public:
 
   MemoryStats memory() const override {
     MemoryStats m;
@@ -736,8 +743,9 @@ std::unique_ptr<ModelRunner> make_cpu_runner(const model::ModelConfig& cfg, cons
   if (options.state_slots < 0)
     fail(errc::invalid_argument, "state_slots " + std::to_string(options.state_slots) + " is negative");
   const std::int32_t state_slots = options.state_slots > 0 ? options.state_slots : kDefaultStateSlots;
+  const std::int32_t state_snapshots = resolve_state_snapshots(options.state_snapshots, state_slots);
   return std::make_unique<CpuRunner>(cfg, checkpoint, plan, std::move(comm), max_context, block_size, num_blocks,
-                                     state_slots, options.quantize, kv);
+                                     state_slots, state_snapshots, options.quantize, kv);
 }
 
 }  // namespace neuron::backend::cpu

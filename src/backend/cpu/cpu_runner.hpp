@@ -31,8 +31,10 @@ namespace neuron::backend::cpu {
 // q6_k or rows that are not whole blocks of it, Error{bad_tensor_parallel}
 // when `comm` does not match the plan or a rank's o_proj / down_proj columns
 // do not fall on block boundaries, Error{invalid_argument} for a bad max_context or a
-// negative kv_block_size / kv_blocks, Error{out_of_memory} for a pool past
-// the address space.
+// negative kv_block_size / kv_blocks / state_slots / state_snapshots, Error{out_of_memory}
+// for a pool past the address space. A hybrid's runner keeps options.state_slots
+// recurrent-state slots and resolve_state_snapshots' snapshot slots beside them
+// (recurrent_state.hpp), which save_state / restore_state copy between.
 std::unique_ptr<ModelRunner> make_cpu_runner(const model::ModelConfig& cfg, const io::Checkpoint* checkpoint,
                                              const model::ShardPlan& plan, std::shared_ptr<dist::Communicator> comm,
                                              const RunnerOptions& options);
