@@ -7,7 +7,7 @@
 # the load average is logged before each run (the machine may be shared). C is neuron again with
 # --cpu-activations bf16: activations rounded to bf16 in the products, as llama.cpp's bf16 product does
 # (neuron's default keeps them to ~1e-6 with two bf16 terms: twice the dot products).
-# From the repository root:  bash bench/embed/cpu.sh   (N, C, WARM, SEEDS, OUT, LLAMA_SERVER, CONVERT in the environment)
+# From the repository root:  bash bench/embed/cpu.sh   (N, C, WARM, SEEDS, SIDES, OUT, LLAMA_SERVER, CONVERT in the environment)
 # Needs build/neuron (a CPU build), llama-server built from llama.cpp's source for this CPU:
 #   cmake -S llama.cpp -B /tmp/llama-cpu-build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF
 #   cmake --build /tmp/llama-cpu-build --target llama-server
@@ -17,6 +17,7 @@
 set -uo pipefail
 root=$(pwd)
 N=${N:-64} C=${C:-64} WARM=${WARM:-4} SEEDS=${SEEDS:-1 2}
+SIDES=${SIDES:-neuron:18090 llama-server:18091 neuron-bf16:18092}
 OUT=${OUT:-$root/bench/embed/runs/cpu-$(date -u +%F)}
 LLAMA_SERVER=${LLAMA_SERVER:-/tmp/llama-cpu-build/bin/llama-server}
 CONVERT=${CONVERT:-$root/.convert}
@@ -53,7 +54,7 @@ for i in $(seq 300); do
     curl -sf localhost:18091/health >/dev/null && break
   sleep 1
 done
-log "servers up: neuron $(build/neuron --version 2>/dev/null | head -1), $("$LLAMA_SERVER" --version 2>&1 | grep -m1 version)"
+log "servers up: $(build/neuron --version 2>/dev/null | head -1), $("$LLAMA_SERVER" --version 2>&1 | grep -m1 version)"
 
 # The two compute the same thing: one text's embeddings agree (cosine) and have the same token count.
 /usr/bin/python3 - <<'EOF' | tee -a "$OUT/run.log"
@@ -71,7 +72,7 @@ print(f"check: cosine(neuron, llama-server) = {cos(a, b):.6f}, cosine(neuron, ne
 EOF
 
 for seed in $SEEDS; do
-  for side in neuron:18090 llama-server:18091 neuron-bf16:18092; do
+  for side in $SIDES; do
     log "run $seed ${side%%:*}: loadavg $(cut -d' ' -f1-3 /proc/loadavg)"
     python3 bench/embed/client.py "http://127.0.0.1:${side##*:}" emb "$N" "$C" "$seed" "$WARM" |
       sed "s/^{/{\"server\": \"${side%%:*}\", \"loadavg_before\": \"$(cut -d' ' -f1-3 /proc/loadavg)\", /" | tee -a "$OUT/results.jsonl"
