@@ -1,7 +1,7 @@
 """Embeddings throughput: N requests of one ~512-token text each, C at a time, against an
-OpenAI-compatible /v1/embeddings, after one wave of other texts to warm up; SEED picks the texts
-(no text twice, so no server reuses a cached prefix). Prints one JSON line: requests, prompt tokens,
-seconds, rates.  usage: client.py URL MODEL N C [SEED]"""
+OpenAI-compatible /v1/embeddings, after WARM other texts (default C: one wave) to warm up; SEED picks
+the texts (no text twice, so no server reuses a cached prefix). Prints one JSON line: requests, prompt
+tokens, seconds, rates.  usage: client.py URL MODEL N C [SEED [WARM]]"""
 import json, random, sys, time, urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
@@ -9,7 +9,8 @@ url, model, n, conc = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4
 words = ("alpha river stone quiet engine metal forest cloud signal harbor lantern copper orbit valley "
          "thunder garden mirror rocket canvas summer winter bridge window planet crystal shadow").split()
 rng = random.Random(int(sys.argv[5]) if len(sys.argv) > 5 else 1)
-texts = [" ".join(rng.choice(words) for _ in range(500)) for _ in range(n + conc)]  # no text twice: no prefix reuse
+warm = int(sys.argv[6]) if len(sys.argv) > 6 else conc
+texts = [" ".join(rng.choice(words) for _ in range(500)) for _ in range(n + warm)]  # no text twice: no prefix reuse
 
 def one(t):
     body = json.dumps({"model": model, "input": t}).encode()
@@ -19,7 +20,7 @@ def one(t):
     assert len(d["data"]) == 1 and len(d["data"][0]["embedding"]) > 0, d
     return d.get("usage", {}).get("prompt_tokens", 0)
 
-with ThreadPoolExecutor(conc) as ex:  # warm-up: one wave
+with ThreadPoolExecutor(conc) as ex:  # warm-up
     list(ex.map(one, texts[n:]))
 t0 = time.time()
 with ThreadPoolExecutor(conc) as ex:

@@ -278,7 +278,7 @@ Run setup(CLI::App& sub) {
   opt("--task", "What the one --model serves: generate, embed (/v1/embeddings) or rerank (/v1/rerank, /v1/score); "
                 "default: detected (a sentence-transformers folder embeds, a name with 'reranker' reranks; per model: "
                 "task= in its --model spec)");
-  opt("--pooling", "With --task embed on a generative model: last or mean (per model: pooling= in its --model spec)");
+  opt("--pooling", "With --task embed on a generative model: last, mean or cls (per model: pooling= in its --model spec)");
   opt("--keep-alive", "How long a model stays loaded after its last request: '5m', '30s', seconds, 0 = unload at once, "
                       "negative = never (NEURON_KEEP_ALIVE; default never; a load's keep_alive overrides it)");
   opt("--cpu-activations", "auto|f32|bf16|int8: how far the CPU products may round the activations: auto (default): "

@@ -54,8 +54,32 @@ std::optional<TaskSetup> sentence_transformers(const std::filesystem::path& dir)
   }
   const auto pooling = parse_pooling(mode);
   if (!pooling)
-    fail(errc::unsupported_arch, file.string() + ": pooling mode '" + mode + "' is not supported (lasttoken and mean are)");
-  return TaskSetup{.task = ModelTask::embed, .pooling = *pooling, .normalize = normalize};
+    fail(errc::unsupported_arch, file.string() + ": pooling mode '" + mode + "' is not supported (lasttoken, mean and cls are)");
+  TaskSetup out;
+  out.task = ModelTask::embed;
+  out.pooling = *pooling;
+  out.normalize = normalize;
+  return out;
+}
+
+// config_sentence_transformers.json's prompts and default prompt name into `out` (none when the file is absent).
+void read_prompts(const std::filesystem::path& dir, TaskSetup& out) {
+  const auto file = dir / "config_sentence_transformers.json";
+  const auto config = read_json(file);
+  if (!config) return;
+  if (!config->is_object()) fail(errc::bad_model, file.string() + " is not an object");
+  if (const auto it = config->find("prompts"); it != config->end() && !it->is_null()) {
+    if (!it->is_object()) fail(errc::bad_model, file.string() + ": 'prompts' is not an object of strings");
+    for (const auto& [name, prefix] : it->items()) {
+      if (!prefix.is_string()) fail(errc::bad_model, file.string() + ": prompt '" + name + "' is not a string");
+      out.prompts.emplace(name, prefix.get<std::string>());
+    }
+  }
+  if (const auto it = config->find("default_prompt_name"); it != config->end() && !it->is_null()) {
+    if (!it->is_string() || !out.prompts.contains(it->get<std::string>()))
+      fail(errc::bad_model, file.string() + ": 'default_prompt_name' " + it->dump() + " is not a key of 'prompts'");
+    out.default_prompt = it->get<std::string>();
+  }
 }
 
 std::string lower(std::string_view s) {
@@ -75,7 +99,14 @@ std::string_view task_name(ModelTask t) noexcept {
   return "generate";
 }
 
-std::string_view pooling_name(Pooling p) noexcept { return p == Pooling::mean ? "mean" : "last"; }
+std::string_view pooling_name(Pooling p) noexcept {
+  switch (p) {
+    case Pooling::mean: return "mean";
+    case Pooling::cls: return "cls";
+    case Pooling::last: break;
+  }
+  return "last";
+}
 
 std::optional<ModelTask> parse_task(std::string_view s) noexcept {
   if (s == "generate") return ModelTask::generate;
@@ -87,8 +118,13 @@ std::optional<ModelTask> parse_task(std::string_view s) noexcept {
 std::optional<Pooling> parse_pooling(std::string_view s) noexcept {
   if (s == "last" || s == "lasttoken") return Pooling::last;
   if (s == "mean") return Pooling::mean;
+  if (s == "cls") return Pooling::cls;
   return std::nullopt;
 }
+
+PrefillOutput pooling_output(Pooling p) noexcept { return p == Pooling::mean ? PrefillOutput::hidden_mean : PrefillOutput::hidden_last; }
+
+std::size_t pooled_prefix(Pooling p, std::size_t tokens) noexcept { return p == Pooling::cls ? std::min<std::size_t>(tokens, 1) : tokens; }
 
 TaskSetup resolve_task(const std::filesystem::path& dir, const std::optional<std::string>& task,
                        const std::optional<std::string>& pooling, std::string_view name) {
@@ -100,7 +136,7 @@ TaskSetup resolve_task(const std::filesystem::path& dir, const std::optional<std
   std::optional<Pooling> pool;
   if (pooling) {
     pool = parse_pooling(*pooling);
-    if (!pool) fail(errc::invalid_argument, "pooling must be last or mean, got '" + *pooling + "'");
+    if (!pool) fail(errc::invalid_argument, "pooling must be " + std::string(kPoolingNames) + ", got '" + *pooling + "'");
   }
   const std::optional<TaskSetup> st = std::filesystem::is_directory(dir) ? sentence_transformers(dir) : std::nullopt;
   TaskSetup out;
@@ -119,7 +155,8 @@ TaskSetup resolve_task(const std::filesystem::path& dir, const std::optional<std
   if (pool) out.pooling = *pool;
   if (!st && !pool)
     fail(errc::invalid_argument, "task embed on a model with no sentence-transformers pooling (1_Pooling/config.json) "
-                                 "needs pooling: load it with pooling last or mean");
+                                 "needs pooling: load it with pooling " + std::string(kPoolingNames));
+  if (std::filesystem::is_directory(dir)) read_prompts(dir, out);
   return out;
 }
 

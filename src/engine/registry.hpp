@@ -66,7 +66,7 @@ struct ModelSpec {
   std::string served_name;         // another name clients use for it, echoed in responses; empty: none
   // What it serves (engine/model_task.hpp): generate | embed | rerank; unset: detected from the checkpoint.
   std::optional<std::string> task;
-  std::optional<std::string> pooling;  // task embed: last | mean (a sentence-transformers folder names its own)
+  std::optional<std::string> pooling;  // task embed: last | mean | cls (a sentence-transformers folder names its own)
 };
 
 enum class ModelStatus { loading, loaded, failed, reloading };

@@ -591,13 +591,16 @@ std::size_t Api::in_flight() const {
 }
 
 namespace {
-// What a loaded model serves (engine/model_task.hpp), for /v1/models; null while unknown.
+// What a loaded model serves (engine/model_task.hpp), for /v1/models: `task`, and `pooling` (an embedder's;
+// else null); nulls while unknown.
 json task_json(const engine::Registry& registry, const std::string& model_id) {
   try {
-    if (const auto assets = registry.assets(model_id)) return engine::task_name(assets->task.task);
+    if (const auto assets = registry.assets(model_id))
+      return {{"task", engine::task_name(assets->task.task)},
+              {"pooling", assets->task.task == engine::ModelTask::embed ? json(engine::pooling_name(assets->task.pooling)) : json(nullptr)}};
   } catch (const Error&) {
   }
-  return nullptr;
+  return {{"task", nullptr}, {"pooling", nullptr}};
 }
 }  // namespace
 
@@ -606,8 +609,10 @@ HttpResponse Api::openai_models(const HttpRequest&) {
   for (const auto& m : registry_.list()) {
     if (m.status != engine::ModelStatus::loaded) continue;
     // The name clients send (ModelInfo::name: served name, else the id it was loaded by), never a path.
-    data.push_back({{"id", m.name}, {"object", "model"}, {"created", unix_seconds(m.created)}, {"owned_by", "neuron"},
-                    {"max_model_len", m.max_context}, {"task", task_json(registry_, m.model_id)}});
+    json entry = {{"id", m.name}, {"object", "model"}, {"created", unix_seconds(m.created)}, {"owned_by", "neuron"},
+                  {"max_model_len", m.max_context}};
+    entry.update(task_json(registry_, m.model_id));
+    data.push_back(std::move(entry));
   }
   return json_response({{"object", "list"}, {"data", data}});
 }
@@ -617,8 +622,10 @@ HttpResponse Api::openai_model(const HttpRequest& request) {
   auto info = registry_.info(id);
   if (!info || info->status != engine::ModelStatus::loaded)
     throw FieldError("model", "model '" + id + "' does not exist or is not loaded", http_errc::model_not_found);
-  return json_response({{"id", info->name}, {"object", "model"}, {"created", unix_seconds(info->created)}, {"owned_by", "neuron"},
-                        {"max_model_len", info->max_context}, {"task", task_json(registry_, id)}});
+  json entry = {{"id", info->name}, {"object", "model"}, {"created", unix_seconds(info->created)}, {"owned_by", "neuron"},
+                {"max_model_len", info->max_context}};
+  entry.update(task_json(registry_, id));
+  return json_response(entry);
 }
 
 HttpResponse Api::render_metrics(const HttpRequest&) {

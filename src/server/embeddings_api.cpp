@@ -40,7 +40,7 @@ std::string how_to_load(engine::ModelTask task) {
   switch (task) {
     case engine::ModelTask::embed:
       return "load an embedding model (a sentence-transformers folder such as Qwen3-Embedding), or any model with "
-             "task embed and pooling last or mean (POST /models/load {\"model_id\": ..., \"task\": \"embed\", "
+             "task embed and pooling " + std::string(engine::kPoolingNames) + " (POST /models/load {\"model_id\": ..., \"task\": \"embed\", "
              "\"pooling\": \"last\"}; neuron serve --model 'ID:task=embed,pooling=last')";
     case engine::ModelTask::rerank:
       return "load a Qwen3-Reranker-style model with task rerank (POST /models/load {\"model_id\": ..., \"task\": "
@@ -71,14 +71,27 @@ std::vector<std::int32_t> token_ids(const ordered_json& a, const tokenizer::Toke
   return ids;
 }
 
-// `input` of /v1/embeddings: a string, strings, token ids, or lists of token ids; each one's ids.
-std::vector<std::vector<std::int32_t>> embedding_inputs(const ordered_json& body, const tokenizer::Tokenizer& tok) {
+// The text a text input is prefixed with (sentence-transformers' prompts: engine/model_task.hpp): the
+// prompt `name` (a request's `prompt_name`), else the model's default prompt, else none.
+std::string prompt_prefix(const engine::TaskSetup& task, const std::optional<std::string>& name) {
+  if (!name) return task.default_prompt ? task.prompts.find(*task.default_prompt)->second : std::string();
+  if (const auto it = task.prompts.find(*name); it != task.prompts.end()) return it->second;
+  std::string known;
+  for (const auto& [key, prefix] : task.prompts) known += (known.empty() ? "'" : ", '") + key + "'";
+  throw FieldError("prompt_name", "'prompt_name' '" + *name + "' is not a prompt of this model (" +
+                                      (known.empty() ? "it has none" : "its prompts: " + known) + ")");
+}
+
+// `input` of /v1/embeddings: a string, strings, token ids, or lists of token ids; each one's ids. A text is
+// encoded with `prefix` before it; token ids are taken as they are.
+std::vector<std::vector<std::int32_t>> embedding_inputs(const ordered_json& body, const tokenizer::Tokenizer& tok,
+                                                        const std::string& prefix) {
   const ordered_json* input = field(body, "input");
   if (!input) throw FieldError("input", "'input' is required: a string, an array of strings, or token ids");
   std::vector<std::vector<std::int32_t>> out;
   const auto text = [&](const ordered_json& s, const std::string& param) {
     if (s.get_ref<const std::string&>().empty()) throw FieldError(param, "'" + param + "' is an empty string");
-    out.push_back(tok.encode_with_special_tokens(s.get_ref<const std::string&>()));
+    out.push_back(tok.encode_with_special_tokens(prefix + s.get_ref<const std::string&>()));
   };
   if (input->is_string()) {
     text(*input, "input");
@@ -132,6 +145,23 @@ std::vector<engine::CompletionRequest> prefill_requests(std::vector<std::vector<
   return out;
 }
 
+// One prefill-only request per embedding input (prefill_requests' checks), each computing only the tokens
+// its pooling needs (engine::pooled_prefix: one for cls).
+std::vector<engine::CompletionRequest> embedding_requests(std::vector<std::vector<std::int32_t>> prompts, engine::Pooling pooling,
+                                                          std::int64_t context, const std::string& param) {
+  auto out = prefill_requests(std::move(prompts), engine::pooling_output(pooling), {}, context, param);
+  for (engine::CompletionRequest& r : out) r.prompt.resize(engine::pooled_prefix(pooling, r.prompt.size()));
+  return out;
+}
+
+// Tokens over every input, as the client sent them (a prompt's included): an embedding's usage, whatever part
+// of it the pooling needed computed.
+std::int64_t tokens_of(const std::vector<std::vector<std::int32_t>>& prompts) {
+  std::int64_t n = 0;
+  for (const auto& p : prompts) n += static_cast<std::int64_t>(p.size());
+  return n;
+}
+
 json usage_json(std::int64_t prompt_tokens) { return {{"prompt_tokens", prompt_tokens}, {"total_tokens", prompt_tokens}}; }
 
 // A document of rerank: a string, or an object with a string `text` (Cohere's and Jina's object form).
@@ -183,9 +213,9 @@ HttpResponse Api::embeddings(const HttpRequest& request) {
   const auto dimensions = integer_in(body, "dimensions", 1, hidden);
   (void)string_in(body, "user");  // accepted, as OpenAI's; not used
 
-  const engine::PrefillOutput output = assets->task.pooling == engine::Pooling::mean ? engine::PrefillOutput::hidden_mean
-                                                                                     : engine::PrefillOutput::hidden_last;
-  auto inputs = prefill_requests(embedding_inputs(body, *assets->tokenizer), output, {}, engine->max_context(), "input");
+  auto prompts = embedding_inputs(body, *assets->tokenizer, prompt_prefix(assets->task, string_in(body, "prompt_name")));
+  const std::int64_t prompt_tokens = tokens_of(prompts);
+  auto inputs = embedding_requests(std::move(prompts), assets->task.pooling, engine->max_context(), "input");
   const auto result = run_prefill(model, *engine, std::move(inputs), request);
   if (!result) return client_gone_response();
 
@@ -203,7 +233,7 @@ HttpResponse Api::embeddings(const HttpRequest& request) {
     }
     data.push_back(std::move(item));
   }
-  return json_response({{"object", "list"}, {"data", std::move(data)}, {"model", name}, {"usage", usage_json(result->prompt_tokens)}});
+  return json_response({{"object", "list"}, {"data", std::move(data)}, {"model", name}, {"usage", usage_json(prompt_tokens)}});
 }
 
 HttpResponse Api::rerank(const HttpRequest& request) {
@@ -273,19 +303,21 @@ HttpResponse Api::score(const HttpRequest& request) {
   const std::string instruction = string_in(body, "instruction").value_or("");
   std::vector<std::vector<std::int32_t>> prompts;
   std::vector<engine::CompletionRequest> inputs;
-  if (cosine) {  // text_1's entries, then text_2's
+  std::int64_t prompt_tokens = 0;
+  if (cosine) {  // text_1's entries, then text_2's, each with the model's default prompt as /v1/embeddings gives it
+    const std::string prefix = prompt_prefix(assets->task, std::nullopt);
     for (const auto* texts : {&first, &second})
       for (const std::string& t : *texts) {
         if (t.empty()) throw FieldError(texts == &first ? "text_1" : "text_2", "an empty text has no embedding");
-        prompts.push_back(assets->tokenizer->encode_with_special_tokens(t));
+        prompts.push_back(assets->tokenizer->encode_with_special_tokens(prefix + t));
       }
-    const engine::PrefillOutput output = assets->task.pooling == engine::Pooling::mean ? engine::PrefillOutput::hidden_mean
-                                                                                       : engine::PrefillOutput::hidden_last;
-    inputs = prefill_requests(std::move(prompts), output, {}, engine->max_context(), "text_1");
+    prompt_tokens = tokens_of(prompts);
+    inputs = embedding_requests(std::move(prompts), assets->task.pooling, engine->max_context(), "text_1");
   } else {
     const std::vector<std::int32_t> answer = rerank_answer_ids(*assets->tokenizer);
     for (std::size_t i = 0; i < second.size(); ++i)
       prompts.push_back(rerank_prompt_ids(*assets->tokenizer, instruction, first[first.size() == 1 ? 0 : i], second[i]));
+    prompt_tokens = tokens_of(prompts);
     inputs = prefill_requests(std::move(prompts), engine::PrefillOutput::logits, answer, engine->max_context(), "text_2");
   }
   const auto result = run_prefill(model, *engine, std::move(inputs), request);
@@ -308,7 +340,7 @@ HttpResponse Api::score(const HttpRequest& request) {
                         {"created", unix_now()},
                         {"model", name},
                         {"data", std::move(data)},
-                        {"usage", usage_json(result->prompt_tokens)}});
+                        {"usage", usage_json(prompt_tokens)}});
 }
 
 }  // namespace neuron::server

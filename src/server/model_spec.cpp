@@ -92,7 +92,7 @@ LoadRequest parse_load_request(const json& body) {
       if (!engine::parse_task(value)) throw FieldError(name, "'task' must be generate, embed or rerank");
       r.spec.task = std::move(value);
     } else {
-      if (!engine::parse_pooling(value)) throw FieldError(name, "'pooling' must be last or mean");
+      if (!engine::parse_pooling(value)) throw FieldError(name, "'pooling' must be " + std::string(engine::kPoolingNames));
       r.spec.pooling = std::move(value);
     }
   }

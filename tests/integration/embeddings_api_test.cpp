@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -19,8 +20,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/batch.hpp"
+#include "backend/model_runner.hpp"
+#include "dist/communicator.hpp"
 #include "engine/model_task.hpp"
 #include "engine/registry.hpp"
+#include "io/safetensors.hpp"
+#include "model/config.hpp"
+#include "model/embedding.hpp"
+#include "model/shard.hpp"
 #include "server/api.hpp"
 #include "server/model_spec.hpp"
 #include "server/rerank_prompt.hpp"
@@ -133,6 +141,17 @@ std::vector<std::string> golden_texts(const json& golden) {
   return out;
 }
 
+// A 400 naming `param`, whose message contains `words`.
+void expect_400(Served& s, const std::string& path, const json& body, const std::string& param, const std::string& words = "") {
+  const HttpResponse r = s.post(path, body);
+  EXPECT_EQ(r.status, 400) << body.dump() << " -> " << r.body;
+  const json e = json::parse(r.body)["error"];
+  EXPECT_EQ(e["param"], param) << r.body;
+  if (!words.empty()) {
+    EXPECT_NE(e["message"].get<std::string>().find(words), std::string::npos) << r.body;
+  }
+}
+
 class Embeddings : public ::testing::Test {
  protected:
   test_support::TempDir tmp{"neuron-embed"};
@@ -193,6 +212,89 @@ TEST_F(Embeddings, TokenIdsWithDimensionsAndBase64MatchTheTruncatedReference) {
   EXPECT_LT(max_abs_diff(floats(text["data"][0]["embedding"]), golden["inputs"][1]["embedding"]), kTolerance);
 }
 
+// sentence-transformers' prompts (config_sentence_transformers.json): qwen3_embed-a names `query` (Qwen3-Embedding's
+// instruction) and `document` (""), with no default.
+TEST_F(Embeddings, PromptNameQueryMatchesSentenceTransformersQueries) {
+  Served s(spec_of(dir));
+  const std::string prefix = golden["query_prompt"].get<std::string>();
+  for (std::size_t i = 5; i < golden["inputs"].size(); ++i) {  // the queries
+    const json& want = golden["inputs"][i];
+    ASSERT_EQ(want["prompt_name"], "query");
+    const json named = s.ok("/v1/embeddings", {{"input", want["text"]}, {"prompt_name", "query"}});
+    const json plain = s.ok("/v1/embeddings", {{"input", prefix + want["text"].get<std::string>()}});
+    EXPECT_LT(max_abs_diff(floats(named["data"][0]["embedding"]), want["embedding"]), kTolerance) << "input " << i;
+    // The same ids; the second request takes the prompt's KV from the prefix cache, so the rows differ in rounding only.
+    EXPECT_LT(max_abs_diff(floats(named["data"][0]["embedding"]), plain["data"][0]["embedding"]), 1e-5) << "input " << i;
+    EXPECT_EQ(named["usage"], plain["usage"]) << "input " << i;
+    // Usage counts the prompt's tokens.
+    EXPECT_EQ(named["usage"]["prompt_tokens"], want["token_ids"].size()) << "input " << i;
+  }
+  // The document prompt is empty: a document's embedding; token ids never get a prompt.
+  const json doc = s.ok("/v1/embeddings", {{"input", {golden["inputs"][0]["text"], golden["inputs"][0]["token_ids"]}},
+                                           {"prompt_name", "document"}});
+  EXPECT_LT(max_abs_diff(floats(doc["data"][0]["embedding"]), golden["inputs"][0]["embedding"]), kTolerance);
+  const json ids = s.ok("/v1/embeddings", {{"input", golden["inputs"][1]["token_ids"]}, {"prompt_name", "query"}});
+  EXPECT_LT(max_abs_diff(floats(ids["data"][0]["embedding"]), golden["inputs"][1]["embedding"]), kTolerance);
+  EXPECT_EQ(ids["usage"]["prompt_tokens"], golden["inputs"][1]["token_ids"].size());
+  expect_400(s, "/v1/embeddings", {{"input", "x"}, {"prompt_name", "passage"}}, "prompt_name", "'document', 'query'");
+  expect_400(s, "/v1/embeddings", {{"input", "x"}, {"prompt_name", 3}}, "prompt_name", "must be a string");
+  EXPECT_TRUE(s.registry->engine(dir.string())->idle());
+}
+
+// config_sentence_transformers.json rewritten in the temporary copy with `prompts` and `default_prompt_name`.
+void write_st_config(const fs::path& dir, const json& prompts, const json& default_name) {
+  json config = read_json(dir / "config_sentence_transformers.json");
+  config["prompts"] = prompts;
+  config["default_prompt_name"] = default_name;
+  std::ofstream(dir / "config_sentence_transformers.json") << config.dump(2);
+}
+
+TEST_F(Embeddings, TheDefaultPromptIsPrependedUnlessTheRequestNamesAnother) {
+  const std::string prefix = golden["query_prompt"].get<std::string>();
+  write_st_config(dir, {{"query", prefix}, {"document", ""}}, "query");
+  const engine::TaskSetup t = engine::resolve_task(dir, std::nullopt, std::nullopt, "qwen3_embed-a");
+  EXPECT_EQ(t.default_prompt, "query");
+  EXPECT_EQ(t.prompts.at("query"), prefix);
+  Served s(spec_of(dir));
+  const json& query = golden["inputs"][7];  // "What is the capital of China?" as a query
+  const json& document = golden["inputs"][2];  // the same text as a document
+  const json plain = s.ok("/v1/embeddings", {{"input", document["text"]}});
+  EXPECT_LT(max_abs_diff(floats(plain["data"][0]["embedding"]), query["embedding"]), kTolerance);
+  EXPECT_EQ(plain["usage"]["prompt_tokens"], query["token_ids"].size());
+  const json named = s.ok("/v1/embeddings", {{"input", document["text"]}, {"prompt_name", "document"}});
+  EXPECT_LT(max_abs_diff(floats(named["data"][0]["embedding"]), document["embedding"]), kTolerance);
+  const json ids = s.ok("/v1/embeddings", {{"input", {document["token_ids"]}}});
+  EXPECT_LT(max_abs_diff(floats(ids["data"][0]["embedding"]), document["embedding"]), kTolerance);
+  // /v1/score embeds its texts as /v1/embeddings does: with the default prompt.
+  const json sc = s.ok("/v1/score", {{"text_1", document["text"]}, {"text_2", golden["inputs"][3]["text"]}});
+  double want = 0;
+  for (std::size_t k = 0; k < query["embedding"].size(); ++k)
+    want += query["embedding"][k].get<double>() * golden["inputs"][8]["embedding"][k].get<double>();
+  EXPECT_NEAR(sc["data"][0]["score"].get<double>(), want, kTolerance);
+  EXPECT_EQ(sc["usage"]["prompt_tokens"], query["token_ids"].size() + golden["inputs"][8]["token_ids"].size());
+}
+
+TEST_F(Embeddings, PromptsThatAreNotStringsOrAnUnknownDefaultAreABadModel) {
+  for (const auto& [prompts, default_name] : {std::pair{json{{"query", 1}}, json(nullptr)},
+                                              std::pair{json{{"query", "q: "}}, json("passage")},
+                                              std::pair{json::array({"q: "}), json(nullptr)}}) {
+    write_st_config(dir, prompts, default_name);
+    try {
+      engine::resolve_task(dir, std::nullopt, std::nullopt, "qwen3_embed-a");
+      FAIL() << "accepted prompts " << prompts.dump() << " default " << default_name.dump();
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.kind()), errc::bad_model) << e.what();
+      EXPECT_NE(std::string(e.what()).find("config_sentence_transformers.json"), std::string::npos) << e.what();
+    }
+  }
+  // The registry refuses the load and keeps nothing.
+  engine::RegistryOptions ro;
+  ro.allow_any_directory = true;
+  engine::Registry registry(ro);
+  EXPECT_THROW(registry.load(spec_of(dir), true), Error);
+  EXPECT_TRUE(registry.list().empty());
+}
+
 TEST_F(Embeddings, ConcurrentRequestsEqualOneAtATime) {
   // Small steps: the 632-token input is prefilled in chunks among the others.
   Served s(spec_of(dir), /*max_batch_tokens=*/64);
@@ -237,17 +339,6 @@ TEST_F(Embeddings, TensorParallelTwoOnTheCpuEqualsOneRank) {
   for (std::size_t i = 0; i < texts.size(); ++i) {
     EXPECT_LT(max_abs_diff(floats(b["data"][i]["embedding"]), a["data"][i]["embedding"]), 1e-5) << "input " << i;
     EXPECT_LT(max_abs_diff(floats(b["data"][i]["embedding"]), golden["inputs"][i]["embedding"]), kTolerance) << "input " << i;
-  }
-}
-
-// A 400 naming `param`, whose message contains `words`.
-void expect_400(Served& s, const std::string& path, const json& body, const std::string& param, const std::string& words = "") {
-  const HttpResponse r = s.post(path, body);
-  EXPECT_EQ(r.status, 400) << body.dump() << " -> " << r.body;
-  const json e = json::parse(r.body)["error"];
-  EXPECT_EQ(e["param"], param) << r.body;
-  if (!words.empty()) {
-    EXPECT_NE(e["message"].get<std::string>().find(words), std::string::npos) << r.body;
   }
 }
 
@@ -319,6 +410,75 @@ TEST(EmbeddingsPooled, AGenerativeModelEmbedsWithMeanAndLastPooling) {
   }
 }
 
+// cls pooling's reference: row 0 of the runner's final-norm rows (backend/batch.hpp: hidden_all) over the whole
+// input, L2-normalized. The engine computes the first token alone (engine::pooled_prefix); this computes them all.
+std::vector<float> first_row_of_whole_input(const std::vector<std::int32_t>& ids) {
+  const model::ModelConfig cfg = model::load_model_configs(kTiny).model;
+  const auto ckpt = io::Checkpoint::open_dir(kTiny);
+  auto runner = backend::make_runner(cfg, &ckpt, model::ShardPlan::make(cfg, 0, 1), backend::Device{},
+                                     std::make_shared<dist::LocalCommunicator>(),
+                                     {.max_context = 1024, .kv_block_size = 16, .kv_blocks = 64});
+  std::vector<std::int32_t> blocks((ids.size() + 15) / 16);
+  std::iota(blocks.begin(), blocks.end(), 0);
+  backend::Batch batch;
+  batch.add(ids, 0, blocks, backend::LogitsWanted::hidden_all);
+  const auto hidden = static_cast<std::size_t>(cfg.hidden_size);
+  std::vector<float> rows(ids.size() * hidden);  // [tokens, hidden]
+  runner->step(batch, {}, {}, rows);
+  return model::finish_embedding(std::span<const float>(rows.data(), hidden), 0, true);
+}
+
+TEST(EmbeddingsPooled, ClsIsTheFirstTokensRowComputedAlone) {
+  const json golden = read_json(kData / "pooled_golden.json");
+  Served s(spec_of(kTiny, "embed", "cls"), /*max_batch_tokens=*/64);
+  json texts = json::array();
+  std::int64_t tokens = 0;
+  for (const json& in : golden["inputs"]) {
+    texts.push_back(in["text"]);
+    tokens += static_cast<std::int64_t>(in["token_ids"].size());
+  }
+  const json r = s.ok("/v1/embeddings", {{"input", texts}});
+  ASSERT_EQ(r["data"].size(), texts.size());
+  for (std::size_t i = 0; i < texts.size(); ++i) {
+    const auto want = first_row_of_whole_input(golden["inputs"][i]["token_ids"].get<std::vector<std::int32_t>>());
+    EXPECT_LT(max_abs_diff(floats(r["data"][i]["embedding"]), json(want)), kTolerance) << "input " << i;
+  }
+  // "hello" is one token: its first row is its last, transformers' reference.
+  ASSERT_EQ(golden["inputs"][1]["token_ids"].size(), 1u);
+  EXPECT_LT(max_abs_diff(floats(r["data"][1]["embedding"]), golden["inputs"][1]["last"]), kTolerance);
+  // Texts that share their first token share a cls embedding ("The quick ..." and "The capital ...").
+  EXPECT_LT(max_abs_diff(floats(r["data"][0]["embedding"]), r["data"][3]["embedding"]), 1e-6);
+  // Usage counts the inputs as sent; the engine computed one token of each, and kept nothing.
+  EXPECT_EQ(r["usage"]["prompt_tokens"], tokens);
+  EXPECT_EQ(s.api->metrics().value("neuron_prompt_tokens_total", {{"model", kTiny.string()}}), static_cast<double>(texts.size()));
+  EXPECT_EQ(s.registry->engine(kTiny.string())->stats().kv_blocks_used, 0);
+  // The pooling is named where the task is.
+  const json models = json::parse(s.api->handle(HttpRequest{"GET", "/v1/models", {}, "", "test"}).body);
+  EXPECT_EQ(models["data"][0]["task"], "embed") << models.dump();
+  EXPECT_EQ(models["data"][0]["pooling"], "cls") << models.dump();
+  const json listed = json::parse(s.api->handle(HttpRequest{"GET", "/models", {}, "", "test"}).body);
+  EXPECT_NE(listed.dump().find("\"pooling\":\"cls\""), std::string::npos) << listed.dump();
+}
+
+TEST(EmbeddingsPooled, SentenceTransformersClsModeIsDetected) {
+  test_support::TempDir tmp{"neuron-embed-cls"};
+  const fs::path dir = make_embed_dir(tmp);
+  for (const json& config : {json{{"pooling_mode", "cls"}}, json{{"pooling_mode_cls_token", true}, {"pooling_mode_mean_tokens", false}}}) {
+    std::ofstream(dir / "1_Pooling" / "config.json") << config.dump();
+    const engine::TaskSetup t = engine::resolve_task(dir, std::nullopt, std::nullopt, "qwen3_embed-a");
+    EXPECT_EQ(t.task, engine::ModelTask::embed) << config.dump();
+    EXPECT_EQ(t.pooling, engine::Pooling::cls) << config.dump();
+  }
+  std::ofstream(dir / "1_Pooling" / "config.json") << json{{"pooling_mode", "max"}}.dump();
+  try {
+    engine::resolve_task(dir, std::nullopt, std::nullopt, "qwen3_embed-a");
+    FAIL() << "max pooling was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.kind()), errc::unsupported_arch);
+    EXPECT_NE(std::string(e.what()).find("lasttoken, mean and cls are"), std::string::npos) << e.what();
+  }
+}
+
 TEST(EmbeddingsPooled, AGenerativeModelWithoutPoolingSaysHowToLoadIt) {
   Served s(spec_of(kTiny));
   expect_400(s, "/v1/embeddings", {{"input", "hello"}}, "model", "pooling last");
@@ -344,6 +504,9 @@ TEST(EmbeddingsLoadOptions, SpecTextAndJsonCarryTaskAndPooling) {
   EXPECT_EQ(b.task, "rerank");
   EXPECT_THROW(parse_model_spec_text("/m/qwen3:task=summarize"), Error);
   EXPECT_THROW(parse_model_spec_text("/m/qwen3:pooling=max"), Error);
+  EXPECT_EQ(parse_model_spec_text("/m/qwen3:task=embed,pooling=cls").pooling, "cls");
+  EXPECT_EQ(engine::resolve_task(kTiny, "embed", "cls", "x").pooling, engine::Pooling::cls);
+  EXPECT_EQ(engine::pooling_name(engine::Pooling::cls), "cls");
   EXPECT_THROW(engine::resolve_task(kTiny, "rerank", "mean", "x"), Error);  // pooling is for embedders
   EXPECT_EQ(engine::resolve_task(kTiny, std::nullopt, std::nullopt, "Qwen/Qwen3-Reranker-0.6B").task, engine::ModelTask::rerank);
   EXPECT_EQ(engine::resolve_task(kTiny, std::nullopt, std::nullopt, "qwen3-tiny-a").task, engine::ModelTask::generate);
