@@ -13,7 +13,7 @@
 #   cmake --build /tmp/llama-cpu-build --target llama-server
 # and the git-ignored .convert/ (run-gpu.sh's; CONVERT names another): qtok/ (the Qwen tokenizer), gguf-py/, convert_hf_to_gguf.py.
 # The GGUF comes from llama.cpp's convert_hf_to_gguf.py where it runs; it imports torch and transformers,
-# so where those are missing qwen3_to_gguf.py (numpy and gguf-py only) writes the same file.
+# so where those are missing bench/serve/hf_to_gguf.py (numpy and gguf-py only) writes the same file.
 set -uo pipefail
 root=$(pwd)
 N=${N:-64} C=${C:-64} WARM=${WARM:-4} SEEDS=${SEEDS:-1 2}
@@ -38,8 +38,8 @@ export PYTHONPATH=$CONVERT/gguf-py:$CONVERT
 if /usr/bin/python3 "$CONVERT"/convert_hf_to_gguf.py "$work/emb" --outtype bf16 --outfile "$work/emb.gguf" >"$OUT/convert.log" 2>&1; then
   log "gguf: convert_hf_to_gguf.py"
 else
-  log "gguf: convert_hf_to_gguf.py failed ($(grep -m1 -o "No module named '[a-z_]*'" "$OUT/convert.log" || tail -1 "$OUT/convert.log")); qwen3_to_gguf.py"
-  /usr/bin/python3 bench/embed/qwen3_to_gguf.py "$work/emb" "$work/emb.gguf" >>"$OUT/convert.log" 2>&1 || exit 1
+  log "gguf: convert_hf_to_gguf.py failed ($(grep -m1 -o "No module named '[a-z_]*'" "$OUT/convert.log" || tail -1 "$OUT/convert.log")); bench/serve/hf_to_gguf.py"
+  /usr/bin/python3 bench/serve/hf_to_gguf.py "$work/emb" "$work/emb.gguf" --outtype bf16 >>"$OUT/convert.log" 2>&1 || exit 1
 fi
 
 build/neuron serve --model "$work/emb" --task embed --pooling last --port 18090 >"$OUT/neuron.log" 2>&1 &
