@@ -13,7 +13,7 @@
 // prefetcher reaches 27, while Q4_K rows, bound by their unpacking there,
 // go faster interleaved (bench/CPU.md, 2026-12-04). So the first product of
 // a type times that type's kernel both ways over a buffer twice the
-// last-level cache (at most 256 MiB), on the calling thread, and keeps the faster;
+// last-level cache (at most 256 MiB; 8 under ASan), on the calling thread, and keeps the faster;
 // NEURON_CPU_ROWS=4 (interleaved) or 1 (sequential) forces a walk.
 //
 // The walks give bit-identical products: every row's sum is accumulated in
