@@ -1160,6 +1160,17 @@ std::vector<Element> xml_call(GrammarBuilder& b, Common& common, const ToolSpec&
   return seq;
 }
 
+// `calls` between the <tool_call> tags Hermes and qwen3_coder write around a call.
+std::uint32_t tagged_tool_call(GrammarBuilder& b, std::uint32_t calls) {
+  const std::uint32_t root = b.rule("tool_call");
+  std::vector<Element> seq;
+  b.literal(seq, "<tool_call>\n");
+  seq.push_back(GrammarBuilder::ref(calls));
+  b.literal(seq, "\n</tool_call>");
+  b.alt(root, seq);
+  return root;
+}
+
 // The rule of one tool call of `tools` as `format` writes it: Hermes (Qwen3) wraps the call object in
 // <tool_call> tags; Llama's JSON call is the whole answer, with its arguments under "parameters";
 // qwen3_coder wraps its XML-like call in <tool_call> tags.
@@ -1171,13 +1182,7 @@ std::uint32_t tool_call_rule(GrammarBuilder& b, Common& common, const std::vecto
     std::optional<std::uint32_t> text_rule;  // built once, for the first free-text value
     for (std::size_t i = 0; i < tools.size(); ++i)
       b.alt(calls, xml_call(b, common, tools[i], "tools[" + std::to_string(i) + "].function.parameters", text_rule));
-    const std::uint32_t root = b.rule("tool_call");
-    std::vector<Element> seq;
-    b.literal(seq, "<tool_call>\n");
-    seq.push_back(GrammarBuilder::ref(calls));
-    b.literal(seq, "\n</tool_call>");
-    b.alt(root, seq);
-    return root;
+    return tagged_tool_call(b, calls);
   }
   const std::uint32_t calls = b.rule("tool_calls");
   for (std::size_t i = 0; i < tools.size(); ++i) {
@@ -1197,13 +1202,7 @@ std::uint32_t tool_call_rule(GrammarBuilder& b, Common& common, const std::vecto
     b.alt(calls, seq);
   }
   if (format == chat::ToolCallFormat::llama_json) return calls;  // the answer is the call
-  const std::uint32_t root = b.rule("tool_call");
-  std::vector<Element> seq;
-  b.literal(seq, "<tool_call>\n");
-  seq.push_back(GrammarBuilder::ref(calls));
-  b.literal(seq, "\n</tool_call>");
-  b.alt(root, seq);
-  return root;
+  return tagged_tool_call(b, calls);
 }
 
 }  // namespace
