@@ -19,6 +19,7 @@
 #include "server/openai_response.hpp"
 #include "server/responses_api.hpp"
 #include "server/tool_calls.hpp"
+#include "support/streamed_tool_calls.hpp"
 
 namespace neuron::server {
 namespace {
@@ -26,47 +27,10 @@ namespace {
 using nlohmann::json;
 constexpr auto kLlama = chat::ToolCallFormat::llama_json;
 
-struct Streamed {
-  std::string streamed;  // content let out by feed() as it went
-  std::string content;   // all content, finish() included
-  std::vector<ToolCall> calls;
-  std::size_t fragments = 0;  // argument deltas after the announcements
-  std::string finish_reason;
-};
-
-// What a client reassembles from the stream.
+using tool_call_test::cut_every;
+using tool_call_test::Streamed;
 Streamed run_pieces(const std::vector<std::string>& pieces, const std::string& engine_reason = "stop") {
-  ToolCallExtractor x(kLlama);
-  Streamed s;
-  auto collect = [&](const ToolCallExtractor::Output& o) {
-    s.content += o.content;
-    for (const ToolCallDelta& d : o.deltas) {
-      if (d.first) {
-        EXPECT_EQ(d.index, s.calls.size()) << "calls are announced in order";
-        EXPECT_TRUE(d.arguments.empty());
-        EXPECT_EQ(d.id.rfind("call_", 0), 0u) << d.id;
-        s.calls.push_back(ToolCall{d.id, d.name, {}});
-      } else {
-        ASSERT_LT(d.index, s.calls.size()) << "a fragment of a call never announced";
-        s.calls[d.index].arguments += d.arguments;
-        ++s.fragments;
-      }
-    }
-  };
-  for (const std::string& p : pieces) {
-    ToolCallExtractor::Output o = x.feed(p);
-    s.streamed += o.content;
-    collect(o);
-  }
-  collect(x.finish());
-  s.finish_reason = x.finish_reason(engine_reason);
-  return s;
-}
-
-std::vector<std::string> cut_every(const std::string& text, std::size_t n) {
-  std::vector<std::string> pieces;
-  for (std::size_t i = 0; i < text.size(); i += n) pieces.push_back(text.substr(i, n));
-  return pieces;
+  return tool_call_test::run_pieces(ToolCallSyntax{kLlama, {}}, pieces, engine_reason);
 }
 
 const std::string kArgs = R"({"city": "Paris", "unit": "c", "days": [1, 2], "note": "a \"quoted\" }{ brace"})";

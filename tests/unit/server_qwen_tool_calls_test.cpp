@@ -17,6 +17,7 @@
 #include "chat/tool_call_format.hpp"
 #include "grammar/cache.hpp"
 #include "support/grammar_accepts.hpp"
+#include "support/streamed_tool_calls.hpp"
 #include "server/messages_api.hpp"
 #include "server/openai_response.hpp"
 #include "server/tool_calls.hpp"
@@ -40,44 +41,10 @@ const ordered_json kTools = ordered_json::parse(R"([
 
 ToolCallSyntax syntax() { return {kQwen, ParameterTypes(kTools)}; }
 
-struct Streamed {
-  std::string streamed;  // content let out by feed() as it went
-  std::string content;   // all content, finish() included
-  std::vector<ToolCall> calls;
-  std::string finish_reason;
-};
-
+using tool_call_test::cut_every;
+using tool_call_test::Streamed;
 Streamed run_pieces(const std::vector<std::string>& pieces, const std::string& engine_reason = "stop") {
-  ToolCallExtractor x(syntax());
-  Streamed s;
-  auto collect = [&](const ToolCallExtractor::Output& o) {
-    s.content += o.content;
-    for (const ToolCallDelta& d : o.deltas) {
-      if (d.first) {
-        EXPECT_EQ(d.index, s.calls.size()) << "calls are announced in order";
-        EXPECT_TRUE(d.arguments.empty());
-        EXPECT_EQ(d.id.rfind("call_", 0), 0u) << d.id;
-        s.calls.push_back(ToolCall{d.id, d.name, {}});
-      } else {
-        ASSERT_LT(d.index, s.calls.size()) << "a fragment of a call never announced";
-        s.calls[d.index].arguments += d.arguments;
-      }
-    }
-  };
-  for (const std::string& p : pieces) {
-    ToolCallExtractor::Output o = x.feed(p);
-    s.streamed += o.content;
-    collect(o);
-  }
-  collect(x.finish());
-  s.finish_reason = x.finish_reason(engine_reason);
-  return s;
-}
-
-std::vector<std::string> cut_every(const std::string& text, std::size_t n) {
-  std::vector<std::string> pieces;
-  for (std::size_t i = 0; i < text.size(); i += n) pieces.push_back(text.substr(i, n));
-  return pieces;
+  return tool_call_test::run_pieces(syntax(), pieces, engine_reason);
 }
 
 const std::string kAnswer =
