@@ -1,7 +1,8 @@
 // The families beyond Qwen3 dense on CUDA (bf16): Llama 3 (no q/k norm,
 // llama3 RoPE) against transformers' float32 goldens by logits tolerance and
-// top-1 agreement where the margin is clear, and Qwen3-MoE (host routing,
-// each chosen expert over its gathered tokens) against the CPU runner in f32
+// top-1 agreement where the margin is clear, and Qwen3-MoE (routed on the
+// device for passes of up to 256 tokens, on the host for longer ones and with
+// NEURON_CUDA_MOE_DEVICE=0) against the CPU runner in f32
 // (itself exact against transformers: family_golden_test.cpp) on a random
 // checkpoint of CUDA-sized heads, dense and sparse layers mixed.
 #include <gtest/gtest.h>
@@ -28,6 +29,7 @@
 #include "model/random_checkpoint.hpp"
 #include "model/shard.hpp"
 #include "support/cosine.hpp"
+#include "support/env_guard.hpp"
 #include "support/temp_dir.hpp"
 
 namespace neuron::backend::cuda {
@@ -104,8 +106,7 @@ model::ModelConfig small_moe() {
   return c;
 }
 
-TEST(CudaFamily, Qwen3MoeMatchesTheCpuRunner) {
-  if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
+void moe_matches_the_cpu_runner(std::size_t prompt_len) {
   test_support::TempDir tmp("neuron-cuda-moe");
   model::write_random_checkpoint(tmp.path(), small_moe(), {.seed = 7});
   const auto cfg = model::load_model_configs(tmp.path()).model;
@@ -113,7 +114,7 @@ TEST(CudaFamily, Qwen3MoeMatchesTheCpuRunner) {
   auto cpu = backend::cpu::make_cpu_runner(cfg, &ckpt, model::ShardPlan::make(cfg, 0, 1), nullptr, {.max_context = 1024});
   auto gpu = open_cuda(cfg, ckpt);
   std::mt19937 rng(3);
-  std::vector<std::int32_t> prompt(40);
+  std::vector<std::int32_t> prompt(prompt_len);
   for (auto& t : prompt) t = static_cast<std::int32_t>(rng() % 512);
   const auto v = static_cast<std::size_t>(cfg.vocab_size);
   SingleSequence a(*cpu), b(*gpu);
@@ -154,7 +155,24 @@ TEST(CudaFamily, Qwen3MoeMatchesTheCpuRunner) {
   }
   EXPECT_GT(agree, 0);
   EXPECT_GE(close, total * 9 / 10) << close << " of " << total << " rows within cosine 0.999";
-  std::printf("[moe vs cpu] %d of %d rows within cosine 0.999, %d clear greedy picks agreed\n", close, total, agree);
+  std::printf("[moe vs cpu] prompt %zu: %d of %d rows within cosine 0.999, %d clear greedy picks agreed\n", prompt_len,
+              close, total, agree);
+}
+
+TEST(CudaFamily, Qwen3MoeMatchesTheCpuRunner) {
+  if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  moe_matches_the_cpu_runner(40);  // device routing, decode in graphs
+}
+
+TEST(CudaFamily, Qwen3MoeLongPromptRoutesOnTheHostThenDecodesOnTheDevice) {
+  if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  moe_matches_the_cpu_runner(300);
+}
+
+TEST(CudaFamily, Qwen3MoeRoutedOnTheHostMatchesTheCpuRunner) {
+  if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  test_support::EnvGuard host("NEURON_CUDA_MOE_DEVICE", "0");
+  moe_matches_the_cpu_runner(40);
 }
 
 }  // namespace

@@ -30,6 +30,7 @@
 #include "io/safetensors.hpp"
 #include "model/config.hpp"
 #include "model/sampler.hpp"
+#include "support/env_guard.hpp"
 #include "support/cosine.hpp"
 #include "util/error.hpp"
 
@@ -68,22 +69,7 @@ std::vector<std::int32_t> greedy(ModelRunner& r, const std::vector<std::int32_t>
   return out;
 }
 
-// Sets an environment variable for the lifetime of the guard (the runner reads its switches at construction).
-class EnvGuard {
- public:
-  EnvGuard(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    ::setenv(name, value, 1);
-  }
-  ~EnvGuard() {
-    if (old_.empty()) ::unsetenv(name_);
-    else ::setenv(name_, old_.c_str(), 1);
-  }
-
- private:
-  const char* name_;
-  std::string old_;
-};
+using test_support::EnvGuard;
 
 class CudaRunnerTiny : public ::testing::Test {
  protected:

@@ -61,6 +61,7 @@
 #include "model/arch/block_ops.hpp"
 #include "model/arch/family.hpp"
 #include "model/moe_routing.hpp"
+#include "backend/cuda/moe_kernels.hpp"
 #include "model/rope.hpp"
 #include "model/shard_weights.hpp"
 #include "quant/ggml_type.hpp"
@@ -209,6 +210,10 @@ class CudaRunner final : public ModelRunner, private model::BlockOps {
       DeviceMatrix down;      // [hidden, moe_ff]
     };
     std::vector<Expert> experts;  // [E] a MoE layer's experts
+    // The device MoE path (moe_on_device_): [2, E] device pointers to each expert's gate_up, then each one's
+    // down (bf16, or packed blocks of the types below, the same for every expert of the layer).
+    DeviceBuffer expert_ptrs;
+    quant::GgmlType expert_gate_up_type = quant::GgmlType::bf16, expert_down_type = quant::GgmlType::bf16;
   };
 
   void load_weights(const io::Checkpoint* checkpoint);
@@ -237,6 +242,10 @@ class CudaRunner final : public ModelRunner, private model::BlockOps {
   void attention(std::int64_t layer) override;
   void mlp(std::int64_t layer) override;
   void moe(std::int64_t layer) override;
+  // Picks the device MoE path when each layer's experts are all bf16 or all of one block type its kernels
+  // take, of widths they take (NEURON_CUDA_MOE_DEVICE=0: never), and fills its pointer tables and buffers.
+  void setup_moe_on_device();
+  void moe_on_host(const Layer& layer, int n);
   // Hybrids (linear attention) are refused before a CUDA runner is built (make_runner): never called.
   void linear_attention(std::int64_t) override {
     fail(errc::unsupported_arch, "Gated DeltaNet linear attention runs on the CPU for now");
@@ -306,6 +315,14 @@ class CudaRunner final : public ModelRunner, private model::BlockOps {
   DeviceBuffer expert_h_;       // [kMaxPassTokens, hidden] bf16: one expert's tokens' normed inputs
   DeviceBuffer expert_out_;     // [kMaxPassTokens, hidden] f32: its outputs
   model::MoeRouter router_;
+  // The device MoE path (moe_kernels.hpp): passes of up to kMaxGraphBatch tokens over bf16 experts or
+  // block-quantized ones of the types kernels::quant_moe_supported takes.
+  bool moe_on_device_ = false;
+  DeviceBuffer moe_gate_up_;    // [kMaxGraphBatch k, 2 moe_ff] bf16 by slot: block-quantized gate_up products
+  DeviceBuffer moe_route_buf_;  // the buffers of moe_route_ for kMaxGraphBatch tokens
+  kernels::MoeRoute moe_route_;
+  DeviceBuffer moe_act_;        // [kMaxGraphBatch k, moe_ff] bf16 by slot
+  DeviceBuffer moe_out_;        // [kMaxGraphBatch k, hidden] f32 by slot
   DeviceBuffer decode_scratch_;   // [decode_scratch_floats of the largest split pass] f32 partial softmax states
   DeviceBuffer decode_counters_;  // [decode_counters of the largest split pass] u32, zero between calls
   DeviceBuffer head_rows_;   // [kLogitRows, hidden] bf16 gathered LM-head input rows
@@ -375,8 +392,7 @@ CudaRunner::CudaRunner(const model::ModelConfig& cfg, const io::Checkpoint* chec
   fused_decode_ = env_flag("NEURON_CUDA_FUSED_DECODE", false) && !quantize_ && comm_->size() == 1 && use_gemv_ &&
                   fuse_decode_rope_ && kernels::gemv_swiglu_supported(ff_) && (hq_ * hd_) % 8 == 0;
   // A host communicator cannot run inside a graph; NCCL could, but one rank is what graphs are measured on.
-  // MoE layers route on the host (a synchronisation inside the step): no graphs.
-  use_graphs_ = env_flag("NEURON_CUDA_GRAPHS", true) && comm_->size() == 1 && cfg.moe.num_experts == 0;
+  use_graphs_ = env_flag("NEURON_CUDA_GRAPHS", true) && comm_->size() == 1;
   moe_ff_ = static_cast<int>(plan.moe_ff_size);
   if (cfg.moe.num_experts > 0) fused_decode_ = false;
 
@@ -406,6 +422,9 @@ CudaRunner::CudaRunner(const model::ModelConfig& cfg, const io::Checkpoint* chec
     }
   }
   if (scratch.fp8 || scratch.dequantize) fused_decode_ = false;  // its kernels read bf16 weights
+  setup_moe_on_device();
+  // Host-routed MoE layers synchronise inside the step: no graphs.
+  if (cfg.moe.num_experts > 0 && !moe_on_device_) use_graphs_ = false;
   linear_.emplace(stream_.get(), use_gemv_, scratch, std::max(kMaxPassTokens, kLogitRows),
                   std::max({hidden_, hq_ * hd_, ff_, moe_ff_}));
   // Zeros, not garbage, in the slots no step has written yet: cheap, and a
@@ -773,17 +792,105 @@ void CudaRunner::mlp(std::int64_t li) {
   pending_ = delta;
 }
 
-// Routed on the host (model::MoeRouter over the router's logits), then each chosen expert over its tokens
-// gathered: SwiGLU, down projection, and its weighted rows added into delta in expert order.
+void CudaRunner::setup_moe_on_device() {
+  const auto experts = static_cast<std::size_t>(cfg_.moe.num_experts);
+  if (experts == 0 || !env_flag("NEURON_CUDA_MOE_DEVICE", true) || !kernels::moe_experts_supported(hidden_, moe_ff_) ||
+      static_cast<std::size_t>(kMaxGraphBatch) * static_cast<std::size_t>(cfg_.moe.experts_per_token) >
+          static_cast<std::size_t>(kernels::kMoeMaxPairs))
+    return;
+  // One part of one type each, the same type across the layer's experts: that type, else nothing.
+  auto layer_type = [](const Layer& l, auto member) -> std::optional<quant::GgmlType> {
+    std::optional<quant::GgmlType> type;
+    for (const Layer::Expert& e : l.experts) {
+      const DeviceMatrix& m = e.*member;
+      if (m.parts.size() != 1 || (type && *type != m.parts[0].type)) return std::nullopt;
+      type = m.parts[0].type;
+    }
+    if (type && *type != quant::GgmlType::bf16 && !kernels::quant_moe_supported(*type)) return std::nullopt;
+    return type;
+  };
+  bool any_quant_gate_up = false;
+  for (Layer& l : layers_) {
+    if (l.experts.empty()) continue;
+    const auto gate_up = layer_type(l, &Layer::Expert::gate_up), down = layer_type(l, &Layer::Expert::down);
+    if (!gate_up || !down) return;
+    l.expert_gate_up_type = *gate_up;
+    l.expert_down_type = *down;
+    any_quant_gate_up = any_quant_gate_up || *gate_up != quant::GgmlType::bf16;
+  }
+  for (Layer& l : layers_) {
+    if (l.experts.empty()) continue;
+    std::vector<const void*> ptrs(2 * experts);  // [2, E]
+    for (std::size_t e = 0; e < experts; ++e) {
+      const Layer::Expert& ex = l.experts[e];
+      ptrs[e] = ex.gate_up.part_data(ex.gate_up.parts[0]);
+      ptrs[experts + e] = ex.down.part_data(ex.down.parts[0]);
+    }
+    l.expert_ptrs = DeviceBuffer(sizeof(const void*) * ptrs.size());
+    NEURON_CUDA_CHECK(cudaMemcpy(l.expert_ptrs.data(), ptrs.data(), l.expert_ptrs.bytes(), cudaMemcpyHostToDevice));
+  }
+  const auto pairs = static_cast<std::size_t>(kMaxGraphBatch) * static_cast<std::size_t>(cfg_.moe.experts_per_token);
+  // i32/f32 words: expert, weight, slot_pair, pair_slot [pairs] each; offsets, active [E + 1] each
+  moe_route_buf_ = DeviceBuffer(4 * (4 * pairs + 2 * (experts + 1)));
+  auto* words = moe_route_buf_.data<std::int32_t>();
+  moe_route_.expert = words;
+  moe_route_.weight = reinterpret_cast<float*>(words + pairs);
+  moe_route_.slot_pair = words + 2 * pairs;
+  moe_route_.pair_slot = words + 3 * pairs;
+  moe_route_.offsets = words + 4 * pairs;
+  moe_route_.active = words + 4 * pairs + experts + 1;
+  moe_act_ = DeviceBuffer(2 * pairs * static_cast<std::size_t>(moe_ff_));
+  moe_out_ = DeviceBuffer(4 * pairs * static_cast<std::size_t>(hidden_));
+  if (any_quant_gate_up) moe_gate_up_ = DeviceBuffer(2 * pairs * 2 * static_cast<std::size_t>(moe_ff_));
+  moe_on_device_ = true;
+}
+
+// Passes of up to kMaxGraphBatch tokens route and run on the device (moe_kernels.hpp, quant_moe_rows) when
+// setup_moe_on_device took the experts; longer passes (prefill), and experts it did not take (FP8, Q4_K,
+// mixed), route on the host.
 void CudaRunner::moe(std::int64_t li) {
   const Layer& layer = layers_[static_cast<std::size_t>(li)];
   cudaStream_t s = stream_.get();
   const int n = pass_.plan->tokens;
-  const auto experts = static_cast<std::int64_t>(layer.experts.size());
   bf16_t* h = h_.data<bf16_t>();
   float* delta = delta_.data<float>();
   kernels::add_rmsnorm(x_.data<float>(), pending_, w(layer.post_norm), h, n, hidden_, eps_, s);
   linear(h, n, layer.router, router_logits_.data<float>());
+  if (moe_on_device_ && n <= kMaxGraphBatch) {
+    const int experts = cfg_.moe.num_experts, k = cfg_.moe.experts_per_token;
+    const auto* ptrs = layer.expert_ptrs.data<const void*>();
+    kernels::moe_route(router_logits_.data<float>(), n, experts, k, cfg_.moe.norm_topk_prob, moe_route_, s);
+    kernels::moe_group(n, experts, k, moe_route_, s);
+    bf16_t* act = moe_act_.data<bf16_t>();
+    if (layer.expert_gate_up_type == quant::GgmlType::bf16) {
+      kernels::moe_gate_up(reinterpret_cast<const bf16_t* const*>(ptrs), h, n, k, experts, hidden_, moe_ff_, moe_route_,
+                           act, s);
+    } else {
+      kernels::quant_moe_rows(layer.expert_gate_up_type, ptrs, 2 * moe_ff_, hidden_, h, true, n, k, experts, moe_route_,
+                              moe_gate_up_.data<bf16_t>(), s);
+      kernels::swiglu(moe_gate_up_.data<bf16_t>(), n * k, moe_ff_, act, s);
+    }
+    if (layer.expert_down_type == quant::GgmlType::bf16)
+      kernels::moe_down(reinterpret_cast<const bf16_t* const*>(ptrs + experts), act, n, k, experts, hidden_, moe_ff_,
+                        moe_route_, moe_out_.data<float>(), s);
+    else
+      kernels::quant_moe_rows(layer.expert_down_type, ptrs + experts, hidden_, moe_ff_, act, false, n, k, experts,
+                              moe_route_, moe_out_.data<float>(), s);
+    kernels::moe_combine(moe_out_.data<float>(), n, k, hidden_, moe_route_, delta, s);
+  } else {
+    moe_on_host(layer, n);
+  }
+  all_reduce(delta, static_cast<std::size_t>(n) * hidden_);
+  pending_ = delta;
+}
+
+// Routed on the host (model::MoeRouter over the router's logits), then each chosen expert over its tokens
+// gathered: SwiGLU, down projection, and its weighted rows added into delta in expert order.
+void CudaRunner::moe_on_host(const Layer& layer, int n) {
+  cudaStream_t s = stream_.get();
+  const auto experts = static_cast<std::int64_t>(layer.experts.size());
+  bf16_t* h = h_.data<bf16_t>();
+  float* delta = delta_.data<float>();
   NEURON_CUDA_CHECK(cudaMemcpyAsync(router_host_.data(), router_logits_.data(), 4 * static_cast<std::size_t>(n) * experts,
                                     cudaMemcpyDeviceToHost, s));
   stream_.synchronize();  // also: no earlier copy still reads moe_host_
@@ -813,8 +920,6 @@ void CudaRunner::moe(std::int64_t li) {
     kernels::scatter_add_rows(expert_out_.data<float>(), rows_dev + at, weights_dev + at, m, hidden_, delta, s);
     at += static_cast<std::size_t>(m);
   }
-  all_reduce(delta, static_cast<std::size_t>(n) * hidden_);
-  pending_ = delta;
 }
 
 void CudaRunner::lm_head(const bf16_t* h_rows, int rows, float* out) {

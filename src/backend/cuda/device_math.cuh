@@ -1,6 +1,6 @@
 #pragma once
 // The small device helpers every kernel file shares: bf16 to and from f32
-// (the bit pattern, as kernels.hpp passes it), warp reductions, storing a
+// (the bit pattern, as kernels.hpp passes it), an 8-wide bf16 dot product, warp reductions, storing a
 // result row (f32 stored or added, bf16 rounded), words from a 2-byte
 // aligned address (packed quantized blocks), and a grid-stride launch size.
 #include <cuda_bf16.h>
@@ -25,6 +25,21 @@ __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
+}
+
+// The dot product of eight bf16 weights and eight bf16 inputs (16-byte vectors), in f32.
+__device__ __forceinline__ float dot8(uint4 w, uint4 x) {
+  const __nv_bfloat162* wp = reinterpret_cast<const __nv_bfloat162*>(&w);
+  const __nv_bfloat162* xp = reinterpret_cast<const __nv_bfloat162*>(&x);
+  float acc = 0.f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 a = __bfloat1622float2(wp[i]);
+    const float2 b = __bfloat1622float2(xp[i]);
+    acc = fmaf(a.x, b.x, acc);
+    acc = fmaf(a.y, b.y, acc);
+  }
+  return acc;
 }
 
 // y[i] = v, or y[i] += v (f32; one thread owns each output, so the sum is deterministic); bf16 rounds.

@@ -205,20 +205,6 @@ __global__ void swiglu_kernel(const bf16_t* gate_up, int f, bf16_t* out) {
   }
 }
 
-__device__ __forceinline__ float dot8(uint4 w, uint4 x) {
-  const __nv_bfloat162* wp = reinterpret_cast<const __nv_bfloat162*>(&w);
-  const __nv_bfloat162* xp = reinterpret_cast<const __nv_bfloat162*>(&x);
-  float acc = 0.f;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 a = __bfloat1622float2(wp[i]);
-    const float2 b = __bfloat1622float2(xp[i]);
-    acc = fmaf(a.x, b.x, acc);
-    acc = fmaf(a.y, b.y, acc);
-  }
-  return acc;
-}
-
 __device__ __forceinline__ void store(float* y, int r, float v) { y[r] = v; }
 __device__ __forceinline__ void store(bf16_t* y, int r, float v) { y[r] = to_bf(v); }
 

@@ -421,6 +421,85 @@ __global__ void __launch_bounds__(kGemvWarps * 32, N == 1 ? kGemvMinBlocks : 1)
     }
 }
 
+// quant_moe_rows: quant_gemv_kernel's rows and runs, for the slots of the expert in use blockIdx.y, up to
+// kFmaGemvTokens of them a pass over the rows.
+template <class Q, class OutT>
+__global__ void __launch_bounds__(kGemvWarps * 32)
+    quant_moe_kernel(const std::uint8_t* const* w, std::size_t row_bytes, int rows, int cols, const bf16_t* x, int k,
+                     bool x_by_token, MoeRoute route, OutT* y) {
+  constexpr int R = kGemvRowsPerWarp, G = Q::kGroup, N = kFmaGemvTokens;
+  grid_dependency_wait();
+  if (static_cast<int>(blockIdx.y) >= route.active[0]) return;
+  const int e = route.active[1 + blockIdx.y];
+  const int lane = threadIdx.x & 31;
+  const int row0 = (blockIdx.x * kGemvWarps + static_cast<int>(threadIdx.x >> 5)) * R;
+  if (row0 >= rows) return;
+  const int units = cols / Q::kBlock * Q::kUnits;
+  const std::uint8_t* wr[R];
+#pragma unroll
+  for (int i = 0; i < R; ++i) wr[i] = w[e] + static_cast<std::size_t>(min(row0 + i, rows - 1)) * row_bytes;
+  const int end = route.offsets[e + 1];
+  for (int s0 = route.offsets[e]; s0 < end; s0 += N) {
+    const int m = min(N, end - s0);
+    const bf16_t* xr[N];
+#pragma unroll
+    for (int t = 0; t < N; ++t) {
+      const int s = s0 + min(t, m - 1);
+      xr[t] = x + static_cast<std::size_t>(x_by_token ? route.slot_pair[s] / k : s) * cols;
+    }
+    float acc[R][N] = {};
+    typename Q::Raw raw[G][R];
+    for (int u0 = lane; u0 < units; u0 += 32 * G) {
+#pragma unroll
+      for (int g = 0; g < G; ++g)
+        if (u0 + 32 * g < units)
+#pragma unroll
+          for (int i = 0; i < R; ++i) raw[g][i] = Q::load(wr[i], u0 + 32 * g);
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        const int u = u0 + 32 * g;
+        if (u >= units) break;
+#pragma unroll
+        for (int run = 0; run < Q::kRuns; ++run) {
+          float q[R][16], a[R], b[R];
+#pragma unroll
+          for (int i = 0; i < R; ++i) Q::run(raw[g][i], u, run, q[i], a[i], b[i]);
+          const int c = Q::col(u, run);
+#pragma unroll
+          for (int t = 0; t < N; ++t) {
+            if (t >= m) break;
+            const uint4* xp = reinterpret_cast<const uint4*>(xr[t] + c);
+            const uint4 xv[2] = {__ldg(xp), __ldg(xp + 1)};
+            const unsigned* xw = reinterpret_cast<const unsigned*>(xv);
+            float xf[16], sx = 0.f;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+              xf[2 * j] = __uint_as_float(xw[j] << 16);
+              xf[2 * j + 1] = __uint_as_float(xw[j] & 0xffff0000u);
+              sx += xf[2 * j] + xf[2 * j + 1];
+            }
+#pragma unroll
+            for (int i = 0; i < R; ++i) {
+              float dot = 0.f;
+#pragma unroll
+              for (int j = 0; j < 16; ++j) dot = fmaf(q[i][j], xf[j], dot);
+              acc[i][t] = fmaf(a[i], dot, fmaf(b[i], sx, acc[i][t]));
+            }
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < R; ++i)
+#pragma unroll
+      for (int t = 0; t < N; ++t) {
+        if (t >= m) break;  // m is the same in every lane
+        const float v = warp_sum(acc[i][t]);
+        if (lane == 0 && row0 + i < rows) emit(y, static_cast<std::size_t>(s0 + t) * rows + row0 + i, v, false);
+      }
+  }
+}
+
 // Where dequantize_kernel puts a run of 16 weights (16-element aligned): f32,
 // or two bf16 terms; 16-byte stores, so a warp writes whole sectors.
 struct F32Out {
@@ -557,7 +636,36 @@ void gemv_dispatch(GgmlType type, const void* w, int rows, int cols, const bf16_
   });
 }
 
+template <class OutT>
+void quant_moe_dispatch(GgmlType type, const void* const* w, int rows, int cols, const bf16_t* x, bool x_by_token, int n,
+                        int k, int experts, const MoeRoute& route, OutT* y, cudaStream_t stream) {
+  if (rows <= 0 || n <= 0) return;
+  NEURON_ASSERT(quant_moe_supported(type) && cols > 0 && cols % quant::traits(type).block_size == 0 && cols % 8 == 0);
+  const std::size_t row_bytes = quant::row_bytes(type, cols);
+  const int rows_per_block = kGemvWarps * kGemvRowsPerWarp;
+  const dim3 grid(static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block),
+                  static_cast<unsigned>(std::min<long long>(static_cast<long long>(n) * k, experts)));
+  with_gemv_view(type, [&](auto q) {
+    using Q = decltype(q);
+    launch(quant_moe_kernel<Q, OutT>, grid, kGemvWarps * 32, 0, stream, "quant_moe_rows",
+           reinterpret_cast<const std::uint8_t* const*>(w), row_bytes, rows, cols, x, k, x_by_token, route, y);
+  });
+}
+
 }  // namespace
+
+bool quant_moe_supported(GgmlType type) noexcept {
+  return type == GgmlType::q8_0 || type == GgmlType::q4_0 || type == GgmlType::q5_k || type == GgmlType::q6_k;
+}
+
+void quant_moe_rows(GgmlType type, const void* const* w, int rows, int cols, const bf16_t* x, bool x_by_token, int n,
+                    int k, int experts, const MoeRoute& route, bf16_t* y, cudaStream_t stream) {
+  quant_moe_dispatch(type, w, rows, cols, x, x_by_token, n, k, experts, route, y, stream);
+}
+void quant_moe_rows(GgmlType type, const void* const* w, int rows, int cols, const bf16_t* x, bool x_by_token, int n,
+                    int k, int experts, const MoeRoute& route, float* y, cudaStream_t stream) {
+  quant_moe_dispatch(type, w, rows, cols, x, x_by_token, n, k, experts, route, y, stream);
+}
 
 bool quant_supported(GgmlType type) noexcept {
   return type == GgmlType::q8_0 || type == GgmlType::q4_0 || type == GgmlType::q4_k || type == GgmlType::q5_k ||

@@ -19,6 +19,7 @@
 #include <cstdint>
 
 #include "backend/cuda/kernels.hpp"
+#include "backend/cuda/moe_kernels.hpp"
 #include "quant/ggml_type.hpp"
 
 namespace neuron::backend::cuda::kernels {
@@ -48,6 +49,17 @@ void dequantize_f32(quant::GgmlType type, const void* w, int rows, int cols, flo
 // ~4e-6 (of sum |w x|) of the f32 product.
 void dequantize_bf16_split(quant::GgmlType type, const void* w, int rows, int cols, bf16_t* hi, bf16_t* lo,
                            cudaStream_t stream);
+
+// A MoE layer's block-quantized experts in use (moe_kernels.hpp's grouping of n tokens, k experts each):
+// y[s, :] = W_e x(s) for every slot s of every expert e with a token, W_e [rows, cols] packed at w[e] (device
+// pointers), x(s) = row slot_pair[s] / k of x ([n, cols]) when x_by_token, else row s of x ([n k, cols]).
+// y: [n k, rows]. Each warp reads its rows' blocks once per eight of the expert's slots (the FMA GEMV's
+// views: Q8_0, Q4_0, Q5_K, Q6_K; not Q4_K, whose rows only the tensor-core GEMV decodes).
+bool quant_moe_supported(quant::GgmlType type) noexcept;
+void quant_moe_rows(quant::GgmlType type, const void* const* w, int rows, int cols, const bf16_t* x, bool x_by_token,
+                    int n, int k, int experts, const MoeRoute& route, bf16_t* y, cudaStream_t stream);
+void quant_moe_rows(quant::GgmlType type, const void* const* w, int rows, int cols, const bf16_t* x, bool x_by_token,
+                    int n, int k, int experts, const MoeRoute& route, float* y, cudaStream_t stream);
 
 // y[t * ldy + r] = bf16(src[t * rows + r]) for t < n, r < rows: an f32 product to its bf16 destination.
 void store_rows_bf16(const float* src, int n, int rows, bf16_t* y, int ldy, cudaStream_t stream);

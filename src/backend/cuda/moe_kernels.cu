@@ -1,0 +1,279 @@
+#include "backend/cuda/moe_kernels.hpp"
+
+#include <climits>
+
+#include "backend/cuda/device_math.cuh"
+#include "backend/cuda/launch.cuh"
+#include "util/error.hpp"
+
+namespace neuron::backend::cuda::kernels {
+namespace {
+
+constexpr int kRouteWarps = 4;   // tokens a routing block takes, one a warp
+constexpr int kGroupThreads = 1024;
+constexpr int kExpertWarps = 4;  // weight rows an expert block takes, one a warp
+constexpr int kExpertTokens = 8; // an expert's tokens multiplied per pass over a weight row
+
+// One warp a token: softmax over the E logits (in shared memory), then k
+// rounds of a warp-wide argmax (the larger probability, the lower expert on
+// a tie), each taking its expert out of the running. A NaN probability
+// becomes -0.5, below every probability and above a taken one (-1), so
+// every token gets k distinct experts whatever its logits.
+__global__ void __launch_bounds__(32 * kRouteWarps)
+    moe_route_kernel(const float* logits, int n, int experts, int k, bool norm_topk, MoeRoute r) {
+  extern __shared__ float probs[];  // [kRouteWarps, experts]
+  grid_dependency_wait();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int token = blockIdx.x * kRouteWarps + warp;
+  if (token >= n) return;
+  float* p = probs + warp * experts;
+  const float* row = logits + static_cast<std::size_t>(token) * experts;
+  float top = -INFINITY;
+  for (int e = lane; e < experts; e += 32) {
+    p[e] = row[e];
+    top = fmaxf(top, p[e]);
+  }
+  top = warp_max(top);
+  float sum = 0.f;
+  for (int e = lane; e < experts; e += 32) sum += (p[e] = expf(p[e] - top));
+  sum = warp_sum(sum);
+  for (int e = lane; e < experts; e += 32) {
+    const float v = p[e] / sum;
+    p[e] = isnan(v) ? -0.5f : v;
+  }
+  __syncwarp();
+  int* chosen_expert = r.expert + static_cast<std::size_t>(token) * k;
+  float* chosen_weight = r.weight + static_cast<std::size_t>(token) * k;
+  float chosen = 0.f;
+  for (int j = 0; j < k; ++j) {
+    float best = -INFINITY;
+    int id = INT_MAX;
+    for (int e = lane; e < experts; e += 32)
+      if (p[e] > best) {  // ascending e: a lane keeps its first maximum
+        best = p[e];
+        id = e;
+      }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+      const float ob = __shfl_xor_sync(0xffffffffu, best, off);
+      const int oi = __shfl_xor_sync(0xffffffffu, id, off);
+      if (ob > best || (ob == best && oi < id)) {
+        best = ob;
+        id = oi;
+      }
+    }
+    chosen += best;
+    if (lane == 0) {
+      chosen_expert[j] = id;
+      chosen_weight[j] = best;
+      p[id] = -1.f;
+    }
+    __syncwarp();
+  }
+  if (norm_topk)
+    for (int j = lane; j < k; j += 32) chosen_weight[j] /= chosen;
+}
+
+// One block: count each expert's pairs, their offsets (thread 0; E is small), then each warp places the
+// pairs of its experts in pair order, 32 pairs a ballot.
+__global__ void __launch_bounds__(kGroupThreads) moe_group_kernel(int pairs, int experts, MoeRoute r) {
+  extern __shared__ int group_smem[];
+  int* ids = group_smem;          // [pairs]
+  int* count = ids + pairs;       // [experts]
+  int* first = count + experts;   // [experts]
+  grid_dependency_wait();
+  for (int p = threadIdx.x; p < pairs; p += blockDim.x) ids[p] = r.expert[p];
+  for (int e = threadIdx.x; e < experts; e += blockDim.x) count[e] = 0;
+  __syncthreads();
+  for (int p = threadIdx.x; p < pairs; p += blockDim.x) atomicAdd(&count[ids[p]], 1);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int at = 0, used = 0;
+    for (int e = 0; e < experts; ++e) {
+      first[e] = at;
+      r.offsets[e] = at;
+      at += count[e];
+      if (count[e] > 0) r.active[1 + used++] = e;
+    }
+    r.offsets[experts] = at;
+    r.active[0] = used;
+  }
+  __syncthreads();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+  for (int e = warp; e < experts; e += warps) {
+    if (count[e] == 0) continue;
+    int slot = first[e];
+    for (int p0 = 0; p0 < pairs; p0 += 32) {
+      const int p = p0 + lane;
+      const bool hit = p < pairs && ids[p] == e;
+      const unsigned mask = __ballot_sync(0xffffffffu, hit);
+      if (hit) {
+        const int s = slot + __popc(mask & ((1u << lane) - 1u));
+        r.slot_pair[s] = p;
+        r.pair_slot[p] = s;
+      }
+      slot += __popc(mask);
+    }
+  }
+}
+
+// Block (row tile, a): the a-th expert in use (none: the block returns). Warp w takes row
+// j = tile * kExpertWarps + w of the expert's [rows, cols] weights; for each run of up to kExpertTokens of
+// the expert's slots, every lane holds its 16-byte pieces of the row while it meets each slot's input row,
+// then the warp sums each slot's partial products. Emit(slot, j, sum) stores.
+template <class Input, class Emit>
+__device__ __forceinline__ void expert_rows(const bf16_t* const* weights, int rows, int cols, const MoeRoute& r,
+                                            Input input, Emit emit) {
+  const int a = blockIdx.y;
+  if (a >= r.active[0]) return;
+  const int e = r.active[1 + a];
+  const int j = blockIdx.x * kExpertWarps + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+  if (j >= rows) return;
+  const int chunks = cols / 8;
+  const uint4* w = reinterpret_cast<const uint4*>(weights[e] + static_cast<std::size_t>(j) * cols);
+  const int end = r.offsets[e + 1];
+  for (int s0 = r.offsets[e]; s0 < end; s0 += kExpertTokens) {
+    const int m = min(kExpertTokens, end - s0);
+    const uint4* x[kExpertTokens];
+#pragma unroll
+    for (int t = 0; t < kExpertTokens; ++t) x[t] = reinterpret_cast<const uint4*>(input(s0 + min(t, m - 1)));
+    float acc[kExpertTokens] = {};
+#pragma unroll 4
+    for (int c = lane; c < chunks; c += 32) {
+      const uint4 wv = __ldg(w + c);
+#pragma unroll
+      for (int t = 0; t < kExpertTokens; ++t)
+        if (t < m) acc[t] += dot8(wv, __ldg(x[t] + c));
+    }
+#pragma unroll
+    for (int t = 0; t < kExpertTokens; ++t)
+      if (t < m) {  // m is the same in every lane
+        const float v = warp_sum(acc[t]);
+        if (lane == 0) emit(s0 + t, j, v);
+      }
+  }
+}
+
+// Gate row j and up row j in one warp: the SwiGLU needs both, rounded as swiglu_kernel rounds them.
+__global__ void __launch_bounds__(32 * kExpertWarps)
+    moe_gate_up_kernel(const bf16_t* const* gate_up, const bf16_t* h, int k, int hidden, int ff, MoeRoute r,
+                       bf16_t* act) {
+  grid_dependency_wait();
+  const int a = blockIdx.y;
+  if (a >= r.active[0]) return;
+  const int e = r.active[1 + a];
+  const int j = blockIdx.x * kExpertWarps + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+  if (j >= ff) return;
+  const int chunks = hidden / 8;
+  const uint4* g = reinterpret_cast<const uint4*>(gate_up[e] + static_cast<std::size_t>(j) * hidden);
+  const uint4* u = reinterpret_cast<const uint4*>(gate_up[e] + static_cast<std::size_t>(ff + j) * hidden);
+  const int end = r.offsets[e + 1];
+  for (int s0 = r.offsets[e]; s0 < end; s0 += kExpertTokens) {
+    const int m = min(kExpertTokens, end - s0);
+    const uint4* x[kExpertTokens];
+#pragma unroll
+    for (int t = 0; t < kExpertTokens; ++t)
+      x[t] = reinterpret_cast<const uint4*>(h + static_cast<std::size_t>(r.slot_pair[s0 + min(t, m - 1)] / k) * hidden);
+    float ag[kExpertTokens] = {}, au[kExpertTokens] = {};
+#pragma unroll 2
+    for (int c = lane; c < chunks; c += 32) {
+      const uint4 wg = __ldg(g + c), wu = __ldg(u + c);
+#pragma unroll
+      for (int t = 0; t < kExpertTokens; ++t)
+        if (t < m) {
+          const uint4 xv = __ldg(x[t] + c);
+          ag[t] += dot8(wg, xv);
+          au[t] += dot8(wu, xv);
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < kExpertTokens; ++t)
+      if (t < m) {
+        const float gv = bf(to_bf(warp_sum(ag[t]))), uv = bf(to_bf(warp_sum(au[t])));
+        if (lane == 0) {
+          const float silu = bf(to_bf(gv / (1.f + __expf(-gv))));
+          act[static_cast<std::size_t>(s0 + t) * ff + j] = to_bf(silu * uv);
+        }
+      }
+  }
+}
+
+struct ActRows {
+  const bf16_t* act;
+  int ff;
+  __device__ const bf16_t* operator()(int slot) const { return act + static_cast<std::size_t>(slot) * ff; }
+};
+struct StoreOut {
+  float* out;
+  int hidden;
+  __device__ void operator()(int slot, int row, float v) const { out[static_cast<std::size_t>(slot) * hidden + row] = v; }
+};
+
+__global__ void __launch_bounds__(32 * kExpertWarps)
+    moe_down_kernel(const bf16_t* const* down, const bf16_t* act, int hidden, int ff, MoeRoute r, float* out) {
+  grid_dependency_wait();
+  expert_rows(down, hidden, ff, r, ActRows{act, ff}, StoreOut{out, hidden});
+}
+
+// One block a token: its k experts' rows summed in routing order (deterministic).
+__global__ void moe_combine_kernel(const float* out, int k, int hidden, MoeRoute r, float* delta) {
+  grid_dependency_wait();
+  const int t = blockIdx.x;
+  const int* slot = r.pair_slot + static_cast<std::size_t>(t) * k;
+  const float* w = r.weight + static_cast<std::size_t>(t) * k;
+  for (int c = threadIdx.x; c < hidden; c += blockDim.x) {
+    float acc = 0.f;
+    for (int j = 0; j < k; ++j) acc += w[j] * out[static_cast<std::size_t>(slot[j]) * hidden + c];
+    delta[static_cast<std::size_t>(t) * hidden + c] = acc;
+  }
+}
+
+unsigned experts_in_use(int n, int k, int experts) {
+  return static_cast<unsigned>(std::min<long long>(static_cast<long long>(n) * k, experts));
+}
+
+}  // namespace
+
+bool moe_experts_supported(int hidden, int moe_ff) noexcept {
+  return hidden > 0 && moe_ff > 0 && hidden % 8 == 0 && moe_ff % 8 == 0;
+}
+
+void moe_route(const float* logits, int n, int experts, int k, bool norm_topk, const MoeRoute& r,
+               cudaStream_t stream) {
+  if (n <= 0) return;
+  NEURON_ASSERT(k >= 1 && k <= experts);
+  const dim3 grid(static_cast<unsigned>((n + kRouteWarps - 1) / kRouteWarps));
+  launch(moe_route_kernel, grid, 32 * kRouteWarps, sizeof(float) * kRouteWarps * experts, stream, "moe_route", logits,
+         n, experts, k, norm_topk, r);
+}
+
+void moe_group(int n, int experts, int k, const MoeRoute& r, cudaStream_t stream) {
+  if (n <= 0) return;
+  const int pairs = n * k;
+  NEURON_ASSERT(pairs <= kMoeMaxPairs);
+  launch(moe_group_kernel, dim3(1), kGroupThreads, sizeof(int) * (pairs + 2 * static_cast<std::size_t>(experts)),
+         stream, "moe_group", pairs, experts, r);
+}
+
+void moe_gate_up(const bf16_t* const* gate_up, const bf16_t* h, int n, int k, int experts, int hidden, int ff,
+                 const MoeRoute& r, bf16_t* act, cudaStream_t stream) {
+  if (n <= 0) return;
+  NEURON_ASSERT(moe_experts_supported(hidden, ff));
+  const dim3 grid(static_cast<unsigned>((ff + kExpertWarps - 1) / kExpertWarps), experts_in_use(n, k, experts));
+  launch(moe_gate_up_kernel, grid, 32 * kExpertWarps, 0, stream, "moe_gate_up", gate_up, h, k, hidden, ff, r, act);
+}
+
+void moe_down(const bf16_t* const* down, const bf16_t* act, int n, int k, int experts, int hidden, int ff,
+              const MoeRoute& r, float* out, cudaStream_t stream) {
+  if (n <= 0) return;
+  NEURON_ASSERT(moe_experts_supported(hidden, ff));
+  const dim3 grid(static_cast<unsigned>((hidden + kExpertWarps - 1) / kExpertWarps), experts_in_use(n, k, experts));
+  launch(moe_down_kernel, grid, 32 * kExpertWarps, 0, stream, "moe_down", down, act, hidden, ff, r, out);
+}
+
+void moe_combine(const float* out, int n, int k, int hidden, const MoeRoute& r, float* delta, cudaStream_t stream) {
+  if (n <= 0) return;
+  launch(moe_combine_kernel, dim3(static_cast<unsigned>(n)), 256, 0, stream, "moe_combine", out, k, hidden, r, delta);
+}
+
+}  // namespace neuron::backend::cuda::kernels
