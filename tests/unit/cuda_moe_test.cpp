@@ -4,8 +4,8 @@
 // inverse), and the layer's output over bf16 experts for 1, 3, 37 and 256
 // tokens of Qwen3-30B-A3B's routing (128 experts, 8 a token) and for a small
 // 8-expert top-2. A token whose logits are NaN still gets k distinct experts.
-// Block-quantized experts (quant_moe_rows: Q8_0, Q6_K) against their
-// dequantized weights, rows taken by token and by slot.
+// Block-quantized experts (quant_moe_rows, quant_moe_swiglu: Q8_0, Q6_K)
+// against their dequantized weights, rows taken by token and by slot.
 // Skips without a GPU; compiles to a single skipped test without CUDA.
 #include <gtest/gtest.h>
 
@@ -35,6 +35,7 @@ class CudaMoe : public test_support::CudaFixture {
   struct Case {
     int n, experts, k, hidden, ff;
     bool norm_topk;
+    bool fused = false;  // moe_route_group rather than moe_route then moe_group
   };
 
   // Routing buffers for n tokens, laid out as the runner lays them out.
@@ -79,8 +80,12 @@ class CudaMoe : public test_support::CudaFixture {
     auto out = poisoned(4 * pairs * c.hidden);
     auto delta = poisoned(4 * static_cast<std::size_t>(c.n) * c.hidden);
     const auto* table = dptrs.data<const bf16_t*>();
-    kernels::moe_route(dlogits.data<float>(), c.n, c.experts, c.k, c.norm_topk, rt.r, s());
-    kernels::moe_group(c.n, c.experts, c.k, rt.r, s());
+    if (c.fused) {
+      kernels::moe_route_group(dlogits.data<float>(), c.n, c.experts, c.k, c.norm_topk, rt.r, s());
+    } else {
+      kernels::moe_route(dlogits.data<float>(), c.n, c.experts, c.k, c.norm_topk, rt.r, s());
+      kernels::moe_group(c.n, c.experts, c.k, rt.r, s());
+    }
     kernels::moe_gate_up(table, dh.data<bf16_t>(), c.n, c.k, c.experts, c.hidden, c.ff, rt.r, act.data<bf16_t>(), s());
     kernels::moe_down(table + E, act.data<bf16_t>(), c.n, c.k, c.experts, c.hidden, c.ff, rt.r, out.data<float>(), s());
     kernels::moe_combine(out.data<float>(), c.n, c.k, c.hidden, rt.r, delta.data<float>(), s());
@@ -162,10 +167,19 @@ class CudaMoe : public test_support::CudaFixture {
   }
 };
 
-TEST_F(CudaMoe, OneToken) { run({1, 128, 8, 64, 48, true}); }
-TEST_F(CudaMoe, AFewTokens) { run({3, 128, 8, 256, 32, true}); }
-TEST_F(CudaMoe, ExpertsWithMoreThanEightTokensTakeSeveralPasses) { run({37, 8, 2, 64, 40, true}); }
-TEST_F(CudaMoe, AFullGraphBatchWithoutRenormalisation) { run({256, 128, 8, 32, 16, false}); }
+TEST_F(CudaMoe, OneToken) {
+  run({1, 128, 8, 64, 48, true});
+  run({1, 128, 8, 64, 48, true, true});
+}
+TEST_F(CudaMoe, AFewTokens) { run({3, 128, 8, 256, 32, true, true}); }
+TEST_F(CudaMoe, ExpertsWithMoreThanEightTokensTakeSeveralPasses) {
+  run({37, 8, 2, 64, 40, true});
+  run({37, 8, 2, 64, 40, true, true});
+}
+TEST_F(CudaMoe, AFullGraphBatchWithoutRenormalisation) {
+  run({256, 128, 8, 32, 16, false});
+  run({256, 128, 8, 32, 16, false, true});
+}
 
 TEST_F(CudaMoe, NanLogitsStillPickDistinctExperts) {
   const int n = 2, experts = 16, k = 4;
@@ -173,8 +187,7 @@ TEST_F(CudaMoe, NanLogitsStillPickDistinctExperts) {
   for (int e = 0; e < experts; ++e) logits[experts + e] = (e == 5 || e == 9) ? std::numeric_limits<float>::quiet_NaN() : float(e % 7);
   auto d = upload(logits);
   Routing rt = routing(n, k, experts);
-  kernels::moe_route(d.data<float>(), n, experts, k, true, rt.r, s());
-  kernels::moe_group(n, experts, k, rt.r, s());
+  kernels::moe_route_group(d.data<float>(), n, experts, k, true, rt.r, s());
   const auto words = download<std::int32_t>(rt.buf, 2 * n * k);
   for (int t = 0; t < n; ++t) {
     std::set<int> seen;
@@ -186,11 +199,12 @@ TEST_F(CudaMoe, NanLogitsStillPickDistinctExperts) {
     }
     EXPECT_EQ(seen.size(), static_cast<std::size_t>(k)) << "token " << t;
   }
-  // Token 1: the largest finite logits (6 at experts 6 and 13, then 5 at 12, then 4), NaNs last.
+  // Token 0 (all NaN): any k distinct experts. Token 1: a NaN logit counts as -inf, so the largest
+  // finite logits win: 6 at experts 6 and 13, then 5 at 12, then 4 at 4 and 11 (the lower).
   EXPECT_EQ(words[k + 0], 6);
   EXPECT_EQ(words[k + 1], 13);
   EXPECT_EQ(words[k + 2], 12);
-  EXPECT_EQ(words[k + 3], 4);  // 4 at experts 4 and 11: the lower wins
+  EXPECT_EQ(words[k + 3], 4);
 }
 
 TEST_F(CudaMoe, QuantizedExpertRowsMatchTheirDequantizedWeights) {
@@ -243,6 +257,31 @@ TEST_F(CudaMoe, QuantizedExpertRowsMatchTheirDequantizedWeights) {
           }
         }
       EXPECT_LT(std::sqrt(num / den), 1e-5) << quant::ggml_type_name(type) << (by_token ? " by token" : " by slot");
+      if (!by_token) continue;
+      // The same blocks as gate_up of ff = rows / 2: act = silu(gate . x) * (up . x), bf16.
+      const int ff = rows / 2;
+      auto act = poisoned(2 * pairs * ff);
+      kernels::quant_moe_swiglu(type, dptrs.data<const void*>(), ff, cols, dx.data<bf16_t>(), n, k, experts, rt.r,
+                                act.data<bf16_t>(), s());
+      const auto a = download<bf16_t>(act, pairs * ff);
+      num = den = 0;
+      for (int e = 0; e < experts; ++e)
+        for (int slot = offsets[e]; slot < offsets[e + 1]; ++slot) {
+          const auto row = static_cast<std::size_t>(slot_pair[slot] / k);
+          for (int j = 0; j < ff; ++j) {
+            double g = 0, u = 0;
+            for (int c = 0; c < cols; ++c) {
+              const double xv = bf16_to_f32(x[row * cols + c]);
+              g += double(dense[e][static_cast<std::size_t>(j) * cols + c]) * xv;
+              u += double(dense[e][static_cast<std::size_t>(ff + j) * cols + c]) * xv;
+            }
+            const double ref = g / (1 + std::exp(-g)) * u, v = bf16_to_f32(a[static_cast<std::size_t>(slot) * ff + j]);
+            ASSERT_TRUE(std::isfinite(v)) << "slot " << slot << " column " << j;
+            num += (v - ref) * (v - ref);
+            den += ref * ref;
+          }
+        }
+      EXPECT_LT(std::sqrt(num / den), 1e-2) << quant::ggml_type_name(type) << " swiglu";
     }
   }
 }

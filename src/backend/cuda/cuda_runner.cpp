@@ -76,6 +76,7 @@ constexpr int kMaxPassTokens = 4096;  // rows per pass; a step with more tokens 
 constexpr std::array<int, 14> kGraphLadder = {1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 160, 192, 224, 256};
 constexpr int kMaxGraphBatch = kGraphLadder.back();
 constexpr int kLogitRows = kMaxGraphBatch;  // rows per LM-head pass (a graph's whole batch)
+constexpr int kMoeEagerDeviceTokens = 64;    // an eager pass's most tokens on the device MoE path (CudaRunner::moe)
 constexpr int kMaxDecodeSplits = kernels::kDecodeMaxSplits;
 constexpr int kSplitBuckets = 7;  // graphs' decode splits: 1, 2, 4, ..., kMaxDecodeSplits
 constexpr std::size_t kStagingBytes = std::size_t{64} << 20;
@@ -318,7 +319,6 @@ class CudaRunner final : public ModelRunner, private model::BlockOps {
   // The device MoE path (moe_kernels.hpp): passes of up to kMaxGraphBatch tokens over bf16 experts or
   // block-quantized ones of the types kernels::quant_moe_supported takes.
   bool moe_on_device_ = false;
-  DeviceBuffer moe_gate_up_;    // [kMaxGraphBatch k, 2 moe_ff] bf16 by slot: block-quantized gate_up products
   DeviceBuffer moe_route_buf_;  // the buffers of moe_route_ for kMaxGraphBatch tokens
   kernels::MoeRoute moe_route_;
   DeviceBuffer moe_act_;        // [kMaxGraphBatch k, moe_ff] bf16 by slot
@@ -809,14 +809,12 @@ void CudaRunner::setup_moe_on_device() {
     if (type && *type != quant::GgmlType::bf16 && !kernels::quant_moe_supported(*type)) return std::nullopt;
     return type;
   };
-  bool any_quant_gate_up = false;
   for (Layer& l : layers_) {
     if (l.experts.empty()) continue;
     const auto gate_up = layer_type(l, &Layer::Expert::gate_up), down = layer_type(l, &Layer::Expert::down);
     if (!gate_up || !down) return;
     l.expert_gate_up_type = *gate_up;
     l.expert_down_type = *down;
-    any_quant_gate_up = any_quant_gate_up || *gate_up != quant::GgmlType::bf16;
   }
   for (Layer& l : layers_) {
     if (l.experts.empty()) continue;
@@ -841,7 +839,6 @@ void CudaRunner::setup_moe_on_device() {
   moe_route_.active = words + 4 * pairs + experts + 1;
   moe_act_ = DeviceBuffer(2 * pairs * static_cast<std::size_t>(moe_ff_));
   moe_out_ = DeviceBuffer(4 * pairs * static_cast<std::size_t>(hidden_));
-  if (any_quant_gate_up) moe_gate_up_ = DeviceBuffer(2 * pairs * 2 * static_cast<std::size_t>(moe_ff_));
   moe_on_device_ = true;
 }
 
@@ -856,19 +853,22 @@ void CudaRunner::moe(std::int64_t li) {
   float* delta = delta_.data<float>();
   kernels::add_rmsnorm(x_.data<float>(), pending_, w(layer.post_norm), h, n, hidden_, eps_, s);
   linear(h, n, layer.router, router_logits_.data<float>());
-  if (moe_on_device_ && n <= kMaxGraphBatch) {
+  // A graph's pass (captured: no host synchronisation) runs on the device up to the largest graph batch; an
+  // eager one up to kMoeEagerDeviceTokens, past which the host-routed cuBLAS products are the faster
+  // (bench/cuda/runs/moe-2026-12-06: 128 prompt tokens of 30B-A3B, 71 ms on the device, 42 on the host).
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  NEURON_CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
+  const bool captured = capture == cudaStreamCaptureStatusActive;
+  if (moe_on_device_ && n <= kMaxGraphBatch && (captured || n <= kMoeEagerDeviceTokens)) {
     const int experts = cfg_.moe.num_experts, k = cfg_.moe.experts_per_token;
     const auto* ptrs = layer.expert_ptrs.data<const void*>();
-    kernels::moe_route(router_logits_.data<float>(), n, experts, k, cfg_.moe.norm_topk_prob, moe_route_, s);
-    kernels::moe_group(n, experts, k, moe_route_, s);
+    kernels::moe_route_group(router_logits_.data<float>(), n, experts, k, cfg_.moe.norm_topk_prob, moe_route_, s);
     bf16_t* act = moe_act_.data<bf16_t>();
     if (layer.expert_gate_up_type == quant::GgmlType::bf16) {
       kernels::moe_gate_up(reinterpret_cast<const bf16_t* const*>(ptrs), h, n, k, experts, hidden_, moe_ff_, moe_route_,
                            act, s);
     } else {
-      kernels::quant_moe_rows(layer.expert_gate_up_type, ptrs, 2 * moe_ff_, hidden_, h, true, n, k, experts, moe_route_,
-                              moe_gate_up_.data<bf16_t>(), s);
-      kernels::swiglu(moe_gate_up_.data<bf16_t>(), n * k, moe_ff_, act, s);
+      kernels::quant_moe_swiglu(layer.expert_gate_up_type, ptrs, moe_ff_, hidden_, h, n, k, experts, moe_route_, act, s);
     }
     if (layer.expert_down_type == quant::GgmlType::bf16)
       kernels::moe_down(reinterpret_cast<const bf16_t* const*>(ptrs + experts), act, n, k, experts, hidden_, moe_ff_,

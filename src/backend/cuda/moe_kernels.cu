@@ -14,23 +14,20 @@ constexpr int kGroupThreads = 1024;
 constexpr int kExpertWarps = 4;  // weight rows an expert block takes, one a warp
 constexpr int kExpertTokens = 8; // an expert's tokens multiplied per pass over a weight row
 
-// One warp a token: softmax over the E logits (in shared memory), then k
-// rounds of a warp-wide argmax (the larger probability, the lower expert on
-// a tie), each taking its expert out of the running. A NaN probability
-// becomes -0.5, below every probability and above a taken one (-1), so
-// every token gets k distinct experts whatever its logits.
-__global__ void __launch_bounds__(32 * kRouteWarps)
-    moe_route_kernel(const float* logits, int n, int experts, int k, bool norm_topk, MoeRoute r) {
-  extern __shared__ float probs[];  // [kRouteWarps, experts]
-  grid_dependency_wait();
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int token = blockIdx.x * kRouteWarps + warp;
-  if (token >= n) return;
-  float* p = probs + warp * experts;
+// One warp, one token: softmax over the E logits (in the warp's `p`, shared
+// memory), then k rounds of a warp-wide argmax (the larger probability, the
+// lower expert on a tie), each taking its expert out of the running. A NaN
+// logit counts as -inf (probability 0); a token whose logits are all NaN or
+// infinite gets probabilities of -0.5, below every number and above a taken
+// expert's -1, so every token gets k distinct experts whatever its logits.
+__device__ void route_token(const float* logits, int token, int experts, int k, bool norm_topk, float* p,
+                            const MoeRoute& r) {
+  const int lane = threadIdx.x & 31;
   const float* row = logits + static_cast<std::size_t>(token) * experts;
   float top = -INFINITY;
   for (int e = lane; e < experts; e += 32) {
-    p[e] = row[e];
+    const float v = row[e];
+    p[e] = isnan(v) ? -INFINITY : v;
     top = fmaxf(top, p[e]);
   }
   top = warp_max(top);
@@ -72,16 +69,21 @@ __global__ void __launch_bounds__(32 * kRouteWarps)
   }
   if (norm_topk)
     for (int j = lane; j < k; j += 32) chosen_weight[j] /= chosen;
+  __syncwarp();
 }
 
-// One block: count each expert's pairs, their offsets (thread 0; E is small), then each warp places the
-// pairs of its experts in pair order, 32 pairs a ballot.
-__global__ void __launch_bounds__(kGroupThreads) moe_group_kernel(int pairs, int experts, MoeRoute r) {
-  extern __shared__ int group_smem[];
-  int* ids = group_smem;          // [pairs]
-  int* count = ids + pairs;       // [experts]
-  int* first = count + experts;   // [experts]
+__global__ void __launch_bounds__(32 * kRouteWarps)
+    moe_route_kernel(const float* logits, int n, int experts, int k, bool norm_topk, MoeRoute r) {
+  extern __shared__ float probs[];  // [kRouteWarps, experts]
   grid_dependency_wait();
+  const int warp = threadIdx.x >> 5;
+  const int token = blockIdx.x * kRouteWarps + warp;
+  if (token < n) route_token(logits, token, experts, k, norm_topk, probs + warp * experts, r);
+}
+
+// The whole block: count each expert's pairs, their offsets (thread 0; E is small), then each warp places
+// the pairs of its experts in pair order, 32 pairs a ballot. ids: [pairs] shared, the pairs' experts.
+__device__ void group_pairs(int pairs, int experts, int* ids, int* count, int* first, const MoeRoute& r) {
   for (int p = threadIdx.x; p < pairs; p += blockDim.x) ids[p] = r.expert[p];
   for (int e = threadIdx.x; e < experts; e += blockDim.x) count[e] = 0;
   __syncthreads();
@@ -115,6 +117,27 @@ __global__ void __launch_bounds__(kGroupThreads) moe_group_kernel(int pairs, int
       slot += __popc(mask);
     }
   }
+}
+
+__global__ void __launch_bounds__(kGroupThreads) moe_group_kernel(int pairs, int experts, MoeRoute r) {
+  extern __shared__ int group_smem[];  // ids [pairs], count [experts], first [experts]
+  grid_dependency_wait();
+  group_pairs(pairs, experts, group_smem, group_smem + pairs, group_smem + pairs + experts, r);
+}
+
+// Both in one block, for passes whose every warp's probabilities fit in shared memory beside the grouping:
+// its warps route the tokens (token = warp, warp + 32, ...), then the block groups their pairs.
+__global__ void __launch_bounds__(kGroupThreads)
+    moe_route_group_kernel(const float* logits, int n, int experts, int k, bool norm_topk, MoeRoute r) {
+  extern __shared__ int fused_smem[];  // probabilities [32, experts] f32, then ids, count, first
+  grid_dependency_wait();
+  const int warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  float* probs = reinterpret_cast<float*>(fused_smem) + warp * experts;
+  for (int token = warp; token < n; token += warps) route_token(logits, token, experts, k, norm_topk, probs, r);
+  __syncthreads();  // the block's writes of r.expert are visible to the block
+  int* ids = fused_smem + warps * experts;
+  const int pairs = n * k;
+  group_pairs(pairs, experts, ids, ids + pairs, ids + pairs + experts, r);
 }
 
 // Block (row tile, a): the a-th expert in use (none: the block returns). Warp w takes row
@@ -253,6 +276,21 @@ void moe_group(int n, int experts, int k, const MoeRoute& r, cudaStream_t stream
   NEURON_ASSERT(pairs <= kMoeMaxPairs);
   launch(moe_group_kernel, dim3(1), kGroupThreads, sizeof(int) * (pairs + 2 * static_cast<std::size_t>(experts)),
          stream, "moe_group", pairs, experts, r);
+}
+
+void moe_route_group(const float* logits, int n, int experts, int k, bool norm_topk, const MoeRoute& r,
+                     cudaStream_t stream) {
+  if (n <= 0) return;
+  NEURON_ASSERT(k >= 1 && k <= experts && n * k <= kMoeMaxPairs);
+  const std::size_t fused =
+      sizeof(int) * ((kGroupThreads / 32) * static_cast<std::size_t>(experts) + n * k + 2 * static_cast<std::size_t>(experts));
+  if (fused <= 48 * 1024) {  // the default shared-memory limit of a block
+    launch(moe_route_group_kernel, dim3(1), kGroupThreads, fused, stream, "moe_route_group", logits, n, experts, k,
+           norm_topk, r);
+    return;
+  }
+  moe_route(logits, n, experts, k, norm_topk, r, stream);
+  moe_group(n, experts, k, r, stream);
 }
 
 void moe_gate_up(const bf16_t* const* gate_up, const bf16_t* h, int n, int k, int experts, int hidden, int ff,

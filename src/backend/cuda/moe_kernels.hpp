@@ -7,7 +7,8 @@
 //   moe_route     logits [n, E] f32 -> each token's k experts and weights
 //                 (model/moe_routing.hpp's definition: softmax in f32, the k
 //                 largest, ties to the lower expert, renormalized when
-//                 norm_topk; a NaN logit ranks below every number)
+//                 norm_topk; a NaN logit counts as -inf, and a token whose
+//                 logits are all NaN still gets k distinct experts)
 //   moe_group     the n k (token, expert) pairs grouped by expert, tokens
 //                 ascending within an expert; which experts have a token
 //   moe_gate_up   act[slot] = silu(gate_e . h[token]) * (up_e . h[token])
@@ -48,6 +49,9 @@ void moe_route(const float* logits, int n, int experts, int k, bool norm_topk, c
                cudaStream_t stream);
 // Needs n k <= kMoeMaxPairs.
 void moe_group(int n, int experts, int k, const MoeRoute& r, cudaStream_t stream);
+// moe_route then moe_group, in one launch where the shared memory allows (E up to ~300 experts).
+void moe_route_group(const float* logits, int n, int experts, int k, bool norm_topk, const MoeRoute& r,
+                     cudaStream_t stream);
 // gate_up: [E] device pointers, each to an expert's [2 ff, hidden] bf16 (gate rows, then up rows).
 // h: [n, hidden] bf16; act: [n k, ff] bf16 by slot.
 void moe_gate_up(const bf16_t* const* gate_up, const bf16_t* h, int n, int k, int experts, int hidden, int ff,

@@ -422,22 +422,27 @@ __global__ void __launch_bounds__(kGemvWarps * 32, N == 1 ? kGemvMinBlocks : 1)
 }
 
 // quant_moe_rows: quant_gemv_kernel's rows and runs, for the slots of the expert in use blockIdx.y, up to
-// kFmaGemvTokens of them a pass over the rows.
-template <class Q, class OutT>
+// kFmaGemvTokens of them a pass over the rows. A warp takes two rows: consecutive ones, or with Swiglu
+// gate row j and up row j (rows j and rows + j of a [2 rows, cols] gate_up), whose SwiGLU it stores as
+// swiglu_kernel rounds it (y: [slots, rows] either way).
+template <class Q, class OutT, bool Swiglu>
 __global__ void __launch_bounds__(kGemvWarps * 32)
     quant_moe_kernel(const std::uint8_t* const* w, std::size_t row_bytes, int rows, int cols, const bf16_t* x, int k,
                      bool x_by_token, MoeRoute route, OutT* y) {
   constexpr int R = kGemvRowsPerWarp, G = Q::kGroup, N = kFmaGemvTokens;
+  static_assert(!Swiglu || R == 2);
   grid_dependency_wait();
   if (static_cast<int>(blockIdx.y) >= route.active[0]) return;
   const int e = route.active[1 + blockIdx.y];
   const int lane = threadIdx.x & 31;
-  const int row0 = (blockIdx.x * kGemvWarps + static_cast<int>(threadIdx.x >> 5)) * R;
+  const int warp_index = blockIdx.x * kGemvWarps + static_cast<int>(threadIdx.x >> 5);
+  const int row0 = Swiglu ? warp_index : warp_index * R;
   if (row0 >= rows) return;
   const int units = cols / Q::kBlock * Q::kUnits;
   const std::uint8_t* wr[R];
 #pragma unroll
-  for (int i = 0; i < R; ++i) wr[i] = w[e] + static_cast<std::size_t>(min(row0 + i, rows - 1)) * row_bytes;
+  for (int i = 0; i < R; ++i)
+    wr[i] = w[e] + static_cast<std::size_t>(Swiglu ? row0 + i * rows : min(row0 + i, rows - 1)) * row_bytes;
   const int end = route.offsets[e + 1];
   for (int s0 = route.offsets[e]; s0 < end; s0 += N) {
     const int m = min(N, end - s0);
@@ -489,14 +494,26 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
         }
       }
     }
-#pragma unroll
-    for (int i = 0; i < R; ++i)
+    if constexpr (Swiglu) {
 #pragma unroll
       for (int t = 0; t < N; ++t) {
         if (t >= m) break;  // m is the same in every lane
-        const float v = warp_sum(acc[i][t]);
-        if (lane == 0 && row0 + i < rows) emit(y, static_cast<std::size_t>(s0 + t) * rows + row0 + i, v, false);
+        const float g = bf(to_bf(warp_sum(acc[0][t]))), u = bf(to_bf(warp_sum(acc[1][t])));
+        if (lane == 0) {
+          const float silu = bf(to_bf(g / (1.f + __expf(-g))));
+          emit(y, static_cast<std::size_t>(s0 + t) * rows + row0, silu * u, false);
+        }
       }
+    } else {
+#pragma unroll
+      for (int i = 0; i < R; ++i)
+#pragma unroll
+        for (int t = 0; t < N; ++t) {
+          if (t >= m) break;
+          const float v = warp_sum(acc[i][t]);
+          if (lane == 0 && row0 + i < rows) emit(y, static_cast<std::size_t>(s0 + t) * rows + row0 + i, v, false);
+        }
+    }
   }
 }
 
@@ -636,18 +653,18 @@ void gemv_dispatch(GgmlType type, const void* w, int rows, int cols, const bf16_
   });
 }
 
-template <class OutT>
+template <bool Swiglu, class OutT>
 void quant_moe_dispatch(GgmlType type, const void* const* w, int rows, int cols, const bf16_t* x, bool x_by_token, int n,
                         int k, int experts, const MoeRoute& route, OutT* y, cudaStream_t stream) {
   if (rows <= 0 || n <= 0) return;
   NEURON_ASSERT(quant_moe_supported(type) && cols > 0 && cols % quant::traits(type).block_size == 0 && cols % 8 == 0);
   const std::size_t row_bytes = quant::row_bytes(type, cols);
-  const int rows_per_block = kGemvWarps * kGemvRowsPerWarp;
+  const int rows_per_block = Swiglu ? kGemvWarps : kGemvWarps * kGemvRowsPerWarp;
   const dim3 grid(static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block),
                   static_cast<unsigned>(std::min<long long>(static_cast<long long>(n) * k, experts)));
   with_gemv_view(type, [&](auto q) {
     using Q = decltype(q);
-    launch(quant_moe_kernel<Q, OutT>, grid, kGemvWarps * 32, 0, stream, "quant_moe_rows",
+    launch(quant_moe_kernel<Q, OutT, Swiglu>, grid, kGemvWarps * 32, 0, stream, "quant_moe_rows",
            reinterpret_cast<const std::uint8_t* const*>(w), row_bytes, rows, cols, x, k, x_by_token, route, y);
   });
 }
@@ -659,12 +676,12 @@ bool quant_moe_supported(GgmlType type) noexcept {
 }
 
 void quant_moe_rows(GgmlType type, const void* const* w, int rows, int cols, const bf16_t* x, bool x_by_token, int n,
-                    int k, int experts, const MoeRoute& route, bf16_t* y, cudaStream_t stream) {
-  quant_moe_dispatch(type, w, rows, cols, x, x_by_token, n, k, experts, route, y, stream);
-}
-void quant_moe_rows(GgmlType type, const void* const* w, int rows, int cols, const bf16_t* x, bool x_by_token, int n,
                     int k, int experts, const MoeRoute& route, float* y, cudaStream_t stream) {
-  quant_moe_dispatch(type, w, rows, cols, x, x_by_token, n, k, experts, route, y, stream);
+  quant_moe_dispatch<false>(type, w, rows, cols, x, x_by_token, n, k, experts, route, y, stream);
+}
+void quant_moe_swiglu(GgmlType type, const void* const* gate_up, int ff, int cols, const bf16_t* h, int n, int k,
+                      int experts, const MoeRoute& route, bf16_t* act, cudaStream_t stream) {
+  quant_moe_dispatch<true>(type, gate_up, ff, cols, h, true, n, k, experts, route, act, stream);
 }
 
 bool quant_supported(GgmlType type) noexcept {

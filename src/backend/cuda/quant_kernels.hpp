@@ -57,9 +57,11 @@ void dequantize_bf16_split(quant::GgmlType type, const void* w, int rows, int co
 // views: Q8_0, Q4_0, Q5_K, Q6_K; not Q4_K, whose rows only the tensor-core GEMV decodes).
 bool quant_moe_supported(quant::GgmlType type) noexcept;
 void quant_moe_rows(quant::GgmlType type, const void* const* w, int rows, int cols, const bf16_t* x, bool x_by_token,
-                    int n, int k, int experts, const MoeRoute& route, bf16_t* y, cudaStream_t stream);
-void quant_moe_rows(quant::GgmlType type, const void* const* w, int rows, int cols, const bf16_t* x, bool x_by_token,
                     int n, int k, int experts, const MoeRoute& route, float* y, cudaStream_t stream);
+// The same over each expert's gate_up ([2 ff, cols] packed: gate rows, then up rows) and the token rows of h
+// ([n, cols]), storing act[s, j] = silu(gate_j . h) * (up_j . h) as swiglu_kernel rounds it. act: [n k, ff].
+void quant_moe_swiglu(quant::GgmlType type, const void* const* gate_up, int ff, int cols, const bf16_t* h, int n,
+                      int k, int experts, const MoeRoute& route, bf16_t* act, cudaStream_t stream);
 
 // y[t * ldy + r] = bf16(src[t * rows + r]) for t < n, r < rows: an f32 product to its bf16 destination.
 void store_rows_bf16(const float* src, int n, int rows, bf16_t* y, int ldy, cudaStream_t stream);
