@@ -154,12 +154,7 @@ void prefill_tile(benchmark::State& state, quant::GgmlType type, int family) {
   std::vector<float> x(static_cast<std::size_t>(kTokens * kCols)), y(static_cast<std::size_t>(kTokens * kRows));  // [n, cols], [n, rows]
   for (auto& v : x) v = normal(rng);
   const QuantMatrix m = make(type, kRows);
-  if (family == -2) {
-    for (auto _ : state) {
-      gemm_quant_avx2(x.data(), kTokens, kCols, m, y.data(), kRows);
-      benchmark::DoNotOptimize(y.data());
-    }
-  } else if (family < 0) {
+  if (family < 0) {
     std::vector<float> w(static_cast<std::size_t>(kRows * kCols));  // [rows, cols] f32
     for (auto _ : state) {
       for (std::int64_t r = 0; r < kRows; ++r)
@@ -219,10 +214,9 @@ void prefill_bf16_avx2(benchmark::State& state, const std::string& path, std::in
 // f32 activations): the few-token kernels (gemm_bf16_few, gemm_quant_few)
 // against the pairs kernels with two terms and with one, to place the switch
 // from one to the other (kPairsTokensMin); items are multiply-adds.
-void few_tokens(benchmark::State& state, quant::GgmlType type, std::int64_t n, bool pairs, int terms, bool panels = false) {
+void few_tokens(benchmark::State& state, quant::GgmlType type, std::int64_t n, bool pairs, int terms) {
   constexpr std::int64_t kRowsOut = 3072;
   if (pairs && !gemm_bf16_pairs_fits(kCols)) return state.SkipWithError("no AVX-512 BF16 here");
-  if (panels && !gemm_bf16_avx2_fits(kCols)) return state.SkipWithError("no AVX2 here");
   std::mt19937 rng(4);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> x(static_cast<std::size_t>(n * kCols)), y(static_cast<std::size_t>(n * kRowsOut));  // [n, cols], [n, rows]
@@ -237,11 +231,7 @@ void few_tokens(benchmark::State& state, quant::GgmlType type, std::int64_t n, b
   }
   const Isa isa = selected_isa();
   for (auto _ : state) {
-    if (panels && type == quant::GgmlType::bf16)
-      gemm_bf16_avx2(x.data(), n, kCols, kCols, w.data(), kRowsOut, y.data(), kRowsOut);
-    else if (panels)
-      gemm_quant_avx2(x.data(), n, kCols, m, y.data(), kRowsOut);
-    else if (type == quant::GgmlType::bf16 && pairs)
+    if (type == quant::GgmlType::bf16 && pairs)
       gemm_bf16_pairs(x.data(), n, kCols, kCols, w.data(), kRowsOut, y.data(), kRowsOut, terms);
     else if (type == quant::GgmlType::bf16)
       gemm_bf16_few(x.data(), n, kCols, kCols, w.data(), kRowsOut, y.data(), kRowsOut);
@@ -266,12 +256,6 @@ const bool registered = [] {
             ->UseRealTime();
       }
   for (auto type : {quant::GgmlType::bf16, quant::GgmlType::q8_0, quant::GgmlType::q4_k, quant::GgmlType::q6_k})
-    for (const std::int64_t n : {4, 8, 12, 16, 24, 32, 39}) {
-      const std::string name = "few/" + std::string(quant::ggml_type_name(type)) + "/avx2_panels/n:" + std::to_string(n);
-      benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { few_tokens(s, type, n, false, 2, true); })
-          ->UseRealTime();
-    }
-  for (auto type : {quant::GgmlType::bf16, quant::GgmlType::q8_0, quant::GgmlType::q4_k, quant::GgmlType::q6_k})
     for (const int terms : {1, 2}) {
       const std::string name = "prefill/" + std::string(quant::ggml_type_name(type)) + "/terms:" + std::to_string(terms);
       benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { prefill(s, type, terms); })->UseRealTime();
@@ -283,9 +267,9 @@ const bool registered = [] {
     }
   for (auto type : {quant::GgmlType::q8_0, quant::GgmlType::q4_0, quant::GgmlType::q4_k, quant::GgmlType::q5_k,
                     quant::GgmlType::q6_k})
-    for (const int family : {-2, -1, 0, 1, 2}) {  // f32 panels, sgemm, then Int8Kernels avx2, avx_vnni, avx512_vnni
+    for (const int family : {-1, 0, 1, 2}) {  // sgemm, then Int8Kernels avx2, avx_vnni, avx512_vnni
       const std::string name = "prefill_tile/" + std::string(quant::ggml_type_name(type)) + "/" +
-                               (family == -2 ? std::string("f32_panels") : family < 0 ? std::string("sgemm") : "int8_" + std::string(int8_kernels_name(static_cast<Int8Kernels>(family))));
+                               (family < 0 ? std::string("sgemm") : "int8_" + std::string(int8_kernels_name(static_cast<Int8Kernels>(family))));
       benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { prefill_tile(s, type, family); });
     }
   for (auto type : {quant::GgmlType::q8_0, quant::GgmlType::q4_0, quant::GgmlType::q4_k, quant::GgmlType::q5_k,

@@ -31,18 +31,12 @@ namespace neuron::backend::cpu {
 inline constexpr std::int64_t kAvx2TokensMin = 12;
 
 // The product can run here: the CPU has AVX2, FMA and F16C, and `in` is a
-// multiple of 16.
+// multiple of 8.
 bool gemm_bf16_avx2_fits(std::int64_t in) noexcept;
 
 // x: [n, in] f32 (row stride ldx), w: [out, in] bf16 row-major (row stride in),
 // y: [n, out] f32 (row stride ldy). Requires gemm_bf16_avx2_fits(in).
 void gemm_bf16_avx2(const float* x, std::int64_t n, std::int64_t in, std::int64_t ldx, const std::uint16_t* w,
                     std::int64_t out, float* y, std::int64_t ldy);
-
-struct QuantMatrix;
-// The same with W in GGUF blocks (any type quant::dequantize_row knows), its
-// panels dequantized instead of widened. Requires gemm_bf16_avx2_fits(w.cols).
-void gemm_quant_avx2(const float* x, std::int64_t n, std::int64_t ldx, const QuantMatrix& w, float* y,
-                     std::int64_t ldy);
 
 }  // namespace neuron::backend::cpu
