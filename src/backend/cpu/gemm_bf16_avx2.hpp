@@ -1,8 +1,8 @@
 #pragma once
 // Y = X W^T for several tokens (prefill, batched decode from
 // kAvx2TokensMin) with W in bf16, on AVX2 + FMA: the CPUs without AVX-512
-// (Intel desktops before Sapphire Rapids' cores, AMD Zen 1-3), and any CPU
-// NEURON_CPU_ISA=avx2 forces to that level.
+// (Intel desktop and laptop CPUs, AMD Zen 1-3), and any CPU NEURON_CPU_ISA=avx2
+// forces to that level.
 //
 // X is packed once per call, transposed into groups of 16 tokens (column c
 // of a group: two vectors of 8 tokens). Each thread of ChunkPool::shared()
@@ -15,7 +15,8 @@
 // horizontal sums: the classic sgemm register tile with the widening fused
 // into its packing, which the tiles-and-sgemm path it replaces did in a
 // separate pass and OpenBLAS then packed again (bench/CPU.md, 2026-12-06
-// (afternoon): 1.05x that path at 128 tokens, 1.1x at 40, 1.5x at 16).
+// (afternoon): 1.06x that path at 128 tokens, 1.12x at 40; 1.4x
+// gemm_bf16_few at 16).
 //
 // x stays f32 at every activation level: products are f32's up to
 // summation order. Rounding x to bf16 (what llama.cpp's AVX2 product does)
@@ -26,8 +27,8 @@ namespace neuron::backend::cpu {
 
 // matmul_bf16 at the AVX2 level sends this many tokens and more here (fewer
 // go to gemm_bf16_few). Measured on one thread of a Zen 5 forced to AVX2
-// (3072 x 1024, bench/cpu/kernel_bench.cpp prefill_avx2/): 0.9x
-// gemm_bf16_few at 8 tokens, 1.1x at 12, 1.7x at 16.
+// (3072 x 1024, bench/cpu/kernel_bench.cpp prefill_avx2/): 0.8x
+// gemm_bf16_few at 8 tokens, 1.1x at 12, 1.4x at 16 (medians of 3).
 inline constexpr std::int64_t kAvx2TokensMin = 12;
 
 // The product can run here: the CPU has AVX2, FMA and F16C, and `in` is a
