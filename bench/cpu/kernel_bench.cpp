@@ -15,12 +15,15 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/chunk_pool.hpp"
 #include "backend/cpu/decode_kernel.hpp"
+#include "backend/cpu/gemm_bf16_avx2.hpp"
 #include "backend/cpu/gemm_bf16_few.hpp"
 #include "backend/cpu/gemm_bf16_pairs.hpp"
 #include "backend/cpu/gemm_quant_few.hpp"
 #include "backend/cpu/gemm_quant_pairs.hpp"
 #include "backend/cpu/isa.hpp"
+#include "backend/cpu/matmul.hpp"
 #include "backend/cpu/matmul_quant.hpp"
 #include "backend/cpu/activations.hpp"
 #include "quant/dequantize.hpp"
@@ -170,6 +173,43 @@ void prefill_tile(benchmark::State& state, quant::GgmlType type, int family) {
   state.SetItemsProcessed(state.iterations() * kTokens * kRows * kCols);
 }
 
+// A bf16 prefill product (128 tokens, 3072 x 1024 weights) on the AVX2
+// kernels, on the pool's threads (OMP_NUM_THREADS=1: the calling thread
+// alone, whose CPU time is then the measure): `path` sgemm is tiles of W
+// widened to f32 and OpenBLAS sgemm (OPENBLAS_CORETYPE=Haswell for its AVX2
+// kernel), as matmul_bf16 ran it before gemm_bf16_avx2; avx2 gemm_bf16_avx2;
+// few gemm_bf16_few at the AVX2 level. Items are multiply-adds.
+void prefill_bf16_avx2(benchmark::State& state, const std::string& path, std::int64_t n) {
+  constexpr std::int64_t kRowsOut = 3072;
+  if (!gemm_bf16_avx2_fits(kCols)) return state.SkipWithError("no AVX2 here");
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(static_cast<std::size_t>(n * kCols)), y(static_cast<std::size_t>(n * kRowsOut));  // [n, cols], [n, rows]
+  for (auto& v : x) v = normal(rng);
+  std::vector<std::uint16_t> w(static_cast<std::size_t>(kRowsOut * kCols));  // [rows, cols] bf16
+  for (auto& v : w) v = f32_to_bf16(normal(rng) * 0.02f);
+  init_blas_threads();
+  constexpr std::int64_t kTileRows = 128;  // 512 KiB of f32, as matmul_bf16's tiles
+  for (auto _ : state) {
+    if (path == "avx2") {
+      gemm_bf16_avx2(x.data(), n, kCols, kCols, w.data(), kRowsOut, y.data(), kRowsOut);
+    } else if (path == "few") {
+      gemm_bf16_few_rows(Isa::avx2, RowWalk::interleaved, x.data(), n, kCols, kCols, w.data(), kCols, kRowsOut,
+                         y.data(), kRowsOut);
+    } else {
+      ChunkPool::shared().run(kRowsOut / kTileRows, [&](std::int64_t t) {
+        thread_local std::vector<float> tile;  // [kTileRows, kCols] f32
+        tile.resize(static_cast<std::size_t>(kTileRows * kCols));
+        widen_bf16(w.data() + t * kTileRows * kCols, tile.data(), kTileRows * kCols);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n), kTileRows, kCols, 1.0f, x.data(), kCols,
+                    tile.data(), kCols, 0.0f, y.data() + t * kTileRows, kRowsOut);
+      });
+    }
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetItemsProcessed(state.iterations() * n * kRowsOut * kCols);
+}
+
 // Batched decode's products (n tokens, 3072 x 1024 weights, two threads,
 // f32 activations): the few-token kernels (gemm_bf16_few, gemm_quant_few)
 // against the pairs kernels with two terms and with one, to place the switch
@@ -219,6 +259,11 @@ const bool registered = [] {
     for (const int terms : {1, 2}) {
       const std::string name = "prefill/" + std::string(quant::ggml_type_name(type)) + "/terms:" + std::to_string(terms);
       benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { prefill(s, type, terms); })->UseRealTime();
+    }
+  for (const std::int64_t n : {4, 8, 12, 16, 24, 40, 128})
+    for (const std::string path : {"sgemm", "few", "avx2"}) {
+      const std::string name = "prefill_avx2/bf16/" + path + "/n:" + std::to_string(n);
+      benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { prefill_bf16_avx2(s, path, n); });
     }
   for (auto type : {quant::GgmlType::q8_0, quant::GgmlType::q4_0, quant::GgmlType::q4_k, quant::GgmlType::q5_k,
                     quant::GgmlType::q6_k})

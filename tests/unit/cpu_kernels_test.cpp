@@ -16,6 +16,7 @@
 #include "backend/cpu/attention.hpp"
 #include "backend/cpu/chunk_pool.hpp"
 #include "backend/cpu/gemm_bf16_amx.hpp"
+#include "backend/cpu/gemm_bf16_avx2.hpp"
 #include "backend/cpu/gemm_bf16_few.hpp"
 #include "backend/cpu/gemm_bf16_pairs.hpp"
 #include "backend/cpu/gemv_bf16.hpp"
@@ -262,6 +263,40 @@ TEST(CpuGemmPairs, MatchesReferenceForEachTermCount) {
           }
           for (std::int64_t o = out; o < ldy; ++o) ASSERT_EQ(y[t * ldy + o], -7.0f) << "wrote outside its rows";
         }
+      }
+    }
+  }
+}
+
+// gemm_bf16_avx2 on any AVX2 CPU (AVX-512 ones too): sizes around its tiles
+// (6-row panels, 48-row tasks, groups of 16 tokens as one or two vectors of
+// 8, rows of 8 columns at a time) and long rows (in = 2064), against the
+// f32 product.
+TEST(CpuGemmAvx2, MatchesTheF32Product) {
+  if (!gemm_bf16_avx2_fits(16)) GTEST_SKIP() << "no AVX2 here";
+  EXPECT_FALSE(gemm_bf16_avx2_fits(20));
+  std::mt19937 rng(23);
+  std::uniform_real_distribution<float> exponent(-8.0f, 8.0f);
+  for (const auto& [in, out] : {std::pair<std::int64_t, std::int64_t>{8, 1}, {24, 13}, {1040, 70}, {2064, 5}, {160, 101}}) {
+    const auto w = random_bf16(static_cast<std::size_t>(out * in), static_cast<std::uint32_t>(in + out));
+    for (std::int64_t n : {1, 7, 8, 9, 16, 17, 40}) {
+      const std::int64_t ldx = in + 3, ldy = out + 5;
+      auto x = random_floats(static_cast<std::size_t>(n * ldx), static_cast<std::uint32_t>(n));
+      for (auto& v : x) v *= std::exp2(exponent(rng));
+      std::vector<float> y(static_cast<std::size_t>(n * ldy), -7.0f);
+      gemm_bf16_avx2(x.data(), n, in, ldx, w.data(), out, y.data(), ldy);
+      for (std::int64_t t = 0; t < n; ++t) {
+        for (std::int64_t o = 0; o < out; ++o) {
+          double exact = 0, magnitude = 0;
+          for (std::int64_t c = 0; c < in; ++c) {
+            const double wv = bf16_to_f32(w[o * in + c]), xv = x[t * ldx + c];
+            exact += wv * xv;
+            magnitude += std::abs(wv * xv);
+          }
+          ASSERT_LE(std::abs(y[t * ldy + o] - exact), 2e-6 * magnitude + 1e-30)
+              << "in " << in << " out " << out << " n " << n << " token " << t << " row " << o;
+        }
+        for (std::int64_t o = out; o < ldy; ++o) ASSERT_EQ(y[t * ldy + o], -7.0f) << "wrote outside its rows";
       }
     }
   }

@@ -10,6 +10,7 @@
 #include "backend/cpu/activations.hpp"
 #include "backend/cpu/chunk_pool.hpp"
 #include "backend/cpu/gemm_bf16_amx.hpp"
+#include "backend/cpu/gemm_bf16_avx2.hpp"
 #include "backend/cpu/gemm_bf16_few.hpp"
 #include "backend/cpu/gemm_bf16_pairs.hpp"
 #include "backend/cpu/gemv_bf16.hpp"
@@ -52,8 +53,11 @@ void matmul_bf16(const float* x, std::int64_t n, std::int64_t in, std::int64_t l
   if (n <= 0 || out <= 0) return;
   if (n == 1) return gemv_bf16(w, out, in, x, y);
   const bool pairs = gemm_bf16_pairs_fits(in), amx = gemm_bf16_amx_fits(in, out);
+  const bool avx2 = selected_isa() == Isa::avx2 && gemm_bf16_avx2_fits(in);
   const int terms = bf16_float_products(cpu_activations()) ? 1 : 2;
-  if (n < (pairs && !amx ? kPairsTokensMin : kFewTokensMax)) return gemm_bf16_few(x, n, in, ldx, w, out, y, ldy);
+  const std::int64_t few_max = pairs && !amx ? kPairsTokensMin : avx2 ? kAvx2TokensMin : kFewTokensMax;
+  if (n < few_max) return gemm_bf16_few(x, n, in, ldx, w, out, y, ldy);
+  if (avx2) return gemm_bf16_avx2(x, n, in, ldx, w, out, y, ldy);
   if (amx) {
     gemm_bf16_amx(x, n, in, ldx, w, out, y, ldy);
     const std::int64_t done = out / kAmxRows * kAmxRows;  // the rest below

@@ -6,7 +6,9 @@
 // to the AMX tiles where the CPU has them (gemm_bf16_amx), the rows past their
 // last block of 32, and on CPUs with AVX-512 BF16 but no AMX everything from
 // kPairsTokensMin tokens, to AVX-512 BF16 dot products (gemm_bf16_pairs; x
-// in two bf16 terms, or one with cpu_activations() bf16 or int8). Otherwise each thread of
+// in two bf16 terms, or one with cpu_activations() bf16 or int8). At the
+// AVX2 level everything from kAvx2TokensMin tokens goes to gemm_bf16_avx2
+// (f32 FMAs on panels of W widened in L1). Otherwise each thread of
 // ChunkPool::shared() takes tiles of W's rows, widens a tile to f32 in a
 // scratch buffer sized to stay in its L2 cache, and multiplies it with
 // OpenBLAS sgemm (single-threaded per tile: the tiles are the parallelism). W is read from
