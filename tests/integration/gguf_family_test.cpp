@@ -130,6 +130,94 @@ TEST(GgufFamily, LayoutsThatCannotBeUndoneAreRefusedByName) {
   }
 }
 
+// The model a GGUF file describes, loaded as the daemon's loader does (config from the metadata, then the weights).
+void load_gguf(const std::filesystem::path& file) {
+  const auto cfg = model::configs_from_gguf(io::GgufFile(file)).model;
+  const auto ckpt = io::Checkpoint::open_files({file});
+  (void)backend::make_runner(cfg, &ckpt, model::ShardPlan::make(cfg, 0, 1), backend::Device{}, nullptr, {.max_context = 64});
+}
+
+// A hybrid's GGUF whose linear-attention tensors do not fit its ssm.* metadata names the GGUF tensor; metadata that
+// cannot describe a model names the key. (Each file is the converter's output for qwen3_5-a, or qwen3_next-a, with one
+// thing changed; the unchanged file loads.)
+TEST(GgufFamily, HybridTensorsAndKeysThatDoNotFitAreNamed) {
+  test_support::TempDir tmp("neuron-gguf-hybrid-bad");
+  const auto qwen35 = [] { return test_support::gguf_from_checkpoint(family_dir("qwen3_5-a"), quant::GgmlType::bf16); };
+  auto write = [&](const test_support::GgufWriter& w) {
+    static int n = 0;
+    const auto path = tmp / ("m" + std::to_string(n++) + ".gguf");
+    w.write(path);
+    return path;
+  };
+  load_gguf(write(qwen35()));
+  {  // a layer's ssm_a missing
+    auto w = qwen35();
+    w.erase_tensor("blk.1.ssm_a");
+    expect_error([&] { load_gguf(write(w)); }, errc::not_found, {"blk.1.ssm_a", "linear_attn.A_log"});
+  }
+  {  // ssm_a with 3 entries for 4 value heads
+    auto w = qwen35();
+    w.erase_tensor("blk.0.ssm_a");
+    w.add_floats("blk.0.ssm_a", quant::GgmlType::f32, {3}, {-1.0f, -2.0f, -3.0f});
+    expect_error([&] { load_gguf(write(w)); }, errc::bad_model, {"blk.0.ssm_a", "[3]", "[4]"});
+  }
+  {  // ssm_a is -exp(A_log): never positive
+    auto w = qwen35();
+    w.erase_tensor("blk.2.ssm_a");
+    w.add_floats("blk.2.ssm_a", quant::GgmlType::f32, {4}, {-1.0f, 0.5f, -1.0f, -1.0f});
+    expect_error([&] { load_gguf(write(w)); }, errc::bad_model, {"blk.2.ssm_a", "negative"});
+  }
+  {  // a conv1d of 3 taps where ssm.conv_kernel says 4
+    auto w = qwen35();
+    w.erase_tensor("blk.0.ssm_conv1d.weight");
+    w.add_floats("blk.0.ssm_conv1d.weight", quant::GgmlType::f32, {128, 3}, std::vector<float>(384, 0.1f));
+    expect_error([&] { load_gguf(write(w)); }, errc::bad_model, {"blk.0.ssm_conv1d.weight", "[128, 3]", "[128, 4]"});
+  }
+  {  // ssm_out with the columns of 3 value heads
+    auto w = qwen35();
+    w.erase_tensor("blk.1.ssm_out.weight");
+    w.add_floats("blk.1.ssm_out.weight", quant::GgmlType::bf16, {16, 48}, std::vector<float>(768, 0.1f));
+    expect_error([&] { load_gguf(write(w)); }, errc::bad_model, {"blk.1.ssm_out.weight", "64 columns"});
+  }
+  {  // Qwen3-Next's in_proj_qkvz needs both halves
+    auto w = test_support::gguf_from_checkpoint(family_dir("qwen3_next-a"), quant::GgmlType::bf16);
+    w.erase_tensor("blk.2.attn_gate.weight");
+    expect_error([&] { load_gguf(write(w)); }, errc::bad_model, {"blk.2.attn_qkv.weight", "attn_gate"});
+  }
+  {  // 4 value heads cannot share 3 key heads
+    auto w = qwen35();
+    w.erase_key("qwen35.ssm.group_count");
+    w.add_u32("qwen35.ssm.group_count", 3);
+    expect_error([&] { (void)model::configs_from_gguf(io::GgufFile(write(w))); }, errc::bad_model,
+                 {"qwen35.ssm.time_step_rank", "qwen35.ssm.group_count"});
+  }
+  {  // an inner size that is no whole number of value heads
+    auto w = qwen35();
+    w.erase_key("qwen35.ssm.inner_size");
+    w.add_u32("qwen35.ssm.inner_size", 66);
+    expect_error([&] { (void)model::configs_from_gguf(io::GgufFile(write(w))); }, errc::bad_model, {"qwen35.ssm.inner_size", "66"});
+  }
+  {  // no state size
+    auto w = qwen35();
+    w.erase_key("qwen35.ssm.state_size");
+    expect_error([&] { (void)model::configs_from_gguf(io::GgufFile(write(w))); }, errc::bad_model, {"qwen35.ssm.state_size"});
+  }
+  {  // fewer recurrent-layer flags than layers
+    auto w = qwen35();
+    w.erase_key("qwen35.attention.recurrent_layers");
+    w.add_bools("qwen35.attention.recurrent_layers", {true, true});
+    expect_error([&] { (void)model::configs_from_gguf(io::GgufFile(write(w))); }, errc::bad_model,
+                 {"qwen35.attention.recurrent_layers", "2 flags for 4 layers"});
+  }
+  {  // a rotary dimension past the head
+    auto w = qwen35();
+    w.erase_key("qwen35.rope.dimension_count");
+    w.add_u32("qwen35.rope.dimension_count", 18);
+    expect_error([&] { (void)model::configs_from_gguf(io::GgufFile(write(w))); }, errc::bad_model,
+                 {"qwen35.rope.dimension_count", "18"});
+  }
+}
+
 // A tensor-parallel load of a llama GGUF: each rank opens the file, puts the
 // q/k rows back and takes its heads; two ranks give the goldens' tokens.
 TEST(GgufFamily, LlamaGgufAtTwoRanksGivesTheGreedyTokens) {
