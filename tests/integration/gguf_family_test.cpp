@@ -17,7 +17,9 @@
 
 #include "backend/model_runner.hpp"
 #include "backend/single_sequence.hpp"
+#include "engine/model_assets.hpp"
 #include "engine/model_loader.hpp"
+#include "engine/registry.hpp"
 #include "io/gguf.hpp"
 #include "io/safetensors.hpp"
 #include "model/config.hpp"
@@ -216,6 +218,51 @@ TEST(GgufFamily, HybridTensorsAndKeysThatDoNotFitAreNamed) {
     expect_error([&] { (void)model::configs_from_gguf(io::GgufFile(write(w))); }, errc::bad_model,
                  {"qwen35.rope.dimension_count", "18"});
   }
+}
+
+// A hybrid's GGUF through the daemon's registry (the Qwen3 tokenizer of models/qwen3-tiny-a in its metadata, as the
+// converter would write it): it loads; metadata that cannot describe the model is refused before anything loads
+// (POST /models/load answers 422), a tensor that turns out wrong fails the load itself (400), each named.
+TEST(GgufFamily, HybridGgufThroughTheRegistry) {
+  test_support::TempDir tmp("neuron-gguf-hybrid-registry");
+  const auto src = tmp / "qwen3_5-a";
+  std::filesystem::create_directories(src);
+  const std::filesystem::path tiny = std::filesystem::path(NEURON_REPO_ROOT) / "models" / "qwen3-tiny-a";
+  for (const auto& f : {family_dir("qwen3_5-a") + "/config.json", family_dir("qwen3_5-a") + "/model.safetensors",
+                        (tiny / "tokenizer.json").string(), (tiny / "tokenizer_config.json").string()})
+    std::filesystem::create_symlink(f, src / std::filesystem::path(f).filename());
+  auto base = [&] { return test_support::gguf_from_checkpoint(src, quant::GgmlType::bf16); };
+  base().write(tmp / "good.gguf");
+  auto bad_key = base();
+  bad_key.erase_key("qwen35.ssm.group_count");
+  bad_key.add_u32("qwen35.ssm.group_count", 3);
+  bad_key.write(tmp / "bad-key.gguf");
+  auto missing = base();
+  missing.erase_tensor("blk.1.ssm_a");
+  missing.write(tmp / "missing.gguf");
+
+  engine::RegistryOptions options;
+  options.model_roots = {tmp.path()};
+  options.worker_binary = NEURON_BINARY;
+  engine::Registry registry(options);
+  auto spec = [&](const char* file) {
+    engine::ModelSpec s;
+    s.model_id = (tmp / file).string();
+    s.max_context = 64;
+    return s;
+  };
+  const engine::ModelInfo good = registry.load(spec("good.gguf"), true);
+  EXPECT_EQ(good.status, engine::ModelStatus::loaded);
+  EXPECT_EQ(registry.assets(good.model_id)->tokenizer->encode("Hello, world!"),
+            (std::vector<std::int32_t>{9707, 11, 1879, 0}));
+  // Refused in load() itself, before a load starts: the management API's impossible load (422).
+  expect_error([&] { registry.load(spec("bad-key.gguf"), false); }, errc::bad_model,
+               {"qwen35.ssm.time_step_rank", "qwen35.ssm.group_count"});
+  // Accepted, then the load fails: the API's failed load (400).
+  const engine::ModelInfo started = registry.load(spec("missing.gguf"), false);
+  EXPECT_EQ(started.status, engine::ModelStatus::loading);
+  expect_error([&] { registry.wait_loaded(started.model_id); }, errc::not_found, {"blk.1.ssm_a"});
+  EXPECT_FALSE(registry.info(started.model_id).has_value()) << "a failed load leaves nothing behind";
 }
 
 // A tensor-parallel load of a llama GGUF: each rank opens the file, puts the

@@ -372,6 +372,58 @@ TEST(GgufCheckpoint, HybridFixturesAsBf16GgufEqualSafetensors) {
   }
 }
 
+// Qwen3.5's out_proj stored Q8_0 with its value heads' columns tiled: 32-wide heads are whole blocks, which go back
+// to their places as they are (the blocks quantizing Hugging Face's order gives); 16-wide heads split blocks, so the
+// matrix comes back dequantized, in f32, each column where the converter took it from.
+TEST(GgufCheckpoint, TiledColumnsOfAQuantizedOutProjGoBack) {
+  test_support::TempDir tmp("neuron-gguf-tiled");
+  const std::int64_t hk = 2, hv = 4, rows = 3;
+  for (const std::int64_t dv : {32, 16}) {
+    const std::int64_t cols = hv * dv;
+    std::vector<float> hf(static_cast<std::size_t>(rows * cols));  // [rows, Hv dv] in Hugging Face's head order
+    for (std::size_t i = 0; i < hf.size(); ++i) hf[i] = std::sin(0.37f * static_cast<float>(i)) * (1.0f + static_cast<float>(i % 7));
+    std::vector<float> tiled(hf.size());
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const std::vector<float> row(hf.begin() + r * cols, hf.begin() + (r + 1) * cols);
+      const auto t = test_support::tile_value_heads(row, 1, hk, hv, dv);
+      std::copy(t.begin(), t.end(), tiled.begin() + r * cols);
+    }
+    GgufWriter w;
+    w.add_string("general.architecture", "qwen35");
+    w.add_u32("qwen35.ssm.group_count", hk);
+    w.add_u32("qwen35.ssm.time_step_rank", hv);
+    w.add_u32("qwen35.ssm.state_size", 8);
+    w.add_u32("qwen35.ssm.inner_size", static_cast<std::uint32_t>(cols));
+    w.add_u32("qwen35.ssm.conv_kernel", 4);
+    w.add_floats("blk.0.ssm_out.weight", GgmlType::q8_0, {rows, cols}, tiled);
+    const auto path = tmp / ("m" + std::to_string(dv) + ".gguf");
+    w.write(path);
+    const auto ckpt = Checkpoint::open_files({path});
+    const TensorView& got = ckpt.tensor("model.language_model.layers.0.linear_attn.out_proj.weight");
+    ASSERT_EQ(got.shape(), (std::vector<std::int64_t>{rows, cols}));
+    // What the converter quantized: the tiled matrix's Q8_0 blocks.
+    std::vector<std::byte> q(static_cast<std::size_t>(rows) * quant::row_bytes(GgmlType::q8_0, cols));
+    for (std::int64_t r = 0; r < rows; ++r)
+      GgufWriter::encode(GgmlType::q8_0, tiled.data() + r * cols, q.data() + r * quant::row_bytes(GgmlType::q8_0, cols), cols);
+    const std::vector<float> stored = TensorView(GgmlType::q8_0, {rows, cols}, q.data()).to_f32();
+    const std::vector<float> back = got.to_f32();
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const std::vector<float> row(back.begin() + r * cols, back.begin() + (r + 1) * cols);
+      const auto retiled = test_support::tile_value_heads(row, 1, hk, hv, dv);
+      EXPECT_TRUE(std::equal(retiled.begin(), retiled.end(), stored.begin() + r * cols)) << "dv " << dv << " row " << r;
+    }
+    if (dv == 32) {
+      EXPECT_EQ(got.ggml_type(), GgmlType::q8_0) << "whole blocks stay quantized";
+      std::vector<std::byte> hq(q.size());  // Hugging Face's order quantized: the same blocks
+      for (std::int64_t r = 0; r < rows; ++r)
+        GgufWriter::encode(GgmlType::q8_0, hf.data() + r * cols, hq.data() + r * quant::row_bytes(GgmlType::q8_0, cols), cols);
+      EXPECT_EQ(std::memcmp(got.data(), hq.data(), hq.size()), 0);
+    } else {
+      EXPECT_EQ(got.ggml_type(), GgmlType::f32) << "split blocks are dequantized";
+    }
+  }
+}
+
 TEST(GgufCheckpoint, ConfigRefusesOtherArchitectures) {
   test_support::TempDir tmp("neuron-gguf");
   GgufWriter w;
