@@ -220,6 +220,38 @@ TEST(GgufFamily, HybridTensorsAndKeysThatDoNotFitAreNamed) {
   }
 }
 
+// Qwen3.5's multi-token-prediction block, as the converter stores it: one more block after the layers
+// (nextn_predict_layers 1, block_count 5, a fifth recurrent_layers flag, blk.4.* tensors). The model is the 4 layers:
+// the same logits as the file without it.
+TEST(GgufFamily, HybridMtpBlocksAfterTheLayersAreSkipped) {
+  test_support::TempDir tmp("neuron-gguf-mtp");
+  auto plain = test_support::gguf_from_checkpoint(family_dir("qwen3_5-a"), quant::GgmlType::bf16);
+  plain.write(tmp / "plain.gguf");
+  auto mtp = plain;
+  mtp.erase_key("qwen35.block_count");
+  mtp.add_u32("qwen35.block_count", 5);
+  mtp.add_u32("qwen35.nextn_predict_layers", 1);
+  mtp.erase_key("qwen35.attention.recurrent_layers");
+  mtp.add_bools("qwen35.attention.recurrent_layers", {true, true, true, false, false});
+  const std::vector<float> row(16 * 32, 0.25f), norm(16, 0.5f);
+  mtp.add_floats("blk.4.nextn.eh_proj.weight", quant::GgmlType::bf16, {16, 32}, row);
+  mtp.add_floats("blk.4.nextn.enorm.weight", quant::GgmlType::f32, {16}, norm);
+  mtp.add_floats("blk.4.attn_norm.weight", quant::GgmlType::f32, {16}, norm);
+  mtp.write(tmp / "mtp.gguf");
+  const auto with = model::configs_from_gguf(io::GgufFile(tmp / "mtp.gguf")).model;
+  const auto without = model::configs_from_gguf(io::GgufFile(tmp / "plain.gguf")).model;
+  EXPECT_EQ(with.num_hidden_layers, 4);
+  EXPECT_EQ(with.linear, without.linear);
+  const std::vector<std::int32_t> prompt = {9707, 11, 1879, 0, 151643};
+  EXPECT_EQ(prompt_logits(with, io::Checkpoint::open_files({tmp / "mtp.gguf"}), prompt, std::nullopt),
+            prompt_logits(without, io::Checkpoint::open_files({tmp / "plain.gguf"}), prompt, std::nullopt));
+  auto all = plain;  // a block count the MTP blocks would leave empty
+  all.add_u32("qwen35.nextn_predict_layers", 4);
+  all.write(tmp / "all.gguf");
+  expect_error([&] { (void)model::configs_from_gguf(io::GgufFile(tmp / "all.gguf")); }, errc::bad_model,
+               {"qwen35.nextn_predict_layers 4"});
+}
+
 // A hybrid's GGUF through the daemon's registry (the Qwen3 tokenizer of models/qwen3-tiny-a in its metadata, as the
 // converter would write it): it loads; metadata that cannot describe the model is refused before anything loads
 // (POST /models/load answers 422), a tensor that turns out wrong fails the load itself (400), each named.
