@@ -216,9 +216,13 @@ bool gguf_hybrid_architecture(std::string_view architecture) noexcept {
 
 GgufLinearShape gguf_linear_shape(const GgufMetadata& md, std::string_view architecture) {
   const std::string p = std::string(architecture) + ".ssm.";
+  // Bounded so that no product of two of them overflows (real models: tens of heads, sizes in the hundreds).
+  constexpr std::int64_t kMax = std::int64_t{1} << 24;
   auto positive = [&](const char* key) {
     const std::int64_t v = md.require_integer(p + key);
-    if (v < 1) fail(errc::bad_model, md.what + ": " + p + key + " is " + std::to_string(v) + "; it must be positive");
+    if (v < 1 || v > kMax)
+      fail(errc::bad_model, md.what + ": " + p + key + " is " + std::to_string(v) + "; it must be in [1, " +
+                                std::to_string(kMax) + "]");
     return v;
   };
   GgufLinearShape s;

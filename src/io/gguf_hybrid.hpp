@@ -42,7 +42,7 @@ bool gguf_hybrid_architecture(std::string_view architecture) noexcept;
 //   ssm.group_count     key heads Hk        ssm.state_size   key head size dk
 //   ssm.time_step_rank  value heads Hv      ssm.inner_size   Hv * dv
 //   ssm.conv_kernel     conv1d taps
-// Throws Error{bad_model} naming the key when one is missing or not positive,
+// Throws Error{bad_model} naming the key when one is missing or outside [1, 2^24],
 // when time_step_rank is no multiple of group_count, or inner_size no multiple of time_step_rank.
 struct GgufLinearShape {
   std::int64_t key_heads = 0, value_heads = 0, key_head_dim = 0, value_head_dim = 0, conv_kernel = 0;
