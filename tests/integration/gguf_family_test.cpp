@@ -132,6 +132,29 @@ TEST(GgufFamily, LayoutsThatCannotBeUndoneAreRefusedByName) {
   }
 }
 
+// The hybrids' Q8_0 GGUF files as the converter writes them for the fixtures (their 16-wide rows stay unquantized;
+// out_proj, 64 columns of 16-wide value heads, is Q8_0 with its heads tiled, so it comes back dequantized): every
+// position's logits stay within Q8_0's rounding of the checkpoint's (measured: 1.0-1.3% of the largest logit; with
+// out_proj's columns left tiled they are off by more than the largest logit).
+TEST(GgufFamily, HybridQ8_0FilesStayCloseToTheCheckpoint) {
+  for (const char* family : {"qwen3_next-a", "qwen3_5-a", "qwen3_5_moe-a"}) {
+    test_support::TempDir tmp("neuron-gguf-hybrid-q8");
+    test_support::gguf_from_checkpoint(family_dir(family), quant::GgmlType::q8_0).write(tmp / "m.gguf");
+    const auto cfg = model::configs_from_gguf(io::GgufFile(tmp / "m.gguf")).model;
+    const std::vector<std::int32_t> prompt = {151644, 872, 198, 3838, 374, 279, 6722, 315, 9625, 30, 151645, 198};
+    const auto q = prompt_logits(cfg, io::Checkpoint::open_files({tmp / "m.gguf"}), prompt, std::nullopt);
+    const auto ref = prompt_logits(model::load_model_configs(family_dir(family)).model,
+                                   io::Checkpoint::open_dir(family_dir(family)), prompt, std::nullopt);
+    float worst = 0, scale = 0;
+    for (std::size_t i = 0; i < q.size(); ++i) {
+      worst = std::max(worst, std::abs(q[i] - ref[i]));
+      scale = std::max(scale, std::abs(ref[i]));
+    }
+    EXPECT_GT(worst, 0.0f) << family << ": Q8_0 moves the logits";
+    EXPECT_LE(worst, 0.02f * scale) << family << " (largest logit " << scale << ")";
+  }
+}
+
 // The model a GGUF file describes, loaded as the daemon's loader does (config from the metadata, then the weights).
 void load_gguf(const std::filesystem::path& file) {
   const auto cfg = model::configs_from_gguf(io::GgufFile(file)).model;
