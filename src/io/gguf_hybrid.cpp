@@ -44,14 +44,14 @@ class Undo {
   TensorView tensor(const std::string& hf, const TensorView& v, const std::string& gguf) const {
     const std::string w = what_ + ": tensor '" + gguf + "'";
     if (ends_with(hf, "norm.weight") && !ends_with(hf, "linear_attn.norm.weight")) {
-      std::vector<float> x = v.to_f32();
+      std::vector<float> x = v.to_f32();  // [numel] f32, the norm's shape
       for (float& f : x) f -= 1.0f;
       return own_f32(owned_, v.shape(), x);
     }
     if (ends_with(hf, "linear_attn.A_log")) {
       expect(v, {s_.value_heads}, w);
-      const std::vector<float> a = v.to_f32();
-      std::vector<float> x(a.size());
+      const std::vector<float> a = v.to_f32();  // [Hv] as stored
+      std::vector<float> x(a.size());           // [Hv] A_log, Hugging Face's head order
       for (std::int64_t h = 0; h < s_.value_heads; ++h) {
         const float stored = a[static_cast<std::size_t>(stored_head(h))];
         if (!(stored < 0) || !std::isfinite(stored))
@@ -117,7 +117,7 @@ class Undo {
         fail(errc::bad_model, wz + " has shape " + z->second.shape_string() + "; attn_qkv's rows are " +
                                   std::to_string(qkv->second.dim(1)) + " long");
       TensorView a = qkv->second, b = z->second;
-      std::vector<float> fa, fb;  // both as f32 when their types differ
+      std::vector<float> fa, fb;  // [rows, cols] each: both as f32 when their types differ
       if (a.ggml_type() != b.ggml_type()) {
         fa = a.to_f32();
         fb = b.to_f32();
@@ -162,8 +162,8 @@ class Undo {
   // are put back in Hugging Face's order.
   TensorView rows(const TensorView& v, std::int64_t first, std::int64_t group) const {
     if (v.rank() == 1) {
-      const std::vector<float> x = v.to_f32();
-      std::vector<float> y(x);  // [n] f32
+      const std::vector<float> x = v.to_f32();  // [n] as stored
+      std::vector<float> y(x);                  // [n] f32, Hugging Face's head order
       for (std::int64_t h = 0; h < s_.value_heads; ++h)
         std::copy_n(x.begin() + first + stored_head(h) * group, group, y.begin() + first + h * group);
       return own_f32(owned_, v.shape(), y);
@@ -191,8 +191,8 @@ class Undo {
                       v.row_data(r) + static_cast<std::size_t>(stored_head(h)) * group, group);
       return TensorView(t, v.shape(), out);
     }
-    const std::vector<float> x = v.to_f32();
-    std::vector<float> y(x.size());  // [n, Hv dv] f32
+    const std::vector<float> x = v.to_f32();  // [n, Hv dv] as stored
+    std::vector<float> y(x.size());           // [n, Hv dv] f32, Hugging Face's head order
     const std::int64_t cols = v.dim(1);
     for (std::int64_t r = 0; r < n; ++r)
       for (std::int64_t h = 0; h < s_.value_heads; ++h)
