@@ -6,9 +6,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <map>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "io/gguf.hpp"
 #include "io/gguf_names.hpp"
@@ -420,6 +425,61 @@ TEST(GgufCheckpoint, TiledColumnsOfAQuantizedOutProjGoBack) {
       EXPECT_EQ(std::memcmp(got.data(), hq.data(), hq.size()), 0);
     } else {
       EXPECT_EQ(got.ggml_type(), GgmlType::f32) << "split blocks are dequantized";
+    }
+  }
+}
+
+// tests/support/gguf_writer.hpp's bf16 file of each hybrid fixture against what llama.cpp's own convert_hf_to_gguf.py
+// wrote for it (tests/data/gguf/<fixture>-bf16.manifest.json, by tests/tools/gguf_manifest.py): every metadata key
+// but general.* and tokenizer.* with its value, and every tensor with its type, ne and bytes (ssm_a, -exp(A_log)
+// through another libm, to an ulp). So the layout the other GGUF tests use is the converter's.
+TEST(GgufCheckpoint, HybridWriterIsLlamaCppsConverter) {
+  for (const char* family : {"qwen3_next-a", "qwen3_5-a", "qwen3_5_moe-a"}) {
+    std::ifstream in(std::string(NEURON_TEST_DATA) + "/gguf/" + family + "-bf16.manifest.json");
+    const nlohmann::json manifest = nlohmann::json::parse(in);
+    test_support::TempDir tmp("neuron-gguf-manifest");
+    test_support::gguf_from_checkpoint(std::filesystem::path(NEURON_TEST_DATA) / "families" / family, GgmlType::bf16)
+        .write(tmp / "m.gguf");
+    const GgufFile file(tmp / "m.gguf");
+    const GgufMetadata& md = file.metadata();
+    for (const auto& [key, want] : manifest.at("metadata").items()) {
+      const GgufValue* v = md.find(key);
+      ASSERT_NE(v, nullptr) << family << ": " << key;
+      if (want.is_array()) {
+        std::vector<std::int64_t> w;
+        for (const auto& x : want) w.push_back(x.is_boolean() ? x.get<bool>() : x.get<std::int64_t>());
+        EXPECT_EQ(v->integers, w) << family << ": " << key;
+        EXPECT_EQ(v->elem == GgufType::boolean, want.at(0).is_boolean()) << family << ": " << key;
+      } else if (want.is_number_float()) {
+        EXPECT_EQ(static_cast<float>(md.real(key).value_or(0)), want.get<float>()) << family << ": " << key;  // f32 keys
+      } else {
+        EXPECT_EQ(md.integer(key), want.get<std::int64_t>()) << family << ": " << key;
+      }
+    }
+    for (const auto& [key, _] : md.values())
+      if (!key.starts_with("general.") && !key.starts_with("tokenizer.") && !key.ends_with(".vocab_size"))
+        EXPECT_TRUE(manifest.at("metadata").contains(key)) << family << ": the converter writes no " << key;
+    std::map<std::string, const GgufTensor*> ours;
+    for (const GgufTensor& t : file.tensors()) ours.emplace(t.name, &t);
+    EXPECT_EQ(ours.size(), manifest.at("tensors").size()) << family;
+    for (const auto& want : manifest.at("tensors")) {
+      const std::string name = want.at("name").get<std::string>();
+      ASSERT_TRUE(ours.count(name)) << family << ": " << name;
+      const GgufTensor& t = *ours.at(name);
+      EXPECT_EQ(static_cast<int>(t.type), want.at("type").get<int>()) << family << ": " << name;
+      EXPECT_EQ(t.ne, want.at("ne").get<std::vector<std::int64_t>>()) << family << ": " << name;
+      if (want.contains("values")) {
+        const auto w = want.at("values").get<std::vector<float>>();
+        const auto got = t.view().to_f32();
+        ASSERT_EQ(got.size(), w.size());
+        for (std::size_t i = 0; i < w.size(); ++i) EXPECT_NEAR(got[i], w[i], 2.4e-7f * std::abs(w[i])) << name;
+        continue;
+      }
+      std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a 64 of the tensor's bytes
+      for (std::uint64_t i = 0; i < t.nbytes; ++i) h = (h ^ static_cast<std::uint8_t>(t.data[i])) * 0x100000001b3ull;
+      char hex[17];
+      std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+      EXPECT_EQ(std::string(hex), want.at("fnv1a").get<std::string>()) << family << ": " << name;
     }
   }
 }
