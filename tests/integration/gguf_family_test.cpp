@@ -277,7 +277,7 @@ TEST(GgufFamily, HybridMtpBlocksAfterTheLayersAreSkipped) {
 
 // A hybrid's GGUF through the daemon's registry (the Qwen3 tokenizer of models/qwen3-tiny-a in its metadata, as the
 // converter would write it): it loads; metadata that cannot describe the model is refused before anything loads
-// (POST /models/load answers 422), a tensor that turns out wrong fails the load itself (400), each named.
+// (POST /models/load answers 422), a tensor that is missing or misshapen fails the load itself (400), each named.
 TEST(GgufFamily, HybridGgufThroughTheRegistry) {
   test_support::TempDir tmp("neuron-gguf-hybrid-registry");
   const auto src = tmp / "qwen3_5-a";
@@ -295,6 +295,10 @@ TEST(GgufFamily, HybridGgufThroughTheRegistry) {
   auto missing = base();
   missing.erase_tensor("blk.1.ssm_a");
   missing.write(tmp / "missing.gguf");
+  auto misshapen = base();
+  misshapen.erase_tensor("blk.0.ssm_a");
+  misshapen.add_floats("blk.0.ssm_a", quant::GgmlType::f32, {3}, {-1.0f, -2.0f, -3.0f});
+  misshapen.write(tmp / "misshapen.gguf");
 
   engine::RegistryOptions options;
   options.model_roots = {tmp.path()};
@@ -318,6 +322,9 @@ TEST(GgufFamily, HybridGgufThroughTheRegistry) {
   EXPECT_EQ(started.status, engine::ModelStatus::loading);
   expect_error([&] { registry.wait_loaded(started.model_id); }, errc::not_found, {"blk.1.ssm_a"});
   EXPECT_FALSE(registry.info(started.model_id).has_value()) << "a failed load leaves nothing behind";
+  const engine::ModelInfo wrong = registry.load(spec("misshapen.gguf"), false);
+  EXPECT_EQ(wrong.status, engine::ModelStatus::loading);
+  expect_error([&] { registry.wait_loaded(wrong.model_id); }, errc::bad_model, {"blk.0.ssm_a", "[3]"});
 }
 
 // A tensor-parallel load of a llama GGUF: each rank opens the file, puts the
