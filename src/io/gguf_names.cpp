@@ -137,9 +137,13 @@ std::optional<std::string> gguf_name_for_hf(std::string_view name) {
   for (std::string_view suffix : {std::string_view(".weight"), std::string_view(".bias")})
     for (const auto& [g, hf] : kLayer)
       if (part == std::string(hf) + std::string(suffix)) return blk + std::string(g) + std::string(suffix);
-  if (part.starts_with("mlp.experts."))
+  constexpr std::string_view kWeight = ".weight";
+  if (part.starts_with("mlp.experts.") && part.ends_with(kWeight)) {
+    const std::string_view head = part.substr(0, part.size() - kWeight.size());  // "mlp.experts.E.gate_proj"
     for (const auto& [g, proj] : kExperts)
-      if (part.ends_with("." + std::string(proj) + ".weight")) return blk + std::string(g) + ".weight";
+      if (head.size() > proj.size() && head.ends_with(proj) && head[head.size() - proj.size() - 1] == '.')
+        return blk + std::string(g) + std::string(kWeight);
+  }
   return std::nullopt;
 }
 
