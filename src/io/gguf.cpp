@@ -245,6 +245,13 @@ const std::vector<std::int64_t>* GgufMetadata::integers(const std::string& key) 
   return &v->integers;
 }
 
+const std::vector<std::int64_t>* GgufMetadata::booleans(const std::string& key) const {
+  const GgufValue* v = find(key);
+  if (!v) return nullptr;
+  if (v->type != GgufType::array || v->elem != GgufType::boolean) wrong_type(what, key, *v, "an array of bools");
+  return &v->integers;
+}
+
 std::string GgufMetadata::require_string(const std::string& key) const {
   auto s = string(key);
   if (!s) bad(what, "metadata '" + key + "' is missing");

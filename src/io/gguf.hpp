@@ -67,6 +67,7 @@ class GgufMetadata {
   std::optional<bool> boolean(const std::string& key) const;
   const std::vector<std::string>* strings(const std::string& key) const;   // an array of strings
   const std::vector<std::int64_t>* integers(const std::string& key) const;  // an array of integers
+  const std::vector<std::int64_t>* booleans(const std::string& key) const;  // an array of bools, as 0 / 1
   // The required forms: Error{bad_model} naming the missing key.
   std::string require_string(const std::string& key) const;
   std::int64_t require_integer(const std::string& key) const;

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/gguf.hpp"
+#include "io/gguf_hybrid.hpp"
 #include "io/gguf_names.hpp"
 #include "util/error.hpp"
 #include "util/json_parse.hpp"
@@ -188,9 +189,11 @@ Checkpoint Checkpoint::open_files(const std::vector<std::filesystem::path>& file
     const std::string what = files[0].string();
     const GgufMetadata& md = c.gguf_->metadata();
     const std::string arch = md.string("general.architecture").value_or("");
+    std::map<std::string, std::string> stored_names;  // HF name -> GGUF name, for messages
     auto add = [&](const std::string& name, const TensorView& view, const GgufTensor& t) {
       if (!c.gguf_views_.emplace(name, view).second)
         fail(errc::bad_model, what + ": tensor '" + t.name + "' names " + name + " a second time");
+      stored_names.emplace(name, t.name);
     };
     for (const GgufTensor& t : c.gguf_->tensors()) {
       if (const auto experts = gguf_experts(t.name)) {
@@ -214,6 +217,7 @@ Checkpoint Checkpoint::open_files(const std::vector<std::filesystem::path>& file
         add(name, t.view(), t);
       }
     }
+    undo_hybrid_storage(md, arch, c.gguf_views_, stored_names, c.gguf_owned_, what);
     for (const auto& [name, view] : c.gguf_views_) c.index_.emplace(name, &view);
     return c;
   }
@@ -252,6 +256,9 @@ TensorView Checkpoint::unpermute_rope_rows(const TensorView& view, std::int64_t 
 
 const TensorView* Checkpoint::find(const std::string& name) const noexcept {
   auto it = index_.find(name);
+  // The converter drops "language_model." from a multimodal checkpoint's text model (io/gguf_names.hpp).
+  constexpr std::string_view kNested = "model.language_model.";
+  if (it == index_.end() && gguf_ && name.starts_with(kNested)) it = index_.find("model." + name.substr(kNested.size()));
   return it == index_.end() ? nullptr : it->second;
 }
 

@@ -50,7 +50,7 @@ ModelConfigs configs_from_gguf(const io::GgufFile& file) {
   const std::string arch = md.require_string("general.architecture");
   const Family* family = find_gguf_family(arch);
   if (!family)
-    fail(errc::unsupported_arch, what + ": general.architecture is '" + arch + "'; GGUF files of qwen3, llama and qwen3moe load (families: " +
+    fail(errc::unsupported_arch, what + ": general.architecture is '" + arch + "'; GGUF files of qwen3, llama, qwen3moe, qwen3next, qwen35 and qwen35moe load (families: " +
                                      supported_model_types_text() + ")");
   const std::string p = arch + ".";
   if (auto t = md.string(p + "rope.scaling.type"); t && *t != "none")
@@ -59,11 +59,15 @@ ModelConfigs configs_from_gguf(const io::GgufFile& file) {
     fail(errc::unsupported_arch, what + ": " + p + "attention.sliding_window is set; sliding-window attention is not implemented");
 
   json j;
-  family->gguf_fields(md, j);  // first: a family that reads no GGUF refuses before the shared keys are required
   j["model_type"] = std::string(family->model_type());
   j["hidden_size"] = md.require_integer(p + "embedding_length");
-  j["intermediate_size"] = md.require_integer(p + "feed_forward_length");
-  j["num_hidden_layers"] = md.require_integer(p + "block_count");
+  // block_count counts the multi-token-prediction blocks llama.cpp keeps after the model's layers.
+  const std::int64_t blocks = md.require_integer(p + "block_count");
+  const std::int64_t nextn = md.integer(p + "nextn_predict_layers").value_or(0);
+  if (nextn < 0 || nextn >= blocks)
+    fail(errc::bad_model, what + ": " + p + "nextn_predict_layers " + std::to_string(nextn) + " leaves no layer of " + p +
+                              "block_count " + std::to_string(blocks));
+  j["num_hidden_layers"] = blocks - nextn;
   j["num_attention_heads"] = md.require_integer(p + "attention.head_count");
   j["num_key_value_heads"] = md.integer(p + "attention.head_count_kv").value_or(j["num_attention_heads"].get<std::int64_t>());
   if (auto k = md.integer(p + "attention.key_length")) {
@@ -75,9 +79,20 @@ ModelConfigs configs_from_gguf(const io::GgufFile& file) {
   if (auto r = md.real(p + "rope.freq_base")) j["rope_theta"] = *r;
   const std::int64_t heads = std::max<std::int64_t>(1, j["num_attention_heads"].get<std::int64_t>());
   const std::int64_t head_dim = j.contains("head_dim") ? j["head_dim"].get<std::int64_t>() : j["hidden_size"].get<std::int64_t>() / heads;
-  if (auto d = md.integer(p + "rope.dimension_count"); d && *d != head_dim)
-    fail(errc::unsupported_arch, what + ": " + p + "rope.dimension_count is " + std::to_string(*d) +
-                                     ", not the head size; partial rotary embeddings are not implemented");
+  // Partial rotary (Qwen3-Next, Qwen3.5): the first dimension_count lanes of a head rotate.
+  if (auto d = md.integer(p + "rope.dimension_count")) {
+    const double factor = static_cast<double>(*d) / static_cast<double>(std::max<std::int64_t>(1, head_dim));
+    if (*d < 2 || *d > head_dim || *d % 2 != 0 || static_cast<std::int64_t>(static_cast<double>(head_dim) * factor) != *d)
+      fail(errc::bad_model, what + ": " + p + "rope.dimension_count is " + std::to_string(*d) +
+                                ", not an even number of rotated lanes in [2, head size " + std::to_string(head_dim) + "]");
+    j["partial_rotary_factor"] = factor;
+  }
+  family->gguf_fields(md, j);  // after the shared keys: a family may read num_hidden_layers
+  // A model whose every layer is a MoE (Qwen3.5-MoE) may have no dense feed-forward size.
+  if (auto ff = md.integer(p + "feed_forward_length"))
+    j["intermediate_size"] = *ff;
+  else if (!j.contains("moe_intermediate_size"))
+    (void)md.require_integer(p + "feed_forward_length");
   // llama.cpp's converter stores Llama 3's RoPE scaling as per-frequency divisors.
   if (const io::GgufTensor* f = find_tensor(file, "rope_freqs.weight")) {
     if (f->ne.size() != 1 || f->type != quant::GgmlType::f32)

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "io/gguf_names.hpp"
 #include "io/safetensors.hpp"
 #include "model/arch/family.hpp"
 #include "tensor/dtype.hpp"
@@ -136,9 +137,14 @@ ShardSpecs shard_specs(const ModelConfig& cfg, const ShardPlan& plan) {
 
 io::TensorView slice_view(const io::Checkpoint& ckpt, const SliceSpec& spec) {
   const io::TensorView* t = ckpt.find(spec.name);
-  if (!t) fail(errc::not_found, "checkpoint has no tensor " + spec.name);
+  // With a GGUF file's own name for the tensor ("model.layers.0.linear_attn.A_log (GGUF blk.0.ssm_a)").
+  auto name = [&] {
+    const auto stored = ckpt.gguf() ? io::gguf_name_for_hf(spec.name) : std::nullopt;
+    return stored ? spec.name + " (GGUF " + *stored + ")" : spec.name;
+  };
+  if (!t) fail(errc::not_found, "checkpoint has no tensor " + name());
   if (t->shape() != spec.shape)
-    fail(errc::bad_model, "tensor " + spec.name + " has shape " + t->shape_string() + " but the config implies " +
+    fail(errc::bad_model, "tensor " + name() + " has shape " + t->shape_string() + " but the config implies " +
                               shape_str(spec.shape));
   if (spec.shape.size() > 2) return *t;  // a conv1d weight: whole (SliceSpec)
   io::TensorView v = t->rows(spec.row_begin, spec.row_end);

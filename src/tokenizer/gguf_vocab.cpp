@@ -25,6 +25,8 @@ struct PreTokenizerSpec {
 
 std::optional<PreTokenizerSpec> pre_tokenizer_spec(const std::string& pre) {
   if (pre == "qwen2") return PreTokenizerSpec{kQwen2PreTokenizerRegex, true, false, false};
+  // Qwen3.5 has no normalizer: decomposed marks stay as they are (llama.cpp's qwen35 vectors, from Hugging Face).
+  if (pre == "qwen35") return PreTokenizerSpec{kQwen35PreTokenizerRegex, false, false, false};
   // llama.cpp writes "llama-bpe" for Llama 3.x (older converters: "llama3", "llama-v3").
   if (pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3") return PreTokenizerSpec{kLlama3PreTokenizerRegex, false, true, true};
   return std::nullopt;
@@ -42,7 +44,7 @@ nlohmann::json gguf_tokenizer_document(const io::GgufMetadata& md) {
   const std::optional<PreTokenizerSpec> spec = pre_tokenizer_spec(pre);
   if (!spec)
     fail(errc::unsupported_arch,
-         md.what + ": tokenizer.ggml.pre is '" + pre + "'; the supported pre-tokenizers are 'qwen2' and 'llama-bpe'");
+         md.what + ": tokenizer.ggml.pre is '" + pre + "'; the supported pre-tokenizers are 'qwen2', 'qwen35' and 'llama-bpe'");
 
   const auto* tokens = md.strings("tokenizer.ggml.tokens");
   if (!tokens || tokens->empty()) bad(md, "metadata 'tokenizer.ggml.tokens' is missing or empty");

@@ -32,6 +32,10 @@ Tokenizer tokenizer_from_gguf(const io::GgufMetadata& metadata);
 inline constexpr const char* kQwen2PreTokenizerRegex =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
+// Qwen3.5's (tokenizer.json's Split pattern; llama.cpp's "qwen35"): Qwen2's with combining marks (\p{M}) in words.
+inline constexpr const char* kQwen35PreTokenizerRegex =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
 // Llama 3's (tokenizer.json's Split pattern; llama.cpp's "llama-bpe"): Qwen2's with numbers in runs of up to three digits.
 inline constexpr const char* kLlama3PreTokenizerRegex =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";

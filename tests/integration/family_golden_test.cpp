@@ -3,18 +3,20 @@
 // transformers 5.17 from their own classes, with greedy tokens, top-5 logits
 // per position and last-position logits; ../shared/fixtures/families/README.md):
 // the CPU runner in f32 must give every greedy token and the logits to 1e-4,
-// from the checkpoint and (llama, qwen3_moe) from the bf16 GGUF llama.cpp's
-// converter would write for it (support/gguf_writer.hpp; bf16 holds the bf16
-// weights exactly).
+// from the checkpoint and from the bf16 GGUF llama.cpp's converter would
+// write for it (support/gguf_writer.hpp; bf16 holds the bf16 weights exactly,
+// the hybrids' f32 norms and ssm_a undo to the same values).
 // The Gated DeltaNet hybrids (qwen3_next-a, qwen3_5-a, qwen3_5_moe-a, whose
-// golden.safetensors is not kept here) are also checked for what their
-// recurrent state must survive: chunked prefill and batching.
+// golden.safetensors is not kept here) are also checked, in both formats, for
+// what their recurrent state must survive: chunked prefill, batching, snapshots.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
+#include <memory>
 #include <utility>
 #include <numeric>
 #include <string>
@@ -76,25 +78,27 @@ class FamilyGolden : public ::testing::TestWithParam<std::tuple<std::string, std
  protected:
   void SetUp() override {
     dir_ = family_dir(family());
-    io::Checkpoint ckpt;
     if (std::get<1>(GetParam()) == "gguf") {
-      test_support::TempDir tmp("neuron-family-gguf");
-      const auto path = tmp / "model.gguf";
-      test_support::gguf_from_checkpoint(dir_, quant::GgmlType::bf16).write(path);
-      configs_ = model::configs_from_gguf(io::GgufFile(path));
-      ckpt = io::Checkpoint::open_files({path});  // mapped: the file may go once the runner holds its weights
+      tmp_ = std::make_unique<test_support::TempDir>("neuron-family-gguf");
+      gguf_ = *tmp_ / "model.gguf";
+      test_support::gguf_from_checkpoint(dir_, quant::GgmlType::bf16).write(gguf_);
+      configs_ = model::configs_from_gguf(io::GgufFile(gguf_));
     } else {
       configs_ = model::load_model_configs(dir_);
-      ckpt = io::Checkpoint::open_dir(dir_);
     }
+    const auto ckpt = checkpoint();
     const auto& cfg = configs_.model;
     runner_ = backend::make_runner(cfg, &ckpt, model::ShardPlan::make(cfg, 0, 1), backend::Device{}, nullptr,
                                    {.max_context = 1024});
     prompts_ = load_prompts(dir_);
   }
+  // The fixture's weights in this case's format (the GGUF file as llama.cpp's converter would write it).
+  io::Checkpoint checkpoint() const { return gguf_.empty() ? io::Checkpoint::open_dir(dir_) : io::Checkpoint::open_files({gguf_}); }
   std::size_t vocab() const { return static_cast<std::size_t>(configs_.model.vocab_size); }
   std::string family() const { return std::get<0>(GetParam()); }
 
+  std::unique_ptr<test_support::TempDir> tmp_;  // holds the GGUF file of a gguf case
+  std::filesystem::path gguf_;
   std::string dir_;
   model::ModelConfigs configs_;
   std::unique_ptr<backend::ModelRunner> runner_;
@@ -171,10 +175,10 @@ std::string param_name(const ::testing::TestParamInfo<std::tuple<std::string, st
   return n;
 }
 
-// llama and qwen3_moe also from their GGUF files; the hybrids' GGUF files are refused for now.
+// Every family from its checkpoint and from its GGUF file.
 const auto kWithGguf = ::testing::Combine(::testing::Values("llama-a", "qwen3_moe-a"), ::testing::Values("safetensors", "gguf"));
 const auto kHybrids = ::testing::Combine(::testing::Values("qwen3_next-a", "qwen3_5-a", "qwen3_5_moe-a"),
-                                         ::testing::Values("safetensors"));
+                                         ::testing::Values("safetensors", "gguf"));
 INSTANTIATE_TEST_SUITE_P(Families, FamilyGolden, kWithGguf, param_name);
 INSTANTIATE_TEST_SUITE_P(Hybrids, FamilyGolden, kHybrids, param_name);
 INSTANTIATE_TEST_SUITE_P(Families, FamilyLogits, kWithGguf, param_name);
@@ -216,7 +220,7 @@ TEST_P(HybridState, ChunkedPrefillEqualsOneStep) {
 // prefilled whole, one decoding after its prompt ran in an earlier step; each equals the sequence run alone.
 TEST_P(HybridState, BatchedMixedPrefillAndDecodeEqualsEachAlone) {
   const auto& cfg = configs_.model;
-  const auto ckpt = io::Checkpoint::open_dir(dir_);
+  const auto ckpt = checkpoint();
   auto batched = backend::make_runner(cfg, &ckpt, model::ShardPlan::make(cfg, 0, 1), backend::Device{}, nullptr,
                                       {.max_context = 1024, .kv_blocks = 256, .state_slots = 4});
   ASSERT_EQ(batched->kv_pool().state_slots, 4);
@@ -276,7 +280,7 @@ TEST_P(HybridState, BatchedMixedPrefillAndDecodeEqualsEachAlone) {
 // continuation equals the uncut prompt's logits.
 TEST_P(HybridState, ASnapshotRestoredIntoAnotherSlotContinuesExactly) {
   const auto& cfg = configs_.model;
-  const auto ckpt = io::Checkpoint::open_dir(dir_);
+  const auto ckpt = checkpoint();
   auto r = backend::make_runner(cfg, &ckpt, model::ShardPlan::make(cfg, 0, 1), backend::Device{}, nullptr,
                                 {.max_context = 1024, .kv_blocks = 256, .state_slots = 2, .state_snapshots = 1});
   ASSERT_EQ(r->kv_pool().state_snapshots, 1);

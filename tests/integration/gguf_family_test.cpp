@@ -17,7 +17,9 @@
 
 #include "backend/model_runner.hpp"
 #include "backend/single_sequence.hpp"
+#include "engine/model_assets.hpp"
 #include "engine/model_loader.hpp"
+#include "engine/registry.hpp"
 #include "io/gguf.hpp"
 #include "io/safetensors.hpp"
 #include "model/config.hpp"
@@ -128,6 +130,201 @@ TEST(GgufFamily, LayoutsThatCannotBeUndoneAreRefusedByName) {
     expect_error([&] { (void)model::configs_from_gguf(io::GgufFile(tmp / "d.gguf")); }, errc::unsupported_arch,
                  {"'mamba'", "qwen3", "llama", "qwen3_moe"});
   }
+}
+
+// The hybrids' Q8_0 GGUF files as the converter writes them for the fixtures (their 16-wide rows stay unquantized;
+// out_proj, 64 columns of 16-wide value heads, is Q8_0 with its heads tiled, so it comes back dequantized): every
+// position's logits stay within Q8_0's rounding of the checkpoint's (measured: 1.0-1.3% of the largest logit; with
+// out_proj's columns left tiled they are off by more than the largest logit).
+TEST(GgufFamily, HybridQ8_0FilesStayCloseToTheCheckpoint) {
+  for (const char* family : {"qwen3_next-a", "qwen3_5-a", "qwen3_5_moe-a"}) {
+    test_support::TempDir tmp("neuron-gguf-hybrid-q8");
+    test_support::gguf_from_checkpoint(family_dir(family), quant::GgmlType::q8_0).write(tmp / "m.gguf");
+    const auto cfg = model::configs_from_gguf(io::GgufFile(tmp / "m.gguf")).model;
+    const std::vector<std::int32_t> prompt = {151644, 872, 198, 3838, 374, 279, 6722, 315, 9625, 30, 151645, 198};
+    const auto q = prompt_logits(cfg, io::Checkpoint::open_files({tmp / "m.gguf"}), prompt, std::nullopt);
+    const auto ref = prompt_logits(model::load_model_configs(family_dir(family)).model,
+                                   io::Checkpoint::open_dir(family_dir(family)), prompt, std::nullopt);
+    float worst = 0, scale = 0;
+    for (std::size_t i = 0; i < q.size(); ++i) {
+      worst = std::max(worst, std::abs(q[i] - ref[i]));
+      scale = std::max(scale, std::abs(ref[i]));
+    }
+    EXPECT_GT(worst, 0.0f) << family << ": Q8_0 moves the logits";
+    EXPECT_LE(worst, 0.02f * scale) << family << " (largest logit " << scale << ")";
+  }
+}
+
+// The model a GGUF file describes, loaded as the daemon's loader does (config from the metadata, then the weights).
+void load_gguf(const std::filesystem::path& file) {
+  const auto cfg = model::configs_from_gguf(io::GgufFile(file)).model;
+  const auto ckpt = io::Checkpoint::open_files({file});
+  (void)backend::make_runner(cfg, &ckpt, model::ShardPlan::make(cfg, 0, 1), backend::Device{}, nullptr, {.max_context = 64});
+}
+
+// A hybrid's GGUF whose linear-attention tensors do not fit its ssm.* metadata names the GGUF tensor; metadata that
+// cannot describe a model names the key. (Each file is the converter's output for qwen3_5-a, or qwen3_next-a, with one
+// thing changed; the unchanged file loads.)
+TEST(GgufFamily, HybridTensorsAndKeysThatDoNotFitAreNamed) {
+  test_support::TempDir tmp("neuron-gguf-hybrid-bad");
+  const auto qwen35 = [] { return test_support::gguf_from_checkpoint(family_dir("qwen3_5-a"), quant::GgmlType::bf16); };
+  auto write = [&](const test_support::GgufWriter& w) {
+    static int n = 0;
+    const auto path = tmp / ("m" + std::to_string(n++) + ".gguf");
+    w.write(path);
+    return path;
+  };
+  load_gguf(write(qwen35()));
+  {  // a layer's ssm_a missing
+    auto w = qwen35();
+    w.erase_tensor("blk.1.ssm_a");
+    expect_error([&] { load_gguf(write(w)); }, errc::not_found, {"blk.1.ssm_a", "linear_attn.A_log"});
+  }
+  {  // ssm_a with 3 entries for 4 value heads
+    auto w = qwen35();
+    w.erase_tensor("blk.0.ssm_a");
+    w.add_floats("blk.0.ssm_a", quant::GgmlType::f32, {3}, {-1.0f, -2.0f, -3.0f});
+    expect_error([&] { load_gguf(write(w)); }, errc::bad_model, {"blk.0.ssm_a", "[3]", "[4]"});
+  }
+  {  // ssm_a is -exp(A_log): never positive
+    auto w = qwen35();
+    w.erase_tensor("blk.2.ssm_a");
+    w.add_floats("blk.2.ssm_a", quant::GgmlType::f32, {4}, {-1.0f, 0.5f, -1.0f, -1.0f});
+    expect_error([&] { load_gguf(write(w)); }, errc::bad_model, {"blk.2.ssm_a", "negative"});
+  }
+  {  // a conv1d of 3 taps where ssm.conv_kernel says 4
+    auto w = qwen35();
+    w.erase_tensor("blk.0.ssm_conv1d.weight");
+    w.add_floats("blk.0.ssm_conv1d.weight", quant::GgmlType::f32, {128, 3}, std::vector<float>(384, 0.1f));
+    expect_error([&] { load_gguf(write(w)); }, errc::bad_model, {"blk.0.ssm_conv1d.weight", "[128, 3]", "[128, 4]"});
+  }
+  {  // ssm_out with the columns of 3 value heads
+    auto w = qwen35();
+    w.erase_tensor("blk.1.ssm_out.weight");
+    w.add_floats("blk.1.ssm_out.weight", quant::GgmlType::bf16, {16, 48}, std::vector<float>(768, 0.1f));
+    expect_error([&] { load_gguf(write(w)); }, errc::bad_model, {"blk.1.ssm_out.weight", "64 columns"});
+  }
+  {  // Qwen3-Next's in_proj_qkvz needs both halves
+    auto w = test_support::gguf_from_checkpoint(family_dir("qwen3_next-a"), quant::GgmlType::bf16);
+    w.erase_tensor("blk.2.attn_gate.weight");
+    expect_error([&] { load_gguf(write(w)); }, errc::bad_model, {"blk.2.attn_qkv.weight", "attn_gate"});
+  }
+  {  // 4 value heads cannot share 3 key heads
+    auto w = qwen35();
+    w.erase_key("qwen35.ssm.group_count");
+    w.add_u32("qwen35.ssm.group_count", 3);
+    expect_error([&] { (void)model::configs_from_gguf(io::GgufFile(write(w))); }, errc::bad_model,
+                 {"qwen35.ssm.time_step_rank", "qwen35.ssm.group_count"});
+  }
+  {  // an inner size that is no whole number of value heads
+    auto w = qwen35();
+    w.erase_key("qwen35.ssm.inner_size");
+    w.add_u32("qwen35.ssm.inner_size", 66);
+    expect_error([&] { (void)model::configs_from_gguf(io::GgufFile(write(w))); }, errc::bad_model, {"qwen35.ssm.inner_size", "66"});
+  }
+  {  // no state size
+    auto w = qwen35();
+    w.erase_key("qwen35.ssm.state_size");
+    expect_error([&] { (void)model::configs_from_gguf(io::GgufFile(write(w))); }, errc::bad_model, {"qwen35.ssm.state_size"});
+  }
+  {  // fewer recurrent-layer flags than layers
+    auto w = qwen35();
+    w.erase_key("qwen35.attention.recurrent_layers");
+    w.add_bools("qwen35.attention.recurrent_layers", {true, true});
+    expect_error([&] { (void)model::configs_from_gguf(io::GgufFile(write(w))); }, errc::bad_model,
+                 {"qwen35.attention.recurrent_layers", "2 flags for 4 layers"});
+  }
+  {  // a rotary dimension past the head
+    auto w = qwen35();
+    w.erase_key("qwen35.rope.dimension_count");
+    w.add_u32("qwen35.rope.dimension_count", 18);
+    expect_error([&] { (void)model::configs_from_gguf(io::GgufFile(write(w))); }, errc::bad_model,
+                 {"qwen35.rope.dimension_count", "18"});
+  }
+}
+
+// Qwen3.5's multi-token-prediction block, as the converter stores it: one more block after the layers
+// (nextn_predict_layers 1, block_count 5, a fifth recurrent_layers flag, blk.4.* tensors). The model is the 4 layers:
+// the same logits as the file without it.
+TEST(GgufFamily, HybridMtpBlocksAfterTheLayersAreSkipped) {
+  test_support::TempDir tmp("neuron-gguf-mtp");
+  auto plain = test_support::gguf_from_checkpoint(family_dir("qwen3_5-a"), quant::GgmlType::bf16);
+  plain.write(tmp / "plain.gguf");
+  auto mtp = plain;
+  mtp.erase_key("qwen35.block_count");
+  mtp.add_u32("qwen35.block_count", 5);
+  mtp.add_u32("qwen35.nextn_predict_layers", 1);
+  mtp.erase_key("qwen35.attention.recurrent_layers");
+  mtp.add_bools("qwen35.attention.recurrent_layers", {true, true, true, false, false});
+  const std::vector<float> row(16 * 32, 0.25f), norm(16, 0.5f);
+  mtp.add_floats("blk.4.nextn.eh_proj.weight", quant::GgmlType::bf16, {16, 32}, row);
+  mtp.add_floats("blk.4.nextn.enorm.weight", quant::GgmlType::f32, {16}, norm);
+  mtp.add_floats("blk.4.attn_norm.weight", quant::GgmlType::f32, {16}, norm);
+  mtp.write(tmp / "mtp.gguf");
+  const auto with = model::configs_from_gguf(io::GgufFile(tmp / "mtp.gguf")).model;
+  const auto without = model::configs_from_gguf(io::GgufFile(tmp / "plain.gguf")).model;
+  EXPECT_EQ(with.num_hidden_layers, 4);
+  EXPECT_EQ(with.linear, without.linear);
+  const std::vector<std::int32_t> prompt = {9707, 11, 1879, 0, 151643};
+  EXPECT_EQ(prompt_logits(with, io::Checkpoint::open_files({tmp / "mtp.gguf"}), prompt, std::nullopt),
+            prompt_logits(without, io::Checkpoint::open_files({tmp / "plain.gguf"}), prompt, std::nullopt));
+  auto all = plain;  // a block count the MTP blocks would leave empty
+  all.add_u32("qwen35.nextn_predict_layers", 4);
+  all.write(tmp / "all.gguf");
+  expect_error([&] { (void)model::configs_from_gguf(io::GgufFile(tmp / "all.gguf")); }, errc::bad_model,
+               {"qwen35.nextn_predict_layers 4"});
+}
+
+// A hybrid's GGUF through the daemon's registry (the Qwen3 tokenizer of models/qwen3-tiny-a in its metadata, as the
+// converter would write it): it loads; metadata that cannot describe the model is refused before anything loads
+// (POST /models/load answers 422), a tensor that is missing or misshapen fails the load itself (400), each named.
+TEST(GgufFamily, HybridGgufThroughTheRegistry) {
+  test_support::TempDir tmp("neuron-gguf-hybrid-registry");
+  const auto src = tmp / "qwen3_5-a";
+  std::filesystem::create_directories(src);
+  const std::filesystem::path tiny = std::filesystem::path(NEURON_REPO_ROOT) / "models" / "qwen3-tiny-a";
+  for (const auto& f : {family_dir("qwen3_5-a") + "/config.json", family_dir("qwen3_5-a") + "/model.safetensors",
+                        (tiny / "tokenizer.json").string(), (tiny / "tokenizer_config.json").string()})
+    std::filesystem::create_symlink(f, src / std::filesystem::path(f).filename());
+  auto base = [&] { return test_support::gguf_from_checkpoint(src, quant::GgmlType::bf16); };
+  base().write(tmp / "good.gguf");
+  auto bad_key = base();
+  bad_key.erase_key("qwen35.ssm.group_count");
+  bad_key.add_u32("qwen35.ssm.group_count", 3);
+  bad_key.write(tmp / "bad-key.gguf");
+  auto missing = base();
+  missing.erase_tensor("blk.1.ssm_a");
+  missing.write(tmp / "missing.gguf");
+  auto misshapen = base();
+  misshapen.erase_tensor("blk.0.ssm_a");
+  misshapen.add_floats("blk.0.ssm_a", quant::GgmlType::f32, {3}, {-1.0f, -2.0f, -3.0f});
+  misshapen.write(tmp / "misshapen.gguf");
+
+  engine::RegistryOptions options;
+  options.model_roots = {tmp.path()};
+  options.worker_binary = NEURON_BINARY;
+  engine::Registry registry(options);
+  auto spec = [&](const char* file) {
+    engine::ModelSpec s;
+    s.model_id = (tmp / file).string();
+    s.max_context = 64;
+    return s;
+  };
+  const engine::ModelInfo good = registry.load(spec("good.gguf"), true);
+  EXPECT_EQ(good.status, engine::ModelStatus::loaded);
+  EXPECT_EQ(registry.assets(good.model_id)->tokenizer->encode("Hello, world!"),
+            (std::vector<std::int32_t>{9707, 11, 1879, 0}));
+  // Refused in load() itself, before a load starts: the management API's impossible load (422).
+  expect_error([&] { registry.load(spec("bad-key.gguf"), false); }, errc::bad_model,
+               {"qwen35.ssm.time_step_rank", "qwen35.ssm.group_count"});
+  // Accepted, then the load fails: the API's failed load (400).
+  const engine::ModelInfo started = registry.load(spec("missing.gguf"), false);
+  EXPECT_EQ(started.status, engine::ModelStatus::loading);
+  expect_error([&] { registry.wait_loaded(started.model_id); }, errc::not_found, {"blk.1.ssm_a"});
+  EXPECT_FALSE(registry.info(started.model_id).has_value()) << "a failed load leaves nothing behind";
+  const engine::ModelInfo wrong = registry.load(spec("misshapen.gguf"), false);
+  EXPECT_EQ(wrong.status, engine::ModelStatus::loading);
+  expect_error([&] { registry.wait_loaded(wrong.model_id); }, errc::bad_model, {"blk.0.ssm_a", "[3]"});
 }
 
 // A tensor-parallel load of a llama GGUF: each rank opens the file, puts the

@@ -46,6 +46,12 @@ class GgufWriter {
     pod(kv_, static_cast<std::uint64_t>(v.size()));
     for (const auto& s : v) str(kv_, s);
   }
+  void add_bools(const std::string& k, const std::vector<bool>& v) {
+    key(k, Type::array);
+    pod(kv_, static_cast<std::uint32_t>(Type::boolean));
+    pod(kv_, static_cast<std::uint64_t>(v.size()));
+    for (bool b : v) pod(kv_, static_cast<std::uint8_t>(b));
+  }
   void add_i32s(const std::string& k, const std::vector<std::int32_t>& v) {
     key(k, Type::array);
     pod(kv_, static_cast<std::uint32_t>(Type::i32));
@@ -54,9 +60,25 @@ class GgufWriter {
   }
   // Raw bytes after the key (for malformed files).
   void add_raw(const std::string& k, const std::vector<std::byte>& value_with_type) {
+    starts_.push_back({k, kv_.size()});
     str(kv_, k);
     kv_.insert(kv_.end(), value_with_type.begin(), value_with_type.end());
     ++n_kv_;
+  }
+
+  // Drops every metadata entry of key `k` / tensor `name` (to write a file that lacks it, or to add it again otherwise).
+  void erase_key(const std::string& k) {
+    for (std::size_t i = starts_.size(); i-- > 0;) {
+      if (starts_[i].first != k) continue;
+      const std::size_t begin = starts_[i].second, end = i + 1 < starts_.size() ? starts_[i + 1].second : kv_.size();
+      kv_.erase(kv_.begin() + static_cast<std::ptrdiff_t>(begin), kv_.begin() + static_cast<std::ptrdiff_t>(end));
+      for (std::size_t j = i + 1; j < starts_.size(); ++j) starts_[j].second -= end - begin;
+      starts_.erase(starts_.begin() + static_cast<std::ptrdiff_t>(i));
+      --n_kv_;
+    }
+  }
+  void erase_tensor(const std::string& name) {
+    std::erase_if(tensors_, [&](const Tensor& t) { return t.name == name; });
   }
 
   // ne in ggml order (ne[0] = row length); `data` the encoded elements.
@@ -148,6 +170,7 @@ class GgufWriter {
     while (out.size() % alignment != 0) out.push_back(std::byte{0});
   }
   void key(const std::string& k, Type t) {
+    starts_.push_back({k, kv_.size()});
     str(kv_, k);
     pod(kv_, static_cast<std::uint32_t>(t));
     ++n_kv_;
@@ -160,6 +183,7 @@ class GgufWriter {
 
   std::vector<std::byte> kv_;
   std::uint64_t n_kv_ = 0;
+  std::vector<std::pair<std::string, std::size_t>> starts_;  // each key's first byte in kv_
   std::vector<Tensor> tensors_;
 };
 
@@ -201,14 +225,33 @@ inline std::vector<float> llama3_rope_factors(const nlohmann::json& rope, double
   return out;
 }
 
-// The GGUF llama.cpp's convert_hf_to_gguf.py writes for a qwen3, llama or
-// qwen3_moe checkpoint directory (config.json, model.safetensors; the
-// tokenizer's metadata when tokenizer.json and tokenizer_config.json are
-// there), the matrices stored as `type` (rows whose length is no multiple of
-// its block stay f32; the embedding and LM head as `embedding_type` when given; the MoE
-// router f32, as the converter keeps it). LLaMA q/k rows permuted, Llama 3's
-// RoPE scaling as rope_freqs, Qwen3-MoE's experts stacked per layer, as the
-// converter does.
+// convert_hf_to_gguf.py's _LinearAttentionVReorderBase._reorder_v_heads over
+// the rows of a [rows, cols] row-major block: `heads` value heads of `group`
+// rows each, grouped by key head (head g r + j), become tiled (row block j Hk + g).
+inline std::vector<float> tile_value_heads(const std::vector<float>& w, std::int64_t cols, std::int64_t key_heads,
+                                           std::int64_t heads, std::int64_t group) {
+  const std::int64_t r = heads / key_heads, block = group * cols;
+  std::vector<float> out(w.size());
+  for (std::int64_t g = 0; g < key_heads; ++g)
+    for (std::int64_t j = 0; j < r; ++j)
+      std::copy_n(w.begin() + (g * r + j) * block, block, out.begin() + (j * key_heads + g) * block);
+  return out;
+}
+
+// The GGUF llama.cpp's convert_hf_to_gguf.py writes for a qwen3, llama,
+// qwen3_moe, qwen3_next, qwen3_5 or qwen3_5_moe checkpoint directory
+// (config.json, model.safetensors; the tokenizer's metadata when
+// tokenizer.json and tokenizer_config.json are there), the matrices stored as
+// `type` (rows whose length is no multiple of its block stay f32; the
+// embedding and LM head as `embedding_type` when given; the MoE routers f32,
+// as the converter keeps them). LLaMA q/k rows permuted, Llama 3's RoPE
+// scaling as rope_freqs, the experts stacked per layer, as the converter does;
+// for the hybrids (Qwen3NextModel, Qwen3_5[Moe]TextModel): the ssm.* keys,
+// recurrent_layers and the rotary dimension, zero-centred norms stored 1 + w,
+// A_log as -exp(A_log), dt_bias as ssm_dt.bias, conv1d squeezed, Qwen3-Next's
+// in_proj_qkvz split into attn_qkv and attn_gate, and Qwen3.5's value heads
+// tiled when it has fewer key heads. The vision tower is left out (the
+// converter writes it to a separate mmproj file).
 inline GgufWriter gguf_from_checkpoint(const std::filesystem::path& dir, quant::GgmlType type,
                                        std::optional<quant::GgmlType> embedding_type = std::nullopt) {
   using nlohmann::json;
@@ -216,9 +259,13 @@ inline GgufWriter gguf_from_checkpoint(const std::filesystem::path& dir, quant::
     std::ifstream in(dir / name);
     return json::parse(in);
   };
-  const json cfg = read("config.json");
-  const std::string model_type = cfg.value("model_type", "qwen3");
-  const std::string arch = model_type == "qwen3_moe" ? "qwen3moe" : model_type;
+  const json top = read("config.json");
+  const json cfg = top.contains("text_config") ? top["text_config"] : top;
+  const std::string model_type = top.value("model_type", "qwen3");
+  const std::map<std::string, std::string> archs = {
+      {"qwen3_moe", "qwen3moe"}, {"qwen3_next", "qwen3next"}, {"qwen3_5", "qwen35"}, {"qwen3_5_moe", "qwen35moe"}};
+  const std::string arch = archs.count(model_type) ? archs.at(model_type) : model_type;
+  const bool hybrid = arch == "qwen3next" || arch == "qwen35" || arch == "qwen35moe";
   const std::string p = arch + ".";
   const auto heads = cfg["num_attention_heads"].get<std::int64_t>(), kv_heads = cfg["num_key_value_heads"].get<std::int64_t>();
   const std::int64_t head_dim = cfg.contains("head_dim") && cfg["head_dim"].is_number()
@@ -228,12 +275,13 @@ inline GgufWriter gguf_from_checkpoint(const std::filesystem::path& dir, quant::
                     : cfg.contains("rope_scaling") && cfg["rope_scaling"].is_object() ? cfg["rope_scaling"]
                                                                                         : json::object();
   const double theta = rope.contains("rope_theta") ? rope["rope_theta"].get<double>() : cfg.value("rope_theta", 10000.0);
+  const auto n_layers = cfg["num_hidden_layers"].get<std::int64_t>();
   GgufWriter w;
   w.add_string("general.architecture", arch);
-  w.add_u32(p + "block_count", cfg["num_hidden_layers"].get<std::uint32_t>());
+  w.add_u32(p + "block_count", static_cast<std::uint32_t>(n_layers));
   w.add_u32(p + "context_length", cfg["max_position_embeddings"].get<std::uint32_t>());
   w.add_u32(p + "embedding_length", cfg["hidden_size"].get<std::uint32_t>());
-  w.add_u32(p + "feed_forward_length", cfg["intermediate_size"].get<std::uint32_t>());
+  if (cfg.contains("intermediate_size")) w.add_u32(p + "feed_forward_length", cfg["intermediate_size"].get<std::uint32_t>());
   w.add_u32(p + "attention.head_count", static_cast<std::uint32_t>(heads));
   w.add_u32(p + "attention.head_count_kv", static_cast<std::uint32_t>(kv_heads));
   w.add_u32(p + "attention.key_length", static_cast<std::uint32_t>(head_dim));
@@ -242,11 +290,36 @@ inline GgufWriter gguf_from_checkpoint(const std::filesystem::path& dir, quant::
   w.add_f32(p + "attention.layer_norm_rms_epsilon", cfg["rms_norm_eps"].get<float>());
   w.add_u32(p + "vocab_size", cfg["vocab_size"].get<std::uint32_t>());
   if (arch == "llama") w.add_u32(p + "rope.dimension_count", static_cast<std::uint32_t>(head_dim));
-  const std::int64_t experts = arch == "qwen3moe" ? cfg.value("num_experts", cfg.value("num_local_experts", 0)) : 0;
+  const std::int64_t experts = arch == "qwen3moe" || arch == "qwen3next" || arch == "qwen35moe"
+                                   ? cfg.value("num_experts", cfg.value("num_local_experts", 0))
+                                   : 0;
   if (experts > 0) {
     w.add_u32(p + "expert_count", static_cast<std::uint32_t>(experts));
     w.add_u32(p + "expert_used_count", cfg["num_experts_per_tok"].get<std::uint32_t>());
     w.add_u32(p + "expert_feed_forward_length", cfg["moe_intermediate_size"].get<std::uint32_t>());
+    if (cfg.contains("shared_expert_intermediate_size"))
+      w.add_u32(p + "expert_shared_feed_forward_length", cfg["shared_expert_intermediate_size"].get<std::uint32_t>());
+  }
+  std::int64_t hk = 0, hv = 0, dk = 0, dv = 0;
+  if (hybrid) {
+    hk = cfg["linear_num_key_heads"].get<std::int64_t>();
+    hv = cfg["linear_num_value_heads"].get<std::int64_t>();
+    dk = cfg["linear_key_head_dim"].get<std::int64_t>();
+    dv = cfg["linear_value_head_dim"].get<std::int64_t>();
+    w.add_u32(p + "ssm.conv_kernel", cfg["linear_conv_kernel_dim"].get<std::uint32_t>());
+    w.add_u32(p + "ssm.state_size", static_cast<std::uint32_t>(dk));
+    w.add_u32(p + "ssm.group_count", static_cast<std::uint32_t>(hk));
+    w.add_u32(p + "ssm.time_step_rank", static_cast<std::uint32_t>(hv));
+    w.add_u32(p + "ssm.inner_size", static_cast<std::uint32_t>(dv * hv));
+    if (cfg.contains("layer_types")) {
+      std::vector<bool> recurrent;
+      for (const auto& t : cfg["layer_types"]) recurrent.push_back(t.get<std::string>() == "linear_attention");
+      w.add_bools(p + "attention.recurrent_layers", recurrent);
+    }
+    w.add_u32(p + "full_attention_interval", cfg.value("full_attention_interval", 4u));
+    const double factor = rope.value("partial_rotary_factor", cfg.value("partial_rotary_factor", 0.25));
+    w.add_u32(p + "rope.dimension_count", static_cast<std::uint32_t>(static_cast<double>(head_dim) * factor));
+    if (arch != "qwen3next") w.add_i32s(p + "rope.dimension_sections", {11, 11, 10, 0});
   }
 
   if (std::filesystem::exists(dir / "tokenizer.json")) {
@@ -284,34 +357,54 @@ inline GgufWriter gguf_from_checkpoint(const std::filesystem::path& dir, quant::
   }
 
   const auto ckpt = io::Checkpoint::open_dir(dir);
+  // The checkpoint's name of a text-model tensor ("model." + rest; Qwen3.5's sit under model.language_model.).
+  const std::string text = ckpt.find("model.language_model.embed_tokens.weight") ? "model.language_model." : "model.";
   auto stored_as = [&](const std::vector<std::int64_t>& shape) {
     const quant::GgmlType t = shape.size() >= 2 ? type : quant::GgmlType::f32;
     return shape.back() % quant::traits(t).block_size == 0 ? t : quant::GgmlType::f32;
   };
+  auto add = [&](const std::string& gguf_name, std::vector<std::int64_t> shape, const std::vector<float>& values) {
+    quant::GgmlType t = stored_as(shape);
+    if (gguf_name.ends_with("ffn_gate_inp.weight") || gguf_name.ends_with("ffn_gate_inp_shexp.weight") ||
+        gguf_name.ends_with("ssm_conv1d.weight"))
+      t = quant::GgmlType::f32;
+    if ((gguf_name == "token_embd.weight" || gguf_name == "output.weight") && embedding_type) t = *embedding_type;
+    w.add_floats(gguf_name, t, shape, values);
+  };
+  // A zero-centred norm of a hybrid is stored 1 + w (Qwen3NextModel.modify_tensors), the linear attention's gated norm as it is.
   auto put = [&](const std::string& hf, const std::string& gguf_name, std::int64_t permute_heads = 0) {
     const io::TensorView& v = ckpt.tensor(hf);
     auto values = v.to_f32();
     if (permute_heads > 0) values = permute_rope_rows(values, v.dim(0), permute_heads);
-    quant::GgmlType t = stored_as(v.shape());
-    if (gguf_name.ends_with("ffn_gate_inp.weight")) t = quant::GgmlType::f32;
-    if ((gguf_name == "token_embd.weight" || gguf_name == "output.weight") && embedding_type) t = *embedding_type;
-    w.add_floats(gguf_name, t, v.shape(), values);
+    if (hybrid && hf.ends_with("norm.weight") && !hf.ends_with("linear_attn.norm.weight"))
+      for (float& x : values) x += 1.0f;
+    add(gguf_name, v.shape(), values);
   };
   if (arch == "llama" && rope.value("rope_type", std::string("default")) == "llama3")
     w.add_floats("rope_freqs.weight", quant::GgmlType::f32, {head_dim / 2}, llama3_rope_factors(rope, theta, head_dim));
-  put("model.embed_tokens.weight", "token_embd.weight");
-  put("model.norm.weight", "output_norm.weight");
+  put(text + "embed_tokens.weight", "token_embd.weight");
+  put(text + "norm.weight", "output_norm.weight");
   if (ckpt.find("lm_head.weight")) put("lm_head.weight", "output.weight");
   const std::map<std::string, std::string> layer = {
       {"input_layernorm", "attn_norm"},        {"self_attn.v_proj", "attn_v"},   {"self_attn.o_proj", "attn_output"},
       {"self_attn.q_norm", "attn_q_norm"},     {"self_attn.k_norm", "attn_k_norm"},
-      {"post_attention_layernorm", "ffn_norm"}, {"mlp.gate_proj", "ffn_gate"}, {"mlp.up_proj", "ffn_up"},
-      {"mlp.down_proj", "ffn_down"},           {"mlp.gate", "ffn_gate_inp"}};
-  for (int i = 0; i < cfg["num_hidden_layers"].get<int>(); ++i) {
-    const std::string hf = "model.layers." + std::to_string(i) + ".", g = "blk." + std::to_string(i) + ".";
+      {"post_attention_layernorm", hybrid ? "post_attention_norm" : "ffn_norm"}, {"mlp.gate_proj", "ffn_gate"},
+      {"mlp.up_proj", "ffn_up"},               {"mlp.down_proj", "ffn_down"},     {"mlp.gate", "ffn_gate_inp"},
+      {"mlp.shared_expert_gate", "ffn_gate_inp_shexp"}, {"mlp.shared_expert.gate_proj", "ffn_gate_shexp"},
+      {"mlp.shared_expert.up_proj", "ffn_up_shexp"},    {"mlp.shared_expert.down_proj", "ffn_down_shexp"},
+      {"linear_attn.norm", "ssm_norm"}};
+  const std::int64_t key_dim = hk * dk, value_dim = hv * dv;
+  const bool tiled = hybrid && arch != "qwen3next" && hk != hv;  // _LinearAttentionVReorderBase
+  auto tile = [&](const std::vector<float>& x, std::int64_t cols, std::int64_t group) {
+    return tiled ? tile_value_heads(x, cols, hk, hv, group) : x;
+  };
+  for (std::int64_t i = 0; i < n_layers; ++i) {
+    const std::string hf = text + "layers." + std::to_string(i) + ".", g = "blk." + std::to_string(i) + ".";
     const bool permute = arch == "llama";
-    put(hf + "self_attn.q_proj.weight", g + "attn_q.weight", permute ? heads : 0);
-    put(hf + "self_attn.k_proj.weight", g + "attn_k.weight", permute ? kv_heads : 0);
+    if (ckpt.find(hf + "self_attn.q_proj.weight")) {
+      put(hf + "self_attn.q_proj.weight", g + "attn_q.weight", permute ? heads : 0);
+      put(hf + "self_attn.k_proj.weight", g + "attn_k.weight", permute ? kv_heads : 0);
+    }
     for (const auto& [h, name] : layer)
       if (ckpt.find(hf + h + ".weight")) put(hf + h + ".weight", g + name + ".weight");
     for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) {
@@ -326,6 +419,58 @@ inline GgufWriter gguf_from_checkpoint(const std::filesystem::path& dir, quant::
       }
       const std::string part = std::string(proj) == "gate_proj" ? "ffn_gate_exps" : std::string(proj) == "up_proj" ? "ffn_up_exps" : "ffn_down_exps";
       w.add_floats(g + part + ".weight", stored_as(shape), shape, stacked);
+    }
+    const std::string la = hf + "linear_attn.";
+    if (!hybrid || !ckpt.find(la + "A_log")) continue;
+    const std::int64_t hidden = cfg["hidden_size"].get<std::int64_t>();
+    {  // A_log -> ssm_a = -exp(A_log), dt_bias -> ssm_dt.bias, both f32 [Hv]
+      auto a = tile(ckpt.tensor(la + "A_log").to_f32(), 1, 1);
+      for (float& x : a) x = -std::exp(x);
+      w.add_floats(g + "ssm_a", quant::GgmlType::f32, {hv}, a);
+      w.add_floats(g + "ssm_dt.bias", quant::GgmlType::f32, {hv}, tile(ckpt.tensor(la + "dt_bias").to_f32(), 1, 1));
+    }
+    {  // conv1d [C, 1, K] squeezed to [C, K]; its v channels tiled
+      const io::TensorView& c = ckpt.tensor(la + "conv1d.weight");
+      auto x = c.to_f32();
+      const std::int64_t k = c.dim(2), qk = 2 * key_dim * k;
+      std::vector<float> v(x.begin() + qk, x.end());
+      v = tile(v, k, dv);
+      std::copy(v.begin(), v.end(), x.begin() + qk);
+      add(g + "ssm_conv1d.weight", {c.dim(0), k}, x);
+    }
+    if (arch == "qwen3next") {  // in_proj_qkvz: per key head q, k, v, z -> attn_qkv [q..., k..., v...], attn_gate [z...]
+      const auto x = ckpt.tensor(la + "in_proj_qkvz.weight").to_f32();
+      const std::int64_t r = hv / hk, group = 2 * dk + 2 * r * dv;
+      std::vector<float> qkv, z;
+      auto rows = [&](std::vector<float>& out, std::int64_t first, std::int64_t count) {
+        out.insert(out.end(), x.begin() + first * hidden, x.begin() + (first + count) * hidden);
+      };
+      for (std::int64_t gi = 0; gi < hk; ++gi) rows(qkv, gi * group, dk);
+      for (std::int64_t gi = 0; gi < hk; ++gi) rows(qkv, gi * group + dk, dk);
+      for (std::int64_t gi = 0; gi < hk; ++gi) rows(qkv, gi * group + 2 * dk, r * dv);
+      for (std::int64_t gi = 0; gi < hk; ++gi) rows(z, gi * group + 2 * dk + r * dv, r * dv);
+      add(g + "attn_qkv.weight", {2 * key_dim + value_dim, hidden}, qkv);
+      add(g + "attn_gate.weight", {value_dim, hidden}, z);
+      put(la + "in_proj_ba.weight", g + "ssm_ba.weight");
+    } else {
+      auto qkv = ckpt.tensor(la + "in_proj_qkv.weight").to_f32();
+      std::vector<float> v(qkv.begin() + 2 * key_dim * hidden, qkv.end());
+      v = tile(v, hidden, dv);
+      std::copy(v.begin(), v.end(), qkv.begin() + 2 * key_dim * hidden);
+      add(g + "attn_qkv.weight", {2 * key_dim + value_dim, hidden}, qkv);
+      add(g + "attn_gate.weight", {value_dim, hidden}, tile(ckpt.tensor(la + "in_proj_z.weight").to_f32(), hidden, dv));
+      add(g + "ssm_beta.weight", {hv, hidden}, tile(ckpt.tensor(la + "in_proj_b.weight").to_f32(), hidden, 1));
+      add(g + "ssm_alpha.weight", {hv, hidden}, tile(ckpt.tensor(la + "in_proj_a.weight").to_f32(), hidden, 1));
+    }
+    {  // out_proj [hidden, Hv dv]: its columns tiled
+      auto x = ckpt.tensor(la + "out_proj.weight").to_f32();
+      if (tiled)
+        for (std::int64_t row = 0; row < hidden; ++row) {
+          std::vector<float> cols(x.begin() + row * value_dim, x.begin() + (row + 1) * value_dim);
+          cols = tile_value_heads(cols, 1, hk, hv, dv);
+          std::copy(cols.begin(), cols.end(), x.begin() + row * value_dim);
+        }
+      add(g + "ssm_out.weight", {hidden, value_dim}, x);
     }
   }
   return w;

@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/gguf.hpp"
+#include "io/gguf_hybrid.hpp"
 #include "model/arch/block_ops.hpp"
 #include "model/config_fields.hpp"
 #include "model/shard_weights.hpp"
@@ -73,10 +75,38 @@ void HybridFamily::layer(BlockOps& ops, const ModelConfig& cfg, std::int64_t lay
     ops.mlp(layer);
 }
 
-void HybridFamily::gguf_fields(const io::GgufMetadata&, nlohmann::json&) const {
-  fail(errc::unsupported_arch, "GGUF files of architecture '" + std::string(gguf_architecture()) +
-                                   "' are not supported yet; load the Hugging Face checkpoint of " +
-                                   std::string(model_type()) + " instead");
+void HybridFamily::gguf_fields(const io::GgufMetadata& md, nlohmann::json& j) const {
+  const std::string arch(gguf_architecture()), p = arch + ".";
+  const io::GgufLinearShape s = io::gguf_linear_shape(md, arch);
+  j["linear_num_key_heads"] = s.key_heads;
+  j["linear_num_value_heads"] = s.value_heads;
+  j["linear_key_head_dim"] = s.key_head_dim;
+  j["linear_value_head_dim"] = s.value_head_dim;
+  j["linear_conv_kernel_dim"] = s.conv_kernel;
+  // One flag per block (the MTP blocks after the layers are false), or else every interval-th layer full attention.
+  const auto layers = j.at("num_hidden_layers").get<std::int64_t>();
+  if (const std::vector<std::int64_t>* recurrent = md.booleans(p + "attention.recurrent_layers")) {
+    if (static_cast<std::int64_t>(recurrent->size()) < layers)
+      fail(errc::bad_model, md.what + ": " + p + "attention.recurrent_layers holds " + std::to_string(recurrent->size()) +
+                                " flags for " + std::to_string(layers) + " layers");
+    nlohmann::json types = nlohmann::json::array();
+    for (std::int64_t l = 0; l < layers; ++l)
+      types.push_back((*recurrent)[static_cast<std::size_t>(l)] != 0 ? "linear_attention" : "full_attention");
+    j["layer_types"] = std::move(types);
+  } else {
+    const std::int64_t interval = md.require_integer(p + "full_attention_interval");
+    if (interval < 1)
+      fail(errc::bad_model, md.what + ": " + p + "full_attention_interval is " + std::to_string(interval) + "; it must be positive");
+    j["full_attention_interval"] = interval;
+  }
+  // llama.cpp's qwen3next and qwen35moe: every layer sparse, the top-k weights renormalized, a shared expert.
+  if (md.contains(p + "expert_count")) {
+    j["num_experts"] = md.require_integer(p + "expert_count");
+    j["num_experts_per_tok"] = md.require_integer(p + "expert_used_count");
+    j["moe_intermediate_size"] = md.require_integer(p + "expert_feed_forward_length");
+    if (auto shared = md.integer(p + "expert_shared_feed_forward_length")) j["shared_expert_intermediate_size"] = *shared;
+    j["norm_topk_prob"] = true;
+  }
 }
 
 void HybridFamily::parse_hybrid(const nlohmann::json& j, ModelConfig& cfg) {

@@ -19,8 +19,16 @@ class HybridFamily : public Family {
  public:
   LayerSpecs layer_specs(const ModelConfig& cfg, const ShardPlan& plan, std::int64_t layer) const override;
   void layer(BlockOps& ops, const ModelConfig& cfg, std::int64_t layer) const override;
-  // GGUF files of the hybrids (llama.cpp's qwen3next, qwen35, qwen35moe) are
-  // refused with Error{unsupported_arch}: their tensor layout is not mapped yet.
+  // llama.cpp's qwen3next, qwen35, qwen35moe metadata: linear attention's
+  // shape from "<arch>.ssm.*" (io/gguf_hybrid.hpp: group_count, time_step_rank,
+  // state_size, inner_size, conv_kernel), layer_types from
+  // attention.recurrent_layers (else full_attention_interval), the experts
+  // from expert_count, expert_used_count, expert_feed_forward_length and
+  // expert_shared_feed_forward_length (top-k renormalized, as llama.cpp
+  // does). Partial rotary is rope.dimension_count (model/gguf_config.hpp);
+  // Qwen3.5's rope.dimension_sections (interleaved M-RoPE) is plain RoPE for
+  // text, whose three position ids are equal. The tensors' storage is undone
+  // by io/gguf_hybrid.hpp.
   void gguf_fields(const io::GgufMetadata& md, nlohmann::json& config) const override;
 
  protected:
