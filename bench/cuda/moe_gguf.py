@@ -34,6 +34,8 @@ except ImportError as e:
 SHAPES = {
     "qwen3-30b-a3b": (151936, 2048, 48, 32, 4, 128, 128, 8, 768),
     "qwen3-235b-a22b": (151936, 4096, 94, 64, 4, 128, 128, 8, 1536),
+    # a ~2.4B-parameter Qwen3-MoE (0.84B active) for the CPU comparison (bench/cpu/moe-vs-llama.sh)
+    "qwen3-moe-2.4b": (151936, 1536, 24, 12, 4, 128, 32, 8, 512),
 }
 RNG = np.random.default_rng(7)
 POOL_BLOCKS = 1 << 21  # random blocks made once and repeated (numpy makes random bytes at ~100 MB/s)
