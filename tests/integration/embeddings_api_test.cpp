@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <numeric>
 #include <sstream>
 #include <string>
@@ -21,8 +22,10 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/batch.hpp"
+#include "backend/cpu/activations.hpp"
 #include "backend/model_runner.hpp"
 #include "dist/communicator.hpp"
+#include "engine/model_loader.hpp"
 #include "engine/model_task.hpp"
 #include "engine/registry.hpp"
 #include "io/safetensors.hpp"
@@ -32,6 +35,7 @@
 #include "server/api.hpp"
 #include "server/model_spec.hpp"
 #include "server/rerank_prompt.hpp"
+#include "support/cosine.hpp"
 #include "support/temp_dir.hpp"
 #include "tokenizer/tokenizer.hpp"
 #include "util/error.hpp"
@@ -668,6 +672,88 @@ TEST_F(Rerank, BadInputIs400NamingTheField) {
   EXPECT_TRUE(s.registry->engine(kTiny.string())->idle());
   Served gen(spec_of(kTiny));
   expect_400(gen, "/v1/score", {{"text_1", "a"}, {"text_2", "b"}}, "model", "task rerank");
+}
+
+// The CPU default for an embedder or a reranker (backend/cpu/activations.hpp's model_activations): under auto
+// its products round the activations to bf16 and its KV cache holds bf16, decided at load; a generation model
+// keeps f32 (its KV pool's element says so), and an explicit level is kept for every task. Against the f32
+// references of tests/data/embed (tiny random models, 16 and 32 wide, whose rounding averages out less than
+// a real model's) every vector stays within cosine 0.9998 and every rerank score within 5e-3 (measured on an
+// AVX-512 BF16 CPU: 0.99996 and 1.9e-3; bench/embed/README.md), and differs from them (the rounding happened).
+class Restore {  // the test binary's level (cpu_exact_default.cpp: f32) back at the end
+ public:
+  Restore() : before_(backend::cpu::cpu_activations()) {}
+  ~Restore() { backend::cpu::set_cpu_activations(before_); }
+
+ private:
+  backend::cpu::Activations before_;
+};
+
+std::uint64_t kv_bytes_per_block(const fs::path& dir, std::optional<std::string> task, std::optional<std::string> pooling) {
+  engine::LoadOptions o;
+  o.model_dir = dir;
+  o.max_context = 256;
+  o.task = std::move(task);
+  o.pooling = std::move(pooling);
+  return engine::open_runner(o)->kv_pool().bytes_per_block;
+}
+
+double cosine(const std::vector<float>& a, const json& b) { return test_support::cosine(a, floats(b)); }
+
+TEST(EmbeddingsActivations, AnEncoderRoundsToBf16UnderAutoAndStaysCloseToTheReferences) {
+  const Restore restore;
+  using backend::cpu::Activations;
+  EXPECT_EQ(backend::cpu::model_activations(Activations::automatic, true), Activations::int8);
+  EXPECT_EQ(backend::cpu::model_activations(Activations::automatic, false), Activations::automatic);
+  for (const Activations a : {Activations::f32, Activations::bf16, Activations::int8})
+    EXPECT_EQ(backend::cpu::model_activations(a, true), a);
+  backend::cpu::set_cpu_activations(Activations::automatic);
+  const std::uint64_t generate = kv_bytes_per_block(kTiny, std::nullopt, std::nullopt);
+  EXPECT_EQ(kv_bytes_per_block(kTiny, "embed", "last") * 2, generate);
+  EXPECT_EQ(kv_bytes_per_block(kTiny, "rerank", std::nullopt) * 2, generate);
+  backend::cpu::set_cpu_activations(Activations::f32);
+  EXPECT_EQ(kv_bytes_per_block(kTiny, "embed", "last"), generate);
+
+  backend::cpu::set_cpu_activations(Activations::automatic);  // read at each load below
+  double min_cosine = 1, max_diff = 0, max_score_diff = 0;
+  {  // qwen3_embed-a, last-token pooling: sentence-transformers' vectors
+    test_support::TempDir tmp{"neuron-embed-auto"};
+    const fs::path dir = make_embed_dir(tmp);
+    const json golden = read_json(kData / "qwen3_embed-a" / "embed_golden.json");
+    Served s(spec_of(dir));
+    const json r = s.ok("/v1/embeddings", {{"input", golden_texts(golden)}});
+    for (std::size_t i = 0; i < golden["inputs"].size(); ++i) {
+      min_cosine = std::min(min_cosine, cosine(floats(r["data"][i]["embedding"]), golden["inputs"][i]["embedding"]));
+      max_diff = std::max(max_diff, max_abs_diff(floats(r["data"][i]["embedding"]), golden["inputs"][i]["embedding"]));
+    }
+  }
+  const json pooled = read_json(kData / "pooled_golden.json");
+  for (const std::string pooling : {"mean", "last"}) {  // qwen3-tiny-a as an embedder: transformers' rows
+    Served s(spec_of(kTiny, "embed", pooling), /*max_batch_tokens=*/64);
+    json texts = json::array();
+    for (const json& in : pooled["inputs"]) texts.push_back(in["text"]);
+    const json r = s.ok("/v1/embeddings", {{"input", texts}});
+    for (std::size_t i = 0; i < texts.size(); ++i) {
+      min_cosine = std::min(min_cosine, cosine(floats(r["data"][i]["embedding"]), pooled["inputs"][i][pooling]));
+      max_diff = std::max(max_diff, max_abs_diff(floats(r["data"][i]["embedding"]), pooled["inputs"][i][pooling]));
+    }
+  }
+  {  // qwen3-tiny-a as a reranker: transformers' yes/no probabilities
+    const json golden = read_json(kData / "rerank_golden.json");
+    Served s(spec_of(kTiny, "rerank"), /*max_batch_tokens=*/64);
+    for (const json& p : golden["pairs"]) {
+      json body = {{"text_1", p["query"]}, {"text_2", p["document"]}};
+      if (!p["instruction"].is_null()) body["instruction"] = p["instruction"];
+      const json sc = s.ok("/v1/score", body);
+      max_score_diff = std::max(max_score_diff, std::abs(sc["data"][0]["score"].get<double>() - p["score"].get<double>()));
+    }
+  }
+  std::cout << "auto on an encoder vs the f32 references: min cosine " << min_cosine << ", max |diff| " << max_diff
+            << ", max rerank score |diff| " << max_score_diff << "\n";
+  EXPECT_GT(min_cosine, 0.9998);
+  EXPECT_GT(max_diff, 1e-5);  // f32 agrees to ~1e-6: something was rounded
+  EXPECT_LT(max_score_diff, 5e-3);
+  EXPECT_GT(max_score_diff, 0.0);
 }
 
 }  // namespace
