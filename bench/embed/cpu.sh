@@ -4,9 +4,10 @@
 # tokenizer) served by neuron (--task embed --pooling last, CPU) and by `llama-server --embeddings
 # --pooling last` on the same weights as a bf16 GGUF, driven by client.py with the same requests:
 # N ~500-token inputs, C at a time, after WARM others; the servers alternate A B C A B C (seeds 1, 2), and
-# the load average is logged before each run (the machine may be shared). C is neuron again with
-# --cpu-activations bf16: activations rounded to bf16 in the products, as llama.cpp's bf16 product does
-# (neuron's default keeps them to ~1e-6 with two bf16 terms: twice the dot products).
+# the load average is logged before each run (the machine may be shared). neuron's default for an embedder
+# rounds the activations to bf16 in the products, as llama.cpp's bf16 product does (backend/cpu/activations.hpp);
+# C is neuron again with --cpu-activations f32, the exact path (two bf16 terms of each activation, ~1e-6:
+# twice the dot products), the default before 2026-12-06.
 # From the repository root:  bash bench/embed/cpu.sh   (N, C, WARM, SEEDS, SIDES, OUT, LLAMA_SERVER, CONVERT in the environment)
 # Needs build/neuron (a CPU build), llama-server built from llama.cpp's source for this CPU:
 #   cmake -S llama.cpp -B /tmp/llama-cpu-build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF
@@ -17,7 +18,7 @@
 set -uo pipefail
 root=$(pwd)
 N=${N:-64} C=${C:-64} WARM=${WARM:-4} SEEDS=${SEEDS:-1 2}
-SIDES=${SIDES:-neuron:18090 llama-server:18091 neuron-bf16:18092}
+SIDES=${SIDES:-neuron:18090 llama-server:18091 neuron-f32:18092}
 OUT=${OUT:-$root/bench/embed/runs/cpu-$(date -u +%F)}
 LLAMA_SERVER=${LLAMA_SERVER:-/tmp/llama-cpu-build/bin/llama-server}
 CONVERT=${CONVERT:-$root/.convert}
@@ -44,7 +45,7 @@ fi
 
 build/neuron serve --model "$work/emb" --task embed --pooling last --port 18090 >"$OUT/neuron.log" 2>&1 &
 pids+=($!)
-build/neuron serve --model "$work/emb" --task embed --pooling last --cpu-activations bf16 --port 18092 >"$OUT/neuron-bf16.log" 2>&1 &
+build/neuron serve --model "$work/emb" --task embed --pooling last --cpu-activations f32 --port 18092 >"$OUT/neuron-f32.log" 2>&1 &
 pids+=($!)
 "$LLAMA_SERVER" -m "$work/emb.gguf" --embeddings --pooling last -c 40960 -np "$C" -b 2048 -ub 2048 --port 18091 \
   >"$OUT/llama.log" 2>&1 &
@@ -67,7 +68,7 @@ def emb(port):
 def cos(a, b):
     return sum(x * y for x, y in zip(a, b)) / (sum(x * x for x in a) * sum(y * y for y in b)) ** 0.5
 (a, ta), (b, tb), (c, tc) = emb(18090), emb(18091), emb(18092)
-print(f"check: cosine(neuron, llama-server) = {cos(a, b):.6f}, cosine(neuron, neuron-bf16) = {cos(a, c):.6f}, "
+print(f"check: cosine(neuron, llama-server) = {cos(a, b):.6f}, cosine(neuron, neuron-f32) = {cos(a, c):.6f}, "
       f"dims {len(a)}/{len(b)}/{len(c)}, prompt tokens {ta}/{tb}/{tc}")
 EOF
 

@@ -44,6 +44,10 @@ struct RunnerOptions {
   // Snapshot slots of that state (prefix reuse for hybrids, batch.hpp): nullopt =
   // kDefaultSnapshotsPerSlot per state slot; 0: none. Ignored for a model without linear attention.
   std::optional<std::int32_t> state_snapshots = std::nullopt;
+  // The model only encodes (task embed or rerank: prefill-only sequences, nothing sampled). On the CPU
+  // its products take cpu::model_activations' level (bf16 activations under the default auto).
+  // Tensor-parallel ranks keep the process's level.
+  bool encode_only = false;
 };
 
 inline constexpr std::int32_t kDefaultKvBlockSize = 16;

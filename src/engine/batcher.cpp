@@ -137,6 +137,7 @@ StepStats Batcher::step() {
   struct Pooled {
     Sequence* seq;
     std::int64_t first_row, rows;  // of the hidden output
+    std::int64_t first_pos;        // the position of its first row
     bool restart;                  // the chunk starts at position 0: the sum starts over (a preempted sequence recomputes)
   };
   std::vector<Pooled> pooled;
@@ -151,11 +152,11 @@ StepStats Batcher::step() {
     if (output != PrefillOutput::none) {
       if (output == PrefillOutput::hidden_mean) {
         want = backend::LogitsWanted::hidden_all;
-        pooled.push_back({p.seq, hidden_row, p.num_new, s.computed == 0});
+        pooled.push_back({p.seq, hidden_row, p.num_new, s.computed, s.computed == 0});
         hidden_row += p.num_new;
       } else if (p.sample && output == PrefillOutput::hidden_last) {
         want = backend::LogitsWanted::hidden_last;
-        pooled.push_back({p.seq, hidden_row, 1, true});
+        pooled.push_back({p.seq, hidden_row, 1, s.computed + p.num_new - 1, true});
         hidden_row += 1;
       } else if (p.sample) {
         want = backend::LogitsWanted::last;
@@ -199,7 +200,7 @@ StepStats Batcher::step() {
     }
     if (p.restart) s.hidden_sum.assign(hid, 0.0);
     NEURON_ASSERT(s.hidden_sum.size() == hid);
-    for (std::int64_t r = 0; r < p.rows; ++r)
+    for (std::int64_t r = std::max<std::int64_t>(0, s.params().mean_from - p.first_pos); r < p.rows; ++r)
       for (std::size_t c = 0; c < hid; ++c) s.hidden_sum[c] += rows_at[static_cast<std::size_t>(r) * hid + c];
   }
   for (const Scored& sc : scored) {
@@ -209,9 +210,11 @@ StepStats Batcher::step() {
   }
   for (Sequence* s : prefilled) {
     if (s->params().output == PrefillOutput::hidden_mean) {
-      // Every position was computed here (no prefix reuse for mean pooling), so the sum has len() rows.
-      s->output.resize(hid);
-      for (std::size_t c = 0; c < hid; ++c) s->output[c] = static_cast<float>(s->hidden_sum[c] / s->len());
+      // Every position was computed here (no prefix reuse for mean pooling), so the sum has the rows of
+      // positions [mean_from, len()); none (a text that is all prompt): zeros, as sentence-transformers gives.
+      const std::int32_t rows = s->len() - s->params().mean_from;
+      s->output.assign(hid, 0.0f);
+      for (std::size_t c = 0; c < hid && rows > 0; ++c) s->output[c] = static_cast<float>(s->hidden_sum[c] / rows);
     }
     finish(*s, FinishReason::stop);
   }

@@ -115,7 +115,8 @@ struct Engine::State {
                              .top_logprobs = request.top_logprobs,
                              .grammar = request.grammar,
                              .output = request.output,
-                             .output_ids = request.output_ids},
+                             .output_ids = request.output_ids,
+                             .mean_from = request.mean_from},
               *this) {
       done.kind = Event::Kind::done;
       done.choice = choice;
@@ -480,6 +481,11 @@ std::shared_ptr<Channel> Engine::submit(CompletionRequest request) {
     for (const std::int32_t id : request.output_ids)
       if (id < 0 || id >= s.vocab)
         fail(errc::invalid_argument, "scored token id " + std::to_string(id) + " is outside the vocabulary");
+    if (request.mean_from < 0 || static_cast<std::size_t>(request.mean_from) > request.prompt.size() ||
+        (request.mean_from > 0 && request.output != PrefillOutput::hidden_mean))
+      fail(errc::invalid_argument, "mean_from " + std::to_string(request.mean_from) +
+                                       " is not a position of a mean-pooled prompt of " +
+                                       std::to_string(request.prompt.size()) + " tokens");
     request.max_tokens = 1;
     request.grammar = nullptr;
     request.top_logprobs = -1;

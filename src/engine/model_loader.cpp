@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "backend/cpu/activations.hpp"
 #include "dist/communicator.hpp"
 #include "engine/model_task.hpp"
 #include "io/gguf.hpp"
@@ -85,6 +86,12 @@ LoadPlan plan_load(const LoadOptions& options, const model::ModelConfig& cfg) {
   ro.state_snapshots = cfg.linear.hybrid() ? snapshots : 0;
   ro.kv_block_size = options.kv_block_size > 0 ? options.kv_block_size : backend::kDefaultKvBlockSize;
   ro.quantize = options.quantize;
+  // An embedder or reranker on one rank: its CPU products (and so its KV pool's element, planned below)
+  // take their own level (backend/cpu/activations.hpp's model_activations).
+  ro.encode_only = n == 1 && resolve_task(options.model_dir, options.task, options.pooling, options.model_id).task !=
+                                 ModelTask::generate;
+  const backend::cpu::ActivationsScope level(
+      backend::cpu::model_activations(backend::cpu::cpu_activations(), ro.encode_only));
   // Every rank's plan, so a bad split fails here, before a process starts.
   std::vector<model::ShardPlan> shards;
   std::vector<backend::KvBudget> budgets;  // each rank's, with its weights as it will hold them

@@ -59,6 +59,10 @@ std::optional<TaskSetup> sentence_transformers(const std::filesystem::path& dir)
   out.task = ModelTask::embed;
   out.pooling = *pooling;
   out.normalize = normalize;
+  if (const auto it = config->find("include_prompt"); it != config->end() && !it->is_null()) {
+    if (!it->is_boolean()) fail(errc::bad_model, file.string() + ": 'include_prompt' " + it->dump() + " is not a boolean");
+    out.include_prompt = it->get<bool>();
+  }
   return out;
 }
 

@@ -45,6 +45,11 @@ struct TaskSetup {
   ModelTask task = ModelTask::generate;
   Pooling pooling = Pooling::last;  // embed
   bool normalize = true;            // embed: L2-normalize the pooled vector
+  // embed: whether a prompt's tokens count in the pooling (1_Pooling/config.json's include_prompt,
+  // default true). False changes mean pooling only: the mean leaves out the first
+  // (prompt tokens with special tokens) - 1 tokens of a text given a prompt, as sentence-transformers
+  // does (it zeroes their attention mask for pooling; its cls and last-token pooling ignore that).
+  bool include_prompt = true;
   // embed: config_sentence_transformers.json's `prompts` ({name: prefix}, prepended to a text input
   // before it is tokenized) and its `default_prompt_name` (a key of `prompts`: applied when a request
   // names none).
@@ -58,7 +63,7 @@ struct TaskSetup {
 // for an unknown task or pooling, pooling on a non-embedding task, or an
 // embedder with no pooling; Error{bad_model} for a sentence-transformers file
 // that does not parse (prompts that are not strings, a default prompt name
-// that is not one of them), Error{unsupported_arch} for a pooling mode neuron
+// that is not one of them, an include_prompt that is not a boolean), Error{unsupported_arch} for a pooling mode neuron
 // does not implement.
 TaskSetup resolve_task(const std::filesystem::path& dir, const std::optional<std::string>& task,
                        const std::optional<std::string>& pooling, std::string_view name);

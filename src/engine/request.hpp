@@ -40,8 +40,12 @@ struct CompletionRequest {
   // not none means nothing is sampled (max_tokens, sampling, stop, n, grammar
   // and logprobs are ignored; n must be 1) and the done event carries
   // `output`. output_ids: the vocabulary ids whose logits `logits` returns.
+  // mean_from (hidden_mean, in [0, prompt size]): the mean leaves out the
+  // prompt's first mean_from tokens (sentence-transformers' include_prompt
+  // false: its prompt's); a mean over no token is a zero vector.
   PrefillOutput output = PrefillOutput::none;
   std::vector<std::int32_t> output_ids;
+  std::int32_t mean_from = 0;
 };
 
 inline constexpr std::int32_t kMaxChoices = 16;

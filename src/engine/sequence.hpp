@@ -34,9 +34,11 @@ struct SequenceParams {
   std::shared_ptr<const grammar::CompiledGrammar> grammar;
   // Not none: a prefill-only sequence (engine/prefill_output.hpp); the
   // Batcher fills Sequence::output and finishes it ("stop") once its prompt is
-  // computed. output_ids: the ids whose logits `logits` keeps.
+  // computed. output_ids: the ids whose logits `logits` keeps. mean_from
+  // (hidden_mean): the positions before it are left out of the mean.
   PrefillOutput output = PrefillOutput::none;
   std::vector<std::int32_t> output_ids;
+  std::int32_t mean_from = 0;
 };
 
 // What a sequence's owner hears, on the engine thread, in order: on_token for
@@ -75,7 +77,7 @@ class Sequence {
   std::optional<model::TokenLogprobs> sampled_logprobs;
   // A prefill-only sequence's result, set before its observer hears on_finish(stop).
   std::vector<float> output;
-  std::vector<double> hidden_sum;  // hidden_mean: [hidden] the sum of the rows computed so far (restarts at position 0)
+  std::vector<double> hidden_sum;  // hidden_mean: [hidden] the sum of the rows from mean_from computed so far (restarts at position 0)
 
   std::int32_t prompt_len() const noexcept { return static_cast<std::int32_t>(params_.prompt.size()); }
   std::int32_t len() const noexcept { return static_cast<std::int32_t>(tokens.size()); }

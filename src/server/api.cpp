@@ -591,16 +591,19 @@ std::size_t Api::in_flight() const {
 }
 
 namespace {
-// What a loaded model serves (engine/model_task.hpp), for /v1/models: `task`, and `pooling` (an embedder's;
-// else null); nulls while unknown.
+// What a loaded model serves (engine/model_task.hpp), for /v1/models: `task`, and `pooling` and
+// `include_prompt` (an embedder's; else null); nulls while unknown.
 json task_json(const engine::Registry& registry, const std::string& model_id) {
   try {
-    if (const auto assets = registry.assets(model_id))
+    if (const auto assets = registry.assets(model_id)) {
+      const bool embed = assets->task.task == engine::ModelTask::embed;
       return {{"task", engine::task_name(assets->task.task)},
-              {"pooling", assets->task.task == engine::ModelTask::embed ? json(engine::pooling_name(assets->task.pooling)) : json(nullptr)}};
+              {"pooling", embed ? json(engine::pooling_name(assets->task.pooling)) : json(nullptr)},
+              {"include_prompt", embed ? json(assets->task.include_prompt) : json(nullptr)}};
+    }
   } catch (const Error&) {
   }
-  return {{"task", nullptr}, {"pooling", nullptr}};
+  return {{"task", nullptr}, {"pooling", nullptr}, {"include_prompt", nullptr}};
 }
 }  // namespace
 

@@ -71,34 +71,62 @@ std::vector<std::int32_t> token_ids(const ordered_json& a, const tokenizer::Toke
   return ids;
 }
 
-// The text a text input is prefixed with (sentence-transformers' prompts: engine/model_task.hpp): the
-// prompt `name` (a request's `prompt_name`), else the model's default prompt, else none.
-std::string prompt_prefix(const engine::TaskSetup& task, const std::optional<std::string>& name) {
-  if (!name) return task.default_prompt ? task.prompts.find(*task.default_prompt)->second : std::string();
-  if (const auto it = task.prompts.find(*name); it != task.prompts.end()) return it->second;
-  std::string known;
-  for (const auto& [key, prefix] : task.prompts) known += (known.empty() ? "'" : ", '") + key + "'";
-  throw FieldError("prompt_name", "'prompt_name' '" + *name + "' is not a prompt of this model (" +
-                                      (known.empty() ? "it has none" : "its prompts: " + known) + ")");
+// The prompt a text input is prefixed with (sentence-transformers' prompts: engine/model_task.hpp), and
+// how many of the input's first tokens mean pooling leaves out for it: with include_prompt false,
+// sentence-transformers' prompt_length (the prompt's ids with special tokens, less one: the
+// post-processor's appended token), else none.
+struct TextPrompt {
+  std::string prefix;
+  std::int32_t unpooled = 0;
+};
+
+// The prompt `name` (a request's `prompt_name`), else the model's default prompt, else none.
+TextPrompt text_prompt(const engine::TaskSetup& task, const tokenizer::Tokenizer& tok, const std::optional<std::string>& name) {
+  TextPrompt out;
+  if (!name) {
+    if (task.default_prompt) out.prefix = task.prompts.find(*task.default_prompt)->second;
+  } else if (const auto it = task.prompts.find(*name); it != task.prompts.end()) {
+    out.prefix = it->second;
+  } else {
+    std::string known;
+    for (const auto& [key, prefix] : task.prompts) known += (known.empty() ? "'" : ", '") + key + "'";
+    throw FieldError("prompt_name", "'prompt_name' '" + *name + "' is not a prompt of this model (" +
+                                        (known.empty() ? "it has none" : "its prompts: " + known) + ")");
+  }
+  if (!task.include_prompt && task.pooling == engine::Pooling::mean && !out.prefix.empty())
+    out.unpooled = std::max<std::int32_t>(0, static_cast<std::int32_t>(tok.encode_with_special_tokens(out.prefix).size()) - 1);
+  return out;
 }
 
-// `input` of /v1/embeddings: a string, strings, token ids, or lists of token ids; each one's ids. A text is
-// encoded with `prefix` before it; token ids are taken as they are.
-std::vector<std::vector<std::int32_t>> embedding_inputs(const ordered_json& body, const tokenizer::Tokenizer& tok,
-                                                        const std::string& prefix) {
+// One input of an embedding: its ids, and how many of the first ones mean pooling leaves out.
+struct EmbeddingInput {
+  std::vector<std::int32_t> ids;
+  std::int32_t unpooled = 0;
+};
+
+// A text with its prompt before it.
+EmbeddingInput text_input(const std::string& text, const tokenizer::Tokenizer& tok, const TextPrompt& prompt) {
+  EmbeddingInput in{tok.encode_with_special_tokens(prompt.prefix + text), 0};
+  in.unpooled = std::min(prompt.unpooled, static_cast<std::int32_t>(in.ids.size()));
+  return in;
+}
+
+// `input` of /v1/embeddings: a string, strings, token ids, or lists of token ids. A text is encoded with
+// `prompt` before it; token ids are taken as they are.
+std::vector<EmbeddingInput> embedding_inputs(const ordered_json& body, const tokenizer::Tokenizer& tok, const TextPrompt& prompt) {
   const ordered_json* input = field(body, "input");
   if (!input) throw FieldError("input", "'input' is required: a string, an array of strings, or token ids");
-  std::vector<std::vector<std::int32_t>> out;
+  std::vector<EmbeddingInput> out;
   const auto text = [&](const ordered_json& s, const std::string& param) {
     if (s.get_ref<const std::string&>().empty()) throw FieldError(param, "'" + param + "' is an empty string");
-    out.push_back(tok.encode_with_special_tokens(prefix + s.get_ref<const std::string&>()));
+    out.push_back(text_input(s.get_ref<const std::string&>(), tok, prompt));
   };
   if (input->is_string()) {
     text(*input, "input");
   } else if (input->is_array()) {
     if (input->empty()) throw FieldError("input", "'input' is an empty array");
     if ((*input)[0].is_number()) {
-      out.push_back(token_ids(*input, tok, "input"));
+      out.push_back({token_ids(*input, tok, "input"), 0});
     } else {
       if (input->size() > kMaxEmbeddingInputs)
         throw FieldError("input", "'input' has " + std::to_string(input->size()) + " entries; at most " +
@@ -110,7 +138,7 @@ std::vector<std::vector<std::int32_t>> embedding_inputs(const ordered_json& body
           text(e, param);
         } else if (e.is_array()) {
           if (e.empty()) throw FieldError(param, "'" + param + "' is an empty list of token ids");
-          out.push_back(token_ids(e, tok, param));
+          out.push_back({token_ids(e, tok, param), 0});
         } else {
           throw FieldError(param, "'" + param + "' must be a string or an array of token ids");
         }
@@ -120,7 +148,7 @@ std::vector<std::vector<std::int32_t>> embedding_inputs(const ordered_json& body
     throw FieldError("input", "'input' must be a string, an array of strings, or token ids");
   }
   for (std::size_t i = 0; i < out.size(); ++i)
-    if (out[i].empty()) throw FieldError(out.size() == 1 ? "input" : "input[" + std::to_string(i) + "]", "the input encodes to no tokens");
+    if (out[i].ids.empty()) throw FieldError(out.size() == 1 ? "input" : "input[" + std::to_string(i) + "]", "the input encodes to no tokens");
   return out;
 }
 
@@ -146,11 +174,16 @@ std::vector<engine::CompletionRequest> prefill_requests(std::vector<std::vector<
 }
 
 // One prefill-only request per embedding input (prefill_requests' checks), each computing only the tokens
-// its pooling needs (engine::pooled_prefix: one for cls).
-std::vector<engine::CompletionRequest> embedding_requests(std::vector<std::vector<std::int32_t>> prompts, engine::Pooling pooling,
+// its pooling needs (engine::pooled_prefix: one for cls) and, for mean pooling, leaving out its unpooled ones.
+std::vector<engine::CompletionRequest> embedding_requests(std::vector<EmbeddingInput> inputs, engine::Pooling pooling,
                                                           std::int64_t context, const std::string& param) {
+  std::vector<std::vector<std::int32_t>> prompts;
+  for (EmbeddingInput& in : inputs) prompts.push_back(std::move(in.ids));
   auto out = prefill_requests(std::move(prompts), engine::pooling_output(pooling), {}, context, param);
-  for (engine::CompletionRequest& r : out) r.prompt.resize(engine::pooled_prefix(pooling, r.prompt.size()));
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    out[i].prompt.resize(engine::pooled_prefix(pooling, out[i].prompt.size()));
+    if (pooling == engine::Pooling::mean) out[i].mean_from = inputs[i].unpooled;
+  }
   return out;
 }
 
@@ -159,6 +192,11 @@ std::vector<engine::CompletionRequest> embedding_requests(std::vector<std::vecto
 std::int64_t tokens_of(const std::vector<std::vector<std::int32_t>>& prompts) {
   std::int64_t n = 0;
   for (const auto& p : prompts) n += static_cast<std::int64_t>(p.size());
+  return n;
+}
+std::int64_t tokens_of(const std::vector<EmbeddingInput>& inputs) {
+  std::int64_t n = 0;
+  for (const auto& in : inputs) n += static_cast<std::int64_t>(in.ids.size());
   return n;
 }
 
@@ -213,7 +251,8 @@ HttpResponse Api::embeddings(const HttpRequest& request) {
   const auto dimensions = integer_in(body, "dimensions", 1, hidden);
   (void)string_in(body, "user");  // accepted, as OpenAI's; not used
 
-  auto prompts = embedding_inputs(body, *assets->tokenizer, prompt_prefix(assets->task, string_in(body, "prompt_name")));
+  auto prompts = embedding_inputs(body, *assets->tokenizer,
+                                  text_prompt(assets->task, *assets->tokenizer, string_in(body, "prompt_name")));
   const std::int64_t prompt_tokens = tokens_of(prompts);
   auto inputs = embedding_requests(std::move(prompts), assets->task.pooling, engine->max_context(), "input");
   const auto result = run_prefill(model, *engine, std::move(inputs), request);
@@ -301,19 +340,20 @@ HttpResponse Api::score(const HttpRequest& request) {
     throw FieldError("text_2", "'text_1' has " + std::to_string(first.size()) + " entries and 'text_2' " +
                                    std::to_string(second.size()) + ": give one text_1, or as many as text_2");
   const std::string instruction = string_in(body, "instruction").value_or("");
-  std::vector<std::vector<std::int32_t>> prompts;
   std::vector<engine::CompletionRequest> inputs;
   std::int64_t prompt_tokens = 0;
   if (cosine) {  // text_1's entries, then text_2's, each with the model's default prompt as /v1/embeddings gives it
-    const std::string prefix = prompt_prefix(assets->task, std::nullopt);
+    const TextPrompt prompt = text_prompt(assets->task, *assets->tokenizer, std::nullopt);
+    std::vector<EmbeddingInput> texts_in;
     for (const auto* texts : {&first, &second})
       for (const std::string& t : *texts) {
         if (t.empty()) throw FieldError(texts == &first ? "text_1" : "text_2", "an empty text has no embedding");
-        prompts.push_back(assets->tokenizer->encode_with_special_tokens(prefix + t));
+        texts_in.push_back(text_input(t, *assets->tokenizer, prompt));
       }
-    prompt_tokens = tokens_of(prompts);
-    inputs = embedding_requests(std::move(prompts), assets->task.pooling, engine->max_context(), "text_1");
+    prompt_tokens = tokens_of(texts_in);
+    inputs = embedding_requests(std::move(texts_in), assets->task.pooling, engine->max_context(), "text_1");
   } else {
+    std::vector<std::vector<std::int32_t>> prompts;
     const std::vector<std::int32_t> answer = rerank_answer_ids(*assets->tokenizer);
     for (std::size_t i = 0; i < second.size(); ++i)
       prompts.push_back(rerank_prompt_ids(*assets->tokenizer, instruction, first[first.size() == 1 ? 0 : i], second[i]));

@@ -319,6 +319,8 @@ json model_entry(const engine::ModelInfo& m, const engine::Engine* engine, const
             {"task", assets ? json(engine::task_name(assets->task.task)) : json(nullptr)},
             {"pooling", assets && assets->task.task == engine::ModelTask::embed ? json(engine::pooling_name(assets->task.pooling))
                                                                                 : json(nullptr)},
+            {"include_prompt", assets && assets->task.task == engine::ModelTask::embed ? json(assets->task.include_prompt)
+                                                                                       : json(nullptr)},
             {"model_id", m.model_id},
             {"served_name", m.served_name.empty() ? json(nullptr) : json(m.served_name)},
             {"state", std::string(engine::to_string(m.status))},

@@ -29,7 +29,8 @@ fs.writeFileSync(process.argv[2], JSON.stringify(tok));' "$TINY_MODEL/tokenizer.
 mkdir "$work/qwen3-reranker-tiny"
 for f in "$TINY_MODEL"/*; do ln -s "$f" "$work/qwen3-reranker-tiny/"; done
 
-start_daemon "$bin" --model "$work/qwen3_embed-a" --models-dir "$work"
+# The exact CPU products: the references are float32 (an embedder's default rounds activations to bf16).
+start_daemon "$bin" --model "$work/qwen3_embed-a" --models-dir "$work" --cpu-activations f32
 trap 'stop_daemon >/dev/null 2>&1 || true; rm -rf "$work" "$DAEMON_LOG"' EXIT
 wait_loaded
 curl -s "$NEURON_BASE_URL/v1/models" | grep -q '"task":"embed"' || die "/v1/models does not show the embedder's task"

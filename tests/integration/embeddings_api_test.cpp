@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <numeric>
 #include <sstream>
 #include <string>
@@ -21,8 +22,10 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/batch.hpp"
+#include "backend/cpu/activations.hpp"
 #include "backend/model_runner.hpp"
 #include "dist/communicator.hpp"
+#include "engine/model_loader.hpp"
 #include "engine/model_task.hpp"
 #include "engine/registry.hpp"
 #include "io/safetensors.hpp"
@@ -32,6 +35,7 @@
 #include "server/api.hpp"
 #include "server/model_spec.hpp"
 #include "server/rerank_prompt.hpp"
+#include "support/cosine.hpp"
 #include "support/temp_dir.hpp"
 #include "tokenizer/tokenizer.hpp"
 #include "util/error.hpp"
@@ -410,11 +414,12 @@ TEST(EmbeddingsPooled, AGenerativeModelEmbedsWithMeanAndLastPooling) {
   }
 }
 
-// cls pooling's reference: row 0 of the runner's final-norm rows (backend/batch.hpp: hidden_all) over the whole
-// input, L2-normalized. The engine computes the first token alone (engine::pooled_prefix); this computes them all.
-std::vector<float> first_row_of_whole_input(const std::vector<std::int32_t>& ids) {
-  const model::ModelConfig cfg = model::load_model_configs(kTiny).model;
-  const auto ckpt = io::Checkpoint::open_dir(kTiny);
+// The runner's final-norm rows (backend/batch.hpp: hidden_all) of a whole input of the model in `dir`, computed
+// in one step: [tokens, hidden]. An embedder without an LM head reads its embedding table (as engine::open_runner does).
+std::vector<float> hidden_rows(const fs::path& dir, const std::vector<std::int32_t>& ids) {
+  model::ModelConfig cfg = model::load_model_configs(dir).model;
+  const auto ckpt = io::Checkpoint::open_dir(dir);
+  if (!ckpt.find("lm_head.weight")) cfg.tie_word_embeddings = true;
   auto runner = backend::make_runner(cfg, &ckpt, model::ShardPlan::make(cfg, 0, 1), backend::Device{},
                                      std::make_shared<dist::LocalCommunicator>(),
                                      {.max_context = 1024, .kv_block_size = 16, .kv_blocks = 64});
@@ -422,9 +427,27 @@ std::vector<float> first_row_of_whole_input(const std::vector<std::int32_t>& ids
   std::iota(blocks.begin(), blocks.end(), 0);
   backend::Batch batch;
   batch.add(ids, 0, blocks, backend::LogitsWanted::hidden_all);
-  const auto hidden = static_cast<std::size_t>(cfg.hidden_size);
-  std::vector<float> rows(ids.size() * hidden);  // [tokens, hidden]
+  std::vector<float> rows(ids.size() * static_cast<std::size_t>(cfg.hidden_size));  // [tokens, hidden]
   runner->step(batch, {}, {}, rows);
+  return rows;
+}
+
+// The L2-normalized mean of rows [from, end) of `rows` ([tokens, hidden]), in double.
+std::vector<float> normalized_mean(const std::vector<float>& rows, std::size_t hidden, std::size_t from) {
+  const std::size_t tokens = rows.size() / hidden;
+  std::vector<double> sum(hidden, 0.0);
+  for (std::size_t t = from; t < tokens; ++t)
+    for (std::size_t c = 0; c < hidden; ++c) sum[c] += rows[t * hidden + c];
+  std::vector<float> mean(hidden);
+  for (std::size_t c = 0; c < hidden; ++c) mean[c] = static_cast<float>(sum[c] / static_cast<double>(tokens - from));
+  return model::finish_embedding(mean, 0, true);
+}
+
+// cls pooling's reference: row 0 of the runner's final-norm rows over the whole input, L2-normalized. The engine
+// computes the first token alone (engine::pooled_prefix); this computes them all.
+std::vector<float> first_row_of_whole_input(const std::vector<std::int32_t>& ids) {
+  const std::vector<float> rows = hidden_rows(kTiny, ids);
+  const auto hidden = static_cast<std::size_t>(model::load_model_configs(kTiny).model.hidden_size);
   return model::finish_embedding(std::span<const float>(rows.data(), hidden), 0, true);
 }
 
@@ -476,6 +499,74 @@ TEST(EmbeddingsPooled, SentenceTransformersClsModeIsDetected) {
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.kind()), errc::unsupported_arch);
     EXPECT_NE(std::string(e.what()).find("lasttoken, mean and cls are"), std::string::npos) << e.what();
+  }
+}
+
+// 1_Pooling/config.json's include_prompt false (sentence-transformers, e.g. INSTRUCTOR-style models): mean
+// pooling leaves out a prompt's tokens (the prompt's ids with special tokens, less one: sentence-transformers'
+// prompt_length), for a named prompt, the default one and /v1/score's; a text with no prompt and token ids
+// pool every row. Reference: the runner's rows of the whole input in one step, averaged here.
+TEST_F(Embeddings, IncludePromptFalseLeavesThePromptOutOfTheMean) {
+  std::ofstream(dir / "1_Pooling" / "config.json") << json{{"pooling_mode", "mean"}, {"include_prompt", false}}.dump();
+  const engine::TaskSetup t = engine::resolve_task(dir, std::nullopt, std::nullopt, "qwen3_embed-a");
+  EXPECT_EQ(t.pooling, engine::Pooling::mean);
+  EXPECT_FALSE(t.include_prompt);
+  const auto tok = tokenizer::Tokenizer::from_file(dir / "tokenizer.json");
+  const std::string prefix = golden["query_prompt"].get<std::string>();
+  const std::size_t prompt_tokens = tok.encode_with_special_tokens(prefix).size() - 1;  // less the appended <|endoftext|>
+  EXPECT_GT(prompt_tokens, 10u);
+  const auto hidden = static_cast<std::size_t>(model::load_model_configs(dir).model.hidden_size);
+  const json& query = golden["inputs"][7];  // "What is the capital of China?" with the query prompt
+  const auto ids = query["token_ids"].get<std::vector<std::int32_t>>();
+  const std::vector<float> rows = hidden_rows(dir, ids);
+  const std::vector<float> want = normalized_mean(rows, hidden, prompt_tokens);
+  const std::vector<float> with_prompt = normalized_mean(rows, hidden, 0);
+  EXPECT_GT(max_abs_diff(want, json(with_prompt)), 0.05);  // leaving the prompt out matters
+
+  {
+    Served s(spec_of(dir));
+    const json named = s.ok("/v1/embeddings", {{"input", query["text"]}, {"prompt_name", "query"}});
+    EXPECT_LT(max_abs_diff(floats(named["data"][0]["embedding"]), json(want)), kTolerance);
+    EXPECT_EQ(named["usage"]["prompt_tokens"], ids.size());  // usage counts the prompt
+    // The same ids sent as a text with the prompt typed in, or as token ids: no prompt was applied, every row counts.
+    const json typed = s.ok("/v1/embeddings", {{"input", {prefix + query["text"].get<std::string>(), query["token_ids"]}}});
+    EXPECT_LT(max_abs_diff(floats(typed["data"][0]["embedding"]), json(with_prompt)), kTolerance);
+    EXPECT_LT(max_abs_diff(floats(typed["data"][1]["embedding"]), json(with_prompt)), kTolerance);
+    const json models = json::parse(s.api->handle(HttpRequest{"GET", "/v1/models", {}, "", "test"}).body);
+    EXPECT_EQ(models["data"][0]["pooling"], "mean") << models.dump();
+    EXPECT_EQ(models["data"][0]["include_prompt"], false) << models.dump();
+    EXPECT_TRUE(s.registry->engine(dir.string())->idle());
+  }
+  {  // The default prompt, on /v1/embeddings and on /v1/score's texts.
+    write_st_config(dir, {{"query", prefix}, {"document", ""}}, "query");
+    Served s(spec_of(dir));
+    const json r = s.ok("/v1/embeddings", {{"input", query["text"]}});
+    EXPECT_LT(max_abs_diff(floats(r["data"][0]["embedding"]), json(want)), kTolerance);
+    const std::string other = golden["inputs"][0]["text"].get<std::string>();
+    const std::vector<float> other_want =
+        normalized_mean(hidden_rows(dir, tok.encode_with_special_tokens(prefix + other)), hidden, prompt_tokens);
+    double cosine = 0;
+    for (std::size_t c = 0; c < hidden; ++c) cosine += static_cast<double>(want[c]) * other_want[c];
+    const json sc = s.ok("/v1/score", {{"text_1", query["text"]}, {"text_2", other}});
+    EXPECT_NEAR(sc["data"][0]["score"].get<double>(), cosine, kTolerance) << sc.dump();
+    // A prompt that is empty leaves nothing out.
+    const json doc = s.ok("/v1/embeddings", {{"input", golden["inputs"][2]["text"]}, {"prompt_name", "document"}});
+    const std::vector<float> doc_rows = hidden_rows(dir, golden["inputs"][2]["token_ids"].get<std::vector<std::int32_t>>());
+    EXPECT_LT(max_abs_diff(floats(doc["data"][0]["embedding"]), json(normalized_mean(doc_rows, hidden, 0))), kTolerance);
+  }
+  {  // Last-token pooling ignores it: sentence-transformers' reference for the query.
+    std::ofstream(dir / "1_Pooling" / "config.json") << json{{"pooling_mode", "lasttoken"}, {"include_prompt", false}}.dump();
+    Served s(spec_of(dir));
+    const json r = s.ok("/v1/embeddings", {{"input", query["text"]}, {"prompt_name", "query"}});
+    EXPECT_LT(max_abs_diff(floats(r["data"][0]["embedding"]), query["embedding"]), kTolerance);
+  }
+  std::ofstream(dir / "1_Pooling" / "config.json") << json{{"pooling_mode", "mean"}, {"include_prompt", "no"}}.dump();
+  try {
+    (void)engine::resolve_task(dir, std::nullopt, std::nullopt, "qwen3_embed-a");
+    ADD_FAILURE() << "a non-boolean include_prompt loaded";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.kind()), errc::bad_model);
+    EXPECT_NE(std::string(e.what()).find("include_prompt"), std::string::npos) << e.what();
   }
 }
 
@@ -581,6 +672,88 @@ TEST_F(Rerank, BadInputIs400NamingTheField) {
   EXPECT_TRUE(s.registry->engine(kTiny.string())->idle());
   Served gen(spec_of(kTiny));
   expect_400(gen, "/v1/score", {{"text_1", "a"}, {"text_2", "b"}}, "model", "task rerank");
+}
+
+// The CPU default for an embedder or a reranker (backend/cpu/activations.hpp's model_activations): under auto
+// its products round the activations to bf16 and its KV cache holds bf16, decided at load; a generation model
+// keeps f32 (its KV pool's element says so), and an explicit level is kept for every task. Against the f32
+// references of tests/data/embed (tiny random models, 16 and 32 wide, whose rounding averages out less than
+// a real model's) every vector stays within cosine 0.9998 and every rerank score within 5e-3 (measured on an
+// AVX-512 BF16 CPU: 0.99996 and 1.9e-3; bench/embed/README.md), and differs from them (the rounding happened).
+class Restore {  // the test binary's level (cpu_exact_default.cpp: f32) back at the end
+ public:
+  Restore() : before_(backend::cpu::cpu_activations()) {}
+  ~Restore() { backend::cpu::set_cpu_activations(before_); }
+
+ private:
+  backend::cpu::Activations before_;
+};
+
+std::uint64_t kv_bytes_per_block(const fs::path& dir, std::optional<std::string> task, std::optional<std::string> pooling) {
+  engine::LoadOptions o;
+  o.model_dir = dir;
+  o.max_context = 256;
+  o.task = std::move(task);
+  o.pooling = std::move(pooling);
+  return engine::open_runner(o)->kv_pool().bytes_per_block;
+}
+
+double cosine(const std::vector<float>& a, const json& b) { return test_support::cosine(a, floats(b)); }
+
+TEST(EmbeddingsActivations, AnEncoderRoundsToBf16UnderAutoAndStaysCloseToTheReferences) {
+  const Restore restore;
+  using backend::cpu::Activations;
+  EXPECT_EQ(backend::cpu::model_activations(Activations::automatic, true), Activations::int8);
+  EXPECT_EQ(backend::cpu::model_activations(Activations::automatic, false), Activations::automatic);
+  for (const Activations a : {Activations::f32, Activations::bf16, Activations::int8})
+    EXPECT_EQ(backend::cpu::model_activations(a, true), a);
+  backend::cpu::set_cpu_activations(Activations::automatic);
+  const std::uint64_t generate = kv_bytes_per_block(kTiny, std::nullopt, std::nullopt);
+  EXPECT_EQ(kv_bytes_per_block(kTiny, "embed", "last") * 2, generate);
+  EXPECT_EQ(kv_bytes_per_block(kTiny, "rerank", std::nullopt) * 2, generate);
+  backend::cpu::set_cpu_activations(Activations::f32);
+  EXPECT_EQ(kv_bytes_per_block(kTiny, "embed", "last"), generate);
+
+  backend::cpu::set_cpu_activations(Activations::automatic);  // read at each load below
+  double min_cosine = 1, max_diff = 0, max_score_diff = 0;
+  {  // qwen3_embed-a, last-token pooling: sentence-transformers' vectors
+    test_support::TempDir tmp{"neuron-embed-auto"};
+    const fs::path dir = make_embed_dir(tmp);
+    const json golden = read_json(kData / "qwen3_embed-a" / "embed_golden.json");
+    Served s(spec_of(dir));
+    const json r = s.ok("/v1/embeddings", {{"input", golden_texts(golden)}});
+    for (std::size_t i = 0; i < golden["inputs"].size(); ++i) {
+      min_cosine = std::min(min_cosine, cosine(floats(r["data"][i]["embedding"]), golden["inputs"][i]["embedding"]));
+      max_diff = std::max(max_diff, max_abs_diff(floats(r["data"][i]["embedding"]), golden["inputs"][i]["embedding"]));
+    }
+  }
+  const json pooled = read_json(kData / "pooled_golden.json");
+  for (const std::string pooling : {"mean", "last"}) {  // qwen3-tiny-a as an embedder: transformers' rows
+    Served s(spec_of(kTiny, "embed", pooling), /*max_batch_tokens=*/64);
+    json texts = json::array();
+    for (const json& in : pooled["inputs"]) texts.push_back(in["text"]);
+    const json r = s.ok("/v1/embeddings", {{"input", texts}});
+    for (std::size_t i = 0; i < texts.size(); ++i) {
+      min_cosine = std::min(min_cosine, cosine(floats(r["data"][i]["embedding"]), pooled["inputs"][i][pooling]));
+      max_diff = std::max(max_diff, max_abs_diff(floats(r["data"][i]["embedding"]), pooled["inputs"][i][pooling]));
+    }
+  }
+  {  // qwen3-tiny-a as a reranker: transformers' yes/no probabilities
+    const json golden = read_json(kData / "rerank_golden.json");
+    Served s(spec_of(kTiny, "rerank"), /*max_batch_tokens=*/64);
+    for (const json& p : golden["pairs"]) {
+      json body = {{"text_1", p["query"]}, {"text_2", p["document"]}};
+      if (!p["instruction"].is_null()) body["instruction"] = p["instruction"];
+      const json sc = s.ok("/v1/score", body);
+      max_score_diff = std::max(max_score_diff, std::abs(sc["data"][0]["score"].get<double>() - p["score"].get<double>()));
+    }
+  }
+  std::cout << "auto on an encoder vs the f32 references: min cosine " << min_cosine << ", max |diff| " << max_diff
+            << ", max rerank score |diff| " << max_score_diff << "\n";
+  EXPECT_GT(min_cosine, 0.9998);
+  EXPECT_GT(max_diff, 1e-5);  // f32 agrees to ~1e-6: something was rounded
+  EXPECT_LT(max_score_diff, 5e-3);
+  EXPECT_GT(max_score_diff, 0.0);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@ namespace neuron::backend::cpu {
 namespace {
 
 std::atomic<int> g_activations{-1};  // an Activations, or -1 before the first read
+thread_local int t_scoped = -1;      // the innermost ActivationsScope's level on this thread, or -1
 
 Activations from_environment() {
   const char* v = std::getenv("NEURON_CPU_ACTIVATIONS");
@@ -43,6 +44,7 @@ std::optional<Activations> parse_activations(std::string_view name) noexcept {
 }
 
 Activations cpu_activations() {
+  if (t_scoped >= 0) return static_cast<Activations>(t_scoped);
   int v = g_activations.load(std::memory_order_relaxed);
   if (v < 0) {
     int unset = -1;
@@ -53,6 +55,14 @@ Activations cpu_activations() {
 }
 
 void set_cpu_activations(Activations a) noexcept { g_activations.store(static_cast<int>(a), std::memory_order_relaxed); }
+
+Activations model_activations(Activations process, bool encode_only) noexcept {
+  return process == Activations::automatic && encode_only ? Activations::int8 : process;
+}
+
+ActivationsScope::ActivationsScope(Activations a) noexcept : previous_(t_scoped) { t_scoped = static_cast<int>(a); }
+
+ActivationsScope::~ActivationsScope() { t_scoped = previous_; }
 
 bool int8_quant_products(Activations a) noexcept { return a == Activations::int8 || a == Activations::automatic; }
 

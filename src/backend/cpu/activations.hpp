@@ -12,7 +12,12 @@
 //         KV cache). A quantized file's weights are already rounded to 4-8
 //         bits; rounding x to int8 adds ~1e-2 of a product to their own
 //         error, as llama.cpp does for these types (bench/CPU.md measures
-//         the cost and the speed).
+//         the cost and the speed). A model that only encodes (an embedder
+//         or a reranker: RunnerOptions::encode_only) takes int8 below under
+//         auto (model_activations): its bf16 products round x to bf16, as
+//         llama.cpp's and sentence-transformers' bf16 runs do, at half the
+//         dot products (bench/embed/README.md: the speed, and the cosine to
+//         the f32 level on the test fixtures).
 //   bf16  products on AVX-512 BF16 dot products (the prefill's
 //         gemm_bf16_pairs and gemm_quant_pairs) round x to bf16, as
 //         llama.cpp's bf16 product does: one dot product per weight pair
@@ -39,10 +44,31 @@ std::optional<Activations> parse_activations(std::string_view name) noexcept;
 
 // The process's choice: NEURON_CPU_ACTIVATIONS read on the first call (auto
 // when unset, f32 when unknown, with a warning), unless set_cpu_activations
-// came first; thread-safe.
+// came first; thread-safe. Inside an ActivationsScope, that scope's level.
 Activations cpu_activations();
 // Sets it for the products that start from now on (the serve flag, tests).
 void set_cpu_activations(Activations a) noexcept;
+
+// The level a model's products take: `process` (cpu_activations()), except
+// that auto is int8 for a model that only encodes (embeddings, rerank
+// scores). An explicit level (f32, bf16, int8) is kept for every model.
+Activations model_activations(Activations process, bool encode_only) noexcept;
+
+// While one lives, cpu_activations() on the thread that made it answers `a`
+// instead of the process's level: a runner holds one over its own work (its
+// steps, its KV pool's element at load) so that its products take its
+// model's level. The kernels read the level on the calling thread, before
+// they hand chunks to ChunkPool. Scopes nest; each restores the one before.
+class ActivationsScope {
+ public:
+  explicit ActivationsScope(Activations a) noexcept;
+  ~ActivationsScope();
+  ActivationsScope(const ActivationsScope&) = delete;
+  ActivationsScope& operator=(const ActivationsScope&) = delete;
+
+ private:
+  int previous_;  // the thread's level before (an Activations), or -1 for none
+};
 
 // Products with quantized weights may round x to int8 (int8, auto).
 bool int8_quant_products(Activations a) noexcept;

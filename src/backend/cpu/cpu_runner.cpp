@@ -9,6 +9,9 @@
 #include <string>
 #include <vector>
 
+#include <spdlog/spdlog.h>
+
+#include "backend/cpu/activations.hpp"
 #include "backend/cpu/attention.hpp"
 #include "backend/cpu/chunk_pool.hpp"
 #include "backend/cpu/gated_delta.hpp"
@@ -219,7 +222,7 @@ class CpuRunner final : public ModelRunner, private model::BlockOps {
   CpuRunner(const model::ModelConfig& cfg, const io::Checkpoint* ckpt, const model::ShardPlan& plan,
             std::shared_ptr<dist::Communicator> comm, std::int32_t max_context, std::int32_t block_size,
             std::int32_t num_blocks, std::int32_t state_slots, std::int32_t state_snapshots,
-            std::optional<quant::GgmlType> quantize, KvPool::Element kv)
+            std::optional<quant::GgmlType> quantize, KvPool::Element kv, Activations activations)
       : cfg_(cfg),
         family_(model::family_of(cfg)),
         plan_(plan),
@@ -233,7 +236,8 @@ class CpuRunner final : public ModelRunner, private model::BlockOps {
                     .bytes_per_block = kv_bytes_per_block(cfg, plan, KvPool::element_bytes(kv), block_size)},
         pool_(cfg.kv_layers(), plan.kv_heads, cfg.head_dim, block_size, num_blocks, kv),
         rope_(model::rope_inv_freq(cfg), max_context),
-        states_(cfg, state_slots, state_snapshots) {
+        states_(cfg, state_slots, state_snapshots),
+        activations_(activations) {
     NEURON_ASSERT(pool_.bytes() == pool_shape_.bytes_per_block * static_cast<std::uint64_t>(num_blocks));
     pool_shape_.state_slots = states_.slots();
     pool_shape_.bytes_per_state_slot = states_.bytes_per_slot();
@@ -316,6 +320,7 @@ class CpuRunner final : public ModelRunner, private model::BlockOps {
                 std::span<float> hidden_out) override {
     NEURON_ASSERT(picks.empty());  // picks_on_device() is false: the base class picks
     check_batch(batch, cfg_, pool_shape_, max_context_, logits, {}, hidden_out);
+    const ActivationsScope level(activations_);  // this model's products, whatever the process's level
     const std::int64_t n = batch.num_tokens(), hidden = cfg_.hidden_size;
     place_tokens(batch);
     x_.resize(static_cast<std::size_t>(n * hidden));
@@ -659,6 +664,7 @@ class CpuRunner final : public ModelRunner, private model::BlockOps {
   KvPool pool_;
   RopeTable rope_;
   RecurrentStates states_;  // hybrids: each sequence's conv and delta-rule state (by SequenceStep::state_slot)
+  Activations activations_;  // the level this model's products take (model_activations), in every step
 
   // Activations of the current step (n = its token count over all sequences), reused between steps.
   std::vector<std::int64_t> pos_;     // [n] each token's position in its sequence
@@ -735,7 +741,13 @@ std::unique_ptr<ModelRunner> make_cpu_runner(const model::ModelConfig& cfg, cons
   if (options.kv_blocks < 0) fail(errc::invalid_argument, "kv_blocks " + std::to_string(options.kv_blocks) + " is negative");
   const std::int32_t block_size = options.kv_block_size > 0 ? options.kv_block_size : kDefaultKvBlockSize;
   const std::int32_t num_blocks = options.kv_blocks > 0 ? options.kv_blocks : (max_context + block_size - 1) / block_size;
-  const KvPool::Element kv = kv_element();  // read once: the pool and its shape agree
+  const Activations activations = model_activations(cpu_activations(), options.encode_only);
+  if (activations != cpu_activations())
+    spdlog::info("cpu: an embedder or reranker under --cpu-activations auto: its products round the activations as {} "
+                 "does (bf16 for bf16 weights, a bf16 KV cache); --cpu-activations f32 keeps them exact",
+                 activations_name(activations));
+  const ActivationsScope level(activations);
+  const KvPool::Element kv = kv_element();  // read once, at the model's level: the pool and its shape agree
   const std::uint64_t per_block = kv_bytes_per_block(cfg, plan, KvPool::element_bytes(kv), block_size);
   if (per_block > (std::uint64_t{1} << 62) / static_cast<std::uint64_t>(num_blocks))
     fail(errc::out_of_memory, "a KV pool of " + std::to_string(num_blocks) + " blocks of " + std::to_string(block_size) +
@@ -745,7 +757,7 @@ std::unique_ptr<ModelRunner> make_cpu_runner(const model::ModelConfig& cfg, cons
   const std::int32_t state_slots = options.state_slots > 0 ? options.state_slots : kDefaultStateSlots;
   const std::int32_t state_snapshots = resolve_state_snapshots(options.state_snapshots, state_slots);
   return std::make_unique<CpuRunner>(cfg, checkpoint, plan, std::move(comm), max_context, block_size, num_blocks,
-                                     state_slots, state_snapshots, options.quantize, kv);
+                                     state_slots, state_snapshots, options.quantize, kv, activations);
 }
 
 }  // namespace neuron::backend::cpu

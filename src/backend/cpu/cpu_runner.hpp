@@ -34,7 +34,9 @@ namespace neuron::backend::cpu {
 // negative kv_block_size / kv_blocks / state_slots / state_snapshots, Error{out_of_memory}
 // for a pool past the address space. A hybrid's runner keeps options.state_slots
 // recurrent-state slots and resolve_state_snapshots' snapshot slots beside them
-// (recurrent_state.hpp), which save_state / restore_state copy between.
+// (recurrent_state.hpp), which save_state / restore_state copy between. Its products, in every step,
+// and its KV pool's element take model_activations(cpu_activations(), options.encode_only)
+// (activations.hpp: bf16 activations for an embedder or reranker under the default auto).
 std::unique_ptr<ModelRunner> make_cpu_runner(const model::ModelConfig& cfg, const io::Checkpoint* checkpoint,
                                              const model::ShardPlan& plan, std::shared_ptr<dist::Communicator> comm,
                                              const RunnerOptions& options);

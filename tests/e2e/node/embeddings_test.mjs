@@ -1,10 +1,13 @@
 // Embeddings and rerank through the daemon with the clients people use,
 // checked against the references in tests/data/embed (sentence-transformers
-// and transformers, float32; the daemon's CPU runs f32, so 1e-4 holds):
+// and transformers, float32; the daemon runs with --cpu-activations f32, so
+// 1e-4 holds):
 //  - the openai client's embeddings.create: floats, base64 (the client's
 //    default, decoded by it; and asked for explicitly, decoded here as
 //    little-endian f32), dimensions (Matryoshka truncation, renormalized),
-//    token-id inputs, and a 400 naming `input` for an empty one;
+//    token-id inputs, `prompt_name` as an extra body field (the model's query
+//    prompt: the vectors of the prompt prepended by hand; an unknown name is
+//    a 400 naming `prompt_name`), and a 400 naming `input` for an empty one;
 //  - the AI SDK's embedMany and embed (@ai-sdk/openai);
 //  - LangChain's OpenAIEmbeddings (embedDocuments, embedQuery);
 //  - POST /v1/rerank (Jina/Cohere shape) and /v1/score (vLLM's) on a
@@ -81,6 +84,34 @@ await check("openai embeddings.create, base64 asked for: little-endian f32, with
 await check("openai embeddings.create, token ids", async () => {
   const r = await client.embeddings.create({ model, input: golden.inputs.map((i) => i.token_ids), encoding_format: "float" });
   r.data.forEach((d, i) => expectClose(d.embedding, golden.inputs[i].embedding, `input ${i}`));
+});
+
+await check("openai embeddings.create, prompt_name as an extra body field: the prompt prepended by hand", async () => {
+  const queries = golden.inputs.filter((i) => i.prompt_name === "query");
+  assert(queries.length >= 2, `${queries.length} queries in the golden file`);
+  // The client sends fields it does not know as they are.
+  const named = await client.embeddings.create({ model, input: queries.map((q) => q.text), encoding_format: "float", prompt_name: "query" });
+  const typed = await client.embeddings.create({ model, input: queries.map((q) => golden.query_prompt + q.text), encoding_format: "float" });
+  let worst = 0;
+  named.data.forEach((d, i) => {
+    expectClose(d.embedding, queries[i].embedding, `query ${i}`);
+    // The same ids; the second request takes the prompt's KV from the prefix cache: rounding apart, equal.
+    const d2 = maxDiff(d.embedding, typed.data[i].embedding);
+    assert(d2 < 1e-5, `query ${i}: prompt_name vs the prompt typed in: max |diff| ${d2}`);
+    worst = Math.max(worst, d2);
+  });
+  assert(named.usage.prompt_tokens === typed.usage.prompt_tokens, `usage ${JSON.stringify(named.usage)} vs ${JSON.stringify(typed.usage)}`);
+  return `max |diff| to the typed prompt ${worst.toExponential(2)}`;
+});
+
+await check("openai embeddings.create, an unknown prompt_name is a 400 naming the field", async () => {
+  try {
+    await client.embeddings.create({ model, input: "What is the capital of China?", prompt_name: "passage" });
+  } catch (e) {
+    assert(e.status === 400 && e.param === "prompt_name" && e.message.includes("passage"), `status ${e.status} param ${e.param}: ${e.message}`);
+    return e.message;
+  }
+  throw new Error("accepted");
 });
 
 await check("openai embeddings.create, an empty input is a 400 naming it", async () => {
