@@ -11,7 +11,7 @@
 # with the load average logged before each. Needs llama.cpp built for this CPU
 # with the llama-bench and llama-quantize targets at LLAMA_BIN, and gguf-py on
 # GGUF_PY (llama.cpp's gguf-py). Results: $OUT/results.jsonl and $OUT/run.log.
-#   LLAMA_BIN=/tmp/llcpu/b/bin GGUF_PY=/tmp/llcpu/gguf-py bash bench/cpu/moe-vs-llama.sh
+#   LLAMA_BIN=/tmp/llcpu/b/bin GGUF_PY=.convert/gguf-py bash bench/cpu/moe-vs-llama.sh
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -29,7 +29,7 @@ log() { echo "$(date +%T) $*" | tee -a "$OUT/run.log"; }
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 log "moe-vs-llama: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-), $(nproc) cpus, load $(load)"
 PYTHONPATH=$GGUF_PY /usr/bin/python3 bench/cuda/moe_gguf.py "$WORK/moe-bf16.gguf" --tokenizer "$TOKENIZER" \
-  --shape qwen3-moe-2.4b --type bf16 | tee -a "$OUT/run.log"
+  --shape qwen3-moe-2.4b --type bf16 | tee -a "$OUT/run.log" || exit 1
 "$LLAMA_BIN/llama-quantize" "$WORK/moe-bf16.gguf" "$WORK/moe-q4_k_m.gguf" Q4_K_M "$THREADS" >"$WORK/quantize.log" 2>&1 ||
   { tail "$WORK/quantize.log"; exit 1; }
 rm -f "$WORK/moe-bf16.gguf"
