@@ -9,6 +9,7 @@
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <random>
@@ -25,7 +26,9 @@
 #include "backend/cpu/isa.hpp"
 #include "backend/cpu/matmul.hpp"
 #include "backend/cpu/matmul_quant.hpp"
+#include "backend/cpu/recurrent_state.hpp"
 #include "backend/cpu/activations.hpp"
+#include "model/config.hpp"
 #include "quant/dequantize.hpp"
 #include "quant/quantize.hpp"
 #include "tensor/dtype.hpp"
@@ -244,7 +247,39 @@ void few_tokens(benchmark::State& state, quant::GgmlType type, std::int64_t n, b
   state.SetItemsProcessed(state.iterations() * n * kRowsOut * kCols);
 }
 
+// A hybrid's state snapshot (issue 27's prefix reuse): RecurrentStates::save of one sequence's whole state,
+// every linear layer's [Hv, dk, dv] f32 delta-rule state and its conv taps, at Qwen3-Next-80B-A3B's shape
+// (48 layers, 3 of 4 linear; 16 key heads and 32 value heads of 128; conv kernel 4), and with 48 value
+// heads over 64 layers.
+void state_snapshot(benchmark::State& state, std::int64_t layers, std::int64_t value_heads) {
+  model::ModelConfig cfg;
+  cfg.model_type = "qwen3_next";
+  cfg.num_hidden_layers = layers;
+  cfg.linear.num_key_heads = 16;
+  cfg.linear.num_value_heads = value_heads;
+  cfg.linear.key_head_dim = 128;
+  cfg.linear.value_head_dim = 128;
+  cfg.linear.conv_kernel = 4;
+  for (std::int64_t l = 0; l < layers; ++l)
+    cfg.linear.layer_types.push_back(l % 4 == 3 ? model::LayerType::full_attention : model::LayerType::linear_attention);
+  RecurrentStates states(cfg, 1, 1);
+  const auto conv = static_cast<std::size_t>(cfg.linear.conv_dim() * (cfg.linear.conv_kernel - 1));
+  const auto delta = static_cast<std::size_t>(value_heads * 128 * 128);
+  for (std::int64_t l = 0; l < layers * 3 / 4; ++l) {  // a written state, as in a serving process
+    std::fill_n(states.conv(0, l), conv, 0.5f);
+    std::fill_n(states.delta(0, l), delta, 0.5f);
+  }
+  states.save(0, 0);  // and the snapshot's pages committed
+  for (auto _ : state) states.save(0, 0);
+  state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(states.bytes_per_slot()));
+  state.counters["MiB"] = static_cast<double>(states.bytes_per_slot()) / (1 << 20);
+}
+
 const bool registered = [] {
+  benchmark::RegisterBenchmark("state_snapshot/qwen3-next-80b", [](benchmark::State& s) { state_snapshot(s, 48, 32); })
+      ->UseRealTime();
+  benchmark::RegisterBenchmark("state_snapshot/64-layers-48-value-heads", [](benchmark::State& s) { state_snapshot(s, 64, 48); })
+      ->UseRealTime();
   for (auto type : {quant::GgmlType::bf16, quant::GgmlType::q8_0, quant::GgmlType::q4_k, quant::GgmlType::q6_k})
     for (const std::int64_t n : {4, 8, 12, 16, 24, 32, 39})
       for (const int kind : {0, 2, 1}) {  // few-token kernel, pairs with two terms, pairs with one
