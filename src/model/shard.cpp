@@ -22,6 +22,9 @@ ShardPlan ShardPlan::make(const ModelConfig& cfg, int rank, int world) {
   if (KV >= world ? KV % world != 0 : world % KV != 0)
     bad("num_key_value_heads " + std::to_string(KV) + " and " + std::to_string(world) +
         " ranks: one must divide the other");
+  const LinearAttentionConfig& lin = cfg.linear;
+  if (cfg.linear.hybrid() && lin.num_key_heads % world != 0)
+    bad("linear_num_key_heads " + std::to_string(lin.num_key_heads) + " is not divisible by " + std::to_string(world));
   ShardPlan p;
   p.rank = rank;
   p.world = world;
@@ -39,6 +42,12 @@ ShardPlan ShardPlan::make(const ModelConfig& cfg, int rank, int world) {
   p.ff_begin = rank * p.ff_size;
   p.moe_ff_size = cfg.moe.intermediate_size / world;
   p.moe_ff_begin = rank * p.moe_ff_size;
+  if (cfg.linear.hybrid()) {
+    p.linear_key_heads = lin.num_key_heads / world;
+    p.linear_key_head_begin = rank * p.linear_key_heads;
+    p.linear_value_heads = lin.num_value_heads / world;  // Hv is a multiple of Hk (parse_hybrid)
+    p.linear_value_head_begin = rank * p.linear_value_heads;
+  }
   return p;
 }
 

@@ -17,6 +17,11 @@ struct ShardPlan {
   std::int64_t kv_head_begin = 0, kv_heads = 0;  // this rank's KV heads (global index of the first)
   std::int64_t ff_begin = 0, ff_size = 0;        // this rank's slice of intermediate_size
   std::int64_t moe_ff_begin = 0, moe_ff_size = 0;  // of every expert's moe intermediate_size (0 when dense)
+  // Gated DeltaNet linear attention (hybrids; 0 when the model has none): this rank's key heads and the
+  // value heads that read them (value head h reads key head h / (Hv / Hk), so a rank's value heads are
+  // those of its key heads).
+  std::int64_t linear_key_head_begin = 0, linear_key_heads = 0;
+  std::int64_t linear_value_head_begin = 0, linear_value_heads = 0;
 
   // Throws Error{bad_tensor_parallel} when the shape cannot be split N ways.
   static ShardPlan make(const ModelConfig& cfg, int rank, int world);
