@@ -186,16 +186,10 @@ std::unique_ptr<ModelRunner> make_runner(const model::ModelConfig& cfg, const io
   if (options.quantize == quant::GgmlType::fp8_e4m3 && !device.is_cuda())
     fail(errc::unsupported_arch, "quant 'fp8' runs on CUDA devices (compute capability 9.0); on " + device.str() +
                                      " use q8_0, q4_k or q6_k");
-  if (cfg.linear.hybrid() && device.is_cuda())
-    fail(errc::unsupported_arch, "model_type '" + cfg.model_type +
-                                     "' (Gated DeltaNet linear attention) runs on the CPU for now, not on " + device.str());
   if (cfg.linear.hybrid() && plan.world > 1)
     fail(errc::unsupported_arch, "model_type '" + cfg.model_type +
                                      "' (Gated DeltaNet linear attention) runs on one rank for now, not tensor-parallel over " +
                                      std::to_string(plan.world));
-  if (cfg.rope.partial_rotary_factor != 1.0 && device.is_cuda())
-    fail(errc::unsupported_arch, "config field 'partial_rotary_factor' = " + std::to_string(cfg.rope.partial_rotary_factor) +
-                                     ": partial rotary runs on the CPU for now, not on " + device.str());
   if (!device.is_cuda()) return cpu::make_cpu_runner(cfg, checkpoint, plan, std::move(comm), options);
 #ifdef NEURON_HAVE_CUDA
   return cuda::make_cuda_runner(cfg, checkpoint, plan, device, std::move(comm), options);

@@ -70,16 +70,10 @@ LoadPlan plan_load(const LoadOptions& options, const model::ModelConfig& cfg) {
          "tensor_parallel must be in [1, " + std::to_string(kMaxTensorParallel) + "], got " + std::to_string(n));
   LoadPlan plan;
   plan.devices = rank_devices(options);
-  if (cfg.linear.hybrid()) {  // refused here, before a worker starts (make_runner refuses the same)
-    if (n > 1)
-      fail(errc::unsupported_arch, "model_type '" + cfg.model_type +
-                                       "' (Gated DeltaNet linear attention) runs on one rank for now, not tensor_parallel " +
-                                       std::to_string(n));
-    if (plan.devices.front().is_cuda())
-      fail(errc::unsupported_arch, "model_type '" + cfg.model_type +
-                                       "' (Gated DeltaNet linear attention) runs on the CPU for now, not on " +
-                                       plan.devices.front().str());
-  }
+  if (cfg.linear.hybrid() && n > 1)  // refused here, before a worker starts (make_runner refuses the same)
+    fail(errc::unsupported_arch, "model_type '" + cfg.model_type +
+                                     "' (Gated DeltaNet linear attention) runs on one rank for now, not tensor_parallel " +
+                                     std::to_string(n));
   backend::RunnerOptions& ro = plan.runner;
   ro.state_slots = cfg.linear.hybrid() ? backend::kDefaultStateSlots : 0;
   const std::int32_t snapshots = backend::resolve_state_snapshots(options.state_snapshots, ro.state_slots);
@@ -98,7 +92,10 @@ LoadPlan plan_load(const LoadOptions& options, const model::ModelConfig& cfg) {
   for (int r = 0; r < n; ++r) {
     shards.push_back(model::ShardPlan::make(cfg, r, n));
     budgets.push_back(options.kv_budget);
-    budgets.back().weight_bytes = rank_weight_bytes(cfg, shards.back(), plan.devices[static_cast<std::size_t>(r)], options);
+    // What the device holds besides the KV blocks: the weights, and a hybrid's recurrent-state slots.
+    budgets.back().weight_bytes =
+        rank_weight_bytes(cfg, shards.back(), plan.devices[static_cast<std::size_t>(r)], options) +
+        backend::state_bytes_per_slot(cfg) * static_cast<std::uint64_t>(ro.state_slots + *ro.state_snapshots);
   }
   // The default context: the model's own, bounded by the longest sequence every rank's KV budget holds
   // (at least one block, so a budget too small for anything fails below with out_of_memory).
@@ -122,9 +119,7 @@ LoadPlan plan_load(const LoadOptions& options, const model::ModelConfig& cfg) {
     const auto& device = plan.devices[static_cast<std::size_t>(r)];
     plan.rank_bytes.push_back(budgets[static_cast<std::size_t>(r)].weight_bytes +
                               backend::kv_bytes_per_block(cfg, shard, device, ro.kv_block_size) *
-                                  static_cast<std::uint64_t>(ro.kv_blocks) +
-                              backend::state_bytes_per_slot(cfg) *
-                                  static_cast<std::uint64_t>(ro.state_slots + *ro.state_snapshots));
+                                  static_cast<std::uint64_t>(ro.kv_blocks));
   }
   return plan;
 }

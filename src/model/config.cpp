@@ -403,7 +403,42 @@ ModelConfig preset_config(const std::string& name) {
       {"qwen3-30b-a3b", "qwen3_moe", 151936, 2048, 6144, 48, 32, 4, 128, false, 128, 8, 768},
       {"qwen3-235b-a22b", "qwen3_moe", 151936, 4096, 12288, 94, 64, 4, 128, false, 128, 8, 1536},
   };
+  // The Gated DeltaNet hybrids, as their released config.json files have them (text fields only).
+  struct Hybrid {
+    const char* name;
+    const char* json;
+  };
+  static constexpr Hybrid kHybrids[] = {
+      {"qwen3.5-27b",
+       R"({"model_type": "qwen3_5", "vocab_size": 248320, "hidden_size": 5120, "intermediate_size": 17408,
+           "num_hidden_layers": 64, "num_attention_heads": 24, "num_key_value_heads": 4, "head_dim": 256,
+           "linear_num_key_heads": 16, "linear_num_value_heads": 48, "linear_key_head_dim": 128,
+           "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4, "full_attention_interval": 4,
+           "rms_norm_eps": 1e-6, "max_position_embeddings": 262144, "tie_word_embeddings": false,
+           "eos_token_id": 248044, "rope_parameters": {"rope_theta": 10000000.0, "partial_rotary_factor": 0.25}})"},
+      {"qwen3.5-35b-a3b",
+       R"({"model_type": "qwen3_5_moe", "vocab_size": 248320, "hidden_size": 2048, "num_hidden_layers": 40,
+           "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256, "linear_num_key_heads": 16,
+           "linear_num_value_heads": 32, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
+           "linear_conv_kernel_dim": 4, "full_attention_interval": 4, "num_experts": 256, "num_experts_per_tok": 8,
+           "moe_intermediate_size": 512, "shared_expert_intermediate_size": 512, "rms_norm_eps": 1e-6,
+           "max_position_embeddings": 262144, "tie_word_embeddings": false, "eos_token_id": 248044,
+           "rope_parameters": {"rope_theta": 10000000.0, "partial_rotary_factor": 0.25}})"},
+      {"qwen3-next-80b-a3b",
+       R"({"model_type": "qwen3_next", "vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 5120,
+           "num_hidden_layers": 48, "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256,
+           "linear_num_key_heads": 16, "linear_num_value_heads": 32, "linear_key_head_dim": 128,
+           "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4, "full_attention_interval": 4,
+           "num_experts": 512, "num_experts_per_tok": 10, "moe_intermediate_size": 512,
+           "shared_expert_intermediate_size": 512, "norm_topk_prob": true, "rms_norm_eps": 1e-6,
+           "max_position_embeddings": 262144, "tie_word_embeddings": false, "eos_token_id": 151645,
+           "rope_theta": 10000000.0, "partial_rotary_factor": 0.25})"},
+  };
   std::string known;
+  for (const auto& h : kHybrids) {
+    known += (known.empty() ? "" : ", ") + std::string(h.name);
+    if (name == h.name) return ModelConfig::parse(h.json);
+  }
   for (const auto& s : kShapes) {
     known += (known.empty() ? "" : ", ") + std::string(s.name);
     if (name != s.name) continue;

@@ -146,7 +146,8 @@ ModelConfigs load_model_configs(const std::filesystem::path& dir);
 std::int32_t resolve_max_context(const ModelConfig& cfg, std::int64_t requested, std::int32_t backend_default);
 
 // Full-size shapes of released checkpoints for benchmarks with random weights:
-// "qwen3-0.6b" ... "qwen3-32b", "llama-3.2-1b", "llama-3.1-8b", "qwen3-30b-a3b", ...
+// "qwen3-0.6b" ... "qwen3-32b", "llama-3.2-1b", "llama-3.1-8b", "qwen3-30b-a3b", the hybrids
+// "qwen3.5-27b", "qwen3.5-35b-a3b", "qwen3-next-80b-a3b", ...
 // Throws invalid_argument naming the known ones.
 ModelConfig preset_config(const std::string& name);
 

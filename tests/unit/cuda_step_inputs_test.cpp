@@ -49,7 +49,7 @@ TEST(CudaStepInputs, MixedPassPacksEverySectionInPlace) {
   std::vector<std::int32_t> buf(static_cast<std::size_t>(p.layout.end) + 3, -7);
   pack_pass(seqs, p, bs, 99, buf);
   const StepLayout& l = p.layout;
-  EXPECT_EQ(l.end, 3 * 77 + 5 * 4 + 2 + 2 * 3 + 72 + 17);
+  EXPECT_EQ(l.end, 3 * 77 + 6 * 4 + 2 + 2 * 3 + 72 + 17);
   EXPECT_EQ(buf[static_cast<std::size_t>(l.end)], -7) << "wrote past the layout";
   std::vector<std::int32_t> tokens = decode_a;
   tokens.insert(tokens.end(), prompt.begin(), prompt.end());
@@ -93,9 +93,13 @@ TEST(CudaStepInputs, GraphPassPadsWithTheScratchBlockAndKeepsItsLayout) {
   EXPECT_EQ(p.max_decode_ctx, 41) << "the real sequences' (the grid is picked from it)";
   EXPECT_EQ(p.rows, (std::vector<std::int32_t>{0, 2}));
   EXPECT_EQ(p.picks, (std::vector<std::int32_t>{1}));
+  seqs[0].state_slot = 2;  // a hybrid's recurrent-state slots; the padding sequence gets the scratch slot
+  seqs[1].state_slot = 0;
+  seqs[2].state_slot = 5;
   std::vector<std::int32_t> buf(static_cast<std::size_t>(p.layout.end));
-  pack_pass(seqs, p, bs, scratch, buf);
+  pack_pass(seqs, p, bs, scratch, buf, 11);
   const StepLayout& l = p.layout;
+  EXPECT_EQ(section(buf, l.state_slot, 4), (std::vector<std::int32_t>{2, 0, 5, 11}));
   EXPECT_EQ(section(buf, l.tokens, 4), (std::vector<std::int32_t>{5, 6, 7, 0}));
   EXPECT_EQ(section(buf, l.slots, 4), (std::vector<std::int32_t>{3 * bs + 8, 9 * bs + 3, 8 * bs + 1, scratch * bs}));
   EXPECT_EQ(section(buf, l.ctx_len, 4), (std::vector<std::int32_t>{41, 4, 18, 1}));
@@ -123,6 +127,7 @@ TEST(CudaStepInputs, StepsLongerThanAPassGoInPieces) {
   batch.add(a, 0, ta, LogitsWanted::last);
   batch.add(b, 100, tb, LogitsWanted::last);  // positions 100..2099
   batch.add(c, 20, tc, LogitsWanted::last);
+  batch.seqs[1].state_slot = 3;  // as a hybrid's: every piece carries it
   std::vector<std::vector<PassSeq>> passes;
   split_passes(batch, bs, 4096, true, passes);
   ASSERT_EQ(passes.size(), 2u);
@@ -136,6 +141,9 @@ TEST(CudaStepInputs, StepsLongerThanAPassGoInPieces) {
   EXPECT_EQ(passes[0][1].blocks.size(), 75u);  // positions up to 1196
   EXPECT_EQ(passes[0][1].logits, LogitsWanted::none) << "not its last piece";
   EXPECT_EQ(passes[1][0].position, 1196);
+  EXPECT_EQ(passes[0][1].state_slot, 3);
+  EXPECT_EQ(passes[1][0].state_slot, 3);
+  EXPECT_EQ(passes[1][1].state_slot, -1);
   EXPECT_EQ(passes[1][0].tokens.data(), batch.tokens.data() + 3000 + 1096);
   EXPECT_EQ(passes[1][0].tokens.size(), 904u);
   EXPECT_EQ(passes[1][0].blocks.size(), 132u);  // ceil(2100 / 16)

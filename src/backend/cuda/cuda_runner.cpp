@@ -50,6 +50,7 @@
 
 #include "backend/cuda/device_buffer.hpp"
 #include "backend/cuda/fp8_kernels.hpp"
+#include "backend/cuda/gated_delta.hpp"
 #include "backend/cuda/kernels.hpp"
 #include "backend/cuda/linear.hpp"
 #include "backend/cuda/quant_kernels.hpp"
@@ -188,12 +189,21 @@ class CudaRunner final : public ModelRunner, private model::BlockOps {
   HostFloats alloc_logits(std::size_t count) const override;
   const model::ModelConfig& config() const noexcept override { return cfg_; }
   std::int32_t max_context() const noexcept override { return max_ctx_; }
-  KvPoolShape kv_pool() const noexcept override { return KvPoolShape{block_size_, kv_blocks_, bytes_per_block_}; }
+  KvPoolShape kv_pool() const noexcept override {
+    KvPoolShape k{block_size_, kv_blocks_, bytes_per_block_};
+    k.state_slots = state_slots_;
+    k.bytes_per_state_slot = 4 * slot_floats_;
+    k.state_snapshots = state_snapshots_;
+    return k;
+  }
   MemoryStats memory() const override;
 
  protected:
   void run_step(const Batch& batch, std::span<float> logits, std::span<std::int32_t> picks,
                 std::span<float> hidden) override;
+  // A hybrid's state copies between a slot and a snapshot slot, in stream order (no step reads them in between).
+  void run_save_state(std::int32_t slot, std::int32_t snapshot) override { copy_state(slot, state_slots_ + snapshot); }
+  void run_restore_state(std::int32_t snapshot, std::int32_t slot) override { copy_state(state_slots_ + snapshot, slot); }
 
  private:
   struct Layer {
@@ -211,6 +221,22 @@ class CudaRunner final : public ModelRunner, private model::BlockOps {
       DeviceMatrix down;      // [hidden, moe_ff]
     };
     std::vector<Expert> experts;  // [E] a MoE layer's experts
+    // A hybrid MoE's shared expert (empty otherwise): x gets sigmoid(n . shared_gate) * shared_expert(n).
+    DeviceMatrix shared_gate_up;  // [2 * Fs, hidden]
+    DeviceMatrix shared_down;     // [hidden, Fs]
+    DeviceMatrix shared_gate;     // [1, hidden]
+    // Gated DeltaNet linear attention (hybrids; then qkv, q_norm, k_norm and o are empty). Local heads:
+    // Hk, Hv (ShardPlan::linear_*), C = 2 Hk dk + Hv dv conv channels.
+    struct Linear {
+      DeviceMatrix in_proj;    // [C + Hv dv + 2 Hv, hidden]: q, k, v (the conv's channels), z, b, a rows
+      DeviceBuffer conv;       // [C, K] f32 taps
+      DeviceBuffer neg_a;      // [Hv] f32 -exp(A_log)
+      DeviceBuffer dt_bias;    // [Hv] f32
+      DeviceBuffer gated_norm; // [dv] bf16 (a plain scale)
+      DeviceMatrix out;        // [hidden, Hv dv]
+      kernels::LinearState state;  // where its conv and delta-rule state sit in states_
+    };
+    std::optional<Linear> linear;
     // The device MoE path (moe_on_device_): [2, E] device pointers to each expert's gate_up, then each one's
     // down (bf16, or packed blocks of the types below, the same for every expert of the layer).
     DeviceBuffer expert_ptrs;
@@ -218,6 +244,17 @@ class CudaRunner final : public ModelRunner, private model::BlockOps {
   };
 
   void load_weights(const io::Checkpoint* checkpoint);
+  // A small tensor as f32 on the host: from the checkpoint, else model::fill_dummy's stand-in values.
+  std::vector<float> host_f32(const model::SliceSpec& spec, const io::Checkpoint* checkpoint) const;
+  // An RMSNorm weight as the bf16 scale the kernels multiply by (model::to_norm_scale adds a zero-centred one's 1).
+  DeviceBuffer norm(const model::SliceSpec& spec, const io::Checkpoint* checkpoint);
+  DeviceBuffer upload_f32(const std::vector<float>& v);
+  DeviceBuffer upload_bf16(const std::vector<float>& v);
+  Layer::Linear load_linear(const model::LinearAttentionSpecs& la, const io::Checkpoint* checkpoint,
+                            std::optional<Uploader>& up);
+  // Lays out states_ (every linear layer's conv and delta state per slot) for `slots` + `snapshots` + 1 scratch.
+  void setup_states(std::int32_t slots, std::int32_t snapshots);
+  void copy_state(std::int32_t from, std::int32_t to);
   void place(const model::SliceSpec& spec, const io::Checkpoint* checkpoint, std::optional<Uploader>& up, bf16_t* dst);
   // How a matrix is held: always bf16 (the embedding, read by row), as the
   // checkpoint stores it (a GGUF's blocks, else bf16), also quantized at load
@@ -228,6 +265,8 @@ class CudaRunner final : public ModelRunner, private model::BlockOps {
   // A matrix of stacked slices, one part per run of a type.
   DeviceMatrix matrix(std::initializer_list<const model::SliceSpec*> specs, const io::Checkpoint* checkpoint,
                       std::optional<Uploader>& up, Hold hold);
+  DeviceMatrix matrix_of(std::span<const model::SliceSpec* const> specs, const io::Checkpoint* checkpoint,
+                         std::optional<Uploader>& up, Hold hold);
   kernels::PagedKv kv(std::size_t layer) const;
   int decode_splits(int items, int max_len) const;
   // decode_splits rounded down to a power of two: a graph's grid, captured once per bucket.
@@ -247,10 +286,9 @@ class CudaRunner final : public ModelRunner, private model::BlockOps {
   // take, of widths they take (NEURON_CUDA_MOE_DEVICE=0: never), and fills its pointer tables and buffers.
   void setup_moe_on_device();
   void moe_on_host(const Layer& layer, int n);
-  // Hybrids (linear attention) are refused before a CUDA runner is built (make_runner): never called.
-  void linear_attention(std::int64_t) override {
-    fail(errc::unsupported_arch, "Gated DeltaNet linear attention runs on the CPU for now");
-  }
+  void linear_attention(std::int64_t layer) override;
+  // delta += sigmoid(h . shared_gate) * shared_expert(h) over the pass's n rows of h_ (a no-op without one).
+  void shared_expert(const Layer& layer, int n);
   kernels::DecodeRope decode_rope(const Layer& layer) const;
   void lm_head(const bf16_t* h_rows, int rows, float* out);
   template <class Y>
@@ -281,6 +319,13 @@ class CudaRunner final : public ModelRunner, private model::BlockOps {
   std::int32_t block_size_ = 0, kv_blocks_ = 0, max_blocks_per_seq_ = 0;
   std::uint64_t bytes_per_block_ = 0;
   int hidden_ = 0, hq_ = 0, hkv_ = 0, hd_ = 0, ff_ = 0, moe_ff_ = 0, vocab_ = 0, qkv_rows_ = 0;
+  int shared_ff_ = 0;                   // a hybrid MoE's shared expert's (local) intermediate size; 0: none
+  bool gated_attention_ = false;        // q_proj yields each head's query and output gate (hybrids)
+  int rotary_dim_ = 0;                  // lanes of a head RoPE rotates (hd_ unless partial_rotary_factor)
+  kernels::LinearShape lin_;            // this rank's linear-attention shape (hybrids; zero otherwise)
+  int lin_width_ = 0;                   // in_proj rows: C + Hv dv + 2 Hv
+  std::int32_t state_slots_ = 0, state_snapshots_ = 0;  // recurrent-state slots and snapshots (hybrids)
+  std::size_t slot_floats_ = 0;         // f32 per slot: every linear layer's conv and delta state
   int sm_count_ = 1;  // the device's multiprocessors (decode attention's split count)
   float eps_ = 1e-6f, scale_ = 1.f;
   bool use_gemv_ = true, use_graphs_ = true, fuse_decode_rope_ = true, fused_decode_ = false;
@@ -295,7 +340,8 @@ class CudaRunner final : public ModelRunner, private model::BlockOps {
   DeviceBuffer inv_freq_;    // [hd / 2] f32: rope_theta^(-2j / hd)
   std::vector<Layer> layers_;
   std::uint64_t weight_bytes_ = 0;
-  DeviceBuffer kv_pool_;     // [layers, 2 (K, V), kv_blocks + 1, hkv, block_size, hd] bf16
+  DeviceBuffer kv_pool_;     // [kv layers, 2 (K, V), kv_blocks + 1, hkv, block_size, hd] bf16 (full-attention layers)
+  DeviceBuffer states_;      // [state_slots + state_snapshots + 1 scratch, slot_floats_] f32 (hybrids)
 
   std::size_t step_capacity_ = 0;  // i32 elements of step_in_ and step_host_
   DeviceBuffer step_in_;     // [step_capacity_] i32: a pass's packed inputs (StepLayout)
@@ -308,6 +354,12 @@ class CudaRunner final : public ModelRunner, private model::BlockOps {
   DeviceBuffer delta_;       // [kMaxPassTokens, hidden] f32 row-parallel partial sums
   DeviceBuffer gate_up_;     // [kMaxPassTokens, 2 * ff] bf16
   DeviceBuffer act_;         // [kMaxPassTokens, ff] bf16
+  DeviceBuffer gate_;        // [kMaxPassTokens, hq * hd] bf16 gated attention's output gates (hybrids)
+  DeviceBuffer lin_in_;      // [kMaxPassTokens, lin_width_] f32 linear attention's in-projection
+  DeviceBuffer lin_conv_;    // [kMaxPassTokens, C] f32 its conv output (q, k normed)
+  DeviceBuffer lin_out_;     // [kMaxPassTokens, Hv dv] bf16 its gated-normed output
+  DeviceBuffer shared_out_;  // [kMaxPassTokens, hidden] f32 a shared expert's output
+  DeviceBuffer shared_logit_;  // [kMaxPassTokens] f32 its gate's logits
   // MoE layers (empty when dense; E experts, k of them per token).
   DeviceBuffer router_logits_;  // [kMaxPassTokens, E] f32
   PinnedBuffer router_host_;    // [kMaxPassTokens, E] f32: the logits routed on the host (model::MoeRouter)
@@ -336,6 +388,7 @@ class CudaRunner final : public ModelRunner, private model::BlockOps {
   // The pass run_layers runs (its blocks read it).
   struct PassState {
     const PassPlan* plan = nullptr;
+    int max_seq_tokens = 1;  // the most tokens one sequence has in the pass (linear attention's conv grid)
     int splits = 1;
     bool fused = false;  // one rank, one token, fused_decode_
   };
@@ -374,7 +427,20 @@ CudaRunner::CudaRunner(const model::ModelConfig& cfg, const io::Checkpoint* chec
   hd_ = static_cast<int>(cfg.head_dim);
   ff_ = static_cast<int>(plan.ff_size);
   vocab_ = static_cast<int>(cfg.vocab_size);
-  qkv_rows_ = (hq_ + 2 * hkv_) * hd_;
+  gated_attention_ = cfg.attention_output_gate;
+  rotary_dim_ = static_cast<int>(cfg.rope.rotary_dim(cfg.head_dim));
+  qkv_rows_ = ((gated_attention_ ? 2 : 1) * hq_ + 2 * hkv_) * hd_;
+  if (cfg.linear.hybrid()) {
+    lin_ = kernels::LinearShape{static_cast<int>(plan.linear_key_heads), static_cast<int>(plan.linear_value_heads),
+                                static_cast<int>(cfg.linear.key_head_dim), static_cast<int>(cfg.linear.value_head_dim),
+                                static_cast<int>(cfg.linear.conv_kernel)};
+    if (!kernels::linear_shape_supported(lin_))
+      throw Error(errc::unsupported_arch,
+                  "CUDA backend: linear attention of linear_key_head_dim " + std::to_string(lin_.key_dim) +
+                      " (16, 32, 64, 128 or 256), linear_value_head_dim " + std::to_string(lin_.value_dim) +
+                      " and linear_conv_kernel_dim " + std::to_string(lin_.kernel) + " (2 to 8) is not supported");
+    lin_width_ = lin_.channels() + lin_.value_heads * lin_.value_dim + 2 * lin_.value_heads;
+  }
   eps_ = static_cast<float>(cfg.rms_norm_eps);
   scale_ = 1.f / std::sqrt(static_cast<float>(hd_));
   max_ctx_ = model::resolve_max_context(cfg, options.max_context, default_max_context(device));
@@ -388,13 +454,15 @@ CudaRunner::CudaRunner(const model::ModelConfig& cfg, const io::Checkpoint* chec
   bytes_per_block_ = kv_bytes_per_block(cfg, plan, device, block_size_);
   use_gemv_ = env_flag("NEURON_CUDA_GEMV", true);
   kernels::set_programmatic_launch(env_flag("NEURON_CUDA_PDL", true));
-  fuse_decode_rope_ = env_flag("NEURON_CUDA_FUSED_ROPE", true);
+  // The decode kernel's fused norm + RoPE takes plain q rows rotated whole; gated or partly rotated heads go
+  // through qk_norm_rope first.
+  fuse_decode_rope_ = env_flag("NEURON_CUDA_FUSED_ROPE", true) && !gated_attention_ && rotary_dim_ == hd_;
   fused_decode_ = env_flag("NEURON_CUDA_FUSED_DECODE", false) && !quantize_ && comm_->size() == 1 && use_gemv_ &&
                   fuse_decode_rope_ && kernels::gemv_swiglu_supported(ff_) && (hq_ * hd_) % 8 == 0;
   // A host communicator cannot run inside a graph; NCCL could, but one rank is what graphs are measured on.
   use_graphs_ = env_flag("NEURON_CUDA_GRAPHS", true) && comm_->size() == 1;
   moe_ff_ = static_cast<int>(plan.moe_ff_size);
-  if (cfg.moe.num_experts > 0) fused_decode_ = false;
+  if (cfg.moe.num_experts > 0 || cfg.linear.hybrid()) fused_decode_ = false;
 
   cudaDeviceProp prop{};
   NEURON_CUDA_CHECK(cudaGetDeviceProperties(&prop, device.index));
@@ -415,7 +483,13 @@ CudaRunner::CudaRunner(const model::ModelConfig& cfg, const io::Checkpoint* chec
   };
   if (!cfg_.tie_word_embeddings) note(lm_head_);
   for (const Layer& l : layers_) {
-    for (const DeviceMatrix* m : {&l.qkv, &l.o, &l.gate_up, &l.down, &l.router}) note(*m);
+    for (const DeviceMatrix* m : {&l.qkv, &l.o, &l.gate_up, &l.down, &l.router, &l.shared_gate_up, &l.shared_down,
+                                  &l.shared_gate})
+      note(*m);
+    if (l.linear) {
+      note(l.linear->in_proj);
+      note(l.linear->out);
+    }
     for (const Layer::Expert& e : l.experts) {
       note(e.gate_up);
       note(e.down);
@@ -426,7 +500,7 @@ CudaRunner::CudaRunner(const model::ModelConfig& cfg, const io::Checkpoint* chec
   // Host-routed MoE layers synchronise inside the step: no graphs.
   if (cfg.moe.num_experts > 0 && !moe_on_device_) use_graphs_ = false;
   linear_.emplace(stream_.get(), use_gemv_, scratch, std::max(kMaxPassTokens, kLogitRows),
-                  std::max({hidden_, hq_ * hd_, ff_, moe_ff_}));
+                  std::max({hidden_, hq_ * hd_, ff_, moe_ff_, shared_ff_, lin_.value_heads * lin_.value_dim}));
   // Zeros, not garbage, in the slots no step has written yet: cheap, and a
   // bug that reads one then yields a wrong number rather than a NaN cascade.
   kv_pool_ = DeviceBuffer(static_cast<std::size_t>(bytes_per_block_) * (static_cast<std::size_t>(kv_blocks_) + 1));
@@ -439,9 +513,23 @@ CudaRunner::CudaRunner(const model::ModelConfig& cfg, const io::Checkpoint* chec
   q_ = DeviceBuffer(2 * n * hq_ * hd_);
   attn_ = DeviceBuffer(2 * n * hq_ * hd_);
   delta_ = DeviceBuffer(4 * n * hidden_);
-  const auto ff_max = static_cast<std::size_t>(std::max(ff_, moe_ff_));
+  const auto ff_max = static_cast<std::size_t>(std::max({ff_, moe_ff_, shared_ff_}));
   gate_up_ = DeviceBuffer(2 * n * 2 * ff_max);
   act_ = DeviceBuffer(2 * n * ff_max);
+  if (gated_attention_) gate_ = DeviceBuffer(2 * n * hq_ * hd_);
+  if (cfg.linear.hybrid()) {
+    lin_in_ = DeviceBuffer(4 * n * static_cast<std::size_t>(lin_width_));
+    lin_conv_ = DeviceBuffer(4 * n * static_cast<std::size_t>(lin_.channels()));
+    lin_out_ = DeviceBuffer(2 * n * static_cast<std::size_t>(lin_.value_heads) * lin_.value_dim);
+    if (options.state_slots < 0)
+      throw Error(errc::invalid_argument, "state_slots " + std::to_string(options.state_slots) + " is negative");
+    const std::int32_t slots = options.state_slots > 0 ? options.state_slots : kDefaultStateSlots;
+    setup_states(slots, resolve_state_snapshots(options.state_snapshots, slots));
+  }
+  if (shared_ff_ > 0) {
+    shared_out_ = DeviceBuffer(4 * n * hidden_);
+    shared_logit_ = DeviceBuffer(4 * n);
+  }
   if (cfg.moe.num_experts > 0) {
     const auto experts = static_cast<std::size_t>(cfg.moe.num_experts);
     const auto routed = n * static_cast<std::size_t>(cfg.moe.experts_per_token);
@@ -473,10 +561,10 @@ CudaRunner::CudaRunner(const model::ModelConfig& cfg, const io::Checkpoint* chec
   stream_.synchronize();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   spdlog::info(
-      "cuda runner {} rank {}/{}: {:.2f} GB weights, {:.2f} GB KV pool ({} blocks of {} positions, context {}) "
-      "ready in {:.2f} s",
+      "cuda runner {} rank {}/{}: {:.2f} GB weights, {:.2f} GB KV pool ({} blocks of {} positions, context {}), "
+      "{:.2f} GB recurrent state ({} slots, {} snapshots) ready in {:.2f} s",
       device.str(), plan.rank, plan.world, weight_bytes_ / 1e9, kv_pool_.bytes() / 1e9, kv_blocks_, block_size_,
-      max_ctx_, seconds);
+      max_ctx_, states_.bytes() / 1e9, state_slots_, state_snapshots_, seconds);
 }
 
 CudaRunner::~CudaRunner() {
@@ -519,7 +607,7 @@ void CudaRunner::load_weights(const io::Checkpoint* checkpoint) {
     return buf;
   };
   embed_ = matrix({&specs.embed}, checkpoint, up, Hold::bf16);
-  final_norm_ = alloc({&specs.final_norm});
+  final_norm_ = norm(specs.final_norm, checkpoint);
   if (!cfg_.tie_word_embeddings) lm_head_ = matrix({&specs.lm_head}, checkpoint, up, Hold::lm_head);
 
   const std::vector<float> inv = model::rope_inv_freq(cfg_);
@@ -528,14 +616,19 @@ void CudaRunner::load_weights(const io::Checkpoint* checkpoint) {
 
   layers_.reserve(specs.layers.size());
   for (const model::LayerSpecs& s : specs.layers) {
-    const model::AttentionSpecs& a = *s.attention;  // hybrids (linear attention) never reach CUDA (make_runner)
     Layer l;
-    l.input_norm = alloc({&a.norm});
-    l.qkv = matrix({&a.q_proj, &a.k_proj, &a.v_proj}, checkpoint, up, Hold::quantizable);
-    if (a.q_norm) l.q_norm = alloc({&*a.q_norm});
-    if (a.k_norm) l.k_norm = alloc({&*a.k_norm});
-    l.o = matrix({&a.o_proj}, checkpoint, up, Hold::quantizable);
-    l.post_norm = alloc({&s.ffn_norm});
+    if (const auto& a = s.attention) {
+      l.input_norm = norm(a->norm, checkpoint);
+      l.qkv = matrix({&a->q_proj, &a->k_proj, &a->v_proj}, checkpoint, up, Hold::quantizable);
+      if (a->q_norm) l.q_norm = norm(*a->q_norm, checkpoint);
+      if (a->k_norm) l.k_norm = norm(*a->k_norm, checkpoint);
+      l.o = matrix({&a->o_proj}, checkpoint, up, Hold::quantizable);
+    }
+    if (const auto& la = s.linear) {
+      l.input_norm = norm(la->norm, checkpoint);
+      l.linear = load_linear(*la, checkpoint, up);
+    }
+    l.post_norm = norm(s.ffn_norm, checkpoint);
     if (s.mlp) {
       l.gate_up = matrix({&s.mlp->gate_proj, &s.mlp->up_proj}, checkpoint, up, Hold::quantizable);
       l.down = matrix({&s.mlp->down_proj}, checkpoint, up, Hold::quantizable);
@@ -545,14 +638,116 @@ void CudaRunner::load_weights(const io::Checkpoint* checkpoint) {
       for (const model::MlpSpecs& e : s.moe->experts)
         l.experts.push_back({matrix({&e.gate_proj, &e.up_proj}, checkpoint, up, Hold::quantizable),
                              matrix({&e.down_proj}, checkpoint, up, Hold::quantizable)});
+      if (const auto& se = s.moe->shared_expert) {
+        l.shared_gate_up = matrix({&se->gate_proj, &se->up_proj}, checkpoint, up, Hold::quantizable);
+        l.shared_down = matrix({&se->down_proj}, checkpoint, up, Hold::quantizable);
+        l.shared_gate = matrix({&*s.moe->shared_expert_gate}, checkpoint, up, Hold::as_stored);
+        shared_ff_ = std::max(shared_ff_, l.shared_down.cols);
+      }
     }
     layers_.push_back(std::move(l));
   }
   if (up) up->finish();
 }
 
+std::vector<float> CudaRunner::host_f32(const model::SliceSpec& spec, const io::Checkpoint* checkpoint) const {
+  std::vector<float> f(static_cast<std::size_t>(spec.numel()));
+  if (checkpoint) {
+    model::slice_view(*checkpoint, spec).to_f32(f);
+    return f;
+  }
+  std::vector<std::uint16_t> h(f.size());
+  model::fill_dummy(spec, h);
+  std::transform(h.begin(), h.end(), f.begin(), [](std::uint16_t v) { return bf16_to_f32(v); });
+  return f;
+}
+
+DeviceBuffer CudaRunner::upload_f32(const std::vector<float>& v) {
+  DeviceBuffer b(4 * v.size());
+  NEURON_CUDA_CHECK(cudaMemcpy(b.data(), v.data(), b.bytes(), cudaMemcpyHostToDevice));
+  weight_bytes_ += b.bytes();
+  return b;
+}
+
+DeviceBuffer CudaRunner::upload_bf16(const std::vector<float>& v) {
+  std::vector<std::uint16_t> h(v.size());
+  std::transform(v.begin(), v.end(), h.begin(), [](float f) { return f32_to_bf16(f); });
+  DeviceBuffer b(2 * h.size());
+  NEURON_CUDA_CHECK(cudaMemcpy(b.data(), h.data(), b.bytes(), cudaMemcpyHostToDevice));
+  weight_bytes_ += b.bytes();
+  return b;
+}
+
+DeviceBuffer CudaRunner::norm(const model::SliceSpec& spec, const io::Checkpoint* checkpoint) {
+  std::vector<float> w;
+  if (checkpoint)
+    w = host_f32(spec, checkpoint);
+  else  // stand-in norms are a scale of 1 (stored as 0 when zero-centred)
+    w.assign(static_cast<std::size_t>(spec.numel()), cfg_.zero_centred_norms ? 0.f : 1.f);
+  model::to_norm_scale(cfg_, w);
+  return upload_bf16(w);
+}
+
+CudaRunner::Layer::Linear CudaRunner::load_linear(const model::LinearAttentionSpecs& la,
+                                                  const io::Checkpoint* checkpoint, std::optional<Uploader>& up) {
+  Layer::Linear l;
+  // One stack: q, k, v, z, then the b and a rows (2 Hv of them); quantize-at-load takes them all (the CPU
+  // leaves b and a as stored).
+  std::vector<const model::SliceSpec*> rows;
+  for (const auto* part : {&la.qkv, &la.z, &la.b, &la.a})
+    for (const model::SliceSpec& sl : *part) rows.push_back(&sl);
+  l.in_proj = matrix_of(rows, checkpoint, up, Hold::quantizable);
+  NEURON_ASSERT(l.in_proj.rows == lin_width_);
+  l.conv = upload_f32(host_f32(la.conv, checkpoint));
+  std::vector<float> a = host_f32(la.a_log, checkpoint);
+  for (float& v : a) v = -std::exp(v);
+  l.neg_a = upload_f32(a);
+  l.dt_bias = upload_f32(host_f32(la.dt_bias, checkpoint));
+  std::vector<float> g = checkpoint ? host_f32(la.gated_norm, checkpoint)
+                                    : std::vector<float>(static_cast<std::size_t>(la.gated_norm.numel()), 1.f);
+  l.gated_norm = upload_bf16(g);  // a plain scale, not zero-centred
+  l.out = matrix({&la.out_proj}, checkpoint, up, Hold::quantizable);
+  return l;
+}
+
+void CudaRunner::setup_states(std::int32_t slots, std::int32_t snapshots) {
+  const std::size_t conv = static_cast<std::size_t>(lin_.channels()) * (lin_.kernel - 1);
+  const std::size_t delta = static_cast<std::size_t>(lin_.value_heads) * lin_.key_dim * lin_.value_dim;
+  std::size_t at = 0;
+  for (Layer& l : layers_) {
+    if (!l.linear) continue;
+    l.linear->state.conv_offset = at;
+    l.linear->state.delta_offset = at + conv;
+    at += conv + delta;
+  }
+  slot_floats_ = at;
+  state_slots_ = slots;
+  state_snapshots_ = snapshots;
+  // The last slot is the scratch one a graph's padding sequences write.
+  states_ = DeviceBuffer(4 * slot_floats_ * (static_cast<std::size_t>(slots) + snapshots + 1));
+  NEURON_CUDA_CHECK(cudaMemsetAsync(states_.data(), 0, states_.bytes(), stream_.get()));
+  for (Layer& l : layers_)
+    if (l.linear) {
+      l.linear->state.base = states_.data<float>();
+      l.linear->state.slot_floats = slot_floats_;
+    }
+}
+
+void CudaRunner::copy_state(std::int32_t from, std::int32_t to) {
+  DeviceGuard g(device_.index);
+  const std::size_t bytes = 4 * slot_floats_;
+  NEURON_CUDA_CHECK(cudaMemcpyAsync(states_.data<std::byte>() + static_cast<std::size_t>(to) * bytes,
+                                    states_.data<std::byte>() + static_cast<std::size_t>(from) * bytes, bytes,
+                                    cudaMemcpyDeviceToDevice, stream_.get()));
+}
+
 DeviceMatrix CudaRunner::matrix(std::initializer_list<const model::SliceSpec*> specs, const io::Checkpoint* checkpoint,
                                 std::optional<Uploader>& up, Hold hold) {
+  return matrix_of(std::span<const model::SliceSpec* const>(specs.begin(), specs.size()), checkpoint, up, hold);
+}
+
+DeviceMatrix CudaRunner::matrix_of(std::span<const model::SliceSpec* const> specs, const io::Checkpoint* checkpoint,
+                                   std::optional<Uploader>& up, Hold hold) {
   using quant::GgmlType;
   constexpr std::size_t kAlign = 256;  // every part, and an FP8 part's scales, start here
   auto align = [](std::size_t b) { return (b + kAlign - 1) / kAlign * kAlign; };
@@ -562,7 +757,7 @@ DeviceMatrix CudaRunner::matrix(std::initializer_list<const model::SliceSpec*> s
     bool quantize = false;               // quantize-at-load (from the view, or the stand-in weights)
   };
   DeviceMatrix m;
-  m.cols = static_cast<int>(specs.begin()[0]->cols());
+  m.cols = static_cast<int>(specs.front()->cols());
   std::vector<std::vector<Slice>> by_part;  // [part] its slices
   for (const model::SliceSpec* spec : specs) {
     NEURON_ASSERT(spec->cols() == m.cols);
@@ -649,7 +844,9 @@ DeviceMatrix CudaRunner::matrix(std::initializer_list<const model::SliceSpec*> s
   return m;
 }
 
-MemoryStats CudaRunner::memory() const { return MemoryStats{weight_bytes_, kv_pool_.bytes(), device_.str()}; }
+MemoryStats CudaRunner::memory() const {
+  return MemoryStats{weight_bytes_, kv_pool_.bytes() + states_.bytes(), device_.str()};
+}
 
 kernels::PagedKv CudaRunner::kv(std::size_t layer) const {
   // One of K or V of one layer: [kv_blocks + 1, hkv, block_size, hd].
@@ -701,7 +898,7 @@ PassPlan CudaRunner::upload_pass(std::span<const PassSeq> seqs, int graph) {
   PassPlan p = plan_pass(seqs, graph >= 0 ? kGraphLadder[static_cast<std::size_t>(graph)] : 0);
   reserve_step_inputs(static_cast<std::size_t>(p.layout.end));
   const std::span<std::int32_t> staging(step_host_.data<std::int32_t>(), static_cast<std::size_t>(p.layout.end));
-  pack_pass(seqs, p, block_size_, kv_blocks_, staging);
+  pack_pass(seqs, p, block_size_, kv_blocks_, staging, state_slots_ + state_snapshots_);
   NEURON_CUDA_CHECK(cudaMemcpyAsync(step_in_.data(), staging.data(), staging.size_bytes(), cudaMemcpyHostToDevice,
                                     stream_.get()));
   return p;
@@ -715,7 +912,7 @@ kernels::DecodeRope CudaRunner::decode_rope(const Layer& layer) const {
 
 void CudaRunner::run_layers(const PassPlan& p, int splits) {
   const std::int32_t* in = step_in_.data<std::int32_t>();
-  pass_ = PassState{&p, splits, p.tokens == 1 && fused_decode_};
+  pass_ = PassState{&p, p.max_seq_tokens, splits, p.tokens == 1 && fused_decode_};
   pending_ = nullptr;
   kernels::embed(in + p.layout.tokens, p.tokens, w(embed_), hidden_, vocab_, x_.data<float>(), stream_.get());
   for (std::int64_t i = 0; i < cfg_.num_hidden_layers; ++i) family_.layer(*this, cfg_, i);
@@ -737,7 +934,7 @@ void CudaRunner::attention(std::int64_t li) {
   float* scratch = decode_scratch_.data<float>();
   auto* counters = decode_counters_.data<unsigned>();
   float* x = x_.data<float>();
-  const auto i = static_cast<std::size_t>(li);
+  const auto i = static_cast<std::size_t>(cfg_.kv_layer_index(li));  // its K and V among the full-attention layers'
   if (pass_.fused) {
     // One rank, one token: the norm runs inside the projection that consumes it, and the row-parallel
     // projection adds straight into the residual stream (no all-reduce to wait for).
@@ -756,16 +953,56 @@ void CudaRunner::attention(std::int64_t li) {
                               pass_.splits, scratch, counters, attn_.data<bf16_t>(), s);
   } else {
     const kernels::DecodeRope rope = decode_rope(layer);
+    const kernels::QkvLayout layout{rotary_dim_, gated_attention_ ? gate_.data<bf16_t>() : nullptr};
     kernels::qk_norm_rope(qkv_.data<bf16_t>(), n, hq_, hd_, rope.q_norm, rope.k_norm, inv_freq_.data<float>(),
-                          in + l.positions, in + l.slots, eps_, q_.data<bf16_t>(), kv(i), s);
+                          in + l.positions, in + l.slots, eps_, q_.data<bf16_t>(), kv(i), s, layout);
     kernels::attention_decode(q_.data<bf16_t>(), {}, kv(i), seqs, items, p.n_decode, hq_, hd_, scale_, pass_.splits,
                               scratch, counters, attn_.data<bf16_t>(), s);
     kernels::attention_prefill(q_.data<bf16_t>(), kv(i), seqs, in + l.tiles, p.n_tiles, hq_, hd_, scale_,
                                attn_.data<bf16_t>(), s);
+    if (gated_attention_)
+      kernels::mul_sigmoid(attn_.data<bf16_t>(), gate_.data<bf16_t>(), static_cast<std::size_t>(n) * hq_ * hd_, s);
   }
   linear(attn_.data<bf16_t>(), n, layer.o, delta);
   all_reduce(delta, static_cast<std::size_t>(n) * hidden_);
   pending_ = delta;
+}
+
+// Gated DeltaNet (block_ops.hpp): the in-projections over every token at once, each sequence's conv and
+// delta rule from its state slot (gated_delta.hpp), out_proj.
+void CudaRunner::linear_attention(std::int64_t li) {
+  const Layer& layer = layers_[static_cast<std::size_t>(li)];
+  NEURON_ASSERT(layer.linear);
+  const Layer::Linear& L = *layer.linear;
+  const PassPlan& p = *pass_.plan;
+  cudaStream_t s = stream_.get();
+  const int n = p.tokens;
+  const std::int32_t* in = step_in_.data<std::int32_t>();
+  const StepLayout& l = p.layout;
+  const kernels::LinearSeqs seqs{in + l.q_start, in + l.num_tokens, in + l.position, in + l.state_slot};
+  bf16_t* h = h_.data<bf16_t>();
+  float* delta = delta_.data<float>();
+  kernels::add_rmsnorm(x_.data<float>(), pending_, w(layer.input_norm), h, n, hidden_, eps_, s);
+  linear(h, n, L.in_proj, lin_in_.data<float>());
+  const int C = lin_.channels(), value = lin_.value_heads * lin_.value_dim;
+  kernels::delta_conv(lin_in_.data<float>(), lin_width_, L.conv.data<float>(), lin_, seqs, p.seqs, pass_.max_seq_tokens,
+                      L.state, lin_conv_.data<float>(), s);
+  kernels::delta_rule(lin_conv_.data<float>(), lin_in_.data<float>(), lin_width_, C, C + value,
+                      C + value + lin_.value_heads, L.neg_a.data<float>(), L.dt_bias.data<float>(),
+                      w(L.gated_norm), eps_, lin_, seqs, p.seqs, L.state, lin_out_.data<bf16_t>(), s);
+  linear(lin_out_.data<bf16_t>(), n, L.out, delta);
+  all_reduce(delta, static_cast<std::size_t>(n) * hidden_);
+  pending_ = delta;
+}
+
+void CudaRunner::shared_expert(const Layer& layer, int n) {
+  if (layer.shared_gate_up.rows == 0) return;
+  cudaStream_t s = stream_.get();
+  const bf16_t* h = h_.data<bf16_t>();
+  linear_->swiglu(h, n, layer.shared_gate_up, gate_up_.data<bf16_t>(), act_.data<bf16_t>());
+  linear(act_.data<bf16_t>(), n, layer.shared_down, shared_out_.data<float>());
+  linear(h, n, layer.shared_gate, shared_logit_.data<float>());
+  kernels::add_sigmoid_scaled(shared_out_.data<float>(), shared_logit_.data<float>(), n, hidden_, delta_.data<float>(), s);
 }
 
 void CudaRunner::mlp(std::int64_t li) {
@@ -880,6 +1117,7 @@ void CudaRunner::moe(std::int64_t li) {
   } else {
     moe_on_host(layer, n);
   }
+  shared_expert(layer, n);
   all_reduce(delta, static_cast<std::size_t>(n) * hidden_);
   pending_ = delta;
 }

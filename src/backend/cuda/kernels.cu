@@ -91,13 +91,17 @@ __global__ void add_rmsnorm_kernel(float* x, const float* delta, const bf16_t* w
 // key heads, [hq + hkv, hq + 2 hkv) value heads.
 __global__ void qk_norm_rope_kernel(const bf16_t* qkv, int hq, int d, const bf16_t* q_norm, const bf16_t* k_norm,
                                     const float* inv_freq, const std::int32_t* positions, const std::int32_t* slots,
-                                    float eps, bf16_t* q_out, PagedKv kv) {
+                                    float eps, bf16_t* q_out, PagedKv kv, QkvLayout layout) {
   grid_dependency_wait();
   extern __shared__ float row[];  // [d]
   const int token = blockIdx.x, slot = blockIdx.y;
   const int hkv = kv.hkv;
-  const int width = (hq + 2 * hkv) * d;
-  const bf16_t* src = qkv + static_cast<std::size_t>(token) * width + static_cast<std::size_t>(slot) * d;
+  const bool gated = layout.gate_out != nullptr;
+  const int q_rows = (gated ? 2 : 1) * hq * d;
+  const int width = q_rows + 2 * hkv * d;
+  const bf16_t* src = qkv + static_cast<std::size_t>(token) * width +
+                      (slot < hq ? static_cast<std::size_t>(slot) * (gated ? 2 : 1) * d
+                                 : static_cast<std::size_t>(q_rows) + static_cast<std::size_t>(slot - hq) * d);
   const int pos = positions[token];
   const int at = slots[token];
   // Where head `h` of this token's position lives in the pool: [block, hkv, block_size, d].
@@ -110,6 +114,10 @@ __global__ void qk_norm_rope_kernel(const bf16_t* qkv, int hq, int d, const bf16
     return;
   }
   const bool is_q = slot < hq;
+  if (is_q && gated) {  // the head's output gate follows its query rows
+    bf16_t* g = layout.gate_out + (static_cast<std::size_t>(token) * hq + slot) * d;
+    for (int c = threadIdx.x; c < d; c += blockDim.x) g[c] = src[d + c];
+  }
   const bf16_t* w = is_q ? q_norm : k_norm;
   float ss = 0.f;
   for (int c = threadIdx.x; c < d; c += blockDim.x) {
@@ -119,17 +127,19 @@ __global__ void qk_norm_rope_kernel(const bf16_t* qkv, int hq, int d, const bf16
   }
   const float inv = rsqrtf(block_sum(ss) / static_cast<float>(d) + eps);  // block_sum synchronises
   bf16_t* dst = is_q ? q_out + (static_cast<std::size_t>(token) * hq + slot) * d : kv.k + pool_row(slot - hq);
-  const int half = d / 2;
+  // Normalised values are rounded to bf16 as the reference model does before RoPE.
+  // Without norm weights (Llama) the projection's bf16 values rotate as they are.
+  auto normed = [&](int c) { return w ? bf(to_bf(bf(to_bf(row[c] * inv)) * bf(w[c]))) : row[c]; };
+  const int rot = layout.rotary_dim > 0 ? layout.rotary_dim : d;
+  const int half = rot / 2;
   for (int j = threadIdx.x; j < half; j += blockDim.x) {
-    // Normalised values are rounded to bf16 as the reference model does before RoPE.
-    // Without norm weights (Llama) the projection's bf16 values rotate as they are.
-    const float a = w ? bf(to_bf(bf(to_bf(row[j] * inv)) * bf(w[j]))) : row[j];
-    const float b = w ? bf(to_bf(bf(to_bf(row[j + half] * inv)) * bf(w[j + half]))) : row[j + half];
+    const float a = normed(j), b = normed(j + half);
     float s, c;
     sincosf(static_cast<float>(pos) * inv_freq[j], &s, &c);
     dst[j] = to_bf(a * c - b * s);
     dst[j + half] = to_bf(b * c + a * s);
   }
+  for (int j = rot + threadIdx.x; j < d; j += blockDim.x) dst[j] = to_bf(normed(j));  // lanes past the rotary ones
 }
 
 __global__ void scatter_add_rows_kernel(const float* src, const std::int32_t* rows, const float* weights, int cols,
@@ -190,6 +200,20 @@ __global__ void __launch_bounds__(kArgmaxThreads) argmax_rows_kernel(const float
       }
     out[blockIdx.x] = best > -INFINITY ? id : 0;
   }
+}
+
+__global__ void mul_sigmoid_kernel(bf16_t* x, const bf16_t* gate, std::size_t count) {
+  grid_dependency_wait();
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
+    x[i] = to_bf(bf(x[i]) / (1.f + __expf(-bf(gate[i]))));
+}
+
+__global__ void add_sigmoid_scaled_kernel(const float* src, const float* logit, int cols, float* dst) {
+  grid_dependency_wait();
+  const std::size_t base = static_cast<std::size_t>(blockIdx.x) * cols;
+  const float g = 1.f / (1.f + __expf(-logit[blockIdx.x]));
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) dst[base + c] += g * src[base + c];
 }
 
 __global__ void swiglu_kernel(const bf16_t* gate_up, int f, bf16_t* out) {
@@ -415,11 +439,11 @@ void add_rmsnorm(float* x, const float* delta, const bf16_t* w, bf16_t* out, int
 
 void qk_norm_rope(const bf16_t* qkv, int n, int hq, int d, const bf16_t* q_norm, const bf16_t* k_norm,
                   const float* inv_freq, const std::int32_t* positions, const std::int32_t* slots, float eps,
-                  bf16_t* q_out, PagedKv kv, cudaStream_t stream) {
+                  bf16_t* q_out, PagedKv kv, cudaStream_t stream, QkvLayout layout) {
   if (n <= 0) return;
   const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(hq + 2 * kv.hkv));
   launch(qk_norm_rope_kernel, grid, 64, d * sizeof(float), stream, "qk_norm_rope", qkv, hq, d, q_norm, k_norm,
-         inv_freq, positions, slots, eps, q_out, kv);
+         inv_freq, positions, slots, eps, q_out, kv, layout);
 }
 
 void gather_rows(const bf16_t* src, const std::int32_t* rows, int n, int cols, bf16_t* dst, cudaStream_t stream) {
@@ -438,6 +462,18 @@ void argmax_rows(const float* logits, int vocab, const std::int32_t* rows, int n
   if (n <= 0) return;
   launch(argmax_rows_kernel, dim3(static_cast<unsigned>(n)), kArgmaxThreads, 0, stream, "argmax_rows", logits, vocab,
          rows, out);
+}
+
+void mul_sigmoid(bf16_t* x, const bf16_t* gate, std::size_t count, cudaStream_t stream) {
+  if (count == 0) return;
+  const auto blocks = static_cast<unsigned>(std::min<std::size_t>((count + 255) / 256, 4096));
+  launch(mul_sigmoid_kernel, dim3(blocks), 256, 0, stream, "mul_sigmoid", x, gate, count);
+}
+
+void add_sigmoid_scaled(const float* src, const float* logit, int n, int cols, float* dst, cudaStream_t stream) {
+  if (n <= 0) return;
+  launch(add_sigmoid_scaled_kernel, dim3(static_cast<unsigned>(n)), 256, 0, stream, "add_sigmoid_scaled", src, logit,
+         cols, dst);
 }
 
 void swiglu(const bf16_t* gate_up, int n, int f, bf16_t* out, cudaStream_t stream) {

@@ -68,10 +68,23 @@ struct StepSeqs {
 // the per-head RMSNorm (q_norm / k_norm over d; both null: no norm, as Llama)
 // and rotate-half RoPE at positions[i], writes q to q_out [n, hq, d] and k, v
 // into the pool at slots[i] (= block * block_size + slot). inv_freq [d / 2]
-// f32 (model::rope_inv_freq).
+// f32 (model::rope_inv_freq). QkvLayout covers the hybrids' gated attention:
+// with gate_out, q_proj's rows are [hq, 2, d] (each head's query, then its
+// output gate), the gates go to gate_out [n, hq, d] and the row is
+// [hq 2 d + 2 hkv d]; with rotary_dim < d only lanes [0, rotary_dim) rotate
+// (pairs j, j + rotary_dim / 2; inv_freq [rotary_dim / 2]), the rest are only normed.
+struct QkvLayout {
+  int rotary_dim = 0;          // 0: d
+  bf16_t* gate_out = nullptr;  // [n, hq, d]; null: no output gate
+};
 void qk_norm_rope(const bf16_t* qkv, int n, int hq, int d, const bf16_t* q_norm, const bf16_t* k_norm,
                   const float* inv_freq, const std::int32_t* positions, const std::int32_t* slots, float eps,
-                  bf16_t* q_out, PagedKv kv, cudaStream_t stream);
+                  bf16_t* q_out, PagedKv kv, cudaStream_t stream, QkvLayout layout = {});
+
+// x[i] *= sigmoid(gate[i]) for count bf16 values (gated attention's output, before o_proj).
+void mul_sigmoid(bf16_t* x, const bf16_t* gate, std::size_t count, cudaStream_t stream);
+// dst[t, :] += sigmoid(logit[t]) * src[t, :] for n rows of `cols` f32 (a shared expert behind its gate).
+void add_sigmoid_scaled(const float* src, const float* logit, int n, int cols, float* dst, cudaStream_t stream);
 
 // dst[i, :] = src[rows[i], :] for n rows of `cols` bf16 (the rows the LM head is asked for).
 void gather_rows(const bf16_t* src, const std::int32_t* rows, int n, int cols, bf16_t* dst, cudaStream_t stream);

@@ -23,6 +23,7 @@ StepLayout StepLayout::make(int t, int s, int n_decode, int n_tiles, int n_rows,
   take(l.position, s);
   take(l.block_offset, s);
   take(l.ctx_len, s);
+  take(l.state_slot, s);
   take(l.decode_items, n_decode);
   take(l.tiles, 2 * n_tiles);
   take(l.head_rows, n_rows);
@@ -43,6 +44,7 @@ PassPlan plan_pass(std::span<const PassSeq> seqs, int graph_batch) {
   for (const PassSeq& s : seqs) {
     const auto n = static_cast<int>(s.tokens.size());
     p.tokens += n;
+    p.max_seq_tokens = std::max(p.max_seq_tokens, n);
     block_ids += static_cast<int>(s.blocks.size());
     if (n == 1) {
       ++p.n_decode;
@@ -56,6 +58,7 @@ PassPlan plan_pass(std::span<const PassSeq> seqs, int graph_batch) {
     NEURON_ASSERT(p.decode_only);
     p.tokens += p.seqs - real;  // padding sequences bring one token each
     p.n_decode = p.seqs;
+    p.max_seq_tokens = 1;
     block_ids += 1;                  // the padding sequences' one-block table: the scratch block
   }
   // Hidden rows whose logits are returned, in the batch's order.
@@ -75,7 +78,7 @@ PassPlan plan_pass(std::span<const PassSeq> seqs, int graph_batch) {
 }
 
 void pack_pass(std::span<const PassSeq> seqs, const PassPlan& p, std::int32_t block_size,
-               std::int32_t scratch_block, std::span<std::int32_t> out) {
+               std::int32_t scratch_block, std::span<std::int32_t> out, std::int32_t scratch_state_slot) {
   const StepLayout& l = p.layout;
   NEURON_ASSERT(out.size() >= static_cast<std::size_t>(l.end));
   std::int32_t* in = out.data();
@@ -97,6 +100,7 @@ void pack_pass(std::span<const PassSeq> seqs, const PassPlan& p, std::int32_t bl
     in[l.position + si] = s.position;
     in[l.block_offset + si] = table;
     in[l.ctx_len + si] = s.position + n;
+    in[l.state_slot + si] = s.state_slot;
     std::memcpy(in + l.block_tables + table, s.blocks.data(), 4 * s.blocks.size());
     if (n == 1) {
       in[l.decode_items + decode++] = si;
@@ -117,6 +121,7 @@ void pack_pass(std::span<const PassSeq> seqs, const PassPlan& p, std::int32_t bl
     in[l.position + si] = 0;
     in[l.block_offset + si] = table;
     in[l.ctx_len + si] = 1;
+    in[l.state_slot + si] = scratch_state_slot;
     in[l.decode_items + decode++] = si;
     ++row;
   }
@@ -156,6 +161,7 @@ void split_passes(const Batch& batch, std::int32_t block_size, int max_tokens, b
       PassSeq piece;
       piece.tokens = tokens.subspan(static_cast<std::size_t>(done), static_cast<std::size_t>(n));
       piece.position = seq.position + done;
+      piece.state_slot = seq.state_slot;
       const std::int64_t end = static_cast<std::int64_t>(piece.position) + n;
       piece.blocks = table.first(static_cast<std::size_t>((end + block_size - 1) / block_size));
       const bool every_piece = seq.logits == LogitsWanted::all || seq.logits == LogitsWanted::hidden_all;

@@ -26,6 +26,7 @@ struct StepLayout {
   int position = 0;      // [S]
   int block_offset = 0;  // [S]
   int ctx_len = 0;       // [S]
+  int state_slot = 0;    // [S] recurrent-state slot (hybrids; -1 without, the scratch slot for padding)
   int decode_items = 0;  // [n_decode] sequences with one new token
   int tiles = 0;         // [n_tiles, 2] (sequence, first row) prefill tiles of kernels::kPrefillTileRows, longest first
   int head_rows = 0;     // [n_rows] hidden rows the LM head reads (eager passes): logits rows, then picks
@@ -44,6 +45,7 @@ struct PassSeq {
   std::int32_t position = 0;
   std::span<const std::int32_t> blocks;  // its block table, cut to the blocks of [0, position + tokens)
   LogitsWanted logits = LogitsWanted::none;
+  std::int32_t state_slot = -1;  // SequenceStep::state_slot
 };
 
 // What a pass holds, counted before anything is written.
@@ -54,6 +56,7 @@ struct PassPlan {
   int n_decode = 0;        // sequences with one new token: attention_decode items
   int n_tiles = 0;         // prefill tiles
   int max_decode_ctx = 0;  // the longest decode context of the real sequences
+  int max_seq_tokens = 0;  // the most tokens one sequence has (1 for a decode-only pass)
   bool decode_only = false;
   bool padded = false;             // padded to a graph's batch size; no head_rows uploaded
   std::vector<std::int32_t> rows;   // hidden rows whose logits the pass returns, in output order
@@ -65,9 +68,10 @@ struct PassPlan {
 PassPlan plan_pass(std::span<const PassSeq> seqs, int graph_batch);
 
 // Writes the inputs of `plan` into out[0, plan.layout.end). Padding sequences'
-// only block is `scratch_block`, which no real sequence holds.
+// only block is `scratch_block`, and their state slot `scratch_state_slot`,
+// which no real sequence holds.
 void pack_pass(std::span<const PassSeq> seqs, const PassPlan& plan, std::int32_t block_size,
-               std::int32_t scratch_block, std::span<std::int32_t> out);
+               std::int32_t scratch_block, std::span<std::int32_t> out, std::int32_t scratch_state_slot = -1);
 
 // Cuts a (checked) batch into passes of at most `max_tokens` tokens, in
 // order; a sequence that does not fit goes in pieces, and only its last piece

@@ -1,0 +1,70 @@
+#pragma once
+// Gated DeltaNet linear attention on the device (model::BlockOps::linear_attention's math,
+// as backend/cpu/gated_delta.hpp computes it), over a pass's sequences, each from its
+// recurrent-state slot:
+//
+//   delta_conv   [q k v] = silu(causal depthwise conv1d over the last K rows of the
+//                in-projection), q and k l2-normalized per key head (eps 1e-6), q scaled
+//                by 1/sqrt(dk); the conv's last K - 1 inputs kept in the slot
+//   delta_rule   per value head, token after token: g = -exp(A_log) softplus(a + dt_bias),
+//                beta = sigmoid(b), S = exp(g) S, S += k (beta (v - S^T k))^T, o = S^T q,
+//                then o = rmsnorm(o) * norm_w * silu(z) in bf16 for out_proj
+//
+// A sequence at position 0 starts from a zero state (its slot is not read), so a
+// graph's padding sequences (position 0, the scratch slot) and fresh prompts need no
+// reset. The state is f32 in the slot; a decode step reads and writes each value
+// head's [dk, dv] matrix once. Grids are sized by the host from the pass (sequences,
+// their longest run of tokens), so a decode graph replays for any slots and
+// positions. Same conventions as kernels.hpp (PDL waits before any read of a
+// predecessor's output).
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cuda/kernels.hpp"
+
+namespace neuron::backend::cuda::kernels {
+
+// One linear-attention layer's state in the runner's state pool: slot s's conv inputs
+// at base + s * slot_floats + conv_offset ([C, K - 1] f32, oldest first) and its
+// delta-rule matrices at base + s * slot_floats + delta_offset ([Hv, dk, dv] f32).
+struct LinearState {
+  float* base = nullptr;
+  std::size_t slot_floats = 0;
+  std::size_t conv_offset = 0;
+  std::size_t delta_offset = 0;
+};
+
+// The pass's sequences as the linear layers read them (StepLayout arrays).
+struct LinearSeqs {
+  const std::int32_t* q_start = nullptr;     // [S] first row of each sequence's tokens
+  const std::int32_t* num_tokens = nullptr;  // [S]
+  const std::int32_t* position = nullptr;    // [S] position of its first token (0: a zero state)
+  const std::int32_t* state_slot = nullptr;  // [S] its slot in the state pool
+};
+
+struct LinearShape {
+  int key_heads = 0, value_heads = 0;  // this rank's Hk, Hv (value head h reads key head h / (Hv / Hk))
+  int key_dim = 0, value_dim = 0;      // dk, dv
+  int kernel = 0;                      // K
+  int channels() const noexcept { return 2 * key_heads * key_dim + value_heads * value_dim; }
+};
+
+// Whether the kernels take this shape: dk one of 16, 32, 64, 128, 256; dv <= 512 / (dk / 32, at least 1);
+// K in [2, 8].
+bool linear_shape_supported(const LinearShape& shape) noexcept;
+
+// in: [T, width] f32 the in-projection, whose first C columns are the conv's inputs (q, k, v);
+// w: [C, K] f32 taps (w[c, K - 1] meets the newest input); out: [T, C] f32. `max_tokens`: the most
+// tokens any sequence of the pass has (sizes the grid).
+void delta_conv(const float* in, int width, const float* w, const LinearShape& shape, LinearSeqs seqs, int n_seqs,
+                int max_tokens, LinearState state, float* out, cudaStream_t stream);
+
+// conv: [T, C] delta_conv's output; in: [T, width] the in-projection, z at column z_col ([Hv dv]), b at b_col and
+// a at a_col ([Hv] each); neg_a, dt_bias: [Hv] f32 (-exp(A_log), dt_bias); norm_w: [dv] bf16; out: [T, Hv dv] bf16.
+void delta_rule(const float* conv, const float* in, int width, int z_col, int b_col, int a_col, const float* neg_a,
+                const float* dt_bias, const bf16_t* norm_w, float eps, const LinearShape& shape, LinearSeqs seqs,
+                int n_seqs, LinearState state, bf16_t* out, cudaStream_t stream);
+
+}  // namespace neuron::backend::cuda::kernels

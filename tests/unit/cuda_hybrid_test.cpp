@@ -1,0 +1,216 @@
+// The Gated DeltaNet hybrids (Qwen3-Next, Qwen3.5 dense and MoE) on CUDA in
+// bf16, against the CPU runner in f32 (itself exact against transformers:
+// family_golden_test.cpp) on the reference fixtures: the logits at every
+// position of the goldens' prompts (1 to 841 tokens: the long one crosses
+// many conv blocks and pass pieces), a greedy decode continued in CUDA graphs,
+// one step of mixed prefill and decode in their own state slots against each
+// sequence alone, and a state snapshot restored into another slot continuing
+// exactly as the original. The kernels alone at Qwen3.5's head sizes:
+// cuda_gated_delta_test.cpp. Skips without a GPU.
+#include <gtest/gtest.h>
+
+#ifdef NEURON_HAVE_CUDA
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_runner.hpp"
+#include "backend/cuda/cuda_check.hpp"
+#include "backend/cuda/cuda_runner.hpp"
+#include "backend/single_sequence.hpp"
+#include "dist/communicator.hpp"
+#include "io/safetensors.hpp"
+#include "model/config.hpp"
+#include "model/shard.hpp"
+#include "quant/ggml_type.hpp"
+#include "support/cosine.hpp"
+
+namespace neuron::backend::cuda {
+namespace {
+
+using test_support::cosine;
+
+std::int32_t argmax(std::span<const float> v) {
+  return static_cast<std::int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
+}
+
+class CudaHybrid : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    dir_ = std::filesystem::path(NEURON_TEST_DATA) / "families" / GetParam();
+    cfg_ = model::load_model_configs(dir_).model;
+    ckpt_ = std::make_unique<io::Checkpoint>(io::Checkpoint::open_dir(dir_));
+    nlohmann::json golden;
+    std::ifstream(dir_ / "golden.json") >> golden;
+    for (const auto& p : golden["prompts"]) prompts_.push_back(p["prompt_ids"].get<std::vector<std::int32_t>>());
+  }
+  std::unique_ptr<ModelRunner> cuda(RunnerOptions o = {}) const {
+    o.max_context = 1024;
+    return make_cuda_runner(cfg_, ckpt_.get(), model::ShardPlan::make(cfg_, 0, 1), Device{Device::Kind::cuda, 0},
+                            std::make_shared<dist::LocalCommunicator>(), o);
+  }
+  std::size_t vocab() const { return static_cast<std::size_t>(cfg_.vocab_size); }
+  // Cosine of every row of two [rows, vocab] blocks: all >= 0.99 (MoE: bf16 may flip a near-tied expert,
+  // so >= 0.9), nearly all >= 0.999.
+  void expect_close(std::span<const float> got, std::span<const float> want, const std::string& what) {
+    const std::size_t rows = want.size() / vocab();
+    const double floor = cfg_.moe.num_experts > 0 ? 0.9 : 0.99;
+    int close = 0;
+    for (std::size_t r = 0; r < rows; ++r) {
+      const double c = cosine(got.subspan(r * vocab(), vocab()), want.subspan(r * vocab(), vocab()));
+      EXPECT_GE(c, floor) << what << " row " << r;
+      close += c >= 0.999;
+    }
+    EXPECT_GE(close, static_cast<int>(rows) * 9 / 10) << what << ": " << close << " of " << rows << " rows within 0.999";
+  }
+
+  std::filesystem::path dir_;
+  model::ModelConfig cfg_;
+  std::unique_ptr<io::Checkpoint> ckpt_;
+  std::vector<std::vector<std::int32_t>> prompts_;
+};
+
+// Every position of every golden prompt, then 12 greedy decode steps (decode-only passes: CUDA graphs), both
+// runners fed the CPU's picks.
+TEST_P(CudaHybrid, MatchesTheCpuRunnerPrefillAndDecode) {
+  auto cpu = backend::cpu::make_cpu_runner(cfg_, ckpt_.get(), model::ShardPlan::make(cfg_, 0, 1), nullptr,
+                                           {.max_context = 1024});
+  auto gpu = cuda();
+  ASSERT_GT(gpu->kv_pool().state_slots, 0);
+  int agree = 0;
+  for (const auto& prompt : prompts_) {
+    const std::size_t n = prompt.size();
+    SingleSequence a(*cpu), b(*gpu);
+    std::vector<float> want(n * vocab()), got(n * vocab());
+    a.forward(prompt, 0, want);
+    b.forward(prompt, 0, got);
+    expect_close(got, want, "prompt of " + std::to_string(n) + " prefill");
+    std::vector<float> lw(want.end() - static_cast<std::ptrdiff_t>(vocab()), want.end());
+    std::vector<float> lg(got.end() - static_cast<std::ptrdiff_t>(vocab()), got.end());
+    auto pos = static_cast<std::int32_t>(n);
+    std::vector<float> decoded_w, decoded_g;
+    for (int s = 0; s < 12; ++s) {
+      const std::int32_t next = argmax(lw);
+      std::vector<float> sorted(lw);
+      std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
+      if (sorted[0] - sorted[1] > 0.05f) {
+        EXPECT_EQ(argmax(lg), next) << "prompt of " << n << ", decode step " << s;
+        ++agree;
+      }
+      const std::int32_t one[] = {next};
+      a.forward(one, pos, lw);
+      b.forward(one, pos, lg);
+      ++pos;
+      decoded_w.insert(decoded_w.end(), lw.begin(), lw.end());
+      decoded_g.insert(decoded_g.end(), lg.begin(), lg.end());
+    }
+    expect_close(decoded_g, decoded_w, "prompt of " + std::to_string(n) + " decode");
+  }
+  EXPECT_GT(agree, 0);
+}
+
+// One step of a prompt (slot 3), a decode after an earlier step (slot 2) and the long prompt (slot 0), each
+// against the same sequence alone on the device; then a snapshot of slot 0 at a block boundary, restored into
+// slot 1, continues exactly as slot 0 does.
+TEST_P(CudaHybrid, BatchedStepsAndSnapshots) {
+  auto gpu = cuda({.kv_blocks = 256, .state_slots = 4, .state_snapshots = 1});
+  ASSERT_EQ(gpu->kv_pool().state_slots, 4);
+  ASSERT_EQ(gpu->kv_pool().state_snapshots, 1);
+  const std::int32_t bs = gpu->kv_pool().block_size;
+  auto blocks = [&](std::int32_t first, std::size_t positions) {
+    std::vector<std::int32_t> t((positions + static_cast<std::size_t>(bs) - 1) / static_cast<std::size_t>(bs));
+    std::iota(t.begin(), t.end(), first);
+    return t;
+  };
+  const auto &chat = prompts_.at(0), &fox = prompts_.at(1), &longp = prompts_.at(3);
+  const auto fox_blocks = blocks(100, fox.size() + 1);
+  std::vector<float> fox_logits(vocab());
+  Batch first;
+  first.add(fox, 0, fox_blocks, LogitsWanted::last, 2);
+  gpu->step(first, fox_logits);
+  const std::array<std::int32_t, 1> fox_next{argmax(fox_logits)};
+  Batch step;
+  step.add(chat, 0, blocks(0, chat.size()), LogitsWanted::last, 3);
+  step.add(fox_next, static_cast<std::int32_t>(fox.size()), fox_blocks, LogitsWanted::last, 2);
+  step.add(longp, 0, blocks(110, longp.size()), LogitsWanted::last, 0);
+  std::vector<float> rows(3 * vocab());
+  gpu->step(step, rows);
+
+  auto alone = [&](std::span<const std::int32_t> ids) {
+    auto r = cuda();
+    std::vector<float> out(vocab());
+    SingleSequence(*r).forward(ids, 0, out);
+    return out;
+  };
+  std::vector<std::int32_t> fox_then(fox);
+  fox_then.push_back(fox_next[0]);
+  const std::array<std::vector<float>, 3> expected{alone(chat), alone(fox_then), alone(longp)};
+  for (std::size_t i = 0; i < 3; ++i)
+    expect_close(std::span<const float>(rows.data() + i * vocab(), vocab()), expected[i],
+                 "batched sequence " + std::to_string(i));
+
+  // Snapshots: slot 0 runs the long prompt's first 20 blocks, is saved, continues; slot 1 gets the copy.
+  const std::int32_t cut = 20 * bs;
+  const std::span<const std::int32_t> ids(longp);
+  const auto table = blocks(0, longp.size());
+  auto run = [&](std::span<const std::int32_t> tokens, std::int32_t position, std::int32_t slot, std::span<float> out) {
+    Batch b;
+    const std::size_t end = static_cast<std::size_t>(position) + tokens.size();
+    b.add(tokens, position, std::span<const std::int32_t>(table).first((end + bs - 1) / bs),
+          out.empty() ? LogitsWanted::none : LogitsWanted::last, slot);
+    gpu->step(b, out);
+  };
+  run(ids.first(static_cast<std::size_t>(cut)), 0, 0, {});
+  gpu->save_state(0, 0);
+  std::vector<float> in_place(vocab()), restored(vocab());
+  run(ids.subspan(static_cast<std::size_t>(cut)), cut, 0, in_place);
+  gpu->restore_state(0, 1);
+  run(ids.subspan(static_cast<std::size_t>(cut)), cut, 1, restored);
+  EXPECT_EQ(in_place, restored) << "the same kernels over the same state";
+  expect_close(restored, expected[2], "restored continuation");
+  EXPECT_EQ(gpu->memory().kv_cache_bytes - gpu->kv_pool().bytes_per_block * 257,
+            (4 + 1 + 1) * gpu->kv_pool().bytes_per_state_slot)
+      << "KV blocks (and the scratch block), state slots, snapshots and the padding sequences' scratch slot";
+}
+
+// Quantize-at-load to FP8 (e4m3 rows with per-row scales) covers every projection of the hybrids, the
+// linear attention's in- and out-projections included; the last position of each prompt stays close to the
+// CPU's f32 logits.
+TEST_P(CudaHybrid, Fp8QuantizedLoadStaysClose) {
+  cudaDeviceProp prop{};
+  NEURON_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  if (prop.major < 9) GTEST_SKIP() << "FP8 needs compute capability 9.0";
+  auto cpu = backend::cpu::make_cpu_runner(cfg_, ckpt_.get(), model::ShardPlan::make(cfg_, 0, 1), nullptr,
+                                           {.max_context = 1024});
+  auto gpu = cuda({.quantize = quant::GgmlType::fp8_e4m3});
+  for (const auto& prompt : prompts_) {
+    std::vector<float> want(vocab()), got(vocab());
+    SingleSequence(*cpu).forward(prompt, 0, want);
+    SingleSequence(*gpu).forward(prompt, 0, got);
+    const double c = cosine(got, want);
+    EXPECT_GE(c, 0.97) << "prompt of " << prompt.size();
+    std::printf("[%s fp8] prompt %zu: cosine(last) %.5f\n", GetParam().c_str(), prompt.size(), c);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaHybrid, ::testing::Values("qwen3_next-a", "qwen3_5-a", "qwen3_5_moe-a"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
+
+}  // namespace
+}  // namespace neuron::backend::cuda
+#else
+TEST(CudaHybrid, SkippedWithoutCuda) { GTEST_SKIP() << "built without CUDA"; }
+#endif
