@@ -75,10 +75,9 @@ LoadPlan plan_load(const LoadOptions& options, const model::ModelConfig& cfg) {
                                      "' (Gated DeltaNet linear attention) runs on one rank for now, not tensor_parallel " +
                                      std::to_string(n));
   backend::RunnerOptions& ro = plan.runner;
-  ro.state_slots = cfg.linear.hybrid() ? backend::kDefaultStateSlots : 0;
-  const std::int32_t snapshots = backend::resolve_state_snapshots(options.state_snapshots, ro.state_slots);
-  ro.state_snapshots = cfg.linear.hybrid() ? snapshots : 0;
   ro.kv_block_size = options.kv_block_size > 0 ? options.kv_block_size : backend::kDefaultKvBlockSize;
+  ro.state_slots = cfg.linear.hybrid() ? backend::kDefaultStateSlots : 0;
+  ro.state_snapshots = cfg.linear.hybrid() ? backend::resolve_state_snapshots(options.state_snapshots, ro.state_slots) : 0;
   ro.quantize = options.quantize;
   // An embedder or reranker on one rank: its CPU products (and so its KV pool's element, planned below)
   // take their own level (backend/cpu/activations.hpp's model_activations).
@@ -92,11 +91,28 @@ LoadPlan plan_load(const LoadOptions& options, const model::ModelConfig& cfg) {
   for (int r = 0; r < n; ++r) {
     shards.push_back(model::ShardPlan::make(cfg, r, n));
     budgets.push_back(options.kv_budget);
-    // What the device holds besides the KV blocks: the weights, and a hybrid's recurrent-state slots.
-    budgets.back().weight_bytes =
-        rank_weight_bytes(cfg, shards.back(), plan.devices[static_cast<std::size_t>(r)], options) +
-        backend::state_bytes_per_slot(cfg) * static_cast<std::uint64_t>(ro.state_slots + *ro.state_snapshots);
+    budgets.back().weight_bytes = rank_weight_bytes(cfg, shards.back(), plan.devices[static_cast<std::size_t>(r)], options);
   }
+  // A hybrid on a GPU serves up to kCudaStateSlots sequences at once where their states (and, unless asked
+  // otherwise, their snapshots) take at most a quarter of what the weights leave; fewer, down to the CPU's
+  // default, where they would not.
+  if (cfg.linear.hybrid() && plan.devices.front().is_cuda()) {
+    const std::uint64_t per_slot = backend::state_bytes_per_slot(cfg);
+    const std::uint64_t room =
+        static_cast<std::uint64_t>(backend::kv_budget_positions(cfg, shards.front(), plan.devices.front(),
+                                                                budgets.front(), ro.kv_block_size)) /
+        static_cast<std::uint64_t>(ro.kv_block_size) *
+        backend::kv_bytes_per_block(cfg, shards.front(), plan.devices.front(), ro.kv_block_size);
+    for (std::int32_t slots = kCudaStateSlots; slots >= backend::kDefaultStateSlots; slots /= 2) {
+      const std::int32_t snaps = backend::resolve_state_snapshots(options.state_snapshots, slots);
+      ro.state_slots = slots;
+      ro.state_snapshots = snaps;
+      if (per_slot * static_cast<std::uint64_t>(slots + snaps) <= room / 4) break;
+    }
+  }
+  // What a device holds besides the KV blocks: the weights, and a hybrid's state slots and snapshots.
+  for (backend::KvBudget& b : budgets)
+    b.weight_bytes += backend::state_bytes_per_slot(cfg) * static_cast<std::uint64_t>(ro.state_slots + *ro.state_snapshots);
   // The default context: the model's own, bounded by the longest sequence every rank's KV budget holds
   // (at least one block, so a budget too small for anything fails below with out_of_memory).
   std::int64_t memory_bound = std::numeric_limits<std::int32_t>::max();

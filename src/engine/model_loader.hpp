@@ -18,6 +18,9 @@
 namespace neuron::engine {
 
 inline constexpr int kMaxTensorParallel = 16;
+// A hybrid's recurrent-state slots (the sequences it runs at once) on a GPU, where memory allows
+// (plan_load); on the CPU backend::kDefaultStateSlots.
+inline constexpr std::int32_t kCudaStateSlots = 64;
 
 struct LoadOptions {
   std::filesystem::path model_dir;  // config.json + model.safetensors[.index.json], or a .gguf file

@@ -27,6 +27,7 @@
 #include "backend/cuda/cuda_runner.hpp"
 #include "backend/single_sequence.hpp"
 #include "dist/communicator.hpp"
+#include "engine/model_loader.hpp"
 #include "io/safetensors.hpp"
 #include "model/config.hpp"
 #include "model/shard.hpp"
@@ -200,6 +201,26 @@ TEST_P(CudaHybrid, Fp8QuantizedLoadStaysClose) {
     EXPECT_GE(c, 0.97) << "prompt of " << prompt.size();
     std::printf("[%s fp8] prompt %zu: cosine(last) %.5f\n", GetParam().c_str(), prompt.size(), c);
   }
+}
+
+// On a GPU a hybrid gets kCudaStateSlots slots where they and their snapshots fit a quarter of what the
+// weights leave, halved down to the CPU's 16 where they do not; the plan counts them.
+TEST(CudaHybridPlan, StateSlotsFollowTheMemory) {
+  if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  engine::LoadOptions o;
+  o.model_dir = std::filesystem::path(NEURON_TEST_DATA) / "families" / "qwen3_5-a";
+  o.device = Device::parse("cuda:0");
+  const auto cfg = model::load_model_configs(o.model_dir).model;
+  const engine::LoadPlan roomy = engine::plan_load(o, cfg);
+  EXPECT_EQ(roomy.runner.state_slots, engine::kCudaStateSlots);
+  EXPECT_EQ(*roomy.runner.state_snapshots, 2 * engine::kCudaStateSlots);
+  // 192 slots of this model's state are ~3.2 MB: a 4 MB KV budget leaves room for 16 (+ 32 snapshots) only.
+  o.kv_budget.bytes = 4u << 20;
+  const engine::LoadPlan tight = engine::plan_load(o, cfg);
+  EXPECT_EQ(tight.runner.state_slots, backend::kDefaultStateSlots);
+  EXPECT_EQ(*tight.runner.state_snapshots, 2 * backend::kDefaultStateSlots);
+  o.state_snapshots = 0;  // asked for: kept
+  EXPECT_EQ(*engine::plan_load(o, cfg).runner.state_snapshots, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaHybrid, ::testing::Values("qwen3_next-a", "qwen3_5-a", "qwen3_5_moe-a"),
