@@ -70,16 +70,10 @@ LoadPlan plan_load(const LoadOptions& options, const model::ModelConfig& cfg) {
          "tensor_parallel must be in [1, " + std::to_string(kMaxTensorParallel) + "], got " + std::to_string(n));
   LoadPlan plan;
   plan.devices = rank_devices(options);
-  if (cfg.linear.hybrid()) {  // refused here, before a worker starts (make_runner refuses the same)
-    if (n > 1)
-      fail(errc::unsupported_arch, "model_type '" + cfg.model_type +
-                                       "' (Gated DeltaNet linear attention) runs on one rank for now, not tensor_parallel " +
-                                       std::to_string(n));
-    if (plan.devices.front().is_cuda())
-      fail(errc::unsupported_arch, "model_type '" + cfg.model_type +
-                                       "' (Gated DeltaNet linear attention) runs on the CPU for now, not on " +
-                                       plan.devices.front().str());
-  }
+  if (cfg.linear.hybrid() && plan.devices.front().is_cuda())  // refused here, before a worker starts (make_runner too)
+    fail(errc::unsupported_arch, "model_type '" + cfg.model_type +
+                                     "' (Gated DeltaNet linear attention) runs on the CPU for now, not on " +
+                                     plan.devices.front().str());
   backend::RunnerOptions& ro = plan.runner;
   ro.state_slots = cfg.linear.hybrid() ? backend::kDefaultStateSlots : 0;
   const std::int32_t snapshots = backend::resolve_state_snapshots(options.state_snapshots, ro.state_slots);
@@ -123,7 +117,7 @@ LoadPlan plan_load(const LoadOptions& options, const model::ModelConfig& cfg) {
     plan.rank_bytes.push_back(budgets[static_cast<std::size_t>(r)].weight_bytes +
                               backend::kv_bytes_per_block(cfg, shard, device, ro.kv_block_size) *
                                   static_cast<std::uint64_t>(ro.kv_blocks) +
-                              backend::state_bytes_per_slot(cfg) *
+                              backend::state_bytes_per_slot(cfg, shard) *
                                   static_cast<std::uint64_t>(ro.state_slots + *ro.state_snapshots));
   }
   return plan;
@@ -188,6 +182,8 @@ std::unique_ptr<backend::ModelRunner> open_runner(const LoadOptions& options) {
   to.kv_block_size = ro.kv_block_size;
   to.kv_blocks = ro.kv_blocks;
   to.quantize = ro.quantize;
+  to.state_slots = ro.state_slots;
+  to.state_snapshots = ro.state_snapshots;
   to.step_timeout = options.step_timeout;
   to.load_timeout = options.load_timeout;
   to.worker_binary = options.worker_binary;
