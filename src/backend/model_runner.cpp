@@ -115,13 +115,13 @@ void ModelRunner::run_restore_state(std::int32_t, std::int32_t) {
   NEURON_ASSERT(!"a runner that reports state snapshots implements run_restore_state");
 }
 
-std::uint64_t state_bytes_per_slot(const model::ModelConfig& cfg) {
+std::uint64_t state_bytes_per_slot(const model::ModelConfig& cfg, const model::ShardPlan& plan) {
   const model::LinearAttentionConfig& c = cfg.linear;
   std::uint64_t layers = 0;
   for (std::int64_t l = 0; l < cfg.num_hidden_layers; ++l) layers += c.linear_layer(l) ? 1 : 0;
   if (layers == 0) return 0;
-  const auto conv = static_cast<std::uint64_t>(c.conv_dim() * (c.conv_kernel - 1));
-  const auto delta = static_cast<std::uint64_t>(c.num_value_heads * c.key_head_dim * c.value_head_dim);
+  const auto conv = static_cast<std::uint64_t>(model::linear_conv_channels(cfg, plan) * (c.conv_kernel - 1));
+  const auto delta = static_cast<std::uint64_t>(plan.linear_value_heads * c.key_head_dim * c.value_head_dim);
   return layers * (conv + delta) * sizeof(float);
 }
 
@@ -186,10 +186,10 @@ std::unique_ptr<ModelRunner> make_runner(const model::ModelConfig& cfg, const io
   if (options.quantize == quant::GgmlType::fp8_e4m3 && !device.is_cuda())
     fail(errc::unsupported_arch, "quant 'fp8' runs on CUDA devices (compute capability 9.0); on " + device.str() +
                                      " use q8_0, q4_k or q6_k");
-  if (cfg.linear.hybrid() && plan.world > 1)
+  if (cfg.linear.hybrid() && device.is_cuda() && plan.world > 1)
     fail(errc::unsupported_arch, "model_type '" + cfg.model_type +
-                                     "' (Gated DeltaNet linear attention) runs on one rank for now, not tensor-parallel over " +
-                                     std::to_string(plan.world));
+                                     "' (Gated DeltaNet linear attention) splits over CPU ranks for now, not over CUDA "
+                                     "devices (tensor_parallel " + std::to_string(plan.world) + ")");
   if (!device.is_cuda()) return cpu::make_cpu_runner(cfg, checkpoint, plan, std::move(comm), options);
 #ifdef NEURON_HAVE_CUDA
   return cuda::make_cuda_runner(cfg, checkpoint, plan, device, std::move(comm), options);

@@ -59,10 +59,11 @@ inline constexpr std::int32_t kDefaultSnapshotsPerSlot = 2;
 // per slot. Throws Error{invalid_argument} for a negative count.
 std::int32_t resolve_state_snapshots(std::optional<std::int32_t> requested, std::int32_t state_slots);
 
-// Bytes of one sequence's recurrent state on the CPU (f32): per linear layer
-// the conv's last K - 1 inputs of its C channels and Hv [dk, dv] delta-rule
-// matrices. 0 for a model without linear attention.
-std::uint64_t state_bytes_per_slot(const model::ModelConfig& cfg);
+// Bytes of one sequence's recurrent state on rank plan.rank on the CPU (f32):
+// per linear layer the conv's last K - 1 inputs of the rank's C channels and
+// [dk, dv] delta-rule matrices of its Hv value heads (model::ShardPlan). 0 for a
+// model without linear attention.
+std::uint64_t state_bytes_per_slot(const model::ModelConfig& cfg, const model::ShardPlan& plan);
 
 // max_context for a runner built without a load plan (tools and tests that call
 // make_runner with max_context 0): the CPU keeps it short (its KV is f32 and its
@@ -167,8 +168,7 @@ std::int64_t kv_budget_positions(const model::ModelConfig& cfg, const model::Sha
                                  const KvBudget& budget, std::int32_t block_size);
 
 // Builds rank plan.rank's shard on `device`. Hybrid models (linear
-// attention) run on the CPU on one rank for now: a CUDA device or a tensor-
-// parallel plan is Error{unsupported_arch}. `checkpoint` null means random
+// attention) run on the CPU for now: a CUDA device is Error{unsupported_arch}. `checkpoint` null means random
 // weights (benchmarks); the runner copies what it needs, so the checkpoint may
 // be closed afterwards. The runner shares ownership of `comm`.
 std::unique_ptr<ModelRunner> make_runner(const model::ModelConfig& cfg, const io::Checkpoint* checkpoint,

@@ -70,10 +70,10 @@ LoadPlan plan_load(const LoadOptions& options, const model::ModelConfig& cfg) {
          "tensor_parallel must be in [1, " + std::to_string(kMaxTensorParallel) + "], got " + std::to_string(n));
   LoadPlan plan;
   plan.devices = rank_devices(options);
-  if (cfg.linear.hybrid() && n > 1)  // refused here, before a worker starts (make_runner refuses the same)
+  if (cfg.linear.hybrid() && n > 1 && plan.devices.front().is_cuda())  // refused before a worker starts (make_runner too)
     fail(errc::unsupported_arch, "model_type '" + cfg.model_type +
-                                     "' (Gated DeltaNet linear attention) runs on one rank for now, not tensor_parallel " +
-                                     std::to_string(n));
+                                     "' (Gated DeltaNet linear attention) splits over CPU ranks for now, not over CUDA "
+                                     "devices (tensor_parallel " + std::to_string(n) + ")");
   backend::RunnerOptions& ro = plan.runner;
   ro.kv_block_size = options.kv_block_size > 0 ? options.kv_block_size : backend::kDefaultKvBlockSize;
   ro.state_slots = cfg.linear.hybrid() ? backend::kDefaultStateSlots : 0;
@@ -97,7 +97,7 @@ LoadPlan plan_load(const LoadOptions& options, const model::ModelConfig& cfg) {
   // otherwise, their snapshots) take at most a quarter of what the weights leave; fewer, down to the CPU's
   // default, where they would not.
   if (cfg.linear.hybrid() && plan.devices.front().is_cuda()) {
-    const std::uint64_t per_slot = backend::state_bytes_per_slot(cfg);
+    const std::uint64_t per_slot = backend::state_bytes_per_slot(cfg, shards.front());
     const std::uint64_t room =
         static_cast<std::uint64_t>(backend::kv_budget_positions(cfg, shards.front(), plan.devices.front(),
                                                                 budgets.front(), ro.kv_block_size)) /
@@ -111,8 +111,10 @@ LoadPlan plan_load(const LoadOptions& options, const model::ModelConfig& cfg) {
     }
   }
   // What a device holds besides the KV blocks: the weights, and a hybrid's state slots and snapshots.
-  for (backend::KvBudget& b : budgets)
-    b.weight_bytes += backend::state_bytes_per_slot(cfg) * static_cast<std::uint64_t>(ro.state_slots + *ro.state_snapshots);
+  for (int r = 0; r < n; ++r)
+    budgets[static_cast<std::size_t>(r)].weight_bytes +=
+        backend::state_bytes_per_slot(cfg, shards[static_cast<std::size_t>(r)]) *
+        static_cast<std::uint64_t>(ro.state_slots + *ro.state_snapshots);
   // The default context: the model's own, bounded by the longest sequence every rank's KV budget holds
   // (at least one block, so a budget too small for anything fails below with out_of_memory).
   std::int64_t memory_bound = std::numeric_limits<std::int32_t>::max();
@@ -199,6 +201,8 @@ std::unique_ptr<backend::ModelRunner> open_runner(const LoadOptions& options) {
   to.kv_block_size = ro.kv_block_size;
   to.kv_blocks = ro.kv_blocks;
   to.quantize = ro.quantize;
+  to.state_slots = ro.state_slots;
+  to.state_snapshots = ro.state_snapshots;
   to.step_timeout = options.step_timeout;
   to.load_timeout = options.load_timeout;
   to.worker_binary = options.worker_binary;

@@ -4,10 +4,12 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <set>
 #include <string_view>
 
 #include <nlohmann/json.hpp>
 
+#include "model/arch/family.hpp"
 #include "model/shard.hpp"
 #include "model/shard_weights.hpp"
 #include "util/error.hpp"
@@ -47,7 +49,7 @@ class ValueStream {
     if (ends_with(name, "norm.weight")) {
       center_ = 1.0f;
       scale_ = 0.2f;
-    } else if (name == "model.embed_tokens.weight" || name == "lm_head.weight") {
+    } else if (ends_with(name, "embed_tokens.weight") || name == "lm_head.weight") {
       // std(u) = 1/sqrt(3): logits of a unit-RMS hidden state get std ~2.
       scale_ = static_cast<float>(2.0 * std::sqrt(3.0 / static_cast<double>(cfg.hidden_size)));
     } else {
@@ -115,15 +117,26 @@ void remove_old_weights(const fs::path& dir) {
 std::vector<TensorSpec> checkpoint_tensor_specs(const ModelConfig& cfg, DType dtype) {
   const ShardSpecs whole = shard_specs(cfg, ShardPlan::make(cfg, 0, 1));
   std::vector<TensorSpec> specs;
-  auto add = [&](const SliceSpec& s) { specs.push_back({s.name, dtype, s.shape}); };
+  std::set<std::string> named;  // a fused tensor (Qwen3-Next's in_proj_qkvz) is several slices of one tensor
+  auto add = [&](const SliceSpec& s) {
+    if (named.insert(s.name).second) specs.push_back({s.name, dtype, s.shape});
+  };
+  auto add_all = [&](const std::vector<SliceSpec>& pieces) {
+    for (const SliceSpec& s : pieces) add(s);
+  };
   add(whole.embed);
   for (const LayerSpecs& l : whole.layers) {
-    if (l.linear)
-      fail(errc::unsupported_arch, "random checkpoints of linear-attention models (" + cfg.model_type + ") are not implemented");
-    const AttentionSpecs& a = *l.attention;
-    for (const SliceSpec* s : {&a.norm, &a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj, &l.ffn_norm}) add(*s);
-    if (a.q_norm) add(*a.q_norm);
-    if (a.k_norm) add(*a.k_norm);
+    if (const auto& a = l.attention) {
+      for (const SliceSpec* s : {&a->norm, &a->q_proj, &a->k_proj, &a->v_proj, &a->o_proj}) add(*s);
+      if (a->q_norm) add(*a->q_norm);
+      if (a->k_norm) add(*a->k_norm);
+    }
+    if (const auto& la = l.linear) {
+      add(la->norm);
+      for (const auto* pieces : {&la->qkv, &la->z, &la->b, &la->a, &la->conv}) add_all(*pieces);
+      for (const SliceSpec* s : {&la->a_log, &la->dt_bias, &la->gated_norm, &la->out_proj}) add(*s);
+    }
+    add(l.ffn_norm);
     auto add_mlp = [&](const MlpSpecs& m) {
       for (const SliceSpec* s : {&m.gate_proj, &m.up_proj, &m.down_proj}) add(*s);
     };
@@ -131,16 +144,18 @@ std::vector<TensorSpec> checkpoint_tensor_specs(const ModelConfig& cfg, DType dt
     if (l.moe) {
       add(l.moe->router);
       for (const MlpSpecs& e : l.moe->experts) add_mlp(e);
+      if (l.moe->shared_expert) add_mlp(*l.moe->shared_expert);
+      if (l.moe->shared_expert_gate) add(*l.moe->shared_expert_gate);
     }
   }
   add(whole.final_norm);
   if (!cfg.tie_word_embeddings) add(whole.lm_head);
   // Within each layer in name order, as transformers lists them.
-  std::stable_sort(specs.begin(), specs.end(), [](const TensorSpec& x, const TensorSpec& y) {
-    auto layer_of = [](const std::string& n) -> long {
-      constexpr std::string_view kLayers = "model.layers.";
-      if (n.rfind(kLayers, 0) != 0) return n.rfind("model.embed_tokens", 0) == 0 ? -1 : 1L << 30;
-      return std::stol(n.substr(kLayers.size()));
+  const std::string layers = std::string(family_of(cfg).weight_prefix()) + "layers.";
+  std::stable_sort(specs.begin(), specs.end(), [&](const TensorSpec& x, const TensorSpec& y) {
+    auto layer_of = [&](const std::string& n) -> long {
+      if (n.rfind(layers, 0) != 0) return ends_with(n, "embed_tokens.weight") ? -1 : 1L << 30;
+      return std::stol(n.substr(layers.size()));
     };
     const long lx = layer_of(x.name), ly = layer_of(y.name);
     return lx != ly ? lx < ly : (lx >= 0 && lx < (1L << 30) && x.name < y.name);

@@ -17,6 +17,8 @@ ShardPlan ShardPlan::make(const ModelConfig& cfg, int rank, int world) {
   if (cfg.moe.num_experts > 0 && cfg.moe.intermediate_size % world != 0)
     bad("moe_intermediate_size " + std::to_string(cfg.moe.intermediate_size) + " is not divisible by " +
         std::to_string(world));
+  if (const std::int64_t fs = cfg.moe.shared_expert_intermediate_size; fs > 0 && fs % world != 0)
+    bad("shared_expert_intermediate_size " + std::to_string(fs) + " is not divisible by " + std::to_string(world));
   if (cfg.intermediate_size % world != 0)
     bad("intermediate_size " + std::to_string(cfg.intermediate_size) + " is not divisible by " + std::to_string(world));
   if (KV >= world ? KV % world != 0 : world % KV != 0)
@@ -42,6 +44,8 @@ ShardPlan ShardPlan::make(const ModelConfig& cfg, int rank, int world) {
   p.ff_begin = rank * p.ff_size;
   p.moe_ff_size = cfg.moe.intermediate_size / world;
   p.moe_ff_begin = rank * p.moe_ff_size;
+  p.shared_ff_size = cfg.moe.shared_expert_intermediate_size / world;
+  p.shared_ff_begin = rank * p.shared_ff_size;
   if (cfg.linear.hybrid()) {
     p.linear_key_heads = lin.num_key_heads / world;
     p.linear_key_head_begin = rank * p.linear_key_heads;
@@ -54,6 +58,10 @@ ShardPlan ShardPlan::make(const ModelConfig& cfg, int rank, int world) {
 std::int64_t ShardPlan::kv_of_q(std::int64_t local_q, const ModelConfig& cfg) const {
   const std::int64_t group = cfg.num_attention_heads / cfg.num_key_value_heads;
   return (q_head_begin + local_q) / group - kv_head_begin;
+}
+
+std::int64_t linear_conv_channels(const ModelConfig& cfg, const ShardPlan& plan) {
+  return 2 * plan.linear_key_heads * cfg.linear.key_head_dim + plan.linear_value_heads * cfg.linear.value_head_dim;
 }
 
 std::int64_t kv_elements_per_position(const ModelConfig& cfg, const ShardPlan& plan) {

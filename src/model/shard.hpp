@@ -17,6 +17,7 @@ struct ShardPlan {
   std::int64_t kv_head_begin = 0, kv_heads = 0;  // this rank's KV heads (global index of the first)
   std::int64_t ff_begin = 0, ff_size = 0;        // this rank's slice of intermediate_size
   std::int64_t moe_ff_begin = 0, moe_ff_size = 0;  // of every expert's moe intermediate_size (0 when dense)
+  std::int64_t shared_ff_begin = 0, shared_ff_size = 0;  // of the shared expert's (0 when it has none)
   // Gated DeltaNet linear attention (hybrids; 0 when the model has none): this rank's key heads and the
   // value heads that read them (value head h reads key head h / (Hv / Hk), so a rank's value heads are
   // those of its key heads).
@@ -28,6 +29,10 @@ struct ShardPlan {
   // Local KV head a local query head reads (GQA within the shard).
   std::int64_t kv_of_q(std::int64_t local_q, const ModelConfig& cfg) const;
 };
+
+// This rank's conv channels of a linear-attention layer: q and k of its key
+// heads, v of its value heads (2 Hk dk + Hv dv over the rank's heads; 0 when none).
+std::int64_t linear_conv_channels(const ModelConfig& cfg, const ShardPlan& plan);
 
 // K and V elements one position takes on a rank: 2 * layers * kv_heads * head_dim.
 std::int64_t kv_elements_per_position(const ModelConfig& cfg, const ShardPlan& plan);

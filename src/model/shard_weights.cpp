@@ -98,8 +98,7 @@ MoeSpecs moe_specs(const std::string& prefix, const ModelConfig& cfg, const Shar
     m.experts.push_back(mlp_specs(prefix + "experts." + std::to_string(e) + ".", cfg, cfg.moe.intermediate_size,
                                   plan.moe_ff_begin, plan.moe_ff_size));
   if (const std::int64_t fs = cfg.moe.shared_expert_intermediate_size; fs > 0) {
-    // Whole on every rank: hybrids (the only families with one) run unsplit (make_runner refuses TP for them).
-    m.shared_expert = mlp_specs(prefix + "shared_expert.", cfg, fs, 0, fs);
+    m.shared_expert = mlp_specs(prefix + "shared_expert.", cfg, fs, plan.shared_ff_begin, plan.shared_ff_size);
     m.shared_expert_gate = whole(prefix + "shared_expert_gate.weight", {1, cfg.hidden_size});
   }
   return m;
@@ -146,8 +145,7 @@ io::TensorView slice_view(const io::Checkpoint& ckpt, const SliceSpec& spec) {
   if (t->shape() != spec.shape)
     fail(errc::bad_model, "tensor " + name() + " has shape " + t->shape_string() + " but the config implies " +
                               shape_str(spec.shape));
-  if (spec.shape.size() > 2) return *t;  // a conv1d weight: whole (SliceSpec)
-  io::TensorView v = t->rows(spec.row_begin, spec.row_end);
+  io::TensorView v = t->rows(spec.row_begin, spec.row_end);  // a conv1d weight [C, 1, K]: rows only (SliceSpec)
   if (spec.shape.size() == 2) v = v.cols(spec.col_begin, spec.col_end);
   return v;
 }
@@ -218,7 +216,7 @@ std::int64_t weight_elements(const ModelConfig& cfg, const ShardPlan& plan) {
       if (a->q_norm) n += a->q_norm->numel() + a->k_norm->numel();
     }
     if (const auto& la = l.linear)
-      n += la->norm.numel() + numel(la->b) + numel(la->a) + la->conv.numel() + la->a_log.numel() +
+      n += la->norm.numel() + numel(la->b) + numel(la->a) + numel(la->conv) + la->a_log.numel() +
            la->dt_bias.numel() + la->gated_norm.numel();
     if (l.moe) {
       n += l.moe->router.numel();

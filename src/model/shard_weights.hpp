@@ -20,7 +20,7 @@ namespace neuron::model {
 
 // Rows [row_begin, row_end) and, for 2-D tensors, columns [col_begin, col_end)
 // of the tensor `name`, whose full shape the config implies. A 3-D tensor
-// (a conv1d weight) is taken whole: rows of shape[1] * shape[2] elements.
+// (a conv1d weight) is sliced by rows only: rows of shape[1] * shape[2] elements.
 struct SliceSpec {
   std::string name;
   std::vector<std::int64_t> shape;  // full tensor: [rows] or [rows, cols]
@@ -57,29 +57,32 @@ struct MlpSpecs {        // SwiGLU: a dense MLP (F) or one expert (Fm)
 struct MoeSpecs {
   SliceSpec router;              // [E, hidden] replicated (mlp.gate)
   std::vector<MlpSpecs> experts;  // E experts, each split Fm ways like a dense MLP
-  // MoeConfig::shared_expert_intermediate_size > 0 (Fs): mlp.shared_expert, and
-  // mlp.shared_expert_gate [1, hidden] whose sigmoid scales its output.
+  // MoeConfig::shared_expert_intermediate_size > 0: mlp.shared_expert, split
+  // like a dense MLP (Fs = the rank's shared_ff_size), and mlp.shared_expert_gate
+  // [1, hidden], replicated, whose sigmoid scales each rank's partial output.
   std::optional<MlpSpecs> shared_expert;   // [Fs, hidden] gate/up, [hidden, Fs] down
   std::optional<SliceSpec> shared_expert_gate;
 };
 
-// Gated DeltaNet linear attention (LinearAttentionConfig: Hk / Hv key / value
-// heads of dk / dv, K the conv kernel; C = 2 Hk dk + Hv dv conv channels).
-// The in-projections are lists of row slices stacked in order, so a family
-// whose checkpoint fuses them (Qwen3-Next's in_proj_qkvz, grouped by key
-// head) names the pieces and every runner sees one layout: q of all heads,
-// then k, then v (the conv's channel order), z, b and a each head-major.
+// Gated DeltaNet linear attention (LinearAttentionConfig: dk / dv the key /
+// value head sizes, K the conv kernel). Split by key heads (ShardPlan): Hk / Hv
+// here are the rank's key heads and the value heads that read them, and
+// C = 2 Hk dk + Hv dv its conv channels (model::linear_conv_channels).
+// The in-projections and the conv weight are lists of row slices stacked in
+// order, so a family whose checkpoint fuses them (Qwen3-Next's in_proj_qkvz,
+// grouped by key head) names the pieces and every runner sees one layout: q of
+// the rank's heads, then k, then v (the conv's channel order), z, b and a each head-major.
 struct LinearAttentionSpecs {
   SliceSpec norm;                 // [hidden] input_layernorm
   std::vector<SliceSpec> qkv;     // stacked [C, hidden]: q [Hk dk], k [Hk dk], v [Hv dv]
   std::vector<SliceSpec> z;       // stacked [Hv dv, hidden]: the output gate
   std::vector<SliceSpec> b;       // stacked [Hv, hidden]: beta = sigmoid(n b^T)
   std::vector<SliceSpec> a;       // stacked [Hv, hidden]: g = -exp(A_log) softplus(n a^T + dt_bias)
-  SliceSpec conv;                 // [C, 1, K] depthwise causal conv1d weight (no bias)
+  std::vector<SliceSpec> conv;    // stacked [C, 1, K] depthwise causal conv1d weight (no bias): q, k, v channels
   SliceSpec a_log;                // [Hv]
   SliceSpec dt_bias;              // [Hv]
-  SliceSpec gated_norm;           // [dv] RMSNorm per head, times silu(z); a plain scale (not zero-centred)
-  SliceSpec out_proj;             // [hidden, Hv dv]
+  SliceSpec gated_norm;           // [dv] RMSNorm per head, times silu(z); a plain scale (not zero-centred), whole
+  SliceSpec out_proj;             // [hidden, Hv dv] row-parallel: input columns of the rank's value heads
 };
 
 struct LayerSpecs {

@@ -70,11 +70,13 @@ static_assert(static_cast<int>(backend::LogitsWanted::none) == 0 && static_cast<
               static_cast<int>(backend::LogitsWanted::hidden_last) == 4 &&
               static_cast<int>(backend::LogitsWanted::hidden_all) == 5);
 
-// seqs: [[token_begin, num_tokens, position, block_begin, num_blocks, logits], ...], each span inside the batch's arrays.
+// seqs: [[token_begin, num_tokens, position, block_begin, num_blocks, logits(, state_slot)], ...], each span inside
+// the batch's arrays.
 std::vector<backend::SequenceStep> get_seqs(const ojson& j, std::string_view op, std::size_t tokens,
                                             std::size_t block_ids) {
   const ojson& a = field(j, op, "seqs");
-  static constexpr std::string_view shape = "[token_begin,num_tokens,position,block_begin,num_blocks,logits]";
+  static constexpr std::string_view shape =
+      "[token_begin,num_tokens,position,block_begin,num_blocks,logits] or [...,logits,state_slot]";
   if (!a.is_array()) bad(op, "seqs", "must be an array of " + std::string(shape));
   if (a.size() > kMaxStepSeqs)
     bad(op, "seqs", "has " + std::to_string(a.size()) + " entries, more than " + std::to_string(kMaxStepSeqs));
@@ -83,7 +85,7 @@ std::vector<backend::SequenceStep> get_seqs(const ojson& j, std::string_view op,
   for (std::size_t i = 0; i < a.size(); ++i) {
     const ojson& e = a[i];
     const std::string name = "seqs[" + std::to_string(i) + "]";
-    if (!e.is_array() || e.size() != 6) bad(op, name, "must be " + std::string(shape));
+    if (!e.is_array() || (e.size() != 6 && e.size() != 7)) bad(op, name, "must be " + std::string(shape));
     backend::SequenceStep s;
     s.token_begin = static_cast<std::int32_t>(get_int(e[0], op, name + ".token_begin", 0, kI32Max));
     s.num_tokens = static_cast<std::int32_t>(get_int(e[1], op, name + ".num_tokens", 1, kI32Max));
@@ -91,6 +93,7 @@ std::vector<backend::SequenceStep> get_seqs(const ojson& j, std::string_view op,
     s.block_begin = static_cast<std::int32_t>(get_int(e[3], op, name + ".block_begin", 0, kI32Max));
     s.num_blocks = static_cast<std::int32_t>(get_int(e[4], op, name + ".num_blocks", 0, kI32Max));
     s.logits = static_cast<backend::LogitsWanted>(get_int(e[5], op, name + ".logits", 0, 5));
+    if (e.size() == 7) s.state_slot = static_cast<std::int32_t>(get_int(e[6], op, name + ".state_slot", 0, kI32Max));
     if (static_cast<std::size_t>(s.token_begin) + static_cast<std::size_t>(s.num_tokens) > tokens)
       bad(op, name, "tokens [" + std::to_string(s.token_begin) + ", " +
                         std::to_string(static_cast<std::int64_t>(s.token_begin) + s.num_tokens) + ") run past the " +
@@ -131,15 +134,15 @@ ojson tagged(std::string_view op) {
 }  // namespace
 
 std::string_view op_name(const Request& r) noexcept {
-  static constexpr std::string_view names[] = {"ping", "init",         "nccl_sanity_check", "load_dense_shard",
-                                               "step", "unload_model", "shutdown"};
+  static constexpr std::string_view names[] = {"ping", "init",       "nccl_sanity_check", "load_dense_shard",
+                                               "step", "copy_state", "unload_model",      "shutdown"};
   static_assert(std::size(names) == std::variant_size_v<Request>);
   return names[r.index()];
 }
 
 std::string_view op_name(const Response& r) noexcept {
-  static constexpr std::string_view names[] = {"pong",     "init_ok", "nccl_sanity_result", "load_dense_shard_ok",
-                                               "step_ok",  "unloaded", "bye",              "error"};
+  static constexpr std::string_view names[] = {"pong",          "init_ok",  "nccl_sanity_result", "load_dense_shard_ok",
+                                               "step_ok",       "copy_state_ok", "unloaded", "bye", "error"};
   static_assert(std::size(names) == std::variant_size_v<Response>);
   return names[r.index()];
 }
@@ -160,16 +163,27 @@ std::string to_line(const Request& r) {
                    if (m.max_context > 0) j["max_context"] = m.max_context;
                    if (m.kv_block_size > 0) j["kv_block_size"] = m.kv_block_size;
                    if (m.kv_blocks > 0) j["kv_blocks"] = m.kv_blocks;
+                   if (m.state_slots > 0) j["state_slots"] = m.state_slots;
+                   if (m.state_snapshots) j["state_snapshots"] = *m.state_snapshots;
                  },
                  [&](const StepRequest& m) {
                    j["model_id"] = m.model_id;
                    j["tokens"] = m.batch.tokens;
                    ojson seqs = ojson::array();
-                   for (const backend::SequenceStep& s : m.batch.seqs)
-                     seqs.push_back(ojson::array({s.token_begin, s.num_tokens, s.position, s.block_begin, s.num_blocks,
-                                                  static_cast<int>(s.logits)}));
+                   for (const backend::SequenceStep& s : m.batch.seqs) {
+                     ojson e = ojson::array({s.token_begin, s.num_tokens, s.position, s.block_begin, s.num_blocks,
+                                             static_cast<int>(s.logits)});
+                     if (s.state_slot >= 0) e.push_back(s.state_slot);
+                     seqs.push_back(std::move(e));
+                   }
                    j["seqs"] = std::move(seqs);
                    j["block_ids"] = m.batch.block_ids;
+                 },
+                 [&](const CopyStateRequest& m) {
+                   j["model_id"] = m.model_id;
+                   j["direction"] = m.save ? "save" : "restore";
+                   j["slot"] = m.slot;
+                   j["snapshot"] = m.snapshot;
                  },
                  [&](const UnloadModelRequest& m) { j["model_id"] = m.model_id; },
              },
@@ -233,6 +247,10 @@ Request parse_request(std::string_view line) {
       m.kv_block_size = static_cast<std::int32_t>(get_int(*bs, op, "kv_block_size", 0, kI32Max));
     if (const ojson* kb = optional_field(j, "kv_blocks"))
       m.kv_blocks = static_cast<std::int32_t>(get_int(*kb, op, "kv_blocks", 0, kI32Max));
+    if (const ojson* ss = optional_field(j, "state_slots"))
+      m.state_slots = static_cast<std::int32_t>(get_int(*ss, op, "state_slots", 0, kI32Max));
+    if (const ojson* sn = optional_field(j, "state_snapshots"))
+      m.state_snapshots = static_cast<std::int32_t>(get_int(*sn, op, "state_snapshots", 0, kI32Max));
     return m;
   }
   if (op == "step") {
@@ -241,6 +259,16 @@ Request parse_request(std::string_view line) {
     m.batch.tokens = get_index_array(j, op, "tokens", kMaxStepTokens);
     m.batch.block_ids = get_index_array(j, op, "block_ids", kMaxStepBlockIds);
     m.batch.seqs = get_seqs(j, op, m.batch.tokens.size(), m.batch.block_ids.size());
+    return m;
+  }
+  if (op == "copy_state") {
+    CopyStateRequest m;
+    m.model_id = get_string(j, op, "model_id");
+    const std::string direction = get_string(j, op, "direction");
+    if (direction != "save" && direction != "restore") bad(op, "direction", "must be \"save\" or \"restore\"");
+    m.save = direction == "save";
+    m.slot = static_cast<std::int32_t>(get_int(j, op, "slot", 0, kI32Max, nullptr));
+    m.snapshot = static_cast<std::int32_t>(get_int(j, op, "snapshot", 0, kI32Max, nullptr));
     return m;
   }
   if (op == "unload_model") return UnloadModelRequest{get_string(j, op, "model_id")};
@@ -273,6 +301,7 @@ Response parse_response(std::string_view line) {
     if (const ojson* c = optional_field(j, "comm_us")) m.comm_us = get_int(*c, op, "comm_us", 0, INT64_MAX);
     return m;
   }
+  if (op == "copy_state_ok") return CopyStateOkResponse{};
   if (op == "unloaded") return UnloadedResponse{};
   if (op == "bye") return ByeResponse{};
   if (op == "error") return ErrorResponse{get_string(j, op, "kind"), get_string(j, op, "message")};

@@ -11,14 +11,20 @@
 //                                     -> {"op":"load_dense_shard_ok"}
 //   {"op":"step","model_id":"...","tokens":[...],"seqs":[[token_begin,num_tokens,position,block_begin,num_blocks,logits],...],
 //    "block_ids":[...]}               -> {"op":"step_ok"}
+//   {"op":"copy_state","model_id":"...","direction":"save"|"restore","slot":S,"snapshot":P}
+//                                     -> {"op":"copy_state_ok"}
 //   {"op":"unload_model","model_id":"..."}   -> {"op":"unloaded"}
 //   {"op":"shutdown"}                 -> {"op":"bye"}
 //   any failure                       -> {"op":"error","kind":"...","message":"..."}
 // `step` carries a backend::Batch: each seqs entry is one SequenceStep as six
-// integers, logits 0 / 1 / 2 for none / last / all.
+// integers, logits 0 / 1 / 2 for none / last / all, and a seventh, its
+// state_slot, when it has one (a hybrid's sequences). `copy_state` is a
+// hybrid's ModelRunner::save_state (slot -> snapshot) or restore_state
+// (snapshot -> slot) on every rank.
 // Extensions (optional, ignored by a peer that does not know them):
 //   init.timeout_ms          the collectives' timeout the worker should use
 //   load_dense_shard.max_context / kv_block_size / kv_blocks   (0 or absent: the runner's default)
+//   load_dense_shard.state_slots / state_snapshots   (a hybrid's; absent: the runner's default)
 //   step_ok.forward_us / comm_us   the worker's step time and the part spent in collectives
 // Removed: generate_step{model_id, tokens, offset} (one sequence; `step`
 // replaces it) and clear_kv_cache (the leader's engine owns which blocks hold
@@ -57,6 +63,8 @@ struct LoadDenseShardRequest {
   std::int32_t max_context = 0;      // 0: the runner's default
   std::int32_t kv_block_size = 0;    // 0: the runner's default (backend::RunnerOptions)
   std::int32_t kv_blocks = 0;        // 0: the runner's default
+  std::int32_t state_slots = 0;      // 0: the runner's default (backend::RunnerOptions)
+  std::optional<std::int32_t> state_snapshots = std::nullopt;  // nullopt: the runner's default
 };
 // One batched step of the model's shard. The parser checks the wire shape
 // (counts >= 0, every sequence's spans inside tokens and block_ids); the
@@ -65,13 +73,20 @@ struct StepRequest {
   std::string model_id;
   backend::Batch batch;
 };
+// A hybrid's recurrent-state copy on the rank (backend::ModelRunner::save_state / restore_state).
+struct CopyStateRequest {
+  std::string model_id;
+  bool save = true;  // slot -> snapshot; false: snapshot -> slot
+  std::int32_t slot = 0;
+  std::int32_t snapshot = 0;
+};
 struct UnloadModelRequest {
   std::string model_id;
 };
 struct ShutdownRequest {};
 
 using Request = std::variant<PingRequest, InitRequest, SanityCheckRequest, LoadDenseShardRequest,
-                             StepRequest, UnloadModelRequest, ShutdownRequest>;
+                             StepRequest, CopyStateRequest, UnloadModelRequest, ShutdownRequest>;
 
 struct PongResponse {
   int rank = 0;
@@ -87,6 +102,7 @@ struct StepOkResponse {
   std::optional<std::int64_t> forward_us;
   std::optional<std::int64_t> comm_us;
 };
+struct CopyStateOkResponse {};
 struct UnloadedResponse {};
 struct ByeResponse {};
 struct ErrorResponse {
@@ -95,7 +111,7 @@ struct ErrorResponse {
 };
 
 using Response = std::variant<PongResponse, InitOkResponse, SanityResultResponse, LoadDenseShardOkResponse,
-                              StepOkResponse, UnloadedResponse, ByeResponse, ErrorResponse>;
+                              StepOkResponse, CopyStateOkResponse, UnloadedResponse, ByeResponse, ErrorResponse>;
 
 // The "op" string of a message.
 std::string_view op_name(const Request& r) noexcept;

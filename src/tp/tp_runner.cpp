@@ -64,6 +64,14 @@ std::unique_ptr<TpRunner> TpRunner::load(const model::ModelConfig& cfg,
   req.kv_block_size = ro.kv_block_size;
   req.kv_blocks = ro.kv_blocks;
   ro.quantize = options.quantize;
+  if (cfg.linear.hybrid()) {  // resolved here too: every rank the same state pools
+    if (options.state_slots < 0)
+      fail(errc::invalid_argument, "state_slots " + std::to_string(options.state_slots) + " is negative");
+    ro.state_slots = options.state_slots > 0 ? options.state_slots : backend::kDefaultStateSlots;
+    ro.state_snapshots = backend::resolve_state_snapshots(options.state_snapshots, ro.state_slots);
+    req.state_slots = ro.state_slots;
+    req.state_snapshots = ro.state_snapshots;
+  }
   if (options.quantize) req.quant = std::string(quant::ggml_type_name(*options.quantize));
   pool.round(req, "load_dense_shard_ok",
              [&] {
@@ -93,6 +101,16 @@ void TpRunner::run_step(const backend::Batch& batch, std::span<float> logits, st
   stats_.wait_ms += ms(t.wait);
   stats_.worker_forward_ms += t.worker_forward_us_max / 1000.0;
   stats_.worker_comm_ms += t.worker_comm_us_max / 1000.0;
+}
+
+void TpRunner::run_save_state(std::int32_t slot, std::int32_t snapshot) {
+  pool_->round(CopyStateRequest{.model_id = model_id_, .save = true, .slot = slot, .snapshot = snapshot},
+               "copy_state_ok", [&] { own_->save_state(slot, snapshot); }, pool_->step_timeout());
+}
+
+void TpRunner::run_restore_state(std::int32_t snapshot, std::int32_t slot) {
+  pool_->round(CopyStateRequest{.model_id = model_id_, .save = false, .slot = slot, .snapshot = snapshot},
+               "copy_state_ok", [&] { own_->restore_state(snapshot, slot); }, pool_->step_timeout());
 }
 
 }  // namespace neuron::tp

@@ -4,8 +4,10 @@
 // (every rank runs the same Batch), so the engine drives a TP model exactly
 // like a single-device one. Only rank 0 computes logits; workers skip the LM
 // head. Every rank's KV pool has the same shape (kv_pool() is rank 0's): the
-// leader sends each the same max_context, kv_block_size and kv_blocks, and
-// the engine's block ids mean the same blocks everywhere.
+// leader sends each the same max_context, kv_block_size and kv_blocks (and a
+// hybrid's state_slots and state_snapshots), and the engine's block ids and
+// state slots mean the same blocks and slots everywhere; save_state and
+// restore_state are a round too (each rank copies the state of its own heads).
 //
 // After a worker failure the runner is failed for good (every call throws
 // Error{worker_failed}); the engine marks the model failed and the registry
@@ -36,6 +38,9 @@ struct TpRunnerOptions {
   std::int32_t kv_block_size = 0;        // 0: backend::kDefaultKvBlockSize
   std::int32_t kv_blocks = 0;            // 0: enough for one sequence of max_context
   std::optional<quant::GgmlType> quantize;  // quantize-at-load on every rank (CPU; backend::RunnerOptions)
+  // A hybrid's recurrent-state slots and snapshots on every rank (backend::RunnerOptions' defaults when 0 / nullopt).
+  std::int32_t state_slots = 0;
+  std::optional<std::int32_t> state_snapshots;
   std::chrono::milliseconds step_timeout{30000};
   std::chrono::milliseconds load_timeout{600000};
   std::filesystem::path worker_binary;    // empty: /proc/self/exe
@@ -72,6 +77,8 @@ class TpRunner final : public backend::ModelRunner {
  protected:
   void run_step(const backend::Batch& batch, std::span<float> logits, std::span<std::int32_t> picks,
                 std::span<float> hidden) override;
+  void run_save_state(std::int32_t slot, std::int32_t snapshot) override;
+  void run_restore_state(std::int32_t snapshot, std::int32_t slot) override;
 
  public:
   const model::ModelConfig& config() const noexcept override { return own_->config(); }

@@ -116,6 +116,8 @@ Response Worker::dispatch(const Request& request) {
             ro.kv_block_size = m.kv_block_size;
             ro.kv_blocks = m.kv_blocks;
             ro.quantize = quantize;
+            ro.state_slots = m.state_slots;
+            ro.state_snapshots = m.state_snapshots;
             shards_[m.model_id] = backend::make_runner(cfg, &checkpoint, plan, options_.device, comm_, ro);
             spdlog::info("worker rank {}: loaded shard of \"{}\"", options_.rank, m.model_id);
             return LoadDenseShardOkResponse{};
@@ -142,6 +144,14 @@ Response Worker::dispatch(const Request& request) {
               garble_next_answer_ = true;
             }
             return ok;
+          },
+          [&](const CopyStateRequest& m) -> Response {
+            backend::ModelRunner& runner = shard(m.model_id);  // save_state / restore_state check the indices
+            if (m.save)
+              runner.save_state(m.slot, m.snapshot);
+            else
+              runner.restore_state(m.snapshot, m.slot);
+            return CopyStateOkResponse{};
           },
           [&](const UnloadModelRequest& m) -> Response {
             shard(m.model_id);

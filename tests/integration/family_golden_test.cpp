@@ -328,8 +328,8 @@ TEST_P(HybridState, ASnapshotRestoredIntoAnotherSlotContinuesExactly) {
 
 INSTANTIATE_TEST_SUITE_P(Hybrids, HybridState, kHybrids, param_name);
 
-// What this part does not run yet fails cleanly, naming why: a hybrid split over ranks.
-TEST(HybridRefusals, TensorParallelIsUnsupportedArch) {
+// What this part does not run yet fails cleanly, naming why: a hybrid split over CUDA devices.
+TEST(HybridRefusals, TensorParallelOnCudaIsUnsupportedArch) {
   const auto cfg = model::load_model_configs(family_dir("qwen3_5-a")).model;
   auto expect_refused = [](auto&& load, const std::string& needle) {
     try {
@@ -341,12 +341,16 @@ TEST(HybridRefusals, TensorParallelIsUnsupportedArch) {
     }
   };
   expect_refused(
-      [&] { backend::make_runner(cfg, nullptr, model::ShardPlan::make(cfg, 0, 2), backend::Device{}, nullptr, {}); },
-      "runs on one rank for now");
+      [&] {
+        backend::make_runner(cfg, nullptr, model::ShardPlan::make(cfg, 0, 2), backend::Device::parse("cuda:0"), nullptr,
+                             {});
+      },
+      "splits over CPU ranks for now");
   engine::LoadOptions options;
   options.model_dir = family_dir("qwen3_5-a");
+  options.device = backend::Device::parse("cuda:0");
   options.tensor_parallel = 2;
-  expect_refused([&] { engine::plan_load(options, cfg); }, "runs on one rank for now");
+  expect_refused([&] { engine::plan_load(options, cfg); }, "splits over CPU ranks for now");
 }
 
 // The load plan counts the snapshots in the model's memory; a model without linear attention has neither state
@@ -361,7 +365,7 @@ TEST(HybridSnapshots, CountedInTheLoadPlanAndRefusedWithoutLinearAttention) {
   const auto none = engine::plan_load(options, cfg);
   EXPECT_EQ(none.runner.state_snapshots, 0);
   EXPECT_EQ(base.rank_bytes.at(0) - none.rank_bytes.at(0),
-            backend::state_bytes_per_slot(cfg) * static_cast<std::uint64_t>(*base.runner.state_snapshots));
+            backend::state_bytes_per_slot(cfg, model::ShardPlan::make(cfg, 0, 1)) * static_cast<std::uint64_t>(*base.runner.state_snapshots));
   options.state_snapshots = -1;
   EXPECT_THROW(engine::plan_load(options, cfg), Error);
 

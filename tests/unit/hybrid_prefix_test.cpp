@@ -3,10 +3,13 @@
 // second turn resumes from the recurrent-state snapshot the first turn took
 // and must give the same greedy tokens and logits (1e-5) as the same prompt
 // with no cache, also when a tiny snapshot budget evicts, when the restored
-// sequence is preempted, and a cancelled one leaves no snapshot behind.
+// sequence is preempted, and a cancelled one leaves no snapshot behind; and
+// under tensor parallelism (two CPU ranks), where every save and restore is
+// a round over the ranks.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -24,6 +27,7 @@
 #include "io/safetensors.hpp"
 #include "model/config.hpp"
 #include "model/shard.hpp"
+#include "tp/tp_runner.hpp"
 
 namespace neuron::engine {
 namespace {
@@ -249,6 +253,35 @@ TEST_P(HybridPrefix, ACancelledSequenceLeavesNoSnapshotBehind) {
   run_alone(b, fill);
   EXPECT_EQ(b.scheduler().snapshots().used(), 1) << "only the filler's (at 252): the others went with their blocks";
   EXPECT_EQ(b.blocks().used, 0);
+}
+
+// Over two ranks (each the state of its own heads): the second turn resumes from the first turn's snapshot and
+// gives the single rank's cold tokens and logprobs.
+TEST_P(HybridPrefix, SecondTurnUnderTensorParallelResumesAndEqualsTheColdRun) {
+  const auto& chat = prompts_[0];
+  tp::TpRunnerOptions o;
+  o.model_id = "prefix";
+  o.world = 2;
+  o.max_context = 1024;
+  o.kv_block_size = kBlock;
+  o.kv_blocks = 256;
+  o.state_slots = 4;
+  o.step_timeout = std::chrono::milliseconds(20000);
+  o.worker_binary = NEURON_BINARY;
+  auto r = tp::TpRunner::load(configs_.model, io::checkpoint_files(family_dir(GetParam())), o);
+  EXPECT_EQ(r->kv_pool().state_snapshots, 4 * backend::kDefaultSnapshotsPerSlot);
+  Batcher b(*r, {.scheduler = {.max_num_seqs = 4, .max_batch_tokens = 64}});
+  ASSERT_TRUE(b.prefix_caching());
+  Tracked turn1(1, greedy(chat, 12));
+  run_alone(b, turn1);
+  expect_same_generation(turn1.rec, cold(greedy(chat, 12)), "turn 1");
+  const auto prompt2 = next_turn(chat, turn1.rec, prompts_[1]);
+  Tracked turn2(2, greedy(prompt2, 12));
+  run_alone(b, turn2);
+  EXPECT_EQ(turn2.seq.cached_prompt_tokens, 24) << "resumed at turn 1's last snapshot";
+  expect_same_generation(turn2.rec, cold(greedy(prompt2, 12)), "turn 2");
+  EXPECT_EQ(b.blocks().used, 0);
+  EXPECT_FALSE(r->failed());
 }
 
 INSTANTIATE_TEST_SUITE_P(Hybrids, HybridPrefix, ::testing::Values("qwen3_5-a", "qwen3_next-a"),

@@ -66,6 +66,45 @@ TEST(TpMessages, RequestsHaveTheSeedsWireShapes) {
   expect_request_wire(ShutdownRequest{}, R"({"op":"shutdown"})");
 }
 
+// A hybrid's: each sequence's state slot as a seventh integer, the state pools' sizes, the state copies.
+TEST(TpMessages, HybridStateFieldsAndCopiesRoundTrip) {
+  StepRequest step{.model_id = "m", .batch = {}};
+  const std::int32_t prompt[] = {1, 2}, next[] = {9}, blocks[] = {4};
+  step.batch.add(prompt, 0, blocks, backend::LogitsWanted::none, 3);
+  step.batch.add(next, 16, blocks, backend::LogitsWanted::last, 0);
+  expect_request_wire(step, R"({"op":"step","model_id":"m","tokens":[1,2,9],)"
+                            R"("seqs":[[0,2,0,0,1,0,3],[2,1,16,1,1,1,0]],"block_ids":[4,4]})");
+  const Request back = parse_request(to_line(step));
+  EXPECT_EQ(std::get<StepRequest>(back).batch.seqs.at(0).state_slot, 3);
+  EXPECT_EQ(std::get<StepRequest>(back).batch.seqs.at(1).state_slot, 0);
+  expect_request_wire(LoadDenseShardRequest{.model_id = "m", .config_json = "{}", .safetensors_paths = {},
+                                            .quant = std::nullopt, .state_slots = 16, .state_snapshots = 0},
+                      R"({"op":"load_dense_shard","model_id":"m","config_json":"{}","safetensors_paths":[],)"
+                      R"("quant":null,"state_slots":16,"state_snapshots":0})");
+  expect_request_wire(CopyStateRequest{.model_id = "m", .save = true, .slot = 2, .snapshot = 7},
+                      R"({"op":"copy_state","model_id":"m","direction":"save","slot":2,"snapshot":7})");
+  expect_request_wire(CopyStateRequest{.model_id = "m", .save = false, .slot = 0, .snapshot = 1},
+                      R"({"op":"copy_state","model_id":"m","direction":"restore","slot":0,"snapshot":1})");
+  expect_response_wire(CopyStateOkResponse{}, R"({"op":"copy_state_ok"})");
+  const struct {
+    std::string line, field;
+  } bad[] = {
+      {R"({"op":"copy_state","model_id":"m","direction":"swap","slot":0,"snapshot":0})", "copy_state.direction"},
+      {R"({"op":"copy_state","model_id":"m","slot":0,"snapshot":0})", "copy_state.direction"},
+      {R"({"op":"copy_state","model_id":"m","direction":"save","slot":-1,"snapshot":0})", "copy_state.slot"},
+      {R"({"op":"copy_state","model_id":"m","direction":"save","slot":0})", "copy_state.snapshot"},
+      {R"({"op":"copy_state","direction":"save","slot":0,"snapshot":0})", "copy_state.model_id"},
+      {R"({"op":"load_dense_shard","model_id":"m","config_json":"{}","safetensors_paths":[],"state_slots":-2})",
+       "load_dense_shard.state_slots"},
+      {R"({"op":"load_dense_shard","model_id":"m","config_json":"{}","safetensors_paths":[],"state_snapshots":"2"})",
+       "load_dense_shard.state_snapshots"},
+  };
+  for (const auto& c : bad) {
+    EXPECT_EQ(error_kind_of_request(c.line), errc::bad_request) << c.line;
+    EXPECT_EQ(error_message_of_request(c.line).rfind(c.field, 0), 0u) << c.line << " -> " << error_message_of_request(c.line);
+  }
+}
+
 TEST(TpMessages, OptionalRequestFieldsRoundTrip) {
   expect_request_wire(InitRequest{.comm_id = "nccl:00", .timeout_ms = 2000},
                       R"({"op":"init","comm_id":"nccl:00","timeout_ms":2000})");
@@ -152,7 +191,9 @@ TEST(TpMessages, MalformedStepsAreBadRequestsNamingTheField) {
       {step("[1]", "[[0,1,0,0,1,1]]", "7"), "step.block_ids"},
       {step("[1]", "[0,1,0,0,1,1]", "[0]"), "step.seqs[0]"},
       {step("[1]", "[[0,1,0,0,1]]", "[0]"), "step.seqs[0]"},
-      {step("[1]", "[[0,1,0,0,1,1,0]]", "[0]"), "step.seqs[0]"},
+      {step("[1]", "[[0,1,0,0,1,1,0,0]]", "[0]"), "step.seqs[0]"},
+      {step("[1]", "[[0,1,0,0,1,1,-1]]", "[0]"), "step.seqs[0].state_slot"},
+      {step("[1]", R"([[0,1,0,0,1,1,"0"]])", "[0]"), "step.seqs[0].state_slot"},
       {step("[1]", "{}", "[0]"), "step.seqs"},
       {step("[1]", "[[-1,1,0,0,1,1]]", "[0]"), "step.seqs[0].token_begin"},
       {step("[1]", "[[0,0,0,0,1,1]]", "[0]"), "step.seqs[0].num_tokens"},

@@ -87,8 +87,8 @@ struct Mlp {
   Stack down;                     // [hidden, F]: down_proj's input columns of this rank
 };
 
-// A Gated DeltaNet layer's weights (model::LinearAttentionConfig: Hk / Hv
-// key / value heads of dk / dv, C = 2 Hk dk + Hv dv conv channels, K the conv kernel).
+// A Gated DeltaNet layer's weights of this rank (Hk / Hv: its key heads and the value heads that read them,
+// ShardPlan; heads of dk / dv, C = 2 Hk dk + Hv dv conv channels, K the conv kernel).
 struct LinearWeights {
   Stack in_proj;                  // [C + Hv dv + 2 Hv, hidden]: q, k, v, z (quantizable), then b, a rows (as stored)
   std::vector<float> conv;        // [C, K] f32 depthwise conv1d taps, oldest input first
@@ -136,6 +136,15 @@ class WeightSource {
     model::fill_dummy(spec, h);
     for (std::size_t i = 0; i < h.size(); ++i) f[i] = bf16_to_f32(h[i]);
     return f;
+  }
+  // Slices stacked by rows (a conv weight's q, k and v channels), f32.
+  std::vector<float> f32(const std::vector<SliceSpec>& specs) const {
+    std::vector<float> out;
+    for (const SliceSpec& s : specs) {
+      const std::vector<float> part = f32(s);
+      out.insert(out.end(), part.begin(), part.end());
+    }
+    return out;
   }
 
   // One 2-D slice as the runner holds it. `quantizable`: quantize-at-load applies.
@@ -236,7 +245,7 @@ class CpuRunner final : public ModelRunner, private model::BlockOps {
                     .bytes_per_block = kv_bytes_per_block(cfg, plan, KvPool::element_bytes(kv), block_size)},
         pool_(cfg.kv_layers(), plan.kv_heads, cfg.head_dim, block_size, num_blocks, kv),
         rope_(model::rope_inv_freq(cfg), max_context),
-        states_(cfg, state_slots, state_snapshots),
+        states_(cfg, plan, state_slots, state_snapshots),
         activations_(activations) {
     NEURON_ASSERT(pool_.bytes() == pool_shape_.bytes_per_block * static_cast<std::uint64_t>(num_blocks));
     pool_shape_.state_slots = states_.slots();
@@ -307,7 +316,7 @@ class CpuRunner final : public ModelRunner, private model::BlockOps {
       for (const SliceSpec& s : *part) gate_rows.push_back(&s);
     w.in_proj = src.stacked(proj_rows, true);
     for (Matrix& m : src.stacked(gate_rows, false)) w.in_proj.push_back(std::move(m));
-    w.conv = src.f32(la.conv);
+    w.conv = src.f32(la.conv);  // q, k, v channels of this rank's heads
     w.neg_a = src.f32(la.a_log);
     for (float& a : w.neg_a) a = -std::exp(a);
     w.dt_bias = src.f32(la.dt_bias);
@@ -467,8 +476,10 @@ class CpuRunner final : public ModelRunner, private model::BlockOps {
     const model::LinearAttentionConfig& c = cfg_.linear;
     const Batch& batch = *batch_;
     const std::int64_t n = batch.num_tokens(), hidden = cfg_.hidden_size;
-    const std::int64_t hk = c.num_key_heads, hv = c.num_value_heads, dk = c.key_head_dim, dv = c.value_head_dim;
-    const std::int64_t conv_dim = c.conv_dim(), key_dim = c.key_dim(), value_dim = c.value_dim();
+    // This rank's heads (ShardPlan: its key heads and the value heads that read them).
+    const std::int64_t hk = plan_.linear_key_heads, hv = plan_.linear_value_heads;
+    const std::int64_t dk = c.key_head_dim, dv = c.value_head_dim;
+    const std::int64_t key_dim = hk * dk, value_dim = hv * dv, conv_dim = model::linear_conv_channels(cfg_, plan_);
     const std::int64_t width = conv_dim + value_dim + 2 * hv;  // q, k, v | z | b | a
     const std::int64_t lin = states_.linear_index(li);
     NEURON_ASSERT(lin >= 0);
@@ -685,7 +696,7 @@ class CpuRunner final : public ModelRunner, private model::BlockOps {
   std::vector<float> expert_in_;             // [m, hidden] an expert's tokens' normed inputs
   std::vector<float> expert_out_;             // [m, hidden] its outputs
   std::vector<float> shared_gate_;            // [n] the shared expert's gate logits
-  // Linear-attention layers (C conv channels, Hv value heads of dv; W = C + Hv dv + 2 Hv).
+  // Linear-attention layers (this rank's C conv channels, Hv value heads of dv; W = C + Hv dv + 2 Hv).
   std::vector<float> lin_in_;    // [n, W] in-projection: q, k, v, z, b, a
   std::vector<float> lin_conv_;  // [n, C] conv1d + SiLU output: q, k, v
   std::vector<float> lin_gb_;    // [n, 2 Hv] g (log decay), then beta
@@ -721,7 +732,12 @@ std::unique_ptr<ModelRunner> make_cpu_runner(const model::ModelConfig& cfg, cons
   if (plan.q_head_begin != expected.q_head_begin || plan.q_heads != expected.q_heads ||
       plan.kv_head_begin != expected.kv_head_begin || plan.kv_heads != expected.kv_heads ||
       plan.ff_begin != expected.ff_begin || plan.ff_size != expected.ff_size ||
-      plan.moe_ff_begin != expected.moe_ff_begin || plan.moe_ff_size != expected.moe_ff_size)
+      plan.moe_ff_begin != expected.moe_ff_begin || plan.moe_ff_size != expected.moe_ff_size ||
+      plan.shared_ff_begin != expected.shared_ff_begin || plan.shared_ff_size != expected.shared_ff_size ||
+      plan.linear_key_head_begin != expected.linear_key_head_begin ||
+      plan.linear_key_heads != expected.linear_key_heads ||
+      plan.linear_value_head_begin != expected.linear_value_head_begin ||
+      plan.linear_value_heads != expected.linear_value_heads)
     fail(errc::bad_tensor_parallel, "shard plan for rank " + std::to_string(plan.rank) + " of " +
                                         std::to_string(plan.world) + " does not match the model config");
   if (!comm) {

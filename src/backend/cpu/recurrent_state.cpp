@@ -6,7 +6,8 @@
 
 namespace neuron::backend::cpu {
 
-RecurrentStates::RecurrentStates(const model::ModelConfig& cfg, std::int32_t slots, std::int32_t snapshots) {
+RecurrentStates::RecurrentStates(const model::ModelConfig& cfg, const model::ShardPlan& plan, std::int32_t slots,
+                                 std::int32_t snapshots) {
   const model::LinearAttentionConfig& c = cfg.linear;
   for (std::int64_t l = 0; l < cfg.num_hidden_layers; ++l)
     linear_index_.push_back(c.linear_layer(l) ? linear_layers_++ : -1);
@@ -14,8 +15,8 @@ RecurrentStates::RecurrentStates(const model::ModelConfig& cfg, std::int32_t slo
   NEURON_ASSERT(slots > 0 && snapshots >= 0);
   slots_ = slots;
   snapshots_ = snapshots;
-  conv_floats_ = c.conv_dim() * (c.conv_kernel - 1);
-  delta_floats_ = c.num_value_heads * c.key_head_dim * c.value_head_dim;
+  conv_floats_ = model::linear_conv_channels(cfg, plan) * (c.conv_kernel - 1);
+  delta_floats_ = plan.linear_value_heads * c.key_head_dim * c.value_head_dim;
   const std::int64_t total = static_cast<std::int64_t>(slots_ + snapshots_) * linear_layers_ * (conv_floats_ + delta_floats_);
   data_.reset(new float[static_cast<std::size_t>(total)]);  // uninitialised: committed on first write
 }

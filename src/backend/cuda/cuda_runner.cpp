@@ -698,7 +698,12 @@ CudaRunner::Layer::Linear CudaRunner::load_linear(const model::LinearAttentionSp
     for (const model::SliceSpec& sl : *part) rows.push_back(&sl);
   l.in_proj = matrix_of(rows, checkpoint, up, Hold::quantizable);
   NEURON_ASSERT(l.in_proj.rows == lin_width_);
-  l.conv = upload_f32(host_f32(la.conv, checkpoint));
+  std::vector<float> taps;  // [C, K]: the q, k and v channels of this rank's heads
+  for (const model::SliceSpec& part : la.conv) {
+    const std::vector<float> t = host_f32(part, checkpoint);
+    taps.insert(taps.end(), t.begin(), t.end());
+  }
+  l.conv = upload_f32(taps);
   std::vector<float> a = host_f32(la.a_log, checkpoint);
   for (float& v : a) v = -std::exp(v);
   l.neg_a = upload_f32(a);

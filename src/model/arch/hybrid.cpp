@@ -17,37 +17,51 @@ namespace {
 
 using namespace fields;
 
-// Linear attention's slices under "<prefix>linear_attn.", unsplit (hybrids run on one rank).
-LinearAttentionSpecs linear_specs(const std::string& prefix, const ModelConfig& cfg, bool fused) {
+// Linear attention's slices under "<prefix>linear_attn.", for the key heads
+// [kb, kb + hk) of `plan` and the value heads [vb, vb + hv) that read them.
+LinearAttentionSpecs linear_specs(const std::string& prefix, const ModelConfig& cfg, const ShardPlan& plan, bool fused) {
   const LinearAttentionConfig& c = cfg.linear;
-  const std::int64_t hidden = cfg.hidden_size, hk = c.num_key_heads, hv = c.num_value_heads;
-  const std::int64_t dk = c.key_head_dim, dv = c.value_head_dim, r = hv / hk;
+  const std::int64_t hidden = cfg.hidden_size, dk = c.key_head_dim, dv = c.value_head_dim;
+  const std::int64_t r = c.num_value_heads / c.num_key_heads;  // value heads per key head
+  const std::int64_t kb = plan.linear_key_head_begin, hk = plan.linear_key_heads;
+  const std::int64_t vb = plan.linear_value_head_begin, hv = plan.linear_value_heads;
   const std::string p = prefix + "linear_attn.";
   LinearAttentionSpecs s;
   s.norm = whole(prefix + "input_layernorm.weight", {hidden});
   if (fused) {
     // in_proj_qkvz rows per key head g: q [dk], k [dk], v [r dv], z [r dv];
-    // in_proj_ba rows per key head: b [r], a [r]. Picked apart into the split layout.
+    // in_proj_ba rows per key head: b [r], a [r]. The rank's key heads' pieces, in the split layout.
     const std::int64_t group = 2 * dk + 2 * r * dv;
     const std::string qkvz = p + "in_proj_qkvz.weight", ba = p + "in_proj_ba.weight";
-    const std::vector<std::int64_t> qkvz_shape{hk * group, hidden}, ba_shape{hk * 2 * r, hidden};
-    for (std::int64_t g = 0; g < hk; ++g) s.qkv.push_back(row_slice(qkvz, qkvz_shape, g * group, dk));
-    for (std::int64_t g = 0; g < hk; ++g) s.qkv.push_back(row_slice(qkvz, qkvz_shape, g * group + dk, dk));
-    for (std::int64_t g = 0; g < hk; ++g) s.qkv.push_back(row_slice(qkvz, qkvz_shape, g * group + 2 * dk, r * dv));
-    for (std::int64_t g = 0; g < hk; ++g) s.z.push_back(row_slice(qkvz, qkvz_shape, g * group + 2 * dk + r * dv, r * dv));
-    for (std::int64_t g = 0; g < hk; ++g) s.b.push_back(row_slice(ba, ba_shape, g * 2 * r, r));
-    for (std::int64_t g = 0; g < hk; ++g) s.a.push_back(row_slice(ba, ba_shape, g * 2 * r + r, r));
+    const std::vector<std::int64_t> qkvz_shape{c.num_key_heads * group, hidden}, ba_shape{c.num_key_heads * 2 * r, hidden};
+    for (std::int64_t g = kb; g < kb + hk; ++g) s.qkv.push_back(row_slice(qkvz, qkvz_shape, g * group, dk));
+    for (std::int64_t g = kb; g < kb + hk; ++g) s.qkv.push_back(row_slice(qkvz, qkvz_shape, g * group + dk, dk));
+    for (std::int64_t g = kb; g < kb + hk; ++g) s.qkv.push_back(row_slice(qkvz, qkvz_shape, g * group + 2 * dk, r * dv));
+    for (std::int64_t g = kb; g < kb + hk; ++g)
+      s.z.push_back(row_slice(qkvz, qkvz_shape, g * group + 2 * dk + r * dv, r * dv));
+    for (std::int64_t g = kb; g < kb + hk; ++g) s.b.push_back(row_slice(ba, ba_shape, g * 2 * r, r));
+    for (std::int64_t g = kb; g < kb + hk; ++g) s.a.push_back(row_slice(ba, ba_shape, g * 2 * r + r, r));
   } else {
-    s.qkv.push_back(whole(p + "in_proj_qkv.weight", {c.conv_dim(), hidden}));
-    s.z.push_back(whole(p + "in_proj_z.weight", {c.value_dim(), hidden}));
-    s.b.push_back(whole(p + "in_proj_b.weight", {hv, hidden}));
-    s.a.push_back(whole(p + "in_proj_a.weight", {hv, hidden}));
+    // in_proj_qkv rows: q of every key head, k of every key head, v of every value head.
+    const std::string qkv = p + "in_proj_qkv.weight";
+    const std::vector<std::int64_t> qkv_shape{c.conv_dim(), hidden};
+    s.qkv.push_back(row_slice(qkv, qkv_shape, kb * dk, hk * dk));
+    s.qkv.push_back(row_slice(qkv, qkv_shape, c.key_dim() + kb * dk, hk * dk));
+    s.qkv.push_back(row_slice(qkv, qkv_shape, 2 * c.key_dim() + vb * dv, hv * dv));
+    s.z.push_back(row_slice(p + "in_proj_z.weight", {c.value_dim(), hidden}, vb * dv, hv * dv));
+    s.b.push_back(row_slice(p + "in_proj_b.weight", {c.num_value_heads, hidden}, vb, hv));
+    s.a.push_back(row_slice(p + "in_proj_a.weight", {c.num_value_heads, hidden}, vb, hv));
   }
-  s.conv = whole(p + "conv1d.weight", {c.conv_dim(), 1, c.conv_kernel});
-  s.a_log = whole(p + "A_log", {hv});
-  s.dt_bias = whole(p + "dt_bias", {hv});
+  // The conv's channels are in_proj_qkv's rows (fused or not): the same q, k and v sections.
+  const std::string conv = p + "conv1d.weight";
+  const std::vector<std::int64_t> conv_shape{c.conv_dim(), 1, c.conv_kernel};
+  s.conv.push_back(row_slice(conv, conv_shape, kb * dk, hk * dk));
+  s.conv.push_back(row_slice(conv, conv_shape, c.key_dim() + kb * dk, hk * dk));
+  s.conv.push_back(row_slice(conv, conv_shape, 2 * c.key_dim() + vb * dv, hv * dv));
+  s.a_log = row_slice(p + "A_log", {c.num_value_heads}, vb, hv);
+  s.dt_bias = row_slice(p + "dt_bias", {c.num_value_heads}, vb, hv);
   s.gated_norm = whole(p + "norm.weight", {dv});
-  s.out_proj = whole(p + "out_proj.weight", {hidden, c.value_dim()});
+  s.out_proj = col_slice(p + "out_proj.weight", {hidden, c.value_dim()}, vb * dv, hv * dv);
   return s;
 }
 
@@ -57,7 +71,7 @@ LayerSpecs HybridFamily::layer_specs(const ModelConfig& cfg, const ShardPlan& pl
   const std::string p = std::string(weight_prefix()) + "layers." + std::to_string(layer) + ".";
   LayerSpecs l;
   if (cfg.linear.linear_layer(layer))
-    l.linear = linear_specs(p, cfg, fused_in_proj());
+    l.linear = linear_specs(p, cfg, plan, fused_in_proj());
   else
     l.attention = attention_specs(p, cfg, plan, true);
   ffn_specs(p, cfg, plan, layer, l);
