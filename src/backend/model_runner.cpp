@@ -193,6 +193,9 @@ std::unique_ptr<ModelRunner> make_runner(const model::ModelConfig& cfg, const io
     fail(errc::unsupported_arch, "model_type '" + cfg.model_type +
                                      "' (Gated DeltaNet linear attention) runs on one rank for now, not tensor-parallel over " +
                                      std::to_string(plan.world));
+  if (plan.expert_parallel && device.is_cuda())
+    fail(errc::unsupported_arch, "expert_parallel (whole experts per rank) runs on CPU ranks for now, not on " +
+                                     device.str() + "; load without expert_parallel to split every expert instead");
   if (cfg.rope.partial_rotary_factor != 1.0 && device.is_cuda())
     fail(errc::unsupported_arch, "config field 'partial_rotary_factor' = " + std::to_string(cfg.rope.partial_rotary_factor) +
                                      ": partial rotary runs on the CPU for now, not on " + device.str());

@@ -168,7 +168,8 @@ std::int64_t kv_budget_positions(const model::ModelConfig& cfg, const model::Sha
 
 // Builds rank plan.rank's shard on `device`. Hybrid models (linear
 // attention) run on the CPU on one rank for now: a CUDA device or a tensor-
-// parallel plan is Error{unsupported_arch}. `checkpoint` null means random
+// parallel plan is Error{unsupported_arch}, and so is an expert-parallel plan
+// (ShardPlan::expert_parallel) on a CUDA device. `checkpoint` null means random
 // weights (benchmarks); the runner copies what it needs, so the checkpoint may
 // be closed afterwards. The runner shares ownership of `comm`.
 std::unique_ptr<ModelRunner> make_runner(const model::ModelConfig& cfg, const io::Checkpoint* checkpoint,

@@ -160,6 +160,7 @@ std::string to_line(const Request& r) {
                    if (m.max_context > 0) j["max_context"] = m.max_context;
                    if (m.kv_block_size > 0) j["kv_block_size"] = m.kv_block_size;
                    if (m.kv_blocks > 0) j["kv_blocks"] = m.kv_blocks;
+                   if (m.expert_parallel) j["expert_parallel"] = true;
                  },
                  [&](const StepRequest& m) {
                    j["model_id"] = m.model_id;
@@ -233,6 +234,10 @@ Request parse_request(std::string_view line) {
       m.kv_block_size = static_cast<std::int32_t>(get_int(*bs, op, "kv_block_size", 0, kI32Max));
     if (const ojson* kb = optional_field(j, "kv_blocks"))
       m.kv_blocks = static_cast<std::int32_t>(get_int(*kb, op, "kv_blocks", 0, kI32Max));
+    if (const ojson* ep = optional_field(j, "expert_parallel")) {
+      if (!ep->is_boolean()) bad(op, "expert_parallel", "must be a boolean");
+      m.expert_parallel = ep->get<bool>();
+    }
     return m;
   }
   if (op == "step") {
