@@ -190,6 +190,9 @@ std::unique_ptr<ModelRunner> make_runner(const model::ModelConfig& cfg, const io
     fail(errc::unsupported_arch, "model_type '" + cfg.model_type +
                                      "' (Gated DeltaNet linear attention) splits over CPU ranks for now, not over CUDA "
                                      "devices (tensor_parallel " + std::to_string(plan.world) + ")");
+  if (plan.expert_parallel && device.is_cuda())
+    fail(errc::unsupported_arch, "expert_parallel (whole experts per rank) runs on CPU ranks for now, not on " +
+                                     device.str() + "; load without expert_parallel to split every expert instead");
   if (!device.is_cuda()) return cpu::make_cpu_runner(cfg, checkpoint, plan, std::move(comm), options);
 #ifdef NEURON_HAVE_CUDA
   return cuda::make_cuda_runner(cfg, checkpoint, plan, device, std::move(comm), options);

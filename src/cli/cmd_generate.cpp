@@ -50,6 +50,7 @@ struct GenerateArgs {
   std::string device = "cpu";
   std::int32_t max_context = 0;
   int tensor_parallel = 1;
+  bool expert_parallel = false;
   std::string devices;  // CUDA ordinals per rank, comma separated
   long long step_timeout_ms = 30000;
   std::string json_schema;  // a file holding a JSON Schema
@@ -98,6 +99,7 @@ int run(const GenerateArgs& a) {
   load.device = backend::Device::parse(a.device);
   load.max_context = a.max_context;
   load.tensor_parallel = a.tensor_parallel;
+  load.expert_parallel = a.expert_parallel;
   load.step_timeout = std::chrono::milliseconds(a.step_timeout_ms);
   if (!a.devices.empty())
     for (std::int32_t d : parse_ids(a.devices)) load.devices.push_back(d);
@@ -183,6 +185,8 @@ Run setup(CLI::App& sub) {
       ->check(CLI::NonNegativeNumber);
   sub.add_option("--tensor-parallel", a->tensor_parallel, "Ranks (processes) to split the model over")
       ->check(CLI::Range(1, engine::kMaxTensorParallel));
+  sub.add_flag("--expert-parallel", a->expert_parallel,
+               "MoE: deal whole experts over the ranks (num_experts / tensor-parallel each) instead of splitting every expert");
   sub.add_option("--devices", a->devices, "CUDA ordinals, one per rank or one shared (e.g. 0,1)");
   sub.add_option("--step-timeout-ms", a->step_timeout_ms, "TP: deadline for a worker's reply to a step")
       ->check(CLI::PositiveNumber);

@@ -74,6 +74,11 @@ LoadPlan plan_load(const LoadOptions& options, const model::ModelConfig& cfg) {
     fail(errc::unsupported_arch, "model_type '" + cfg.model_type +
                                      "' (Gated DeltaNet linear attention) splits over CPU ranks for now, not over CUDA "
                                      "devices (tensor_parallel " + std::to_string(n) + ")");
+  if (options.expert_parallel)  // refused here, before a worker starts (make_runner refuses the same)
+    for (const backend::Device& d : plan.devices)
+      if (d.is_cuda())
+        fail(errc::unsupported_arch, "expert_parallel (whole experts per rank) runs on CPU ranks for now, not on " +
+                                         d.str() + "; load without expert_parallel to split every expert instead");
   backend::RunnerOptions& ro = plan.runner;
   ro.kv_block_size = options.kv_block_size > 0 ? options.kv_block_size : backend::kDefaultKvBlockSize;
   ro.state_slots = cfg.linear.hybrid() ? backend::kDefaultStateSlots : 0;
@@ -89,7 +94,7 @@ LoadPlan plan_load(const LoadOptions& options, const model::ModelConfig& cfg) {
   std::vector<model::ShardPlan> shards;
   std::vector<backend::KvBudget> budgets;  // each rank's, with its weights as it will hold them
   for (int r = 0; r < n; ++r) {
-    shards.push_back(model::ShardPlan::make(cfg, r, n));
+    shards.push_back(model::ShardPlan::make(cfg, r, n, options.expert_parallel));
     budgets.push_back(options.kv_budget);
     budgets.back().weight_bytes = rank_weight_bytes(cfg, shards.back(), plan.devices[static_cast<std::size_t>(r)], options);
   }
@@ -186,7 +191,7 @@ std::unique_ptr<backend::ModelRunner> open_runner(const LoadOptions& options) {
 
   if (n == 1) {
     const auto checkpoint = io::Checkpoint::open_files(files);
-    return backend::make_runner(cfg, &checkpoint, model::ShardPlan::make(cfg, 0, 1), devices[0],
+    return backend::make_runner(cfg, &checkpoint, model::ShardPlan::make(cfg, 0, 1, options.expert_parallel), devices[0],
                                 std::make_shared<dist::LocalCommunicator>(), ro);
   }
   tp::TpRunnerOptions to;
@@ -196,6 +201,7 @@ std::unique_ptr<backend::ModelRunner> open_runner(const LoadOptions& options) {
     to.model_id = (dir.has_filename() ? dir.filename() : dir.parent_path().filename()).string();
   }
   to.world = n;
+  to.expert_parallel = options.expert_parallel;
   to.devices = devices;
   to.max_context = ro.max_context;
   to.kv_block_size = ro.kv_block_size;

@@ -26,6 +26,9 @@ struct LoadOptions {
   std::filesystem::path model_dir;  // config.json + model.safetensors[.index.json], or a .gguf file
   std::string model_id;             // the shards' key on TP workers; default: the directory name
   int tensor_parallel = 1;
+  // A MoE's experts dealt out whole over the ranks (model::ShardPlan::expert_parallel) instead of every
+  // expert split; needs tensor_parallel >= 2 dividing num_experts, CPU ranks for now.
+  bool expert_parallel = false;
   backend::Device device;           // every rank's device unless `devices` is given
   std::vector<int> devices;         // CUDA ordinals: one per rank, or one shared by all ranks
   std::int32_t max_context = 0;     // 0: min(max_position_embeddings, the positions the KV budget holds)
@@ -63,7 +66,8 @@ struct LoadPlan {
   std::vector<std::uint64_t> rank_bytes;  // [tensor_parallel] weights + KV pool
 };
 // Throws Error{invalid_argument} for a bad device list or max_context,
-// Error{bad_tensor_parallel} for a split the model does not allow, and
+// Error{bad_tensor_parallel} for a split the model does not allow (expert_parallel
+// included), Error{unsupported_arch} for expert_parallel on a CUDA device, and
 // Error{out_of_memory} when the KV budget cannot hold one sequence of max_context.
 LoadPlan plan_load(const LoadOptions& options, const model::ModelConfig& cfg);
 

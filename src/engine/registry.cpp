@@ -662,6 +662,7 @@ ModelInfo Registry::load(const ModelSpec& spec, bool wait) {
   LoadOptions load;
   load.model_id = id;
   load.tensor_parallel = spec.tensor_parallel;
+  load.expert_parallel = spec.expert_parallel;
   if (spec.device) {
     load.device = backend::Device::parse(*spec.device);
   } else if (!spec.devices.empty()) {
@@ -720,6 +721,7 @@ ModelInfo Registry::load(const ModelSpec& spec, bool wait) {
   entry->info.status = ModelStatus::loading;
   entry->info.kind = spec.tensor_parallel > 1 ? "tp" : "single";
   entry->info.tensor_parallel = spec.tensor_parallel;
+  entry->info.expert_parallel = spec.expert_parallel;
   entry->info.devices = std::move(devices);
   entry->info.max_context = spec.max_context;
   entry->info.path = load.model_dir;

@@ -56,6 +56,7 @@ struct DownloadProgress {
 struct ModelSpec {
   std::string model_id;            // HF id resolved in the local cache, or a directory; the name clients use
   int tensor_parallel = 1;
+  bool expert_parallel = false;    // a MoE's experts dealt out whole over the ranks (LoadOptions::expert_parallel)
   std::vector<int> devices;        // CUDA ordinals, one per rank (or one shared by all ranks)
   std::optional<std::string> device;  // "cpu" | "cuda" | "cuda:N"
   // null / "none" / "bf16"; q8_0, q4_k, q6_k, fp8 (CUDA) (quantize a safetensors
@@ -86,6 +87,7 @@ struct ModelInfo {
   std::optional<std::chrono::steady_clock::time_point> next_reload;  // failed, with a reload scheduled
   std::string kind;                        // "single" | "tp"
   int tensor_parallel = 1;
+  bool expert_parallel = false;
   std::vector<std::string> devices;        // per rank: "cpu", "cuda:0", ...
   std::int32_t max_context = 0;
   backend::MemoryStats memory;

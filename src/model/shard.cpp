@@ -6,7 +6,7 @@
 
 namespace neuron::model {
 
-ShardPlan ShardPlan::make(const ModelConfig& cfg, int rank, int world) {
+ShardPlan ShardPlan::make(const ModelConfig& cfg, int rank, int world, bool expert_parallel) {
   auto bad = [&](const std::string& why) {
     fail(errc::bad_tensor_parallel, "cannot split the model " + std::to_string(world) + " ways: " + why);
   };
@@ -14,9 +14,16 @@ ShardPlan ShardPlan::make(const ModelConfig& cfg, int rank, int world) {
   if (rank < 0 || rank >= world) bad("rank " + std::to_string(rank) + " is outside [0, " + std::to_string(world) + ")");
   const std::int64_t H = cfg.num_attention_heads, KV = cfg.num_key_value_heads;
   if (H % world != 0) bad("num_attention_heads " + std::to_string(H) + " is not divisible by " + std::to_string(world));
-  if (cfg.moe.num_experts > 0 && cfg.moe.intermediate_size % world != 0)
+  const std::int64_t E = cfg.moe.num_experts;
+  if (expert_parallel) {
+    if (E == 0) bad("expert_parallel needs a mixture-of-experts model, and model_type '" + cfg.model_type + "' has no experts");
+    if (world < 2) bad("expert_parallel needs tensor_parallel of 2 or more ranks to deal the experts over");
+    if (E % world != 0)
+      bad("expert_parallel: num_experts " + std::to_string(E) + " is not divisible by " + std::to_string(world));
+  } else if (E > 0 && cfg.moe.intermediate_size % world != 0) {
     bad("moe_intermediate_size " + std::to_string(cfg.moe.intermediate_size) + " is not divisible by " +
         std::to_string(world));
+  }
   if (const std::int64_t fs = cfg.moe.shared_expert_intermediate_size; fs > 0 && fs % world != 0)
     bad("shared_expert_intermediate_size " + std::to_string(fs) + " is not divisible by " + std::to_string(world));
   if (cfg.intermediate_size % world != 0)
@@ -42,9 +49,17 @@ ShardPlan ShardPlan::make(const ModelConfig& cfg, int rank, int world) {
   }
   p.ff_size = cfg.intermediate_size / world;
   p.ff_begin = rank * p.ff_size;
-  p.moe_ff_size = cfg.moe.intermediate_size / world;
-  p.moe_ff_begin = rank * p.moe_ff_size;
-  p.shared_ff_size = cfg.moe.shared_expert_intermediate_size / world;
+  p.expert_parallel = expert_parallel;
+  if (expert_parallel) {  // whole experts, E / N of them
+    p.experts = E / world;
+    p.expert_begin = rank * p.experts;
+    p.moe_ff_size = cfg.moe.intermediate_size;
+  } else {  // every expert, a slice of each
+    p.experts = E;
+    p.moe_ff_size = cfg.moe.intermediate_size / world;
+    p.moe_ff_begin = rank * p.moe_ff_size;
+  }
+  p.shared_ff_size = cfg.moe.shared_expert_intermediate_size / world;  // split alike with or without EP
   p.shared_ff_begin = rank * p.shared_ff_size;
   if (cfg.linear.hybrid()) {
     p.linear_key_heads = lin.num_key_heads / world;

@@ -93,8 +93,9 @@ MlpSpecs mlp_specs(const std::string& prefix, const ModelConfig& cfg, std::int64
 MoeSpecs moe_specs(const std::string& prefix, const ModelConfig& cfg, const ShardPlan& plan) {
   MoeSpecs m;
   m.router = whole(prefix + "gate.weight", {cfg.moe.num_experts, cfg.hidden_size});
-  m.experts.reserve(static_cast<std::size_t>(cfg.moe.num_experts));
-  for (std::int64_t e = 0; e < cfg.moe.num_experts; ++e)
+  m.expert_begin = plan.expert_begin;
+  m.experts.reserve(static_cast<std::size_t>(plan.experts));
+  for (std::int64_t e = plan.expert_begin; e < plan.expert_begin + plan.experts; ++e)
     m.experts.push_back(mlp_specs(prefix + "experts." + std::to_string(e) + ".", cfg, cfg.moe.intermediate_size,
                                   plan.moe_ff_begin, plan.moe_ff_size));
   if (const std::int64_t fs = cfg.moe.shared_expert_intermediate_size; fs > 0) {

@@ -55,11 +55,15 @@ struct MlpSpecs {        // SwiGLU: a dense MLP (F) or one expert (Fm)
 };
 
 struct MoeSpecs {
-  SliceSpec router;              // [E, hidden] replicated (mlp.gate)
-  std::vector<MlpSpecs> experts;  // E experts, each split Fm ways like a dense MLP
+  SliceSpec router;              // [E, hidden] replicated (mlp.gate): every rank routes over all E experts
+  // The rank's experts (ShardPlan::experts of them): expert expert_begin + i is experts[i]. All E, each
+  // split Fm ways like a dense MLP; with expert parallelism E / N of them whole (Fm = moe_intermediate_size).
+  std::int64_t expert_begin = 0;
+  std::vector<MlpSpecs> experts;
   // MoeConfig::shared_expert_intermediate_size > 0: mlp.shared_expert, split
-  // like a dense MLP (Fs = the rank's shared_ff_size), and mlp.shared_expert_gate
-  // [1, hidden], replicated, whose sigmoid scales each rank's partial output.
+  // like a dense MLP (Fs = the rank's shared_ff_size, with or without expert
+  // parallelism), and mlp.shared_expert_gate [1, hidden], replicated, whose
+  // sigmoid scales each rank's partial output.
   std::optional<MlpSpecs> shared_expert;   // [Fs, hidden] gate/up, [hidden, Fs] down
   std::optional<SliceSpec> shared_expert_gate;
 };

@@ -326,6 +326,7 @@ json model_entry(const engine::ModelInfo& m, const engine::Engine* engine, const
             {"state", std::string(engine::to_string(m.status))},
             {"kind", m.kind},
             {"tensor_parallel", m.tensor_parallel},
+            {"expert_parallel", m.expert_parallel},
             {"device_names", m.devices},
             {"quant", m.quant.empty() ? json(nullptr) : json(m.quant)},
             {"max_context", m.max_context},

@@ -70,6 +70,10 @@ LoadRequest parse_load_request(const json& body) {
     if (static_cast<unsigned char>(c) < 0x20) throw FieldError("model_id", "'model_id' must not contain control characters");
   r.spec.model_id = without_scheme(r.spec.model_id);
   if (const json* tp = field(body, "tensor_parallel")) r.spec.tensor_parallel = small_int(*tp, "tensor_parallel", 1, 64);
+  if (const json* ep = field(body, "expert_parallel")) {
+    if (!ep->is_boolean()) throw FieldError("expert_parallel", "'expert_parallel' must be a boolean");
+    r.spec.expert_parallel = ep->get<bool>();
+  }
   if (const json* devices = field(body, "devices")) {
     if (!devices->is_array()) throw FieldError("devices", "'devices' must be an array of CUDA ordinals");
     for (std::size_t i = 0; i < devices->size(); ++i)
@@ -161,6 +165,11 @@ engine::ModelSpec parse_model_spec_text(const std::string& text) {
           fail(errc::invalid_argument, "model spec option '" + name + "' must be an integer, got '" + value + "'");
         };
         if (key == "tp" || key == "tensor_parallel") j["tensor_parallel"] = as_int("tensor_parallel");
+        else if (key == "ep" || key == "expert_parallel") {
+          if (value != "true" && value != "false" && value != "1" && value != "0")
+            fail(errc::invalid_argument, "model spec option 'expert_parallel' must be true or false, got '" + value + "'");
+          j["expert_parallel"] = value == "true" || value == "1";
+        }
         else if (key == "device") j["device"] = value;
         else if (key == "quant") j["quant"] = value;
         else if (key == "task") j["task"] = value;
@@ -177,7 +186,7 @@ engine::ModelSpec parse_model_spec_text(const std::string& text) {
           }
           j["devices"] = list;
         } else {
-          fail(errc::invalid_argument, "unknown model spec option '" + key + "' (known: tp, device, devices, quant, max_context, keep_alive, name)");
+          fail(errc::invalid_argument, "unknown model spec option '" + key + "' (known: tp, ep, device, devices, quant, max_context, keep_alive, name)");
         }
       }
     }

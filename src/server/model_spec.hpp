@@ -3,10 +3,10 @@
 // of POST /models/load, and `neuron serve --model SPEC`, where SPEC is a
 // directory or Hugging Face id, optionally with options after the last ':'
 // (`Qwen/Qwen3-8B:tp=2,device=cuda`), or a ModelSpec JSON object. Body fields:
-// model_id (or model), tensor_parallel, devices, device, quant, max_context,
+// model_id (or model), tensor_parallel, expert_parallel, devices, device, quant, max_context,
 // keep_alive (server/keep_alive.hpp), served_model_name, harness, wait (a
 // model_id may carry a registry scheme, see kDefaultSourceScheme); the
-// text options: tp (tensor_parallel), device, devices (a+b), quant,
+// text options: tp (tensor_parallel), ep (expert_parallel: true/false), device, devices (a+b), quant,
 // max_context, keep_alive, name (served_model_name).
 #include <optional>
 #include <string>

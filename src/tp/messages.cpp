@@ -165,6 +165,7 @@ std::string to_line(const Request& r) {
                    if (m.kv_blocks > 0) j["kv_blocks"] = m.kv_blocks;
                    if (m.state_slots > 0) j["state_slots"] = m.state_slots;
                    if (m.state_snapshots) j["state_snapshots"] = *m.state_snapshots;
+                   if (m.expert_parallel) j["expert_parallel"] = true;
                  },
                  [&](const StepRequest& m) {
                    j["model_id"] = m.model_id;
@@ -251,6 +252,10 @@ Request parse_request(std::string_view line) {
       m.state_slots = static_cast<std::int32_t>(get_int(*ss, op, "state_slots", 0, kI32Max));
     if (const ojson* sn = optional_field(j, "state_snapshots"))
       m.state_snapshots = static_cast<std::int32_t>(get_int(*sn, op, "state_snapshots", 0, kI32Max));
+    if (const ojson* ep = optional_field(j, "expert_parallel")) {
+      if (!ep->is_boolean()) bad(op, "expert_parallel", "must be a boolean");
+      m.expert_parallel = ep->get<bool>();
+    }
     return m;
   }
   if (op == "step") {

@@ -25,6 +25,7 @@
 //   init.timeout_ms          the collectives' timeout the worker should use
 //   load_dense_shard.max_context / kv_block_size / kv_blocks   (0 or absent: the runner's default)
 //   load_dense_shard.state_slots / state_snapshots   (a hybrid's; absent: the runner's default)
+//   load_dense_shard.expert_parallel   true: model::ShardPlan::expert_parallel (absent: false)
 //   step_ok.forward_us / comm_us   the worker's step time and the part spent in collectives
 // Removed: generate_step{model_id, tokens, offset} (one sequence; `step`
 // replaces it) and clear_kv_cache (the leader's engine owns which blocks hold
@@ -65,6 +66,7 @@ struct LoadDenseShardRequest {
   std::int32_t kv_blocks = 0;        // 0: the runner's default
   std::int32_t state_slots = 0;      // 0: the runner's default (backend::RunnerOptions)
   std::optional<std::int32_t> state_snapshots = std::nullopt;  // nullopt: the runner's default
+  bool expert_parallel = false;      // whole experts per rank (model::ShardPlan::expert_parallel)
 };
 // One batched step of the model's shard. The parser checks the wire shape
 // (counts >= 0, every sequence's spans inside tokens and block_ids); the

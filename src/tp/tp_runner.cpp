@@ -31,7 +31,7 @@ std::unique_ptr<TpRunner> TpRunner::load(const model::ModelConfig& cfg,
                                          const std::vector<std::filesystem::path>& checkpoint_files,
                                          const TpRunnerOptions& options) {
   // Refuse an impossible split before any process starts.
-  const model::ShardPlan plan0 = model::ShardPlan::make(cfg, 0, options.world);
+  const model::ShardPlan plan0 = model::ShardPlan::make(cfg, 0, options.world, options.expert_parallel);
   if (options.world < 2) fail(errc::bad_tensor_parallel, "TpRunner needs tensor_parallel >= 2");
 
   PoolOptions po;
@@ -52,6 +52,7 @@ std::unique_ptr<TpRunner> TpRunner::load(const model::ModelConfig& cfg,
   LoadDenseShardRequest req;
   req.model_id = options.model_id;
   req.config_json = cfg.to_json();
+  req.expert_parallel = options.expert_parallel;
   for (const auto& f : checkpoint_files) req.safetensors_paths.push_back(std::filesystem::absolute(f).string());
   // Resolved once here and sent to every rank, so all ranks build the same pool.
   backend::RunnerOptions ro;

@@ -33,6 +33,7 @@ namespace neuron::tp {
 struct TpRunnerOptions {
   std::string model_id;                   // the shards' key on the workers
   int world = 2;
+  bool expert_parallel = false;           // model::ShardPlan::expert_parallel on every rank
   std::vector<backend::Device> devices;   // per rank; empty: all on the CPU
   std::int32_t max_context = 0;          // 0: min(max_position_embeddings, backend::default_max_context(rank 0's device))
   std::int32_t kv_block_size = 0;        // 0: backend::kDefaultKvBlockSize

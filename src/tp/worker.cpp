@@ -108,7 +108,7 @@ Response Worker::dispatch(const Request& request) {
               if (!quantize) fail(errc::invalid_argument, "quant \"" + *m.quant + "\" is not a weight type (q8_0, q4_k, q6_k, fp8)");
             }
             const auto cfg = model::ModelConfig::parse(m.config_json);
-            const auto plan = model::ShardPlan::make(cfg, options_.rank, options_.world);
+            const auto plan = model::ShardPlan::make(cfg, options_.rank, options_.world, m.expert_parallel);
             std::vector<std::filesystem::path> paths(m.safetensors_paths.begin(), m.safetensors_paths.end());
             const auto checkpoint = io::Checkpoint::open_files(paths);
             backend::RunnerOptions ro;

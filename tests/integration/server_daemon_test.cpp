@@ -493,6 +493,24 @@ TEST_F(ServerDaemon, TensorParallelThatDoesNotDivideTheHeadsIsRefused) {
   EXPECT_EQ(daemon_->client().Get("/health")->status, 200);
 }
 
+// expert_parallel on a model without experts: impossible before loading anything (422), the option named;
+// a body whose expert_parallel is not a boolean is a 400 naming the field.
+TEST_F(ServerDaemon, ExpertParallelOnADenseModelIsRefusedNamingTheOption) {
+  auto refused = daemon_->post("/models/load", {{"model_id", second_model_}, {"tensor_parallel", 2},
+                                                {"expert_parallel", true}, {"wait", true}});
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 422) << refused->body;
+  const json err = json::parse(refused->body)["error"];
+  EXPECT_EQ(err["code"], "bad_tensor_parallel") << refused->body;
+  EXPECT_NE(err["message"].get<std::string>().find("expert_parallel"), std::string::npos) << refused->body;
+  auto malformed = daemon_->post("/models/load", {{"model_id", second_model_}, {"expert_parallel", "yes"}});
+  ASSERT_TRUE(malformed);
+  EXPECT_EQ(malformed->status, 400) << malformed->body;
+  EXPECT_EQ(json::parse(malformed->body)["error"]["param"], "expert_parallel") << malformed->body;
+  const json models = json::parse(daemon_->client().Get("/models")->body);
+  ASSERT_EQ(models.size(), 1u) << "a refused load left an entry behind";
+  EXPECT_EQ(models[0]["expert_parallel"], false);
+}
 
 TEST_F(ServerDaemon, LoadUnloadLoadAgain) {
   auto unload = daemon_->post("/models/unload", {{"model_id", model_}});

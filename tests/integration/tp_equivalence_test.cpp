@@ -94,7 +94,8 @@ void expect_same_as_single(const std::filesystem::path& dir, int tp, std::int64_
 // scattered block tables) on TP = N and on one rank: the same greedy tokens and
 // logits. The pool's shape travels in load_dense_shard: ids past the default
 // pool of one sequence are used, so a worker that ignored it would refuse them.
-void expect_batched_same_as_single(const std::filesystem::path& dir, int tp) {
+// `expert_parallel`: a MoE's experts dealt out whole (model::ShardPlan::expert_parallel).
+void expect_batched_same_as_single(const std::filesystem::path& dir, int tp, bool expert_parallel = false) {
   constexpr std::int32_t kBlockSize = 8, kBlocks = 80;
   constexpr int kSteps = 10;
   const auto cfg = model::load_model_configs(dir).model;
@@ -116,6 +117,7 @@ void expect_batched_same_as_single(const std::filesystem::path& dir, int tp) {
   tp::TpRunnerOptions o;
   o.model_id = "batched";
   o.world = tp;
+  o.expert_parallel = expert_parallel;
   o.max_context = 256;
   o.kv_block_size = kBlockSize;
   o.kv_blocks = kBlocks;
@@ -147,6 +149,10 @@ TEST(TpEquivalence, Qwen3MoeAtTwoAndFourRanks) {
   expect_same_as_single(kFamilies / "qwen3_moe-a", 4, 151936);
 }
 TEST(TpEquivalence, Qwen3MoeBatchedStepsAtTwoRanks) { expect_batched_same_as_single(kFamilies / "qwen3_moe-a", 2); }
+// Expert parallelism: 8 experts, 4 whole ones a rank (expert_parallel_test.cpp holds it to the goldens).
+TEST(TpEquivalence, Qwen3MoeExpertParallelBatchedStepsAtTwoRanks) {
+  expect_batched_same_as_single(kFamilies / "qwen3_moe-a", 2, /*expert_parallel=*/true);
+}
 TEST(TpEquivalence, BatchedStepsAtFourRanks) { expect_batched_same_as_single(kTiny, 4); }
 
 TEST(TpEquivalence, TinyFixtureAtTwoRanks) { expect_same_as_single(kTiny, 2, 151936); }

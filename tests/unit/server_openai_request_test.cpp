@@ -261,6 +261,8 @@ TEST(ServerModelSpec, ParsesLoadBodies) {
   EXPECT_EQ(r.spec.device, "cuda");
   EXPECT_FALSE(r.spec.quant);
   EXPECT_TRUE(r.wait);
+  EXPECT_FALSE(r.spec.expert_parallel);
+  EXPECT_TRUE(parse_load_request({{"model_id", "m"}, {"tensor_parallel", 2}, {"expert_parallel", true}}).spec.expert_parallel);
   for (auto [body, param] : std::vector<std::pair<nlohmann::json, std::string>>{
            {nlohmann::json::object(), "model_id"},
            {{{"model_id", 5}}, "model_id"},
@@ -269,7 +271,9 @@ TEST(ServerModelSpec, ParsesLoadBodies) {
            {{{"model_id", "m"}, {"tensor_parallel", 0}}, "tensor_parallel"},
            {{{"model_id", "m"}, {"tensor_parallel", 1e9}}, "tensor_parallel"},
            {{{"model_id", "m"}, {"devices", {0, -1}}}, "devices[1]"},
-           {{{"model_id", "m"}, {"wait", "yes"}}, "wait"}}) {
+           {{{"model_id", "m"}, {"wait", "yes"}}, "wait"},
+           {{{"model_id", "m"}, {"expert_parallel", 1}}, "expert_parallel"},
+           {{{"model_id", "m"}, {"expert_parallel", "true"}}, "expert_parallel"}}) {
     ApiError e = expect_field_error([&body = body] { parse_load_request(body); });
     EXPECT_EQ(e.param, param) << body.dump();
     EXPECT_EQ(e.status, 400) << body.dump();
@@ -294,7 +298,10 @@ TEST(ServerModelSpec, ParsesCommandLineSpecs) {
   EXPECT_EQ(ordinal.max_context, 4096);
   engine::ModelSpec json_spec = parse_model_spec_text(R"({"model_id": "m", "tensor_parallel": 4})");
   EXPECT_EQ(json_spec.tensor_parallel, 4);
-  for (std::string bad : {"m:tp=two", "m:colour=red", "{\"model_id\": 1}", "{not json", "m:tp=2,oops", "{\"tensor_parallel\": 1e999}"}) {
+  EXPECT_TRUE(parse_model_spec_text("m:tp=2,ep=true").expert_parallel);
+  EXPECT_TRUE(parse_model_spec_text("m:tp=2,expert_parallel=1").expert_parallel);
+  EXPECT_FALSE(parse_model_spec_text("m:tp=2,ep=false").expert_parallel);
+  for (std::string bad : {"m:tp=two", "m:ep=yes", "m:colour=red", "{\"model_id\": 1}", "{not json", "m:tp=2,oops", "{\"tensor_parallel\": 1e999}"}) {
     try {
       parse_model_spec_text(bad);
       ADD_FAILURE() << bad << " was accepted";

@@ -117,6 +117,14 @@ TEST(TpMessages, OptionalRequestFieldsRoundTrip) {
                                             .kv_blocks = 300},
                       R"({"op":"load_dense_shard","model_id":"m","config_json":"{}","safetensors_paths":[],)"
                       R"("quant":null,"max_context":64,"kv_block_size":16,"kv_blocks":300})");
+  expect_request_wire(LoadDenseShardRequest{.model_id = "m", .config_json = "{}", .safetensors_paths = {},
+                                            .expert_parallel = true},
+                      R"({"op":"load_dense_shard","model_id":"m","config_json":"{}","safetensors_paths":[],)"
+                      R"("quant":null,"expert_parallel":true})");
+  // false is the default, and what a peer that does not know the field means.
+  const auto plain = parse_request(R"({"op":"load_dense_shard","model_id":"m","config_json":"{}",)"
+                                   R"("safetensors_paths":[],"quant":null,"expert_parallel":false})");
+  EXPECT_FALSE(std::get<LoadDenseShardRequest>(plain).expert_parallel);
   // Key order on input does not matter.
   auto r = parse_request(R"({"block_ids":[7,8],"seqs":[[0,2,16,0,2,1]],"tokens":[5,6],"model_id":"x","op":"step"})");
   ASSERT_TRUE(std::holds_alternative<StepRequest>(r));
@@ -169,6 +177,12 @@ TEST(TpMessages, MalformedLinesAreBadRequestsNamingTheField) {
                                   R"("safetensors_paths":"a","quant":null})"),
             errc::bad_request);
   EXPECT_EQ(error_kind_of_request(R"({"op":"unload_model","model_id":3})"), errc::bad_request);
+  for (const char* ep : {"1", "\"true\"", "[true]"}) {
+    const std::string line = std::string(R"({"op":"load_dense_shard","model_id":"m","config_json":"{}",)") +
+                             R"("safetensors_paths":[],"quant":null,"expert_parallel":)" + ep + "}";
+    EXPECT_EQ(error_kind_of_request(line), errc::bad_request) << line;
+    EXPECT_NE(error_message_of_request(line).find("load_dense_shard.expert_parallel"), std::string::npos) << line;
+  }
   EXPECT_EQ(error_kind_of_request(std::string(kMaxLineBytes + 1, ' ')), errc::bad_request);
 }
 

@@ -109,7 +109,7 @@ struct Layer {
   std::optional<LinearWeights> linear;  // a linear-attention layer (then qkv and o are empty)
   std::optional<Mlp> mlp;         // a dense layer
   Stack router;                   // [E, hidden]: a MoE layer's router (mlp.gate); empty when dense
-  std::vector<Mlp> experts;       // [E] a MoE layer's experts
+  std::vector<Mlp> experts;       // [ShardPlan::experts] a MoE layer's experts of this rank, from expert_begin
   std::optional<Mlp> shared_expert;  // a MoE layer's shared expert
   Stack shared_gate;              // [1, hidden] its sigmoid gate; empty without one
 };
@@ -578,13 +578,13 @@ class CpuRunner final : public ModelRunner, private model::BlockOps {
     add_to_residual();
   }
 
-  // As transformers' Qwen3MoeSparseMoeBlock in f32: routed by model::MoeRouter, the experts' weighted
-  // outputs summed in expert order.
+  // As transformers' Qwen3MoeSparseMoeBlock in f32: routed by model::MoeRouter over all E experts, the
+  // weighted outputs of this rank's experts summed in expert order (with expert parallelism the experts
+  // other ranks hold add nothing here; the all-reduce sums the ranks).
   void moe(std::int64_t li) override {
     const Layer& L = layer_at(li);
-    NEURON_ASSERT(!L.experts.empty());
-    const std::int64_t n = batch_->num_tokens(), hidden = cfg_.hidden_size;
-    const auto experts = static_cast<std::int64_t>(L.experts.size());
+    NEURON_ASSERT(static_cast<std::int64_t>(L.experts.size()) == plan_.experts && plan_.experts > 0);
+    const std::int64_t n = batch_->num_tokens(), hidden = cfg_.hidden_size, experts = cfg_.moe.num_experts;
     xn_.resize(static_cast<std::size_t>(n * hidden));
     proj_.assign(static_cast<std::size_t>(n * hidden), 0.0f);
     router_.resize(static_cast<std::size_t>(n * experts));
@@ -593,7 +593,7 @@ class CpuRunner final : public ModelRunner, private model::BlockOps {
 
     router_state_.route(router_.data(), n, cfg_.moe);
     // Only the experts some token chose are read.
-    for (std::int64_t e = 0; e < experts; ++e) {
+    for (std::int64_t e = plan_.expert_begin; e < plan_.expert_begin + plan_.experts; ++e) {
       const auto& tokens = router_state_.tokens_of(e);
       if (tokens.empty()) continue;
       const auto m = static_cast<std::int64_t>(tokens.size());
@@ -602,7 +602,7 @@ class CpuRunner final : public ModelRunner, private model::BlockOps {
       for (std::int64_t j = 0; j < m; ++j)
         std::memcpy(expert_in_.data() + j * hidden, xn_.data() + tokens[static_cast<std::size_t>(j)].token * hidden,
                     static_cast<std::size_t>(hidden) * sizeof(float));
-      swiglu(L.experts[static_cast<std::size_t>(e)], expert_in_.data(), m, expert_out_.data());
+      swiglu(L.experts[static_cast<std::size_t>(e - plan_.expert_begin)], expert_in_.data(), m, expert_out_.data());
       for (std::int64_t j = 0; j < m; ++j) {
         const auto [token, w] = tokens[static_cast<std::size_t>(j)];
         float* dst = proj_.data() + token * hidden;
@@ -728,16 +728,7 @@ std::unique_ptr<ModelRunner> make_cpu_runner(const model::ModelConfig& cfg, cons
                                              const model::ShardPlan& plan, std::shared_ptr<dist::Communicator> comm,
                                              const RunnerOptions& options) {
   check_config(cfg);
-  const model::ShardPlan expected = model::ShardPlan::make(cfg, plan.rank, plan.world);
-  if (plan.q_head_begin != expected.q_head_begin || plan.q_heads != expected.q_heads ||
-      plan.kv_head_begin != expected.kv_head_begin || plan.kv_heads != expected.kv_heads ||
-      plan.ff_begin != expected.ff_begin || plan.ff_size != expected.ff_size ||
-      plan.moe_ff_begin != expected.moe_ff_begin || plan.moe_ff_size != expected.moe_ff_size ||
-      plan.shared_ff_begin != expected.shared_ff_begin || plan.shared_ff_size != expected.shared_ff_size ||
-      plan.linear_key_head_begin != expected.linear_key_head_begin ||
-      plan.linear_key_heads != expected.linear_key_heads ||
-      plan.linear_value_head_begin != expected.linear_value_head_begin ||
-      plan.linear_value_heads != expected.linear_value_heads)
+  if (plan != model::ShardPlan::make(cfg, plan.rank, plan.world, plan.expert_parallel))
     fail(errc::bad_tensor_parallel, "shard plan for rank " + std::to_string(plan.rank) + " of " +
                                         std::to_string(plan.world) + " does not match the model config");
   if (!comm) {
