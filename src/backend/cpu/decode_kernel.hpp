@@ -40,7 +40,7 @@
 namespace neuron::backend::cpu {
 
 enum class RowWalk {
-  interleaved,  // a few rows side by side (4 with AVX-512, 2 in the AVX2 quantized kernel), prefetched ahead
+  interleaved,  // a few rows side by side (4 with AVX-512, 2 in the AVX2 bf16 and f32 quantized kernels), prefetched ahead
   sequential,   // one row after another: one stream a thread, the hardware prefetcher's
 };
 
