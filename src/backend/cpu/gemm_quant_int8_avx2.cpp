@@ -30,6 +30,10 @@ using quant::GgmlType;
 #define NEURON_AVX2 __attribute__((target("avx2,fma,f16c")))
 
 constexpr int kTile = 4;                  // tokens a row meets at once (several tokens), rows at once (one token)
+// Rows ahead that a kernel prefetches W's blocks (the same block of row r +
+// kAhead): one row ahead left Q4_K's sequential walk (576 bytes a row at
+// 1024 columns) waiting on memory.
+constexpr std::size_t kAhead = 4;
 constexpr std::int64_t kTokenBlock = 16;  // tokens a row chunk meets before the next 16 (their rounded x stays in L1 / L2)
 
 // Block sizes for prefetch_block.
@@ -108,7 +112,7 @@ NEURON_AVX2 void q4_k(const std::byte* rows, std::size_t row_bytes, std::int64_t
   for (std::int64_t b = 0; b < cols / quant::kQK_K; ++b) {
     for (int r = 0; r < R; ++r) {
       const std::byte* block = rows + r * row_bytes + static_cast<std::size_t>(b) * Block::kBytes;
-      prefetch_block<Block>(block + R * row_bytes);
+      prefetch_block<Block>(block + kAhead * row_bytes);
       __m128i sc8, m8;  // [8] u8 each
       unpack_k4_scales(block + 4, sc8, m8);
       const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sc8));  // [2][8] u16, both lanes alike
@@ -159,7 +163,7 @@ NEURON_AVX2 void q6_k(const std::byte* rows, std::size_t row_bytes, std::int64_t
   for (std::int64_t b = 0; b < cols / quant::kQK_K; ++b) {
     for (int r = 0; r < R; ++r) {
       const std::byte* block = rows + r * row_bytes + static_cast<std::size_t>(b) * quant::kQ6_KBytes;
-      prefetch_block<Q6_KBlock>(block + R * row_bytes);
+      prefetch_block<Q6_KBlock>(block + kAhead * row_bytes);
       const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 192));  // [16] i8
       const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);                                       // [16] i16
       __m256i dot[T];
@@ -214,7 +218,7 @@ NEURON_AVX2 void block_scaled(const std::byte* rows, std::size_t row_bytes, std:
     __m256 dx[T];
     for (int t = 0; t < T; ++t) dx[t] = _mm256_set1_ps(x.scales[t][s]);
     for (int r = 0; r < R; ++r)
-      prefetch_block<Span<Block>>(rows + (r + R) * row_bytes + static_cast<std::size_t>(8 * s) * Block::kBytes);
+      prefetch_block<Span<Block>>(rows + (r + kAhead) * row_bytes + static_cast<std::size_t>(8 * s) * Block::kBytes);
     for (std::int64_t b = 8 * s; b < 8 * s + 8; ++b) {
       for (int r = 0; r < R; ++r) {
         const std::byte* block = rows + r * row_bytes + static_cast<std::size_t>(b) * Block::kBytes;
