@@ -94,6 +94,12 @@ NEURON_AVX2 inline __m256i word(__m256i v, int j) {
   return _mm256_shuffle_epi8(v, _mm256_set1_epi16(static_cast<short>(((2 * j + 1) << 8) | (2 * j))));
 }
 
+// Word j of v's low lane in all of the low lane's words, word j + 1 in the high lane's (vpshufb).
+NEURON_AVX2 inline __m256i word2(__m256i v, int j) {
+  const short lo = static_cast<short>(((2 * j + 1) << 8) | (2 * j)), hi = static_cast<short>(((2 * j + 3) << 8) | (2 * j + 2));
+  return _mm256_shuffle_epi8(v, _mm256_setr_epi16(lo, lo, lo, lo, lo, lo, lo, lo, hi, hi, hi, hi, hi, hi, hi, hi));
+}
+
 // Q4_K (Five: Q5_K): per block, d dx sum_j sc_j (q . a)_j - dmin dx sum_j m_j
 // (sum a)_j. A 32-byte load is sub-blocks 2g (low nibbles) and 2g + 1 (high),
 // as x's 64 columns lie; Q5_K's fifth bits (qh, bit 2g / 2g + 1 of byte l for
@@ -172,6 +178,7 @@ NEURON_AVX2 void q6_k(const std::byte* rows, std::size_t row_bytes, std::int64_t
                                   _mm256_slli_epi32(_mm256_madd_epi16(sc16, load256(x.sums16[t] + 16 * b)), 5));
 #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {  // columns [128 h, 128 h + 128)
+        const __m256i half = _mm256_permute2x128_si256(sc16, sc16, h ? 0x11 : 0x00);  // [2][8] i16: sc_8h.. in both lanes
         const __m256i l0 = load256(block + 64 * h), l1 = load256(block + 64 * h + 32);
         const __m256i qh = load256(block + 128 + 32 * h);
         const __m256i q[4] = {
@@ -182,9 +189,8 @@ NEURON_AVX2 void q6_k(const std::byte* rows, std::size_t row_bytes, std::int64_t
                             _mm256_and_si256(_mm256_srli_epi16(qh, 2), top2))};
 #pragma GCC unroll 4
         for (int c = 0; c < 4; ++c) {
-          const int k = 8 * h + 2 * c;  // the chunk's scales: k (columns 0-15), k + 1 (16-31)
-          const __m128i pick = _mm_unpacklo_epi64(_mm_set1_epi8(static_cast<char>(k)), _mm_set1_epi8(static_cast<char>(k + 1)));
-          const __m256i s = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, pick));  // [16] i16: sc_k x 8, sc_k+1 x 8
+          // The chunk's scales, k = 8 h + 2 c (columns 0-15) and k + 1 (16-31): words 2c and 2c + 1 of the half.
+          const __m256i s = word2(half, 2 * c);  // [16] i16: sc_k x 8, sc_k+1 x 8
           for (int t = 0; t < T; ++t) {
             const std::int8_t* a = x.a[t] + b * quant::kQK_K + 128 * h + 32 * c;
             dot[t] = add_word_dots<V>(dot[t], _mm256_maddubs_epi16(q[c], load256(a)), s);
