@@ -1,7 +1,8 @@
 // The CPU decode kernels on one thread, as weights a second (the
 // "items_per_second" counter): each quantized type with every kernel this
 // CPU runs (isa, and each int8 kernel family), both row walks, over rows that stay in L2 (256 x 1024)
-// and rows streamed from memory (96 MiB, past a 32 MiB L3), one token. And the
+// and rows streamed from memory (96 MiB, past a 32 MiB L3), one token; the same for
+// gemv_bf16's kernels (bf16/<isa>/<walk>/...). And the
 // prefill products (prefill/..., prefill_level/... at f32 and int8 activations
 // through matmul_quant), multiply-adds a second.
 //   cmake -B build -DNEURON_BENCH=ON && ninja -C build cpu_kernel_bench
@@ -23,6 +24,7 @@
 #include "backend/cpu/gemm_bf16_pairs.hpp"
 #include "backend/cpu/gemm_quant_few.hpp"
 #include "backend/cpu/gemm_quant_pairs.hpp"
+#include "backend/cpu/gemv_bf16.hpp"
 #include "backend/cpu/isa.hpp"
 #include "backend/cpu/matmul.hpp"
 #include "backend/cpu/matmul_quant.hpp"
@@ -92,6 +94,25 @@ void run(benchmark::State& state, quant::GgmlType type, Isa isa, RowWalk walk, s
   }
   state.SetItemsProcessed(state.iterations() * rows * kCols);
   state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(m.data.size()));
+}
+
+// gemv_bf16's kernel for `isa` walking `walk` over rows x kCols bf16 weights, one token.
+void gemv(benchmark::State& state, Isa isa, RowWalk walk, std::int64_t rows) {
+  if (!isa_supported(isa)) return state.SkipWithError("kernel not supported on this CPU");
+  std::vector<std::uint16_t> w(static_cast<std::size_t>(rows * kCols));  // [rows, kCols] bf16
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  for (std::size_t i = 0; i < std::min<std::size_t>(w.size(), 64 * kCols); ++i) w[i] = f32_to_bf16(normal(rng));
+  for (std::size_t i = 64 * kCols; i < w.size(); ++i) w[i] = w[i % (64 * kCols)];
+  std::vector<float> x(kCols), y(static_cast<std::size_t>(rows));  // [kCols], [rows]
+  for (auto& v : x) v = normal(rng);
+  const GemvOperand operand(isa, x.data(), kCols);
+  for (auto _ : state) {
+    gemv_bf16_rows(isa, w.data(), kCols, rows, operand, y.data(), walk);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetItemsProcessed(state.iterations() * rows * kCols);
+  state.SetBytesProcessed(state.iterations() * rows * kCols * 2);
 }
 
 // The prefill products (128 tokens, 3072 x 1024 weights, two threads as the
@@ -315,6 +336,14 @@ const bool registered = [] {
       benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { prefill_level(s, type, level); })
           ->UseRealTime();
     }
+  for (const Isa isa : {Isa::avx2, Isa::avx512, Isa::avx512_bf16})
+    for (RowWalk walk : {RowWalk::interleaved, RowWalk::sequential})
+      for (const bool l2 : {true, false}) {
+        const std::int64_t rows = l2 ? 256 : (std::int64_t{96} << 20) / (2 * kCols);
+        const std::string name = "bf16/" + std::string(isa_name(isa)) + "/" + std::string(row_walk_name(walk)) +
+                                 (l2 ? "/l2" : "/memory");
+        benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { gemv(s, isa, walk, rows); });
+      }
   for (auto type : {quant::GgmlType::q8_0, quant::GgmlType::q4_0, quant::GgmlType::q4_k, quant::GgmlType::q5_k,
                     quant::GgmlType::q6_k})
     for (const Int8Kernels family : {Int8Kernels::avx2, Int8Kernels::avx_vnni, Int8Kernels::avx512_vnni})

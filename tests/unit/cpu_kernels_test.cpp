@@ -357,34 +357,57 @@ TEST(CpuOps, Bf16WideningIsExact) {
   for (std::size_t i = 0; i < h.size(); ++i) EXPECT_EQ(f[i], bf16_to_f32(h[i]));
 }
 
-// exp16 of in[0, 16) into out[0, 16).
+// exp16 of in[0, 16) into out[0, 16); exp8 likewise, 8 at a time.
 __attribute__((target("avx512f"))) void exp16_of(const float* in, float* out) {
   _mm512_storeu_ps(out, exp16(_mm512_loadu_ps(in)));
+}
+__attribute__((target("avx2,fma"))) void exp8_of(const float* in, float* out) {
+  for (int i = 0; i < 16; i += 8) _mm256_storeu_ps(out + i, exp8(_mm256_loadu_ps(in + i)));
 }
 
 // The softmax's vector exp (simd.hpp): within 2e-7 relative of exp over the
 // range a softmax meets (x - max <= 0) and beyond, 0 far below, NaN kept.
-TEST(CpuOps, Exp16MatchesExpWithinTwoUlps) {
-  if (!isa_supported(Isa::avx512)) GTEST_SKIP() << "no AVX-512 here";
+void check_exp(Isa isa, void (*run)(const float*, float*)) {
+  if (!isa_supported(isa)) GTEST_SKIP() << isa_name(isa) << " not supported here";
   std::vector<float> x;
   for (float v = -103.0f; v <= 88.0f; v += 0.0137f) x.push_back(v);
-  for (float v : {0.0f, -0.0f, 1e-8f, -1e-8f, 0.5f, -0.34657359f, 0.34657359f}) x.push_back(v);
+  for (float v : {0.0f, -0.0f, 1e-8f, -1e-8f, 0.5f, -0.34657359f, 0.34657359f, -103.9f, 88.6f}) x.push_back(v);
   while (x.size() % 16) x.push_back(0.0f);
   std::vector<float> y(x.size());
-  const auto run = exp16_of;
   for (std::size_t i = 0; i < x.size(); i += 16) run(x.data() + i, y.data() + i);
   for (std::size_t i = 0; i < x.size(); ++i) {
     const double want = std::exp(double(x[i]));
     if (want < 1e-37) continue;  // denormal results: absolute error only
     ASSERT_LE(std::abs(y[i] - want), 2e-7 * want) << "x " << x[i];
   }
-  float edge[16] = {-200.0f, -105.0f, NAN, -INFINITY};
+  float edge[16] = {-200.0f, -105.0f, NAN, -INFINITY, -103.5f, 89.0f};
   float out[16];
   run(edge, out);
   EXPECT_EQ(out[0], 0.0f);
   EXPECT_LT(out[1], 1e-44f);
   EXPECT_TRUE(std::isnan(out[2]));
   EXPECT_EQ(out[3], 0.0f);
+  EXPECT_GT(out[4], 0.0f);  // a denormal, not flushed
+  EXPECT_LT(out[4], 1e-44f);
+  EXPECT_TRUE(std::isfinite(out[5]));
+  EXPECT_GT(out[5], 3e38f);
+}
+
+TEST(CpuOps, Exp16MatchesExpWithinTwoUlps) { check_exp(Isa::avx512, exp16_of); }
+TEST(CpuOps, Exp8MatchesExpWithinTwoUlps) { check_exp(Isa::avx2, exp8_of); }
+
+// exp8 applies 2^n in two exact steps where exp16 scales once: the same bits.
+TEST(CpuOps, Exp8EqualsExp16) {
+  if (!isa_supported(Isa::avx512)) GTEST_SKIP() << "no AVX-512 here";
+  std::vector<float> x;
+  for (float v = -110.0f; v <= 90.0f; v += 0.00731f) x.push_back(v);
+  while (x.size() % 16) x.push_back(0.0f);
+  std::vector<float> a(x.size()), b(x.size());
+  for (std::size_t i = 0; i < x.size(); i += 16) {
+    exp16_of(x.data() + i, a.data() + i);
+    exp8_of(x.data() + i, b.data() + i);
+  }
+  for (std::size_t i = 0; i < x.size(); ++i) ASSERT_EQ(a[i], b[i]) << "x " << x[i];
 }
 
 TEST(CpuOps, RmsNormMatchesDefinition) {

@@ -69,10 +69,26 @@ __attribute__((target("avx512f"))) float exp_from_max_avx512(float* s, std::int6
   return _mm512_reduce_add_ps(sum);
 }
 
+// The same 8 lanes at a time (exp8); the tail's lanes masked as the AVX-512 loop's.
+__attribute__((target("avx2,fma"))) float exp_from_max_avx2(float* s, std::int64_t n, float mx) {
+  __m256 sum = _mm256_setzero_ps();
+  const __m256 m = _mm256_set1_ps(mx);
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  for (std::int64_t j = 0; j < n; j += 8) {
+    const __m256i live = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::min<std::int64_t>(n - j, 8))), lane);
+    const __m256 e = exp8(_mm256_sub_ps(_mm256_maskload_ps(s + j, live), m));
+    _mm256_maskstore_ps(s + j, live, e);
+    sum = _mm256_add_ps(sum, _mm256_and_ps(e, _mm256_castsi256_ps(live)));
+  }
+  return hsum8(sum);
+}
+
 // s[j] = exp(s[j] - max s) over n scores; returns their sum.
 float exp_from_max(float* s, std::int64_t n) {
   const float mx = *std::max_element(s, s + n);
-  if (const Isa isa = selected_isa(); isa == Isa::avx512 || isa == Isa::avx512_bf16) return exp_from_max_avx512(s, n, mx);
+  const Isa isa = selected_isa();
+  if (isa == Isa::avx512 || isa == Isa::avx512_bf16) return exp_from_max_avx512(s, n, mx);
+  if (isa == Isa::avx2) return exp_from_max_avx2(s, n, mx);
   float sum = 0.0f;
   for (std::int64_t j = 0; j < n; ++j) {
     s[j] = std::exp(s[j] - mx);

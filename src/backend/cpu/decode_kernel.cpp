@@ -1,9 +1,9 @@
 #include "backend/cpu/decode_kernel.hpp"
 
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
@@ -52,18 +52,30 @@ std::size_t probe_bytes() {
   return std::clamp<std::size_t>(2 * l3_bytes(), std::size_t{32} << 20, std::size_t{256} << 20);
 }
 
+// Seconds of CPU time the calling thread has run: a timing that the
+// scheduler's preemptions do not lengthen. On a 2-vCPU guest shared with
+// builds (load average 10), wall-clock timings had Q4_K's two walks level
+// (5.9 / 6.1 GB/s, interleaved / sequential) where their CPU times give
+// 12.9 / 18.7 (Zen 5 forced to AVX2, 2026-12-06), and the pick went to
+// the slower walk.
+double thread_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
 // The fastest of `product`'s candidates (a walk with an ISA), each timed
-// twice, alternating so all see the same machine; a candidate other than the
-// first (interleaved with the selected ISA, what the kernels were first
+// twice in the thread's CPU time, alternating so all see the same machine;
+// a candidate other than the first (interleaved with the selected ISA, what the kernels were first
 // tuned for) must beat it by 5%.
 DecodeKernel fastest(GgmlType type, std::size_t bytes, const std::vector<DecodeKernel>& candidates,
                      const std::function<void(const DecodeKernel&)>& product) {
   std::vector<double> best(candidates.size(), 1e30);
   for (int round = 0; round < 2; ++round)
     for (std::size_t i = 0; i < candidates.size(); ++i) {
-      const auto t0 = std::chrono::steady_clock::now();
+      const double t0 = thread_seconds();
       product(candidates[i]);
-      best[i] = std::min(best[i], std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      best[i] = std::min(best[i], thread_seconds() - t0);
     }
   std::size_t pick = 0;
   for (std::size_t i = 1; i < candidates.size(); ++i)

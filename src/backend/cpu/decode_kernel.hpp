@@ -12,7 +12,7 @@
 // 10 GB/s a core, where one sequential stream left to the hardware
 // prefetcher reaches 27, while Q4_K rows, bound by their unpacking there,
 // go faster interleaved (bench/CPU.md, 2026-12-04). So the first product of
-// a type times that type's kernel both ways over a buffer twice the
+// a type times (in the thread's CPU time) that type's kernel both ways over a buffer twice the
 // last-level cache (at most 256 MiB; 8 under ASan), on the calling thread, and keeps the faster;
 // NEURON_CPU_ROWS=4 (interleaved) or 1 (sequential) forces a walk.
 //
@@ -40,7 +40,7 @@
 namespace neuron::backend::cpu {
 
 enum class RowWalk {
-  interleaved,  // a few rows side by side (4 with AVX-512, 2 in the AVX2 quantized kernel), prefetched ahead
+  interleaved,  // a few rows side by side (4 with AVX-512, 2 in the AVX2 bf16 and f32 quantized kernels), prefetched ahead
   sequential,   // one row after another: one stream a thread, the hardware prefetcher's
 };
 

@@ -28,8 +28,13 @@ using quant::GgmlType;
 // written as VEX-encoded assembly (below), so no compiler choice can put
 // one into a plain AVX2 kernel.
 #define NEURON_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define NEURON_INLINE __attribute__((always_inline)) inline
 
 constexpr int kTile = 4;                  // tokens a row meets at once (several tokens), rows at once (one token)
+// Rows ahead that a kernel prefetches W's blocks (the same block of row r +
+// kAhead): one row ahead left Q4_K's sequential walk (576 bytes a row at
+// 1024 columns) waiting on memory.
+constexpr std::size_t kAhead = 4;
 constexpr std::int64_t kTokenBlock = 16;  // tokens a row chunk meets before the next 16 (their rounded x stays in L1 / L2)
 
 // Block sizes for prefetch_block.
@@ -38,6 +43,11 @@ struct Q5_KBlock { static constexpr std::size_t kBytes = quant::kQ5_KBytes; };
 struct Q6_KBlock { static constexpr std::size_t kBytes = quant::kQ6_KBytes; };
 struct Q8_0Block { static constexpr std::size_t kBytes = quant::kQ8_0Bytes; };
 struct Q4_0Block { static constexpr std::size_t kBytes = quant::kQ4_0Bytes; };
+// The 8 blocks of Q8_0 or Q4_0 (B) under one 256-column scale of x: prefetched
+// as one span, a request a cache line (prefetching each 34- or 18-byte block
+// asked for most lines twice: 16 requests a span where 5 or 3 do).
+template <class B>
+struct Span { static constexpr std::size_t kBytes = 8 * B::kBytes; };
 
 // acc + the sums of each two word products of a and b: vpmaddwd then vpaddd,
 // or AVX-VNNI's vpdpwssd (V).
@@ -85,6 +95,12 @@ NEURON_AVX2 inline __m256i word(__m256i v, int j) {
   return _mm256_shuffle_epi8(v, _mm256_set1_epi16(static_cast<short>(((2 * j + 1) << 8) | (2 * j))));
 }
 
+// Word j of v's low lane in all of the low lane's words, word j + 1 in the high lane's (vpshufb).
+NEURON_AVX2 inline __m256i word2(__m256i v, int j) {
+  const short lo = static_cast<short>(((2 * j + 1) << 8) | (2 * j)), hi = static_cast<short>(((2 * j + 3) << 8) | (2 * j + 2));
+  return _mm256_shuffle_epi8(v, _mm256_setr_epi16(lo, lo, lo, lo, lo, lo, lo, lo, hi, hi, hi, hi, hi, hi, hi, hi));
+}
+
 // Q4_K (Five: Q5_K): per block, d dx sum_j sc_j (q . a)_j - dmin dx sum_j m_j
 // (sum a)_j. A 32-byte load is sub-blocks 2g (low nibbles) and 2g + 1 (high),
 // as x's 64 columns lie; Q5_K's fifth bits (qh, bit 2g / 2g + 1 of byte l for
@@ -92,7 +108,7 @@ NEURON_AVX2 inline __m256i word(__m256i v, int j) {
 // sub-block's 6-bit scale (a word spread by vpshufb) each pair sum. The
 // minimums meet x's sums of 16 in one vpmaddwd (each m_j twice).
 template <int R, int T, bool V, bool Five>
-NEURON_AVX2 void q4_k(const std::byte* rows, std::size_t row_bytes, std::int64_t cols, const Tile& x, float* y,
+NEURON_AVX2 NEURON_INLINE void q4_k(const std::byte* rows, std::size_t row_bytes, std::int64_t cols, const Tile& x, float* y,
                       std::int64_t ldy) {
   using Block = std::conditional_t<Five, Q5_KBlock, Q4_KBlock>;
   constexpr std::size_t kQs = Five ? 48 : 16;  // where the nibbles start (Q5_K: after qh)
@@ -103,7 +119,7 @@ NEURON_AVX2 void q4_k(const std::byte* rows, std::size_t row_bytes, std::int64_t
   for (std::int64_t b = 0; b < cols / quant::kQK_K; ++b) {
     for (int r = 0; r < R; ++r) {
       const std::byte* block = rows + r * row_bytes + static_cast<std::size_t>(b) * Block::kBytes;
-      prefetch_block<Block>(block + R * row_bytes);
+      prefetch_block<Block>(block + kAhead * row_bytes);
       __m128i sc8, m8;  // [8] u8 each
       unpack_k4_scales(block + 4, sc8, m8);
       const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sc8));  // [2][8] u16, both lanes alike
@@ -145,7 +161,7 @@ NEURON_AVX2 void q4_k(const std::byte* rows, std::size_t row_bytes, std::int64_t
 // qh's bit pairs, a 32-column chunk's two 16-column scales spread over its
 // two lanes.
 template <int R, int T, bool V>
-NEURON_AVX2 void q6_k(const std::byte* rows, std::size_t row_bytes, std::int64_t cols, const Tile& x, float* y,
+NEURON_AVX2 NEURON_INLINE void q6_k(const std::byte* rows, std::size_t row_bytes, std::int64_t cols, const Tile& x, float* y,
                       std::int64_t ldy) {
   const __m256i low4 = _mm256_set1_epi8(0x0F), top2 = _mm256_set1_epi8(0x30);
   __m256 acc[R][T];
@@ -154,7 +170,7 @@ NEURON_AVX2 void q6_k(const std::byte* rows, std::size_t row_bytes, std::int64_t
   for (std::int64_t b = 0; b < cols / quant::kQK_K; ++b) {
     for (int r = 0; r < R; ++r) {
       const std::byte* block = rows + r * row_bytes + static_cast<std::size_t>(b) * quant::kQ6_KBytes;
-      prefetch_block<Q6_KBlock>(block + R * row_bytes);
+      prefetch_block<Q6_KBlock>(block + kAhead * row_bytes);
       const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 192));  // [16] i8
       const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);                                       // [16] i16
       __m256i dot[T];
@@ -163,6 +179,7 @@ NEURON_AVX2 void q6_k(const std::byte* rows, std::size_t row_bytes, std::int64_t
                                   _mm256_slli_epi32(_mm256_madd_epi16(sc16, load256(x.sums16[t] + 16 * b)), 5));
 #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {  // columns [128 h, 128 h + 128)
+        const __m256i half = _mm256_permute2x128_si256(sc16, sc16, h ? 0x11 : 0x00);  // [2][8] i16: sc_8h.. in both lanes
         const __m256i l0 = load256(block + 64 * h), l1 = load256(block + 64 * h + 32);
         const __m256i qh = load256(block + 128 + 32 * h);
         const __m256i q[4] = {
@@ -173,9 +190,8 @@ NEURON_AVX2 void q6_k(const std::byte* rows, std::size_t row_bytes, std::int64_t
                             _mm256_and_si256(_mm256_srli_epi16(qh, 2), top2))};
 #pragma GCC unroll 4
         for (int c = 0; c < 4; ++c) {
-          const int k = 8 * h + 2 * c;  // the chunk's scales: k (columns 0-15), k + 1 (16-31)
-          const __m128i pick = _mm_unpacklo_epi64(_mm_set1_epi8(static_cast<char>(k)), _mm_set1_epi8(static_cast<char>(k + 1)));
-          const __m256i s = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, pick));  // [16] i16: sc_k x 8, sc_k+1 x 8
+          // The chunk's scales, k = 8 h + 2 c (columns 0-15) and k + 1 (16-31): words 2c and 2c + 1 of the half.
+          const __m256i s = word2(half, 2 * c);  // [16] i16: sc_k x 8, sc_k+1 x 8
           for (int t = 0; t < T; ++t) {
             const std::int8_t* a = x.a[t] + b * quant::kQK_K + 128 * h + 32 * c;
             dot[t] = add_word_dots<V>(dot[t], _mm256_maddubs_epi16(q[c], load256(a)), s);
@@ -199,7 +215,7 @@ NEURON_AVX2 void q6_k(const std::byte* rows, std::size_t row_bytes, std::int64_t
 // against x with q's sign (vpsignb), as vpmaddubsw's pairs of q + 128 could
 // pass 2^15.
 template <int R, int T, bool V, bool Four>
-NEURON_AVX2 void block_scaled(const std::byte* rows, std::size_t row_bytes, std::int64_t cols, const Tile& x, float* y,
+NEURON_AVX2 NEURON_INLINE void block_scaled(const std::byte* rows, std::size_t row_bytes, std::int64_t cols, const Tile& x, float* y,
                               std::int64_t ldy) {
   using Block = std::conditional_t<Four, Q4_0Block, Q8_0Block>;
   __m256 acc[R][T];
@@ -208,10 +224,11 @@ NEURON_AVX2 void block_scaled(const std::byte* rows, std::size_t row_bytes, std:
   for (std::int64_t s = 0; s < cols / quant::kQK_K; ++s) {
     __m256 dx[T];
     for (int t = 0; t < T; ++t) dx[t] = _mm256_set1_ps(x.scales[t][s]);
+    for (int r = 0; r < R; ++r)
+      prefetch_block<Span<Block>>(rows + (r + kAhead) * row_bytes + static_cast<std::size_t>(8 * s) * Block::kBytes);
     for (std::int64_t b = 8 * s; b < 8 * s + 8; ++b) {
       for (int r = 0; r < R; ++r) {
         const std::byte* block = rows + r * row_bytes + static_cast<std::size_t>(b) * Block::kBytes;
-        prefetch_block<Block>(block + R * row_bytes);
         const __m256 d = _mm256_set1_ps(f16_at(block));
         __m256i q;
         if constexpr (Four) {
@@ -238,7 +255,18 @@ NEURON_AVX2 void block_scaled(const std::byte* rows, std::size_t row_bytes, std:
     for (int t = 0; t < T; ++t) y[t * ldy + r] = hsum8(acc[r][t]);
 }
 
-using Fn = void (*)(const std::byte*, std::size_t, std::int64_t, const Tile&, float*, std::int64_t);
+// `groups` groups of R rows one after another (rows, y advancing by R rows
+// each) with the same tile: one call per row chunk rather than per row, the
+// kernel's constants loaded once (a call a row was 3% of a Q4_K_M decode,
+// its LM head 151936 rows).
+template <auto Kernel, int R>
+NEURON_AVX2 void over_groups(const std::byte* rows, std::size_t row_bytes, std::int64_t cols, const Tile& x, float* y,
+                             std::int64_t ldy, std::int64_t groups) {
+  for (std::int64_t g = 0; g < groups; ++g)
+    Kernel(rows + static_cast<std::size_t>(g * R) * row_bytes, row_bytes, cols, x, y + g * R, ldy);
+}
+
+using Fn = void (*)(const std::byte*, std::size_t, std::int64_t, const Tile&, float*, std::int64_t, std::int64_t);
 
 // fn[r - 1][t - 1]: r rows against t tokens, for r t <= 4 (one token: up to 4
 // rows; one row: up to 4 tokens); null otherwise.
@@ -255,11 +283,11 @@ struct Table {
   template <int R, int T>
   static constexpr Fn pick() {
     if constexpr (R > 1 && T > 1) return nullptr;
-    else if constexpr (Type == GgmlType::q4_k) return &q4_k<R, T, V, false>;
-    else if constexpr (Type == GgmlType::q5_k) return &q4_k<R, T, V, true>;
-    else if constexpr (Type == GgmlType::q6_k) return &q6_k<R, T, V>;
-    else if constexpr (Type == GgmlType::q4_0) return &block_scaled<R, T, V, true>;
-    else return &block_scaled<R, T, V, false>;
+    else if constexpr (Type == GgmlType::q4_k) return &over_groups<&q4_k<R, T, V, false>, R>;
+    else if constexpr (Type == GgmlType::q5_k) return &over_groups<&q4_k<R, T, V, true>, R>;
+    else if constexpr (Type == GgmlType::q6_k) return &over_groups<&q6_k<R, T, V>, R>;
+    else if constexpr (Type == GgmlType::q4_0) return &over_groups<&block_scaled<R, T, V, true>, R>;
+    else return &over_groups<&block_scaled<R, T, V, false>, R>;
   }
 };
 
@@ -350,10 +378,9 @@ void gemm_quant_int8_avx2_rows(bool vnni, RowWalk walk, const QuantOperand& x, c
   if (x.tokens() == 1) {
     const Tile one = tile(0, 1);
     const std::int64_t group = walk == RowWalk::sequential ? 1 : kTile;
-    for (std::int64_t r = r0; r < r1; r += group) {
-      const std::int64_t rr = std::min(group, r1 - r);
-      fn[rr - 1][0](row(r), w.row_bytes, w.cols, one, y + r, ldy);
-    }
+    const std::int64_t full = (r1 - r0) / group, rest = (r1 - r0) % group;
+    if (full > 0) fn[group - 1][0](row(r0), w.row_bytes, w.cols, one, y + r0, ldy, full);
+    if (rest > 0) fn[rest - 1][0](row(r0 + full * group), w.row_bytes, w.cols, one, y + r0 + full * group, ldy, 1);
     return;
   }
   for (std::int64_t t0 = 0; t0 < x.tokens(); t0 += kTokenBlock) {
@@ -361,7 +388,7 @@ void gemm_quant_int8_avx2_rows(bool vnni, RowWalk walk, const QuantOperand& x, c
     for (std::int64_t r = r0; r < r1; ++r)
       for (std::int64_t t = t0; t < t1; t += kTile) {
         const std::int64_t tt = std::min<std::int64_t>(kTile, t1 - t);
-        fn[0][tt - 1](row(r), w.row_bytes, w.cols, tile(t, tt), y + t * ldy + r, ldy);
+        fn[0][tt - 1](row(r), w.row_bytes, w.cols, tile(t, tt), y + t * ldy + r, ldy, 1);
       }
   }
 }

@@ -33,8 +33,8 @@ class GemvOperand {
 
 // Rows [0, rows) of W (row r at w + r * ld, `x.size()` columns) into y[0, rows), on
 // the calling thread with the given kernel and walk (decode_kernel.hpp: four rows
-// side by side, prefetched ahead, or one after another; the same sums either
-// way). `isa` must be supported and match x's.
+// (two with AVX2) side by side, prefetched ahead, or one after another; the same
+// sums either way). `isa` must be supported and match x's.
 void gemv_bf16_rows(Isa isa, const std::uint16_t* w, std::int64_t ld, std::int64_t rows, const GemvOperand& x,
                     float* y, RowWalk walk);
 
