@@ -130,6 +130,8 @@ def main() -> None:
     s = SHAPES[a.shape]
     if a.layers < 0 or a.layers > s.layers:
         sys.exit(f"hybrid_gguf.py: --layers {a.layers}: {a.shape} has {s.layers}")
+    if not (a.tokenizer / "tokenizer.json").is_file():
+        sys.exit(f"hybrid_gguf.py: --tokenizer {a.tokenizer}: no tokenizer.json there")
     layers = a.layers or s.layers
     t0 = time.time()
     w = gguf.GGUFWriter(a.out, s.arch)
