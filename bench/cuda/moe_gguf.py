@@ -39,7 +39,10 @@ SHAPES = {
     "qwen3-moe-2.4b": (151936, 1536, 24, 12, 4, 128, 32, 8, 512),
 }
 RNG = np.random.default_rng(7)
-POOL_BLOCKS = 1 << 21  # random blocks made once and repeated (numpy makes random bytes at ~100 MB/s)
+# random blocks made once and repeated (numpy makes random bytes at ~100 MB/s); a prime count, so that no two
+# rows or experts of a tensor are equal (2^21 made rows 65536 apart equal at a hidden size of 5120: exact
+# logit ties, which two engines break differently)
+POOL_BLOCKS = 2097143
 
 
 def bf16_pool() -> np.ndarray:
