@@ -103,8 +103,6 @@ std::uint64_t fnv1a(const std::string& s) {
   return h;
 }
 
-bool is_norm(const std::string& name) { return name.find("norm") != std::string::npos; }
-
 // Copies host weights to the device through two pinned staging buffers: the
 // CPU converts chunk i + 1 (bf16 from the mmap) while chunk i is in flight.
 class Uploader {
@@ -581,31 +579,15 @@ void CudaRunner::place(const model::SliceSpec& spec, const io::Checkpoint* check
   }
   const std::int64_t full_cols = spec.shape.size() == 2 ? spec.shape[1] : 1;
   const std::int64_t col0 = spec.shape.size() == 2 ? spec.col_begin : 0;
-  if (is_norm(spec.name)) {
-    // Norm weights of 1 and projections with std 0.02 keep activations in a realistic range.
-    kernels::fill_bf16(dst, static_cast<std::size_t>(spec.numel()), 1.f, stream_.get());
-  } else {
-    kernels::fill_random_bf16(dst, spec.rows(), spec.cols(), spec.row_begin, col0, full_cols, fnv1a(spec.name),
-                              0.0346f, stream_.get());
-  }
+  // Projections with std 0.02 keep activations in a realistic range (norms are a scale of 1: norm()).
+  kernels::fill_random_bf16(dst, spec.rows(), spec.cols(), spec.row_begin, col0, full_cols, fnv1a(spec.name), 0.0346f,
+                            stream_.get());
 }
 
 void CudaRunner::load_weights(const io::Checkpoint* checkpoint) {
   if (checkpoint) model::reject_unsupported_tensors(*checkpoint, cfg_);
   const model::ShardSpecs specs = model::shard_specs(cfg_, plan_);
   std::optional<Uploader> up;  // pinned staging only when there is a checkpoint to read
-  auto alloc = [&](const std::vector<const model::SliceSpec*>& parts) {
-    std::size_t count = 0;
-    for (const auto* p : parts) count += static_cast<std::size_t>(p->numel());
-    DeviceBuffer buf(2 * count);
-    bf16_t* dst = buf.data<bf16_t>();
-    for (const auto* p : parts) {
-      place(*p, checkpoint, up, dst);
-      dst += p->numel();
-    }
-    weight_bytes_ += buf.bytes();
-    return buf;
-  };
   embed_ = matrix({&specs.embed}, checkpoint, up, Hold::bf16);
   final_norm_ = norm(specs.final_norm, checkpoint);
   if (!cfg_.tie_word_embeddings) lm_head_ = matrix({&specs.lm_head}, checkpoint, up, Hold::lm_head);
