@@ -179,7 +179,8 @@ NEURON_AVX2 NEURON_INLINE void q6_k(const std::byte* rows, std::size_t row_bytes
                                   _mm256_slli_epi32(_mm256_madd_epi16(sc16, load256(x.sums16[t] + 16 * b)), 5));
 #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {  // columns [128 h, 128 h + 128)
-        const __m256i half = _mm256_permute2x128_si256(sc16, sc16, h ? 0x11 : 0x00);  // [2][8] i16: sc_8h.. in both lanes
+        // [2][8] i16: sc_8h.. in both lanes (the immediate a constant on either branch: clang requires one)
+        const __m256i half = h ? _mm256_permute2x128_si256(sc16, sc16, 0x11) : _mm256_permute2x128_si256(sc16, sc16, 0x00);
         const __m256i l0 = load256(block + 64 * h), l1 = load256(block + 64 * h + 32);
         const __m256i qh = load256(block + 128 + 32 * h);
         const __m256i q[4] = {
