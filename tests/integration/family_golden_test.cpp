@@ -32,6 +32,7 @@
 #include "model/config.hpp"
 #include "model/gguf_config.hpp"
 #include "model/shard.hpp"
+#include "support/env_guard.hpp"
 #include "support/gguf_writer.hpp"
 #include "support/temp_dir.hpp"
 #include "util/error.hpp"
@@ -346,6 +347,16 @@ TEST(HybridRefusals, TensorParallelOnCudaIsUnsupportedArch) {
                              {});
       },
       "splits over CPU ranks for now");
+  // One GPU: the CUDA path is taken only when asked for (NEURON_CUDA_HYBRIDS=1) until it has run on a GPU.
+  {
+    test_support::EnvGuard off("NEURON_CUDA_HYBRIDS", "0");
+    expect_refused(
+        [&] {
+          backend::make_runner(cfg, nullptr, model::ShardPlan::make(cfg, 0, 1), backend::Device::parse("cuda:0"),
+                               nullptr, {});
+        },
+        "NEURON_CUDA_HYBRIDS=1");
+  }
   engine::LoadOptions options;
   options.model_dir = family_dir("qwen3_5-a");
   options.device = backend::Device::parse("cuda:0");
