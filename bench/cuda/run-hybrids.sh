@@ -13,10 +13,10 @@ mkdir -p /work && ln -sfn $root /work/main
 NCCL_NVLS_ENABLE=0 timeout 150 .bundle/run cuda_tests --gtest_filter='CudaGatedDelta*:CudaHybrid*:CudaStepInputs*:CudaKernels*' >$R/cuda_tests_new.log 2>&1
 log "cuda_tests (new) rc=$? $(grep -E '^\[  (PASSED|FAILED)' $R/cuda_tests_new.log | tr '\n' ' ')"
 grep -E "FAILED|gated delta|fp8\]|Failure|error|Expected|Which is|actual" $R/cuda_tests_new.log | head -60 >>$R/run.log
-B() { .bundle/run neuron bench --dummy-weights --device cuda:0 --json "$@"; }
-timeout 130 B --config qwen3.5-27b --prompt-len 128,2048,8192 --gen 64 >>$R/bench.jsonl 2>>$R/bench.err; log "27b b1 rc=$?"
-timeout 80 B --config qwen3.5-27b --prompt-len 128 --gen 32 --batch 64 >>$R/bench.jsonl 2>>$R/bench.err; log "27b b64 rc=$?"
-timeout 80 B --config qwen3.5-35b-a3b --quant fp8 --prompt-len 128,2048 --gen 64 >>$R/bench.jsonl 2>>$R/bench.err; log "35b fp8 b1 rc=$?"
+B="neuron bench --dummy-weights --device cuda:0 --json"  # timeout cannot run a shell function
+timeout 130 .bundle/run $B --config qwen3.5-27b --prompt-len 128,2048,8192 --gen 64 >>$R/bench.jsonl 2>>$R/bench.err; log "27b b1 rc=$?"
+timeout 80 .bundle/run $B --config qwen3.5-27b --prompt-len 128 --gen 32 --batch 64 >>$R/bench.jsonl 2>>$R/bench.err; log "27b b64 rc=$?"
+timeout 80 .bundle/run $B --config qwen3.5-35b-a3b --quant fp8 --prompt-len 128,2048 --gen 64 >>$R/bench.jsonl 2>>$R/bench.err; log "35b fp8 b1 rc=$?"
 NCCL_NVLS_ENABLE=0 timeout 100 .bundle/run cuda_tests --gtest_filter='-CudaRunnerTiny*:CudaEmbed*:CudaGatedDelta*:CudaHybrid*:CudaStepInputs*:CudaKernels*' >$R/cuda_tests_rest.log 2>&1
 log "cuda_tests (rest) rc=$? $(grep -E '^\[  (PASSED|FAILED)' $R/cuda_tests_rest.log | tr '\n' ' ')"
 grep -E "^\[  FAILED" $R/cuda_tests_rest.log >>$R/run.log
