@@ -25,7 +25,7 @@ std::string required_string(const json& obj, const char* key, const std::string&
 
 [[noreturn]] void unknown_block(const std::string& where, const std::string& type, const char* expected) {
   if (type == "image" || type == "document" || type == "search_result" || type == "container_upload")
-    unsupported(where + ".type", "content block type '" + type + "'");
+    non_text_content(where + ".type", type);
   throw FieldError(where + ".type", "'" + where + ".type' must be one of " + expected + "; got '" + type + "'");
 }
 

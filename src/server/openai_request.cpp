@@ -94,7 +94,7 @@ std::string part_text(const json& content, const std::string& where) {
     if (!part.is_object()) throw FieldError(pw, "'" + pw + "' must be an object");
     const json* type = field(part, "type");
     if (!type || !type->is_string()) throw FieldError(pw + ".type", "'" + pw + ".type' must be a string");
-    if (*type != "text") unsupported(pw + ".type", "content part type '" + type->get<std::string>() + "'");
+    if (*type != "text") non_text_content(pw + ".type", type->get<std::string>());
     const json* t = field(part, "text");
     if (!t || !t->is_string()) throw FieldError(pw + ".text", "'" + pw + ".text' must be a string");
     if (j > 0) text += "\n";  // as the chat formatter joins text parts

@@ -59,6 +59,16 @@ std::optional<bool> boolean(const json& obj, const char* key) {
   throw FieldError(param, what + " is not supported by neuron", http_errc::unsupported);
 }
 
+[[noreturn]] void non_text_content(const std::string& param, const std::string& type) {
+  if (type == "image_url" || type == "input_image" || type == "image")
+    throw FieldError(param,
+                     "content part type '" + type +
+                         "' is image input, and neuron serves every model text-only (the vision tower of a vision "
+                         "checkpoint is not loaded): send text parts only",
+                     http_errc::unsupported);
+  unsupported(param, "content part type '" + type + "'");
+}
+
 std::optional<std::string> string_in(const json& obj, const char* key, const std::string& param) {
   const json* v = field(obj, key);
   if (!v) return std::nullopt;

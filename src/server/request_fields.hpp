@@ -21,5 +21,11 @@ std::optional<bool> boolean(const nlohmann::ordered_json& obj, const char* key);
 std::optional<std::string> string_in(const nlohmann::ordered_json& obj, const char* key, const std::string& param = {});
 // A feature neuron does not have: FieldError{unsupported_parameter} "<what> is not supported by neuron".
 [[noreturn]] void unsupported(const std::string& param, const std::string& what);
+// A content part or block of a type that is not text (`type`, as the client named it):
+// image types (OpenAI image_url, Responses input_image, Anthropic image) are refused as image
+// input to a text-only load (every load is text-only: a vision checkpoint's tower is not
+// loaded); other types (files, audio, documents) as unsupported content. Both
+// FieldError{unsupported_parameter} on `param`.
+[[noreturn]] void non_text_content(const std::string& param, const std::string& type);
 
 }  // namespace neuron::server

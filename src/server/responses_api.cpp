@@ -35,7 +35,7 @@ std::string text_of(const json& content, const std::string& where, std::initiali
     for (auto t : types) known = known || type == t;
     if (!known) {
       if (type == "input_image" || type == "input_file" || type == "input_audio")
-        unsupported(pw + ".type", "content part type '" + type + "'");
+        non_text_content(pw + ".type", type);
       std::string expected;
       for (auto t : types) expected += (expected.empty() ? "" : ", ") + std::string(t);
       throw FieldError(pw + ".type", "'" + pw + ".type' must be one of " + expected + "; got '" + type + "'");

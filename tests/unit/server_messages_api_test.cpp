@@ -234,5 +234,16 @@ TEST(MessagesShape, AStreamStoppedBySequenceOrFailingSaysSo) {
   EXPECT_EQ(events[events.size() - 2].data["delta"]["stop_reason"], "end_turn");
 }
 
+TEST(MessagesRequest, ImageInputIsRefusedAsTextOnly) {
+  try {
+    parse_messages_request(json::parse(R"({"max_tokens": 8, "messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA=="}}]}]})"));
+    ADD_FAILURE() << "image input accepted";
+  } catch (const FieldError& e) {
+    EXPECT_EQ(e.param(), "messages[0].content[0].type");
+    EXPECT_NE(std::string(e.what()).find("text-only"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
+
 }  // namespace neuron::server

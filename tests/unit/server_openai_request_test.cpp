@@ -36,6 +36,23 @@ json completion_body(json extra = json::object()) {
   return body;
 }
 
+// Image input is refused as such (every load is text-only), naming the part; a file part
+// stays a plain unsupported content type.
+TEST(ServerOpenAiRequest, ImageInputIsRefusedAsTextOnly) {
+  json body = chat_body();
+  body["messages"] = json::array(
+      {{{"role", "user"}, {"content", {{{"type", "text"}, {"text", "what is this?"}}, {{"type", "image_url"}, {"image_url", {{"url", "data:image/png;base64,AA=="}}}}}}}});
+  ApiError e = expect_field_error([&] { parse_chat_request(body); });
+  EXPECT_EQ(e.status, 400);
+  EXPECT_EQ(e.param, "messages[0].content[1].type");
+  EXPECT_NE(e.message.find("image input"), std::string::npos) << e.message;
+  EXPECT_NE(e.message.find("text-only"), std::string::npos) << e.message;
+  body["messages"][0]["content"][1] = {{"type", "file"}, {"file", {{"file_id", "f"}}}};
+  e = expect_field_error([&] { parse_chat_request(body); });
+  EXPECT_EQ(e.param, "messages[0].content[1].type");
+  EXPECT_EQ(e.message.find("image input"), std::string::npos) << e.message;
+}
+
 TEST(ServerOpenAiRequest, ParsesAFullChatRequest) {
   json body = chat_body({{"max_tokens", 16},
                          {"temperature", 0},

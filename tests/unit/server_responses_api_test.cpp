@@ -341,5 +341,16 @@ TEST(ResponseStore, EvictsTheLeastRecentlyUsedByCountAndBytes) {
   EXPECT_LE(small.bytes(), 3000u);
 }
 
+TEST(ResponsesRequest, ImageInputIsRefusedAsTextOnly) {
+  try {
+    parse_responses_request(json::parse(R"({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]})"));
+    ADD_FAILURE() << "image input accepted";
+  } catch (const FieldError& e) {
+    EXPECT_EQ(e.param(), "input[0].content[0].type");
+    EXPECT_NE(std::string(e.what()).find("text-only"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
+
 }  // namespace neuron::server
