@@ -124,7 +124,9 @@ int run(const GenerateArgs& a) {
     req.grammar = assets.grammars->get(c);
   }
 
+  const auto load_start = std::chrono::steady_clock::now();
   const auto runner = engine::open_runner(load);
+  const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - load_start).count();
   engine::GenerateResult r;
   double decode_ms = 0;
   std::int64_t decode_steps = 0;
@@ -145,7 +147,8 @@ int run(const GenerateArgs& a) {
         {"tokens", r.tokens},
         {"finish_reason", r.finish_reason},
         {"timings",
-         {{"prefill_ms", r.timings.prefill_ms},
+         {{"load_ms", load_ms},
+          {"prefill_ms", r.timings.prefill_ms},
           {"prefill_tok_s", r.timings.prefill_tok_s},
           {"decode_ms", r.timings.decode_ms},
           {"decode_tok_s", r.timings.decode_tok_s}}},
@@ -155,8 +158,8 @@ int run(const GenerateArgs& a) {
     std::string ids;
     for (std::int32_t t : r.tokens) ids += (ids.empty() ? "" : " ") + std::to_string(t);
     std::printf("%s\n", ids.c_str());
-    std::fprintf(stderr, "%zu tokens (%s); prefill %.1f ms (%.1f tok/s), decode %.2f tok/s\n", r.tokens.size(),
-                 r.finish_reason.c_str(), r.timings.prefill_ms, r.timings.prefill_tok_s, r.timings.decode_tok_s);
+    std::fprintf(stderr, "%zu tokens (%s); load %.0f ms, prefill %.1f ms (%.1f tok/s), decode %.2f tok/s\n",
+                 r.tokens.size(), r.finish_reason.c_str(), load_ms, r.timings.prefill_ms, r.timings.prefill_tok_s, r.timings.decode_tok_s);
   }
   return 0;
 }

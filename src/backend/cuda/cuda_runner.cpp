@@ -33,6 +33,7 @@
 //                         per-row scaling (read by Linear)
 #include "backend/cuda/cuda_runner.hpp"
 
+#include <omp.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -43,6 +44,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <optional>
 #include <span>
 #include <string>
@@ -103,8 +105,33 @@ std::uint64_t fnv1a(const std::string& s) {
   return h;
 }
 
+// Runs fill(begin, end) over [0, n) split across the OpenMP threads when n is
+// at least `serial_below` (below it, on this thread): a checkpoint read from
+// the page cache is bound by one core's copies and page faults, not by the
+// PCIe copy behind it. The first exception a part throws is rethrown here.
+template <class Fill>
+void fill_parallel(std::int64_t n, std::int64_t serial_below, const Fill& fill) {
+  const int parts = n < serial_below ? 1 : static_cast<int>(std::min<std::int64_t>(n, omp_get_max_threads()));
+  if (parts <= 1) {
+    fill(std::int64_t{0}, n);
+    return;
+  }
+  std::exception_ptr failed;
+#pragma omp parallel for num_threads(parts) schedule(static)
+  for (int t = 0; t < parts; ++t) {
+    try {
+      fill(n * t / parts, n * (t + 1) / parts);
+    } catch (...) {
+#pragma omp critical(neuron_upload_fill)
+      if (!failed) failed = std::current_exception();
+    }
+  }
+  if (failed) std::rethrow_exception(failed);
+}
+
 // Copies host weights to the device through two pinned staging buffers: the
-// CPU converts chunk i + 1 (bf16 from the mmap) while chunk i is in flight.
+// CPU threads convert chunk i + 1 (bf16 from the mmap) while chunk i is in
+// flight.
 class Uploader {
  public:
   Uploader() : copy_stream_(), staging_{PinnedBuffer(kStagingBytes), PinnedBuffer(kStagingBytes)} {}
@@ -120,9 +147,13 @@ class Uploader {
       next_ ^= 1;
       NEURON_CUDA_CHECK(cudaEventSynchronize(done_[b].get()));  // the copy that last used this buffer
       const std::size_t count = static_cast<std::size_t>((r1 - r0) * cols);
-      view.rows(r0, r1).to_bf16(std::span<std::uint16_t>(staging_[b].data<std::uint16_t>(), count));
-      NEURON_CUDA_CHECK(cudaMemcpyAsync(dst + r0 * cols, staging_[b].data(), count * 2, cudaMemcpyHostToDevice,
-                                        copy_stream_.get()));
+      std::uint16_t* stage = staging_[b].data<std::uint16_t>();  // [r1 - r0, cols] bf16
+      fill_parallel(r1 - r0, std::max<std::int64_t>(1, kParallelFillBytes / (2 * cols)),
+                    [&](std::int64_t a, std::int64_t e) {
+                      view.rows(r0 + a, r0 + e)
+                          .to_bf16(std::span<std::uint16_t>(stage + a * cols, static_cast<std::size_t>((e - a) * cols)));
+                    });
+      NEURON_CUDA_CHECK(cudaMemcpyAsync(dst + r0 * cols, stage, count * 2, cudaMemcpyHostToDevice, copy_stream_.get()));
       NEURON_CUDA_CHECK(cudaEventRecord(done_[b].get(), copy_stream_.get()));
       bytes_ += count * 2;
     }
@@ -134,8 +165,11 @@ class Uploader {
       const int b = next_;
       next_ ^= 1;
       NEURON_CUDA_CHECK(cudaEventSynchronize(done_[b].get()));
-      std::memcpy(staging_[b].data(), src.data() + at, count);
-      NEURON_CUDA_CHECK(cudaMemcpyAsync(dst + at, staging_[b].data(), count, cudaMemcpyHostToDevice, copy_stream_.get()));
+      std::byte* stage = staging_[b].data<std::byte>();  // [count] bytes
+      fill_parallel(static_cast<std::int64_t>(count), kParallelFillBytes, [&](std::int64_t a, std::int64_t e) {
+        std::memcpy(stage + a, src.data() + at + a, static_cast<std::size_t>(e - a));
+      });
+      NEURON_CUDA_CHECK(cudaMemcpyAsync(dst + at, stage, count, cudaMemcpyHostToDevice, copy_stream_.get()));
       NEURON_CUDA_CHECK(cudaEventRecord(done_[b].get(), copy_stream_.get()));
       bytes_ += count;
     }
@@ -144,8 +178,10 @@ class Uploader {
   std::uint64_t bytes() const noexcept { return bytes_; }
 
  private:
+  // A chunk smaller than this is filled by one thread (threads cost more than they give).
+  static constexpr std::int64_t kParallelFillBytes = std::int64_t{4} << 20;
   Stream copy_stream_;
-  std::array<PinnedBuffer, 2> staging_;  // [kStagingBytes] bytes each, bf16 chunks in flight
+  std::array<PinnedBuffer, 2> staging_;  // [kStagingBytes] bytes each, chunks in flight
   std::array<Event, 2> done_;
   int next_ = 0;
   std::uint64_t bytes_ = 0;
