@@ -105,13 +105,13 @@ std::uint64_t fnv1a(const std::string& s) {
   return h;
 }
 
-// Runs fill(begin, end) over [0, n) split across the OpenMP threads when n is
-// at least `serial_below` (below it, on this thread): a checkpoint read from
-// the page cache is bound by one core's copies and page faults, not by the
-// PCIe copy behind it. The first exception a part throws is rethrown here.
+// Runs fill(begin, end) over [0, n) split across the OpenMP threads, at least
+// `min_part` of n a part (a smaller n runs on this thread): a checkpoint read
+// from the page cache is bound by one core's copies and page faults, not by
+// the PCIe copy behind it. The first exception a part throws is rethrown here.
 template <class Fill>
-void fill_parallel(std::int64_t n, std::int64_t serial_below, const Fill& fill) {
-  const int parts = n < serial_below ? 1 : static_cast<int>(std::min<std::int64_t>(n, omp_get_max_threads()));
+void fill_parallel(std::int64_t n, std::int64_t min_part, const Fill& fill) {
+  const int parts = static_cast<int>(std::clamp<std::int64_t>(n / std::max<std::int64_t>(1, min_part), 1, omp_get_max_threads()));
   if (parts <= 1) {
     fill(std::int64_t{0}, n);
     return;
@@ -148,7 +148,7 @@ class Uploader {
       NEURON_CUDA_CHECK(cudaEventSynchronize(done_[b].get()));  // the copy that last used this buffer
       const std::size_t count = static_cast<std::size_t>((r1 - r0) * cols);
       std::uint16_t* stage = staging_[b].data<std::uint16_t>();  // [r1 - r0, cols] bf16
-      fill_parallel(r1 - r0, std::max<std::int64_t>(1, kParallelFillBytes / (2 * cols)),
+      fill_parallel(r1 - r0, std::max<std::int64_t>(1, kFillPartBytes / (2 * cols)),
                     [&](std::int64_t a, std::int64_t e) {
                       view.rows(r0 + a, r0 + e)
                           .to_bf16(std::span<std::uint16_t>(stage + a * cols, static_cast<std::size_t>((e - a) * cols)));
@@ -166,10 +166,32 @@ class Uploader {
       next_ ^= 1;
       NEURON_CUDA_CHECK(cudaEventSynchronize(done_[b].get()));
       std::byte* stage = staging_[b].data<std::byte>();  // [count] bytes
-      fill_parallel(static_cast<std::int64_t>(count), kParallelFillBytes, [&](std::int64_t a, std::int64_t e) {
+      fill_parallel(static_cast<std::int64_t>(count), kFillPartBytes, [&](std::int64_t a, std::int64_t e) {
         std::memcpy(stage + a, src.data() + at + a, static_cast<std::size_t>(e - a));
       });
       NEURON_CUDA_CHECK(cudaMemcpyAsync(dst + at, stage, count, cudaMemcpyHostToDevice, copy_stream_.get()));
+      NEURON_CUDA_CHECK(cudaEventRecord(done_[b].get(), copy_stream_.get()));
+      bytes_ += count;
+    }
+  }
+  // Rows of packed blocks to dst, row r (row_bytes) at view.row_data(r), through
+  // the same staging buffers: no host copy of the whole matrix first.
+  void upload_rows(const io::TensorView& view, std::int64_t rows, std::size_t row_bytes, std::byte* dst) {
+    NEURON_ASSERT(row_bytes > 0 && row_bytes <= kStagingBytes);
+    const auto per_chunk = static_cast<std::int64_t>(kStagingBytes / row_bytes);
+    for (std::int64_t r0 = 0; r0 < rows; r0 += per_chunk) {
+      const std::int64_t r1 = std::min(rows, r0 + per_chunk);
+      const int b = next_;
+      next_ ^= 1;
+      NEURON_CUDA_CHECK(cudaEventSynchronize(done_[b].get()));
+      std::byte* stage = staging_[b].data<std::byte>();  // [r1 - r0, row_bytes] packed rows
+      fill_parallel(r1 - r0, std::max<std::int64_t>(1, kFillPartBytes / static_cast<std::int64_t>(row_bytes)),
+                    [&](std::int64_t a, std::int64_t e) {
+                      for (std::int64_t r = a; r < e; ++r)
+                        std::memcpy(stage + r * row_bytes, view.row_data(r0 + r), row_bytes);
+                    });
+      const std::size_t count = static_cast<std::size_t>(r1 - r0) * row_bytes;
+      NEURON_CUDA_CHECK(cudaMemcpyAsync(dst + r0 * row_bytes, stage, count, cudaMemcpyHostToDevice, copy_stream_.get()));
       NEURON_CUDA_CHECK(cudaEventRecord(done_[b].get(), copy_stream_.get()));
       bytes_ += count;
     }
@@ -178,8 +200,8 @@ class Uploader {
   std::uint64_t bytes() const noexcept { return bytes_; }
 
  private:
-  // A chunk smaller than this is filled by one thread (threads cost more than they give).
-  static constexpr std::int64_t kParallelFillBytes = std::int64_t{4} << 20;
+  // The least a thread fills (smaller chunks take fewer threads; one below it).
+  static constexpr std::int64_t kFillPartBytes = std::int64_t{256} << 10;
   Stream copy_stream_;
   std::array<PinnedBuffer, 2> staging_;  // [kStagingBytes] bytes each, chunks in flight
   std::array<Event, 2> done_;
@@ -854,14 +876,17 @@ DeviceMatrix CudaRunner::matrix_of(std::span<const model::SliceSpec* const> spec
         dst += 2 * static_cast<std::size_t>(sl.spec->numel());
         continue;
       }
-      host.resize(packed_bytes(*sl.spec, p.type));
-      if (sl.quantize)
-        quantize_slice(checkpoint, *sl.spec, p.type, host);
-      else
-        copy_packed(*sl.spec, *sl.view, host);
       if (!up) up.emplace();
-      up->upload_bytes(host, dst);
-      dst += host.size();
+      const std::size_t bytes = packed_bytes(*sl.spec, p.type);
+      if (sl.quantize) {
+        host.resize(bytes);
+        quantize_slice(checkpoint, *sl.spec, p.type, host);
+        up->upload_bytes(host, dst);
+      } else {
+        NEURON_ASSERT(sl.view->ggml_type() == p.type);
+        up->upload_rows(*sl.view, sl.spec->rows(), quant::row_bytes(p.type, sl.spec->cols()), dst);
+      }
+      dst += bytes;
     }
   }
   return m;
