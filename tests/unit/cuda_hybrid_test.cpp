@@ -17,6 +17,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <numeric>
 #include <span>
 #include <string>
@@ -27,6 +28,7 @@
 #include "backend/cuda/cuda_runner.hpp"
 #include "backend/single_sequence.hpp"
 #include "dist/communicator.hpp"
+#include "dist/factory.hpp"
 #include "engine/model_loader.hpp"
 #include "io/safetensors.hpp"
 #include "model/config.hpp"
@@ -200,6 +202,53 @@ TEST_P(CudaHybrid, Fp8QuantizedLoadStaysClose) {
     const double c = cosine(got, want);
     EXPECT_GE(c, 0.97) << "prompt of " << prompt.size();
     std::printf("[%s fp8] prompt %zu: cosine(last) %.5f\n", GetParam().c_str(), prompt.size(), c);
+  }
+}
+
+// Tensor parallel over two ranks sharing the GPU (Gloo between them): linear attention split by key heads,
+// each rank the recurrent state of its own heads, the MoE and shared expert split by their intermediate
+// size. Every position of each prompt and 8 greedy decode steps (CUDA graphs) on both ranks, against one
+// rank on the same GPU: the same logits up to bf16 rounding of the partial sums.
+TEST_P(CudaHybrid, TwoRanksOnOneGpuMatchOneRank) {
+  if (cfg_.linear.num_key_heads % 2 != 0) GTEST_SKIP() << "linear_num_key_heads is odd";
+  auto single = cuda();
+  const std::string id = dist::new_comm_id(dist::CommKind::gloo);
+  struct Run {
+    std::vector<std::vector<float>> logits;  // [prompt] its prefill's [n, vocab] then 8 decode rows
+  };
+  auto run = [&](ModelRunner& r) {
+    Run out;
+    for (const auto& prompt : prompts_) {
+      std::vector<float> rows(prompt.size() * vocab());
+      SingleSequence seq(r);
+      seq.forward(prompt, 0, rows);
+      std::vector<float> last(rows.end() - static_cast<std::ptrdiff_t>(vocab()), rows.end());
+      auto pos = static_cast<std::int32_t>(prompt.size());
+      for (int s = 0; s < 8; ++s) {
+        const std::int32_t one[] = {argmax(last)};
+        seq.forward(one, pos++, last);
+        rows.insert(rows.end(), last.begin(), last.end());
+      }
+      out.logits.push_back(std::move(rows));
+    }
+    return out;
+  };
+  const Run want = run(*single);
+  single.reset();
+  std::vector<std::future<Run>> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.push_back(std::async(std::launch::async, [&, r] {
+      RunnerOptions o;
+      o.max_context = 1024;
+      auto runner = make_cuda_runner(cfg_, ckpt_.get(), model::ShardPlan::make(cfg_, r, 2),
+                                     Device{Device::Kind::cuda, 0}, dist::make_communicator(id, r, 2), o);
+      return run(*runner);
+    }));
+  const Run rank0 = ranks[0].get(), rank1 = ranks[1].get();
+  for (std::size_t p = 0; p < prompts_.size(); ++p) {
+    const std::string what = "prompt of " + std::to_string(prompts_[p].size());
+    expect_close(rank0.logits[p], want.logits[p], what + ", rank 0 of 2");
+    expect_close(rank1.logits[p], want.logits[p], what + ", rank 1 of 2");
   }
 }
 
