@@ -14,10 +14,33 @@ fi
 targets=$(ls tests/fuzz/*.cpp 2>/dev/null | xargs -n1 basename | sed 's/\.cpp$//')
 [[ -n $targets ]] || { echo "fuzz-smoke: no fuzz targets"; exit 0; }
 cmake --build "$build" -j"$(nproc)" --target $targets
-for t in $targets; do
-  corpus=tests/fuzz/corpus/$t
+# The targets run side by side, one a core, each into its own log (printed when it fails).
+fuzz_one() {
+  local t=$1 corpus=tests/fuzz/corpus/$1
   mkdir -p "$build/corpus-$t"
-  echo "fuzz-smoke: $t for ${FUZZ_SECONDS:-30}s"
   "./$build/tests/$t" -max_total_time="${FUZZ_SECONDS:-30}" -rss_limit_mb=4096 -max_len=65536 \
-    "$build/corpus-$t" $( [[ -d $corpus ]] && echo "$corpus" )
+    "$build/corpus-$t" $( [[ -d $corpus ]] && echo "$corpus" ) >"$build/fuzz-$t.log" 2>&1
+}
+failed=()
+pending=($targets)
+while ((${#pending[@]})); do
+  batch=("${pending[@]:0:$(nproc)}")
+  pending=("${pending[@]:${#batch[@]}}")
+  pids=()
+  for t in "${batch[@]}"; do
+    echo "fuzz-smoke: $t for ${FUZZ_SECONDS:-30}s"
+    fuzz_one "$t" &
+    pids+=($!)
+  done
+  for i in "${!batch[@]}"; do
+    if ! wait "${pids[$i]}"; then
+      failed+=("${batch[$i]}")
+      tail -n 60 "$build/fuzz-${batch[$i]}.log"
+    fi
+  done
 done
+if ((${#failed[@]})); then
+  echo "fuzz-smoke: failed: ${failed[*]}"
+  exit 1
+fi
+echo "fuzz-smoke: every target ran ${FUZZ_SECONDS:-30}s without a finding"
