@@ -12,6 +12,7 @@
 
 #include "backend/cpu/simd.hpp"
 #include "backend/cpu/chunk_pool.hpp"
+#include "backend/cpu/gemm_quant_grouped.hpp"
 #include "backend/cpu/gemm_quant_int8_avx2.hpp"
 #include "quant/dequantize.hpp"
 #include "util/error.hpp"
@@ -781,7 +782,7 @@ NEURON_AVX512_VNNI float round_to_int8(const float* x, std::int8_t* q, std::int1
 }  // namespace
 
 QuantOperand::QuantOperand(Activations, quant::GgmlType type, const float* x, std::int64_t n, std::int64_t ldx,
-                           std::int64_t cols)
+                           std::int64_t cols, bool grouped)
     : x_(x), n_(n), ldx_(ldx), cols_(cols) {
   NEURON_ASSERT(gemm_quant_few_int8(Isa::avx2, type) && cols % quant::kQK_K == 0);
   if (n <= 0) return;
@@ -805,6 +806,13 @@ QuantOperand::QuantOperand(Activations, quant::GgmlType type, const float* x, st
         corrections_[static_cast<std::size_t>(t * (cols / 4) + k)] =
             -bias * (q[4 * k] + q[4 * k + 1] + q[4 * k + 2] + q[4 * k + 3]);
   }
+  if (!grouped) return;
+  NEURON_ASSERT(type == GgmlType::q4_k);
+  grouped_.resize(static_cast<std::size_t>(n * cols * kGroupedXBytes));
+  grouped_sums_.resize(static_cast<std::size_t>(n * (cols / quant::kQK_K * 32)));
+  for (std::int64_t t = 0; t < n; ++t)
+    group_operand(q8(t), q8_sums(t), cols, grouped_.data() + t * cols * kGroupedXBytes,
+                  grouped_sums_.data() + t * (cols / quant::kQK_K * 32));
 }
 
 QuantOperand::QuantOperand(Isa isa, quant::GgmlType type, const float* x, std::int64_t n, std::int64_t ldx,
@@ -889,7 +897,9 @@ void gemm_quant_few(Isa isa, const float* x, std::int64_t n, std::int64_t ldx, c
   } else if (gemm_quant_few_bf16_pairs(isa, w.type)) {
     isa = Isa::avx512;  // several tokens share each dequantized weight in the f32 kernels
   }
-  const QuantOperand operand = int8 ? QuantOperand(Activations::int8, w.type, x, n, ldx, w.cols)
+  // Grouped rows (gemm_quant_grouped.hpp) are read only by the AVX2 int8 kernels (matmul_quant routes the rest).
+  NEURON_ASSERT(w.grouped_rows == 0 || (int8 && int8_kernels(isa) != Int8Kernels::avx512_vnni));
+  const QuantOperand operand = int8 ? QuantOperand(Activations::int8, w.type, x, n, ldx, w.cols, w.grouped_rows > 0)
                                     : QuantOperand(isa, w.type, x, n, ldx, w.cols);
   const std::int64_t chunk_rows =
       ChunkPool::shared().chunk_rows(w.rows, static_cast<std::int64_t>(w.row_bytes), kRowBlock);

@@ -14,10 +14,12 @@
 #include "backend/cpu/gemm_bf16_few.hpp"
 #include "backend/cpu/gemm_bf16_pairs.hpp"
 #include "backend/cpu/gemm_quant_few.hpp"
+#include "backend/cpu/gemm_quant_grouped.hpp"
 #include "backend/cpu/gemm_quant_pairs.hpp"
 #include "backend/cpu/matmul.hpp"
 #include "quant/dequantize.hpp"
 #include "tensor/dtype.hpp"
+#include "util/error.hpp"
 
 namespace neuron::backend::cpu {
 
@@ -195,6 +197,7 @@ bool use_avx2(Isa isa) { return isa != Isa::scalar; }
 }  // namespace
 
 void gemv_quant_rows(Isa isa, const QuantMatrix& w, const float* x, std::int64_t r0, std::int64_t r1, float* y) {
+  NEURON_ASSERT(w.grouped_rows == 0);
   const bool avx2 = use_avx2(isa);
   const bool avx512 = avx2 && (isa == Isa::avx512 || isa == Isa::avx512_bf16);
   if (w.type == quant::GgmlType::q8_0) {
@@ -278,8 +281,43 @@ void gemv_quant(const QuantMatrix& w, const float* x, float* y) {
   });
 }
 
+bool avx2_int8_products(quant::GgmlType type, std::int64_t cols) {
+  const Isa isa = selected_isa();
+  const bool k_quant = type == quant::GgmlType::q4_k || type == quant::GgmlType::q5_k || type == quant::GgmlType::q6_k;
+  return k_quant && int8_quant_products(cpu_activations()) && gemm_quant_few_int8(isa, type) &&
+         cols % quant::kQK_K == 0 && int8_kernels(isa) != Int8Kernels::avx512_vnni &&
+         !gemm_quant_pairs_fits(type, cols) && !amx_bf16_usable();
+}
+
+namespace {
+
+constexpr std::int64_t kSlabRows = 64;  // rows of a grouped matrix ungrouped at a time for other kernels
+
+// The product on slabs of w's rows ungrouped (each a plain QuantMatrix).
+void matmul_quant_ungrouped(const float* x, std::int64_t n, std::int64_t ldx, const QuantMatrix& w, float* y,
+                            std::int64_t ldy) {
+  QuantMatrix slab;
+  slab.type = w.type;
+  slab.cols = w.cols;
+  slab.row_bytes = w.row_bytes;
+  for (std::int64_t r0 = 0; r0 < w.rows; r0 += kSlabRows) {
+    slab.rows = std::min(kSlabRows, w.rows - r0);
+    slab.data.resize(static_cast<std::size_t>(slab.rows) * w.row_bytes);
+    ungroup_rows(w, r0, r0 + slab.rows, slab.data.data());
+    matmul_quant(x, n, ldx, slab, y + r0, ldy);
+  }
+}
+
+}  // namespace
+
 void matmul_quant(const float* x, std::int64_t n, std::int64_t ldx, const QuantMatrix& w, float* y, std::int64_t ldy) {
   if (n <= 0 || w.rows <= 0) return;
+  const bool avx2_int8 = avx2_int8_products(w.type, w.cols);
+  if (w.grouped_rows > 0 && !avx2_int8) return matmul_quant_ungrouped(x, n, ldx, w, y, ldy);
+  // The AVX2 int8 kernels share a row's unpacked quants between tokens: on a
+  // CPU without AVX-512 BF16 or AMX they take the K-quants' prefill too
+  // (ahead of sgemm there; Q8_0's and Q4_0's behind it, bench/CPU.md).
+  if (avx2_int8) return gemm_quant_few(selected_isa(), x, n, ldx, w, y, ldy);
   // With one bf16 term of x (a reduced activation level), the pairs kernel
   // beats the few-token ones from kPairsTokensMin tokens (batched decode).
   const bool one_term = cpu_activations() != Activations::f32;
@@ -287,12 +325,6 @@ void matmul_quant(const float* x, std::int64_t n, std::int64_t ldx, const QuantM
   const Isa isa = selected_isa();
   const bool int8 = int8_quant_products(cpu_activations()) && gemm_quant_few_int8(isa, w.type) &&
                     w.cols % quant::kQK_K == 0;
-  // The AVX2 int8 kernels share a row's unpacked quants between tokens: on a
-  // CPU without AVX-512 BF16 or AMX they take the K-quants' prefill too
-  // (ahead of sgemm there; Q8_0's and Q4_0's behind it, bench/CPU.md).
-  const bool k_quant = w.type == quant::GgmlType::q4_k || w.type == quant::GgmlType::q5_k || w.type == quant::GgmlType::q6_k;
-  if (int8 && k_quant && int8_kernels(isa) != Int8Kernels::avx512_vnni && !pairs && !amx_bf16_usable())
-    return gemm_quant_few(isa, x, n, ldx, w, y, ldy);
   if (n < kFewTokensMax && (gemm_quant_few_supported(isa, w.type) || int8) &&
       !(pairs && one_term && n >= kPairsTokensMin))
     return gemm_quant_few(isa, x, n, ldx, w, y, ldy);
