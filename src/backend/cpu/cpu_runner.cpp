@@ -51,14 +51,12 @@ struct Matrix {
   std::uint64_t bytes() const noexcept { return quantized ? q.data.size() : bf16.size() * 2; }
   // Row r as f32 into out[cols] (embedding lookup).
   void row_f32(std::int64_t r, float* out) const {
-    if (quantized && r < q.grouped_rows) {
-      std::vector<std::byte> row(q.row_bytes);  // [row_bytes] the row's blocks as stored
-      ungroup_rows(q, r, r + 1, row.data());
-      quant::dequantize_row(q.type, row.data(), out, cols);
-    } else if (quantized) {
-      quant::dequantize_row(q.type, q.data.data() + static_cast<std::size_t>(r) * q.row_bytes, out, cols);
-    } else
+    if (quantized) {
+      StoredRows stored;  // a grouped row as stored
+      quant::dequantize_row(q.type, stored.row(q, r), out, cols);
+    } else {
       widen_bf16(bf16.data() + r * cols, out, cols);
+    }
   }
 };
 
@@ -302,8 +300,8 @@ class CpuRunner final : public ModelRunner, private model::BlockOps {
     measure_walks(lm_head_);
     for (const Layer& l : layers_)
       for_each_stack(l, measure_walks);
-    // Q4_K rows four to a group where every product of them takes the AVX2
-    // int8 kernels (gemm_quant_grouped.hpp): the decode's layout, in place.
+    // Q4_K rows four to a group where the one-token products take the int8
+    // kernels (gemm_quant_grouped.hpp): the decode's layout, in place.
     std::uint64_t grouped_bytes = 0;
     auto group = [&](Stack& stack) {
       for (Matrix& m : stack)
@@ -315,7 +313,7 @@ class CpuRunner final : public ModelRunner, private model::BlockOps {
     group(embed_);
     group(lm_head_);
     for (Layer& l : layers_) for_each_stack(l, group);
-    if (grouped_bytes > 0) spdlog::info("cpu: Q4_K rows four to a group for the AVX2 int8 kernels ({} MiB)", grouped_bytes >> 20);
+    if (grouped_bytes > 0) spdlog::info("cpu: Q4_K rows four to a group for the int8 kernels ({} MiB)", grouped_bytes >> 20);
   }
 
   // An RMSNorm weight as the scale the blocks multiply by (a zero-centred one gets its 1 here: model::to_norm_scale).

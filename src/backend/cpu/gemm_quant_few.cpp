@@ -864,6 +864,12 @@ void gemm_quant_few_rows(Isa isa, RowWalk walk, const QuantOperand& x, const Qua
 void gemm_quant_few_rows(Int8Kernels k, RowWalk walk, const QuantOperand& x, const QuantMatrix& w, std::int64_t r0,
                          std::int64_t r1, float* y, std::int64_t ldy) {
   NEURON_ASSERT(int8_type(w.type) && int8_kernels_supported(k) && (x.int8() || x.tokens() == 0));
+  if (w.grouped_rows > r0) {  // Q4_K rows four to a group: their kernel (AVX-VNNI's where the CPU has it), the rest below
+    const std::int64_t end = std::min(r1, w.grouped_rows);
+    gemm_q4_k_grouped_rows(k != Int8Kernels::avx2 && avx_vnni_supported(), x, w, r0, end, y, ldy);
+    if (end == r1) return;
+    r0 = end;
+  }
   if (k != Int8Kernels::avx512_vnni)
     return gemm_quant_int8_avx2_rows(k == Int8Kernels::avx_vnni, walk, x, w, r0, r1, y, ldy);
   const auto& fn = int8_table(w.type);
@@ -897,8 +903,8 @@ void gemm_quant_few(Isa isa, const float* x, std::int64_t n, std::int64_t ldx, c
   } else if (gemm_quant_few_bf16_pairs(isa, w.type)) {
     isa = Isa::avx512;  // several tokens share each dequantized weight in the f32 kernels
   }
-  // Grouped rows (gemm_quant_grouped.hpp) are read only by the AVX2 int8 kernels (matmul_quant routes the rest).
-  NEURON_ASSERT(w.grouped_rows == 0 || (int8 && int8_kernels(isa) != Int8Kernels::avx512_vnni));
+  // Grouped rows (gemm_quant_grouped.hpp) are read only by the int8 kernels (matmul_quant routes the rest).
+  NEURON_ASSERT(w.grouped_rows == 0 || int8);
   const QuantOperand operand = int8 ? QuantOperand(Activations::int8, w.type, x, n, ldx, w.cols, w.grouped_rows > 0)
                                     : QuantOperand(isa, w.type, x, n, ldx, w.cols);
   const std::int64_t chunk_rows =

@@ -6,8 +6,10 @@
 #include <string_view>
 #include <vector>
 
+#include "backend/cpu/activations.hpp"
 #include "backend/cpu/chunk_pool.hpp"
 #include "backend/cpu/gemm_quant_few.hpp"
+#include "backend/cpu/isa.hpp"
 #include "backend/cpu/matmul_quant.hpp"
 #include "backend/cpu/simd.hpp"
 #include "quant/ggml_type.hpp"
@@ -133,7 +135,8 @@ bool q4_k_grouping_pays(std::int64_t cols) {
     const char* env = std::getenv("NEURON_CPU_Q4K_GROUPS");
     return env && std::string_view(env) == "0";
   }();
-  return !off && cols % quant::kQK_K == 0 && avx2_int8_products(GgmlType::q4_k, cols);
+  return !off && cols % quant::kQK_K == 0 && int8_quant_products(cpu_activations()) &&
+         gemm_quant_few_int8(selected_isa(), GgmlType::q4_k);
 }
 
 void group_rows(QuantMatrix& w) {
@@ -167,11 +170,60 @@ void ungroup_rows(const QuantMatrix& w, std::int64_t r0, std::int64_t r1, std::b
     }
     const std::byte* group = w.data.data() + static_cast<std::size_t>(r / kGroupRows * kGroupRows) * w.row_bytes;
     const auto lane = static_cast<std::size_t>(r % kGroupRows);
-    for (std::int64_t b = 0; b < blocks; ++b)
-      for (std::size_t i = 0; i < quant::kQ4_KBytes; ++i)
-        out[static_cast<std::size_t>(b) * quant::kQ4_KBytes + i] =
-            group[static_cast<std::size_t>(b) * kGroupBlockBytes + grouped_offset(lane, i)];
+    for (std::int64_t b = 0; b < blocks; ++b) {
+      const std::byte* in = group + static_cast<std::size_t>(b) * kGroupBlockBytes;
+      std::byte* dst = out + static_cast<std::size_t>(b) * quant::kQ4_KBytes;
+      for (std::size_t i = 0; i < 16; ++i) dst[i] = in[grouped_offset(lane, i)];
+      for (std::size_t i = 16; i < quant::kQ4_KBytes; i += 4) std::memcpy(dst + i, in + grouped_offset(lane, i), 4);
+    }
   }
+}
+
+namespace {
+
+// Group g's four rows as stored into out [4, row_bytes]: each 256-bit load of
+// quants holds 8 bytes of every row (vpermd puts each row's in one 64-bit
+// lane), the scale bytes [k][r] are transposed 4 x 4 by vpshufb.
+NEURON_AVX2 void ungroup_group(const std::byte* group, std::size_t row_bytes, std::int64_t blocks, std::byte* out) {
+  const __m256i rows = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  const __m128i transpose = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  for (std::int64_t b = 0; b < blocks; ++b, group += kGroupBlockBytes) {
+    std::byte* dst = out + static_cast<std::size_t>(b) * quant::kQ4_KBytes;
+    alignas(16) std::uint32_t sc[3][4];  // [k / 4][r]: row r's scale bytes 4 (k / 4) ..
+    for (int k = 0; k < 3; ++k)
+      _mm_store_si128(reinterpret_cast<__m128i*>(sc[k]), _mm_shuffle_epi8(load128(group + 16 + 16 * k), transpose));
+    for (std::size_t r = 0; r < kGroupRows; ++r) {
+      std::byte* d = dst + r * row_bytes;
+      std::memcpy(d, group + 2 * r, 2);
+      std::memcpy(d + 2, group + 8 + 2 * r, 2);
+      for (int k = 0; k < 3; ++k) std::memcpy(d + 4 + 4 * k, &sc[k][r], 4);
+    }
+    for (int c = 0; c < 4; ++c)
+      for (int o = 0; o < 4; ++o) {
+        const __m256i v = _mm256_permutevar8x32_epi32(load256(group + 64 + 128 * c + 32 * o), rows);
+        const std::size_t at = 16 + 32 * static_cast<std::size_t>(c) + 8 * static_cast<std::size_t>(o);
+        const __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(dst + at), lo);
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(dst + row_bytes + at), _mm_unpackhi_epi64(lo, lo));
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(dst + 2 * row_bytes + at), hi);
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(dst + 3 * row_bytes + at), _mm_unpackhi_epi64(hi, hi));
+      }
+  }
+}
+
+}  // namespace
+
+const std::byte* StoredRows::row(const QuantMatrix& w, std::int64_t r) {
+  if (r >= w.grouped_rows) return w.data.data() + static_cast<std::size_t>(r) * w.row_bytes;
+  const std::int64_t first = r / kGroupRows * kGroupRows;
+  if (of_ != &w || first_ != first) {
+    group_.resize(static_cast<std::size_t>(kGroupRows) * w.row_bytes);
+    ungroup_group(w.data.data() + static_cast<std::size_t>(first) * w.row_bytes, w.row_bytes, w.cols / quant::kQK_K,
+                  group_.data());
+    of_ = &w;
+    first_ = first;
+  }
+  return group_.data() + static_cast<std::size_t>(r - first) * w.row_bytes;
 }
 
 void group_operand(const std::int8_t* q, const std::int16_t* sums16, std::int64_t cols, std::int8_t* xg,

@@ -33,6 +33,7 @@
 // batched decode and prefill give the bits one token gives.
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace neuron::backend::cpu {
 
@@ -44,10 +45,11 @@ inline constexpr std::size_t kGroupBlockBytes = 4 * 144;        // one block of 
 inline constexpr std::int64_t kGroupedXBytes = 4;               // x bytes a grouped operand keeps a column
 
 // Whether Q4_K weights of `cols` columns are worth grouping in this process:
-// every product of them goes to the AVX2 int8 kernels (matmul_quant.hpp's
-// avx2_int8_products, at the calling thread's activation level), and
-// NEURON_CPU_Q4K_GROUPS is not 0 (which keeps the rows as stored, to
-// measure against).
+// its one-token products round x to int8 (the calling thread's activation
+// level) on a CPU with AVX2 (the AVX-512 VNNI ones too: on a Zen 5 core
+// this kernel streams 1.4-2x the one-row AVX-512 VNNI kernel's weights,
+// bench/CPU.md), and NEURON_CPU_Q4K_GROUPS is not 0 (which keeps the rows
+// as stored, to measure against).
 bool q4_k_grouping_pays(std::int64_t cols);
 
 // Regroups w's rows in place (Q4_K, cols a multiple of 256; rows past the
@@ -56,6 +58,23 @@ void group_rows(QuantMatrix& w);
 
 // Rows [r0, r1) of w as stored before grouping, into out [(r1 - r0) * row_bytes].
 void ungroup_rows(const QuantMatrix& w, std::int64_t r0, std::int64_t r1, std::byte* out);
+
+// Rows of a matrix as stored, read one at a time: in w.data for a row not
+// grouped; a grouped row's whole group is ungrouped at once (256-bit
+// shuffles) into the reader's buffer, so the next rows of that group cost
+// nothing. How the kernels that read a row at a time (prefill's dequantized
+// tiles, the pair and AMX paths, embedding lookups) read any matrix. One
+// reader a thread (it holds the last group).
+class StoredRows {
+ public:
+  // Row r's blocks as stored [w.row_bytes], valid until the next call.
+  const std::byte* row(const QuantMatrix& w, std::int64_t r);
+
+ private:
+  std::vector<std::byte> group_;  // [4, row_bytes] the last group ungrouped
+  const QuantMatrix* of_ = nullptr;
+  std::int64_t first_ = -1;       // its first row
+};
 
 // x's grouped form for one token: xg [cols * kGroupedXBytes] (block b, chunk
 // c, octet o, nibble half n: 32 bytes at 1024 b + 256 c + 64 o + 32 n, lane
@@ -69,6 +88,7 @@ void group_operand(const std::int8_t* q, const std::int16_t* sums16, std::int64_
 // Rows [r0, r1) of W x for every token of x (its grouped form) into y
 // [x.tokens(), ldy], on the calling thread: w grouped, r0 a multiple of
 // four, r1 <= w.grouped_rows. vnni: AVX-VNNI's vpdpwssd (avx_vnni_supported()).
+// Every int8 family's products of grouped rows come here (gemm_quant_few).
 void gemm_q4_k_grouped_rows(bool vnni, const QuantOperand& x, const QuantMatrix& w, std::int64_t r0, std::int64_t r1,
                             float* y, std::int64_t ldy);
 

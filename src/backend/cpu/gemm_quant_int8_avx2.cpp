@@ -12,7 +12,6 @@
 #include <utility>
 
 #include "backend/cpu/gemm_quant_few.hpp"
-#include "backend/cpu/gemm_quant_grouped.hpp"
 #include "backend/cpu/isa.hpp"
 #include "backend/cpu/matmul_quant.hpp"
 #include "backend/cpu/simd.hpp"
@@ -376,12 +375,7 @@ void gemm_quant_int8_avx2_rows(bool vnni, RowWalk walk, const QuantOperand& x, c
     }
     return tile;
   };
-  if (w.grouped_rows > r0) {  // Q4_K rows four to a group: their own kernel, the rest below
-    const std::int64_t end = std::min(r1, w.grouped_rows);
-    gemm_q4_k_grouped_rows(vnni, x, w, r0, end, y, ldy);
-    if (end == r1) return;
-    r0 = end;
-  }
+  NEURON_ASSERT(w.grouped_rows <= r0);  // grouped rows take gemm_q4_k_grouped_rows (gemm_quant_few)
   const auto row = [&](std::int64_t r) { return w.data.data() + static_cast<std::size_t>(r) * w.row_bytes; };
   if (x.tokens() == 1) {
     const Tile one = tile(0, 1);

@@ -232,9 +232,10 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void split_rows(const Qua
                                                                           std::int64_t r1, std::uint16_t* hi,
                                                                           std::uint16_t* lo) {
   thread_local std::vector<float> row;  // [cols] one dequantized row
+  StoredRows stored;  // grouped rows as stored
   row.resize(static_cast<std::size_t>(w.cols));
   for (std::int64_t r = r0; r < r1; ++r) {
-    quant::dequantize_row(w.type, w.data.data() + static_cast<std::size_t>(r) * w.row_bytes, row.data(), w.cols);
+    quant::dequantize_row(w.type, stored.row(w, r), row.data(), w.cols);
     std::uint16_t* h = hi + (r - r0) * w.cols;
     std::uint16_t* l = lo + (r - r0) * w.cols;
     for (std::int64_t c = 0; c < w.cols; c += 16) {  // cols is a multiple of 32 (gemm_bf16_amx_fits)
@@ -312,12 +313,6 @@ void matmul_quant_ungrouped(const float* x, std::int64_t n, std::int64_t ldx, co
 
 void matmul_quant(const float* x, std::int64_t n, std::int64_t ldx, const QuantMatrix& w, float* y, std::int64_t ldy) {
   if (n <= 0 || w.rows <= 0) return;
-  const bool avx2_int8 = avx2_int8_products(w.type, w.cols);
-  if (w.grouped_rows > 0 && !avx2_int8) return matmul_quant_ungrouped(x, n, ldx, w, y, ldy);
-  // The AVX2 int8 kernels share a row's unpacked quants between tokens: on a
-  // CPU without AVX-512 BF16 or AMX they take the K-quants' prefill too
-  // (ahead of sgemm there; Q8_0's and Q4_0's behind it, bench/CPU.md).
-  if (avx2_int8) return gemm_quant_few(selected_isa(), x, n, ldx, w, y, ldy);
   // With one bf16 term of x (a reduced activation level), the pairs kernel
   // beats the few-token ones from kPairsTokensMin tokens (batched decode).
   const bool one_term = cpu_activations() != Activations::f32;
@@ -325,9 +320,17 @@ void matmul_quant(const float* x, std::int64_t n, std::int64_t ldx, const QuantM
   const Isa isa = selected_isa();
   const bool int8 = int8_quant_products(cpu_activations()) && gemm_quant_few_int8(isa, w.type) &&
                     w.cols % quant::kQK_K == 0;
-  if (n < kFewTokensMax && (gemm_quant_few_supported(isa, w.type) || int8) &&
-      !(pairs && one_term && n >= kPairsTokensMin))
-    return gemm_quant_few(isa, x, n, ldx, w, y, ldy);
+  // The AVX2 int8 kernels share a row's unpacked quants between tokens: on a
+  // CPU without AVX-512 BF16 or AMX they take the K-quants' prefill too
+  // (ahead of sgemm there; Q8_0's and Q4_0's behind it, bench/CPU.md).
+  if (avx2_int8_products(w.type, w.cols)) return gemm_quant_few(isa, x, n, ldx, w, y, ldy);
+  const bool few = n < kFewTokensMax && (gemm_quant_few_supported(isa, w.type) || int8) &&
+                   !(pairs && one_term && n >= kPairsTokensMin);
+  // Grouped rows: the int8 kernels, or the prefill paths below, which read a
+  // row at a time (StoredRows); the f32 few-token kernels and gemv_quant read
+  // rows in place, so without int8 products they take the rows ungrouped in slabs.
+  if (w.grouped_rows > 0 && !int8 && (few || n == 1)) return matmul_quant_ungrouped(x, n, ldx, w, y, ldy);
+  if (few) return gemm_quant_few(isa, x, n, ldx, w, y, ldy);
   if (n == 1) return gemv_quant(w, x, y);
   const std::int64_t in = w.cols;
   std::int64_t first = 0;  // rows below it are done
@@ -342,10 +345,11 @@ void matmul_quant(const float* x, std::int64_t n, std::int64_t ldx, const QuantM
   const std::int64_t tiles = (w.rows - first + tile_rows - 1) / tile_rows;
   ChunkPool::shared().run(tiles, [&](std::int64_t t) {
     thread_local std::vector<float> scratch;  // [tile_rows, in] f32
+    StoredRows stored;  // grouped rows as stored
     scratch.resize(static_cast<std::size_t>(tile_rows * in));
     const std::int64_t r0 = first + t * tile_rows, rows = std::min(tile_rows, w.rows - r0);
     for (std::int64_t r = 0; r < rows; ++r)
-      quant::dequantize_row(w.type, w.data.data() + static_cast<std::size_t>(r0 + r) * w.row_bytes, scratch.data() + r * in, in);
+      quant::dequantize_row(w.type, stored.row(w, r0 + r), scratch.data() + r * in, in);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n), static_cast<int>(rows), static_cast<int>(in),
                 1.0f, x, static_cast<int>(ldx), scratch.data(), static_cast<int>(in), 0.0f, y + r0, static_cast<int>(ldy));
   });

@@ -49,8 +49,9 @@ struct QuantMatrix {
 bool avx2_int8_products(quant::GgmlType type, std::int64_t cols);
 
 // x: [n, in] f32 (row stride ldx), w: [out, in], y: [n, out] f32 (row stride ldy).
-// Grouped rows take the AVX2 int8 kernels; were the level changed since they
-// were grouped, slabs of them are ungrouped for the other kernels (slower).
+// Grouped rows take the int8 kernels or, for a prefill, the paths that read a
+// row at a time; were the level changed since they were grouped to one
+// without int8 products, slabs of them are ungrouped for the f32 kernels.
 void matmul_quant(const float* x, std::int64_t n, std::int64_t ldx, const QuantMatrix& w, float* y, std::int64_t ldy);
 // y[0, w.rows) = W x (w not grouped, as for the two below).
 void gemv_quant(const QuantMatrix& w, const float* x, float* y);
