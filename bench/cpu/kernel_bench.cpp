@@ -152,13 +152,15 @@ void prefill(benchmark::State& state, quant::GgmlType type, int terms) {
 // at an activation level, on the pool's threads as the runner runs it: with
 // NEURON_CPU_ISA=avx2, f32 is the dequantized tiles and sgemm, int8 the AVX2
 // int8 kernels; items are multiply-adds.
-void prefill_level(benchmark::State& state, quant::GgmlType type, Activations level) {
+// grouped: Q4_K rows four to a group (gemm_quant_grouped.hpp), as the runner holds them under int8 products.
+void prefill_level(benchmark::State& state, quant::GgmlType type, Activations level, bool grouped = false) {
   constexpr std::int64_t kTokens = 128, kRowsOut = 3072;
   std::mt19937 rng(5);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> x(static_cast<std::size_t>(kTokens * kCols)), y(static_cast<std::size_t>(kTokens * kRowsOut));  // [n, cols], [n, rows]
   for (auto& v : x) v = normal(rng);
-  const QuantMatrix m = make(type, kRowsOut);
+  QuantMatrix m = make(type, kRowsOut);
+  if (grouped) group_rows(m);
   const Activations before = cpu_activations();
   set_cpu_activations(level);
   for (auto _ : state) {
@@ -357,6 +359,10 @@ const bool registered = [] {
                                std::string(activations_name(level)) + "/isa:" + std::string(isa_name(selected_isa()));
       benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { prefill_level(s, type, level); })
           ->UseRealTime();
+      if (type == quant::GgmlType::q4_k && level == Activations::int8)
+        benchmark::RegisterBenchmark((name + "/grouped").c_str(),
+                                     [=](benchmark::State& s) { prefill_level(s, type, level, true); })
+            ->UseRealTime();
     }
   for (const Isa isa : {Isa::avx2, Isa::avx512, Isa::avx512_bf16})
     for (RowWalk walk : {RowWalk::interleaved, RowWalk::sequential})

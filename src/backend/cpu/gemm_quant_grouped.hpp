@@ -47,7 +47,7 @@ inline constexpr std::int64_t kGroupedXBytes = 4;               // x bytes a gro
 // Whether Q4_K weights of `cols` columns are worth grouping in this process:
 // its one-token products round x to int8 (the calling thread's activation
 // level) on a CPU with AVX2 (the AVX-512 VNNI ones too: on a Zen 5 core
-// this kernel streams 1.4-2x the one-row AVX-512 VNNI kernel's weights,
+// this kernel streams 1.1-1.7x the one-row AVX-512 VNNI kernel's weights,
 // bench/CPU.md), and NEURON_CPU_Q4K_GROUPS is not 0 (which keeps the rows
 // as stored, to measure against).
 bool q4_k_grouping_pays(std::int64_t cols);
