@@ -53,6 +53,7 @@ for round in $(seq "$ROUNDS"); do
       --ignore-eos --temperature 0 --repeat "$REPS" --json 2>"$WORK/neuron.err" | tail -1 |
       /usr/bin/python3 -c "import json,sys; d=json.loads(sys.stdin.read()); print(json.dumps({'engine':'neuron','layout':'$layout','round':$round,'load':'$(load)',**d['timings']}))" \
       >>"$OUT/results.jsonl"
+    grep -h 'cpu: ' "$WORK/neuron.err" | sed 's/^/    /' >>"$OUT/run.log"  # its kernels and layout
   done
 done
 /usr/bin/python3 - "$OUT/results.jsonl" <<'PY' | tee -a "$OUT/run.log"
