@@ -26,6 +26,7 @@ namespace {
 using quant::GgmlType;
 
 constexpr int kRowBlock = 4;   // rows dequantized together (8 registers of weights)
+static_assert(kRowBlock % kGroupRows == 0);  // row chunks (chunk_rows' multiple) start on a Q4_K group
 constexpr int kTokenTile = 4;  // tokens per pass (16 registers of accumulators)
 
 // A block format's in-register dequantization: prepare() reads a block's
