@@ -1,6 +1,7 @@
 #pragma once
-// Q4_K rows four to a group, interleaved, for the AVX2 int8 products (the
-// decode of a Q4_K_M file on a CPU without AVX-512 VNNI), and their kernel.
+// Q4_K rows four to a group, interleaved, for the int8 products of one or a
+// few tokens (the decode of a Q4_K_M file), and their 256-bit kernel, which
+// every int8 family takes for those rows (AVX2, AVX-VNNI, AVX-512 VNNI).
 //
 // gemm_quant_int8_avx2's Q4_K kernel walks one row at a time: each row
 // unpacks its own scales, spreads each sub-block's scale over a vector,
