@@ -310,7 +310,7 @@ class CpuRunner final : public ModelRunner, private model::BlockOps {
           grouped_bytes += m.bytes();
         }
     };
-    group(embed_);
+    if (cfg.tie_word_embeddings) group(embed_);  // else only looked up, a row at a time
     group(lm_head_);
     for (Layer& l : layers_) for_each_stack(l, group);
     if (grouped_bytes > 0) spdlog::info("cpu: Q4_K rows four to a group for the int8 kernels ({} MiB)", grouped_bytes >> 20);
