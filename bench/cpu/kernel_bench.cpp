@@ -23,6 +23,7 @@
 #include "backend/cpu/gemm_bf16_few.hpp"
 #include "backend/cpu/gemm_bf16_pairs.hpp"
 #include "backend/cpu/gemm_quant_few.hpp"
+#include "backend/cpu/gemm_quant_grouped.hpp"
 #include "backend/cpu/gemm_quant_pairs.hpp"
 #include "backend/cpu/gemv_bf16.hpp"
 #include "backend/cpu/isa.hpp"
@@ -74,19 +75,23 @@ QuantMatrix make(quant::GgmlType type, std::int64_t rows) {
 }
 
 // int8: the int8 kernels of `family` (NEURON_CPU_ACTIVATIONS=int8), `isa` then unused.
+// grouped: Q4_K rows four to a group and their kernel (gemm_quant_grouped.hpp; an AVX2 family), `walk` unused.
 void run(benchmark::State& state, quant::GgmlType type, Isa isa, RowWalk walk, std::int64_t rows, bool int8,
-         Int8Kernels family = Int8Kernels::avx2) {
+         Int8Kernels family = Int8Kernels::avx2, bool grouped = false) {
   if (int8 ? !int8_kernels_supported(family) : !gemm_quant_few_supported(isa, type))
     return state.SkipWithError("kernel not supported on this CPU");
-  const QuantMatrix m = make(type, rows);
+  QuantMatrix m = make(type, rows);
+  if (grouped) group_rows(m);
   std::vector<float> x(kCols), y(static_cast<std::size_t>(rows));  // [kCols], [rows]
   std::mt19937 rng(2);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (auto& v : x) v = normal(rng);
-  const QuantOperand operand = int8 ? QuantOperand(Activations::int8, type, x.data(), 1, kCols, kCols)
+  const QuantOperand operand = int8 ? QuantOperand(Activations::int8, type, x.data(), 1, kCols, kCols, grouped)
                                     : QuantOperand(isa, type, x.data(), 1, kCols, kCols);
   for (auto _ : state) {
-    if (int8)
+    if (grouped)
+      gemm_q4_k_grouped_rows(family == Int8Kernels::avx_vnni, operand, m, 0, rows, y.data(), rows);
+    else if (int8)
       gemm_quant_few_rows(family, walk, operand, m, 0, rows, y.data(), rows);
     else
       gemm_quant_few_rows(isa, walk, operand, m, 0, rows, y.data(), rows);
@@ -147,13 +152,15 @@ void prefill(benchmark::State& state, quant::GgmlType type, int terms) {
 // at an activation level, on the pool's threads as the runner runs it: with
 // NEURON_CPU_ISA=avx2, f32 is the dequantized tiles and sgemm, int8 the AVX2
 // int8 kernels; items are multiply-adds.
-void prefill_level(benchmark::State& state, quant::GgmlType type, Activations level) {
+// grouped: Q4_K rows four to a group (gemm_quant_grouped.hpp), as the runner holds them under int8 products.
+void prefill_level(benchmark::State& state, quant::GgmlType type, Activations level, bool grouped = false) {
   constexpr std::int64_t kTokens = 128, kRowsOut = 3072;
   std::mt19937 rng(5);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> x(static_cast<std::size_t>(kTokens * kCols)), y(static_cast<std::size_t>(kTokens * kRowsOut));  // [n, cols], [n, rows]
   for (auto& v : x) v = normal(rng);
-  const QuantMatrix m = make(type, kRowsOut);
+  QuantMatrix m = make(type, kRowsOut);
+  if (grouped) group_rows(m);
   const Activations before = cpu_activations();
   set_cpu_activations(level);
   for (auto _ : state) {
@@ -169,7 +176,8 @@ void prefill_level(benchmark::State& state, quant::GgmlType type, Activations le
 // machine); `family` < 0: the dequantized rows and sgemm (OpenBLAS on this
 // thread, OPENBLAS_NUM_THREADS=1; OPENBLAS_CORETYPE=Haswell for its AVX2
 // kernel) as matmul_quant's f32 prefill runs them. Items are multiply-adds.
-void prefill_tile(benchmark::State& state, quant::GgmlType type, int family) {
+// grouped: Q4_K rows four to a group and their kernel (an AVX2 family).
+void prefill_tile(benchmark::State& state, quant::GgmlType type, int family, bool grouped = false) {
   constexpr std::int64_t kTokens = 128, kRows = 256;
   if (family >= 0 && !int8_kernels_supported(static_cast<Int8Kernels>(family)))
     return state.SkipWithError("kernel not supported on this CPU");
@@ -177,7 +185,17 @@ void prefill_tile(benchmark::State& state, quant::GgmlType type, int family) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> x(static_cast<std::size_t>(kTokens * kCols)), y(static_cast<std::size_t>(kTokens * kRows));  // [n, cols], [n, rows]
   for (auto& v : x) v = normal(rng);
-  const QuantMatrix m = make(type, kRows);
+  QuantMatrix m = make(type, kRows);
+  if (grouped) {
+    group_rows(m);
+    for (auto _ : state) {
+      const QuantOperand operand(Activations::int8, type, x.data(), kTokens, kCols, kCols, true);
+      gemm_q4_k_grouped_rows(family == static_cast<int>(Int8Kernels::avx_vnni), operand, m, 0, kRows, y.data(), kRows);
+      benchmark::DoNotOptimize(y.data());
+    }
+    state.SetItemsProcessed(state.iterations() * kTokens * kRows * kCols);
+    return;
+  }
   if (family < 0) {
     std::vector<float> w(static_cast<std::size_t>(kRows * kCols));  // [rows, cols] f32
     for (auto _ : state) {
@@ -283,7 +301,10 @@ void state_snapshot(benchmark::State& state, std::int64_t layers, std::int64_t v
   cfg.linear.conv_kernel = 4;
   for (std::int64_t l = 0; l < layers; ++l)
     cfg.linear.layer_types.push_back(l % 4 == 3 ? model::LayerType::full_attention : model::LayerType::linear_attention);
-  RecurrentStates states(cfg, 1, 1);
+  model::ShardPlan plan;  // one rank: every linear head
+  plan.linear_key_heads = cfg.linear.num_key_heads;
+  plan.linear_value_heads = cfg.linear.num_value_heads;
+  RecurrentStates states(cfg, plan, 1, 1);
   const auto conv = static_cast<std::size_t>(cfg.linear.conv_dim() * (cfg.linear.conv_kernel - 1));
   const auto delta = static_cast<std::size_t>(value_heads * 128 * 128);
   for (std::int64_t l = 0; l < layers * 3 / 4; ++l) {  // a written state, as in a serving process
@@ -327,6 +348,9 @@ const bool registered = [] {
       const std::string name = "prefill_tile/" + std::string(quant::ggml_type_name(type)) + "/" +
                                (family < 0 ? std::string("sgemm") : "int8_" + std::string(int8_kernels_name(static_cast<Int8Kernels>(family))));
       benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { prefill_tile(s, type, family); });
+      if (type == quant::GgmlType::q4_k && (family == 0 || family == 1))
+        benchmark::RegisterBenchmark((name + "_grouped").c_str(),
+                                     [=](benchmark::State& s) { prefill_tile(s, type, family, true); });
     }
   for (auto type : {quant::GgmlType::q8_0, quant::GgmlType::q4_0, quant::GgmlType::q4_k, quant::GgmlType::q5_k,
                     quant::GgmlType::q6_k})
@@ -335,6 +359,10 @@ const bool registered = [] {
                                std::string(activations_name(level)) + "/isa:" + std::string(isa_name(selected_isa()));
       benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { prefill_level(s, type, level); })
           ->UseRealTime();
+      if (type == quant::GgmlType::q4_k && level == Activations::int8)
+        benchmark::RegisterBenchmark((name + "/grouped").c_str(),
+                                     [=](benchmark::State& s) { prefill_level(s, type, level, true); })
+            ->UseRealTime();
     }
   for (const Isa isa : {Isa::avx2, Isa::avx512, Isa::avx512_bf16})
     for (RowWalk walk : {RowWalk::interleaved, RowWalk::sequential})
@@ -356,6 +384,15 @@ const bool registered = [] {
           benchmark::RegisterBenchmark(name.c_str(),
                                        [=](benchmark::State& s) { run(s, type, Isa::avx2, walk, rows, true, family); });
         }
+  for (const Int8Kernels family : {Int8Kernels::avx2, Int8Kernels::avx_vnni})
+    for (const bool l2 : {true, false}) {
+      const std::int64_t rows =  // whole groups
+          l2 ? 256 : (std::int64_t{96} << 20) / static_cast<std::int64_t>(quant::row_bytes(quant::GgmlType::q4_k, kCols)) / 4 * 4;
+      const std::string name = "Q4_K/int8_" + std::string(int8_kernels_name(family)) + "/grouped" + (l2 ? "/l2" : "/memory");
+      benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) {
+        run(s, quant::GgmlType::q4_k, Isa::avx2, RowWalk::interleaved, rows, true, family, true);
+      });
+    }
   for (auto type : {quant::GgmlType::q8_0, quant::GgmlType::q4_k, quant::GgmlType::q6_k})
     for (int kind = 0; kind < 3; ++kind) {  // avx2, avx512, avx512_bf16 (f32 x)
       const bool int8 = false;

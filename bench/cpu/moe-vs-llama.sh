@@ -8,7 +8,7 @@
 #   llama-bench -m F -p 0 -n GEN -d PROMPT -t THREADS -r REPS  (decode after PROMPT tokens)
 #   neuron generate --model F --device cpu --prompt-ids <PROMPT random ids> --max-tokens GEN
 #     --ignore-eos --temperature 0 --repeat REPS --json   (its default activations)
-# with the load average logged before each. Needs llama.cpp built for this CPU
+# (once per LAYOUTS entry) with the load average logged before each. Needs llama.cpp built for this CPU
 # with the llama-bench and llama-quantize targets at LLAMA_BIN, and gguf-py on
 # GGUF_PY (llama.cpp's gguf-py). Results: $OUT/results.jsonl and $OUT/run.log.
 #   LLAMA_BIN=/tmp/llcpu/b/bin GGUF_PY=.convert/gguf-py bash bench/cpu/moe-vs-llama.sh
@@ -22,6 +22,9 @@ LLAMA_BIN=${LLAMA_BIN:?llama.cpp bin folder}
 GGUF_PY=${GGUF_PY:?llama.cpp gguf-py folder}
 TOKENIZER=${TOKENIZER:-$root/models/qwen3-tiny-a}
 PROMPT=${PROMPT:-128} GEN=${GEN:-32} REPS=${REPS:-2} ROUNDS=${ROUNDS:-2} THREADS=${THREADS:-2}
+# neuron's Q4_K layouts: grouped (the default where the AVX2 int8 kernels take the products,
+# gemm_quant_grouped.hpp) and rows (NEURON_CPU_Q4K_GROUPS=0, as stored).
+LAYOUTS=${LAYOUTS:-grouped rows}
 mkdir -p "$OUT"
 trap 'rm -rf "$WORK"' EXIT
 : >"$OUT/results.jsonl"
@@ -43,18 +46,22 @@ for round in $(seq "$ROUNDS"); do
   log "round $round llama decode, load $(load)"
   "$LLAMA_BIN/llama-bench" -m "$F" -p 0 -n "$GEN" -d "$PROMPT" -t "$THREADS" -r "$REPS" -o jsonl 2>/dev/null |
     sed "s/^{/{\"engine\":\"llama.cpp\",\"kind\":\"decode\",\"round\":$round,\"load\":\"$(load)\",/" >>"$OUT/results.jsonl"
-  log "round $round neuron, load $(load)"
-  "$NEURON" generate --model "$F" --device cpu --prompt-ids "$ids" --max-tokens "$GEN" --ignore-eos --temperature 0 \
-    --repeat "$REPS" --json 2>"$WORK/neuron.err" | tail -1 |
-    /usr/bin/python3 -c "import json,sys; d=json.loads(sys.stdin.read()); print(json.dumps({'engine':'neuron','round':$round,'load':'$(load)',**d['timings']}))" \
-    >>"$OUT/results.jsonl"
+  for layout in $LAYOUTS; do
+    groups=1; [ "$layout" = rows ] && groups=0
+    log "round $round neuron $layout, load $(load)"
+    NEURON_CPU_Q4K_GROUPS=$groups "$NEURON" generate --model "$F" --device cpu --prompt-ids "$ids" --max-tokens "$GEN" \
+      --ignore-eos --temperature 0 --repeat "$REPS" --json 2>"$WORK/neuron.err" | tail -1 |
+      /usr/bin/python3 -c "import json,sys; d=json.loads(sys.stdin.read()); print(json.dumps({'engine':'neuron','layout':'$layout','round':$round,'load':'$(load)',**d['timings']}))" \
+      >>"$OUT/results.jsonl"
+    grep -h 'cpu: ' "$WORK/neuron.err" | sed 's/^/    /' >>"$OUT/run.log"  # its kernels and layout
+  done
 done
 /usr/bin/python3 - "$OUT/results.jsonl" <<'PY' | tee -a "$OUT/run.log"
 import json, sys
 for l in open(sys.argv[1]):
     d = json.loads(l)
     if d["engine"] == "neuron":
-        print(f"round {d['round']} neuron: prefill {d['prefill_tok_s']:.1f} tok/s, decode {d['decode_tok_s']:.1f} tok/s (load {d['load']})")
+        print(f"round {d['round']} neuron {d.get('layout', '')}: prefill {d['prefill_tok_s']:.1f} tok/s, decode {d['decode_tok_s']:.1f} tok/s (load {d['load']})")
     else:
         print(f"round {d['round']} llama.cpp {d['kind']}: {d['avg_ts']:.1f} tok/s (load {d['load']})")
 PY

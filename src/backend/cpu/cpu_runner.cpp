@@ -15,6 +15,7 @@
 #include "backend/cpu/attention.hpp"
 #include "backend/cpu/chunk_pool.hpp"
 #include "backend/cpu/gated_delta.hpp"
+#include "backend/cpu/gemm_quant_grouped.hpp"
 #include "backend/cpu/matmul.hpp"
 #include "backend/cpu/matmul_quant.hpp"
 #include "backend/cpu/ops.hpp"
@@ -50,10 +51,12 @@ struct Matrix {
   std::uint64_t bytes() const noexcept { return quantized ? q.data.size() : bf16.size() * 2; }
   // Row r as f32 into out[cols] (embedding lookup).
   void row_f32(std::int64_t r, float* out) const {
-    if (quantized)
-      quant::dequantize_row(q.type, q.data.data() + static_cast<std::size_t>(r) * q.row_bytes, out, cols);
-    else
+    if (quantized) {
+      StoredRows stored;  // a grouped row as stored
+      quant::dequantize_row(q.type, stored.row(q, r), out, cols);
+    } else {
       widen_bf16(bf16.data() + r * cols, out, cols);
+    }
   }
 };
 
@@ -297,6 +300,20 @@ class CpuRunner final : public ModelRunner, private model::BlockOps {
     measure_walks(lm_head_);
     for (const Layer& l : layers_)
       for_each_stack(l, measure_walks);
+    // Q4_K rows four to a group where the one-token products take the int8
+    // kernels (gemm_quant_grouped.hpp): the decode's layout, in place.
+    std::uint64_t grouped_bytes = 0;
+    auto group = [&](Stack& stack) {
+      for (Matrix& m : stack)
+        if (m.quantized && m.q.type == quant::GgmlType::q4_k && q4_k_grouping_pays(m.cols)) {
+          group_rows(m.q);
+          grouped_bytes += m.bytes();
+        }
+    };
+    if (cfg.tie_word_embeddings) group(embed_);  // else only looked up, a row at a time
+    group(lm_head_);
+    for (Layer& l : layers_) for_each_stack(l, group);
+    if (grouped_bytes > 0) spdlog::info("cpu: Q4_K rows four to a group for the int8 kernels ({} MiB)", grouped_bytes >> 20);
   }
 
   // An RMSNorm weight as the scale the blocks multiply by (a zero-centred one gets its 1 here: model::to_norm_scale).
@@ -385,19 +402,19 @@ class CpuRunner final : public ModelRunner, private model::BlockOps {
     }
   }
 
-  template <class F>
-  static void for_each_stack(const Layer& l, F&& f) {
-    for (const Stack* s : {&l.qkv, &l.o, &l.router, &l.shared_gate}) f(*s);
+  template <class L, class F>  // L: Layer or const Layer
+  static void for_each_stack(L& l, F&& f) {
+    for (auto* s : {&l.qkv, &l.o, &l.router, &l.shared_gate}) f(*s);
     if (l.linear) {
       f(l.linear->in_proj);
       f(l.linear->out);
     }
-    for (const std::optional<Mlp>* m : {&l.mlp, &l.shared_expert}) {
+    for (auto* m : {&l.mlp, &l.shared_expert}) {
       if (!*m) continue;
       f((*m)->gate_up);
       f((*m)->down);
     }
-    for (const Mlp& e : l.experts) {
+    for (auto& e : l.experts) {
       f(e.gate_up);
       f(e.down);
     }

@@ -12,6 +12,7 @@
 
 #include "backend/cpu/simd.hpp"
 #include "backend/cpu/chunk_pool.hpp"
+#include "backend/cpu/gemm_quant_grouped.hpp"
 #include "backend/cpu/gemm_quant_int8_avx2.hpp"
 #include "quant/dequantize.hpp"
 #include "util/error.hpp"
@@ -25,6 +26,7 @@ namespace {
 using quant::GgmlType;
 
 constexpr int kRowBlock = 4;   // rows dequantized together (8 registers of weights)
+static_assert(kRowBlock % kGroupRows == 0);  // row chunks (chunk_rows' multiple) start on a Q4_K group
 constexpr int kTokenTile = 4;  // tokens per pass (16 registers of accumulators)
 
 // A block format's in-register dequantization: prepare() reads a block's
@@ -781,7 +783,7 @@ NEURON_AVX512_VNNI float round_to_int8(const float* x, std::int8_t* q, std::int1
 }  // namespace
 
 QuantOperand::QuantOperand(Activations, quant::GgmlType type, const float* x, std::int64_t n, std::int64_t ldx,
-                           std::int64_t cols)
+                           std::int64_t cols, bool grouped)
     : x_(x), n_(n), ldx_(ldx), cols_(cols) {
   NEURON_ASSERT(gemm_quant_few_int8(Isa::avx2, type) && cols % quant::kQK_K == 0);
   if (n <= 0) return;
@@ -805,6 +807,13 @@ QuantOperand::QuantOperand(Activations, quant::GgmlType type, const float* x, st
         corrections_[static_cast<std::size_t>(t * (cols / 4) + k)] =
             -bias * (q[4 * k] + q[4 * k + 1] + q[4 * k + 2] + q[4 * k + 3]);
   }
+  if (!grouped) return;
+  NEURON_ASSERT(type == GgmlType::q4_k);
+  grouped_.resize(static_cast<std::size_t>(n * cols * kGroupedXBytes));
+  grouped_sums_.resize(static_cast<std::size_t>(n * (cols / quant::kQK_K * 32)));
+  for (std::int64_t t = 0; t < n; ++t)
+    group_operand(q8(t), q8_sums(t), cols, grouped_.data() + t * cols * kGroupedXBytes,
+                  grouped_sums_.data() + t * (cols / quant::kQK_K * 32));
 }
 
 QuantOperand::QuantOperand(Isa isa, quant::GgmlType type, const float* x, std::int64_t n, std::int64_t ldx,
@@ -856,6 +865,12 @@ void gemm_quant_few_rows(Isa isa, RowWalk walk, const QuantOperand& x, const Qua
 void gemm_quant_few_rows(Int8Kernels k, RowWalk walk, const QuantOperand& x, const QuantMatrix& w, std::int64_t r0,
                          std::int64_t r1, float* y, std::int64_t ldy) {
   NEURON_ASSERT(int8_type(w.type) && int8_kernels_supported(k) && (x.int8() || x.tokens() == 0));
+  if (w.grouped_rows > r0) {  // Q4_K rows four to a group: their kernel (AVX-VNNI's where the CPU has it), the rest below
+    const std::int64_t end = std::min(r1, w.grouped_rows);
+    gemm_q4_k_grouped_rows(k != Int8Kernels::avx2 && avx_vnni_supported(), x, w, r0, end, y, ldy);
+    if (end == r1) return;
+    r0 = end;
+  }
   if (k != Int8Kernels::avx512_vnni)
     return gemm_quant_int8_avx2_rows(k == Int8Kernels::avx_vnni, walk, x, w, r0, r1, y, ldy);
   const auto& fn = int8_table(w.type);
@@ -889,7 +904,9 @@ void gemm_quant_few(Isa isa, const float* x, std::int64_t n, std::int64_t ldx, c
   } else if (gemm_quant_few_bf16_pairs(isa, w.type)) {
     isa = Isa::avx512;  // several tokens share each dequantized weight in the f32 kernels
   }
-  const QuantOperand operand = int8 ? QuantOperand(Activations::int8, w.type, x, n, ldx, w.cols)
+  // Grouped rows (gemm_quant_grouped.hpp) are read only by the int8 kernels (matmul_quant routes the rest).
+  NEURON_ASSERT(w.grouped_rows == 0 || int8);
+  const QuantOperand operand = int8 ? QuantOperand(Activations::int8, w.type, x, n, ldx, w.cols, w.grouped_rows > 0)
                                     : QuantOperand(isa, w.type, x, n, ldx, w.cols);
   const std::int64_t chunk_rows =
       ChunkPool::shared().chunk_rows(w.rows, static_cast<std::int64_t>(w.row_bytes), kRowBlock);

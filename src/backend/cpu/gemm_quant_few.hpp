@@ -86,7 +86,9 @@ class QuantOperand {
   QuantOperand(Isa isa, quant::GgmlType type, const float* x, std::int64_t n, std::int64_t ldx, std::int64_t cols);
   // The int8 form (gemm_quant_few_int8(Isa::avx2, type) must hold; cols a
   // multiple of 256); the same bits whichever family multiplies it.
-  QuantOperand(Activations, quant::GgmlType type, const float* x, std::int64_t n, std::int64_t ldx, std::int64_t cols);
+  // grouped: also the layout grouped Q4_K rows read (gemm_quant_grouped.hpp).
+  QuantOperand(Activations, quant::GgmlType type, const float* x, std::int64_t n, std::int64_t ldx, std::int64_t cols,
+               bool grouped = false);
 
   const float* f32() const noexcept { return x_; }
   std::int64_t tokens() const noexcept { return n_; }
@@ -107,6 +109,13 @@ class QuantOperand {
   const std::int32_t* q8_corrections(std::int64_t t) const noexcept {
     return corrections_.empty() ? nullptr : corrections_.data() + t * (cols_ / 4);
   }
+  // Token t's grouped form (group_operand): [cols * kGroupedXBytes] and its
+  // sub-block sums [cols / 256 * 32]; only when grouped().
+  bool grouped() const noexcept { return !grouped_.empty(); }
+  const std::int8_t* q8_grouped(std::int64_t t) const noexcept { return grouped_.data() + t * cols_ * 4; }
+  const std::int16_t* q8_grouped_sums(std::int64_t t) const noexcept {
+    return grouped_sums_.data() + t * (cols_ / 256 * 32);
+  }
 
  private:
   const float* x_;
@@ -116,6 +125,8 @@ class QuantOperand {
   std::vector<std::int8_t> q8_;         // [n, cols]
   std::vector<std::int16_t> q8_sums_;   // [n, cols / 16]
   std::vector<std::int32_t> corrections_;  // [n, cols / 4], Q8_0 and Q4_0 only
+  std::vector<std::int8_t> grouped_;       // [n, cols * 4] when grouped
+  std::vector<std::int16_t> grouped_sums_; // [n, cols / 256 * 32] when grouped
 };
 
 // x: [n, w.cols] f32 (row stride ldx), y: [n, w.rows] f32 (row stride ldy).

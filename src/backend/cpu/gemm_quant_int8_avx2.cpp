@@ -375,6 +375,7 @@ void gemm_quant_int8_avx2_rows(bool vnni, RowWalk walk, const QuantOperand& x, c
     }
     return tile;
   };
+  NEURON_ASSERT(w.grouped_rows <= r0);  // grouped rows take gemm_q4_k_grouped_rows (gemm_quant_few)
   const auto row = [&](std::int64_t r) { return w.data.data() + static_cast<std::size_t>(r) * w.row_bytes; };
   if (x.tokens() == 1) {
     const Tile one = tile(0, 1);

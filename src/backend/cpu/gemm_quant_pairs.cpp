@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/cpu/chunk_pool.hpp"
+#include "backend/cpu/gemm_quant_grouped.hpp"
 #include "backend/cpu/gemm_bf16_pairs.hpp"
 #include "backend/cpu/packed_terms.hpp"
 #include "backend/cpu/simd.hpp"
@@ -243,6 +244,7 @@ void gemm_quant_pairs(const float* x, std::int64_t n, std::int64_t ldx, const Qu
   const std::int64_t tasks = (blocks + per_task - 1) / per_task;
   ChunkPool::shared().run(tasks, [&](std::int64_t task) {
     thread_local Unpacked u;
+    StoredRows stored;  // grouped rows as stored
     u.size_for(in, s);
     alignas(64) float c[kRows * 32];  // [kRows][32 tokens] f32
     const std::int64_t end = std::min(blocks, (task + 1) * per_task);
@@ -250,7 +252,7 @@ void gemm_quant_pairs(const float* x, std::int64_t n, std::int64_t ldx, const Qu
       const std::int64_t r0 = b * kRows;
       const int rows = static_cast<int>(std::min<std::int64_t>(kRows, w.rows - r0));
       for (int r = 0; r < rows; ++r)
-        unpack_row(w.type, w.data.data() + static_cast<std::size_t>(r0 + r) * w.row_bytes, in, u.q.data() + r * in,
+        unpack_row(w.type, stored.row(w, r0 + r), in, u.q.data() + r * in,
                    u.scale.data() + r * u.subs, u.constant.data() + r * u.subs);
       for (std::int64_t g = 0; g < packed.groups; g += kGroups) {
         const int groups = (g + 1) * 16 < n ? 2 : 1;  // the second group holds tokens

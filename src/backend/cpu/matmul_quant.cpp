@@ -14,10 +14,12 @@
 #include "backend/cpu/gemm_bf16_few.hpp"
 #include "backend/cpu/gemm_bf16_pairs.hpp"
 #include "backend/cpu/gemm_quant_few.hpp"
+#include "backend/cpu/gemm_quant_grouped.hpp"
 #include "backend/cpu/gemm_quant_pairs.hpp"
 #include "backend/cpu/matmul.hpp"
 #include "quant/dequantize.hpp"
 #include "tensor/dtype.hpp"
+#include "util/error.hpp"
 
 namespace neuron::backend::cpu {
 
@@ -195,6 +197,7 @@ bool use_avx2(Isa isa) { return isa != Isa::scalar; }
 }  // namespace
 
 void gemv_quant_rows(Isa isa, const QuantMatrix& w, const float* x, std::int64_t r0, std::int64_t r1, float* y) {
+  NEURON_ASSERT(w.grouped_rows == 0);
   const bool avx2 = use_avx2(isa);
   const bool avx512 = avx2 && (isa == Isa::avx512 || isa == Isa::avx512_bf16);
   if (w.type == quant::GgmlType::q8_0) {
@@ -229,9 +232,10 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void split_rows(const Qua
                                                                           std::int64_t r1, std::uint16_t* hi,
                                                                           std::uint16_t* lo) {
   thread_local std::vector<float> row;  // [cols] one dequantized row
+  StoredRows stored;  // grouped rows as stored
   row.resize(static_cast<std::size_t>(w.cols));
   for (std::int64_t r = r0; r < r1; ++r) {
-    quant::dequantize_row(w.type, w.data.data() + static_cast<std::size_t>(r) * w.row_bytes, row.data(), w.cols);
+    quant::dequantize_row(w.type, stored.row(w, r), row.data(), w.cols);
     std::uint16_t* h = hi + (r - r0) * w.cols;
     std::uint16_t* l = lo + (r - r0) * w.cols;
     for (std::int64_t c = 0; c < w.cols; c += 16) {  // cols is a multiple of 32 (gemm_bf16_amx_fits)
@@ -278,6 +282,35 @@ void gemv_quant(const QuantMatrix& w, const float* x, float* y) {
   });
 }
 
+bool avx2_int8_products(quant::GgmlType type, std::int64_t cols) {
+  const Isa isa = selected_isa();
+  const bool k_quant = type == quant::GgmlType::q4_k || type == quant::GgmlType::q5_k || type == quant::GgmlType::q6_k;
+  return k_quant && int8_quant_products(cpu_activations()) && gemm_quant_few_int8(isa, type) &&
+         cols % quant::kQK_K == 0 && int8_kernels(isa) != Int8Kernels::avx512_vnni &&
+         !gemm_quant_pairs_fits(type, cols) && !amx_bf16_usable();
+}
+
+namespace {
+
+constexpr std::int64_t kSlabRows = 64;  // rows of a grouped matrix ungrouped at a time for other kernels
+
+// The product on slabs of w's rows ungrouped (each a plain QuantMatrix).
+void matmul_quant_ungrouped(const float* x, std::int64_t n, std::int64_t ldx, const QuantMatrix& w, float* y,
+                            std::int64_t ldy) {
+  QuantMatrix slab;
+  slab.type = w.type;
+  slab.cols = w.cols;
+  slab.row_bytes = w.row_bytes;
+  for (std::int64_t r0 = 0; r0 < w.rows; r0 += kSlabRows) {
+    slab.rows = std::min(kSlabRows, w.rows - r0);
+    slab.data.resize(static_cast<std::size_t>(slab.rows) * w.row_bytes);
+    ungroup_rows(w, r0, r0 + slab.rows, slab.data.data());
+    matmul_quant(x, n, ldx, slab, y + r0, ldy);
+  }
+}
+
+}  // namespace
+
 void matmul_quant(const float* x, std::int64_t n, std::int64_t ldx, const QuantMatrix& w, float* y, std::int64_t ldy) {
   if (n <= 0 || w.rows <= 0) return;
   // With one bf16 term of x (a reduced activation level), the pairs kernel
@@ -290,12 +323,14 @@ void matmul_quant(const float* x, std::int64_t n, std::int64_t ldx, const QuantM
   // The AVX2 int8 kernels share a row's unpacked quants between tokens: on a
   // CPU without AVX-512 BF16 or AMX they take the K-quants' prefill too
   // (ahead of sgemm there; Q8_0's and Q4_0's behind it, bench/CPU.md).
-  const bool k_quant = w.type == quant::GgmlType::q4_k || w.type == quant::GgmlType::q5_k || w.type == quant::GgmlType::q6_k;
-  if (int8 && k_quant && int8_kernels(isa) != Int8Kernels::avx512_vnni && !pairs && !amx_bf16_usable())
-    return gemm_quant_few(isa, x, n, ldx, w, y, ldy);
-  if (n < kFewTokensMax && (gemm_quant_few_supported(isa, w.type) || int8) &&
-      !(pairs && one_term && n >= kPairsTokensMin))
-    return gemm_quant_few(isa, x, n, ldx, w, y, ldy);
+  if (avx2_int8_products(w.type, w.cols)) return gemm_quant_few(isa, x, n, ldx, w, y, ldy);
+  const bool few = n < kFewTokensMax && (gemm_quant_few_supported(isa, w.type) || int8) &&
+                   !(pairs && one_term && n >= kPairsTokensMin);
+  // Grouped rows: the int8 kernels, or the prefill paths below, which read a
+  // row at a time (StoredRows); the f32 few-token kernels and gemv_quant read
+  // rows in place, so without int8 products they take the rows ungrouped in slabs.
+  if (w.grouped_rows > 0 && !int8 && (few || n == 1)) return matmul_quant_ungrouped(x, n, ldx, w, y, ldy);
+  if (few) return gemm_quant_few(isa, x, n, ldx, w, y, ldy);
   if (n == 1) return gemv_quant(w, x, y);
   const std::int64_t in = w.cols;
   std::int64_t first = 0;  // rows below it are done
@@ -310,10 +345,11 @@ void matmul_quant(const float* x, std::int64_t n, std::int64_t ldx, const QuantM
   const std::int64_t tiles = (w.rows - first + tile_rows - 1) / tile_rows;
   ChunkPool::shared().run(tiles, [&](std::int64_t t) {
     thread_local std::vector<float> scratch;  // [tile_rows, in] f32
+    StoredRows stored;  // grouped rows as stored
     scratch.resize(static_cast<std::size_t>(tile_rows * in));
     const std::int64_t r0 = first + t * tile_rows, rows = std::min(tile_rows, w.rows - r0);
     for (std::int64_t r = 0; r < rows; ++r)
-      quant::dequantize_row(w.type, w.data.data() + static_cast<std::size_t>(r0 + r) * w.row_bytes, scratch.data() + r * in, in);
+      quant::dequantize_row(w.type, stored.row(w, r0 + r), scratch.data() + r * in, in);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n), static_cast<int>(rows), static_cast<int>(in),
                 1.0f, x, static_cast<int>(ldx), scratch.data(), static_cast<int>(in), 0.0f, y + r0, static_cast<int>(ldy));
   });

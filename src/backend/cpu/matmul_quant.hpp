@@ -31,17 +31,29 @@
 
 namespace neuron::backend::cpu {
 
-// [rows, cols] in `type`'s blocks, row-major: row r at data + r * row_bytes.
+// [rows, cols] in `type`'s blocks, row-major: row r at data + r * row_bytes,
+// except that Q4_K rows [0, grouped_rows) may lie four to a group,
+// interleaved (gemm_quant_grouped.hpp: group_rows, ungroup_rows).
 struct QuantMatrix {
   quant::GgmlType type = quant::GgmlType::q8_0;
   std::int64_t rows = 0, cols = 0;
   std::size_t row_bytes = 0;        // quant::row_bytes(type, cols)
   WeightVector<std::byte> data;     // [rows * row_bytes]
+  std::int64_t grouped_rows = 0;    // a multiple of 4; 0: every row as stored
 };
 
+// Every product of W in `type` with `cols` columns goes to the AVX2 int8
+// kernels (gemm_quant_int8_avx2.hpp) at the calling thread's activation
+// level: int8 products of a K-quant on a CPU whose int8 family is an AVX2
+// one and which has neither AVX-512 BF16 pairs nor AMX for the prefill.
+bool avx2_int8_products(quant::GgmlType type, std::int64_t cols);
+
 // x: [n, in] f32 (row stride ldx), w: [out, in], y: [n, out] f32 (row stride ldy).
+// Grouped rows take the int8 kernels or, for a prefill, the paths that read a
+// row at a time; were the level changed since they were grouped to one
+// without int8 products, slabs of them are ungrouped for the f32 kernels.
 void matmul_quant(const float* x, std::int64_t n, std::int64_t ldx, const QuantMatrix& w, float* y, std::int64_t ldy);
-// y[0, w.rows) = W x.
+// y[0, w.rows) = W x (w not grouped, as for the two below).
 void gemv_quant(const QuantMatrix& w, const float* x, float* y);
 // Rows [r0, r1) of W x on the calling thread with the given ISA's kernel (tests compare ISAs).
 void gemv_quant_rows(Isa isa, const QuantMatrix& w, const float* x, std::int64_t r0, std::int64_t r1, float* y);
