@@ -84,12 +84,13 @@ LoadPlan plan_load(const LoadOptions& options, const model::ModelConfig& cfg) {
   ro.state_slots = cfg.linear.hybrid() ? backend::kDefaultStateSlots : 0;
   ro.state_snapshots = cfg.linear.hybrid() ? backend::resolve_state_snapshots(options.state_snapshots, ro.state_slots) : 0;
   ro.quantize = options.quantize;
-  // An embedder or reranker on one rank: its CPU products (and so its KV pool's element, planned below)
-  // take their own level (backend/cpu/activations.hpp's model_activations).
+  // An embedder or reranker on one rank, or quantized weights: its CPU products (and so its KV pool's
+  // element, planned below) take their own level (backend/cpu/activations.hpp's model_activations).
   ro.encode_only = n == 1 && resolve_task(options.model_dir, options.task, options.pooling, options.model_id).task !=
                                  ModelTask::generate;
-  const backend::cpu::ActivationsScope level(
-      backend::cpu::model_activations(backend::cpu::cpu_activations(), ro.encode_only));
+  const backend::cpu::ActivationsScope level(backend::cpu::model_activations(
+      backend::cpu::cpu_activations(), ro.encode_only,
+      backend::cpu::quantized_weights(options.model_dir, options.quantize.has_value())));
   // Every rank's plan, so a bad split fails here, before a process starts.
   std::vector<model::ShardPlan> shards;
   std::vector<backend::KvBudget> budgets;  // each rank's, with its weights as it will hold them

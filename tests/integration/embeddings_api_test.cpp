@@ -703,10 +703,13 @@ double cosine(const std::vector<float>& a, const json& b) { return test_support:
 TEST(EmbeddingsActivations, AnEncoderRoundsToBf16UnderAutoAndStaysCloseToTheReferences) {
   const Restore restore;
   using backend::cpu::Activations;
-  EXPECT_EQ(backend::cpu::model_activations(Activations::automatic, true), Activations::int8);
-  EXPECT_EQ(backend::cpu::model_activations(Activations::automatic, false), Activations::automatic);
-  for (const Activations a : {Activations::f32, Activations::bf16, Activations::int8})
-    EXPECT_EQ(backend::cpu::model_activations(a, true), a);
+  EXPECT_EQ(backend::cpu::model_activations(Activations::automatic, true, false), Activations::int8);
+  EXPECT_EQ(backend::cpu::model_activations(Activations::automatic, false, false), Activations::automatic);
+  EXPECT_EQ(backend::cpu::model_activations(Activations::automatic, false, true), Activations::int8);
+  for (const Activations a : {Activations::f32, Activations::bf16, Activations::int8}) {
+    EXPECT_EQ(backend::cpu::model_activations(a, true, false), a);
+    EXPECT_EQ(backend::cpu::model_activations(a, false, true), a);
+  }
   backend::cpu::set_cpu_activations(Activations::automatic);
   const std::uint64_t generate = kv_bytes_per_block(kTiny, std::nullopt, std::nullopt);
   EXPECT_EQ(kv_bytes_per_block(kTiny, "embed", "last") * 2, generate);

@@ -1,9 +1,13 @@
 #include "backend/cpu/activations.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 
 #include <spdlog/spdlog.h>
+
+#include "io/gguf.hpp"
+#include "io/safetensors.hpp"
 
 namespace neuron::backend::cpu {
 
@@ -56,8 +60,24 @@ Activations cpu_activations() {
 
 void set_cpu_activations(Activations a) noexcept { g_activations.store(static_cast<int>(a), std::memory_order_relaxed); }
 
-Activations model_activations(Activations process, bool encode_only) noexcept {
-  return process == Activations::automatic && encode_only ? Activations::int8 : process;
+Activations model_activations(Activations process, bool encode_only, bool quantized_weights) noexcept {
+  return process == Activations::automatic && (encode_only || quantized_weights) ? Activations::int8 : process;
+}
+
+namespace {
+bool any_quantized(const io::GgufFile& file) {
+  return std::ranges::any_of(file.tensors(), [](const io::GgufTensor& t) { return t.view().quantized(); });
+}
+}  // namespace
+
+bool quantized_weights(const std::filesystem::path& model, bool quantize_at_load) {
+  if (quantize_at_load) return true;
+  return io::is_gguf_path(model) && any_quantized(io::GgufFile(model));
+}
+
+bool quantized_weights(const io::Checkpoint* checkpoint, bool quantize_at_load) {
+  if (quantize_at_load) return true;
+  return checkpoint && checkpoint->gguf() && any_quantized(*checkpoint->gguf());
 }
 
 ActivationsScope::ActivationsScope(Activations a) noexcept : previous_(t_scoped) { t_scoped = static_cast<int>(a); }

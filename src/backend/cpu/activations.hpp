@@ -12,7 +12,13 @@
 //         KV cache). A quantized file's weights are already rounded to 4-8
 //         bits; rounding x to int8 adds ~1e-2 of a product to their own
 //         error, as llama.cpp does for these types (bench/CPU.md measures
-//         the cost and the speed). A model that only encodes (an embedder
+//         the cost and the speed). A model whose projections are quantized
+//         (a quantized GGUF, or quantize-at-load: quantized_weights) takes
+//         int8 below under auto (model_activations): a bf16 KV cache, half
+//         the bytes a decode step reads at long context, moves its logits by
+//         about what the int8 rounding does (KvElement.Bf16CacheFollowsThe-
+//         F32One: 1.8% against 1.3% of their range), as llama.cpp's f16
+//         cache does. A model that only encodes (an embedder
 //         or a reranker: RunnerOptions::encode_only) takes int8 below under
 //         auto (model_activations): its bf16 products round x to bf16, as
 //         llama.cpp's and sentence-transformers' bf16 runs do, at half the
@@ -31,8 +37,13 @@
 //
 // Each of bf16 and int8 keeps what the one before it allows, so a process set
 // to int8 rounds a bf16 model's prefill products to bf16 as well.
+#include <filesystem>
 #include <optional>
 #include <string_view>
+
+namespace neuron::io {
+class Checkpoint;
+}
 
 namespace neuron::backend::cpu {
 
@@ -51,8 +62,16 @@ void set_cpu_activations(Activations a) noexcept;
 
 // The level a model's products take: `process` (cpu_activations()), except
 // that auto is int8 for a model that only encodes (embeddings, rerank
-// scores). An explicit level (f32, bf16, int8) is kept for every model.
-Activations model_activations(Activations process, bool encode_only) noexcept;
+// scores) and for one whose weights are quantized (quantized_weights). An
+// explicit level (f32, bf16, int8) is kept for every model.
+Activations model_activations(Activations process, bool encode_only, bool quantized_weights) noexcept;
+
+// Whether a load's projections are quantized blocks: quantize-at-load, or a
+// GGUF file holding quantized tensors (safetensors hold float ones). The
+// planner asks with the model's path (a GGUF header is read), the runner
+// with its open checkpoint; both answer alike.
+bool quantized_weights(const std::filesystem::path& model, bool quantize_at_load);
+bool quantized_weights(const io::Checkpoint* checkpoint, bool quantize_at_load);
 
 // While one lives, cpu_activations() on the thread that made it answers `a`
 // instead of the process's level: a runner holds one over its own work (its

@@ -765,11 +765,12 @@ std::unique_ptr<ModelRunner> make_cpu_runner(const model::ModelConfig& cfg, cons
   if (options.kv_blocks < 0) fail(errc::invalid_argument, "kv_blocks " + std::to_string(options.kv_blocks) + " is negative");
   const std::int32_t block_size = options.kv_block_size > 0 ? options.kv_block_size : kDefaultKvBlockSize;
   const std::int32_t num_blocks = options.kv_blocks > 0 ? options.kv_blocks : (max_context + block_size - 1) / block_size;
-  const Activations activations = model_activations(cpu_activations(), options.encode_only);
+  const Activations activations =
+      model_activations(cpu_activations(), options.encode_only, quantized_weights(checkpoint, options.quantize.has_value()));
   if (activations != cpu_activations())
-    spdlog::info("cpu: an embedder or reranker under --cpu-activations auto: its products round the activations as {} "
-                 "does (bf16 for bf16 weights, a bf16 KV cache); --cpu-activations f32 keeps them exact",
-                 activations_name(activations));
+    spdlog::info("cpu: {} under --cpu-activations auto: its products round the activations as {} does (bf16 for "
+                 "bf16 weights, a bf16 KV cache); --cpu-activations f32 keeps them exact",
+                 options.encode_only ? "an embedder or reranker" : "quantized weights", activations_name(activations));
   const ActivationsScope level(activations);
   const KvPool::Element kv = kv_element();  // read once, at the model's level: the pool and its shape agree
   const std::uint64_t per_block = kv_bytes_per_block(cfg, plan, KvPool::element_bytes(kv), block_size);

@@ -35,8 +35,9 @@ namespace neuron::backend::cpu {
 // for a pool past the address space. A hybrid's runner keeps options.state_slots
 // recurrent-state slots and resolve_state_snapshots' snapshot slots beside them
 // (recurrent_state.hpp), which save_state / restore_state copy between. Its products, in every step,
-// and its KV pool's element take model_activations(cpu_activations(), options.encode_only)
-// (activations.hpp: bf16 activations for an embedder or reranker under the default auto).
+// and its KV pool's element take model_activations(cpu_activations(), options.encode_only,
+// quantized_weights(checkpoint, options.quantize)) (activations.hpp: under the default auto, the int8
+// level, with a bf16 KV cache, for an embedder or reranker and for quantized weights).
 std::unique_ptr<ModelRunner> make_cpu_runner(const model::ModelConfig& cfg, const io::Checkpoint* checkpoint,
                                              const model::ShardPlan& plan, std::shared_ptr<dist::Communicator> comm,
                                              const RunnerOptions& options);
