@@ -39,15 +39,6 @@ constexpr std::size_t kAheadBytes = 4 * kGroupBlockBytes;
 // Groups a row chunk of a several-token product holds (64 rows: L2-sized for any width up to 8192 columns).
 constexpr std::int64_t kChunkGroups = 16;
 
-template <bool V>
-NEURON_AVX2 inline __m256i add_word_dots(__m256i acc, __m256i a, __m256i b) {
-  if constexpr (V) {
-    asm("%{vex%} vpdpwssd %2, %1, %0" : "+x"(acc) : "x"(a), "x"(b));
-    return acc;
-  } else {
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
-  }
-}
 
 NEURON_AVX2 inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 NEURON_AVX2 inline __m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }

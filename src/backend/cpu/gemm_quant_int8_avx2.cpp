@@ -49,17 +49,6 @@ struct Q4_0Block { static constexpr std::size_t kBytes = quant::kQ4_0Bytes; };
 template <class B>
 struct Span { static constexpr std::size_t kBytes = 8 * B::kBytes; };
 
-// acc + the sums of each two word products of a and b: vpmaddwd then vpaddd,
-// or AVX-VNNI's vpdpwssd (V).
-template <bool V>
-NEURON_AVX2 inline __m256i add_word_dots(__m256i acc, __m256i a, __m256i b) {
-  if constexpr (V) {
-    asm("%{vex%} vpdpwssd %2, %1, %0" : "+x"(acc) : "x"(a), "x"(b));
-    return acc;
-  } else {
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
-  }
-}
 
 // acc + the sums of each four products of unsigned bytes u and signed bytes
 // s: vpmaddubsw (its pair sums must stay below 2^15), vpmaddwd by one and

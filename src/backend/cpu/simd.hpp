@@ -22,6 +22,18 @@
 namespace neuron::backend::cpu {
 
 // The sum of a vector's 8 lanes.
+// acc + the sums of each two word products of a and b: vpmaddwd then vpaddd,
+// or AVX-VNNI's vpdpwssd (V; the int8 AVX2 kernels).
+template <bool V>
+__attribute__((target("avx2,fma,f16c"))) inline __m256i add_word_dots(__m256i acc, __m256i a, __m256i b) {
+  if constexpr (V) {
+    asm("%{vex%} vpdpwssd %2, %1, %0" : "+x"(acc) : "x"(a), "x"(b));
+    return acc;
+  } else {
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
+  }
+}
+
 __attribute__((target("avx2,fma"))) inline float hsum8(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
