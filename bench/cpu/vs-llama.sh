@@ -2,15 +2,15 @@
 # Issue 14's CPU comparison: neuron and llama.cpp side by side on this machine,
 # on the same files: a random-weight Qwen3-0.6B (neuron gen-model) as bf16
 # safetensors, the same weights as a bf16 GGUF (gguf-py), and that GGUF
-# quantized by llama-quantize to Q8_0 and Q4_K_M. Both engines use 2 threads.
+# quantized by llama-quantize to Q8_0 and Q4_K_M. Both engines use THREADS threads.
 #   bash bench/cpu/vs-llama.sh
-# llama.cpp: llama-bench -p PROMPT -n 0 (prefill), then -p 0 -n GEN -d PROMPT (decode
-# after PROMPT tokens of context), -r REPS -t THREADS, on each GGUF.
+# llama.cpp: llama-bench -p P -n 0 (prefill), then -p 0 -n GEN -d P (decode
+# after P tokens of context), -r REPS -t THREADS, on each GGUF, for each P in PROMPTS.
 # neuron: neuron generate --repeat REPS on each GGUF (and the safetensors),
-# prompt PROMPT random ids, GEN tokens, greedy, ignore_eos; its --json timings
+# prompt P random ids (OMP_NUM_THREADS=THREADS), GEN tokens, greedy, ignore_eos; its --json timings
 # (decode over all runs, prefill of the last, warm run).
-# Knobs: NEURON=build/neuron OUT=.serve-out/cpu-vs-llama PROMPT=128 GEN=32 REPS=3
-# THREADS=2 LLAMA_BUILD=.llama/build-cpu (kept between runs), LLAMA_FLAGS (its
+# Knobs: NEURON=build/neuron OUT=.serve-out/cpu-vs-llama PROMPTS="128" (or PROMPT=128) GEN=32
+# REPS=3 ROUNDS=1 THREADS=2 LLAMA_BUILD=.llama/build-cpu (kept between runs), LLAMA_FLAGS (its
 # cmake flags; default -DGGML_NATIVE=ON).
 # An AVX2-only CPU (Zen 1-3) emulated on a newer one: both engines at that level,
 #   NEURON_CPU_ISA=avx2 NEURON_CPU_AVX_VNNI=0 OPENBLAS_CORETYPE=Haswell \
@@ -22,9 +22,10 @@ cd "$root"
 OUT=${OUT:-$root/.serve-out/cpu-vs-llama}
 WORK=${WORK:-$(mktemp -d /tmp/neuron-vs-llama.XXXXXX)}
 NEURON=${NEURON:-$root/build/neuron}
-PROMPT=${PROMPT:-128}
 GEN=${GEN:-32}
 REPS=${REPS:-3}
+PROMPTS=${PROMPTS:-${PROMPT:-128}}
+ROUNDS=${ROUNDS:-1}
 THREADS=${THREADS:-2}
 LLAMA_BUILD=${LLAMA_BUILD:-$root/.llama/build-cpu}
 mkdir -p "$OUT" "$WORK"
@@ -54,31 +55,59 @@ for q in Q8_0 Q4_K_M; do
   log "llama-quantize $q: $(du -h "$WORK/0.6b-$q.gguf" | cut -f1)"
 done
 
-ids=$("$PYTHON" -c "import random; r = random.Random(7); print(','.join(str(r.randrange(1000, 150000)) for _ in range($PROMPT)))")
-for f in bf16 Q8_0 Q4_K_M; do
-  gguf="$WORK/0.6b-$f.gguf"
-  log "llama-bench $f"
-  # Prefill from an empty context; decode after PROMPT tokens of it (-d), as neuron's decode follows its prompt.
-  { "$LLAMA_BUILD/bin/llama-bench" -m "$gguf" -t "$THREADS" -p "$PROMPT" -n 0 -r "$REPS" -o jsonl 2>>"$OUT/run.log"
-    "$LLAMA_BUILD/bin/llama-bench" -m "$gguf" -t "$THREADS" -p 0 -n "$GEN" -d "$PROMPT" -r "$REPS" -o jsonl 2>>"$OUT/run.log"; } |
-    "$PYTHON" -c "
+# PROMPTS lengths, ROUNDS rounds; each round measures every (prompt, file) pair with both engines back to
+# back, llama.cpp first in odd rounds and neuron first in even ones, so a shared host's slow spell falls on
+# both (results.jsonl: one line per engine, kind, prompt, file and round; a table of them at the end).
+llama_pair() {  # round prompt file
+  "$LLAMA_BUILD/bin/llama-bench" -m "$WORK/0.6b-$3.gguf" -t "$THREADS" -p "$2" -n 0 -r "$REPS" -o jsonl 2>>"$OUT/run.log"
+  "$LLAMA_BUILD/bin/llama-bench" -m "$WORK/0.6b-$3.gguf" -t "$THREADS" -p 0 -n "$GEN" -d "$2" -r "$REPS" -o jsonl 2>>"$OUT/run.log"
+}
+llama_rows() {  # round prompt file < llama-bench jsonl
+  "$PYTHON" -c "
 import json, sys
 for line in sys.stdin:
     r = json.loads(line)
     kind = 'prefill' if r['n_prompt'] else 'decode'
-    print(json.dumps({'engine': 'llama.cpp', 'file': '$f', 'kind': kind, 'tok_s': r['avg_ts'], 'stddev': r['stddev_ts'], 'n': r['n_prompt'] or r['n_gen']}))
-" | tee -a "$OUT/results.jsonl"
-  for model in "$gguf" $([ "$f" = bf16 ] && echo "$WORK/0.6b"); do
-    label=$f; [ -d "$model" ] && label="bf16 safetensors"
-    log "neuron generate $label"
-    "$NEURON" generate --model "$model" --device cpu --prompt-ids "$ids" --max-tokens $((GEN + 1)) --ignore-eos \
-      --temperature 0 --repeat "$REPS" --json 2>>"$OUT/run.log" | tail -1 | "$PYTHON" -c "
+    print(json.dumps({'engine': 'llama.cpp', 'file': '$3', 'prompt': $2, 'round': $1, 'kind': kind, 'tok_s': r['avg_ts'], 'stddev': r['stddev_ts'], 'load': '$(cut -d' ' -f1 /proc/loadavg)'}))"
+}
+neuron_rows() {  # round prompt label model
+  OMP_NUM_THREADS=$THREADS "$NEURON" generate --model "$4" --device cpu --prompt-ids "$(prompt_ids "$2")" \
+    --max-tokens $((GEN + 1)) --ignore-eos --temperature 0 --repeat "$REPS" --json 2>>"$OUT/run.log" | tail -1 | "$PYTHON" -c "
 import json, sys
-r = json.loads(sys.stdin.read())
-t = r['timings']
-print(json.dumps({'engine': 'neuron', 'file': '$label', 'kind': 'prefill', 'tok_s': t['prefill_tok_s'], 'n': $PROMPT}))
-print(json.dumps({'engine': 'neuron', 'file': '$label', 'kind': 'decode', 'tok_s': t['decode_tok_s'], 'n': $GEN}))
-" | tee -a "$OUT/results.jsonl"
+t = json.loads(sys.stdin.read())['timings']
+for kind in ('prefill', 'decode'):
+    print(json.dumps({'engine': 'neuron', 'file': '$3', 'prompt': $2, 'round': $1, 'kind': kind, 'tok_s': t[kind + '_tok_s'], 'load': '$(cut -d' ' -f1 /proc/loadavg)'}))"
+}
+prompt_ids() { "$PYTHON" -c "import random; r = random.Random(7); print(','.join(str(r.randrange(1000, 150000)) for _ in range($1)))"; }
+for round in $(seq "$ROUNDS"); do
+  for prompt in $PROMPTS; do
+    for f in bf16 Q8_0 Q4_K_M; do
+      order="llama neuron"; [ $((round % 2)) = 0 ] && order="neuron llama"
+      for engine in $order; do
+        log "round $round prompt $prompt $f: $engine (load $(cut -d' ' -f1-3 /proc/loadavg))"
+        if [ "$engine" = llama ]; then
+          llama_pair "$round" "$prompt" "$f" | llama_rows "$round" "$prompt" "$f" | tee -a "$OUT/results.jsonl"
+        else
+          neuron_rows "$round" "$prompt" "$f" "$WORK/0.6b-$f.gguf" | tee -a "$OUT/results.jsonl"
+          [ "$f" = bf16 ] && neuron_rows "$round" "$prompt" "bf16 safetensors" "$WORK/0.6b" | tee -a "$OUT/results.jsonl"
+        fi
+      done
+    done
   done
 done
+"$PYTHON" - "$OUT/results.jsonl" <<'PY' | tee -a "$OUT/run.log"
+import collections, json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+by = collections.defaultdict(list)
+for r in rows:
+    by[(r['prompt'], r['kind'], r['file'], r['engine'])].append(r['tok_s'])
+print('tok/s llama.cpp / neuron, one pair a round')
+for prompt in sorted({r['prompt'] for r in rows}):
+    for kind in ('prefill', 'decode'):
+        for f in ('bf16', 'bf16 safetensors', 'Q8_0', 'Q4_K_M'):
+            ll, ne = by[(prompt, kind, 'bf16' if f.startswith('bf16') else f, 'llama.cpp')], by[(prompt, kind, f, 'neuron')]
+            if ne:
+                pairs = ', '.join(f'{a:.1f} / {b:.1f}' for a, b in zip(ll, ne))
+                print(f'{kind} {prompt} {f}: {pairs} (ratio {min(b / a for a, b in zip(ll, ne)):.2f}-{max(b / a for a, b in zip(ll, ne)):.2f}x)')
+PY
 log "done: $OUT/results.jsonl"
