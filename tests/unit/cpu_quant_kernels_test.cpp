@@ -11,9 +11,11 @@
 #include <string_view>
 #include <vector>
 
+#include "backend/cpu/gemm_bf16_avx2.hpp"
 #include "backend/cpu/gemm_bf16_few.hpp"
 #include "backend/cpu/gemm_bf16_pairs.hpp"
 #include "backend/cpu/gemm_quant_few.hpp"
+#include "backend/cpu/gemm_quant_grouped.hpp"
 #include "backend/cpu/gemm_quant_int8_avx2.hpp"
 #include "backend/cpu/gemm_quant_pairs.hpp"
 #include "backend/cpu/isa.hpp"
@@ -409,6 +411,38 @@ TEST(QuantKernels, PrefillMatchesDequantizedReference) {
       std::vector<float> y(static_cast<std::size_t>(n * ldy), -7.0f);
       matmul_quant(x.data(), n, ldx, m, y.data(), ldy);
       expect_reference(m, x, n, ldx, y, ldy, quant::ggml_type_name(type));
+    }
+  }
+}
+
+// The AVX2 level's prefill (matmul_quant_avx2) on any AVX2 CPU, AVX-512 ones
+// too: every type, rows past the last panel of 6, tokens around the kernel's
+// vectors of 8 and groups of 16, row strides in both operands, activations of
+// mixed magnitudes, and Q4_K's rows grouped four to a group as well as stored.
+TEST(QuantKernels, Avx2PrefillMatchesDequantizedReference) {
+  if (!gemm_bf16_avx2_fits(256)) GTEST_SKIP() << "no AVX2 here";
+  std::mt19937 rng(12);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (auto type : {quant::GgmlType::q8_0, quant::GgmlType::q4_0, quant::GgmlType::q4_k, quant::GgmlType::q5_k,
+                    quant::GgmlType::q6_k}) {
+    const std::int64_t cols = 512, rows = 103;  // 17 panels of 6, then 1
+    std::mt19937 same = rng;
+    const QuantMatrix m = random_blocks(type, rows, cols, rng);
+    QuantMatrix stored = random_blocks(type, rows, cols, same);  // m's blocks, grouped below for Q4_K
+    for (const bool grouped : {false, true}) {
+      if (grouped && type != quant::GgmlType::q4_k) continue;
+      if (grouped) {
+        group_rows(stored);
+        ASSERT_EQ(stored.grouped_rows, 100);
+      }
+      for (const std::int64_t n : {12, 17, 40}) {
+        const std::int64_t ldx = cols + 7, ldy = rows + 5;
+        std::vector<float> x(static_cast<std::size_t>(n * ldx));  // [n, ldx]
+        for (auto& v : x) v = normal(rng) * (rng() % 13 == 0 ? 100.f : 1.f);
+        std::vector<float> y(static_cast<std::size_t>(n * ldy), -7.0f);  // [n, ldy]
+        matmul_quant_avx2(x.data(), n, ldx, stored, y.data(), ldy);
+        expect_reference(m, x, n, ldx, y, ldy, std::string(quant::ggml_type_name(type)) + (grouped ? " grouped" : ""));
+      }
     }
   }
 }

@@ -94,8 +94,8 @@ bool gemm_bf16_avx2_fits(std::int64_t in) noexcept {
   return in > 0 && in % 8 == 0 && isa_supported(Isa::avx2);
 }
 
-void gemm_bf16_avx2(const float* x, std::int64_t n, std::int64_t in, std::int64_t ldx, const std::uint16_t* w,
-                    std::int64_t out, float* y, std::int64_t ldy) {
+void gemm_avx2_widened(const float* x, std::int64_t n, std::int64_t in, std::int64_t ldx, std::int64_t out,
+                       const WidenRows& widen, float* y, std::int64_t ldy) {
   NEURON_ASSERT(gemm_bf16_avx2_fits(in));
   if (n <= 0 || out <= 0) return;
   thread_local Packed mine;  // the calling thread's, reused between calls
@@ -109,7 +109,7 @@ void gemm_bf16_avx2(const float* x, std::int64_t n, std::int64_t in, std::int64_
     const std::int64_t end = std::min(out, (task + 1) * kTaskRows);
     for (std::int64_t r0 = task * kTaskRows; r0 < end; r0 += kRows) {
       const std::int64_t rows = std::min<std::int64_t>(kRows, end - r0);
-      widen_rows(w + r0 * in, in, rows, in, panel.data());
+      widen(r0, rows, panel.data());
       for (std::int64_t g = 0; g < packed.groups; ++g) {
         const std::int64_t t0 = g * kGroup, tokens = std::min<std::int64_t>(kGroup, n - t0);
         block_for(rows, tokens > 8 ? 2 : 1)(panel.data(), in, packed.group(g, in), c);
@@ -120,6 +120,13 @@ void gemm_bf16_avx2(const float* x, std::int64_t n, std::int64_t in, std::int64_
       }
     }
   });
+}
+
+void gemm_bf16_avx2(const float* x, std::int64_t n, std::int64_t in, std::int64_t ldx, const std::uint16_t* w,
+                    std::int64_t out, float* y, std::int64_t ldy) {
+  gemm_avx2_widened(x, n, in, ldx, out,
+                    [&](std::int64_t r0, std::int64_t rows, float* panel) { widen_rows(w + r0 * in, in, rows, in, panel); },
+                    y, ldy);
 }
 
 }  // namespace neuron::backend::cpu

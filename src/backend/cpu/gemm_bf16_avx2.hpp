@@ -2,7 +2,8 @@
 // Y = X W^T for several tokens (prefill, batched decode from
 // kAvx2TokensMin) with W in bf16, on AVX2 + FMA: the CPUs without AVX-512
 // (Intel desktop and laptop CPUs, AMD Zen 1-3), and any CPU NEURON_CPU_ISA=avx2
-// forces to that level.
+// forces to that level. gemm_avx2_widened runs the same kernel over any W
+// whose rows a callback widens to f32 (the quantized types' prefill).
 //
 // X is packed once per call, transposed into groups of 16 tokens (column c
 // of a group: two vectors of 8 tokens). Each thread of ChunkPool::shared()
@@ -22,6 +23,7 @@
 // summation order. Rounding x to bf16 (what llama.cpp's AVX2 product does)
 // measured no faster here, as the kernel multiplies in f32 either way.
 #include <cstdint>
+#include <functional>
 
 namespace neuron::backend::cpu {
 
@@ -39,5 +41,16 @@ bool gemm_bf16_avx2_fits(std::int64_t in) noexcept;
 // y: [n, out] f32 (row stride ldy). Requires gemm_bf16_avx2_fits(in).
 void gemm_bf16_avx2(const float* x, std::int64_t n, std::int64_t in, std::int64_t ldx, const std::uint16_t* w,
                     std::int64_t out, float* y, std::int64_t ldy);
+
+// Writes rows [r0, r0 + rows) of W (rows <= 6) as f32 into panel [rows][in];
+// called from the pool's threads, each with its own panel.
+using WidenRows = std::function<void(std::int64_t r0, std::int64_t rows, float* panel)>;
+
+// The same product over a W of any type that `widen` writes as f32 a panel
+// at a time: a quantized matrix's rows dequantized straight into the panel
+// (matmul_quant's prefill at the AVX2 level) instead of into tiles that
+// sgemm then packs again. Requires gemm_bf16_avx2_fits(in).
+void gemm_avx2_widened(const float* x, std::int64_t n, std::int64_t in, std::int64_t ldx, std::int64_t out,
+                       const WidenRows& widen, float* y, std::int64_t ldy);
 
 }  // namespace neuron::backend::cpu

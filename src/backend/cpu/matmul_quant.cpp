@@ -13,6 +13,7 @@
 #include "backend/cpu/chunk_pool.hpp"
 #include "backend/cpu/gemm_bf16_few.hpp"
 #include "backend/cpu/gemm_bf16_pairs.hpp"
+#include "backend/cpu/gemm_bf16_avx2.hpp"
 #include "backend/cpu/gemm_quant_few.hpp"
 #include "backend/cpu/gemm_quant_grouped.hpp"
 #include "backend/cpu/gemm_quant_pairs.hpp"
@@ -311,6 +312,18 @@ void matmul_quant_ungrouped(const float* x, std::int64_t n, std::int64_t ldx, co
 
 }  // namespace
 
+void matmul_quant_avx2(const float* x, std::int64_t n, std::int64_t ldx, const QuantMatrix& w, float* y,
+                       std::int64_t ldy) {
+  const std::int64_t in = w.cols;
+  gemm_avx2_widened(x, n, in, ldx, w.rows,
+                    [&](std::int64_t r0, std::int64_t rows, float* panel) {
+                      StoredRows stored;  // grouped rows as stored
+                      for (std::int64_t r = 0; r < rows; ++r)
+                        quant::dequantize_row(w.type, stored.row(w, r0 + r), panel + r * in, in);
+                    },
+                    y, ldy);
+}
+
 void matmul_quant(const float* x, std::int64_t n, std::int64_t ldx, const QuantMatrix& w, float* y, std::int64_t ldy) {
   if (n <= 0 || w.rows <= 0) return;
   // With one bf16 term of x (a reduced activation level), the pairs kernel
@@ -333,6 +346,9 @@ void matmul_quant(const float* x, std::int64_t n, std::int64_t ldx, const QuantM
   if (few) return gemm_quant_few(isa, x, n, ldx, w, y, ldy);
   if (n == 1) return gemv_quant(w, x, y);
   const std::int64_t in = w.cols;
+  // At the AVX2 level the rows are dequantized a panel at a time straight into bf16's prefill kernel
+  // (gemm_bf16_avx2.hpp) rather than into tiles that sgemm packs again (bench/CPU.md, 2026-12-07: Q8_0 prefill 1.03-1.08x on a Zen 3).
+  if (selected_isa() == Isa::avx2 && gemm_bf16_avx2_fits(in)) return matmul_quant_avx2(x, n, ldx, w, y, ldy);
   std::int64_t first = 0;  // rows below it are done
   if (gemm_bf16_amx_fits(in, w.rows) && isa_supported(Isa::avx512_bf16)) {
     first = w.rows / kAmxRows * kAmxRows;

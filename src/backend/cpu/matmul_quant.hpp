@@ -20,8 +20,9 @@
 // dequantized and split into two bf16 terms for the tiles (gemm_bf16_amx
 // with its low term), the rows past the last block of 32 by L2-sized tiles
 // dequantized to f32 and OpenBLAS sgemm; with AVX-512 BF16 and no AMX,
-// gemm_quant_pairs; elsewhere the f32 tiles and sgemm. W is read once per
-// call whatever n is.
+// gemm_quant_pairs; at the AVX2 level (no AVX-512) panels of rows dequantized
+// straight into bf16's prefill kernel (gemm_avx2_widened); elsewhere the f32
+// tiles and sgemm. W is read once per call whatever n is.
 #include <cstddef>
 #include <cstdint>
 
@@ -47,6 +48,13 @@ struct QuantMatrix {
 // level: int8 products of a K-quant on a CPU whose int8 family is an AVX2
 // one and which has neither AVX-512 BF16 pairs nor AMX for the prefill.
 bool avx2_int8_products(quant::GgmlType type, std::int64_t cols);
+
+// Several tokens at the AVX2 level: panels of W's rows (grouped ones as
+// stored) dequantized straight into gemm_avx2_widened, bf16's prefill kernel.
+// x: [n, ldx] f32, y: [n, ldy] f32. Requires gemm_bf16_avx2_fits(w.cols);
+// matmul_quant takes it past the few-token kernels where selected_isa() is avx2.
+void matmul_quant_avx2(const float* x, std::int64_t n, std::int64_t ldx, const QuantMatrix& w, float* y,
+                       std::int64_t ldy);
 
 // x: [n, in] f32 (row stride ldx), w: [out, in], y: [n, out] f32 (row stride ldy).
 // Grouped rows take the int8 kernels or, for a prefill, the paths that read a
