@@ -124,9 +124,10 @@ void gemm_avx2_widened(const float* x, std::int64_t n, std::int64_t in, std::int
 
 void gemm_bf16_avx2(const float* x, std::int64_t n, std::int64_t in, std::int64_t ldx, const std::uint16_t* w,
                     std::int64_t out, float* y, std::int64_t ldy) {
-  gemm_avx2_widened(x, n, in, ldx, out,
-                    [&](std::int64_t r0, std::int64_t rows, float* panel) { widen_rows(w + r0 * in, in, rows, in, panel); },
-                    y, ldy);
+  const auto widen = [&](std::int64_t r0, std::int64_t rows, float* panel) {
+    widen_rows(w + r0 * in, in, rows, in, panel);
+  };
+  gemm_avx2_widened(x, n, in, ldx, out, widen, y, ldy);
 }
 
 }  // namespace neuron::backend::cpu

@@ -347,7 +347,8 @@ void matmul_quant(const float* x, std::int64_t n, std::int64_t ldx, const QuantM
   if (n == 1) return gemv_quant(w, x, y);
   const std::int64_t in = w.cols;
   // At the AVX2 level the rows are dequantized a panel at a time straight into bf16's prefill kernel
-  // (gemm_bf16_avx2.hpp) rather than into tiles that sgemm packs again (bench/CPU.md, 2026-12-07: Q8_0 prefill 1.03-1.08x on a Zen 3).
+  // (gemm_bf16_avx2.hpp) rather than into tiles that sgemm packs again (bench/CPU.md, 2026-12-07:
+  // Q8_0 prefill 1.03-1.08x on a Zen 3).
   if (selected_isa() == Isa::avx2 && gemm_bf16_avx2_fits(in)) return matmul_quant_avx2(x, n, ldx, w, y, ldy);
   std::int64_t first = 0;  // rows below it are done
   if (gemm_bf16_amx_fits(in, w.rows) && isa_supported(Isa::avx512_bf16)) {
