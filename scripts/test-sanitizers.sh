@@ -18,4 +18,5 @@ CC=clang CXX=clang++ cmake -S . -B build-asan "${gen[@]}" -DCMAKE_BUILD_TYPE=Rel
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -gline-tables-only -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -gline-tables-only -DNDEBUG"
 cmake --build build-asan -j"$(nproc)"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+bash scripts/seed-ctest-costs.sh build-asan
 (cd build-asan && ctest --output-on-failure -j"$(nproc)" --timeout 1800 -LE no-sanitize)

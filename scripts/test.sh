@@ -4,6 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh
+bash scripts/seed-ctest-costs.sh build
 (cd build && ctest --output-on-failure -j"$(nproc)" --timeout 900)
 if [[ ${CI:-} == true ]]; then
   bash scripts/test-sanitizers.sh
