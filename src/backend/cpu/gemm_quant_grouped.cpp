@@ -39,7 +39,6 @@ constexpr std::size_t kAheadBytes = 4 * kGroupBlockBytes;
 // Groups a row chunk of a several-token product holds (64 rows: L2-sized for any width up to 8192 columns).
 constexpr std::int64_t kChunkGroups = 16;
 
-
 NEURON_AVX2 inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 NEURON_AVX2 inline __m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
 

@@ -49,7 +49,6 @@ struct Q4_0Block { static constexpr std::size_t kBytes = quant::kQ4_0Bytes; };
 template <class B>
 struct Span { static constexpr std::size_t kBytes = 8 * B::kBytes; };
 
-
 // acc + the sums of each four products of unsigned bytes u and signed bytes
 // s: vpmaddubsw (its pair sums must stay below 2^15), vpmaddwd by one and
 // vpaddd, or AVX-VNNI's vpdpbusd (V; exact for any bytes).

@@ -21,7 +21,6 @@
 
 namespace neuron::backend::cpu {
 
-// The sum of a vector's 8 lanes.
 // acc + the sums of each two word products of a and b: vpmaddwd then vpaddd,
 // or AVX-VNNI's vpdpwssd (V; the int8 AVX2 kernels).
 template <bool V>
@@ -34,6 +33,7 @@ __attribute__((target("avx2,fma,f16c"))) inline __m256i add_word_dots(__m256i ac
   }
 }
 
+// The sum of a vector's 8 lanes.
 __attribute__((target("avx2,fma"))) inline float hsum8(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
