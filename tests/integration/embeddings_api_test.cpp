@@ -46,7 +46,7 @@ namespace {
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-const fs::path kData = fs::path(NEURON_TEST_DATA) / "embed";
+const fs::path kEmbedData = fs::path(NEURON_TEST_DATA) / "embed";
 const fs::path kTiny = fs::path(NEURON_REPO_ROOT) / "models" / "qwen3-tiny-a";
 constexpr double kTolerance = 1e-4;
 
@@ -61,7 +61,7 @@ json read_json(const fs::path& p) {
 // (append <|endoftext|>), written here (make_goldens.py's EOS_POST).
 fs::path make_embed_dir(const test_support::TempDir& tmp) {
   const fs::path dir = tmp / "qwen3_embed-a";
-  fs::copy(kData / "qwen3_embed-a", dir, fs::copy_options::recursive);
+  fs::copy(kEmbedData / "qwen3_embed-a", dir, fs::copy_options::recursive);
   json tok = read_json(kTiny / "tokenizer.json");
   tok["post_processor"] = json::parse(R"({
     "type": "TemplateProcessing",
@@ -160,7 +160,7 @@ class Embeddings : public ::testing::Test {
  protected:
   test_support::TempDir tmp{"neuron-embed"};
   fs::path dir = make_embed_dir(tmp);
-  json golden = read_json(kData / "qwen3_embed-a" / "embed_golden.json");
+  json golden = read_json(kEmbedData / "qwen3_embed-a" / "embed_golden.json");
 };
 
 TEST_F(Embeddings, SentenceTransformersFolderIsDetectedAsALastTokenNormalizedEmbedder) {
@@ -400,7 +400,7 @@ TEST_F(Embeddings, AClientThatLeavesCancelsTheRestAndFreesEverything) {
 }
 
 TEST(EmbeddingsPooled, AGenerativeModelEmbedsWithMeanAndLastPooling) {
-  const json golden = read_json(kData / "pooled_golden.json");
+  const json golden = read_json(kEmbedData / "pooled_golden.json");
   for (const std::string pooling : {"mean", "last"}) {
     Served s(spec_of(kTiny, "embed", pooling), /*max_batch_tokens=*/64);
     json texts = json::array();
@@ -452,7 +452,7 @@ std::vector<float> first_row_of_whole_input(const std::vector<std::int32_t>& ids
 }
 
 TEST(EmbeddingsPooled, ClsIsTheFirstTokensRowComputedAlone) {
-  const json golden = read_json(kData / "pooled_golden.json");
+  const json golden = read_json(kEmbedData / "pooled_golden.json");
   Served s(spec_of(kTiny, "embed", "cls"), /*max_batch_tokens=*/64);
   json texts = json::array();
   std::int64_t tokens = 0;
@@ -605,7 +605,7 @@ TEST(EmbeddingsLoadOptions, SpecTextAndJsonCarryTaskAndPooling) {
 
 class Rerank : public ::testing::Test {
  protected:
-  json golden = read_json(kData / "rerank_golden.json");
+  json golden = read_json(kEmbedData / "rerank_golden.json");
 };
 
 TEST_F(Rerank, PromptIdsMatchTheModelCard) {
@@ -722,7 +722,7 @@ TEST(EmbeddingsActivations, AnEncoderRoundsToBf16UnderAutoAndStaysCloseToTheRefe
   {  // qwen3_embed-a, last-token pooling: sentence-transformers' vectors
     test_support::TempDir tmp{"neuron-embed-auto"};
     const fs::path dir = make_embed_dir(tmp);
-    const json golden = read_json(kData / "qwen3_embed-a" / "embed_golden.json");
+    const json golden = read_json(kEmbedData / "qwen3_embed-a" / "embed_golden.json");
     Served s(spec_of(dir));
     const json r = s.ok("/v1/embeddings", {{"input", golden_texts(golden)}});
     for (std::size_t i = 0; i < golden["inputs"].size(); ++i) {
@@ -730,7 +730,7 @@ TEST(EmbeddingsActivations, AnEncoderRoundsToBf16UnderAutoAndStaysCloseToTheRefe
       max_diff = std::max(max_diff, max_abs_diff(floats(r["data"][i]["embedding"]), golden["inputs"][i]["embedding"]));
     }
   }
-  const json pooled = read_json(kData / "pooled_golden.json");
+  const json pooled = read_json(kEmbedData / "pooled_golden.json");
   for (const std::string pooling : {"mean", "last"}) {  // qwen3-tiny-a as an embedder: transformers' rows
     Served s(spec_of(kTiny, "embed", pooling), /*max_batch_tokens=*/64);
     json texts = json::array();
@@ -742,7 +742,7 @@ TEST(EmbeddingsActivations, AnEncoderRoundsToBf16UnderAutoAndStaysCloseToTheRefe
     }
   }
   {  // qwen3-tiny-a as a reranker: transformers' yes/no probabilities
-    const json golden = read_json(kData / "rerank_golden.json");
+    const json golden = read_json(kEmbedData / "rerank_golden.json");
     Served s(spec_of(kTiny, "rerank"), /*max_batch_tokens=*/64);
     for (const json& p : golden["pairs"]) {
       json body = {{"text_1", p["query"]}, {"text_2", p["document"]}};

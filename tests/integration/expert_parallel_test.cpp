@@ -30,6 +30,8 @@
 #include "support/temp_dir.hpp"
 #include "tp/tp_runner.hpp"
 #include "util/error.hpp"
+#include "support/family_golden.hpp"
+#include "support/model_paths.hpp"
 
 namespace neuron {
 namespace {
@@ -37,22 +39,9 @@ namespace {
 using namespace std::chrono_literals;
 
 const std::filesystem::path kFamilies = std::filesystem::path(NEURON_TEST_DATA) / "families";
-const std::filesystem::path kMoe = kFamilies / "qwen3_moe-a";
+const std::filesystem::path kMoe = test_support::family_dir("qwen3_moe-a");
 
-struct Golden {
-  std::string name;
-  std::vector<std::int32_t> prompt, greedy;
-};
-
-std::vector<Golden> goldens() {
-  std::ifstream in(kMoe / "golden.json");
-  const auto j = nlohmann::json::parse(in);
-  std::vector<Golden> out;
-  for (const auto& p : j.at("prompts"))
-    out.push_back({p.at("name").get<std::string>(), p.at("prompt_ids").get<std::vector<std::int32_t>>(),
-                   p.at("greedy_ids").get<std::vector<std::int32_t>>()});
-  return out;
-}
+std::vector<test_support::GoldenPrompt> goldens() { return test_support::load_golden_prompts(kMoe); }
 
 engine::LoadOptions options(const std::filesystem::path& model, int tp, bool ep) {
   engine::LoadOptions o;
@@ -90,13 +79,13 @@ TEST(ExpertParallel, Qwen3MoeGivesTheGoldensAndTheSingleRanksLogitsAtTwoAndFourR
     split.push_back(engine::open_runner(options(kMoe, tp, true)));
     ASSERT_NE(dynamic_cast<tp::TpRunner*>(split.back().get()), nullptr);
   }
-  for (const Golden& g : goldens()) {
+  for (const test_support::GoldenPrompt& g : goldens()) {
     const int steps = static_cast<int>(g.greedy.size()) - 1;
-    const test_support::SeqTrace want = test_support::run_solo(*single, g.prompt, steps);
+    const test_support::SeqTrace want = test_support::run_solo(*single, g.ids, steps);
     ASSERT_EQ(want.tokens, g.greedy) << g.name << ": the single rank misses the golden";
     for (std::size_t i = 0; i < split.size(); ++i) {
       const int tp = i == 0 ? 2 : 4;
-      const test_support::SeqTrace got = test_support::run_solo(*split[i], g.prompt, steps);
+      const test_support::SeqTrace got = test_support::run_solo(*split[i], g.ids, steps);
       EXPECT_EQ(got.tokens, g.greedy) << g.name << ": EP at TP=" << tp;
       ASSERT_EQ(got.logits.size(), want.logits.size());
       for (std::size_t k = 0; k < want.logits.size(); ++k)
@@ -114,8 +103,8 @@ TEST(ExpertParallel, Qwen3MoeGgufAtTwoRanksGivesTheGoldens) {
   const auto gguf = tmp / "qwen3_moe-a.gguf";
   test_support::gguf_from_checkpoint(kMoe.string(), quant::GgmlType::bf16).write(gguf);
   auto runner = engine::open_runner(options(gguf, 2, true));
-  for (const Golden& g : goldens()) {
-    const auto got = test_support::run_solo(*runner, g.prompt, static_cast<int>(g.greedy.size()) - 1);
+  for (const test_support::GoldenPrompt& g : goldens()) {
+    const auto got = test_support::run_solo(*runner, g.ids, static_cast<int>(g.greedy.size()) - 1);
     EXPECT_EQ(got.tokens, g.greedy) << g.name;
   }
 }

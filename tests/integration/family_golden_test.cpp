@@ -36,43 +36,17 @@
 #include "support/gguf_writer.hpp"
 #include "support/temp_dir.hpp"
 #include "util/error.hpp"
+#include "support/argmax.hpp"
+#include "support/model_paths.hpp"
+#include "support/family_golden.hpp"
 
 namespace neuron {
 namespace {
 
-std::string family_dir(const std::string& name) { return std::string(NEURON_TEST_DATA) + "/families/" + name; }
+using test_support::family_dir;
+using Prompt = test_support::GoldenPrompt;
 
-struct Prompt {
-  std::string name;
-  std::vector<std::int32_t> ids, greedy;
-  struct Top5 {
-    std::int64_t pos;
-    std::vector<std::int32_t> ids;
-    std::vector<float> logits;
-  };
-  std::vector<Top5> top5;
-};
-
-std::vector<Prompt> load_prompts(const std::string& dir) {
-  std::ifstream in(dir + "/golden.json");
-  const auto j = nlohmann::json::parse(in);
-  std::vector<Prompt> out;
-  for (const auto& p : j.at("prompts")) {
-    Prompt g;
-    g.name = p.at("name").get<std::string>();
-    g.ids = p.at("prompt_ids").get<std::vector<std::int32_t>>();
-    g.greedy = p.at("greedy_ids").get<std::vector<std::int32_t>>();
-    for (const auto& t : p.at("top5"))
-      g.top5.push_back({t.at("pos").get<std::int64_t>(), t.at("ids").get<std::vector<std::int32_t>>(),
-                        t.at("logits").get<std::vector<float>>()});
-    out.push_back(std::move(g));
-  }
-  return out;
-}
-
-std::int32_t argmax(std::span<const float> v) {
-  return static_cast<std::int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
-}
+using test_support::argmax;
 
 // (family fixture, "safetensors" or "gguf")
 class FamilyGolden : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {
@@ -91,7 +65,7 @@ class FamilyGolden : public ::testing::TestWithParam<std::tuple<std::string, std
     const auto& cfg = configs_.model;
     runner_ = backend::make_runner(cfg, &ckpt, model::ShardPlan::make(cfg, 0, 1), backend::Device{}, nullptr,
                                    {.max_context = 1024});
-    prompts_ = load_prompts(dir_);
+    prompts_ = test_support::load_golden_prompts(dir_);
   }
   // The fixture's weights in this case's format (the GGUF file as llama.cpp's converter would write it).
   io::Checkpoint checkpoint() const { return gguf_.empty() ? io::Checkpoint::open_dir(dir_) : io::Checkpoint::open_files({gguf_}); }

@@ -30,11 +30,12 @@
 #include "support/gguf_writer.hpp"
 #include "support/temp_dir.hpp"
 #include "util/error.hpp"
+#include "support/model_paths.hpp"
 
 namespace neuron {
 namespace {
 
-std::string family_dir(const std::string& name) { return std::string(NEURON_TEST_DATA) + "/families/" + name; }
+using test_support::family_dir;
 
 // [prompt.size(), vocab] logits of every prompt position.
 std::vector<float> prompt_logits(const model::ModelConfig& cfg, const io::Checkpoint& ckpt,
@@ -283,7 +284,7 @@ TEST(GgufFamily, HybridGgufThroughTheRegistry) {
   const auto src = tmp / "qwen3_5-a";
   std::filesystem::create_directories(src);
   const std::filesystem::path tiny = std::filesystem::path(NEURON_REPO_ROOT) / "models" / "qwen3-tiny-a";
-  for (const auto& f : {family_dir("qwen3_5-a") + "/config.json", family_dir("qwen3_5-a") + "/model.safetensors",
+  for (const auto& f : {(family_dir("qwen3_5-a") / "config.json").string(), (family_dir("qwen3_5-a") / "model.safetensors").string(),
                         (tiny / "tokenizer.json").string(), (tiny / "tokenizer_config.json").string()})
     std::filesystem::create_symlink(f, src / std::filesystem::path(f).filename());
   auto base = [&] { return test_support::gguf_from_checkpoint(src, quant::GgmlType::bf16); };
@@ -341,7 +342,7 @@ TEST(GgufFamily, LlamaGgufAtTwoRanksGivesTheGreedyTokens) {
   o.step_timeout = 20000ms;
   o.worker_binary = NEURON_BINARY;
   auto runner = engine::open_runner(o);
-  std::ifstream in(family_dir("llama-a") + "/golden.json");
+  std::ifstream in(family_dir("llama-a") / "golden.json");
   const auto golden = nlohmann::json::parse(in);
   for (const auto& p : golden.at("prompts")) {
     const auto ids = p.at("prompt_ids").get<std::vector<std::int32_t>>();

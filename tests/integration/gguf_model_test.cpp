@@ -36,15 +36,15 @@ using namespace std::chrono_literals;
 
 const std::filesystem::path kTiny = std::filesystem::path(NEURON_REPO_ROOT) / "models" / "qwen3-tiny-a";
 
-struct Prompt {
+struct TinyPrompt {
   std::string name;
   std::vector<std::int32_t> ids, greedy;
 };
 
-std::vector<Prompt> golden() {
+std::vector<TinyPrompt> golden() {
   std::ifstream in(std::string(NEURON_TEST_DATA) + "/qwen3-tiny-a/golden.json");
   const auto j = nlohmann::json::parse(in);
-  std::vector<Prompt> out;
+  std::vector<TinyPrompt> out;
   for (const auto& p : j.at("prompts"))
     out.push_back({p.at("name").get<std::string>(), p.at("ids").get<std::vector<std::int32_t>>(),
                    p.at("greedy").get<std::vector<std::int32_t>>()});

@@ -19,6 +19,7 @@
 #include "io/safetensors.hpp"
 #include "model/config.hpp"
 #include "model/shard.hpp"
+#include "support/argmax.hpp"
 
 namespace neuron {
 namespace {
@@ -49,9 +50,7 @@ std::vector<GoldenPrompt> load_golden() {
   return out;
 }
 
-std::int32_t argmax(std::span<const float> v) {
-  return static_cast<std::int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
-}
+using test_support::argmax;
 
 class Golden : public ::testing::Test {
  protected:

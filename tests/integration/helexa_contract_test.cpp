@@ -22,6 +22,7 @@
 #include "server/discovery.hpp"
 #include "server/model_spec.hpp"
 #include "support/temp_dir.hpp"
+#include "support/model_paths.hpp"
 
 namespace neuron::server {
 namespace {
@@ -30,8 +31,8 @@ using nlohmann::json;
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
-std::string models_dir() { return std::string(NEURON_REPO_ROOT) + "/models"; }
-std::string tiny_model_dir() { return models_dir() + "/qwen3-tiny-a"; }
+using test_support::models_dir;
+using test_support::tiny_model_dir;
 
 HttpRequest get(const std::string& path) { return HttpRequest{"GET", path, {{"Host", "node7:13131"}}, "", "test"}; }
 HttpRequest post(const std::string& path, const json& body) { return HttpRequest{"POST", path, {}, body.dump(), "test"}; }

@@ -40,34 +40,19 @@
 #include "support/temp_dir.hpp"
 #include "tp/tp_runner.hpp"
 #include "util/error.hpp"
+#include "support/argmax.hpp"
+#include "support/model_paths.hpp"
+#include "support/family_golden.hpp"
 
 namespace neuron {
 namespace {
 
 using namespace std::chrono_literals;
 
-std::filesystem::path family_dir(const std::string& name) {
-  return std::filesystem::path(NEURON_TEST_DATA) / "families" / name;
-}
+using test_support::family_dir;
+using Prompt = test_support::GoldenPrompt;
 
-struct Prompt {
-  std::string name;
-  std::vector<std::int32_t> ids, greedy;
-};
-
-std::vector<Prompt> load_prompts(const std::filesystem::path& dir) {
-  std::ifstream in(dir / "golden.json");
-  const auto j = nlohmann::json::parse(in);
-  std::vector<Prompt> out;
-  for (const auto& p : j.at("prompts"))
-    out.push_back({p.at("name").get<std::string>(), p.at("prompt_ids").get<std::vector<std::int32_t>>(),
-                   p.at("greedy_ids").get<std::vector<std::int32_t>>()});
-  return out;
-}
-
-std::int32_t argmax(std::span<const float> v) {
-  return static_cast<std::int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
-}
+using test_support::argmax;
 
 // Largest |a - b| over a logits row, relative to the row's largest |b|: the dense TP tests' measure
 // (tp_equivalence_test.cpp), 1e-5 there too.
@@ -149,7 +134,7 @@ class HybridTp : public ::testing::TestWithParam<std::tuple<std::string, std::st
       files_ = io::checkpoint_files(dir);
       cfg_ = model::load_model_configs(dir).model;
     }
-    prompts_ = load_prompts(dir);
+    prompts_ = test_support::load_golden_prompts(dir);
     ASSERT_EQ(prompts_.size(), 4u);  // chat, fox, single, long
     const auto ckpt = io::Checkpoint::open_files(files_);
     single_ = backend::make_runner(cfg_, &ckpt, model::ShardPlan::make(cfg_, 0, 1), backend::Device{}, nullptr,

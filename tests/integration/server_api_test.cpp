@@ -24,6 +24,7 @@
 #include "support/drain_stream.hpp"
 #include "support/temp_dir.hpp"
 #include "util/json_parse.hpp"
+#include "support/model_paths.hpp"
 
 namespace neuron::server {
 namespace {
@@ -32,8 +33,8 @@ using nlohmann::json;
 
 namespace fs = std::filesystem;
 
-std::string models_dir() { return std::string(NEURON_REPO_ROOT) + "/models"; }
-std::string tiny_model_dir() { return models_dir() + "/qwen3-tiny-a"; }
+using test_support::models_dir;
+using test_support::tiny_model_dir;
 std::string read_text(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};

@@ -25,12 +25,14 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "support/model_paths.hpp"
+
 namespace neuron::server::testing_support {
 
 using nlohmann::json;
 
-inline std::string repo_path(const std::string& rel) { return std::string(NEURON_REPO_ROOT) + "/" + rel; }
-inline std::string tiny_model_dir() { return repo_path("models/qwen3-tiny-a"); }
+using test_support::repo_path;
+using test_support::tiny_model_dir;
 
 inline std::string read_all(const std::string& path) {
   std::ifstream in(path);

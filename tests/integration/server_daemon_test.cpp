@@ -16,6 +16,7 @@
 #include "support/memory_test_model.hpp"
 #include "support/temp_dir.hpp"
 #include "util/sanitizers.hpp"
+#include "support/process.hpp"
 
 namespace neuron::server {
 namespace {
@@ -798,12 +799,7 @@ TEST(ServerDaemonCli, InvalidSettingsExitTwo) {
   }
 }
 
-long rss_kib(pid_t pid) {
-  std::istringstream in(read_all("/proc/" + std::to_string(pid) + "/status"));
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
-  return -1;
-}
+using test_support::rss_kib;
 
 // Unloading gives the model's memory back to the system, seen from outside as
 // the daemon's RSS. The model is ~60 MB of weights so that allocator and

@@ -13,13 +13,14 @@
 #include "engine/registry.hpp"
 #include "server/api.hpp"
 #include "support/drain_stream.hpp"
+#include "support/model_paths.hpp"
 
 namespace neuron::server {
 namespace {
 
 using json = nlohmann::json;
 
-std::string tiny_model_dir() { return std::string(NEURON_REPO_ROOT) + "/models/qwen3-tiny-a"; }
+using test_support::tiny_model_dir;
 
 struct Event {
   std::string name;

@@ -19,6 +19,7 @@
 
 #include "server_daemon.hpp"
 #include "util/sanitizers.hpp"
+#include "support/process.hpp"
 
 namespace neuron::server {
 namespace {
@@ -32,12 +33,7 @@ int env_int(const char* name, int fallback) {
   return v && *v ? std::atoi(v) : fallback;
 }
 
-long rss_kib(pid_t pid) {
-  std::istringstream in(read_all("/proc/" + std::to_string(pid) + "/status"));
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
-  return -1;
-}
+using test_support::rss_kib;
 
 long open_fds(pid_t pid) {
   long n = 0;

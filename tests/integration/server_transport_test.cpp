@@ -13,6 +13,7 @@
 
 #include "server_daemon.hpp"
 #include "util/sanitizers.hpp"
+#include "support/process.hpp"
 
 namespace neuron::server {
 namespace {
@@ -32,12 +33,7 @@ bool raise_nofile(rlim_t need) {
   return rl.rlim_cur >= need;
 }
 
-long rss_kib(pid_t pid) {
-  std::istringstream in(read_all("/proc/" + std::to_string(pid) + "/status"));
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
-  return -1;
-}
+using test_support::rss_kib;
 
 std::string model_of(const Daemon& d) { return json::parse(d.client().Get("/v1/models")->body)["data"][0]["id"]; }
 

@@ -17,6 +17,7 @@
 #include "model/random_checkpoint.hpp"
 #include "tp/tp_runner.hpp"
 #include "util/error.hpp"
+#include "support/process.hpp"
 
 namespace {
 
@@ -26,7 +27,7 @@ using Clock = std::chrono::steady_clock;
 
 constexpr auto kDeadline = 4000ms;  // bounds a whole step; a loaded 2-core CI box needs the room
 
-bool gone(pid_t pid) { return ::kill(pid, 0) != 0 && errno == ESRCH; }
+using test_support::gone;
 
 class TpFailure : public ::testing::Test {
  protected:

@@ -17,6 +17,7 @@
 
 #include "tp/worker_pool.hpp"
 #include "util/error.hpp"
+#include "support/process.hpp"
 
 namespace {
 
@@ -32,11 +33,7 @@ PoolOptions pool_options(int world, std::chrono::milliseconds timeout = 5000ms) 
   return o;
 }
 
-// True when `pid` is neither running nor a zombie waiting for us.
-bool gone(pid_t pid) {
-  if (::kill(pid, 0) == 0) return false;
-  return errno == ESRCH;
-}
+using test_support::gone;
 
 class PoolWorld : public ::testing::TestWithParam<int> {};
 

@@ -14,6 +14,7 @@
 #include "backend/batch.hpp"
 #include "backend/model_runner.hpp"
 #include "backend/single_sequence.hpp"
+#include "support/argmax.hpp"
 
 namespace neuron::test_support {
 
@@ -29,10 +30,6 @@ struct SeqTrace {
   std::vector<std::int32_t> tokens;
   std::vector<std::vector<float>> logits;  // [decode_steps + 1][vocab] f32
 };
-
-inline std::int32_t argmax(std::span<const float> v) {
-  return static_cast<std::int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
-}
 
 // max |got - want| / max |want|: 0 for identical rows.
 inline double relative_error(std::span<const float> got, std::span<const float> want) {
@@ -51,6 +48,20 @@ inline std::vector<std::int32_t> random_prompt(std::size_t n, std::int64_t vocab
   std::vector<std::int32_t> ids(n);
   for (auto& id : ids) id = static_cast<std::int32_t>(rng() % static_cast<std::uint32_t>(vocab));
   return ids;
+}
+
+// Greedy tokens of one sequence: prefill the prompt, then one decode step per new token (`steps` tokens).
+inline std::vector<std::int32_t> greedy(backend::ModelRunner& r, const std::vector<std::int32_t>& prompt, int steps) {
+  std::vector<float> logits(static_cast<std::size_t>(r.config().vocab_size));  // [vocab] f32
+  backend::SingleSequence seq(r);
+  seq.forward(prompt, 0, logits);
+  std::vector<std::int32_t> out;
+  auto pos = static_cast<std::int32_t>(prompt.size());
+  for (int i = 0; i < steps; ++i) {
+    out.push_back(argmax(logits));
+    if (i + 1 < steps) seq.forward(std::span<const std::int32_t>(&out.back(), 1), pos++, logits);
+  }
+  return out;
 }
 
 // The prompt at once, then decode_steps greedy tokens, alone on the runner.

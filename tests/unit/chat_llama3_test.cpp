@@ -27,20 +27,20 @@ namespace {
 
 using nlohmann::ordered_json;
 
-const std::filesystem::path kData = std::filesystem::path(NEURON_TEST_DATA) / "llama3_1";
-const std::filesystem::path kFiles = kData / "node_modules" / "@lenml" / "tokenizer-llama3_1" / "models";
+const std::filesystem::path kLlama3Data = std::filesystem::path(NEURON_TEST_DATA) / "llama3_1";
+const std::filesystem::path kFiles = kLlama3Data / "node_modules" / "@lenml" / "tokenizer-llama3_1" / "models";
 
 ChatFormatter llama(const char* file) {
-  return ChatFormatter::from_template(tokenizer::testing::read_file(kData / file), {{"bos_token", "<|begin_of_text|>"}});
+  return ChatFormatter::from_template(tokenizer::testing::read_file(kLlama3Data / file), {{"bos_token", "<|begin_of_text|>"}});
 }
 ChatFormatter llama31() { return llama("meta-llama-Llama-3.1-8B-Instruct.jinja"); }
 ChatFormatter llama32() { return llama("meta-llama-Llama-3.2-3B-Instruct.jinja"); }
 
-const ordered_json kTools = ordered_json::parse(R"([{"type": "function", "function": {"name": "get_weather",
+const ordered_json kLlama3Tools = ordered_json::parse(R"([{"type": "function", "function": {"name": "get_weather",
     "description": "Get the weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
     "required": ["city"]}}}])");
 
-// kTools[0] | tojson(indent=4)
+// kLlama3Tools[0] | tojson(indent=4)
 const std::string kToolJson = R"({
     "type": "function",
     "function": {
@@ -90,7 +90,7 @@ TEST(Llama3ChatTemplate, ToolsGoInTheFirstUserMessage) {
            "that best answers the given prompt.\n\n" +
            kRespondIn + kToolJson + "\n\nWeather in Paris?") +
       kAssistantHeader;
-  EXPECT_EQ(llama31().apply(messages, kTools, true, nullptr), expected);
+  EXPECT_EQ(llama31().apply(messages, kLlama3Tools, true, nullptr), expected);
 }
 
 TEST(Llama3ChatTemplate, ToolsInTheSystemMessageWhenAsked) {
@@ -100,7 +100,7 @@ TEST(Llama3ChatTemplate, ToolsInTheSystemMessageWhenAsked) {
       kBos + kSystemHeader + "Environment: ipython\n" + kDates +
       "You have access to the following functions. To call a function, please respond with JSON for a function call." +
       kRespondIn + kToolJson + "\n\nBe brief.<|eot_id|>" + user("Weather in Paris?") + kAssistantHeader;
-  EXPECT_EQ(llama31().apply(messages, kTools, true, ordered_json{{"tools_in_user_message", false}}), expected);
+  EXPECT_EQ(llama31().apply(messages, kLlama3Tools, true, ordered_json{{"tools_in_user_message", false}}), expected);
 }
 
 TEST(Llama3ChatTemplate, ToolCallAndToolResultTurns) {
@@ -119,14 +119,14 @@ TEST(Llama3ChatTemplate, ToolCallAndToolResultTurns) {
            kRespondIn + kToolJson + "\n\nWeather in Paris?") +
       kAssistantHeader + R"({"name": "get_weather", "parameters": {"city": "Paris", "unit": "c"}}<|eot_id|>)" +
       "<|start_header_id|>ipython<|end_header_id|>\n\n\"18C, sunny\"<|eot_id|>" + kAssistantHeader;
-  EXPECT_EQ(llama31().apply(messages, kTools, true, nullptr), expected);
+  EXPECT_EQ(llama31().apply(messages, kLlama3Tools, true, nullptr), expected);
   // 3.2 prints the call the same way.
-  const std::string rendered32 = llama32().apply(messages, kTools, true, ordered_json{{"date_string", "26 Jul 2024"}});
+  const std::string rendered32 = llama32().apply(messages, kLlama3Tools, true, ordered_json{{"date_string", "26 Jul 2024"}});
   EXPECT_EQ(rendered32, expected);
   // A result that is JSON already (role "ipython", content an object) is printed as JSON.
   auto ipython = messages;
   ipython[3] = ordered_json::parse(R"({"role": "ipython", "content": {"temp": 18, "sky": "sunny"}})");
-  EXPECT_NE(llama31().apply(ipython, kTools, false, nullptr).find("<|start_header_id|>ipython<|end_header_id|>\n\n"
+  EXPECT_NE(llama31().apply(ipython, kLlama3Tools, false, nullptr).find("<|start_header_id|>ipython<|end_header_id|>\n\n"
                                                                    R"({"temp": 18, "sky": "sunny"}<|eot_id|>)"),
             std::string::npos);
 }
@@ -175,14 +175,14 @@ TEST(Llama3ChatTemplate, OneCallPerTurnAndToolsNeedAUserMessage) {
       {"type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Rome\"}"}}]}
   ])");
   try {
-    (void)llama31().apply(two_calls, kTools, true, nullptr);
+    (void)llama31().apply(two_calls, kLlama3Tools, true, nullptr);
     FAIL() << "rendered two calls in one turn";
   } catch (const Error& e) {
     EXPECT_STREQ(e.kind().c_str(), errc::template_error);
     EXPECT_NE(std::string(e.what()).find("This model only supports single tool-calls at once!"), std::string::npos) << e.what();
   }
   const auto only_system = ordered_json::parse(R"([{"role": "system", "content": "x"}])");
-  EXPECT_THROW((void)llama31().apply(only_system, kTools, true, nullptr), Error);
+  EXPECT_THROW((void)llama31().apply(only_system, kLlama3Tools, true, nullptr), Error);
 }
 
 TEST(Llama3ChatTemplate, CallArgumentsThatAreNotJsonAreRefusedByName) {
@@ -191,7 +191,7 @@ TEST(Llama3ChatTemplate, CallArgumentsThatAreNotJsonAreRefusedByName) {
     {"role": "assistant", "content": null, "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": "{oops"}}]}
   ])");
   try {
-    (void)llama31().apply(messages, kTools, true, nullptr);
+    (void)llama31().apply(messages, kLlama3Tools, true, nullptr);
     FAIL() << "accepted arguments that are not JSON";
   } catch (const Error& e) {
     EXPECT_STREQ(e.kind().c_str(), errc::invalid_argument);
@@ -202,7 +202,7 @@ TEST(Llama3ChatTemplate, CallArgumentsThatAreNotJsonAreRefusedByName) {
     {"role": "user", "content": "x"},
     {"role": "assistant", "content": null, "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": ""}}]}
   ])");
-  EXPECT_NE(llama31().apply(empty, kTools, false, nullptr).find(R"({"name": "f", "parameters": {}}<|eot_id|>)"),
+  EXPECT_NE(llama31().apply(empty, kLlama3Tools, false, nullptr).find(R"({"name": "f", "parameters": {}}<|eot_id|>)"),
             std::string::npos);
 }
 

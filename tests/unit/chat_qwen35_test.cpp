@@ -25,15 +25,15 @@ namespace {
 
 using nlohmann::ordered_json;
 
-const std::filesystem::path kData = std::filesystem::path(NEURON_TEST_DATA) / "qwen3_5";
+const std::filesystem::path kQwen35Data = std::filesystem::path(NEURON_TEST_DATA) / "qwen3_5";
 
-ChatFormatter qwen35() { return ChatFormatter::from_template(tokenizer::testing::read_file(kData / "Qwen3.5-4B.jinja")); }
+ChatFormatter qwen35() { return ChatFormatter::from_template(tokenizer::testing::read_file(kQwen35Data / "Qwen3.5-4B.jinja")); }
 
-const ordered_json kTools = ordered_json::parse(R"([{"type": "function", "function": {"name": "get_weather",
+const ordered_json kQwen35Tools = ordered_json::parse(R"([{"type": "function", "function": {"name": "get_weather",
     "description": "Get the weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"},
     "days": {"type": "integer"}}, "required": ["city"]}}}])");
 
-// The system turn the template writes for kTools (before any system message's text).
+// The system turn the template writes for kQwen35Tools (before any system message's text).
 const std::string kToolsPreamble =
     "<|im_start|>system\n# Tools\n\nYou have access to the following functions:\n\n<tools>\n"
     R"({"type": "function", "function": {"name": "get_weather", "description": "Get the weather", "parameters": )"
@@ -75,10 +75,10 @@ TEST(Qwen35ChatTemplate, SystemMessageWithoutTools) {
 TEST(Qwen35ChatTemplate, ToolsGoInTheSystemTurnBeforeTheSystemMessage) {
   const auto messages = ordered_json::parse(R"([{"role": "system", "content": "Be brief."},
                                                 {"role": "user", "content": "Weather in Paris?"}])");
-  EXPECT_EQ(qwen35().apply(messages, kTools, true, nullptr),
+  EXPECT_EQ(qwen35().apply(messages, kQwen35Tools, true, nullptr),
             kToolsPreamble + "\n\nBe brief.<|im_end|>\n" + turn("user", "Weather in Paris?") + kThinkingOn);
   const auto no_system = ordered_json::parse(R"([{"role": "user", "content": "Weather in Paris?"}])");
-  EXPECT_EQ(qwen35().apply(no_system, kTools, true, nullptr), kToolsPreamble + "<|im_end|>\n" + turn("user", "Weather in Paris?") + kThinkingOn);
+  EXPECT_EQ(qwen35().apply(no_system, kQwen35Tools, true, nullptr), kToolsPreamble + "<|im_end|>\n" + turn("user", "Weather in Paris?") + kThinkingOn);
 }
 
 // A whole agentic conversation, as an OpenAI client sends it (content null
@@ -110,9 +110,9 @@ TEST(Qwen35ChatTemplate, MultiTurnToolConversationRendersExactly) {
       "\n<tool_call>\n<function=get_weather>\n<parameter=city>\nRome\n</parameter>\n<parameter=days>\n2\n</parameter>\n"
       "</function>\n</tool_call><|im_end|>\n"
       "<|im_start|>user\n<tool_response>\n18C, sunny\n</tool_response>\n<tool_response>\n21C, rain\n</tool_response><|im_end|>\n";
-  EXPECT_EQ(qwen35().apply(messages, kTools, true, nullptr), expected + kThinkingOn);
-  EXPECT_EQ(qwen35().apply(messages, kTools, true, thinking(false)), expected + kThinkingOff);
-  EXPECT_EQ(qwen35().apply(messages, kTools, false, nullptr), expected);
+  EXPECT_EQ(qwen35().apply(messages, kQwen35Tools, true, nullptr), expected + kThinkingOn);
+  EXPECT_EQ(qwen35().apply(messages, kQwen35Tools, true, thinking(false)), expected + kThinkingOff);
+  EXPECT_EQ(qwen35().apply(messages, kQwen35Tools, false, nullptr), expected);
 }
 
 // A call after text: "\n\n" before it; a mapping or list argument goes
@@ -168,7 +168,7 @@ TEST(Qwen35ChatTemplate, TemplateErrorsAreTemplateErrors) {
 
 TEST(ToolCallFormat, QwenCoderSyntaxIsDetectedFromQwen35AndQwen3Coder) {
   EXPECT_EQ(qwen35().tool_call_format(), ToolCallFormat::qwen3_coder);
-  EXPECT_EQ(ChatFormatter::from_template(tokenizer::testing::read_file(kData / "Qwen3-Coder.jinja")).tool_call_format(),
+  EXPECT_EQ(ChatFormatter::from_template(tokenizer::testing::read_file(kQwen35Data / "Qwen3-Coder.jinja")).tool_call_format(),
             ToolCallFormat::qwen3_coder);
   // Qwen3's own template stays hermes (tests/unit/chat_llama3_test.cpp checks it and Llama's).
   const auto qwen3 = ChatFormatter::from_tokenizer_config(std::filesystem::path(NEURON_REPO_ROOT) / "models" /

@@ -28,7 +28,7 @@ namespace neuron::backend::cuda {
 namespace {
 
 namespace fs = std::filesystem;
-const fs::path kData = fs::path(NEURON_TEST_DATA) / "embed";
+const fs::path kEmbedData = fs::path(NEURON_TEST_DATA) / "embed";
 const fs::path kTiny = fs::path(NEURON_REPO_ROOT) / "models" / "qwen3-tiny-a";
 // bf16 activations over 2 layers of a 16-wide model: each entry of a unit vector within 0.03, cosine above 0.999.
 constexpr double kMaxAbs = 0.03;
@@ -59,8 +59,8 @@ void expect_close(const std::vector<float>& got, const nlohmann::json& want, con
 TEST(CudaEmbed, LastTokenEmbeddingsMatchSentenceTransformers) {
   if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
   model::ModelConfig cfg;
-  auto runner = open_cuda(cfg, kData / "qwen3_embed-a");
-  const auto golden = read_json(kData / "qwen3_embed-a" / "embed_golden.json");
+  auto runner = open_cuda(cfg, kEmbedData / "qwen3_embed-a");
+  const auto golden = read_json(kEmbedData / "qwen3_embed-a" / "embed_golden.json");
   const auto hidden = static_cast<std::size_t>(cfg.hidden_size);
   const std::int32_t bs = runner->kv_pool().block_size;
   // Every input in one step (the 632-token one spans passes), each in its own blocks.
@@ -87,7 +87,7 @@ TEST(CudaEmbed, MeanPooledRowsMatchTransformers) {
   if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
   model::ModelConfig cfg;
   auto runner = open_cuda(cfg, kTiny);
-  const auto golden = read_json(kData / "pooled_golden.json");
+  const auto golden = read_json(kEmbedData / "pooled_golden.json");
   const auto hidden = static_cast<std::size_t>(cfg.hidden_size);
   const std::int32_t bs = runner->kv_pool().block_size;
   for (const auto& in : golden["inputs"]) {

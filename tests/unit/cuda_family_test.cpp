@@ -31,15 +31,14 @@
 #include "support/cosine.hpp"
 #include "support/env_guard.hpp"
 #include "support/temp_dir.hpp"
+#include "support/argmax.hpp"
 
 namespace neuron::backend::cuda {
 namespace {
 
 using test_support::cosine;
 
-std::int32_t argmax(std::span<const float> v) {
-  return static_cast<std::int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
-}
+using test_support::argmax;
 
 std::unique_ptr<ModelRunner> open_cuda(const model::ModelConfig& cfg, const io::Checkpoint& ckpt) {
   return make_cuda_runner(cfg, &ckpt, model::ShardPlan::make(cfg, 0, 1), Device{Device::Kind::cuda, 0},

@@ -35,15 +35,14 @@
 #include "model/shard.hpp"
 #include "quant/ggml_type.hpp"
 #include "support/cosine.hpp"
+#include "support/argmax.hpp"
 
 namespace neuron::backend::cuda {
 namespace {
 
 using test_support::cosine;
 
-std::int32_t argmax(std::span<const float> v) {
-  return static_cast<std::int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
-}
+using test_support::argmax;
 
 class CudaHybrid : public ::testing::TestWithParam<std::string> {
  protected:

@@ -35,6 +35,7 @@
 #include "support/temp_dir.hpp"
 #include "tensor/dtype.hpp"
 #include "util/error.hpp"
+#include "support/batch_driver.hpp"
 
 namespace neuron::backend::cuda {
 namespace {
@@ -420,18 +421,7 @@ std::vector<float> prompt_logits(ModelRunner& r, const std::vector<std::int32_t>
   return logits;
 }
 
-std::vector<std::int32_t> greedy(ModelRunner& r, const std::vector<std::int32_t>& prompt, int steps) {
-  std::vector<float> logits(static_cast<std::size_t>(r.config().vocab_size));
-  SingleSequence seq(r);
-  seq.forward(prompt, 0, logits);
-  std::vector<std::int32_t> out;
-  auto pos = static_cast<std::int32_t>(prompt.size());
-  for (int i = 0; i < steps; ++i) {
-    out.push_back(static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
-    if (i + 1 < steps) seq.forward(std::span<const std::int32_t>(&out.back(), 1), pos++, logits);
-  }
-  return out;
-}
+using test_support::greedy;
 
 using test_support::cosine;
 

@@ -33,6 +33,8 @@
 #include "support/env_guard.hpp"
 #include "support/cosine.hpp"
 #include "util/error.hpp"
+#include "support/argmax.hpp"
+#include "support/batch_driver.hpp"
 
 namespace neuron::backend::cuda {
 namespace {
@@ -50,24 +52,9 @@ std::unique_ptr<ModelRunner> open_tiny(const io::Checkpoint& ckpt, const model::
 
 using test_support::cosine;
 
-std::int32_t argmax(std::span<const float> v) {
-  return static_cast<std::int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
-}
+using test_support::argmax;
 
-// Greedy tokens: prefill the prompt, then one decode step per new token.
-std::vector<std::int32_t> greedy(ModelRunner& r, const std::vector<std::int32_t>& prompt, int steps) {
-  const auto v = static_cast<std::size_t>(r.config().vocab_size);
-  std::vector<float> logits(v);
-  SingleSequence seq(r);
-  seq.forward(prompt, 0, logits);
-  std::vector<std::int32_t> out;
-  auto pos = static_cast<std::int32_t>(prompt.size());
-  for (int i = 0; i < steps; ++i) {
-    out.push_back(argmax(logits));
-    if (i + 1 < steps) seq.forward(std::span<const std::int32_t>(&out.back(), 1), pos++, logits);
-  }
-  return out;
-}
+using test_support::greedy;
 
 using test_support::EnvGuard;
 

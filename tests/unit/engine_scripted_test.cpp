@@ -20,19 +20,16 @@
 #include "model/config.hpp"
 #include "tokenizer/tokenizer.hpp"
 #include "util/error.hpp"
+#include "support/engine_drain.hpp"
 
 namespace neuron::engine {
 namespace {
 
 using namespace std::chrono_literals;
 
-const std::filesystem::path kTinyModel = std::filesystem::path(NEURON_REPO_ROOT) / "models" / "qwen3-tiny-a";
+using test_support::kTinyModel;
 
-std::shared_ptr<const tokenizer::Tokenizer> tiny_tokenizer() {
-  static const auto tok =
-      std::make_shared<const tokenizer::Tokenizer>(tokenizer::Tokenizer::from_file(kTinyModel / "tokenizer.json"));
-  return tok;
-}
+using test_support::tiny_tokenizer;
 
 // Emits `script[i]` as the i-th generated token of every sequence (one-hot
 // logits), whatever the prompt, and checks the KV contract of
@@ -118,26 +115,9 @@ class ScriptedRunner final : public backend::ModelRunner {
   std::vector<std::int64_t> written_;  // [num_blocks * block_size] the position each slot holds; -1 never written
 };
 
-struct Outcome {
-  std::string text, reasoning;
-  std::size_t deltas = 0;
-  Event last;
-};
 
-Outcome drain(Channel& channel) {
-  Outcome out;
-  for (;;) {
-    std::optional<Event> e = channel.next(30s);
-    if (!e) throw std::runtime_error("no event within 30 s");
-    if (e->kind != Event::Kind::delta) {
-      out.last = std::move(*e);
-      return out;
-    }
-    out.text += e->text;
-    out.reasoning += e->reasoning;
-    out.deltas += 1;
-  }
-}
+using test_support::drain;
+using test_support::Outcome;
 
 std::vector<std::int32_t> encode(const std::string& s) { return tiny_tokenizer()->encode(s); }
 

@@ -20,13 +20,14 @@
 #include "model/shard.hpp"
 #include "tokenizer/tokenizer.hpp"
 #include "util/error.hpp"
+#include "support/engine_drain.hpp"
 
 namespace neuron::engine {
 namespace {
 
 using namespace std::chrono_literals;
 
-const std::filesystem::path kTinyModel = std::filesystem::path(NEURON_REPO_ROOT) / "models" / "qwen3-tiny-a";
+using test_support::kTinyModel;
 
 std::unique_ptr<backend::ModelRunner> open_tiny_runner(std::int32_t max_context = 512) {
   const model::ModelConfigs configs = model::load_model_configs(kTinyModel);
@@ -39,11 +40,7 @@ std::unique_ptr<backend::ModelRunner> open_tiny_runner(std::int32_t max_context 
                               std::make_shared<dist::LocalCommunicator>(), options);
 }
 
-std::shared_ptr<const tokenizer::Tokenizer> tiny_tokenizer() {
-  static const auto tok =
-      std::make_shared<const tokenizer::Tokenizer>(tokenizer::Tokenizer::from_file(kTinyModel / "tokenizer.json"));
-  return tok;
-}
+using test_support::tiny_tokenizer;
 
 // A runner that delegates to a real one and throws `kind` on the step call
 // number `fail_at` (0-based), as a dead TP worker or a CUDA fault would.
@@ -77,30 +74,9 @@ std::string decode_known(const std::vector<std::int32_t>& ids) {
   return tiny_tokenizer()->decode(known, /*skip_special_tokens=*/true);
 }
 
-struct Outcome {
-  std::string text, reasoning;
-  std::vector<std::int32_t> delta_tokens;
-  std::vector<Event> deltas;
-  Event last;  // done or error
-};
 
-Outcome drain(Channel& channel, std::chrono::milliseconds timeout = 60s) {
-  Outcome out;
-  for (;;) {
-    std::optional<Event> e = channel.next(timeout);
-    if (!e) throw std::runtime_error("no event within the timeout");
-    if (e->kind == Event::Kind::delta) {
-      EXPECT_FALSE(e->text.empty() && e->reasoning.empty()) << "deltas carry text or reasoning";
-      out.text += e->text;
-      out.reasoning += e->reasoning;
-      out.delta_tokens.insert(out.delta_tokens.end(), e->tokens.begin(), e->tokens.end());
-      out.deltas.push_back(*e);
-      continue;
-    }
-    out.last = std::move(*e);
-    return out;
-  }
-}
+using test_support::drain;
+using test_support::Outcome;
 
 CompletionRequest greedy_request(std::vector<std::int32_t> prompt, std::int32_t max_tokens) {
   CompletionRequest r;

@@ -28,15 +28,14 @@
 #include "model/config.hpp"
 #include "model/shard.hpp"
 #include "tp/tp_runner.hpp"
+#include "support/model_paths.hpp"
 
 namespace neuron::engine {
 namespace {
 
 constexpr std::int32_t kBlock = 4;
 
-std::filesystem::path family_dir(const std::string& name) {
-  return std::filesystem::path(NEURON_TEST_DATA) / "families" / name;
-}
+using test_support::family_dir;
 
 // Every generated token, its logprobs (the raw logits' log-softmax: top 5 and the pick), how it ended.
 struct Recorder final : SequenceObserver {

@@ -6,13 +6,12 @@
 #include <nlohmann/json.hpp>
 
 #include "chat/template.hpp"
+#include "support/jinja_render.hpp"
 
 namespace neuron::chat {
 namespace {
 
-std::string render(const std::string& source, const std::string& context = "{}") {
-  return ChatTemplate::parse(source).render(nlohmann::ordered_json::parse(context));
-}
+using test_support::render;
 
 TEST(JinjaBuiltins, StringFilters) {
   EXPECT_EQ(render(R"J({{ 'ab' | upper }} {{ 'AB' | lower }} {{ 'hello world' | capitalize }} {{ 'hello-world foo(bar' | title }} [{{ '  x ' | trim }}] {{ 'xxhixx' | trim('x') }} {{ 'a b a' | replace('a', 'c') }} {{ 'aaa' | replace('a', 'b', 2) }})J"), R"X(AB ab Hello world Hello-World Foo(Bar [x] hi c b c bba)X");

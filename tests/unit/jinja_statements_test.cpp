@@ -6,13 +6,12 @@
 #include <nlohmann/json.hpp>
 
 #include "chat/template.hpp"
+#include "support/jinja_render.hpp"
 
 namespace neuron::chat {
 namespace {
 
-std::string render(const std::string& source, const std::string& context = "{}") {
-  return ChatTemplate::parse(source).render(nlohmann::ordered_json::parse(context));
-}
+using test_support::render;
 
 TEST(JinjaStatements, IfElifElse) {
   EXPECT_EQ(render(R"J({% for x in [1, 2, 3] %}{% if x == 1 %}one{% elif x == 2 %}two{% else %}many{% endif %},{% endfor %})J"), R"X(one,two,many,)X");

@@ -6,13 +6,12 @@
 #include <nlohmann/json.hpp>
 
 #include "chat/template.hpp"
+#include "support/jinja_render.hpp"
 
 namespace neuron::chat {
 namespace {
 
-std::string render(const std::string& source, const std::string& context = "{}") {
-  return ChatTemplate::parse(source).render(nlohmann::ordered_json::parse(context));
-}
+using test_support::render;
 
 // transformers renders with trim_blocks=True: a block tag eats the newline after it.
 TEST(JinjaSyntax, TrimBlocksDropsTheNewlineAfterABlockTag) {
@@ -83,7 +82,8 @@ TEST(JinjaSyntax, RawBlockIsLiteralText) {
 
 TEST(JinjaSyntax, NewlinesNormalizedAndOneTrailingNewlineDropped) {
   EXPECT_EQ(render(R"J(x
-y{% if true %}
+y
+{% if true %}
 z{% endif %}
 )J"), R"X(x
 y

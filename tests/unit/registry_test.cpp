@@ -24,6 +24,7 @@
 #include "support/gguf_writer.hpp"
 #include "support/temp_dir.hpp"
 #include "util/sanitizers.hpp"
+#include "support/model_paths.hpp"
 
 namespace neuron::engine {
 namespace {
@@ -31,8 +32,8 @@ namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
-const fs::path kModels = fs::path(NEURON_REPO_ROOT) / "models";
-const fs::path kTinyModel = kModels / "qwen3-tiny-a";
+const fs::path kModels = test_support::models_dir();
+using test_support::kTinyModel;
 
 using test_support::TempDir;
 

@@ -29,7 +29,7 @@ constexpr auto kLlama = chat::ToolCallFormat::llama_json;
 
 using tool_call_test::cut_every;
 using tool_call_test::Streamed;
-Streamed run_pieces(const std::vector<std::string>& pieces, const std::string& engine_reason = "stop") {
+Streamed llama_pieces(const std::vector<std::string>& pieces, const std::string& engine_reason = "stop") {
   return tool_call_test::run_pieces(ToolCallSyntax{kLlama, {}}, pieces, engine_reason);
 }
 
@@ -55,7 +55,7 @@ TEST(LlamaToolCalls, BlockingAnswerIsOneCall) {
 TEST(LlamaToolCalls, SameCallWhateverTheCuts) {
   const std::string text = "\n" + kCall;
   for (std::size_t cut = 0; cut <= text.size(); ++cut) {
-    const Streamed s = run_pieces({text.substr(0, cut), text.substr(cut)});
+    const Streamed s = llama_pieces({text.substr(0, cut), text.substr(cut)});
     ASSERT_EQ(s.calls.size(), 1u) << "cut at " << cut;
     EXPECT_EQ(s.calls[0].name, "get_weather");
     EXPECT_EQ(s.calls[0].arguments, kArgs) << "cut at " << cut;
@@ -66,7 +66,7 @@ TEST(LlamaToolCalls, SameCallWhateverTheCuts) {
 
 TEST(LlamaToolCalls, ACallSplitAcrossManySmallDeltasStreamsItsArguments) {
   for (std::size_t n : {1u, 2u, 3u, 5u}) {
-    const Streamed s = run_pieces(cut_every(kCall, n));
+    const Streamed s = llama_pieces(cut_every(kCall, n));
     ASSERT_EQ(s.calls.size(), 1u) << n;
     EXPECT_EQ(s.calls[0].name, "get_weather");
     EXPECT_EQ(s.calls[0].arguments, kArgs) << n;
@@ -80,7 +80,7 @@ TEST(LlamaToolCalls, ACallSplitAcrossManySmallDeltasStreamsItsArguments) {
 TEST(LlamaToolCalls, SeveralCallsSeparatedBySemicolons) {
   const std::string text = R"({"name": "get_weather", "parameters": {"city": "Paris"}}; {"name": "get_time", "parameters": {}})";
   for (std::size_t n : {std::size_t{1}, std::size_t{4}, text.size()}) {
-    const Streamed s = run_pieces(cut_every(text, n));
+    const Streamed s = llama_pieces(cut_every(text, n));
     ASSERT_EQ(s.calls.size(), 2u) << n;
     EXPECT_EQ(s.calls[0].name, "get_weather");
     EXPECT_EQ(s.calls[0].arguments, R"({"city": "Paris"})");
@@ -115,7 +115,7 @@ TEST(LlamaToolCalls, AnswersThatAreNotCallsAreContent) {
   };
   for (const std::string& text : answers) {
     for (std::size_t n : {std::size_t{1}, std::size_t{3}, text.size()}) {
-      const Streamed s = run_pieces(cut_every(text, n), "stop");
+      const Streamed s = llama_pieces(cut_every(text, n), "stop");
       if (text.rfind("{\"name\": \"get_weather\", \"parameters\": {\"city\"", 0) == 0) {
         // ...it was announced: it stays a call (the client sees what was written), finish "length" in real life.
         ASSERT_EQ(s.calls.size(), 1u) << text;
@@ -128,7 +128,7 @@ TEST(LlamaToolCalls, AnswersThatAreNotCallsAreContent) {
     }
   }
   // Plain text streams as it comes, without waiting for the end.
-  const Streamed s = run_pieces({"Hello", " world"});
+  const Streamed s = llama_pieces({"Hello", " world"});
   EXPECT_EQ(s.streamed, "Hello world");
   // A blank answer is its text.
   EXPECT_EQ(ToolCallExtractor::split(" ", kLlama).content, " ");

@@ -11,15 +11,16 @@
 
 #include "server/api_error.hpp"
 #include "server/messages_api.hpp"
+#include "support/sse_events.hpp"
 
 namespace neuron::server {
 namespace {
 
-using json = nlohmann::ordered_json;
+using ojson = nlohmann::ordered_json;
 
-std::pair<std::string, std::string> refusal(const std::string& body) {
+std::pair<std::string, std::string> messages_refusal(const std::string& body) {
   try {
-    parse_messages_request(json::parse(body));
+    parse_messages_request(ojson::parse(body));
   } catch (const FieldError& e) {
     return {e.param(), e.kind()};
   }
@@ -27,45 +28,20 @@ std::pair<std::string, std::string> refusal(const std::string& body) {
 }
 
 // The shaper's bytes for open(), each {text, reasoning} delta in order, then `end` (close or fail).
-std::string script(TurnShaper& shaper, const std::vector<std::pair<std::string, std::string>>& deltas,
-                   const std::function<std::string()>& end) {
+std::string messages_script(TurnShaper& shaper, const std::vector<std::pair<std::string, std::string>>& deltas,
+                            const std::function<std::string()>& end) {
   std::string out = shaper.open();
   for (const auto& [text, reasoning] : deltas) out += shaper.delta(text, reasoning);
   out += end();
   return out;
 }
 
-struct Event {
-  std::string name;
-  nlohmann::json data;  // unordered: compares by content
-};
-
-std::vector<Event> parse_events(const std::string& sse) {
-  std::vector<Event> out;
-  std::size_t pos = 0;
-  while (pos < sse.size()) {
-    const std::size_t end = sse.find("\n\n", pos);
-    EXPECT_NE(end, std::string::npos) << "unterminated event";
-    if (end == std::string::npos) break;
-    const std::string block = sse.substr(pos, end - pos);
-    pos = end + 2;
-    const std::size_t nl = block.find('\n');
-    EXPECT_EQ(block.rfind("event: ", 0), 0u) << block;
-    Event e{block.substr(7, nl - 7), nlohmann::json::parse(block.substr(nl + 7))};
-    EXPECT_EQ(e.data.value("type", ""), e.name);
-    out.push_back(std::move(e));
-  }
-  return out;
-}
-
-std::vector<std::string> names(const std::vector<Event>& events) {
-  std::vector<std::string> out;
-  for (const auto& e : events) out.push_back(e.name);
-  return out;
-}
+using test_support::event_names;
+using test_support::parse_sse_events;
+using test_support::SseEvent;
 
 TEST(MessagesRequest, BlocksBecomeChatMessages) {
-  const OpenAiRequest r = parse_messages_request(json::parse(R"({"model": "m", "max_tokens": 64,
+  const OpenAiRequest r = parse_messages_request(ojson::parse(R"({"model": "m", "max_tokens": 64,
       "system": [{"type": "text", "text": "be"}, {"type": "text", "text": "brief"}],
       "messages": [
         {"role": "user", "content": "weather in Paris?"},
@@ -85,7 +61,7 @@ TEST(MessagesRequest, BlocksBecomeChatMessages) {
   EXPECT_EQ(m[2].content, "Checking.");
   EXPECT_EQ(m[2].reasoning_content.value_or(""), "use the tool");
   ASSERT_EQ(m[2].tool_calls.size(), 1u);
-  EXPECT_EQ(m[2].tool_calls[0]["function"]["arguments"], json({{"city", "Paris"}}));
+  EXPECT_EQ(m[2].tool_calls[0]["function"]["arguments"], ojson({{"city", "Paris"}}));
   EXPECT_EQ(m[3].role, "tool");
   EXPECT_EQ(m[3].content, "sunny");
   EXPECT_EQ(m[3].tool_call_id.value_or(""), "toolu_1");
@@ -94,19 +70,19 @@ TEST(MessagesRequest, BlocksBecomeChatMessages) {
   EXPECT_EQ(r.max_tokens, 64);
   EXPECT_EQ(r.stop, std::vector<std::string>{"END"});
   EXPECT_EQ(r.sampling.top_k, 5);
-  EXPECT_EQ(r.chat_template_kwargs, json({{"enable_thinking", false}}));
+  EXPECT_EQ(r.chat_template_kwargs, ojson({{"enable_thinking", false}}));
   ASSERT_EQ(r.tools.size(), 1u);
-  EXPECT_EQ(r.tools[0]["function"]["parameters"], json({{"type", "object"}}));
+  EXPECT_EQ(r.tools[0]["function"]["parameters"], ojson({{"type", "object"}}));
   EXPECT_TRUE(r.tool_calls);
 }
 
 // tool_choice any / tool force one tool_use block: the chat request's constraint.
 TEST(MessagesRequest, ForcedToolUseIsAConstraint) {
-  const json base = {{"max_tokens", 8},
-                     {"messages", json::array({{{"role", "user"}, {"content", "x"}}})},
-                     {"tools", json::array({{{"name", "f"}, {"input_schema", {{"type", "object"}}}},
+  const ojson base = {{"max_tokens", 8},
+                     {"messages", ojson::array({{{"role", "user"}, {"content", "x"}}})},
+                     {"tools", ojson::array({{{"name", "f"}, {"input_schema", {{"type", "object"}}}},
                                             {{"name", "g"}, {"input_schema", {{"type", "object"}}}}})}};
-  json body = base;
+  ojson body = base;
   body["tool_choice"] = {{"type", "any"}};
   OpenAiRequest r = parse_messages_request(body);
   ASSERT_TRUE(r.constraint.has_value());
@@ -123,32 +99,32 @@ TEST(MessagesRequest, BadInputNamesTheField) {
   using P = std::pair<std::string, std::string>;
   const std::string inv = errc::invalid_argument, uns = http_errc::unsupported;
   const std::string ok = R"("max_tokens": 8, "messages": [{"role": "user", "content": "x"}])";
-  EXPECT_EQ(refusal(R"({"messages": [{"role": "user", "content": "x"}]})"), P("max_tokens", inv));
-  EXPECT_EQ(refusal(R"({"max_tokens": 0, "messages": [{"role": "user", "content": "x"}]})"), P("max_tokens", inv));
-  EXPECT_EQ(refusal(R"({"max_tokens": 8})"), P("messages", inv));
-  EXPECT_EQ(refusal(R"({"max_tokens": 8, "messages": []})"), P("messages", inv));
-  EXPECT_EQ(refusal(R"({"max_tokens": 8, "messages": [{"role": "system", "content": "x"}]})"), P("messages[0].role", inv));
-  EXPECT_EQ(refusal(R"({"max_tokens": 8, "messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]})"),
+  EXPECT_EQ(messages_refusal(R"({"messages": [{"role": "user", "content": "x"}]})"), P("max_tokens", inv));
+  EXPECT_EQ(messages_refusal(R"({"max_tokens": 0, "messages": [{"role": "user", "content": "x"}]})"), P("max_tokens", inv));
+  EXPECT_EQ(messages_refusal(R"({"max_tokens": 8})"), P("messages", inv));
+  EXPECT_EQ(messages_refusal(R"({"max_tokens": 8, "messages": []})"), P("messages", inv));
+  EXPECT_EQ(messages_refusal(R"({"max_tokens": 8, "messages": [{"role": "system", "content": "x"}]})"), P("messages[0].role", inv));
+  EXPECT_EQ(messages_refusal(R"({"max_tokens": 8, "messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]})"),
             P("messages[0].content[0].type", uns));
-  EXPECT_EQ(refusal(R"({"max_tokens": 8, "messages": [{"role": "user", "content": [{"type": "tool_use", "id": "a", "name": "f"}]}]})"),
+  EXPECT_EQ(messages_refusal(R"({"max_tokens": 8, "messages": [{"role": "user", "content": [{"type": "tool_use", "id": "a", "name": "f"}]}]})"),
             P("messages[0].content[0].type", inv));
-  EXPECT_EQ(refusal(R"({"max_tokens": 8, "messages": [{"role": "user", "content": [{"type": "tool_result"}]}]})"),
+  EXPECT_EQ(messages_refusal(R"({"max_tokens": 8, "messages": [{"role": "user", "content": [{"type": "tool_result"}]}]})"),
             P("messages[0].content[0].tool_use_id", inv));
-  EXPECT_EQ(refusal(R"({"max_tokens": 8, "messages": [{"role": "assistant", "content": [{"type": "tool_use", "id": "a", "name": "f", "input": 3}]}]})"),
+  EXPECT_EQ(messages_refusal(R"({"max_tokens": 8, "messages": [{"role": "assistant", "content": [{"type": "tool_use", "id": "a", "name": "f", "input": 3}]}]})"),
             P("messages[0].content[0].input", inv));
-  EXPECT_EQ(refusal("{" + ok + R"(, "system": 5})"), P("system", inv));
-  EXPECT_EQ(refusal("{" + ok + R"(, "temperature": 1.5})"), P("temperature", inv));
-  EXPECT_EQ(refusal("{" + ok + R"(, "stop_sequences": [""]})"), P("stop_sequences[0]", inv));
-  EXPECT_EQ(refusal("{" + ok + R"(, "tools": [{"name": "f"}]})"), P("tools[0].input_schema", inv));
-  EXPECT_EQ(refusal("{" + ok + R"(, "tools": [{"type": "web_search_20250305", "name": "w"}]})"), P("tools[0].type", uns));
-  EXPECT_EQ(refusal("{" + ok + R"(, "tool_choice": {"type": "any"}})"), P("tool_choice", inv));  // no tools
-  EXPECT_EQ(refusal("{" + ok + R"(, "tools": [{"name": "f", "input_schema": {"type": "object"}}], "tool_choice": {"type": "tool", "name": "g"}})"),
+  EXPECT_EQ(messages_refusal("{" + ok + R"(, "system": 5})"), P("system", inv));
+  EXPECT_EQ(messages_refusal("{" + ok + R"(, "temperature": 1.5})"), P("temperature", inv));
+  EXPECT_EQ(messages_refusal("{" + ok + R"(, "stop_sequences": [""]})"), P("stop_sequences[0]", inv));
+  EXPECT_EQ(messages_refusal("{" + ok + R"(, "tools": [{"name": "f"}]})"), P("tools[0].input_schema", inv));
+  EXPECT_EQ(messages_refusal("{" + ok + R"(, "tools": [{"type": "web_search_20250305", "name": "w"}]})"), P("tools[0].type", uns));
+  EXPECT_EQ(messages_refusal("{" + ok + R"(, "tool_choice": {"type": "any"}})"), P("tool_choice", inv));  // no tools
+  EXPECT_EQ(messages_refusal("{" + ok + R"(, "tools": [{"name": "f", "input_schema": {"type": "object"}}], "tool_choice": {"type": "tool", "name": "g"}})"),
             P("tool_choice.name", inv));
-  EXPECT_EQ(refusal("{" + ok + R"(, "tools": [{"name": "f", "input_schema": {"type": "object"}}], "tool_choice": {"type": "tool"}})"),
+  EXPECT_EQ(messages_refusal("{" + ok + R"(, "tools": [{"name": "f", "input_schema": {"type": "object"}}], "tool_choice": {"type": "tool"}})"),
             P("tool_choice.name", inv));
-  EXPECT_EQ(refusal("{" + ok + R"(, "tool_choice": "auto"})"), P("tool_choice", inv));
-  EXPECT_EQ(refusal("{" + ok + R"(, "thinking": {"type": "enabled", "budget_tokens": 100}})"), P("thinking.budget_tokens", inv));
-  EXPECT_EQ(refusal("{" + ok + "}"), P("<accepted>", ""));
+  EXPECT_EQ(messages_refusal("{" + ok + R"(, "tool_choice": "auto"})"), P("tool_choice", inv));
+  EXPECT_EQ(messages_refusal("{" + ok + R"(, "thinking": {"type": "enabled", "budget_tokens": 100}})"), P("thinking.budget_tokens", inv));
+  EXPECT_EQ(messages_refusal("{" + ok + "}"), P("<accepted>", ""));
 }
 
 TEST(MessagesShape, ErrorsHaveAnthropicsShapeAndTypes) {
@@ -167,23 +143,23 @@ TEST(MessagesShape, ErrorsHaveAnthropicsShapeAndTypes) {
 
 TEST(MessagesShape, AWholeTurnHasThinkingTextAndToolUseBlocks) {
   const Turn turn{"\n\n", "hmm", {{"call_0123", "get_weather", R"({"city": "Paris"})"}}, {"stop", {10, 6, 4}, 2, {}}};
-  const json m = message_body("msg_1", "model", turn);
+  const ojson m = message_body("msg_1", "model", turn);
   EXPECT_EQ(m["type"], "message");
   EXPECT_EQ(m["role"], "assistant");
   ASSERT_EQ(m["content"].size(), 2u);
-  EXPECT_EQ(m["content"][0], json({{"type", "thinking"}, {"thinking", "hmm"}, {"signature", ""}}));
+  EXPECT_EQ(m["content"][0], ojson({{"type", "thinking"}, {"thinking", "hmm"}, {"signature", ""}}));
   EXPECT_EQ(m["content"][1]["type"], "tool_use");
   EXPECT_EQ(m["content"][1]["id"], "toolu_0123");
-  EXPECT_EQ(m["content"][1]["input"], json({{"city", "Paris"}}));
+  EXPECT_EQ(m["content"][1]["input"], ojson({{"city", "Paris"}}));
   EXPECT_EQ(m["stop_reason"], "tool_use");
   EXPECT_TRUE(m["stop_sequence"].is_null());
-  EXPECT_EQ(m["usage"], json({{"input_tokens", 6}, {"cache_creation_input_tokens", 0}, {"cache_read_input_tokens", 4}, {"output_tokens", 6}}));
+  EXPECT_EQ(m["usage"], ojson({{"input_tokens", 6}, {"cache_creation_input_tokens", 0}, {"cache_read_input_tokens", 4}, {"output_tokens", 6}}));
 
   EXPECT_EQ(anthropic_stop_reason(TurnEnd{"length", {}, 0, {}}, false), "max_tokens");
   EXPECT_EQ(anthropic_stop_reason(TurnEnd{"stop", {}, 0, std::string("END")}, false), "stop_sequence");
   EXPECT_EQ(anthropic_stop_reason(TurnEnd{"stop", {}, 0, {}}, false), "end_turn");
-  const json text = message_body("msg_2", "model", Turn{"Hi", "", {}, {"stop", {1, 1, 0}, 0, std::string("END")}});
-  EXPECT_EQ(text["content"], json::parse(R"([{"type": "text", "text": "Hi"}])"));
+  const ojson text = message_body("msg_2", "model", Turn{"Hi", "", {}, {"stop", {1, 1, 0}, 0, std::string("END")}});
+  EXPECT_EQ(text["content"], ojson::parse(R"([{"type": "text", "text": "Hi"}])"));
   EXPECT_EQ(text["stop_sequence"], "END");
 }
 
@@ -194,13 +170,13 @@ TEST(MessagesShape, AStreamedTurnWithThinkingTextAndAToolCall) {
   sse += shaper.delta("Let me check.", "");
   sse += shaper.delta("\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>", "");
   sse += shaper.close(TurnEnd{"stop", {12, 30, 0}, 3, {}});
-  const auto events = parse_events(sse);
+  const auto events = parse_sse_events(sse);
   const std::vector<std::string> expected = {"message_start", "ping",
                                              "content_block_start", "content_block_delta", "content_block_stop",
                                              "content_block_start", "content_block_delta", "content_block_delta", "content_block_stop",
                                              "content_block_start", "content_block_delta", "content_block_stop",
                                              "message_delta", "message_stop"};
-  EXPECT_EQ(names(events), expected);
+  EXPECT_EQ(event_names(events), expected);
   EXPECT_EQ(events[0].data["message"]["usage"]["input_tokens"], 12);
   EXPECT_EQ(events[2].data["content_block"]["type"], "thinking");
   EXPECT_EQ(events[3].data["delta"], nlohmann::json({{"type", "thinking_delta"}, {"thinking", "think"}}));
@@ -211,32 +187,32 @@ TEST(MessagesShape, AStreamedTurnWithThinkingTextAndAToolCall) {
   EXPECT_EQ(events[9].data["content_block"]["type"], "tool_use");
   EXPECT_EQ(events[9].data["content_block"]["name"], "get_weather");
   EXPECT_EQ(events[10].data["delta"]["type"], "input_json_delta");
-  EXPECT_EQ(json::parse(events[10].data["delta"]["partial_json"].get<std::string>()), json({{"city", "Paris"}}));
+  EXPECT_EQ(ojson::parse(events[10].data["delta"]["partial_json"].get<std::string>()), ojson({{"city", "Paris"}}));
   EXPECT_EQ(events[12].data["delta"]["stop_reason"], "tool_use");
   EXPECT_EQ(events[12].data["usage"]["output_tokens"], 30);
 }
 
 TEST(MessagesShape, AStreamStoppedBySequenceOrFailingSaysSo) {
   MessagesTurnShaper shaper("msg_1", "model", 3, std::nullopt);
-  auto events = parse_events(script(shaper, {{"Hi", ""}}, [&] { return shaper.close(TurnEnd{"stop", {3, 2, 0}, 0, std::string("END")}); }));
+  auto events = parse_sse_events(messages_script(shaper, {{"Hi", ""}}, [&] { return shaper.close(TurnEnd{"stop", {3, 2, 0}, 0, std::string("END")}); }));
   EXPECT_EQ(events[events.size() - 2].data["delta"]["stop_reason"], "stop_sequence");
   EXPECT_EQ(events[events.size() - 2].data["delta"]["stop_sequence"], "END");
 
   MessagesTurnShaper failing("msg_2", "model", 3, std::nullopt);
-  events = parse_events(script(failing, {}, [&] { return failing.fail(classify(errc::worker_failed, "rank 1 died")); }));
+  events = parse_sse_events(messages_script(failing, {}, [&] { return failing.fail(classify(errc::worker_failed, "rank 1 died")); }));
   EXPECT_EQ(events.back().name, "error");
   EXPECT_EQ(events.back().data["error"], nlohmann::json({{"type", "api_error"}, {"message", "rank 1 died"}}));
 
   // A blank answer with tools on and no call is still the answer's text.
   MessagesTurnShaper blank("msg_3", "model", 3, ToolCallSyntax{});
-  events = parse_events(script(blank, {{" ", ""}}, [&] { return blank.close(TurnEnd{"stop", {3, 1, 0}, 0, {}}); }));
+  events = parse_sse_events(messages_script(blank, {{" ", ""}}, [&] { return blank.close(TurnEnd{"stop", {3, 1, 0}, 0, {}}); }));
   EXPECT_EQ(events[3].data["delta"]["text"], " ");
   EXPECT_EQ(events[events.size() - 2].data["delta"]["stop_reason"], "end_turn");
 }
 
 TEST(MessagesRequest, ImageInputIsRefusedAsTextOnly) {
   try {
-    parse_messages_request(json::parse(R"({"max_tokens": 8, "messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA=="}}]}]})"));
+    parse_messages_request(ojson::parse(R"({"max_tokens": 8, "messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA=="}}]}]})"));
     ADD_FAILURE() << "image input accepted";
   } catch (const FieldError& e) {
     EXPECT_EQ(e.param(), "messages[0].content[0].type");

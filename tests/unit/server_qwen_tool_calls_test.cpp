@@ -43,7 +43,7 @@ ToolCallSyntax syntax() { return {kQwen, ParameterTypes(kTools)}; }
 
 using tool_call_test::cut_every;
 using tool_call_test::Streamed;
-Streamed run_pieces(const std::vector<std::string>& pieces, const std::string& engine_reason = "stop") {
+Streamed qwen_pieces(const std::vector<std::string>& pieces, const std::string& engine_reason = "stop") {
   return tool_call_test::run_pieces(syntax(), pieces, engine_reason);
 }
 
@@ -84,10 +84,10 @@ TEST(QwenToolCalls, BlockingAnswerGivesTypedCalls) {
 
 TEST(QwenToolCalls, SameCallsWhateverTheCuts) {
   for (std::size_t cut = 0; cut <= kAnswer.size(); ++cut)
-    expect_answer(run_pieces({kAnswer.substr(0, cut), kAnswer.substr(cut)}), "cut at " + std::to_string(cut));
-  for (std::size_t n : {1u, 2u, 3u, 7u}) expect_answer(run_pieces(cut_every(kAnswer, n)), "pieces of " + std::to_string(n));
+    expect_answer(qwen_pieces({kAnswer.substr(0, cut), kAnswer.substr(cut)}), "cut at " + std::to_string(cut));
+  for (std::size_t n : {1u, 2u, 3u, 7u}) expect_answer(qwen_pieces(cut_every(kAnswer, n)), "pieces of " + std::to_string(n));
   // Content before the tag goes out before the call is complete.
-  EXPECT_EQ(run_pieces(cut_every(kAnswer, 1)).streamed, "I'll check both.\n\n");
+  EXPECT_EQ(qwen_pieces(cut_every(kAnswer, 1)).streamed, "I'll check both.\n\n");
 }
 
 // The streamed chat completion as a client reads it: per chunk one entry per
@@ -168,7 +168,7 @@ TEST(QwenToolCalls, TextThatIsNotACallIsContent) {
   };
   for (const std::string& text : answers)
     for (std::size_t n : {std::size_t{1}, std::size_t{3}, text.size()}) {
-      const Streamed s = run_pieces(cut_every(text, n));
+      const Streamed s = qwen_pieces(cut_every(text, n));
       EXPECT_EQ(s.content, text) << "pieces of " << n;
       EXPECT_TRUE(s.calls.empty()) << text;
       EXPECT_EQ(s.finish_reason, "stop");
@@ -177,29 +177,29 @@ TEST(QwenToolCalls, TextThatIsNotACallIsContent) {
 
 TEST(QwenToolCalls, CallsCutOffOrBrokenAfterTheirNameStayCalls) {
   // Cut off inside a parameter: the call keeps the parameters it finished (arguments stay a JSON object).
-  Streamed s = run_pieces(cut_every("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3", 2),
+  Streamed s = qwen_pieces(cut_every("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3", 2),
                           "length");
   ASSERT_EQ(s.calls.size(), 1u);
   EXPECT_EQ(s.calls[0].arguments, R"({"city":"Paris"})");
   EXPECT_EQ(s.content, "");
   EXPECT_EQ(s.finish_reason, "length");
-  s = run_pieces({"<tool_call>\n<function=get_time>"}, "length");
+  s = qwen_pieces({"<tool_call>\n<function=get_time>"}, "length");
   ASSERT_EQ(s.calls.size(), 1u);
   EXPECT_EQ(s.calls[0].arguments, "{}");
   // Broken syntax after the name: the call ends there and the rest is content.
-  s = run_pieces(cut_every("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<oops> rest", 1));
+  s = qwen_pieces(cut_every("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<oops> rest", 1));
   ASSERT_EQ(s.calls.size(), 1u);
   EXPECT_EQ(s.calls[0].arguments, R"({"city":"Paris"})");
   EXPECT_EQ(s.content, "<oops> rest");
   // The model stopped after </function> without </tool_call>: a whole call.
-  s = run_pieces({"<tool_call>\n<function=get_time>\n</function>\n"});
+  s = qwen_pieces({"<tool_call>\n<function=get_time>\n</function>\n"});
   ASSERT_EQ(s.calls.size(), 1u);
   EXPECT_EQ(s.finish_reason, "tool_calls");
   // Text after a finished call is content; blank text between calls is not.
-  s = run_pieces({"<tool_call>\n<function=get_time>\n</function>\n</tool_call>\n\nDone."});
+  s = qwen_pieces({"<tool_call>\n<function=get_time>\n</function>\n</tool_call>\n\nDone."});
   ASSERT_EQ(s.calls.size(), 1u);
   EXPECT_EQ(s.content, "\n\nDone.");
-  s = run_pieces({"<tool_call>\n<function=get_time>\n</function>\nDone."});
+  s = qwen_pieces({"<tool_call>\n<function=get_time>\n</function>\nDone."});
   ASSERT_EQ(s.calls.size(), 1u);
   EXPECT_EQ(s.content, "Done.");
 }
@@ -239,7 +239,7 @@ TEST(QwenToolCalls, RandomAnswersStreamAsTheySplitAndArgumentsAreObjects) {
       cuts.push_back(text.substr(at, len));
       at += len;
     }
-    const Streamed s = run_pieces(cuts);
+    const Streamed s = qwen_pieces(cuts);
     ASSERT_EQ(s.content, whole.content) << text;
     ASSERT_EQ(s.calls.size(), whole.calls.size()) << text;
     with_calls += !s.calls.empty();
@@ -259,17 +259,17 @@ TEST(QwenToolCalls, RandomAnswersStreamAsTheySplitAndArgumentsAreObjects) {
 TEST(QwenToolCalls, ACallWithoutToolCallTagsIsACall) {
   const std::string text = "Sure.\n<function=get_weather>\n<parameter=days>\n2\n</parameter>\n</function>\nDone.";
   for (std::size_t cut = 0; cut <= text.size(); ++cut) {
-    const Streamed s = run_pieces({text.substr(0, cut), text.substr(cut)});
+    const Streamed s = qwen_pieces({text.substr(0, cut), text.substr(cut)});
     ASSERT_EQ(s.calls.size(), 1u) << "cut at " << cut;
     EXPECT_EQ(s.calls[0].name, "get_weather");
     EXPECT_EQ(s.calls[0].arguments, R"({"days":2})");
     EXPECT_EQ(s.content, "Sure.\n\nDone.") << "cut at " << cut;
   }
-  const Streamed two = run_pieces({"<function=get_time>\n</function>\n<tool_call>\n<function=get_time>\n</function>\n</tool_call>"});
+  const Streamed two = qwen_pieces({"<function=get_time>\n</function>\n<tool_call>\n<function=get_time>\n</function>\n</tool_call>"});
   EXPECT_EQ(two.calls.size(), 2u);
   EXPECT_EQ(two.content, "");
   for (const std::string& prose : {std::string("use <function=f> in x"), std::string("a <function= b"), std::string("<function=\n")}) {
-    const Streamed s = run_pieces(cut_every(prose, 1));
+    const Streamed s = qwen_pieces(cut_every(prose, 1));
     if (prose.starts_with("use")) {
       ASSERT_EQ(s.calls.size(), 1u) << "a whole <function=NAME> tag is a call, the rest content";
       EXPECT_EQ(s.content, "use in x");  // the blank after the tag went with the call

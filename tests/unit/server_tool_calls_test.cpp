@@ -45,7 +45,7 @@ void collect(Split& s, const ToolCallExtractor::Output& o) {
   }
 }
 
-Split run_pieces(const std::vector<std::string>& pieces) {
+Split split_pieces(const std::vector<std::string>& pieces) {
   ToolCallExtractor x;
   Split s;
   for (const std::string& p : pieces) {
@@ -58,12 +58,12 @@ Split run_pieces(const std::vector<std::string>& pieces) {
   return s;
 }
 
-Split run(const std::string& text, std::size_t cut) { return run_pieces({text.substr(0, cut), text.substr(cut)}); }
+Split run(const std::string& text, std::size_t cut) { return split_pieces({text.substr(0, cut), text.substr(cut)}); }
 
 Split run_bytewise(const std::string& text) {
   std::vector<std::string> pieces;
   for (char c : text) pieces.emplace_back(1, c);
-  return run_pieces(pieces);
+  return split_pieces(pieces);
 }
 
 const std::string kArgs = R"({"unit": "c", "city": "Paris"})";

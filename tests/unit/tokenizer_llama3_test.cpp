@@ -34,8 +34,8 @@
 namespace neuron::tokenizer {
 namespace {
 
-const std::filesystem::path kData = std::filesystem::path(NEURON_TEST_DATA) / "llama3_1";
-const std::filesystem::path kFiles = kData / "node_modules" / "@lenml" / "tokenizer-llama3_1" / "models";
+const std::filesystem::path kLlama3Data = std::filesystem::path(NEURON_TEST_DATA) / "llama3_1";
+const std::filesystem::path kFiles = kLlama3Data / "node_modules" / "@lenml" / "tokenizer-llama3_1" / "models";
 
 struct Vector {
   std::string text;
@@ -45,8 +45,8 @@ struct Vector {
 // llama.cpp's format: inputs separated by "\n__ggml_vocab_test__\n"; one
 // output line per input, its ids separated by spaces.
 std::vector<Vector> vocab_vectors() {
-  const std::string inp = testing::read_file(kData / "ggml-vocab-llama-bpe.gguf.inp");
-  const std::string out = testing::read_file(kData / "ggml-vocab-llama-bpe.gguf.out");
+  const std::string inp = testing::read_file(kLlama3Data / "ggml-vocab-llama-bpe.gguf.inp");
+  const std::string out = testing::read_file(kLlama3Data / "ggml-vocab-llama-bpe.gguf.out");
   const std::string sep = "\n__ggml_vocab_test__\n";
   std::vector<std::string> texts;
   for (std::size_t at = 0;;) {

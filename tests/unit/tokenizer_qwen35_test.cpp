@@ -19,15 +19,15 @@
 namespace neuron::tokenizer {
 namespace {
 
-const std::filesystem::path kData = std::filesystem::path(NEURON_TEST_DATA) / "qwen3_5";
+const std::filesystem::path kQwen35Data = std::filesystem::path(NEURON_TEST_DATA) / "qwen3_5";
 
 TEST(Qwen35GgufVocab, LlamaCppVectors) {
-  const io::GgufFile file(kData / "ggml-vocab-qwen35.gguf");
+  const io::GgufFile file(kQwen35Data / "ggml-vocab-qwen35.gguf");
   ASSERT_EQ(file.metadata().string("tokenizer.ggml.pre"), "qwen35");
   const Tokenizer t = tokenizer_from_gguf(file.metadata());
   // llama.cpp's format: inputs separated by "\n__ggml_vocab_test__\n"; one output line per input.
-  const std::string inp = testing::read_file(kData / "ggml-vocab-qwen35.gguf.inp");
-  const std::string out = testing::read_file(kData / "ggml-vocab-qwen35.gguf.out");
+  const std::string inp = testing::read_file(kQwen35Data / "ggml-vocab-qwen35.gguf.inp");
+  const std::string out = testing::read_file(kQwen35Data / "ggml-vocab-qwen35.gguf.out");
   const std::string sep = "\n__ggml_vocab_test__\n";
   std::istringstream lines(out);
   int checked = 0;
