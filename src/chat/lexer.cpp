@@ -12,7 +12,7 @@ namespace neuron::chat {
 
 namespace {
 
-[[noreturn]] void syntax_error(int line, const std::string& message) {
+[[noreturn]] void lex_error(int line, const std::string& message) {
   throw Error(errc::template_error, "line " + std::to_string(line) + ": " + message);
 }
 
@@ -135,7 +135,7 @@ class Lexer {
   void lex_comment(std::size_t tag) {
     const int start_line = line_;
     const std::size_t end = src_.find("#}", pos_);
-    if (end == std::string::npos) syntax_error(start_line, "unclosed comment '{#'");
+    if (end == std::string::npos) lex_error(start_line, "unclosed comment '{#'");
     const char modifier = end > tag + 2 && (src_[end - 1] == '-' || src_[end - 1] == '+') ? src_[end - 1] : '\0';
     advance_to(end + 2);
     close_tag(modifier, true);
@@ -153,7 +153,7 @@ class Lexer {
         ++pos_;
       }
       if (pos_ >= src_.size()) {
-        syntax_error(start_line, std::string("unclosed tag '") + (expression ? "{{" : "{%") + "'");
+        lex_error(start_line, std::string("unclosed tag '") + (expression ? "{{" : "{%") + "'");
       }
       const char c = src_[pos_];
       if (depth == 0) {
@@ -191,7 +191,7 @@ class Lexer {
     std::size_t search = pos_;
     while (true) {
       const std::size_t open = src_.find("{%", search);
-      if (open == std::string::npos) syntax_error(raw_line, "unclosed block 'raw' (missing {% endraw %})");
+      if (open == std::string::npos) lex_error(raw_line, "unclosed block 'raw' (missing {% endraw %})");
       std::size_t i = open + 2;
       const char left = i < src_.size() && (src_[i] == '-' || src_[i] == '+') ? src_[i] : '\0';
       if (left) ++i;
@@ -253,7 +253,7 @@ class Lexer {
       t.float_value = std::strtod(spelling.c_str(), nullptr);
     } else {
       const auto res = std::from_chars(spelling.data(), spelling.data() + spelling.size(), t.int_value);
-      if (res.ec != std::errc{}) syntax_error(line_, "integer literal " + spelling + " is too large");
+      if (res.ec != std::errc{}) lex_error(line_, "integer literal " + spelling + " is too large");
     }
     tokens_.push_back(std::move(t));
   }
@@ -286,7 +286,7 @@ class Lexer {
     ++pos_;
     std::string value;
     while (true) {
-      if (pos_ >= src_.size()) syntax_error(start_line, "unterminated string literal");
+      if (pos_ >= src_.size()) lex_error(start_line, "unterminated string literal");
       const char c = src_[pos_];
       if (c == quote) {
         ++pos_;
@@ -314,13 +314,13 @@ class Lexer {
         case '0': value += '\0'; break;
         case '\n': ++line_; break;  // line continuation
         case 'x':
-          if (!hex_escape(2, value)) syntax_error(line_, "bad \\x escape in string literal");
+          if (!hex_escape(2, value)) lex_error(line_, "bad \\x escape in string literal");
           break;
         case 'u':
-          if (!hex_escape(4, value)) syntax_error(line_, "bad \\u escape in string literal");
+          if (!hex_escape(4, value)) lex_error(line_, "bad \\u escape in string literal");
           break;
         case 'U':
-          if (!hex_escape(8, value)) syntax_error(line_, "bad \\U escape in string literal");
+          if (!hex_escape(8, value)) lex_error(line_, "bad \\U escape in string literal");
           break;
         default:  // Python keeps unknown escapes verbatim
           value += '\\';
@@ -342,7 +342,7 @@ class Lexer {
     const char c = src_[pos_];
     static constexpr std::string_view one_char = "+-*/%~<>=()[]{},.:|";
     if (one_char.find(c) == std::string_view::npos) {
-      syntax_error(line_, std::string("unexpected character '") + c + "' in tag");
+      lex_error(line_, std::string("unexpected character '") + c + "' in tag");
     }
     if (c == '(' || c == '[' || c == '{') ++depth;
     if ((c == ')' || c == ']' || c == '}') && depth > 0) --depth;

@@ -155,7 +155,7 @@ class BenchBatch {
   backend::Batch batch_;
 };
 
-int run(const BenchArgs& a) {
+int run_bench_command(const BenchArgs& a) {
   if (!a.dummy_weights)
     fail(errc::invalid_argument, "bench runs on random weights: pass --dummy-weights (real checkpoints: neuron generate)");
   if (a.batch < 1 || a.batch > 1024) fail(errc::invalid_argument, "--batch must be in [1, 1024], got " + std::to_string(a.batch));
@@ -172,6 +172,7 @@ int run(const BenchArgs& a) {
   ro.kv_block_size = backend::kDefaultKvBlockSize;
   ro.kv_blocks = a.batch * ((ro.max_context + ro.kv_block_size - 1) / ro.kv_block_size);
   ro.state_slots = a.batch;  // hybrids: one recurrent-state slot per sequence (ignored otherwise)
+  ro.state_snapshots = 0;    // no prefix reuse here: snapshot slots would only take memory (2 a slot by default)
   if (!a.quant.empty() && a.quant != "none" && a.quant != "bf16") {
     ro.quantize = quant::parse_ggml_type(a.quant);
     if (!ro.quantize) fail(errc::invalid_argument, "--quant must be none, bf16, q8_0, q4_k, q6_k or fp8, got " + a.quant);
@@ -181,6 +182,7 @@ int run(const BenchArgs& a) {
   const auto runner = backend::make_runner(cfg, nullptr, plan, device, std::make_shared<dist::LocalCommunicator>(), ro);
   const double load_ms = ms_since(t);
   const backend::MemoryStats mem = runner->memory();
+  const backend::KvPoolShape pool = runner->kv_pool();  // hybrids: the recurrent-state slots beside the KV
   const StepBytes bytes = step_bytes(cfg, *runner, a.batch);
   const std::string kernel = device.is_cuda() ? "cuda" : std::string(backend::cpu::isa_name(backend::cpu::selected_isa()));
   BenchBatch seqs(*runner, a.batch, ro.max_context);
@@ -248,6 +250,10 @@ int run(const BenchArgs& a) {
                         {"load_ms", load_ms},
                         {"weight_bytes", mem.weight_bytes},
                         {"kv_cache_bytes", mem.kv_cache_bytes},
+                        {"state_slots", pool.state_slots},
+                        {"state_snapshots", pool.state_snapshots},
+                        {"state_bytes", pool.bytes_per_state_slot *
+                                            static_cast<std::uint64_t>(pool.state_slots + pool.state_snapshots)},
                         {"copy_bandwidth_gbs", copy_gbs},
                         {"runs", runs}};
   if (read_gbs > 0) out["read_bandwidth_gbs"] = read_gbs;
@@ -291,7 +297,7 @@ int run(const BenchArgs& a) {
   return 0;
 }
 
-Run setup(CLI::App& sub) {
+Run setup_bench(CLI::App& sub) {
   auto a = std::make_shared<BenchArgs>();
   sub.add_option("--config", a->config, "qwen3-0.6b, qwen3-8b, qwen3-32b, ... or a config.json")->required();
   sub.add_flag("--dummy-weights", a->dummy_weights, "Random weights (the speed does not depend on their values)");
@@ -301,10 +307,10 @@ Run setup(CLI::App& sub) {
   sub.add_option("--batch", a->batch, "Sequences decoded together in each step (tokens/s counts all of them)");
   sub.add_flag("--json", a->json, "Print one JSON object");
   sub.add_option("--quant", a->quant, "Quantize the projections at load: q8_0, q4_k, q6_k or fp8 (CUDA) (default bf16)");
-  return [a] { return run(*a); };
+  return [a] { return run_bench_command(*a); };
 }
 
-NEURON_COMMAND(bench, "Prefill / decode speed on random weights vs memory bandwidth", setup);
+NEURON_COMMAND(bench, "Prefill / decode speed on random weights vs memory bandwidth", setup_bench);
 
 }  // namespace
 }  // namespace neuron::cli

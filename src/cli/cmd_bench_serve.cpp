@@ -111,7 +111,7 @@ std::optional<std::vector<std::string>> served_models(const loadgen::Target& t, 
   return ids;
 }
 
-int run(BenchServeArgs a) {
+int run_bench_serve(BenchServeArgs a) {
   try {
     validate(a);
   } catch (const Error& e) {
@@ -210,7 +210,7 @@ int run(BenchServeArgs a) {
   return 0;
 }
 
-Run setup(CLI::App& sub) {
+Run setup_bench_serve(CLI::App& sub) {
   auto a = std::make_shared<BenchServeArgs>();
   sub.add_option("--url", a->url, "Server base URL, http://host[:port][/prefix]")->capture_default_str();
   sub.add_option("--model", a->model, "The request's model (default: the first of GET /v1/models)");
@@ -235,12 +235,12 @@ Run setup(CLI::App& sub) {
   sub.add_option("--json-out", a->json_out, "Also append each level's JSON object to FILE (one per line)");
   return [a, rpc] {
     a->requests_per_client_given = rpc->count() > 0;
-    return run(*a);
+    return run_bench_serve(*a);
   };
 }
 
 // Registered by hand: NEURON_COMMAND would spell the name with an underscore.
-const bool registered = register_command({"bench-serve", "Serving benchmark: concurrent streaming clients against an OpenAI-compatible server", setup});
+const bool bench_serve_registered = register_command({"bench-serve", "Serving benchmark: concurrent streaming clients against an OpenAI-compatible server", setup_bench_serve});
 
 }  // namespace
 }  // namespace neuron::cli

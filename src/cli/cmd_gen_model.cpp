@@ -80,7 +80,7 @@ void copy_tokenizer(const fs::path& from, const fs::path& to) {
   }
 }
 
-Run setup(CLI::App& sub) {
+Run setup_gen_model(CLI::App& sub) {
   auto a = std::make_shared<GenModelArgs>();
   sub.add_option("--out", a->out, "Directory to write the checkpoint into")->required();
   sub.add_option("--preset", a->preset, "Start from a real shape: qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b, qwen3-14b, qwen3-32b");
@@ -119,7 +119,7 @@ Run setup(CLI::App& sub) {
 }
 
 // Registered by hand: NEURON_COMMAND would spell the name with an underscore.
-const bool registered = register_command({"gen-model", "Write a random-weight Qwen3 checkpoint", setup});
+const bool gen_model_registered = register_command({"gen-model", "Write a random-weight Qwen3 checkpoint", setup_gen_model});
 
 }  // namespace
 

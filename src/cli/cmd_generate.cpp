@@ -90,7 +90,7 @@ model::SamplingParams sampling_params(const GenerateArgs& a, const model::Genera
   return p;
 }
 
-int run(const GenerateArgs& a) {
+int run_generate(const GenerateArgs& a) {
   engine::LoadOptions load;
   io::ResolveOptions resolve;
   resolve.gguf_quant = a.quant;
@@ -164,7 +164,7 @@ int run(const GenerateArgs& a) {
   return 0;
 }
 
-Run setup(CLI::App& sub) {
+Run setup_generate(CLI::App& sub) {
   auto a = std::make_shared<GenerateArgs>();
   sub.add_option("--model", a->model, "Model directory, .gguf file or Hugging Face id in the local cache")->required();
   sub.add_option("--quant", a->quant,
@@ -193,10 +193,10 @@ Run setup(CLI::App& sub) {
   sub.add_option("--devices", a->devices, "CUDA ordinals, one per rank or one shared (e.g. 0,1)");
   sub.add_option("--step-timeout-ms", a->step_timeout_ms, "TP: deadline for a worker's reply to a step")
       ->check(CLI::PositiveNumber);
-  return [a] { return run(*a); };
+  return [a] { return run_generate(*a); };
 }
 
-NEURON_COMMAND(generate, "Generate tokens from a prompt of token ids", setup);
+NEURON_COMMAND(generate, "Generate tokens from a prompt of token ids", setup_generate);
 
 }  // namespace
 }  // namespace neuron::cli

@@ -22,7 +22,7 @@ struct PullArgs {
   std::string quant;
 };
 
-Run setup(CLI::App& sub) {
+Run setup_pull(CLI::App& sub) {
   auto a = std::make_shared<PullArgs>();
   sub.add_option("id", a->id, "Hugging Face model id: org/name[@revision]")->required();
   sub.add_option("--revision", a->revision, "Branch, tag or commit (default main)");
@@ -55,7 +55,7 @@ Run setup(CLI::App& sub) {
   };
 }
 
-NEURON_COMMAND(pull, "Download a model from the Hugging Face hub into the local cache", setup);
+NEURON_COMMAND(pull, "Download a model from the Hugging Face hub into the local cache", setup_pull);
 
 }  // namespace
 }  // namespace neuron::cli

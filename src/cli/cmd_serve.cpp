@@ -235,7 +235,7 @@ int run_serve(const server::ServeFlags& flags) {
   return 0;  // the registry's destructor unloads every model and reaps TP workers
 }
 
-Run setup(CLI::App& sub) {
+Run setup_serve(CLI::App& sub) {
   auto flags = std::make_shared<server::ServeFlags>();
   auto text = std::make_shared<std::map<std::string, std::string>>();
   auto opt = [&sub, text](const char* name, const char* help) {
@@ -331,6 +331,6 @@ Run setup(CLI::App& sub) {
 
 }  // namespace
 
-NEURON_COMMAND(serve, "Run the HTTP daemon (OpenAI-compatible API)", setup);
+NEURON_COMMAND(serve, "Run the HTTP daemon (OpenAI-compatible API)", setup_serve);
 
 }  // namespace neuron::cli

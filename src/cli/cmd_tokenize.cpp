@@ -132,7 +132,7 @@ int run_bench(const Options& o) {
   return 0;
 }
 
-Run setup(CLI::App& sub) {
+Run setup_tokenize(CLI::App& sub) {
   auto o = std::make_shared<Options>();
   sub.add_option("--model", o->model, "model directory holding tokenizer.json (or the file itself)")->required();
   CLI::Option* text = sub.add_option("--text", o->text, "text to tokenize");
@@ -159,6 +159,6 @@ Run setup(CLI::App& sub) {
 
 }  // namespace
 
-NEURON_COMMAND(tokenize, "Tokenize text with a model's tokenizer", setup);
+NEURON_COMMAND(tokenize, "Tokenize text with a model's tokenizer", setup_tokenize);
 
 }  // namespace neuron::cli

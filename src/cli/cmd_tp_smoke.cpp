@@ -14,7 +14,7 @@ namespace {
 
 using namespace neuron;
 
-cli::Run setup(CLI::App& sub) {
+cli::Run setup_tp_smoke(CLI::App& sub) {
   struct Args {
     int tp_size = 2;
     std::string device = "cpu";
@@ -57,7 +57,7 @@ cli::Run setup(CLI::App& sub) {
 }
 
 // Registered by hand: NEURON_COMMAND's name is an identifier and cannot hold the dash.
-const bool registered = cli::register_command(
-    {"tp-smoke", "Check tensor-parallel plumbing: spawn, ping, init, all-reduce, shutdown", setup});
+const bool tp_smoke_registered = cli::register_command(
+    {"tp-smoke", "Check tensor-parallel plumbing: spawn, ping, init, all-reduce, shutdown", setup_tp_smoke});
 
 }  // namespace

@@ -22,7 +22,7 @@ namespace {
 
 using namespace neuron;
 
-cli::Run setup(CLI::App& sub) {
+cli::Run setup_worker(CLI::App& sub) {
   struct Args {
     int rank = 1;
     int tp_size = 2;
@@ -66,6 +66,6 @@ cli::Run setup(CLI::App& sub) {
   };
 }
 
-NEURON_COMMAND(worker, "Serve as one rank of a tensor-parallel group (started by the leader)", setup);
+NEURON_COMMAND(worker, "Serve as one rank of a tensor-parallel group (started by the leader)", setup_worker);
 
 }  // namespace

@@ -20,7 +20,7 @@ bool is_hex(std::string_view s) {
   return std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
-std::string lower(std::string s) {
+std::string lowercase(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return s;
 }
@@ -92,7 +92,7 @@ std::string file_label(const RepoRevision& rev, const std::string& file) {
 bool env_true(const char* name) {
   const char* v = std::getenv(name);
   if (v == nullptr) return false;
-  const std::string s = lower(v);
+  const std::string s = lowercase(v);
   return s == "1" || s == "true" || s == "yes" || s == "on";
 }
 
@@ -230,10 +230,10 @@ std::vector<std::string> select_model_files(const RepoRevision& rev, const std::
     if (has(name)) out.emplace_back(name);
   const std::string repo = rev.id.repo() + "@" + rev.id.revision;
   if (quant) {
-    const std::string q = lower(*quant);
+    const std::string q = lowercase(*quant);
     std::vector<std::string> ggufs, matches;
     for (const auto& f : rev.files) {
-      const std::string l = lower(f);
+      const std::string l = lowercase(f);
       if (!l.ends_with(".gguf")) continue;
       ggufs.push_back(f);
       if (l.find(q) != std::string::npos) matches.push_back(f);

@@ -63,7 +63,7 @@ void check_revision(std::string_view ref, std::string_view rev) {
   }
 }
 
-std::string trim(std::string s) {
+std::string trimmed(std::string s) {
   const auto ws = [](char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; };
   while (!s.empty() && ws(s.back())) s.pop_back();
   std::size_t i = 0;
@@ -143,7 +143,7 @@ fs::path resolve_in_cache(std::string_view ref, const HfModelId& id, const fs::p
       fail(errc::not_found, "revision '" + id.revision + "' of '" + id.repo() + "' is not in the Hugging Face cache: no " +
                                 ref_file.string() + where);
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    commit = trim(std::move(text));
+    commit = trimmed(std::move(text));
     // The ref's content becomes a path component: only a commit hash may.
     if (!is_hex40(commit)) fail(errc::bad_model, ref_file.string() + " does not hold a 40-hex commit hash");
   }

@@ -24,10 +24,10 @@ namespace {
 // A header is {name: {dtype, shape: [...], data_offsets: [...]}, __metadata__: {...}}: 3 levels.
 constexpr int kMaxHeaderDepth = 8;
 
-[[noreturn]] void bad(const std::string& what, const std::string& msg) { fail(errc::bad_model, what + ": " + msg); }
+[[noreturn]] void bad_file(const std::string& what, const std::string& msg) { fail(errc::bad_model, what + ": " + msg); }
 
-std::uint64_t checked_mul(std::uint64_t a, std::uint64_t b, const std::string& what, const std::string& name) {
-  if (a != 0 && b > std::numeric_limits<std::uint64_t>::max() / a) bad(what, "tensor '" + name + "': shape overflows");
+std::uint64_t checked_product(std::uint64_t a, std::uint64_t b, const std::string& what, const std::string& name) {
+  if (a != 0 && b > std::numeric_limits<std::uint64_t>::max() / a) bad_file(what, "tensor '" + name + "': shape overflows");
   return a * b;
 }
 
@@ -50,16 +50,16 @@ const std::filesystem::path& require_regular_file(const std::filesystem::path& p
 }
 
 std::map<std::string, TensorView> parse_safetensors(std::span<const std::byte> file, const std::string& what) {
-  if (file.size() < 8) bad(what, "file too short for a safetensors header (" + std::to_string(file.size()) + " bytes)");
+  if (file.size() < 8) bad_file(what, "file too short for a safetensors header (" + std::to_string(file.size()) + " bytes)");
   std::uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | static_cast<std::uint8_t>(file[static_cast<std::size_t>(i)]);
-  if (header_len > kMaxSafetensorsHeader) bad(what, "header length " + std::to_string(header_len) + " exceeds the 100 MiB limit");
+  if (header_len > kMaxSafetensorsHeader) bad_file(what, "header length " + std::to_string(header_len) + " exceeds the 100 MiB limit");
   if (header_len > file.size() - 8)
-    bad(what, "header length " + std::to_string(header_len) + " runs past the end of the file (" + std::to_string(file.size()) + " bytes)");
+    bad_file(what, "header length " + std::to_string(header_len) + " runs past the end of the file (" + std::to_string(file.size()) + " bytes)");
 
   const char* hdr = reinterpret_cast<const char*>(file.data() + 8);
   const json j = parse_json(std::string_view(hdr, header_len), what + ": header", errc::bad_model, kMaxHeaderDepth);
-  if (!j.is_object()) bad(what, "header is not a JSON object");
+  if (!j.is_object()) bad_file(what, "header is not a JSON object");
 
   const std::byte* data = file.data() + 8 + header_len;
   const std::uint64_t data_len = file.size() - 8 - header_len;
@@ -70,45 +70,45 @@ std::map<std::string, TensorView> parse_safetensors(std::span<const std::byte> f
   for (auto it = j.begin(); it != j.end(); ++it) {
     const std::string& name = it.key();
     if (name == "__metadata__") {
-      if (!it->is_object()) bad(what, "__metadata__ is not an object");
+      if (!it->is_object()) bad_file(what, "__metadata__ is not an object");
       continue;
     }
     const json& e = *it;
-    if (!e.is_object()) bad(what, "tensor '" + name + "': entry is not an object");
+    if (!e.is_object()) bad_file(what, "tensor '" + name + "': entry is not an object");
     auto dt = e.find("dtype");
     auto sh = e.find("shape");
     auto off = e.find("data_offsets");
-    if (dt == e.end() || !dt->is_string()) bad(what, "tensor '" + name + "': missing or non-string dtype");
-    if (sh == e.end() || !sh->is_array()) bad(what, "tensor '" + name + "': missing or non-array shape");
+    if (dt == e.end() || !dt->is_string()) bad_file(what, "tensor '" + name + "': missing or non-string dtype");
+    if (sh == e.end() || !sh->is_array()) bad_file(what, "tensor '" + name + "': missing or non-array shape");
     if (off == e.end() || !off->is_array() || off->size() != 2 || !(*off)[0].is_number_unsigned() ||
         !(*off)[1].is_number_unsigned())
-      bad(what, "tensor '" + name + "': data_offsets must be two non-negative integers");
+      bad_file(what, "tensor '" + name + "': data_offsets must be two non-negative integers");
     DType dtype;
     if (!parse_dtype(dt->get<std::string>(), dtype))
-      bad(what, "tensor '" + name + "': unsupported dtype " + dt->get<std::string>() + " (supported: F32, BF16, F16)");
-    if (sh->size() > 8) bad(what, "tensor '" + name + "': rank " + std::to_string(sh->size()) + " is too high");
+      bad_file(what, "tensor '" + name + "': unsupported dtype " + dt->get<std::string>() + " (supported: F32, BF16, F16)");
+    if (sh->size() > 8) bad_file(what, "tensor '" + name + "': rank " + std::to_string(sh->size()) + " is too high");
     std::vector<std::int64_t> shape;
     std::uint64_t numel = 1;
     // With a zero dimension numel is 0 whatever the others are, yet views still
     // multiply the other dimensions (row strides): bound their product too.
     std::uint64_t extent = 1;
     for (const auto& d : *sh) {
-      if (!d.is_number_unsigned()) bad(what, "tensor '" + name + "': shape entries must be non-negative integers");
+      if (!d.is_number_unsigned()) bad_file(what, "tensor '" + name + "': shape entries must be non-negative integers");
       std::uint64_t v = d.get<std::uint64_t>();
-      if (v > (1ull << 40)) bad(what, "tensor '" + name + "': dimension " + std::to_string(v) + " is too large");
-      numel = checked_mul(numel, v, what, name);
-      extent = checked_mul(extent, std::max<std::uint64_t>(v, 1), what, name);
+      if (v > (1ull << 40)) bad_file(what, "tensor '" + name + "': dimension " + std::to_string(v) + " is too large");
+      numel = checked_product(numel, v, what, name);
+      extent = checked_product(extent, std::max<std::uint64_t>(v, 1), what, name);
       shape.push_back(static_cast<std::int64_t>(v));
     }
-    if (extent > (1ull << 58)) bad(what, "tensor '" + name + "': shape " + sh->dump() + " is too large");
-    std::uint64_t nbytes = checked_mul(numel, dtype_size(dtype), what, name);
+    if (extent > (1ull << 58)) bad_file(what, "tensor '" + name + "': shape " + sh->dump() + " is too large");
+    std::uint64_t nbytes = checked_product(numel, dtype_size(dtype), what, name);
     std::uint64_t b = (*off)[0].get<std::uint64_t>(), en = (*off)[1].get<std::uint64_t>();
-    if (en < b) bad(what, "tensor '" + name + "': data_offsets end before they begin");
+    if (en < b) bad_file(what, "tensor '" + name + "': data_offsets end before they begin");
     if (en > data_len)
-      bad(what, "tensor '" + name + "': data range [" + std::to_string(b) + ", " + std::to_string(en) +
+      bad_file(what, "tensor '" + name + "': data range [" + std::to_string(b) + ", " + std::to_string(en) +
                     ") lies outside the data section (" + std::to_string(data_len) + " bytes)");
     if (en - b != nbytes)
-      bad(what, "tensor '" + name + "': shape and dtype need " + std::to_string(nbytes) + " bytes but data_offsets span " +
+      bad_file(what, "tensor '" + name + "': shape and dtype need " + std::to_string(nbytes) + " bytes but data_offsets span " +
                     std::to_string(en - b));
     ranges.emplace_back(b, en);
     range_names.push_back(name);
@@ -125,7 +125,7 @@ std::map<std::string, TensorView> parse_safetensors(std::span<const std::byte> f
     const auto& cur = ranges[i];
     if (cur.second == cur.first) continue;
     if (furthest && cur.first < ranges[*furthest].second)
-      bad(what, "tensors '" + range_names[*furthest] + "' and '" + range_names[i] + "' overlap");
+      bad_file(what, "tensors '" + range_names[*furthest] + "' and '" + range_names[i] + "' overlap");
     if (!furthest || cur.second > ranges[*furthest].second) furthest = i;
   }
   return out;

@@ -41,20 +41,20 @@ std::string shape_str(const std::vector<std::int64_t>& shape) {
   return s + "]";
 }
 
-std::uint64_t splitmix64(std::uint64_t x) {
+std::uint64_t mix64(std::uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
   return x ^ (x >> 31);
 }
 
-std::uint64_t fnv1a(const std::string& s) {
+std::uint64_t name_hash(const std::string& s) {
   std::uint64_t h = 0xcbf29ce484222325ull;
   for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
   return h;
 }
 
-bool ends_with(const std::string& s, const std::string& suffix) {
+bool has_suffix(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
@@ -154,7 +154,7 @@ io::TensorView slice_view(const io::Checkpoint& ckpt, const SliceSpec& spec) {
 void reject_unsupported_tensors(const io::Checkpoint& ckpt, const ModelConfig& cfg) {
   const Family& family = family_of(cfg);
   for (const std::string& name : ckpt.names())
-    if (ends_with(name, ".bias") && !family.ignores_tensor(name))
+    if (has_suffix(name, ".bias") && !family.ignores_tensor(name))
       fail(errc::unsupported_arch, "checkpoint tensor " + name + " is a bias; Qwen3 layers without biases only");
 }
 
@@ -166,8 +166,8 @@ void to_norm_scale(const ModelConfig& cfg, std::span<float> weight) {
 void fill_dummy(const SliceSpec& spec, std::span<std::uint16_t> out) {
   if (static_cast<std::int64_t>(out.size()) != spec.numel())
     fail(errc::invalid_argument, "dummy weight buffer for " + spec.name + " has the wrong size");
-  const std::uint64_t key = fnv1a(spec.name);
-  const bool norm = ends_with(spec.name, "norm.weight");
+  const std::uint64_t key = name_hash(spec.name);
+  const bool norm = has_suffix(spec.name, "norm.weight");
   const std::int64_t full_cols = spec.shape.size() == 2 ? spec.shape[1] : 1;
   const std::int64_t rows = spec.rows(), cols = spec.cols(), col0 = spec.shape.size() == 2 ? spec.col_begin : 0;
   // Uniform in [-a, a] has std a / sqrt(3): a = 0.0346 gives std 0.02.
@@ -176,7 +176,7 @@ void fill_dummy(const SliceSpec& spec, std::span<std::uint16_t> out) {
   for (std::int64_t r = 0; r < rows; ++r) {
     const std::uint64_t row_key = key ^ (static_cast<std::uint64_t>(spec.row_begin + r) * static_cast<std::uint64_t>(full_cols));
     for (std::int64_t c = 0; c < cols; ++c) {
-      const std::uint64_t h = splitmix64(row_key + static_cast<std::uint64_t>(col0 + c));
+      const std::uint64_t h = mix64(row_key + static_cast<std::uint64_t>(col0 + c));
       const float u = static_cast<float>(h >> 40) * 0x1.0p-23f - 1.0f;  // [-1, 1)
       out[static_cast<std::size_t>(r * cols + c)] = f32_to_bf16((norm ? 1.0f : 0.0f) + scale * u);
     }

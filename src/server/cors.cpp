@@ -8,7 +8,7 @@
 namespace neuron::server {
 namespace {
 
-std::string_view trim(std::string_view s) {
+std::string_view trim_origin(std::string_view s) {
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
   return s;
@@ -47,7 +47,7 @@ CorsPolicy CorsPolicy::parse(std::string_view list, const std::string& source) {
   std::size_t start = 0;
   while (start <= list.size()) {
     const std::size_t comma = std::min(list.find(',', start), list.size());
-    const std::string_view entry = trim(list.substr(start, comma - start));
+    const std::string_view entry = trim_origin(list.substr(start, comma - start));
     start = comma + 1;
     if (entry.empty()) continue;
     if (entry == "*") {
@@ -86,7 +86,7 @@ HttpResponse CorsPolicy::preflight(std::string_view origin, std::string_view req
   std::size_t start = 0;
   while (start < request_headers.size()) {
     const std::size_t comma = std::min(request_headers.find(',', start), request_headers.size());
-    const std::string name = lower(trim(request_headers.substr(start, comma - start)));
+    const std::string name = lower(trim_origin(request_headers.substr(start, comma - start)));
     start = comma + 1;
     if (name.starts_with("x-stainless-") && name.size() < 64 &&
         std::all_of(name.begin(), name.end(), [](unsigned char c) { return std::isalnum(c) || c == '-'; }))

@@ -26,7 +26,7 @@ std::string read_file(const char* path) {
 }
 
 // The value of `key` in a "key: value" (/proc/cpuinfo) or "KEY=value" (/etc/os-release) listing.
-std::string field(const std::string& text, const std::string& key, char sep) {
+std::string kv_field(const std::string& text, const std::string& key, char sep) {
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);) {
     if (line.rfind(key, 0) != 0) continue;
@@ -79,7 +79,7 @@ nlohmann::json discover(const std::filesystem::path& nvidia_driver) {
   if (gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
   utsname uts{};
   const bool have_uts = ::uname(&uts) == 0;
-  std::string os = field(read_file("/etc/os-release"), "PRETTY_NAME", '=');
+  std::string os = kv_field(read_file("/etc/os-release"), "PRETTY_NAME", '=');
   if (os.empty() && have_uts) os = uts.sysname;
   const MemInfo mem = read_meminfo();
   const long online = sysconf(_SC_NPROCESSORS_ONLN);
@@ -101,7 +101,7 @@ nlohmann::json discover(const std::filesystem::path& nvidia_driver) {
       {"architectures", model::supported_model_types()},  // the model families this node loads (model/arch)
       // Extra fields (the contract allows them): the host's CPUs and memory, and our version.
       {"cpu",
-       {{"model", field(read_file("/proc/cpuinfo"), "model name", ':')},
+       {{"model", kv_field(read_file("/proc/cpuinfo"), "model name", ':')},
         {"logical_cores", online > 0 ? online : 0},
         {"usable_threads", std::thread::hardware_concurrency()}}},
       {"memory", {{"total_bytes", mem.total_bytes}, {"available_bytes", mem.available_bytes}}},

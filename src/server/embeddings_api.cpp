@@ -57,7 +57,7 @@ void require_task(const engine::ModelAssets& assets, engine::ModelTask task, con
 }
 
 // A token id list from a JSON array, each id in the model's vocabulary.
-std::vector<std::int32_t> token_ids(const ordered_json& a, const tokenizer::Tokenizer& tok, const std::string& param) {
+std::vector<std::int32_t> input_token_ids(const ordered_json& a, const tokenizer::Tokenizer& tok, const std::string& param) {
   std::vector<std::int32_t> ids;
   ids.reserve(a.size());
   for (std::size_t i = 0; i < a.size(); ++i) {
@@ -126,7 +126,7 @@ std::vector<EmbeddingInput> embedding_inputs(const ordered_json& body, const tok
   } else if (input->is_array()) {
     if (input->empty()) throw FieldError("input", "'input' is an empty array");
     if ((*input)[0].is_number()) {
-      out.push_back({token_ids(*input, tok, "input"), 0});
+      out.push_back({input_token_ids(*input, tok, "input"), 0});
     } else {
       if (input->size() > kMaxEmbeddingInputs)
         throw FieldError("input", "'input' has " + std::to_string(input->size()) + " entries; at most " +
@@ -138,7 +138,7 @@ std::vector<EmbeddingInput> embedding_inputs(const ordered_json& body, const tok
           text(e, param);
         } else if (e.is_array()) {
           if (e.empty()) throw FieldError(param, "'" + param + "' is an empty list of token ids");
-          out.push_back({token_ids(e, tok, param), 0});
+          out.push_back({input_token_ids(e, tok, param), 0});
         } else {
           throw FieldError(param, "'" + param + "' must be a string or an array of token ids");
         }
@@ -200,7 +200,7 @@ std::int64_t tokens_of(const std::vector<EmbeddingInput>& inputs) {
   return n;
 }
 
-json usage_json(std::int64_t prompt_tokens) { return {{"prompt_tokens", prompt_tokens}, {"total_tokens", prompt_tokens}}; }
+json embedding_usage(std::int64_t prompt_tokens) { return {{"prompt_tokens", prompt_tokens}, {"total_tokens", prompt_tokens}}; }
 
 // A document of rerank: a string, or an object with a string `text` (Cohere's and Jina's object form).
 std::string document_text(const ordered_json& d, const std::string& param) {
@@ -272,7 +272,7 @@ HttpResponse Api::embeddings(const HttpRequest& request) {
     }
     data.push_back(std::move(item));
   }
-  return json_response({{"object", "list"}, {"data", std::move(data)}, {"model", name}, {"usage", usage_json(prompt_tokens)}});
+  return json_response({{"object", "list"}, {"data", std::move(data)}, {"model", name}, {"usage", embedding_usage(prompt_tokens)}});
 }
 
 HttpResponse Api::rerank(const HttpRequest& request) {
@@ -320,7 +320,7 @@ HttpResponse Api::rerank(const HttpRequest& request) {
   return json_response({{"id", "rerank-" + new_completion_id(false)},
                         {"model", name},
                         {"results", std::move(results)},
-                        {"usage", usage_json(result->prompt_tokens)}});
+                        {"usage", embedding_usage(result->prompt_tokens)}});
 }
 
 HttpResponse Api::score(const HttpRequest& request) {
@@ -380,7 +380,7 @@ HttpResponse Api::score(const HttpRequest& request) {
                         {"created", unix_now()},
                         {"model", name},
                         {"data", std::move(data)},
-                        {"usage", usage_json(prompt_tokens)}});
+                        {"usage", embedding_usage(prompt_tokens)}});
 }
 
 }  // namespace neuron::server

@@ -5,23 +5,17 @@
 
 #include "server/request_fields.hpp"
 #include "util/json_parse.hpp"
+#include "util/text.hpp"
 
 namespace neuron::server {
 namespace {
 
-using json = nlohmann::ordered_json;
+using ojson = nlohmann::ordered_json;
 
 constexpr std::size_t kMaxStopSequences = 16;
 
-bool is_blank(std::string_view s) { return s.find_first_not_of(" \t\r\n") == std::string_view::npos; }
 
-std::string at(const std::string& where, std::size_t i) { return where + "[" + std::to_string(i) + "]"; }
 
-std::string required_string(const json& obj, const char* key, const std::string& where) {
-  auto v = string_in(obj, key, where + "." + key);
-  if (!v) throw FieldError(where + "." + key, "'" + where + "." + key + "' is required");
-  return *v;
-}
 
 [[noreturn]] void unknown_block(const std::string& where, const std::string& type, const char* expected) {
   if (type == "image" || type == "document" || type == "search_result" || type == "container_upload")
@@ -30,12 +24,12 @@ std::string required_string(const json& obj, const char* key, const std::string&
 }
 
 // A string, or text blocks joined by newlines.
-std::string text_blocks(const json& content, const std::string& where) {
+std::string text_blocks(const ojson& content, const std::string& where) {
   if (content.is_string()) return content.get<std::string>();
   if (!content.is_array()) throw FieldError(where, "'" + where + "' must be a string or an array of text blocks");
   std::string text;
   for (std::size_t i = 0; i < content.size(); ++i) {
-    const std::string bw = at(where, i);
+    const std::string bw = indexed(where, i);
     if (!content[i].is_object()) throw FieldError(bw, "'" + bw + "' must be an object");
     const std::string type = required_string(content[i], "type", bw);
     if (type != "text") unknown_block(bw, type, "text");
@@ -49,12 +43,12 @@ std::string text_blocks(const json& content, const std::string& where) {
 // become tool messages (before its text, as the results answer the calls of
 // the turn before); an assistant turn is one message with its thinking as
 // reasoning_content and its tool_use blocks as tool_calls.
-void append_message(const json& m, const std::string& where, std::vector<ChatMessage>& out) {
+void append_message(const ojson& m, const std::string& where, std::vector<ChatMessage>& out) {
   if (!m.is_object()) throw FieldError(where, "'" + where + "' must be an object");
   const std::string role = required_string(m, "role", where);
   if (role != "user" && role != "assistant")
     throw FieldError(where + ".role", "'" + where + ".role' must be \"user\" or \"assistant\"; got '" + role + "'");
-  const json* content = field(m, "content");
+  const ojson* content = field(m, "content");
   if (!content) throw FieldError(where + ".content", "'" + where + ".content' is required");
   const std::string cw = where + ".content";
   if (content->is_string()) {
@@ -65,8 +59,8 @@ void append_message(const json& m, const std::string& where, std::vector<ChatMes
   ChatMessage msg{role, {}, {}, {}, {}, nullptr};
   bool has_text = false;
   for (std::size_t i = 0; i < content->size(); ++i) {
-    const json& b = (*content)[i];
-    const std::string bw = at(cw, i);
+    const ojson& b = (*content)[i];
+    const std::string bw = indexed(cw, i);
     if (!b.is_object()) throw FieldError(bw, "'" + bw + "' must be an object");
     const std::string type = required_string(b, "type", bw);
     if (type == "text") {
@@ -75,17 +69,17 @@ void append_message(const json& m, const std::string& where, std::vector<ChatMes
       has_text = true;
     } else if (role == "user" && type == "tool_result") {
       const std::string id = required_string(b, "tool_use_id", bw);
-      const json* c = field(b, "content");
+      const ojson* c = field(b, "content");
       std::string text = c ? text_blocks(*c, bw + ".content") : std::string();
       if (auto e = boolean(b, "is_error"); e && *e) text = "Error: " + text;
       out.push_back(ChatMessage{"tool", std::move(text), {}, {}, id, nullptr});
     } else if (role == "assistant" && type == "tool_use") {
       const std::string id = required_string(b, "id", bw);
       const std::string name = required_string(b, "name", bw);
-      const json* input = field(b, "input");
+      const ojson* input = field(b, "input");
       if (input && !input->is_object()) throw FieldError(bw + ".input", "'" + bw + ".input' must be an object");
-      if (msg.tool_calls.is_null()) msg.tool_calls = json::array();
-      msg.tool_calls.push_back({{"id", id}, {"type", "function"}, {"function", {{"name", name}, {"arguments", input ? *input : json::object()}}}});
+      if (msg.tool_calls.is_null()) msg.tool_calls = ojson::array();
+      msg.tool_calls.push_back({{"id", id}, {"type", "function"}, {"function", {{"name", name}, {"arguments", input ? *input : ojson::object()}}}});
     } else if (role == "assistant" && type == "thinking") {
       const std::string thinking = required_string(b, "thinking", bw);
       msg.reasoning_content = msg.reasoning_content ? *msg.reasoning_content + "\n" + thinking : thinking;
@@ -98,20 +92,20 @@ void append_message(const json& m, const std::string& where, std::vector<ChatMes
   if (role == "assistant" || has_text) out.push_back(std::move(msg));
 }
 
-json parse_tools(const json& body) {
-  const json* tools = field(body, "tools");
+ojson parse_messages_tools(const ojson& body) {
+  const ojson* tools = field(body, "tools");
   if (!tools) return nullptr;
   if (!tools->is_array()) throw FieldError("tools", "'tools' must be an array");
-  json out = json::array();
+  ojson out = ojson::array();
   for (std::size_t i = 0; i < tools->size(); ++i) {
-    const json& t = (*tools)[i];
-    const std::string where = at("tools", i);
+    const ojson& t = (*tools)[i];
+    const std::string where = indexed("tools", i);
     if (!t.is_object()) throw FieldError(where, "'" + where + "' must be an object");
     if (auto type = string_in(t, "type", where + ".type"); type && *type != "custom")
       unsupported(where + ".type", "tool type '" + *type + "'");
-    json fn = {{"name", required_string(t, "name", where)}};
+    ojson fn = {{"name", required_string(t, "name", where)}};
     if (auto d = string_in(t, "description", where + ".description")) fn["description"] = *d;
-    const json* schema = field(t, "input_schema");
+    const ojson* schema = field(t, "input_schema");
     if (!schema) throw FieldError(where + ".input_schema", "'" + where + ".input_schema' is required");
     if (!schema->is_object()) throw FieldError(where + ".input_schema", "'" + where + ".input_schema' must be an object");
     fn["parameters"] = *schema;
@@ -121,30 +115,30 @@ json parse_tools(const json& body) {
 }
 
 // A tool call's arguments as the tool_use block's input object.
-json tool_input(const ToolCall& call) {
+ojson tool_input(const ToolCall& call) {
   try {
-    json v = parse_json<json>(call.arguments, "tool call arguments");
+    ojson v = parse_json<ojson>(call.arguments, "tool call arguments");
     if (v.is_object()) return v;
   } catch (const Error&) {  // not JSON: the model's text is kept under one key below
   }
   return {{"arguments", call.arguments}};
 }
 
-json tool_use_block(const ToolCall& call, json input) {
+ojson tool_use_block(const ToolCall& call, ojson input) {
   // Anthropic's ids start "toolu_"; the call's own id keeps its random part.
   std::string id = call.id.starts_with("call_") ? "toolu_" + call.id.substr(5) : call.id;
   return {{"type", "tool_use"}, {"id", std::move(id)}, {"name", call.name}, {"input", std::move(input)}};
 }
 
-std::string event(const char* type, json payload) {
-  json e = {{"type", type}};
+std::string event(const char* type, ojson payload) {
+  ojson e = {{"type", type}};
   for (auto& [k, v] : payload.items()) e[k] = std::move(v);
   return sse_named_event(type, e);
 }
 
 }  // namespace
 
-OpenAiRequest parse_messages_request(const json& body, bool for_count) {
+OpenAiRequest parse_messages_request(const ojson& body, bool for_count) {
   OpenAiRequest r;
   r.kind = OpenAiRequest::Kind::chat;
   r.model = string_in(body, "model").value_or("");
@@ -157,28 +151,28 @@ OpenAiRequest parse_messages_request(const json& body, bool for_count) {
   if (r.sampling.top_p && *r.sampling.top_p <= 0) throw FieldError("top_p", "'top_p' must be greater than 0");
   if (auto k = integer_in(body, "top_k", 0, std::numeric_limits<std::int32_t>::max())) r.sampling.top_k = static_cast<std::int32_t>(*k);
 
-  if (const json* stops = field(body, "stop_sequences")) {
+  if (const ojson* stops = field(body, "stop_sequences")) {
     if (!stops->is_array()) throw FieldError("stop_sequences", "'stop_sequences' must be an array of strings");
     if (stops->size() > kMaxStopSequences)
       throw FieldError("stop_sequences", "'stop_sequences' may hold at most " + std::to_string(kMaxStopSequences) + " strings");
     for (std::size_t i = 0; i < stops->size(); ++i) {
-      const json& s = (*stops)[i];
+      const ojson& s = (*stops)[i];
       if (!s.is_string() || s.get_ref<const std::string&>().empty())
-        throw FieldError(at("stop_sequences", i), "'stop_sequences' entries must be non-empty strings");
+        throw FieldError(indexed("stop_sequences", i), "'stop_sequences' entries must be non-empty strings");
       r.stop.push_back(s.get<std::string>());
     }
   }
 
-  if (const json* system = field(body, "system")) r.messages.push_back(ChatMessage{"system", text_blocks(*system, "system"), {}, {}, {}, nullptr});
-  const json* messages = field(body, "messages");
+  if (const ojson* system = field(body, "system")) r.messages.push_back(ChatMessage{"system", text_blocks(*system, "system"), {}, {}, {}, nullptr});
+  const ojson* messages = field(body, "messages");
   if (!messages) throw FieldError("messages", "'messages' is required");
   if (!messages->is_array()) throw FieldError("messages", "'messages' must be an array");
   if (messages->empty()) throw FieldError("messages", "'messages' must hold at least one message");
-  for (std::size_t i = 0; i < messages->size(); ++i) append_message((*messages)[i], at("messages", i), r.messages);
+  for (std::size_t i = 0; i < messages->size(); ++i) append_message((*messages)[i], indexed("messages", i), r.messages);
 
-  r.tools = parse_tools(body);
+  r.tools = parse_messages_tools(body);
   r.tool_calls = !r.tools.is_null() && !r.tools.empty();
-  if (const json* tc = field(body, "tool_choice")) {
+  if (const ojson* tc = field(body, "tool_choice")) {
     if (!tc->is_object()) throw FieldError("tool_choice", "'tool_choice' must be an object");
     const std::string type = required_string(*tc, "type", "tool_choice");
     if (type == "none") {
@@ -191,11 +185,11 @@ OpenAiRequest parse_messages_request(const json& body, bool for_count) {
       r.constraint = tool_call_constraint(r.tools, type == "tool" ? &name : nullptr, type == "tool" ? "tool_choice.name" : "tool_choice");
       r.constraint_param = "tool_choice";
     } else if (type != "auto") throw FieldError("tool_choice.type", "'tool_choice.type' must be one of auto, any, tool, none; got '" + type + "'");
-    if (const json* p = field(*tc, "disable_parallel_tool_use"); p && !p->is_boolean())
+    if (const ojson* p = field(*tc, "disable_parallel_tool_use"); p && !p->is_boolean())
       throw FieldError("tool_choice.disable_parallel_tool_use", "'tool_choice.disable_parallel_tool_use' must be a boolean");
   }
 
-  if (const json* thinking = field(body, "thinking")) {
+  if (const ojson* thinking = field(body, "thinking")) {
     if (!thinking->is_object()) throw FieldError("thinking", "'thinking' must be an object");
     const std::string type = required_string(*thinking, "type", "thinking");
     if (type == "disabled") r.chat_template_kwargs["enable_thinking"] = false;
@@ -204,7 +198,7 @@ OpenAiRequest parse_messages_request(const json& body, bool for_count) {
     if (auto b = integer_in(*thinking, "budget_tokens", 0, std::numeric_limits<std::int32_t>::max()); b && type == "enabled" && max_tokens && *b >= *max_tokens)
       throw FieldError("thinking.budget_tokens", "'thinking.budget_tokens' must be less than 'max_tokens'");
   }
-  if (const json* md = field(body, "metadata"); md && !md->is_object()) throw FieldError("metadata", "'metadata' must be an object");
+  if (const ojson* md = field(body, "metadata"); md && !md->is_object()) throw FieldError("metadata", "'metadata' must be an object");
   return r;
 }
 
@@ -248,7 +242,7 @@ HttpResponse as_anthropic_error(HttpResponse r) {
   return r;
 }
 
-json anthropic_usage(const TurnEnd& end) {
+ojson anthropic_usage(const TurnEnd& end) {
   return {{"input_tokens", end.usage.prompt_tokens - end.usage.cached_tokens},
           {"cache_creation_input_tokens", 0},
           {"cache_read_input_tokens", end.usage.cached_tokens},
@@ -262,10 +256,10 @@ std::string anthropic_stop_reason(const TurnEnd& end, bool tool_use) {
   return "end_turn";
 }
 
-json message_body(const std::string& id, const std::string& model, const Turn& turn) {
-  json content = json::array();
+ojson message_body(const std::string& id, const std::string& model, const Turn& turn) {
+  ojson content = ojson::array();
   if (!turn.reasoning.empty()) content.push_back({{"type", "thinking"}, {"thinking", turn.reasoning}, {"signature", ""}});
-  if (turn.calls.empty() ? !turn.content.empty() : !is_blank(turn.content)) content.push_back({{"type", "text"}, {"text", turn.content}});
+  if (turn.calls.empty() ? !turn.content.empty() : !util::is_blank(turn.content)) content.push_back({{"type", "text"}, {"text", turn.content}});
   for (const auto& call : turn.calls) content.push_back(tool_use_block(call, tool_input(call)));
   return {{"id", id},
           {"type", "message"},
@@ -273,7 +267,7 @@ json message_body(const std::string& id, const std::string& model, const Turn& t
           {"model", model},
           {"content", std::move(content)},
           {"stop_reason", anthropic_stop_reason(turn.end, !turn.calls.empty())},
-          {"stop_sequence", turn.end.stop_sequence ? json(*turn.end.stop_sequence) : json(nullptr)},
+          {"stop_sequence", turn.end.stop_sequence ? ojson(*turn.end.stop_sequence) : ojson(nullptr)},
           {"usage", anthropic_usage(turn.end)}};
 }
 
@@ -287,23 +281,23 @@ MessagesTurnShaper::MessagesTurnShaper(std::string id, std::string model, std::i
       extractor_(tool_calls ? std::make_unique<WholeToolCalls>(*tool_calls) : nullptr) {}
 
 std::string MessagesTurnShaper::open() {
-  json message = {{"id", id_},
+  ojson message = {{"id", id_},
                   {"type", "message"},
                   {"role", "assistant"},
                   {"model", model_},
-                  {"content", json::array()},
+                  {"content", ojson::array()},
                   {"stop_reason", nullptr},
                   {"stop_sequence", nullptr},
                   {"usage", {{"input_tokens", prompt_tokens_}, {"cache_creation_input_tokens", 0}, {"cache_read_input_tokens", 0}, {"output_tokens", 0}}}};
   std::string out = event("message_start", {{"message", std::move(message)}});
-  out += event("ping", json::object());
+  out += event("ping", ojson::object());
   return out;
 }
 
 std::string MessagesTurnShaper::open_block(Block kind) {
   open_ = kind;
   ++index_;
-  json block = kind == Block::thinking ? json{{"type", "thinking"}, {"thinking", ""}, {"signature", ""}} : json{{"type", "text"}, {"text", ""}};
+  ojson block = kind == Block::thinking ? ojson{{"type", "thinking"}, {"thinking", ""}, {"signature", ""}} : ojson{{"type", "text"}, {"text", ""}};
   return event("content_block_start", {{"index", index_}, {"content_block", std::move(block)}});
 }
 
@@ -330,7 +324,7 @@ std::string MessagesTurnShaper::text_delta(std::string text) {
   if (text.empty()) return {};
   std::string out;
   if (open_ != Block::text) {
-    if (extractor_ && !had_text_ && is_blank(text)) {  // blank text before tool calls is no block
+    if (extractor_ && !had_text_ && util::is_blank(text)) {  // blank text before tool calls is no block
       pending_blank_ += text;
       return out;
     }
@@ -359,17 +353,17 @@ std::string MessagesTurnShaper::close(const TurnEnd& end) {
   }
   out += close_block();
   for (const auto& call : calls) {
-    json block = tool_use_block(call, json::object());
+    ojson block = tool_use_block(call, ojson::object());
     const std::string input = dump(tool_input(call));
     out += event("content_block_start", {{"index", ++index_}, {"content_block", std::move(block)}});
     out += event("content_block_delta", {{"index", index_}, {"delta", {{"type", "input_json_delta"}, {"partial_json", input}}}});
     out += event("content_block_stop", {{"index", index_}});
   }
-  json usage = anthropic_usage(end);
+  ojson usage = anthropic_usage(end);
   out += event("message_delta", {{"delta", {{"stop_reason", anthropic_stop_reason(end, !calls.empty())},
-                                            {"stop_sequence", end.stop_sequence ? json(*end.stop_sequence) : json(nullptr)}}},
+                                            {"stop_sequence", end.stop_sequence ? ojson(*end.stop_sequence) : ojson(nullptr)}}},
                                  {"usage", std::move(usage)}});
-  out += event("message_stop", json::object());
+  out += event("message_stop", ojson::object());
   return out;
 }
 

@@ -14,7 +14,7 @@ namespace {
 
 using nlohmann::json;
 
-const json* field(const json& obj, const char* key) {
+const json* spec_field(const json& obj, const char* key) {
   auto it = obj.find(key);
   if (it == obj.end() || it->is_null()) return nullptr;
   return &*it;
@@ -60,8 +60,8 @@ bool known_harness(const std::string& name) {
 
 LoadRequest parse_load_request(const json& body) {
   LoadRequest r;
-  const json* id = field(body, "model_id");
-  if (!id) id = field(body, "model");  // OpenAI-style name, for convenience
+  const json* id = spec_field(body, "model_id");
+  if (!id) id = spec_field(body, "model");  // OpenAI-style name, for convenience
   if (!id) throw FieldError("model_id", "'model_id' is required");
   if (!id->is_string()) throw FieldError("model_id", "'model_id' must be a string");
   r.spec.model_id = id->get<std::string>();
@@ -69,26 +69,26 @@ LoadRequest parse_load_request(const json& body) {
   for (char c : r.spec.model_id)
     if (static_cast<unsigned char>(c) < 0x20) throw FieldError("model_id", "'model_id' must not contain control characters");
   r.spec.model_id = without_scheme(r.spec.model_id);
-  if (const json* tp = field(body, "tensor_parallel")) r.spec.tensor_parallel = small_int(*tp, "tensor_parallel", 1, 64);
-  if (const json* ep = field(body, "expert_parallel")) {
+  if (const json* tp = spec_field(body, "tensor_parallel")) r.spec.tensor_parallel = small_int(*tp, "tensor_parallel", 1, 64);
+  if (const json* ep = spec_field(body, "expert_parallel")) {
     if (!ep->is_boolean()) throw FieldError("expert_parallel", "'expert_parallel' must be a boolean");
     r.spec.expert_parallel = ep->get<bool>();
   }
-  if (const json* devices = field(body, "devices")) {
+  if (const json* devices = spec_field(body, "devices")) {
     if (!devices->is_array()) throw FieldError("devices", "'devices' must be an array of CUDA ordinals");
     for (std::size_t i = 0; i < devices->size(); ++i)
       r.spec.devices.push_back(small_int((*devices)[i], "devices[" + std::to_string(i) + "]", 0, 1023));
   }
-  if (const json* device = field(body, "device")) {
+  if (const json* device = spec_field(body, "device")) {
     if (!device->is_string()) throw FieldError("device", "'device' must be a string (\"cpu\", \"cuda\" or \"cuda:N\")");
     r.spec.device = device->get<std::string>();
   }
-  if (const json* quant = field(body, "quant")) {
+  if (const json* quant = spec_field(body, "quant")) {
     if (!quant->is_string()) throw FieldError("quant", "'quant' must be a string or null");
     r.spec.quant = quant->get<std::string>();
   }
   for (const char* name : {"task", "pooling"}) {
-    const json* v = field(body, name);
+    const json* v = spec_field(body, name);
     if (!v) continue;
     if (!v->is_string()) throw FieldError(name, std::string("'") + name + "' must be a string");
     std::string value = v->get<std::string>();
@@ -100,15 +100,15 @@ LoadRequest parse_load_request(const json& body) {
       r.spec.pooling = std::move(value);
     }
   }
-  if (const json* mc = field(body, "max_context")) r.spec.max_context = small_int(*mc, "max_context", 0, 1 << 24);
-  if (const json* keep_alive = field(body, "keep_alive")) {
+  if (const json* mc = spec_field(body, "max_context")) r.spec.max_context = small_int(*mc, "max_context", 0, 1 << 24);
+  if (const json* keep_alive = spec_field(body, "keep_alive")) {
     try {
       r.spec.keep_alive = parse_keep_alive_json(*keep_alive);
     } catch (const Error& e) {
       throw FieldError("keep_alive", e.what());
     }
   }
-  if (const json* name = field(body, "served_model_name")) {
+  if (const json* name = spec_field(body, "served_model_name")) {
     if (!name->is_string() || name->get_ref<const std::string&>().empty())
       throw FieldError("served_model_name", "'served_model_name' must be a non-empty string");
     r.spec.served_name = name->get<std::string>();
@@ -117,11 +117,11 @@ LoadRequest parse_load_request(const json& body) {
       if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
         throw FieldError("served_model_name", "'served_model_name' must not contain control characters");
   }
-  if (const json* harness = field(body, "harness")) {
+  if (const json* harness = spec_field(body, "harness")) {
     if (!harness->is_string()) throw FieldError("harness", "'harness' must be a string");
     r.harness = harness->get<std::string>();
   }
-  if (const json* wait = field(body, "wait")) {
+  if (const json* wait = spec_field(body, "wait")) {
     if (!wait->is_boolean()) throw FieldError("wait", "'wait' must be a boolean");
     r.wait = wait->get<bool>();
   }

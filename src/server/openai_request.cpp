@@ -12,19 +12,19 @@
 namespace neuron::server {
 namespace {
 
-using json = nlohmann::ordered_json;
+using ojson = nlohmann::ordered_json;
 
 constexpr std::int64_t kMaxCompletionLogprobs = 5;  // OpenAI's bound for /v1/completions
 
-std::string parse_model(const json& body) {
-  const json* v = field(body, "model");
+std::string parse_model(const ojson& body) {
+  const ojson* v = field(body, "model");
   if (!v) return {};
   if (!v->is_string()) throw FieldError("model", "'model' must be a string");
   return v->get<std::string>();
 }
 
-std::vector<std::string> parse_stop(const json& body) {
-  const json* v = field(body, "stop");
+std::vector<std::string> parse_stop(const ojson& body) {
+  const ojson* v = field(body, "stop");
   if (!v) return {};
   std::vector<std::string> out;
   if (v->is_string()) {
@@ -44,7 +44,7 @@ std::vector<std::string> parse_stop(const json& body) {
 }
 
 // Fields both endpoints share.
-void parse_common(const json& body, OpenAiRequest& r) {
+void parse_common(const ojson& body, OpenAiRequest& r) {
   r.model = parse_model(body);
   constexpr std::int64_t kMaxTokens = std::numeric_limits<std::int32_t>::max();
   if (auto v = integer_in(body, "max_completion_tokens", 1, kMaxTokens)) r.max_tokens = static_cast<std::int32_t>(*v);
@@ -70,32 +70,32 @@ void parse_common(const json& body, OpenAiRequest& r) {
   if (auto n = integer_in(body, "n", 1, engine::kMaxChoices)) r.n = static_cast<std::int32_t>(*n);
   r.stop = parse_stop(body);
   r.stream = boolean(body, "stream").value_or(false);
-  if (const json* so = field(body, "stream_options")) {
+  if (const ojson* so = field(body, "stream_options")) {
     if (!so->is_object()) throw FieldError("stream_options", "'stream_options' must be an object");
-    const json* iu = field(*so, "include_usage");
+    const ojson* iu = field(*so, "include_usage");
     if (iu && !iu->is_boolean())
       throw FieldError("stream_options.include_usage", "'stream_options.include_usage' must be a boolean");
     r.include_usage = iu && iu->get<bool>();
   }
   r.ignore_eos = boolean(body, "ignore_eos").value_or(false);
-  if (const json* lb = field(body, "logit_bias")) {
+  if (const ojson* lb = field(body, "logit_bias")) {
     if (!lb->is_object()) throw FieldError("logit_bias", "'logit_bias' must be an object");
     if (!lb->empty()) unsupported("logit_bias", "'logit_bias'");
   }
 }
 
-std::string part_text(const json& content, const std::string& where) {
+std::string part_text(const ojson& content, const std::string& where) {
   if (content.is_string()) return content.get<std::string>();
   if (!content.is_array()) throw FieldError(where, "'" + where + "' must be a string or an array of text parts");
   std::string text;
   for (std::size_t j = 0; j < content.size(); ++j) {
-    const json& part = content[j];
+    const ojson& part = content[j];
     std::string pw = where + "[" + std::to_string(j) + "]";
     if (!part.is_object()) throw FieldError(pw, "'" + pw + "' must be an object");
-    const json* type = field(part, "type");
+    const ojson* type = field(part, "type");
     if (!type || !type->is_string()) throw FieldError(pw + ".type", "'" + pw + ".type' must be a string");
     if (*type != "text") non_text_content(pw + ".type", type->get<std::string>());
-    const json* t = field(part, "text");
+    const ojson* t = field(part, "text");
     if (!t || !t->is_string()) throw FieldError(pw + ".text", "'" + pw + ".text' must be a string");
     if (j > 0) text += "\n";  // as the chat formatter joins text parts
     text += t->get<std::string>();
@@ -103,43 +103,43 @@ std::string part_text(const json& content, const std::string& where) {
   return text;
 }
 
-std::vector<ChatMessage> parse_messages(const json& body) {
-  const json* v = field(body, "messages");
+std::vector<ChatMessage> parse_messages(const ojson& body) {
+  const ojson* v = field(body, "messages");
   if (!v) throw FieldError("messages", "'messages' is required");
   if (!v->is_array()) throw FieldError("messages", "'messages' must be an array");
   if (v->empty()) throw FieldError("messages", "'messages' must hold at least one message");
   std::vector<ChatMessage> out;
   for (std::size_t i = 0; i < v->size(); ++i) {
-    const json& m = (*v)[i];
+    const ojson& m = (*v)[i];
     const std::string where = "messages[" + std::to_string(i) + "]";
     if (!m.is_object()) throw FieldError(where, "'" + where + "' must be an object");
     ChatMessage msg;
-    const json* role = field(m, "role");
+    const ojson* role = field(m, "role");
     if (!role || !role->is_string()) throw FieldError(where + ".role", "'" + where + ".role' must be a string");
     msg.role = role->get<std::string>();
     if (msg.role == "developer") msg.role = "system";  // OpenAI's newer name for the system prompt
     if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" && msg.role != "tool")
       throw FieldError(where + ".role", "'" + where + ".role' must be one of system, developer, user, assistant, tool; got '" +
                                             msg.role + "'");
-    if (const json* c = field(m, "content")) msg.content = part_text(*c, where + ".content");
+    if (const ojson* c = field(m, "content")) msg.content = part_text(*c, where + ".content");
     else if (msg.role != "assistant") throw FieldError(where + ".content", "'" + where + ".content' is required");
     // Both names clients use for an earlier turn's thinking (the answers carry both).
     for (const char* key : {"reasoning_content", "reasoning"}) {
-      const json* rc = field(m, key);
+      const ojson* rc = field(m, key);
       if (!rc) continue;
       const std::string w = where + "." + key;
       if (!rc->is_string()) throw FieldError(w, "'" + w + "' must be a string");
       if (!msg.reasoning_content) msg.reasoning_content = rc->get<std::string>();
     }
-    if (const json* n = field(m, "name")) {
+    if (const ojson* n = field(m, "name")) {
       if (!n->is_string()) throw FieldError(where + ".name", "'" + where + ".name' must be a string");
       msg.name = n->get<std::string>();
     }
-    if (const json* id = field(m, "tool_call_id")) {
+    if (const ojson* id = field(m, "tool_call_id")) {
       if (!id->is_string()) throw FieldError(where + ".tool_call_id", "'" + where + ".tool_call_id' must be a string");
       msg.tool_call_id = id->get<std::string>();
     }
-    if (const json* tc = field(m, "tool_calls")) {
+    if (const ojson* tc = field(m, "tool_calls")) {
       if (!tc->is_array()) throw FieldError(where + ".tool_calls", "'" + where + ".tool_calls' must be an array");
       msg.tool_calls = *tc;
     }
@@ -148,11 +148,11 @@ std::vector<ChatMessage> parse_messages(const json& body) {
   return out;
 }
 
-std::vector<std::int32_t> token_ids(const json& arr, const std::string& where) {
+std::vector<std::int32_t> token_ids(const ojson& arr, const std::string& where) {
   std::vector<std::int32_t> ids;
   ids.reserve(arr.size());
   for (std::size_t i = 0; i < arr.size(); ++i) {
-    const json& t = arr[i];
+    const ojson& t = arr[i];
     if (!t.is_number_integer() || (t.is_number_unsigned() && t.get<std::uint64_t>() > 0x7fffffffu) || t.get<std::int64_t>() < 0 ||
         t.get<std::int64_t>() > std::numeric_limits<std::int32_t>::max())
       throw FieldError(where + "[" + std::to_string(i) + "]", "token ids must be non-negative integers");
@@ -161,13 +161,13 @@ std::vector<std::int32_t> token_ids(const json& arr, const std::string& where) {
   return ids;
 }
 
-std::variant<std::string, std::vector<std::int32_t>> parse_prompt(const json& body) {
-  const json* v = field(body, "prompt");
+std::variant<std::string, std::vector<std::int32_t>> parse_prompt(const ojson& body) {
+  const ojson* v = field(body, "prompt");
   if (!v) throw FieldError("prompt", "'prompt' is required");
   if (v->is_string()) return v->get<std::string>();
   if (!v->is_array()) throw FieldError("prompt", "'prompt' must be a string, an array of token ids, or an array of one string");
   if (v->empty()) throw FieldError("prompt", "'prompt' must not be empty");
-  const json& first = v->front();
+  const ojson& first = v->front();
   if (first.is_number()) return token_ids(*v, "prompt");
   if (v->size() != 1)
     throw FieldError("prompt", "batched prompts are not supported: send one prompt per request (got " + std::to_string(v->size()) + ")");
@@ -180,14 +180,14 @@ std::variant<std::string, std::vector<std::int32_t>> parse_prompt(const json& bo
 }
 
 // response_format, guided_json: shared by both endpoints; a tool_choice constraint is set before this runs.
-void parse_constraint(const json& body, OpenAiRequest& r) {
+void parse_constraint(const ojson& body, OpenAiRequest& r) {
   std::optional<grammar::Constraint> c;
   std::string param;
-  if (const json* rf = field(body, "response_format")) {
+  if (const ojson* rf = field(body, "response_format")) {
     c = parse_response_format(*rf, "response_format");
     param = "response_format";
   }
-  if (const json* gj = field(body, "guided_json")) {
+  if (const ojson* gj = field(body, "guided_json")) {
     if (c) throw FieldError("guided_json", "'guided_json' and 'response_format' both constrain the output; send one");
     c = parse_guided_json(*gj, "guided_json");
     param = "guided_json";
@@ -197,9 +197,9 @@ void parse_constraint(const json& body, OpenAiRequest& r) {
 
 }  // namespace
 
-std::optional<grammar::Constraint> parse_response_format(const json& rf, const std::string& param) {
+std::optional<grammar::Constraint> parse_response_format(const ojson& rf, const std::string& param) {
   if (!rf.is_object()) throw FieldError(param, "'" + param + "' must be an object");
-  const json* type = field(rf, "type");
+  const ojson* type = field(rf, "type");
   if (!type || !type->is_string()) throw FieldError(param + ".type", "'" + param + ".type' must be a string");
   const std::string t = type->get<std::string>();
   if (t == "text") return std::nullopt;
@@ -207,24 +207,24 @@ std::optional<grammar::Constraint> parse_response_format(const json& rf, const s
   if (t != "json_schema")
     throw FieldError(param + ".type", "'" + param + ".type' must be \"text\", \"json_object\" or \"json_schema\"; got '" + t + "'");
   const std::string where = param + ".json_schema";
-  const json* js = field(rf, "json_schema");
+  const ojson* js = field(rf, "json_schema");
   if (!js || !js->is_object()) throw FieldError(where, "'" + where + "' must be an object with a 'schema'");
-  if (const json* n = field(*js, "name"); n && !n->is_string()) throw FieldError(where + ".name", "'" + where + ".name' must be a string");
-  if (const json* st = field(*js, "strict"); st && !st->is_boolean())
+  if (const ojson* n = field(*js, "name"); n && !n->is_string()) throw FieldError(where + ".name", "'" + where + ".name' must be a string");
+  if (const ojson* st = field(*js, "strict"); st && !st->is_boolean())
     throw FieldError(where + ".strict", "'" + where + ".strict' must be a boolean");
-  const json* schema = field(*js, "schema");
+  const ojson* schema = field(*js, "schema");
   if (!schema) throw FieldError(where + ".schema", "'" + where + ".schema' is required");
   if (!schema->is_object() && !schema->is_boolean())
     throw FieldError(where + ".schema", "'" + where + ".schema' must be a JSON Schema object");
   return grammar::Constraint::json_schema(*schema);
 }
 
-grammar::Constraint parse_guided_json(const json& v, const std::string& param) {
+grammar::Constraint parse_guided_json(const ojson& v, const std::string& param) {
   if (v.is_object()) return grammar::Constraint::json_schema(v);
   if (!v.is_string()) throw FieldError(param, "'" + param + "' must be a JSON Schema (an object or its JSON text)");
-  json schema;
+  ojson schema;
   try {
-    schema = parse_json<json>(v.get<std::string>(), "'" + param + "'");
+    schema = parse_json<ojson>(v.get<std::string>(), "'" + param + "'");
   } catch (const Error& e) {
     throw FieldError(param, e.what());
   }
@@ -232,22 +232,22 @@ grammar::Constraint parse_guided_json(const json& v, const std::string& param) {
   return grammar::Constraint::json_schema(std::move(schema));
 }
 
-grammar::Constraint tool_call_constraint(const json& tools, const std::string* only, const std::string& param) {
+grammar::Constraint tool_call_constraint(const ojson& tools, const std::string* only, const std::string& param) {
   std::vector<grammar::ToolSpec> specs;
   if (tools.is_array()) {
     for (std::size_t i = 0; i < tools.size(); ++i) {
       const std::string where = "tools[" + std::to_string(i) + "]";
-      const json& t = tools[i];
-      const json* fn = t.is_object() ? field(t, "function") : nullptr;
+      const ojson& t = tools[i];
+      const ojson* fn = t.is_object() ? field(t, "function") : nullptr;
       if (!fn || !fn->is_object()) throw FieldError(where + ".function", "'" + where + ".function' must be an object");
-      const json* name = field(*fn, "name");
+      const ojson* name = field(*fn, "name");
       if (!name || !name->is_string() || name->get<std::string>().empty())
         throw FieldError(where + ".function.name", "'" + where + ".function.name' must be a non-empty string");
       if (only && name->get<std::string>() != *only) continue;
-      const json* params = field(*fn, "parameters");
+      const ojson* params = field(*fn, "parameters");
       if (params && !params->is_object())
         throw FieldError(where + ".function.parameters", "'" + where + ".function.parameters' must be a JSON Schema object");
-      specs.push_back({name->get<std::string>(), params ? *params : json()});
+      specs.push_back({name->get<std::string>(), params ? *params : ojson()});
     }
   }
   if (specs.empty()) {
@@ -264,10 +264,10 @@ void add_format_constraint(OpenAiRequest& r, grammar::Constraint format, const s
   r.constraint_param = param;
 }
 
-json parse_body(std::string_view body) {
-  json j;
+ojson parse_body(std::string_view body) {
+  ojson j;
   try {
-    j = parse_json<json>(body, "request body", http_errc::invalid_json);
+    j = parse_json<ojson>(body, "request body", http_errc::invalid_json);
   } catch (const Error& e) {  // a FieldError, as every other body problem is
     throw FieldError({}, e.what(), e.kind());
   }
@@ -275,7 +275,7 @@ json parse_body(std::string_view body) {
   return j;
 }
 
-OpenAiRequest parse_chat_request(const json& body) {
+OpenAiRequest parse_chat_request(const ojson& body) {
   OpenAiRequest r;
   r.kind = OpenAiRequest::Kind::chat;
   parse_common(body, r);
@@ -287,23 +287,23 @@ OpenAiRequest parse_chat_request(const json& body) {
   } else if (logprobs) {
     r.top_logprobs = 0;
   }
-  if (const json* k = field(body, "chat_template_kwargs")) {
+  if (const ojson* k = field(body, "chat_template_kwargs")) {
     if (!k->is_object()) throw FieldError("chat_template_kwargs", "'chat_template_kwargs' must be an object");
     r.chat_template_kwargs = *k;
   }
-  if (const json* t = field(body, "tools")) {
+  if (const ojson* t = field(body, "tools")) {
     if (!t->is_array()) throw FieldError("tools", "'tools' must be an array");
     for (std::size_t i = 0; i < t->size(); ++i)
       if (!(*t)[i].is_object()) throw FieldError("tools[" + std::to_string(i) + "]", "'tools' entries must be objects");
     r.tools = *t;
   }
   r.tool_calls = !r.tools.is_null() && !r.tools.empty();
-  if (const json* tc = field(body, "tool_choice")) {
+  if (const ojson* tc = field(body, "tool_choice")) {
     // "required" and a named function force one call through constrained decoding.
     if (tc->is_object()) {
-      const json* type = field(*tc, "type");
-      const json* fn = field(*tc, "function");
-      const json* name = fn && fn->is_object() ? field(*fn, "name") : nullptr;
+      const ojson* type = field(*tc, "type");
+      const ojson* fn = field(*tc, "function");
+      const ojson* name = fn && fn->is_object() ? field(*fn, "name") : nullptr;
       if (!type || *type != "function" || !name || !name->is_string())
         throw FieldError("tool_choice", "'tool_choice' as an object must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
       const std::string wanted = name->get<std::string>();
@@ -329,7 +329,7 @@ OpenAiRequest parse_chat_request(const json& body) {
   return r;
 }
 
-OpenAiRequest parse_completion_request(const json& body) {
+OpenAiRequest parse_completion_request(const ojson& body) {
   OpenAiRequest r;
   r.kind = OpenAiRequest::Kind::completion;
   parse_common(body, r);
@@ -343,7 +343,7 @@ OpenAiRequest parse_completion_request(const json& body) {
   if (auto b = integer_in(body, "best_of", std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max());
       b && *b != 1)
     unsupported("best_of", "'best_of' other than 1");
-  if (const json* s = field(body, "suffix")) {
+  if (const ojson* s = field(body, "suffix")) {
     if (!s->is_string()) throw FieldError("suffix", "'suffix' must be a string");
     if (!s->get<std::string>().empty()) unsupported("suffix", "'suffix'");
   }

@@ -7,11 +7,11 @@
 namespace neuron::server {
 namespace {
 
-using json = nlohmann::ordered_json;
+using ojson = nlohmann::ordered_json;
 
 std::string range_text(double lo, double hi) {
   auto fmt = [](double v) {
-    json j = v;
+    ojson j = v;
     if (v == std::floor(v) && std::fabs(v) < 1e15) j = static_cast<std::int64_t>(v);
     return j.dump();
   };
@@ -20,14 +20,22 @@ std::string range_text(double lo, double hi) {
 
 }  // namespace
 
-const json* field(const json& obj, const char* key) {
+const ojson* field(const ojson& obj, const char* key) {
   auto it = obj.find(key);
   if (it == obj.end() || it->is_null()) return nullptr;
   return &*it;
 }
 
-std::optional<float> number_in(const json& obj, const char* key, double lo, double hi) {
-  const json* v = field(obj, key);
+std::string required_string(const ojson& obj, const char* key, const std::string& where) {
+  auto v = string_in(obj, key, where + "." + key);
+  if (!v) throw FieldError(where + "." + key, "'" + where + "." + key + "' is required");
+  return *v;
+}
+
+std::string indexed(const std::string& where, std::size_t i) { return where + "[" + std::to_string(i) + "]"; }
+
+std::optional<float> number_in(const ojson& obj, const char* key, double lo, double hi) {
+  const ojson* v = field(obj, key);
   if (!v) return std::nullopt;
   if (!v->is_number()) throw FieldError(key, std::string("'") + key + "' must be a number");
   double d = v->get<double>();
@@ -36,8 +44,8 @@ std::optional<float> number_in(const json& obj, const char* key, double lo, doub
   return static_cast<float>(d);
 }
 
-std::optional<std::int64_t> integer_in(const json& obj, const char* key, std::int64_t lo, std::int64_t hi) {
-  const json* v = field(obj, key);
+std::optional<std::int64_t> integer_in(const ojson& obj, const char* key, std::int64_t lo, std::int64_t hi) {
+  const ojson* v = field(obj, key);
   if (!v) return std::nullopt;
   if (!v->is_number_integer()) throw FieldError(key, std::string("'") + key + "' must be an integer");
   bool too_big = v->is_number_unsigned() && v->get<std::uint64_t>() > static_cast<std::uint64_t>(hi);
@@ -48,8 +56,8 @@ std::optional<std::int64_t> integer_in(const json& obj, const char* key, std::in
   return i;
 }
 
-std::optional<bool> boolean(const json& obj, const char* key) {
-  const json* v = field(obj, key);
+std::optional<bool> boolean(const ojson& obj, const char* key) {
+  const ojson* v = field(obj, key);
   if (!v) return std::nullopt;
   if (!v->is_boolean()) throw FieldError(key, std::string("'") + key + "' must be a boolean");
   return v->get<bool>();
@@ -69,8 +77,8 @@ std::optional<bool> boolean(const json& obj, const char* key) {
   unsupported(param, "content part type '" + type + "'");
 }
 
-std::optional<std::string> string_in(const json& obj, const char* key, const std::string& param) {
-  const json* v = field(obj, key);
+std::optional<std::string> string_in(const ojson& obj, const char* key, const std::string& param) {
+  const ojson* v = field(obj, key);
   if (!v) return std::nullopt;
   const std::string& name = param.empty() ? std::string(key) : param;
   if (!v->is_string()) throw FieldError(name, "'" + name + "' must be a string");

@@ -19,6 +19,10 @@ std::optional<std::int64_t> integer_in(const nlohmann::ordered_json& obj, const 
 std::optional<bool> boolean(const nlohmann::ordered_json& obj, const char* key);
 // A string field; `param` defaults to `key`.
 std::optional<std::string> string_in(const nlohmann::ordered_json& obj, const char* key, const std::string& param = {});
+// A required string field: FieldError "'<where>.<key>' is required" when absent.
+std::string required_string(const nlohmann::ordered_json& obj, const char* key, const std::string& where);
+// "<where>[i]": the param of an array's item.
+std::string indexed(const std::string& where, std::size_t i);
 // A feature neuron does not have: FieldError{unsupported_parameter} "<what> is not supported by neuron".
 [[noreturn]] void unsupported(const std::string& param, const std::string& what);
 // A content part or block of a type that is not text (`type`, as the client named it):

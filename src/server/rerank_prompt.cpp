@@ -8,7 +8,7 @@
 namespace neuron::server {
 
 namespace {
-constexpr std::string_view kPrefix =
+constexpr std::string_view kRerankPrefix =
     "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the Instruct provided. "
     "Note that the answer can only be \"yes\" or \"no\".<|im_end|>\n<|im_start|>user\n";
 constexpr std::string_view kSuffix = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n";
@@ -22,7 +22,7 @@ std::vector<std::int32_t> rerank_prompt_ids(const tokenizer::Tokenizer& tok, std
   body += query;
   body += "\n<Document>: ";
   body += document;
-  std::vector<std::int32_t> ids = tok.encode(kPrefix);
+  std::vector<std::int32_t> ids = tok.encode(kRerankPrefix);
   const std::vector<std::int32_t> middle = tok.encode(body);
   const std::vector<std::int32_t> suffix = tok.encode(kSuffix);
   ids.insert(ids.end(), middle.begin(), middle.end());

@@ -4,31 +4,24 @@
 #include <limits>
 
 #include "server/request_fields.hpp"
+#include "util/text.hpp"
 
 namespace neuron::server {
 namespace {
 
-using json = nlohmann::ordered_json;
+using ojson = nlohmann::ordered_json;
 
-bool is_blank(std::string_view s) { return s.find_first_not_of(" \t\r\n") == std::string_view::npos; }
 
-std::string at(const std::string& where, std::size_t i) { return where + "[" + std::to_string(i) + "]"; }
 
-// A required string member of an item.
-std::string required_string(const json& obj, const char* key, const std::string& where) {
-  auto v = string_in(obj, key, where + "." + key);
-  if (!v) throw FieldError(where + "." + key, "'" + where + "." + key + "' is required");
-  return *v;
-}
 
 // Content as a string or a list of text parts of the given types, joined by newlines.
-std::string text_of(const json& content, const std::string& where, std::initializer_list<std::string_view> types) {
+std::string text_of(const ojson& content, const std::string& where, std::initializer_list<std::string_view> types) {
   if (content.is_string()) return content.get<std::string>();
   if (!content.is_array()) throw FieldError(where, "'" + where + "' must be a string or an array of content parts");
   std::string text;
   for (std::size_t i = 0; i < content.size(); ++i) {
-    const json& part = content[i];
-    const std::string pw = at(where, i);
+    const ojson& part = content[i];
+    const std::string pw = indexed(where, i);
     if (!part.is_object()) throw FieldError(pw, "'" + pw + "' must be an object");
     const std::string type = required_string(part, "type", pw);
     bool known = false;
@@ -49,8 +42,8 @@ std::string text_of(const json& content, const std::string& where, std::initiali
 // The turn's messages from `input`. A reasoning item's text goes to the next
 // assistant message; function_call items join the assistant message before
 // them (or start one); function_call_output items are tool messages.
-std::vector<ChatMessage> parse_input(const json& body) {
-  const json* input = field(body, "input");
+std::vector<ChatMessage> parse_input(const ojson& body) {
+  const ojson* input = field(body, "input");
   if (!input) throw FieldError("input", "'input' is required");
   std::vector<ChatMessage> out;
   if (input->is_string()) {
@@ -66,8 +59,8 @@ std::vector<ChatMessage> parse_input(const json& body) {
     return out.back();
   };
   for (std::size_t i = 0; i < input->size(); ++i) {
-    const json& item = (*input)[i];
-    const std::string where = at("input", i);
+    const ojson& item = (*input)[i];
+    const std::string where = indexed("input", i);
     if (!item.is_object()) throw FieldError(where, "'" + where + "' must be an object");
     std::string type = string_in(item, "type", where + ".type").value_or("message");
     if (type == "message") {
@@ -75,7 +68,7 @@ std::vector<ChatMessage> parse_input(const json& body) {
       if (role == "developer") role = "system";
       if (role != "user" && role != "assistant" && role != "system")
         throw FieldError(where + ".role", "'" + where + ".role' must be one of user, assistant, system, developer; got '" + role + "'");
-      const json* content = field(item, "content");
+      const ojson* content = field(item, "content");
       if (!content) throw FieldError(where + ".content", "'" + where + ".content' is required");
       std::string text = text_of(*content, where + ".content", {"input_text", "output_text", "text"});
       if (role == "assistant") assistant(std::move(text));
@@ -84,22 +77,22 @@ std::vector<ChatMessage> parse_input(const json& body) {
       const std::string call_id = required_string(item, "call_id", where);
       const std::string name = required_string(item, "name", where);
       const std::string arguments = required_string(item, "arguments", where);
-      json call = {{"id", call_id}, {"type", "function"}, {"function", {{"name", name}, {"arguments", arguments}}}};
+      ojson call = {{"id", call_id}, {"type", "function"}, {"function", {{"name", name}, {"arguments", arguments}}}};
       // Calls of one turn follow its message (or each other): one assistant message.
       if (out.empty() || out.back().role != "assistant" || reasoning) assistant({});
       ChatMessage& m = out.back();
-      if (m.tool_calls.is_null()) m.tool_calls = json::array();
+      if (m.tool_calls.is_null()) m.tool_calls = ojson::array();
       m.tool_calls.push_back(std::move(call));
     } else if (type == "function_call_output") {
       const std::string call_id = required_string(item, "call_id", where);
-      const json* output = field(item, "output");
+      const ojson* output = field(item, "output");
       if (!output) throw FieldError(where + ".output", "'" + where + ".output' is required");
       std::string text = text_of(*output, where + ".output", {"input_text", "output_text", "text"});
       out.push_back(ChatMessage{"tool", std::move(text), {}, {}, call_id, nullptr});
     } else if (type == "reasoning") {
       std::string text;
-      const json* content = field(item, "content");
-      const json* summary = field(item, "summary");
+      const ojson* content = field(item, "content");
+      const ojson* summary = field(item, "summary");
       if (content) text = text_of(*content, where + ".content", {"reasoning_text"});
       else if (summary) text = text_of(*summary, where + ".summary", {"summary_text"});
       reasoning = reasoning ? *reasoning + "\n" + text : text;
@@ -115,50 +108,50 @@ std::vector<ChatMessage> parse_input(const json& body) {
 }
 
 // Flat function tools -> the chat template's {type, function: {...}}.
-json parse_tools(const json& body) {
-  const json* tools = field(body, "tools");
+ojson parse_responses_tools(const ojson& body) {
+  const ojson* tools = field(body, "tools");
   if (!tools) return nullptr;
   if (!tools->is_array()) throw FieldError("tools", "'tools' must be an array");
-  json out = json::array();
+  ojson out = ojson::array();
   for (std::size_t i = 0; i < tools->size(); ++i) {
-    const json& t = (*tools)[i];
-    const std::string where = at("tools", i);
+    const ojson& t = (*tools)[i];
+    const std::string where = indexed("tools", i);
     if (!t.is_object()) throw FieldError(where, "'" + where + "' must be an object");
     const std::string type = required_string(t, "type", where);
     if (type != "function") unsupported(where + ".type", "tool type '" + type + "'");
-    json fn = {{"name", required_string(t, "name", where)}};
+    ojson fn = {{"name", required_string(t, "name", where)}};
     if (auto d = string_in(t, "description", where + ".description")) fn["description"] = *d;
-    if (const json* p = field(t, "parameters")) {
+    if (const ojson* p = field(t, "parameters")) {
       if (!p->is_object()) throw FieldError(where + ".parameters", "'" + where + ".parameters' must be an object");
       fn["parameters"] = *p;
     }
-    if (const json* s = field(t, "strict"); s && !s->is_boolean())
+    if (const ojson* s = field(t, "strict"); s && !s->is_boolean())
       throw FieldError(where + ".strict", "'" + where + ".strict' must be a boolean");
     out.push_back({{"type", "function"}, {"function", std::move(fn)}});
   }
   return out;
 }
 
-json item_json(const char* type, const std::string& id, const char* status) {
+ojson item_json(const char* type, const std::string& id, const char* status) {
   return {{"id", id}, {"type", type}, {"status", status}};
 }
 
-json message_item(const std::string& id, const std::string& text, const char* status) {
-  json item = item_json("message", id, status);
+ojson message_item(const std::string& id, const std::string& text, const char* status) {
+  ojson item = item_json("message", id, status);
   item["role"] = "assistant";
-  item["content"] = json::array({{{"type", "output_text"}, {"text", text}, {"annotations", json::array()}, {"logprobs", json::array()}}});
+  item["content"] = ojson::array({{{"type", "output_text"}, {"text", text}, {"annotations", ojson::array()}, {"logprobs", ojson::array()}}});
   return item;
 }
 
-json reasoning_item(const std::string& id, const std::string& text, const char* status) {
-  json item = item_json("reasoning", id, status);
-  item["summary"] = json::array();
-  item["content"] = json::array({{{"type", "reasoning_text"}, {"text", text}}});
+ojson reasoning_item(const std::string& id, const std::string& text, const char* status) {
+  ojson item = item_json("reasoning", id, status);
+  item["summary"] = ojson::array();
+  item["content"] = ojson::array({{{"type", "reasoning_text"}, {"text", text}}});
   return item;
 }
 
-json function_call_item(const std::string& id, const ToolCall& call) {
-  json item = item_json("function_call", id, "completed");
+ojson function_call_item(const std::string& id, const ToolCall& call) {
+  ojson item = item_json("function_call", id, "completed");
   item["call_id"] = call.id;
   item["name"] = call.name;
   item["arguments"] = call.arguments;
@@ -167,7 +160,7 @@ json function_call_item(const std::string& id, const ToolCall& call) {
 
 }  // namespace
 
-ResponsesRequest parse_responses_request(const json& body) {
+ResponsesRequest parse_responses_request(const ojson& body) {
   ResponsesRequest r;
   OpenAiRequest& c = r.chat;
   c.kind = OpenAiRequest::Kind::chat;
@@ -195,7 +188,7 @@ ResponsesRequest parse_responses_request(const json& body) {
   if (truncation && *truncation != "disabled" && *truncation != "auto")
     throw FieldError("truncation", "'truncation' must be \"disabled\" or \"auto\"; got '" + *truncation + "'");
 
-  const json* metadata = field(body, "metadata");
+  const ojson* metadata = field(body, "metadata");
   if (metadata) {
     if (!metadata->is_object()) throw FieldError("metadata", "'metadata' must be an object");
     if (metadata->size() > 16) throw FieldError("metadata", "'metadata' may hold at most 16 keys");
@@ -206,10 +199,10 @@ ResponsesRequest parse_responses_request(const json& body) {
     }
   }
 
-  c.tools = parse_tools(body);
+  c.tools = parse_responses_tools(body);
   c.tool_calls = !c.tools.is_null() && !c.tools.empty();
-  json tool_choice = "auto";
-  if (const json* tc = field(body, "tool_choice")) {
+  ojson tool_choice = "auto";
+  if (const ojson* tc = field(body, "tool_choice")) {
     // "required" and a named function force one call (constrained decoding, as in chat).
     if (tc->is_object()) {
       const std::string type = required_string(*tc, "type", "tool_choice");
@@ -217,7 +210,7 @@ ResponsesRequest parse_responses_request(const json& body) {
       const std::string name = required_string(*tc, "name", "tool_choice");
       c.constraint = tool_call_constraint(c.tools, &name, "tool_choice.name");
       c.constraint_param = "tool_choice";
-      tool_choice = json{{"type", "function"}, {"name", name}};
+      tool_choice = ojson{{"type", "function"}, {"name", name}};
     } else {
       if (!tc->is_string()) throw FieldError("tool_choice", "'tool_choice' must be a string or an object naming a function");
       const std::string choice = tc->get<std::string>();
@@ -231,10 +224,10 @@ ResponsesRequest parse_responses_request(const json& body) {
     }
   }
 
-  json text = {{"format", {{"type", "text"}}}};
-  if (const json* t = field(body, "text")) {
+  ojson text = {{"format", {{"type", "text"}}}};
+  if (const ojson* t = field(body, "text")) {
     if (!t->is_object()) throw FieldError("text", "'text' must be an object");
-    if (const json* f = field(*t, "format")) {
+    if (const ojson* f = field(*t, "format")) {
       if (!f->is_object()) throw FieldError("text.format", "'text.format' must be an object");
       const std::string type = required_string(*f, "type", "text.format");
       std::optional<grammar::Constraint> constraint;
@@ -242,10 +235,10 @@ ResponsesRequest parse_responses_request(const json& body) {
         constraint = grammar::Constraint::json_object();
       } else if (type == "json_schema") {
         // Responses spells chat's response_format.json_schema flat: {type, name, schema, strict}.
-        if (const json* n = field(*f, "name"); n && !n->is_string()) throw FieldError("text.format.name", "'text.format.name' must be a string");
-        if (const json* st = field(*f, "strict"); st && !st->is_boolean())
+        if (const ojson* n = field(*f, "name"); n && !n->is_string()) throw FieldError("text.format.name", "'text.format.name' must be a string");
+        if (const ojson* st = field(*f, "strict"); st && !st->is_boolean())
           throw FieldError("text.format.strict", "'text.format.strict' must be a boolean");
-        const json* schema = field(*f, "schema");
+        const ojson* schema = field(*f, "schema");
         if (!schema) throw FieldError("text.format.schema", "'text.format.schema' is required");
         if (!schema->is_object() && !schema->is_boolean())
           throw FieldError("text.format.schema", "'text.format.schema' must be a JSON Schema object");
@@ -259,8 +252,8 @@ ResponsesRequest parse_responses_request(const json& body) {
     if (auto v = string_in(*t, "verbosity", "text.verbosity")) text["verbosity"] = *v;
   }
 
-  json reasoning = {{"effort", nullptr}, {"summary", nullptr}};
-  if (const json* rs = field(body, "reasoning")) {
+  ojson reasoning = {{"effort", nullptr}, {"summary", nullptr}};
+  if (const ojson* rs = field(body, "reasoning")) {
     if (!rs->is_object()) throw FieldError("reasoning", "'reasoning' must be an object");
     if (auto effort = string_in(*rs, "effort", "reasoning.effort")) {
       if (*effort != "none" && *effort != "minimal" && *effort != "low" && *effort != "medium" && *effort != "high")
@@ -271,19 +264,19 @@ ResponsesRequest parse_responses_request(const json& body) {
     if (auto summary = string_in(*rs, "summary", "reasoning.summary")) reasoning["summary"] = *summary;
   }
 
-  json& e = r.echo;
-  e["instructions"] = r.instructions ? json(*r.instructions) : json(nullptr);
-  e["max_output_tokens"] = c.max_tokens ? json(*c.max_tokens) : json(nullptr);
-  e["metadata"] = metadata ? *metadata : json::object();
+  ojson& e = r.echo;
+  e["instructions"] = r.instructions ? ojson(*r.instructions) : ojson(nullptr);
+  e["max_output_tokens"] = c.max_tokens ? ojson(*c.max_tokens) : ojson(nullptr);
+  e["metadata"] = metadata ? *metadata : ojson::object();
   e["parallel_tool_calls"] = parallel.value_or(true);
-  e["previous_response_id"] = r.previous_response_id ? json(*r.previous_response_id) : json(nullptr);
+  e["previous_response_id"] = r.previous_response_id ? ojson(*r.previous_response_id) : ojson(nullptr);
   e["reasoning"] = std::move(reasoning);
   e["store"] = r.store;
-  e["temperature"] = c.sampling.temperature ? body["temperature"] : json(nullptr);  // as sent (the float would print 0.2 as 0.200000003)
+  e["temperature"] = c.sampling.temperature ? body["temperature"] : ojson(nullptr);  // as sent (the float would print 0.2 as 0.200000003)
   e["text"] = std::move(text);
   e["tool_choice"] = std::move(tool_choice);
-  e["tools"] = field(body, "tools") ? body["tools"] : json::array();
-  e["top_p"] = c.sampling.top_p ? body["top_p"] : json(nullptr);
+  e["tools"] = field(body, "tools") ? body["tools"] : ojson::array();
+  e["top_p"] = c.sampling.top_p ? body["top_p"] : ojson(nullptr);
   e["truncation"] = truncation.value_or("disabled");
   if (user) e["user"] = *user;  // omitted when not sent (OpenAI's current schema)
   return r;
@@ -303,9 +296,9 @@ std::string response_status(const TurnEnd& end) {
   return "completed";
 }
 
-json response_usage(const TurnEnd& end) {
+ojson response_usage(const TurnEnd& end) {
   const TokenUsage& u = end.usage;
-  json j = {{"input_tokens", u.prompt_tokens},
+  ojson j = {{"input_tokens", u.prompt_tokens},
             // cache_write_tokens: the prompt tokens prefilled here (not read from the prefix cache), whose
             // full KV blocks the cache keeps for later requests.
             {"input_tokens_details", {{"cached_tokens", u.cached_tokens}, {"cache_write_tokens", u.prompt_tokens - u.cached_tokens}}},
@@ -320,22 +313,22 @@ json response_usage(const TurnEnd& end) {
   return j;
 }
 
-json response_object(const std::string& id, std::int64_t created_at, const std::string& model, const json& echo,
-                     const std::string& status, const json& output, const TurnEnd* end, const json& error) {
-  json r = {{"id", id}, {"object", "response"}, {"created_at", created_at}, {"status", status}, {"error", error}};
-  r["incomplete_details"] = status == "incomplete" ? json{{"reason", "max_output_tokens"}} : json(nullptr);
+ojson response_object(const std::string& id, std::int64_t created_at, const std::string& model, const ojson& echo,
+                     const std::string& status, const ojson& output, const TurnEnd* end, const ojson& error) {
+  ojson r = {{"id", id}, {"object", "response"}, {"created_at", created_at}, {"status", status}, {"error", error}};
+  r["incomplete_details"] = status == "incomplete" ? ojson{{"reason", "max_output_tokens"}} : ojson(nullptr);
   r["model"] = model;
   r["output"] = output;
   for (const auto& [k, v] : echo.items()) r[k] = v;
-  r["usage"] = end ? response_usage(*end) : json(nullptr);
+  r["usage"] = end ? response_usage(*end) : ojson(nullptr);
   return r;
 }
 
-json output_items(const Turn& turn) {
-  json items = json::array();
+ojson output_items(const Turn& turn) {
+  ojson items = ojson::array();
   const char* status = turn.end.finish_reason == "length" ? "incomplete" : "completed";
   if (!turn.reasoning.empty()) items.push_back(reasoning_item(new_random_id("rs_"), turn.reasoning, "completed"));
-  if (turn.calls.empty() || !is_blank(turn.content)) items.push_back(message_item(new_random_id("msg_"), turn.content, status));
+  if (turn.calls.empty() || !util::is_blank(turn.content)) items.push_back(message_item(new_random_id("msg_"), turn.content, status));
   for (const auto& call : turn.calls) items.push_back(function_call_item(new_random_id("fc_"), call));
   return items;
 }
@@ -344,7 +337,7 @@ ChatMessage assistant_message(const Turn& turn) {
   ChatMessage m{"assistant", turn.content, {}, {}, {}, nullptr};
   if (!turn.reasoning.empty()) m.reasoning_content = turn.reasoning;
   if (!turn.calls.empty()) {
-    m.tool_calls = json::array();
+    m.tool_calls = ojson::array();
     for (const auto& c : turn.calls)
       m.tool_calls.push_back({{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
   }
@@ -353,7 +346,7 @@ ChatMessage assistant_message(const Turn& turn) {
 
 // ---- streaming ----
 
-ResponsesTurnShaper::ResponsesTurnShaper(std::string id, std::int64_t created_at, std::string model, json echo,
+ResponsesTurnShaper::ResponsesTurnShaper(std::string id, std::int64_t created_at, std::string model, ojson echo,
                                          std::optional<ToolCallSyntax> tool_calls, OnDone on_done)
     : id_(std::move(id)),
       model_(std::move(model)),
@@ -362,14 +355,14 @@ ResponsesTurnShaper::ResponsesTurnShaper(std::string id, std::int64_t created_at
       extractor_(tool_calls ? std::make_unique<WholeToolCalls>(*tool_calls) : nullptr),
       on_done_(std::move(on_done)) {}
 
-std::string ResponsesTurnShaper::event(const char* type, json payload) {
-  json e = {{"type", type}, {"sequence_number", sequence_++}};
+std::string ResponsesTurnShaper::event(const char* type, ojson payload) {
+  ojson e = {{"type", type}, {"sequence_number", sequence_++}};
   for (auto& [k, v] : payload.items()) e[k] = std::move(v);
   return sse_named_event(type, e);
 }
 
 std::string ResponsesTurnShaper::open() {
-  const json r = response_object(id_, created_at_, model_, echo_, "in_progress", json::array(), nullptr);
+  const ojson r = response_object(id_, created_at_, model_, echo_, "in_progress", ojson::array(), nullptr);
   std::string out = event("response.created", {{"response", r}});  // one statement each: sequence numbers in order
   out += event("response.in_progress", {{"response", r}});
   return out;
@@ -379,17 +372,17 @@ std::string ResponsesTurnShaper::open_item(Open kind) {
   open_ = kind;
   item_text_.clear();
   const std::size_t index = items_.size();
-  json item, part;
+  ojson item, part;
   if (kind == Open::reasoning) {
     item_id_ = new_random_id("rs_");
     item = reasoning_item(item_id_, "", "in_progress");
-    item["content"] = json::array();
+    item["content"] = ojson::array();
     part = {{"type", "reasoning_text"}, {"text", ""}};
   } else {
     item_id_ = new_random_id("msg_");
     item = message_item(item_id_, "", "in_progress");
-    item["content"] = json::array();
-    part = {{"type", "output_text"}, {"text", ""}, {"annotations", json::array()}, {"logprobs", json::array()}};
+    item["content"] = ojson::array();
+    part = {{"type", "output_text"}, {"text", ""}, {"annotations", ojson::array()}, {"logprobs", ojson::array()}};
   }
   std::string out = event("response.output_item.added", {{"output_index", index}, {"item", item}});
   out += event("response.content_part.added", {{"item_id", item_id_}, {"output_index", index}, {"content_index", 0}, {"part", part}});
@@ -400,11 +393,11 @@ std::string ResponsesTurnShaper::close_item(const char* status) {
   if (open_ == Open::none) return {};
   const std::size_t index = items_.size();
   const bool reasoning = open_ == Open::reasoning;
-  json item = reasoning ? reasoning_item(item_id_, item_text_, "completed") : message_item(item_id_, item_text_, status);
+  ojson item = reasoning ? reasoning_item(item_id_, item_text_, "completed") : message_item(item_id_, item_text_, status);
   std::string out = event(reasoning ? "response.reasoning_text.done" : "response.output_text.done",
-                          reasoning ? json{{"item_id", item_id_}, {"output_index", index}, {"content_index", 0}, {"text", item_text_}}
-                                    : json{{"item_id", item_id_}, {"output_index", index}, {"content_index", 0}, {"text", item_text_},
-                                           {"logprobs", json::array()}});
+                          reasoning ? ojson{{"item_id", item_id_}, {"output_index", index}, {"content_index", 0}, {"text", item_text_}}
+                                    : ojson{{"item_id", item_id_}, {"output_index", index}, {"content_index", 0}, {"text", item_text_},
+                                           {"logprobs", ojson::array()}});
   out += event("response.content_part.done",
                {{"item_id", item_id_}, {"output_index", index}, {"content_index", 0}, {"part", item["content"][0]}});
   out += event("response.output_item.done", {{"output_index", index}, {"item", item}});
@@ -435,7 +428,7 @@ std::string ResponsesTurnShaper::text_delta(std::string text) {
   std::string out;
   if (open_ != Open::message) {
     // Blank text before tool calls is no message: hold it until something else comes.
-    if (is_blank(text)) {
+    if (util::is_blank(text)) {
       pending_blank_ += text;
       return out;
     }
@@ -446,7 +439,7 @@ std::string ResponsesTurnShaper::text_delta(std::string text) {
   }
   item_text_ += text;
   out += event("response.output_text.delta",
-               {{"item_id", item_id_}, {"output_index", items_.size()}, {"content_index", 0}, {"delta", text}, {"logprobs", json::array()}});
+               {{"item_id", item_id_}, {"output_index", items_.size()}, {"content_index", 0}, {"delta", text}, {"logprobs", ojson::array()}});
   return out;
 }
 
@@ -460,14 +453,14 @@ std::string ResponsesTurnShaper::close(const TurnEnd& end) {
   }
   // A turn without calls always has its message, blank or empty as it may be.
   const bool has_message = open_ == Open::message ||
-                           std::any_of(items_.begin(), items_.end(), [](const json& i) { return i["type"] == "message"; });
+                           std::any_of(items_.begin(), items_.end(), [](const ojson& i) { return i["type"] == "message"; });
   if (calls.empty() && !has_message) {
     out += close_item("completed");
     out += open_item(Open::message);
     if (!pending_blank_.empty()) {
       item_text_ = pending_blank_;
       out += event("response.output_text.delta", {{"item_id", item_id_}, {"output_index", items_.size()}, {"content_index", 0},
-                                                   {"delta", pending_blank_}, {"logprobs", json::array()}});
+                                                   {"delta", pending_blank_}, {"logprobs", ojson::array()}});
       pending_blank_.clear();
     }
   }
@@ -476,8 +469,8 @@ std::string ResponsesTurnShaper::close(const TurnEnd& end) {
   for (const auto& call : calls) {
     const std::size_t index = items_.size();
     const std::string fc_id = new_random_id("fc_");
-    json item = function_call_item(fc_id, call);
-    json added = item;
+    ojson item = function_call_item(fc_id, call);
+    ojson added = item;
     added["status"] = "in_progress";
     added["arguments"] = "";
     out += event("response.output_item.added", {{"output_index", index}, {"item", added}});
@@ -489,8 +482,8 @@ std::string ResponsesTurnShaper::close(const TurnEnd& end) {
   }
   turn_.calls = std::move(calls);
   turn_.end = end;
-  const json error = status == "failed" ? json{{"code", "cancelled"}, {"message", "the generation was cancelled"}} : json(nullptr);
-  const json response = response_object(id_, created_at_, model_, echo_, status, items_, &end, error);
+  const ojson error = status == "failed" ? ojson{{"code", "cancelled"}, {"message", "the generation was cancelled"}} : ojson(nullptr);
+  const ojson response = response_object(id_, created_at_, model_, echo_, status, items_, &end, error);
   if (status != "failed" && on_done_) on_done_(response, turn_);
   const char* type = status == "completed" ? "response.completed" : status == "incomplete" ? "response.incomplete" : "response.failed";
   out += event(type, {{"response", response}});
@@ -499,8 +492,8 @@ std::string ResponsesTurnShaper::close(const TurnEnd& end) {
 
 std::string ResponsesTurnShaper::fail(const ApiError& error) {
   std::string out = close_item("incomplete");
-  const json response =
-      response_object(id_, created_at_, model_, echo_, "failed", items_, nullptr, json{{"code", error.code}, {"message", error.message}});
+  const ojson response =
+      response_object(id_, created_at_, model_, echo_, "failed", items_, nullptr, ojson{{"code", error.code}, {"message", error.message}});
   out += event("response.failed", {{"response", response}});
   return out;
 }

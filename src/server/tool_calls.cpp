@@ -7,6 +7,7 @@
 
 #include "server/openai_response.hpp"
 #include "util/json_parse.hpp"
+#include "util/text.hpp"
 
 namespace neuron::server {
 namespace {
@@ -22,8 +23,6 @@ std::size_t partial_tag_suffix(std::string_view text, std::string_view tag) {
   return 0;
 }
 
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
-bool is_blank(std::string_view s) { return s.find_first_not_of(" \t\r\n") == std::string_view::npos; }
 
 // A complete JSON string literal's value; nullopt when it is not one.
 std::optional<std::string> decode_string(const std::string& literal) {
@@ -128,7 +127,7 @@ ToolCallExtractor::Output ToolCallExtractor::feed(std::string_view text) {
       case Mode::opening: {
         // llama_json: blanks are held; '{' may begin a call, anything else makes the rest content.
         const char c = text[i];
-        if (is_space(c)) {
+        if (util::is_json_space(c)) {
           held_ += c;
           ++i;
           break;
@@ -187,7 +186,7 @@ void ToolCallExtractor::content(std::string_view text, Output& out) {
     return;
   }
   held_blank_.append(text);
-  if (is_blank(held_blank_)) return;
+  if (util::is_blank(held_blank_)) return;
   out.content += held_blank_;
   held_blank_.clear();
   after_call_ = false;
@@ -239,7 +238,7 @@ void ToolCallExtractor::fail_call(char c, Output& out) {
 
 void ToolCallExtractor::call_char(char c, Output& out) {
   if (mode_ == Mode::closing) {
-    if (close_matched_ == 0 && is_space(c)) return;
+    if (close_matched_ == 0 && util::is_json_space(c)) return;
     if (format_ == chat::ToolCallFormat::llama_json && c == ';') {
       mode_ = Mode::opening;  // another call may follow
       after_call_ = true;     // if none does, blank text is dropped and other text is content
@@ -296,12 +295,12 @@ void ToolCallExtractor::xml_char(char c, Output& out) {
 void ToolCallExtractor::step(char c, Output& out) {
   switch (obj_) {
     case Obj::open:
-      if (is_space(c)) return;
+      if (util::is_json_space(c)) return;
       if (c != '{') return fail_call(c, out);
       obj_ = Obj::key_start;
       return;
     case Obj::key_start:
-      if (is_space(c)) return;
+      if (util::is_json_space(c)) return;
       if (c == '}' && !any_key_) return object_end(c, out);
       if (c != '"') return fail_call(c, out);
       any_key_ = true;
@@ -318,12 +317,12 @@ void ToolCallExtractor::step(char c, Output& out) {
       return;
     }
     case Obj::after_key:
-      if (is_space(c)) return;
+      if (util::is_json_space(c)) return;
       if (c != ':') return fail_call(c, out);
       obj_ = Obj::value_start;
       return;
     case Obj::value_start: {
-      if (is_space(c)) return;
+      if (util::is_json_space(c)) return;
       const std::optional<std::string> key = decode_string(key_raw_);
       if (!key) return fail_call(c, out);
       target_ = Target::skip;
@@ -366,7 +365,7 @@ void ToolCallExtractor::step(char c, Output& out) {
       return;
     }
     case Obj::after_value:
-      if (is_space(c)) return;
+      if (util::is_json_space(c)) return;
       if (c == ',') {
         obj_ = Obj::key_start;
         return;

@@ -8,7 +8,7 @@
 namespace neuron::server {
 namespace {
 
-constexpr std::string_view kPrefix = "/ui/";
+constexpr std::string_view kUiPrefix = "/ui/";
 
 std::string content_type(std::string_view path) {
   auto ends = [&](std::string_view ext) { return path.size() >= ext.size() && path.substr(path.size() - ext.size()) == ext; };
@@ -43,10 +43,10 @@ HttpResponse serve(std::string_view path) {
 
 void add_web_ui_routes(Router& router) {
   router.add("GET", "/", [](const HttpRequest&) { return serve("index.html"); });
-  router.add_prefix("GET", std::string(kPrefix), "/ui/{file}",
-                    [](const HttpRequest& r) { return serve(std::string_view(r.path).substr(kPrefix.size())); });
+  router.add_prefix("GET", std::string(kUiPrefix), "/ui/{file}",
+                    [](const HttpRequest& r) { return serve(std::string_view(r.path).substr(kUiPrefix.size())); });
 }
 
-bool is_web_ui_path(std::string_view path) { return path == "/" || path.starts_with(kPrefix); }
+bool is_web_ui_path(std::string_view path) { return path == "/" || path.starts_with(kUiPrefix); }
 
 }  // namespace neuron::server

@@ -5,18 +5,18 @@
 #include "chat/tool_call_format.hpp"
 
 #include "util/json_parse.hpp"
+#include "util/text.hpp"
 
 namespace neuron::server {
 namespace {
 
-using ordered_json = nlohmann::ordered_json;
+using nlohmann::ordered_json;
 
 constexpr std::string_view kFunction = "<function=";
 constexpr std::string_view kParameter = "<parameter=";
 constexpr std::string_view kEndFunction = "</function>";
 constexpr std::string_view kEndParameter = "</parameter>";
 
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
 
 std::string ascii_lower(std::string_view s) {
   std::string out(s);
@@ -27,9 +27,9 @@ std::string ascii_lower(std::string_view s) {
 
 // JSON text of a value, keys in the order written (api_error.hpp's dump() takes nlohmann::json, which
 // sorts them); invalid UTF-8 from the model becomes U+FFFD, as there.
-std::string dump(const ordered_json& v) { return v.dump(-1, ' ', false, ordered_json::error_handler_t::replace); }
+std::string dump_ordered(const ordered_json& v) { return v.dump(-1, ' ', false, ordered_json::error_handler_t::replace); }
 
-std::string_view trim(std::string_view s) {
+std::string_view trim_space(std::string_view s) {
   const std::size_t b = s.find_first_not_of(" \t\r\n");
   if (b == std::string_view::npos) return {};
   return s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
@@ -63,15 +63,15 @@ std::string ParameterTypes::json_value(const std::string& function, const std::s
   Kinds k;
   if (const auto f = tools_.find(function); f != tools_.end())
     if (const auto p = f->second.find(param); p != f->second.end()) k = p->second;
-  if (k.text) return dump(ordered_json(text));
+  if (k.text) return dump_ordered(ordered_json(text));
   if (k.boolean) {
-    const std::string word = ascii_lower(trim(text));
+    const std::string word = ascii_lower(trim_space(text));
     if (word == "true" || word == "false") return word;
   }
   try {
-    return dump(parse_json<ordered_json>(text, "a tool call's parameter"));
+    return dump_ordered(parse_json<ordered_json>(text, "a tool call's parameter"));
   } catch (const Error&) {
-    return dump(ordered_json(text));  // not JSON after all: the model's text, as written
+    return dump_ordered(ordered_json(text));  // not JSON after all: the model's text, as written
   }
 }
 
@@ -88,7 +88,7 @@ void XmlCallReader::end_parameter(const ParameterTypes& types, std::string& argu
   if (v.ends_with('\n')) v.remove_suffix(1);
   arguments += any_param_ ? "," : "{";
   any_param_ = true;
-  arguments += dump(ordered_json(param_));
+  arguments += dump_ordered(ordered_json(param_));
   arguments += ':';
   arguments += types.json_value(name_, param_, std::string(v));
   value_.clear();
@@ -98,7 +98,7 @@ void XmlCallReader::end_parameter(const ParameterTypes& types, std::string& argu
 XmlCallReader::Step XmlCallReader::feed(char c, const ParameterTypes& types, std::string& arguments) {
   switch (state_) {
     case State::open:
-      if (tag_.empty() && is_space(c)) return Step::more;
+      if (tag_.empty() && util::is_json_space(c)) return Step::more;
       if (c != kFunction[tag_.size()]) return fail(c);
       tag_ += c;
       if (tag_.size() == kFunction.size()) state_ = State::function_name;
@@ -119,7 +119,7 @@ XmlCallReader::Step XmlCallReader::feed(char c, const ParameterTypes& types, std
       return function ? Step::announce : Step::more;
     }
     case State::body: {
-      if (tag_.empty() && is_space(c)) return Step::more;
+      if (tag_.empty() && util::is_json_space(c)) return Step::more;
       tag_ += c;
       if (tag_ == kParameter) {
         state_ = State::parameter_name;

@@ -11,7 +11,7 @@ namespace neuron::tokenizer {
 
 namespace {
 
-[[noreturn]] void bad(const std::string& msg) { fail(errc::bad_model, "tokenizer.json: " + msg); }
+[[noreturn]] void bad_bpe(const std::string& msg) { fail(errc::bad_model, "tokenizer.json: " + msg); }
 
 std::string short_json(const nlohmann::json& j) {
   std::string s = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -25,50 +25,50 @@ std::pair<std::string_view, std::string_view> parse_merge(const nlohmann::json& 
     const std::string_view s = m.get_ref<const std::string&>();
     const auto sp = s.find(' ');
     if (sp == std::string::npos || sp == 0 || sp + 1 == s.size() || s.find(' ', sp + 1) != std::string::npos)
-      bad("model.merges[" + std::to_string(i) + "] must be two tokens separated by one space, got " + short_json(m));
+      bad_bpe("model.merges[" + std::to_string(i) + "] must be two tokens separated by one space, got " + short_json(m));
     return {s.substr(0, sp), s.substr(sp + 1)};
   }
   if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string())
     return {m[0].get_ref<const std::string&>(), m[1].get_ref<const std::string&>()};
-  bad("model.merges[" + std::to_string(i) + "] must be \"a b\" or [\"a\", \"b\"], got " + short_json(m));
+  bad_bpe("model.merges[" + std::to_string(i) + "] must be \"a b\" or [\"a\", \"b\"], got " + short_json(m));
 }
 
 }  // namespace
 
 Bpe Bpe::from_json(const nlohmann::json& model) {
-  if (!model.is_object()) bad("\"model\" must be an object");
+  if (!model.is_object()) bad_bpe("\"model\" must be an object");
   if (const auto t = model.find("type"); t != model.end() && !(t->is_string() && t->get<std::string>() == "BPE"))
-    bad("unsupported model type " + short_json(*t) + " (neuron serves byte-level BPE tokenizers)");
+    bad_bpe("unsupported model type " + short_json(*t) + " (neuron serves byte-level BPE tokenizers)");
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     const auto it = model.find(key);
     if (it != model.end() && !it->is_null() && !(it->is_string() && it->get_ref<const std::string&>().empty()))
-      bad(std::string("model.") + key + " is not supported (byte-level BPE does not use it)");
+      bad_bpe(std::string("model.") + key + " is not supported (byte-level BPE does not use it)");
   }
   // Dropout makes Hugging Face's output random; inference tokenizers leave it off.
   if (const auto d = model.find("dropout"); d != model.end() && !d->is_null() && !(d->is_number() && d->get<double>() == 0.0))
-    bad("model.dropout is not supported");
+    bad_bpe("model.dropout is not supported");
 
   Bpe bpe;
   if (const auto im = model.find("ignore_merges"); im != model.end() && !im->is_null()) {
-    if (!im->is_boolean()) bad("model.ignore_merges must be a boolean");
+    if (!im->is_boolean()) bad_bpe("model.ignore_merges must be a boolean");
     bpe.ignore_merges_ = im->get<bool>();
   }
 
   const auto v = model.find("vocab");
-  if (v == model.end() || !v->is_object()) bad("model.vocab is missing or not an object");
-  if (v->empty()) bad("model.vocab is empty");
+  if (v == model.end() || !v->is_object()) bad_bpe("model.vocab is missing or not an object");
+  if (v->empty()) bad_bpe("model.vocab is empty");
   bpe.vocab_.reserve(v->size());
   std::int64_t max_id = -1;
   for (const auto& [token, id] : v->items()) {
     if (!id.is_number_integer() || id.get<std::int64_t>() < 0 || id.get<std::int64_t>() >= kMaxTokenId)
-      bad("model.vocab[" + short_json(token) + "] must be a token id in [0, " + std::to_string(kMaxTokenId) +
+      bad_bpe("model.vocab[" + short_json(token) + "] must be a token id in [0, " + std::to_string(kMaxTokenId) +
           "), got " + short_json(id));
     max_id = std::max(max_id, id.get<std::int64_t>());
     bpe.vocab_.emplace(token, static_cast<std::int32_t>(id.get<std::int64_t>()));
   }
   bpe.tokens_.assign(static_cast<std::size_t>(max_id + 1), nullptr);
   for (const auto& [token, id] : bpe.vocab_) {
-    if (bpe.tokens_[id] != nullptr) bad("model.vocab gives id " + std::to_string(id) + " to two tokens");
+    if (bpe.tokens_[id] != nullptr) bad_bpe("model.vocab gives id " + std::to_string(id) + " to two tokens");
     bpe.tokens_[id] = &token;
   }
   for (int b = 0; b < 256; ++b) {
@@ -77,7 +77,7 @@ Bpe Bpe::from_json(const nlohmann::json& model) {
   }
 
   const auto m = model.find("merges");
-  if (m != model.end() && !m->is_null() && !m->is_array()) bad("model.merges must be an array");
+  if (m != model.end() && !m->is_null() && !m->is_array()) bad_bpe("model.merges must be an array");
   const std::size_t n_merges = (m == model.end() || m->is_null()) ? 0 : m->size();
   bpe.merges_ = MergeTable(n_merges);
   std::string joined, left, right;
@@ -87,12 +87,12 @@ Bpe Bpe::from_json(const nlohmann::json& model) {
     right.assign(b);
     const auto ia = bpe.vocab_.find(left), ib = bpe.vocab_.find(right);
     if (ia == bpe.vocab_.end() || ib == bpe.vocab_.end())
-      bad("model.merges[" + std::to_string(i) + "] names token '" + (ia == bpe.vocab_.end() ? left : right) +
+      bad_bpe("model.merges[" + std::to_string(i) + "] names token '" + (ia == bpe.vocab_.end() ? left : right) +
           "' which is not in model.vocab");
     joined.assign(a).append(b);
     const auto ij = bpe.vocab_.find(joined);
     if (ij == bpe.vocab_.end())
-      bad("model.merges[" + std::to_string(i) + "] produces '" + joined + "' which is not in model.vocab");
+      bad_bpe("model.merges[" + std::to_string(i) + "] produces '" + joined + "' which is not in model.vocab");
     bpe.merges_.insert(ia->second, ib->second, Merge{static_cast<std::int32_t>(i), ij->second});
   }
   return bpe;

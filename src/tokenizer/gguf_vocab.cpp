@@ -13,7 +13,7 @@ namespace {
 
 enum TokenType : std::int64_t { kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6 };
 
-[[noreturn]] void bad(const io::GgufMetadata& md, const std::string& msg) { fail(errc::bad_model, md.what + ": " + msg); }
+[[noreturn]] void bad_vocab(const io::GgufMetadata& md, const std::string& msg) { fail(errc::bad_model, md.what + ": " + msg); }
 
 // What tokenizer.json holds for a llama.cpp pre-tokenizer name (llama-vocab.cpp's LLAMA_VOCAB_PRE_TYPE_*).
 struct PreTokenizerSpec {
@@ -37,7 +37,7 @@ std::optional<PreTokenizerSpec> pre_tokenizer_spec(const std::string& pre) {
 nlohmann::json gguf_tokenizer_document(const io::GgufMetadata& md) {
   using nlohmann::json;
   const auto model = md.string("tokenizer.ggml.model");
-  if (!model) bad(md, "metadata 'tokenizer.ggml.model' is missing: the file carries no tokenizer");
+  if (!model) bad_vocab(md, "metadata 'tokenizer.ggml.model' is missing: the file carries no tokenizer");
   if (*model != "gpt2")
     fail(errc::unsupported_arch, md.what + ": tokenizer.ggml.model is '" + *model + "'; only byte-level BPE ('gpt2') is supported");
   const std::string pre = md.string("tokenizer.ggml.pre").value_or("default");
@@ -47,25 +47,25 @@ nlohmann::json gguf_tokenizer_document(const io::GgufMetadata& md) {
          md.what + ": tokenizer.ggml.pre is '" + pre + "'; the supported pre-tokenizers are 'qwen2', 'qwen35' and 'llama-bpe'");
 
   const auto* tokens = md.strings("tokenizer.ggml.tokens");
-  if (!tokens || tokens->empty()) bad(md, "metadata 'tokenizer.ggml.tokens' is missing or empty");
+  if (!tokens || tokens->empty()) bad_vocab(md, "metadata 'tokenizer.ggml.tokens' is missing or empty");
   const auto* types = md.integers("tokenizer.ggml.token_type");
   if (types && types->size() != tokens->size())
-    bad(md, "tokenizer.ggml.token_type has " + std::to_string(types->size()) + " entries for " +
+    bad_vocab(md, "tokenizer.ggml.token_type has " + std::to_string(types->size()) + " entries for " +
                 std::to_string(tokens->size()) + " tokens");
   if (tokens->size() > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()))
-    bad(md, "tokenizer.ggml.tokens has too many entries");
+    bad_vocab(md, "tokenizer.ggml.tokens has too many entries");
 
   json vocab = json::object();
   json added = json::array();
   for (std::size_t id = 0; id < tokens->size(); ++id) {
     const std::string& text = (*tokens)[id];
     // tokenizer.json is JSON text: its tokens are UTF-8 (byte-level BPE spells every byte as a character).
-    if (!is_valid_utf8(text)) bad(md, "token " + std::to_string(id) + " is not valid UTF-8");
+    if (!is_valid_utf8(text)) bad_vocab(md, "token " + std::to_string(id) + " is not valid UTF-8");
     const std::int64_t type = types ? (*types)[id] : kNormal;
     switch (type) {
       case kNormal:
       case kByte:
-        if (vocab.contains(text)) bad(md, "token '" + text + "' appears twice in tokenizer.ggml.tokens");
+        if (vocab.contains(text)) bad_vocab(md, "token '" + text + "' appears twice in tokenizer.ggml.tokens");
         vocab[text] = id;
         break;
       case kUnknown:
@@ -77,13 +77,13 @@ nlohmann::json gguf_tokenizer_document(const io::GgufMetadata& md) {
       case kUnused:
         break;
       default:
-        bad(md, "token " + std::to_string(id) + " has unknown type " + std::to_string(type));
+        bad_vocab(md, "token " + std::to_string(id) + " has unknown type " + std::to_string(type));
     }
   }
   json merges = json::array();
   if (const auto* m = md.strings("tokenizer.ggml.merges"))
     for (std::size_t i = 0; i < m->size(); ++i) {
-      if (!is_valid_utf8((*m)[i])) bad(md, "merge " + std::to_string(i) + " is not valid UTF-8");
+      if (!is_valid_utf8((*m)[i])) bad_vocab(md, "merge " + std::to_string(i) + " is not valid UTF-8");
       merges.push_back((*m)[i]);
     }
 
@@ -111,7 +111,7 @@ nlohmann::json gguf_tokenizer_document(const io::GgufMetadata& md) {
     if (!md.boolean(add_key).value_or(add_default)) return;
     const auto id = md.integer(id_key);
     if (!id || *id < 0 || static_cast<std::size_t>(*id) >= tokens->size())
-      bad(md, std::string(add_key) + " is set but " + id_key + " is missing or out of range");
+      bad_vocab(md, std::string(add_key) + " is set but " + id_key + " is missing or out of range");
     const std::string& text = (*tokens)[static_cast<std::size_t>(*id)];
     const json piece = {{"SpecialToken", {{"id", text}, {"type_id", 0}}}};
     if (before) single.insert(single.begin(), piece);

@@ -115,7 +115,6 @@ class ScriptedRunner final : public backend::ModelRunner {
   std::vector<std::int64_t> written_;  // [num_blocks * block_size] the position each slot holds; -1 never written
 };
 
-
 using test_support::drain;
 using test_support::Outcome;
 

@@ -74,7 +74,6 @@ std::string decode_known(const std::vector<std::int32_t>& ids) {
   return tiny_tokenizer()->decode(known, /*skip_special_tokens=*/true);
 }
 
-
 using test_support::drain;
 using test_support::Outcome;
 
