@@ -217,6 +217,11 @@ class RawConnection {
     ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   }
   ~RawConnection() { close(); }
+  // How long one recv may wait (30 s unless set).
+  void set_read_timeout(std::chrono::seconds timeout) {
+    timeval tv{static_cast<time_t>(timeout.count()), 0};
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  }
   RawConnection(const RawConnection&) = delete;
   RawConnection& operator=(const RawConnection&) = delete;
   // False once the peer refuses more (closed or reset).
