@@ -54,12 +54,6 @@ __global__ void fill_random_kernel(bf16_t* out, std::int64_t rows, std::int64_t 
   }
 }
 
-__global__ void fill_kernel(bf16_t* out, std::size_t count, bf16_t value) {
-  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < count;
-       i += std::size_t{gridDim.x} * blockDim.x)
-    out[i] = value;
-}
-
 __global__ void embed_kernel(const std::int32_t* tokens, const bf16_t* table, int hidden, int vocab, float* x) {
   grid_dependency_wait();
   const int row = blockIdx.x;
@@ -416,12 +410,6 @@ void fill_random_bf16(bf16_t* out, std::int64_t rows, std::int64_t cols, std::in
   fill_random_kernel<<<grid_for(count, 256), 256, 0, stream>>>(out, rows, cols, row_begin, col_begin, full_cols, seed,
                                                                scale);
   check_launch("fill_random_bf16");
-}
-
-void fill_bf16(bf16_t* out, std::size_t count, float value, cudaStream_t stream) {
-  if (count == 0) return;
-  fill_kernel<<<grid_for(count, 256), 256, 0, stream>>>(out, count, __bfloat16_as_ushort(__float2bfloat16_rn(value)));
-  check_launch("fill_bf16");
 }
 
 void embed(const std::int32_t* tokens, int n, const bf16_t* table, int hidden, int vocab, float* x,

@@ -33,7 +33,6 @@ using bf16_t = std::uint16_t;
 void fill_random_bf16(bf16_t* out, std::int64_t rows, std::int64_t cols, std::int64_t row_begin,
                       std::int64_t col_begin, std::int64_t full_cols, std::uint64_t seed, float scale,
                       cudaStream_t stream);
-void fill_bf16(bf16_t* out, std::size_t count, float value, cudaStream_t stream);
 
 // x[i, :] = table[tokens[i], :] as f32. Token ids are validated by the caller;
 // an id outside [0, vocab) here is clamped rather than read out of bounds.
