@@ -238,17 +238,22 @@ __global__ void __launch_bounds__(32 * kExpertWarps)
   expert_rows(down, hidden, ff, r, ActRows{act, ff}, StoreOut{out, hidden});
 }
 
-// One block a token: its k experts' rows summed in routing order (deterministic).
-__global__ void moe_combine_kernel(const float* out, int k, int hidden, MoeRoute r, float* delta) {
+constexpr int kCombineThreads = 256;  // columns a combine block takes
+
+// Block (column tile, token): each thread one column, the token's k experts' rows summed in routing order
+// (deterministic). Tiles of columns rather than one block a token: at a decode step's one token, a single
+// block left all but one SM idle and took 16.6 us of a 30B-A3B layer (bench/cuda/runs/profile-2026-12-07).
+__global__ void __launch_bounds__(kCombineThreads)
+    moe_combine_kernel(const float* out, int k, int hidden, MoeRoute r, float* delta) {
   grid_dependency_wait();
-  const int t = blockIdx.x;
+  const int t = blockIdx.y;
+  const int c = blockIdx.x * kCombineThreads + threadIdx.x;
+  if (c >= hidden) return;
   const int* slot = r.pair_slot + static_cast<std::size_t>(t) * k;
   const float* w = r.weight + static_cast<std::size_t>(t) * k;
-  for (int c = threadIdx.x; c < hidden; c += blockDim.x) {
-    float acc = 0.f;
-    for (int j = 0; j < k; ++j) acc += w[j] * out[static_cast<std::size_t>(slot[j]) * hidden + c];
-    delta[static_cast<std::size_t>(t) * hidden + c] = acc;
-  }
+  float acc = 0.f;
+  for (int j = 0; j < k; ++j) acc += w[j] * out[static_cast<std::size_t>(slot[j]) * hidden + c];
+  delta[static_cast<std::size_t>(t) * hidden + c] = acc;
 }
 
 unsigned experts_in_use(int n, int k, int experts) {
@@ -311,7 +316,8 @@ void moe_down(const bf16_t* const* down, const bf16_t* act, int n, int k, int ex
 
 void moe_combine(const float* out, int n, int k, int hidden, const MoeRoute& r, float* delta, cudaStream_t stream) {
   if (n <= 0) return;
-  launch(moe_combine_kernel, dim3(static_cast<unsigned>(n)), 256, 0, stream, "moe_combine", out, k, hidden, r, delta);
+  const dim3 grid(static_cast<unsigned>((hidden + kCombineThreads - 1) / kCombineThreads), static_cast<unsigned>(n));
+  launch(moe_combine_kernel, grid, kCombineThreads, 0, stream, "moe_combine", out, k, hidden, r, delta);
 }
 
 }  // namespace neuron::backend::cuda::kernels
