@@ -5,7 +5,6 @@
 # the decode steps' graph nodes.
 set -uo pipefail
 R=$OUT/r; mkdir -p $R
-export NEURON_CUDA_HYBRIDS=1
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 echo "ncu: $NCU" >>$R/prof.log
 prof() {  # $1 label, $2 config, $3 skip, $4 count

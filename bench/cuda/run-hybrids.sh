@@ -4,7 +4,6 @@
 # (Qwen3.5-27B bf16 at 128 / 2048 / 8192 and 64 streams, Qwen3.5-35B-A3B at FP8). Bundle first:
 #   ../shared/tools/device-bundle .bundle build/neuron build/cuda_tests   (cuda_tests: bench/cuda/build_tests.sh)
 #   run: bash bench/cuda/run-hybrids.sh   (carry .bundle; results under $OUT/r; SKIP_REST=1: only the hybrids' tests)
-export NEURON_CUDA_HYBRIDS=1  # qwen3_5_moe takes the CUDA path only when asked (backend/model_runner.cpp)
 set -uo pipefail
 root=$PWD; R=$OUT/r; mkdir -p $R
 t0=$(date +%s); log() { echo "$(( $(date +%s) - t0 )) s: $*" | tee -a $R/run.log; }

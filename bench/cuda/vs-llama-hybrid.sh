@@ -7,7 +7,6 @@
 #   models/qwen3-tiny-a, or .dev/qtok.tar.xz when carried; results under $OUT/r)
 set -uo pipefail
 root=$PWD; R=$OUT/r; mkdir -p $R
-export NEURON_CUDA_HYBRIDS=1
 main() {
 t0=$(date +%s); log() { echo "$(( $(date +%s) - t0 )) s: $*" | tee -a $R/run.log; }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >>$R/run.log

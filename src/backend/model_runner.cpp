@@ -191,16 +191,6 @@ std::unique_ptr<ModelRunner> make_runner(const model::ModelConfig& cfg, const io
     fail(errc::unsupported_arch, "model_type '" + cfg.model_type +
                                      "' (Gated DeltaNet linear attention) splits over CPU ranks for now, not over CUDA "
                                      "devices (tensor_parallel " + std::to_string(plan.world) + ")");
-  // The hybrids' CUDA path (backend/cuda/gated_delta.hpp) ran its GPU tests on an H100 (2026-12-07,
-  // bench/cuda/README.md): qwen3_next and qwen3_5 match the CPU runner; qwen3_5_moe's prefill stayed within
-  // the MoE floor (cosine 0.9) of it but not within 0.999 on enough rows, so it is taken only when asked for
-  // until that is understood.
-  if (const char* on = std::getenv("NEURON_CUDA_HYBRIDS");
-      cfg.linear.hybrid() && cfg.model_type == "qwen3_5_moe" && device.is_cuda() && !(on && std::string(on) == "1"))
-    fail(errc::unsupported_arch, "model_type '" + cfg.model_type +
-                                     "' (Gated DeltaNet linear attention) on " + device.str() +
-                                     " is not yet verified on a GPU: it runs on the CPU, or set NEURON_CUDA_HYBRIDS=1 "
-                                     "to use the CUDA path");
   if (plan.expert_parallel && device.is_cuda())
     fail(errc::unsupported_arch, "expert_parallel (whole experts per rank) runs on CPU ranks for now, not on " +
                                      device.str() + "; load without expert_parallel to split every expert instead");

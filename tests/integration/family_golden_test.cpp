@@ -32,7 +32,6 @@
 #include "model/config.hpp"
 #include "model/gguf_config.hpp"
 #include "model/shard.hpp"
-#include "support/env_guard.hpp"
 #include "support/gguf_writer.hpp"
 #include "support/temp_dir.hpp"
 #include "util/error.hpp"
@@ -321,18 +320,6 @@ TEST(HybridRefusals, TensorParallelOnCudaIsUnsupportedArch) {
                              {});
       },
       "splits over CPU ranks for now");
-  // One GPU: Qwen3.5-MoE's CUDA path is taken only when asked for (NEURON_CUDA_HYBRIDS=1) until its GPU test
-  // passes (model_runner.cpp); the other hybrids' is not gated.
-  {
-    test_support::EnvGuard off("NEURON_CUDA_HYBRIDS", "0");
-    const auto moe = model::load_model_configs(family_dir("qwen3_5_moe-a")).model;
-    expect_refused(
-        [&] {
-          backend::make_runner(moe, nullptr, model::ShardPlan::make(moe, 0, 1), backend::Device::parse("cuda:0"),
-                               nullptr, {});
-        },
-        "NEURON_CUDA_HYBRIDS=1");
-  }
   engine::LoadOptions options;
   options.model_dir = family_dir("qwen3_5-a");
   options.device = backend::Device::parse("cuda:0");

@@ -61,24 +61,46 @@ class CudaHybrid : public ::testing::TestWithParam<std::string> {
                             std::make_shared<dist::LocalCommunicator>(), o);
   }
   std::size_t vocab() const { return static_cast<std::size_t>(cfg_.vocab_size); }
-  // Cosine of every row of two [rows, vocab] blocks: all >= 0.99 (MoE: bf16 may flip a near-tied expert,
-  // so >= 0.9), nearly all >= 0.999.
+  // Cosine of every row of two [rows, vocab] blocks: all >= 0.99 (MoE: >= 0.9), and nearly all (9 in 10)
+  // >= 0.999: per call for a dense model; for MoE over all of a test's calls together (TearDown). In bf16 a
+  // near-tied expert may be picked differently at one position (these fixtures route top-2 of 8 over a hidden
+  // size of 16), which moves that row and, through the recurrent state, rows after it in the same prompt: on an
+  // H100 (bench/cuda/README.md, 2026-12-07) qwen3_5_moe-a's 15-token prompt had rows 0, 1, 3, 5 and 7 at
+  // 0.9959-0.9989, which one short prompt cannot absorb in a tenth of its rows.
   void expect_close(std::span<const float> got, std::span<const float> want, const std::string& what) {
     const std::size_t rows = want.size() / vocab();
-    const double floor = cfg_.moe.num_experts > 0 ? 0.9 : 0.99;
+    const double floor = moe() ? 0.9 : 0.99;
     int close = 0;
+    std::string far;  // "row:cosine" of each row under 0.999, for the failure message
     for (std::size_t r = 0; r < rows; ++r) {
       const double c = cosine(got.subspan(r * vocab(), vocab()), want.subspan(r * vocab(), vocab()));
       EXPECT_GE(c, floor) << what << " row " << r;
       close += c >= 0.999;
+      if (c < 0.999) far += " " + std::to_string(r) + ":" + std::to_string(c);
     }
-    EXPECT_GE(close, static_cast<int>(rows) * 9 / 10) << what << ": " << close << " of " << rows << " rows within 0.999";
+    if (moe()) {
+      pooled_close_ += close;
+      pooled_rows_ += static_cast<int>(rows);
+      if (!far.empty()) pooled_far_ += " [" + what + "]" + far;
+      return;
+    }
+    EXPECT_GE(close, static_cast<int>(rows) * 9 / 10)
+        << what << ": " << close << " of " << rows << " rows within 0.999; the others:" << far;
   }
+  void TearDown() override {
+    if (pooled_rows_ > 0) {
+      EXPECT_GE(pooled_close_, pooled_rows_ * 9 / 10)
+          << pooled_close_ << " of " << pooled_rows_ << " rows within 0.999; the others:" << pooled_far_;
+    }
+  }
+  bool moe() const { return cfg_.moe.num_experts > 0; }
 
   std::filesystem::path dir_;
   model::ModelConfig cfg_;
   std::unique_ptr<io::Checkpoint> ckpt_;
   std::vector<std::vector<std::int32_t>> prompts_;
+  int pooled_close_ = 0, pooled_rows_ = 0;  // MoE: expect_close's rows of this test, and those within 0.999
+  std::string pooled_far_;
 };
 
 // Every position of every golden prompt, then 12 greedy decode steps (decode-only passes: CUDA graphs), both
