@@ -20,24 +20,24 @@ enum class FinishReason { stop, length, cancelled };
 const char* finish_reason_name(FinishReason r) noexcept;  // "stop" | "length" | "cancelled"
 
 struct SequenceParams {
-  std::vector<std::int32_t> prompt;     // non-empty, ids inside the vocabulary
-  std::int32_t max_tokens = 16;         // > 0: generated tokens at most
-  model::SamplingParams sampling;       // validated by the Sampler
-  std::vector<std::int32_t> stop_ids;   // EOS ids: end with "stop", never emitted
-  bool ignore_eos = false;              // keep going through stop_ids
+  std::vector<std::int32_t> prompt{};     // non-empty, ids inside the vocabulary
+  std::int32_t max_tokens = 16;           // > 0: generated tokens at most
+  model::SamplingParams sampling{};       // validated by the Sampler
+  std::vector<std::int32_t> stop_ids{};   // EOS ids: end with "stop", never emitted
+  bool ignore_eos = false;                // keep going through stop_ids
   // -1: no logprobs; 0..kMaxTopLogprobs: each sampled token's logprob and this
   // many most likely alternatives (Sequence::sampled_logprobs).
   std::int32_t top_logprobs = -1;
   // Constrained decoding: only tokens that keep the output a valid prefix of
   // this grammar are sampled; EOS only once it is complete, and the sequence
   // ends ("stop") as soon as nothing may follow. Null: unconstrained.
-  std::shared_ptr<const grammar::CompiledGrammar> grammar;
+  std::shared_ptr<const grammar::CompiledGrammar> grammar{};
   // Not none: a prefill-only sequence (engine/prefill_output.hpp); the
   // Batcher fills Sequence::output and finishes it ("stop") once its prompt is
   // computed. output_ids: the ids whose logits `logits` keeps. mean_from
   // (hidden_mean): the positions before it are left out of the mean.
   PrefillOutput output = PrefillOutput::none;
-  std::vector<std::int32_t> output_ids;
+  std::vector<std::int32_t> output_ids{};
   std::int32_t mean_from = 0;
 };
 

@@ -24,7 +24,7 @@
 namespace neuron::engine {
 
 struct TextStreamOptions {
-  std::vector<std::string> stop;  // non-empty strings; empty ones are ignored
+  std::vector<std::string> stop{};  // non-empty strings; empty ones are ignored
   bool split_reasoning = false;
   bool start_in_reasoning = false;  // the prompt already opened <think>
 };

@@ -28,7 +28,7 @@ struct RopeConfig {
   // interpolated (transformers' _compute_llama3_parameters).
   double factor = 1, low_freq_factor = 1, high_freq_factor = 4;
   std::int64_t original_max_position_embeddings = 0;
-  std::vector<float> freq_factors;  // [head_dim / 2], freq_factors only
+  std::vector<float> freq_factors{};  // [head_dim / 2], freq_factors only
   // Partial rotary (Qwen3-Next, Qwen3.5): only the first rotary_dim(head_dim)
   // lanes of a head rotate (rotate-half over them), the rest pass through.
   double partial_rotary_factor = 1.0;
@@ -47,7 +47,7 @@ struct MoeConfig {
   std::int64_t intermediate_size = 0;  // moe_intermediate_size
   bool norm_topk_prob = true;
   std::int64_t sparse_step = 1;        // decoder_sparse_step
-  std::vector<std::int64_t> mlp_only_layers;
+  std::vector<std::int64_t> mlp_only_layers{};
   // Qwen3-Next / Qwen3.5-MoE: a SwiGLU shared expert of this size run on every
   // token, its output scaled by sigmoid(n . shared_expert_gate) and added to
   // the routed experts'. 0: none (Qwen3-MoE).

@@ -41,7 +41,7 @@ struct ApiOptions {
   // Responses kept for GET /v1/responses/{id} and previous_response_id (least recently used evicted).
   std::size_t stored_responses = 1000;
   std::size_t stored_response_bytes = std::size_t{64} << 20;
-  AdmissionOptions admission;  // per-principal shares of each model's capacity (server/admission.hpp)
+  AdmissionOptions admission{};  // per-principal shares of each model's capacity (server/admission.hpp)
 };
 
 // The grammar for a request's constraint on this model (grammar/cache.hpp),

@@ -36,7 +36,7 @@ struct TokenUsage {
   std::int32_t prompt_tokens = 0;
   std::int32_t completion_tokens = 0;
   std::int32_t cached_tokens = 0;  // prompt tokens served from the prefix cache (usage.prompt_tokens_details)
-  std::optional<UsageTiming> timing;  // set: usage carries helexa_timing
+  std::optional<UsageTiming> timing{};  // set: usage carries helexa_timing
 };
 
 // One choice of a blocking answer.

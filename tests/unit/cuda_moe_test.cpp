@@ -123,10 +123,14 @@ class CudaMoe : public test_support::CudaFixture {
     for (int e = 0; e < c.experts; ++e) {
       const int count = static_cast<int>(std::count(expert, expert + pairs, e));
       ASSERT_EQ(offsets[e + 1] - offsets[e], count) << "expert " << e;
-      if (count > 0) ASSERT_EQ(active[1 + used++], e);
+      if (count > 0) {
+        ASSERT_EQ(active[1 + used++], e);
+      }
       for (int slot = offsets[e]; slot < offsets[e + 1]; ++slot) {
         ASSERT_EQ(expert[slot_pair[slot]], e);
-        if (slot > offsets[e]) ASSERT_LT(slot_pair[slot - 1], slot_pair[slot]);
+        if (slot > offsets[e]) {
+          ASSERT_LT(slot_pair[slot - 1], slot_pair[slot]);
+        }
         ASSERT_EQ(pair_slot[slot_pair[slot]], slot);
       }
     }

@@ -73,7 +73,9 @@ TEST_F(GgufAssets, ChatTemplateRendersTheGoldens) {
     if (!c["enable_thinking"].is_null()) extra["enable_thinking"] = c["enable_thinking"];
     const std::string rendered = assets_->chat->apply(c["messages"], nullptr, c["add_generation_prompt"].get<bool>(), extra);
     EXPECT_EQ(rendered, c["rendered"].get<std::string>());
-    if (c.contains("ids")) EXPECT_EQ(assets_->tokenizer->encode(rendered), c["ids"].get<std::vector<std::int32_t>>());
+    if (c.contains("ids")) {
+      EXPECT_EQ(assets_->tokenizer->encode(rendered), c["ids"].get<std::vector<std::int32_t>>());
+    }
   }
 }
 

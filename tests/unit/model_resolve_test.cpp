@@ -91,8 +91,9 @@ TEST_F(ResolveTest, CacheLocationFromEnvironment) {
   EXPECT_EQ(default_hf_hub_cache(), root_ / "hub");
   EXPECT_EQ(resolve_model("gpt2"), cache_ / "models--gpt2" / "snapshots" / kCommit);
   ::unsetenv("HF_HOME");
-  if (std::getenv("HOME") && !std::getenv("XDG_CACHE_HOME"))
+  if (std::getenv("HOME") && !std::getenv("XDG_CACHE_HOME")) {
     EXPECT_EQ(default_hf_hub_cache(), fs::path(std::getenv("HOME")) / ".cache" / "huggingface" / "hub");
+  }
   if (!keep_hub.empty()) ::setenv("HF_HUB_CACHE", keep_hub.c_str(), 1);
   if (!keep_home.empty()) ::setenv("HF_HOME", keep_home.c_str(), 1);
 }

@@ -325,7 +325,9 @@ TEST(Checkpoint, WeightsThatAreNotRegularFilesAreABadModel) {
   const auto make = [](const fs::path& p, int variant) {
     if (variant == 0) fs::create_directory(p);
     if (variant == 1) fs::create_symlink("/dev/zero", p);
-    if (variant == 2) ASSERT_EQ(::mkfifo(p.c_str(), 0600), 0);
+    if (variant == 2) {
+      ASSERT_EQ(::mkfifo(p.c_str(), 0600), 0);
+    }
   };
   const char* kinds[] = {"a directory", "a character device", "a FIFO"};
   for (int variant = 0; variant < 3; ++variant) {

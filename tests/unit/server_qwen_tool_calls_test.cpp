@@ -123,7 +123,9 @@ TEST(QwenToolCalls, StreamedChunksHaveOneEntryPerIndex) {
     EXPECT_EQ(calls[0]["name"], "get_weather");
     EXPECT_EQ(calls[0]["arguments"], kWeatherArgs);
     EXPECT_EQ(calls[1]["arguments"], "{}");
-    if (n == 1) EXPECT_GE(chunks.size(), 7u) << "announcement, five parameters, close: as they end";
+    if (n == 1) {
+      EXPECT_GE(chunks.size(), 7u) << "announcement, five parameters, close: as they end";
+    }
   }
 }
 
