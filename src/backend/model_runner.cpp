@@ -187,10 +187,6 @@ std::unique_ptr<ModelRunner> make_runner(const model::ModelConfig& cfg, const io
   if (options.quantize == quant::GgmlType::fp8_e4m3 && !device.is_cuda())
     fail(errc::unsupported_arch, "quant 'fp8' runs on CUDA devices (compute capability 9.0); on " + device.str() +
                                      " use q8_0, q4_k or q6_k");
-  if (cfg.linear.hybrid() && device.is_cuda() && plan.world > 1)
-    fail(errc::unsupported_arch, "model_type '" + cfg.model_type +
-                                     "' (Gated DeltaNet linear attention) splits over CPU ranks for now, not over CUDA "
-                                     "devices (tensor_parallel " + std::to_string(plan.world) + ")");
   if (plan.expert_parallel && device.is_cuda())
     fail(errc::unsupported_arch, "expert_parallel (whole experts per rank) runs on CPU ranks for now, not on " +
                                      device.str() + "; load without expert_parallel to split every expert instead");

@@ -70,10 +70,6 @@ LoadPlan plan_load(const LoadOptions& options, const model::ModelConfig& cfg) {
          "tensor_parallel must be in [1, " + std::to_string(kMaxTensorParallel) + "], got " + std::to_string(n));
   LoadPlan plan;
   plan.devices = rank_devices(options);
-  if (cfg.linear.hybrid() && n > 1 && plan.devices.front().is_cuda())  // refused before a worker starts (make_runner too)
-    fail(errc::unsupported_arch, "model_type '" + cfg.model_type +
-                                     "' (Gated DeltaNet linear attention) splits over CPU ranks for now, not over CUDA "
-                                     "devices (tensor_parallel " + std::to_string(n) + ")");
   if (options.expert_parallel)  // refused here, before a worker starts (make_runner refuses the same)
     for (const backend::Device& d : plan.devices)
       if (d.is_cuda())

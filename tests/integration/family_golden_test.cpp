@@ -302,31 +302,6 @@ TEST_P(HybridState, ASnapshotRestoredIntoAnotherSlotContinuesExactly) {
 
 INSTANTIATE_TEST_SUITE_P(Hybrids, HybridState, kHybrids, param_name);
 
-// What this part does not run yet fails cleanly, naming why: a hybrid split over CUDA devices.
-TEST(HybridRefusals, TensorParallelOnCudaIsUnsupportedArch) {
-  const auto cfg = model::load_model_configs(family_dir("qwen3_5-a")).model;
-  auto expect_refused = [](auto&& load, const std::string& needle) {
-    try {
-      load();
-      FAIL() << "loaded";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.kind(), errc::unsupported_arch) << e.what();
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    }
-  };
-  expect_refused(
-      [&] {
-        backend::make_runner(cfg, nullptr, model::ShardPlan::make(cfg, 0, 2), backend::Device::parse("cuda:0"), nullptr,
-                             {});
-      },
-      "splits over CPU ranks for now");
-  engine::LoadOptions options;
-  options.model_dir = family_dir("qwen3_5-a");
-  options.device = backend::Device::parse("cuda:0");
-  options.tensor_parallel = 2;
-  expect_refused([&] { engine::plan_load(options, cfg); }, "splits over CPU ranks for now");
-}
-
 // The load plan counts the snapshots in the model's memory; a model without linear attention has neither state
 // slots nor snapshots, and its runner refuses both copies.
 TEST(HybridSnapshots, CountedInTheLoadPlanAndRefusedWithoutLinearAttention) {
