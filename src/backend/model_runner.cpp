@@ -135,14 +135,16 @@ std::pair<std::uint64_t, std::string> kv_budget_bytes(const model::ModelConfig& 
   if (bytes == 0 && device.is_cuda()) {
 #ifdef NEURON_HAVE_CUDA
     const double fraction = budget.device_fraction > 0 ? budget.device_fraction : kDefaultDeviceFraction;
+    const int sharing = std::max(budget.ranks_on_device, 1);
     const std::uint64_t total = cuda::device_total_memory(device.index);
-    const auto usable = static_cast<std::uint64_t>(static_cast<double>(total) * fraction);
+    const auto usable = static_cast<std::uint64_t>(static_cast<double>(total) * fraction / sharing);
     const std::uint64_t weights = budget.weight_bytes > 0
                                       ? budget.weight_bytes
                                       : static_cast<std::uint64_t>(model::weight_elements(cfg, plan)) * 2;
     const std::uint64_t taken = weights + kCudaActivationReserve;
     bytes = usable > taken ? usable - taken : 0;
-    from = std::to_string(fraction) + " of " + device.str() + "'s " + gib(total) + " less " + gib(weights) +
+    from = std::to_string(fraction) + " of " + device.str() + "'s " + gib(total) +
+           (sharing > 1 ? " shared by " + std::to_string(sharing) + " ranks" : std::string()) + " less " + gib(weights) +
            " of weights and " + gib(kCudaActivationReserve) + " for activations";
 #else
     fail(errc::invalid_argument, "device " + device.str() + ": this build has no CUDA support");

@@ -143,6 +143,8 @@ struct KvBudget {
                                  // and activations together may use (vLLM's gpu_memory_utilization)
   std::uint64_t weight_bytes = 0;  // with a device fraction: the rank's weights as it will hold them
                                    // (quantized loads); 0: bf16 (model::weight_elements x 2)
+  int ranks_on_device = 1;         // with a device fraction: the ranks that share this CUDA device, each
+                                   // taking an equal part of the fraction (engine::plan_load counts them)
 };
 
 // Bytes of one KV block of rank plan.rank on `device` (CUDA bf16; the CPU

@@ -92,8 +92,11 @@ LoadPlan plan_load(const LoadOptions& options, const model::ModelConfig& cfg) {
   std::vector<backend::KvBudget> budgets;  // each rank's, with its weights as it will hold them
   for (int r = 0; r < n; ++r) {
     shards.push_back(model::ShardPlan::make(cfg, r, n, options.expert_parallel));
+    const backend::Device& device = plan.devices[static_cast<std::size_t>(r)];
     budgets.push_back(options.kv_budget);
-    budgets.back().weight_bytes = rank_weight_bytes(cfg, shards.back(), plan.devices[static_cast<std::size_t>(r)], options);
+    budgets.back().weight_bytes = rank_weight_bytes(cfg, shards.back(), device, options);
+    budgets.back().ranks_on_device =
+        device.is_cuda() ? static_cast<int>(std::count(plan.devices.begin(), plan.devices.end(), device)) : 1;
   }
   // A hybrid on a GPU serves up to kCudaStateSlots sequences at once where their states (and, unless asked
   // otherwise, their snapshots) take at most a quarter of what the weights leave; fewer, down to the CPU's

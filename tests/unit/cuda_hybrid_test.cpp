@@ -293,6 +293,38 @@ TEST(CudaHybridPlan, StateSlotsFollowTheMemory) {
   EXPECT_EQ(*engine::plan_load(o, cfg).runner.state_snapshots, 0);
 }
 
+// Ranks sharing one GPU (tensor parallel over Gloo on one device) split its memory fraction: each budgets
+// fraction / ranks of the card less its own weights, so together they stay within the fraction.
+TEST(CudaHybridPlan, RanksSharingTheGpuSplitItsMemory) {
+  if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const auto dir = std::filesystem::path(NEURON_TEST_DATA) / "families" / "qwen3_5-a";
+  const auto cfg = model::load_model_configs(dir).model;
+  const Device gpu = Device::parse("cuda:0");
+  const double total = static_cast<double>(device_total_memory(0));
+  // 4.5 GiB of the card: alone a rank keeps ~2.5 GiB after the 2 GiB activation reserve; two sharing it, each
+  // 2.25 GiB, ~0.25 GiB.
+  backend::KvBudget alone{.device_fraction = 4.5 * (1ull << 30) / total};
+  backend::KvBudget shared = alone;
+  shared.ranks_on_device = 2;
+  const auto plan1 = model::ShardPlan::make(cfg, 0, 2);
+  const std::int64_t a = backend::kv_budget_positions(cfg, plan1, gpu, alone, 16);
+  const std::int64_t b = backend::kv_budget_positions(cfg, plan1, gpu, shared, 16);
+  EXPECT_GT(b, 0);
+  EXPECT_LT(b * 5, a) << "shared " << b << " positions, alone " << a;
+  // The load plan counts the ranks on each device: two on cuda:0, weights, state, KV and each one's activation
+  // reserve together, stay within the fraction (each alone would take ~4.5 GiB, or its KV the 1M-block cap).
+  engine::LoadOptions o;
+  o.model_dir = dir;
+  o.device = gpu;
+  o.tensor_parallel = 2;
+  o.kv_budget = alone;
+  const engine::LoadPlan plan = engine::plan_load(o, cfg);
+  ASSERT_EQ(plan.rank_bytes.size(), 2u);
+  const double reserve = 2.0 * (1ull << 30);  // model_runner.cpp's kCudaActivationReserve, a rank
+  EXPECT_LE(static_cast<double>(plan.rank_bytes[0] + plan.rank_bytes[1]) + 2 * reserve,
+            alone.device_fraction * total + (1 << 20));
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaHybrid, ::testing::Values("qwen3_next-a", "qwen3_5-a", "qwen3_5_moe-a"),
                          [](const auto& info) {
                            std::string n = info.param;
