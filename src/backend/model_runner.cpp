@@ -1,7 +1,6 @@
 #include "backend/model_runner.hpp"
 
 #include <algorithm>
-#include <cstdlib>
 #include <string>
 
 #include "backend/cpu/attention.hpp"

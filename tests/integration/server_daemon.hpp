@@ -213,11 +213,10 @@ class RawConnection {
       ::close(fd_);
       throw std::runtime_error("connect failed");
     }
-    timeval tv{30, 0};
-    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    set_read_timeout(std::chrono::seconds(30));
   }
   ~RawConnection() { close(); }
-  // How long one recv may wait (30 s unless set).
+  // How long one recv may wait (30 s from the constructor).
   void set_read_timeout(std::chrono::seconds timeout) {
     timeval tv{static_cast<time_t>(timeout.count()), 0};
     ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
