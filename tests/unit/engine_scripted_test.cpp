@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <random>
 #include <filesystem>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -456,10 +457,15 @@ TEST(EngineScripted, CancellingRandomRequestsUnderLoadLeaksNoBlock) {
 
 TEST(EngineScripted, ARunnerFailureFailsTheRequestsInTheStepAndPoisonsTheEngine) {
   // A step that throws worker_failed: every request ends with it, later submits get model_failed.
+  // The step waits until both requests are submitted: otherwise the second submit can land after
+  // the first step poisoned the engine and throw model_failed itself (seen once in CI).
   class Failing final : public backend::ModelRunner {
    public:
-    Failing() { config_ = model::load_model_configs(kTinyModel).model; }
+    explicit Failing(std::shared_future<void> both_submitted) : both_submitted_(std::move(both_submitted)) {
+      config_ = model::load_model_configs(kTinyModel).model;
+    }
     void run_step(const backend::Batch&, std::span<float>, std::span<std::int32_t>, std::span<float>) override {
+      both_submitted_.wait();
       fail(errc::worker_failed, "rank 1 died");
     }
     const model::ModelConfig& config() const noexcept override { return config_; }
@@ -468,11 +474,15 @@ TEST(EngineScripted, ARunnerFailureFailsTheRequestsInTheStepAndPoisonsTheEngine)
     backend::MemoryStats memory() const override { return {0, 0, "cpu"}; }
 
    private:
+    std::shared_future<void> both_submitted_;
     model::ModelConfig config_;
   };
-  Engine engine("failing", std::make_unique<Failing>(), tiny_tokenizer(), model::load_model_configs(kTinyModel), {});
+  std::promise<void> submitted;
+  Engine engine("failing", std::make_unique<Failing>(submitted.get_future().share()), tiny_tokenizer(),
+                model::load_model_configs(kTinyModel), {});
   auto a = engine.submit(request({1, 2, 3}, 4));
   auto b = engine.submit(request({4, 5, 6}, 4));
+  submitted.set_value();
   for (auto* c : {a.get(), b.get()}) {
     const Outcome out = drain(*c);
     EXPECT_EQ(out.last.kind, Event::Kind::error);
