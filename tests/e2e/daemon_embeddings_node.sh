@@ -11,7 +11,7 @@ if ! command -v npm >/dev/null || ! command -v node >/dev/null; then
   echo "SKIP: node/npm not installed (the embeddings client test needs them)"
   exit 77
 fi
-(cd "$E2E_DIR/node" && npm ci --no-audit --no-fund --loglevel=error) || die "npm ci (is the npm registry reachable?)"
+npm_install node
 
 work="$(mktemp -d /tmp/neuron-e2e-embed-XXXXXX)"
 data="$REPO_ROOT/tests/data/embed"

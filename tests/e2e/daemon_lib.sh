@@ -11,6 +11,15 @@ DAEMON_LOG="$(mktemp /tmp/neuron-e2e-XXXXXX.log)"
 
 die() { echo "FAIL $*"; [ -f "$DAEMON_LOG" ] && { echo "--- daemon log (tail)"; tail -n 40 "$DAEMON_LOG"; }; exit 1; }
 
+# npm ci in $E2E_DIR/$1 when its lock file changed since the last install there (npm ci rebuilds
+# node_modules each time). The tests sharing a folder hold one CTest RESOURCE_LOCK (daemon.cmake).
+npm_install() {
+  local dir="$E2E_DIR/$1"
+  cmp -s "$dir/package-lock.json" "$dir/node_modules/.installed-lock.json" && return 0
+  (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error && cp package-lock.json node_modules/.installed-lock.json) ||
+    die "npm ci in $1 (is the npm registry reachable?)"
+}
+
 start_daemon() {
   local bin="$1"; shift
   setsid "$bin" serve --port 0 "$@" >"$DAEMON_LOG" 2>&1 &

@@ -9,7 +9,7 @@ if ! command -v npm >/dev/null || ! command -v node >/dev/null; then
   echo "SKIP: node/npm not installed (the openai client test needs them)"
   exit 77
 fi
-(cd "$E2E_DIR/node" && npm ci --no-audit --no-fund --loglevel=error) || die "npm ci (is the npm registry reachable?)"
+npm_install node
 
 # The tensor-parallel copy needs its own id that survives URL normalisation
 # (models.retrieve puts the id in the path): a link to the same files.

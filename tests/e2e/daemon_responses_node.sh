@@ -9,7 +9,7 @@ if ! command -v npm >/dev/null || ! command -v node >/dev/null; then
   echo "SKIP: node/npm not installed (the client tests need them)"
   exit 77
 fi
-(cd "$E2E_DIR/node" && npm ci --no-audit --no-fund --loglevel=error) || die "npm ci (is the npm registry reachable?)"
+npm_install node
 
 export NEURON_API_KEY="e2e-$RANDOM$RANDOM"
 start_daemon "$bin" --model "$TINY_MODEL"

@@ -9,7 +9,7 @@ if ! command -v npm >/dev/null || ! command -v node >/dev/null; then
   echo "SKIP: node/npm not installed (the structured output test needs them)"
   exit 77
 fi
-(cd "$E2E_DIR/node" && npm ci --no-audit --no-fund --loglevel=error) || die "npm ci (is the npm registry reachable?)"
+npm_install node
 start_daemon "$bin" --model "$TINY_MODEL"
 wait_loaded
 NEURON_MODEL="$TINY_MODEL" node "$E2E_DIR/node/structured_output_test.mjs" || die "structured output checks"

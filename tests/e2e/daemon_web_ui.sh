@@ -9,11 +9,7 @@ bin="$1"
 chromium_bin=${CHROMIUM:-$(command -v chromium || command -v chromium-browser || true)}
 if [ -z "$chromium_bin" ]; then echo "SKIP: chromium not installed (apt-get install chromium)"; exit 77; fi
 if ! command -v npm >/dev/null || ! command -v node >/dev/null; then echo "SKIP: node/npm not installed"; exit 77; fi
-# npm ci only when the lock file changed since the last install (it rebuilds node_modules each time).
-if ! cmp -s "$E2E_DIR/browser/package-lock.json" "$E2E_DIR/browser/node_modules/.installed-lock.json"; then
-  (cd "$E2E_DIR/browser" && npm ci --no-audit --no-fund --loglevel=error &&
-     cp package-lock.json node_modules/.installed-lock.json) || die "npm ci (is the npm registry reachable?)"
-fi
+npm_install browser
 
 shots="$(cd "$(dirname "$bin")" && pwd)/test-artifacts/web-ui"
 rm -rf "$shots"
