@@ -6,8 +6,10 @@
 // state, one fresh prompt longer than a conv block (its state written by the
 // second kernel), one short continuation, and a fresh sequence whose slot holds
 // garbage (position 0 must not read it). The outputs (gated-normed, bf16) and
-// both states after the pass are compared. Skips without a GPU; compiles to a
-// single skipped test without CUDA.
+// both states after the pass are compared, for the recurrent kernel and for
+// the chunked form (CudaGatedDeltaChunked: prompts across chunks of 64, from
+// zero and carried states, beside one-token sequences). Skips without a GPU;
+// compiles to a single skipped test without CUDA.
 #include <gtest/gtest.h>
 
 #ifdef NEURON_HAVE_CUDA
@@ -31,10 +33,11 @@ class CudaGatedDelta : public test_support::CudaFixture {
   struct Seq {
     int tokens, position, slot;
   };
+  enum class Form { recurrent, chunked };
 
  protected:
 
-  void run(const kernels::LinearShape& sh, const std::vector<Seq>& seqs) {
+  void run(const kernels::LinearShape& sh, const std::vector<Seq>& seqs, Form form = Form::recurrent) {
     const int C = sh.channels(), hv = sh.value_heads, hk = sh.key_heads, dk = sh.key_dim, dv = sh.value_dim;
     const int K = sh.kernel, value = hv * dv, width = C + value + 2 * hv;
     const int z_col = C, b_col = C + value, a_col = b_col + hv;
@@ -116,8 +119,16 @@ class CudaGatedDelta : public test_support::CudaFixture {
     const kernels::LinearState state{d_states.data<float>(), slot_floats, 0, conv_floats};
     kernels::delta_conv(d_in.data<float>(), width, d_w.data<float>(), sh, ls, S, max_tokens, state,
                         d_conv.data<float>(), s());
-    kernels::delta_rule(d_conv.data<float>(), d_in.data<float>(), width, z_col, b_col, a_col, d_neg_a.data<float>(),
-                        d_dt.data<float>(), d_norm.data<bf16_t>(), 1e-6f, sh, ls, S, state, d_out.data<bf16_t>(), s());
+    if (form == Form::recurrent) {
+      kernels::delta_rule(d_conv.data<float>(), d_in.data<float>(), width, z_col, b_col, a_col, d_neg_a.data<float>(),
+                          d_dt.data<float>(), d_norm.data<bf16_t>(), 1e-6f, sh, ls, S, state, d_out.data<bf16_t>(), s());
+    } else {
+      ASSERT_TRUE(kernels::delta_chunked_supported(sh));
+      DeviceBuffer scratch = poisoned(4 * kernels::delta_chunk_scratch_floats(sh, T));
+      kernels::delta_rule_chunked(d_conv.data<float>(), d_in.data<float>(), width, z_col, b_col, a_col,
+                                  d_neg_a.data<float>(), d_dt.data<float>(), d_norm.data<bf16_t>(), 1e-6f, sh, ls, S,
+                                  max_tokens, state, scratch.data<float>(), d_out.data<bf16_t>(), s());
+    }
     const auto got = download<bf16_t>(d_out, static_cast<std::size_t>(T) * value);
     const auto got_conv = download<float>(d_conv, static_cast<std::size_t>(T) * C);
     const auto got_states = download<float>(d_states, slot_floats * slots);
@@ -145,7 +156,7 @@ class CudaGatedDelta : public test_support::CudaFixture {
     for (int slot = 0; slot < slots; ++slot)
       for (std::size_t i = conv_floats + delta_floats; i < slot_floats; ++i)
         EXPECT_EQ(got_states[slot_floats * slot + i], states[slot_floats * slot + i]);
-    std::printf("[gated delta dk=%d dv=%d] worst: conv %.2e, output %.2e, state %.2e (scale %.2f)\n", dk, dv,
+    std::printf("[gated delta %s dk=%d dv=%d] worst: conv %.2e, output %.2e, state %.2e (scale %.2f)\n", form == Form::chunked ? "chunked" : "recurrent", dk, dv,
                 worst_conv, worst, worst_state, scale);
   }
 };
@@ -160,6 +171,20 @@ TEST_F(CudaGatedDelta, TinyHeadsMatchTheCpuKernels) { run({2, 4, 16, 16, 4}, kMi
 
 TEST_F(CudaGatedDelta, LongPromptAndDecodes) { run({1, 2, 64, 128, 4}, {{300, 0, 0}, {1, 7, 1}, {1, 0, 2}}); }
 
+using Form = CudaGatedDelta::Form;
+
+TEST_F(CudaGatedDelta, ChunkedQwen35HeadsMatchTheCpuKernels) { run({2, 4, 128, 128, 4}, kMixed, Form::chunked); }
+
+TEST_F(CudaGatedDelta, ChunkedTinyHeadsMatchTheCpuKernels) { run({2, 4, 16, 16, 4}, kMixed, Form::chunked); }
+
+// Chunks of 64: a fresh 300-token prompt (4 full chunks and a partial one), a 130-token continuation of a
+// carried state (two full chunks and one token), a chunk's exact length, and one-token sequences.
+TEST_F(CudaGatedDelta, ChunkedLongPromptsAcrossChunks) {
+  run({1, 2, 64, 128, 4}, {{300, 0, 0}, {1, 7, 1}, {130, 5, 2}, {64, 9, 3}, {1, 0, 4}}, Form::chunked);
+}
+
+TEST_F(CudaGatedDelta, ChunkedWideKeysAndNarrowValues) { run({1, 1, 256, 40, 4}, {{129, 3, 0}, {70, 0, 1}}, Form::chunked); }
+
 TEST(CudaGatedDeltaShapes, Supported) {
   EXPECT_TRUE(kernels::linear_shape_supported({16, 48, 128, 128, 4}));   // Qwen3.5-27B
   EXPECT_TRUE(kernels::linear_shape_supported({16, 32, 128, 128, 4}));   // Qwen3-Next, Qwen3.5-35B-A3B
@@ -167,6 +192,9 @@ TEST(CudaGatedDeltaShapes, Supported) {
   EXPECT_FALSE(kernels::linear_shape_supported({16, 40, 128, 128, 4}));  // Hv not a multiple of Hk
   EXPECT_FALSE(kernels::linear_shape_supported({16, 48, 128, 128, 9}));  // K
   EXPECT_FALSE(kernels::linear_shape_supported({16, 48, 256, 256, 4}));  // dv * 8 > 512 threads
+  EXPECT_TRUE(kernels::delta_chunked_supported({16, 48, 128, 128, 4}));
+  EXPECT_TRUE(kernels::delta_chunked_supported({1, 1, 256, 64, 4}));
+  EXPECT_FALSE(kernels::delta_chunked_supported({16, 48, 96, 128, 4}));  // what the recurrent kernel refuses
 }
 
 }  // namespace

@@ -208,6 +208,305 @@ __global__ void __launch_bounds__(kMaxRuleThreads) delta_rule_kernel(const float
 
 int rows_per_thread_groups(int dk) { return dk <= 32 ? 1 : dk / 32; }  // R
 
+// ---- the chunked form (prefill) ------------------------------------------------------------------------------
+
+constexpr int kChunk = kDeltaChunkTokens;
+constexpr int kChunkThreads = 256;  // 8 warps
+constexpr int kTileCols = 32;       // state columns a scan block carries
+constexpr int kTs = kChunk + 4;     // row stride of the [64, 64] tiles (float4 rows)
+constexpr int kOptinSmem = 227 * 1024;
+
+int round_up4(int v) { return (v + 3) / 4 * 4; }
+int key_stride(int dk) { return dk + 4; }                         // [64, dk] tiles: float4 rows, banks spread
+int prep_x_stride(int dk, int dv) { return round_up4(std::max(dk, dv)) + 4; }
+std::size_t prep_smem(int dk, int dv) {
+  return sizeof(float) * (static_cast<std::size_t>(kChunk) * (key_stride(dk) + prep_x_stride(dk, dv) + kTs) + 2 * kChunk);
+}
+std::size_t scan_smem(int dk) {
+  return sizeof(float) * (static_cast<std::size_t>(kChunk) * (2 * key_stride(dk) + kTileCols + kTs) +
+                          static_cast<std::size_t>(dk) * kTileCols + kChunk);
+}
+
+// The pass's scratch, a row of `row_floats()` per pass row: per value head the row's w [dk], then u (after the
+// scan: the output before its norm) [dv], then the row's A_qk [64] (q k^T decayed, causal, within its chunk),
+// then G [1] (the cumulative log decay within its chunk).
+struct ChunkScratch {
+  float* base;
+  int hv, dk, dv;
+  __device__ std::size_t row_floats() const { return static_cast<std::size_t>(hv) * (dk + dv + kChunk + 1); }
+  __device__ float* row(int r) const { return base + static_cast<std::size_t>(r) * row_floats(); }
+  __device__ float* w(int r, int h) const { return row(r) + static_cast<std::size_t>(h) * dk; }
+  __device__ float* u(int r, int h) const { return row(r) + static_cast<std::size_t>(hv) * dk + static_cast<std::size_t>(h) * dv; }
+  __device__ float* aqk(int r, int h) const {
+    return row(r) + static_cast<std::size_t>(hv) * (dk + dv) + static_cast<std::size_t>(h) * kChunk;
+  }
+  __device__ float* g(int r, int h) const { return row(r) + static_cast<std::size_t>(hv) * (dk + dv + kChunk) + h; }
+};
+
+__device__ __forceinline__ float dot4(float4 a, float4 b) { return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w; }
+
+// One block per (chunk, value head, sequence): the chunk's gates and G, T = (I + strictly-lower(beta k k^T
+// decayed))^-1 by forward substitution (unit diagonal), u = T (v beta), w = T (k beta exp(G)), and A_qk, into
+// the scratch (gated_delta_rule_chunked's first half, backend/cpu/gated_delta.cpp).
+template <int DK>
+__global__ void __launch_bounds__(kChunkThreads) delta_chunk_prep_kernel(const float* conv, const float* in, int width,
+                                                                          int b_col, int a_col, const float* neg_a,
+                                                                          const float* dt_bias, LinearShape shape,
+                                                                          LinearSeqs seqs, ChunkScratch sc) {
+  grid_dependency_wait();
+  extern __shared__ float4 smem4[];
+  const int c = blockIdx.x, h = blockIdx.y, si = blockIdx.z;
+  const int n = seqs.num_tokens[si], t0 = c * kChunk;
+  if (t0 >= n) return;  // the whole block
+  const int L = min(kChunk, n - t0), row0 = seqs.q_start[si] + t0;
+  const int hk = shape.key_heads, hv = shape.value_heads, dv = shape.value_dim;
+  const int C = channels_of(shape), key_dim = hk * DK, kh = h / (hv / hk);
+  constexpr int KS = DK + 4;
+  const int XS = (max(DK, dv) + 3) / 4 * 4 + 4;
+  float* Ks = reinterpret_cast<float*>(smem4);  // [64, KS] keys, then keys * beta * exp(G)
+  float* Xs = Ks + kChunk * KS;                 // [64, XS] queries, then values * beta
+  float* Tm = Xs + kChunk * XS;                 // [64, kTs] the UT system, then T
+  float* G = Tm + kChunk * kTs;                 // [64] cumulative log decay (0 past L)
+  float* B = G + kChunk;                        // [64] beta
+  const int tid = static_cast<int>(threadIdx.x);
+  for (int e = tid; e < kChunk * DK; e += kChunkThreads) {
+    const int i = e / DK, d = e % DK;
+    const std::size_t row = static_cast<std::size_t>(row0 + i) * C;
+    Ks[i * KS + d] = i < L ? conv[row + key_dim + kh * DK + d] : 0.f;
+    Xs[i * XS + d] = i < L ? conv[row + kh * DK + d] : 0.f;
+  }
+  if (tid < kChunk) {
+    float g = 0.f, b = 0.f;
+    if (tid < L) {
+      const float* x = in + static_cast<std::size_t>(row0 + tid) * width;
+      const float a = x[a_col + h] + dt_bias[h];
+      g = neg_a[h] * (a > 20.f ? a : log1pf(expf(a)));  // torch's softplus threshold
+      b = 1.f / (1.f + expf(-x[b_col + h]));
+    }
+    G[tid] = g;
+    B[tid] = b;
+  }
+  __syncthreads();
+  if (tid == 0)
+    for (int i = 1; i < L; ++i) G[i] += G[i - 1];
+  __syncthreads();
+  if (tid < L) *sc.g(row0 + tid, h) = G[tid];
+  // Tm[i, j] = -beta_i (k_i . k_j) exp(G_i - G_j) for j < i; A_qk[i, j] = (q_i . k_j) exp(G_i - G_j) for j <= i.
+  for (int e = tid; e < kChunk * kChunk; e += kChunkThreads) {
+    const int i = e / kChunk, j = e % kChunk;
+    float kk = 0.f, qk = 0.f;
+    if (i < L && j <= i) {
+      const auto* ki = reinterpret_cast<const float4*>(Ks + i * KS);
+      const auto* kj = reinterpret_cast<const float4*>(Ks + j * KS);
+      const auto* qi = reinterpret_cast<const float4*>(Xs + i * XS);
+#pragma unroll 8
+      for (int d = 0; d < DK / 4; ++d) {
+        const float4 k4 = kj[d];
+        kk += dot4(ki[d], k4);
+        qk += dot4(qi[d], k4);
+      }
+      const float decay = expf(G[i] - G[j]);
+      kk = j < i ? -B[i] * kk * decay : 0.f;
+      qk *= decay;
+    }
+    Tm[i * kTs + j] = kk;
+    if (i < L) sc.aqk(row0 + i, h)[j] = qk;
+  }
+  __syncthreads();
+  // Forward substitution, a row at a time: T[i, j] = Tm[i, j] + sum_{j < m < i} Tm[i, m] T[m, j] (rows above i
+  // final, row i's own entries as they were).
+  for (int i = 1; i < L; ++i) {
+    float v = 0.f;
+    if (tid < i) {
+      v = Tm[i * kTs + tid];
+      for (int m = tid + 1; m < i; ++m) v += Tm[i * kTs + m] * Tm[m * kTs + tid];
+    }
+    __syncthreads();
+    if (tid < i) Tm[i * kTs + tid] = v;
+    __syncthreads();
+  }
+  if (tid < kChunk) Tm[tid * kTs + tid] = tid < L ? 1.f : 0.f;
+  for (int e = tid; e < kChunk * dv; e += kChunkThreads) {
+    const int i = e / dv, d = e % dv;
+    Xs[i * XS + d] = i < L ? conv[static_cast<std::size_t>(row0 + i) * C + 2 * key_dim + h * dv + d] * B[i] : 0.f;
+  }
+  for (int e = tid; e < kChunk * DK; e += kChunkThreads) {
+    const int i = e / DK;
+    Ks[e / DK * KS + e % DK] *= B[i] * expf(G[i]);
+  }
+  __syncthreads();
+  // u = T (v beta) [L, dv]; w = T (k beta exp(G)) [L, dk]. T is lower triangular: m runs to i.
+  for (int e = tid; e < L * dv; e += kChunkThreads) {
+    const int i = e / dv, d = e % dv;
+    float acc = 0.f;
+    for (int m = 0; m <= i; ++m) acc += Tm[i * kTs + m] * Xs[m * XS + d];
+    sc.u(row0 + i, h)[d] = acc;
+  }
+  for (int e = tid; e < L * DK; e += kChunkThreads) {
+    const int i = e / DK, d = e % DK;
+    float acc = 0.f;
+    for (int m = 0; m <= i; ++m) acc += Tm[i * kTs + m] * Ks[m * KS + d];
+    sc.w(row0 + i, h)[d] = acc;
+  }
+}
+
+// One block per (32 state columns, value head, sequence), walking the sequence's chunks in order with its tile
+// of the state S [dk, 32] in shared memory (the columns of S never mix): per chunk, v_new = u - w S, the output
+// o = (q exp(G)) S + A_qk v_new (into the scratch's u, for the norm), then S = exp(G_last) S + (k exp(G_last -
+// G))^T v_new; the tile goes back to the slot at the end.
+template <int DK>
+__global__ void __launch_bounds__(kChunkThreads) delta_chunk_scan_kernel(const float* conv, LinearShape shape,
+                                                                          LinearSeqs seqs, LinearState state,
+                                                                          ChunkScratch sc) {
+  grid_dependency_wait();
+  extern __shared__ float4 smem4[];
+  constexpr int KS = DK + 4;
+  constexpr int RPW = DK / 8;   // state rows a warp updates
+  constexpr int RPT = kChunk / 8;  // chunk rows a thread computes (rows warp + 8 e)
+  const int h = blockIdx.y, si = blockIdx.z;
+  const int n = seqs.num_tokens[si], q0 = seqs.q_start[si];
+  const int hk = shape.key_heads, hv = shape.value_heads, dv = shape.value_dim;
+  const int C = channels_of(shape), key_dim = hk * DK, kh = h / (hv / hk);
+  float* Ws = reinterpret_cast<float*>(smem4);  // [64, KS] w, then k exp(G_last - G)
+  float* Qs = Ws + kChunk * KS;                 // [64, KS] q exp(G)
+  float* As = Qs + kChunk * KS;                 // [64, kTs] A_qk
+  float* Us = As + kChunk * kTs;                // [64, 32] u, then v_new
+  float* Ss = Us + kChunk * kTileCols;          // [DK, 32] the state's tile
+  float* Gs = Ss + DK * kTileCols;              // [64] G
+  const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+  const int col = static_cast<int>(blockIdx.x) * kTileCols + lane;
+  const bool active = col < dv;
+  const bool fresh = seqs.position[si] == 0;
+  float* S = state.base + static_cast<std::size_t>(seqs.state_slot[si]) * state.slot_floats + state.delta_offset +
+             static_cast<std::size_t>(h) * DK * dv;
+  for (int k = 0; k < RPW; ++k) {
+    const int r = warp * RPW + k;
+    Ss[r * kTileCols + lane] = fresh || !active ? 0.f : S[static_cast<std::size_t>(r) * dv + col];
+  }
+  for (int t0 = 0; t0 < n; t0 += kChunk) {
+    const int L = min(kChunk, n - t0), row0 = q0 + t0;
+    __syncthreads();  // the last chunk's readers are done with every buffer
+    if (tid < kChunk) Gs[tid] = tid < L ? *sc.g(row0 + tid, h) : 0.f;
+    for (int e = tid; e < kChunk * DK; e += kChunkThreads) {
+      const int i = e / DK, d = e % DK;
+      const bool in_chunk = i < L;
+      Ws[i * KS + d] = in_chunk ? sc.w(row0 + i, h)[d] : 0.f;
+      Qs[i * KS + d] = in_chunk ? conv[static_cast<std::size_t>(row0 + i) * C + kh * DK + d] * expf(*sc.g(row0 + i, h)) : 0.f;
+    }
+    for (int e = tid; e < kChunk * kChunk; e += kChunkThreads) {
+      const int i = e / kChunk, m = e % kChunk;
+      As[i * kTs + m] = i < L ? sc.aqk(row0 + i, h)[m] : 0.f;
+    }
+    for (int i = warp; i < kChunk; i += 8) Us[i * kTileCols + lane] = i < L && active ? sc.u(row0 + i, h)[col] : 0.f;
+    __syncthreads();
+    // v_new and (q exp(G)) S for rows warp + 8 e of column lane.
+    float vn[RPT] = {}, oi[RPT] = {};
+    for (int r = 0; r < DK; r += 4) {
+      const float s0 = Ss[r * kTileCols + lane], s1 = Ss[(r + 1) * kTileCols + lane];
+      const float s2 = Ss[(r + 2) * kTileCols + lane], s3 = Ss[(r + 3) * kTileCols + lane];
+#pragma unroll
+      for (int e = 0; e < RPT; ++e) {
+        const int i = warp + 8 * e;
+        const float4 w4 = *reinterpret_cast<const float4*>(Ws + i * KS + r);
+        const float4 q4 = *reinterpret_cast<const float4*>(Qs + i * KS + r);
+        vn[e] += w4.x * s0 + w4.y * s1 + w4.z * s2 + w4.w * s3;
+        oi[e] += q4.x * s0 + q4.y * s1 + q4.z * s2 + q4.w * s3;
+      }
+    }
+#pragma unroll
+    for (int e = 0; e < RPT; ++e) Us[(warp + 8 * e) * kTileCols + lane] -= vn[e];  // rows past L stay 0
+    __syncthreads();
+#pragma unroll
+    for (int e = 0; e < RPT; ++e) {
+      const int i = warp + 8 * e;
+      if (i >= L) continue;
+      float acc = oi[e];
+      for (int m = 0; m <= i; ++m) acc += As[i * kTs + m] * Us[m * kTileCols + lane];
+      if (active) sc.u(row0 + i, h)[col] = acc;
+    }
+    // Nothing reads Ws after the barrier above: it takes k exp(G_last - G).
+    const float g_last = Gs[L - 1];
+    for (int e = tid; e < kChunk * DK; e += kChunkThreads) {
+      const int i = e / DK, d = e % DK;
+      Ws[i * KS + d] =
+          i < L ? conv[static_cast<std::size_t>(row0 + i) * C + key_dim + kh * DK + d] * expf(g_last - Gs[i]) : 0.f;
+    }
+    __syncthreads();
+    const float decay = expf(g_last);
+    float acc[RPW];
+#pragma unroll
+    for (int k = 0; k < RPW; ++k) acc[k] = Ss[(warp * RPW + k) * kTileCols + lane] * decay;
+    for (int i = 0; i < L; ++i) {
+      const float v = Us[i * kTileCols + lane];
+      const float* kr = Ws + i * KS + warp * RPW;
+      if constexpr (RPW % 4 == 0) {
+#pragma unroll
+        for (int k = 0; k < RPW; k += 4) {
+          const float4 k4 = *reinterpret_cast<const float4*>(kr + k);
+          acc[k] += k4.x * v;
+          acc[k + 1] += k4.y * v;
+          acc[k + 2] += k4.z * v;
+          acc[k + 3] += k4.w * v;
+        }
+      } else {
+#pragma unroll
+        for (int k = 0; k < RPW; ++k) acc[k] += kr[k] * v;
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < RPW; ++k) Ss[(warp * RPW + k) * kTileCols + lane] = acc[k];
+  }
+  if (active)
+    for (int k = 0; k < RPW; ++k) {
+      const int r = warp * RPW + k;
+      S[static_cast<std::size_t>(r) * dv + col] = Ss[r * kTileCols + lane];
+    }
+}
+
+// One block per (token, value head, sequence): the gated RMSNorm of the scan's output, times silu(z), in bf16.
+__global__ void delta_chunk_norm_kernel(const float* in, int width, int z_col, const bf16_t* norm_w, float eps,
+                                        LinearShape shape, LinearSeqs seqs, ChunkScratch sc, bf16_t* out) {
+  grid_dependency_wait();
+  __shared__ float partial[32];
+  const int t = blockIdx.x, h = blockIdx.y, si = blockIdx.z;
+  if (t >= seqs.num_tokens[si]) return;  // the whole block
+  const int row = seqs.q_start[si] + t, hv = shape.value_heads, dv = shape.value_dim;
+  const int j = static_cast<int>(threadIdx.x);
+  const bool active = j < dv;
+  const float o = active ? sc.u(row, h)[j] : 0.f;
+  const float ss = block_total(o * o, partial);
+  if (!active) return;
+  const float z = in[static_cast<std::size_t>(row) * width + z_col + h * dv + j];
+  const float inv = rsqrtf(ss / static_cast<float>(dv) + eps);
+  out[static_cast<std::size_t>(row) * (static_cast<std::size_t>(hv) * dv) + h * dv + j] =
+      to_bf(o * inv * bf(norm_w[j]) * (z / (1.f + expf(-z))));
+}
+
+template <int DK>
+void launch_chunked(const float* conv, const float* in, int width, int z_col, int b_col, int a_col, const float* neg_a,
+                    const float* dt_bias, const bf16_t* norm_w, float eps, const LinearShape& shape, LinearSeqs seqs,
+                    int n_seqs, int max_tokens, LinearState state, float* scratch, bf16_t* out, cudaStream_t stream) {
+  static const bool configured = [] {
+    NEURON_CUDA_CHECK(cudaFuncSetAttribute(delta_chunk_prep_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           kOptinSmem));
+    NEURON_CUDA_CHECK(cudaFuncSetAttribute(delta_chunk_scan_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           kOptinSmem));
+    return true;
+  }();
+  (void)configured;
+  const int hv = shape.value_heads, dv = shape.value_dim;
+  const ChunkScratch sc{scratch, hv, DK, dv};
+  const auto chunks = static_cast<unsigned>((max_tokens + kChunk - 1) / kChunk);
+  launch(delta_chunk_prep_kernel<DK>, dim3(chunks, static_cast<unsigned>(hv), static_cast<unsigned>(n_seqs)),
+         kChunkThreads, prep_smem(DK, dv), stream, "delta_chunk_prep", conv, in, width, b_col, a_col, neg_a, dt_bias,
+         shape, seqs, sc);
+  const auto tiles = static_cast<unsigned>((dv + kTileCols - 1) / kTileCols);
+  launch(delta_chunk_scan_kernel<DK>, dim3(tiles, static_cast<unsigned>(hv), static_cast<unsigned>(n_seqs)),
+         kChunkThreads, scan_smem(DK), stream, "delta_chunk_scan", conv, shape, seqs, state, sc);
+  launch(delta_chunk_norm_kernel, dim3(static_cast<unsigned>(max_tokens), static_cast<unsigned>(hv), static_cast<unsigned>(n_seqs)),
+         round_up32(dv), 0, stream, "delta_chunk_norm", in, width, z_col, norm_w, eps, shape, seqs, sc, out);
+}
+
 }  // namespace
 
 bool linear_shape_supported(const LinearShape& s) noexcept {
@@ -249,6 +548,38 @@ void delta_rule(const float* conv, const float* in, int width, int z_col, int b_
     case 128: go(delta_rule_kernel<128>); break;
     case 256: go(delta_rule_kernel<256>); break;
     default: throw Error(errc::unsupported_arch, "delta_rule: linear_key_head_dim " + std::to_string(shape.key_dim));
+  }
+}
+
+std::size_t delta_chunk_scratch_floats(const LinearShape& shape, int tokens) noexcept {
+  return static_cast<std::size_t>(tokens) * static_cast<std::size_t>(shape.value_heads) *
+         static_cast<std::size_t>(shape.key_dim + shape.value_dim + kChunk + 1);
+}
+
+bool delta_chunked_supported(const LinearShape& shape) noexcept {
+  return linear_shape_supported(shape) &&
+         std::max(prep_smem(shape.key_dim, shape.value_dim), scan_smem(shape.key_dim)) <= static_cast<std::size_t>(kOptinSmem);
+}
+
+void delta_rule_chunked(const float* conv, const float* in, int width, int z_col, int b_col, int a_col,
+                        const float* neg_a, const float* dt_bias, const bf16_t* norm_w, float eps, const LinearShape& shape,
+                        LinearSeqs seqs, int n_seqs, int max_tokens, LinearState state, float* scratch, bf16_t* out,
+                        cudaStream_t stream) {
+  if (n_seqs <= 0 || max_tokens <= 0) return;
+  if (!delta_chunked_supported(shape))
+    throw Error(errc::unsupported_arch, "delta_rule_chunked: linear attention heads of dk " +
+                                            std::to_string(shape.key_dim) + ", dv " + std::to_string(shape.value_dim));
+  auto go = [&](auto launcher) {
+    launcher(conv, in, width, z_col, b_col, a_col, neg_a, dt_bias, norm_w, eps, shape, seqs, n_seqs, max_tokens, state,
+             scratch, out, stream);
+  };
+  switch (shape.key_dim) {
+    case 16: go(launch_chunked<16>); break;
+    case 32: go(launch_chunked<32>); break;
+    case 64: go(launch_chunked<64>); break;
+    case 128: go(launch_chunked<128>); break;
+    case 256: go(launch_chunked<256>); break;
+    default: throw Error(errc::unsupported_arch, "delta_rule_chunked: linear_key_head_dim " + std::to_string(shape.key_dim));
   }
 }
 

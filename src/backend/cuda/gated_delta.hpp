@@ -9,6 +9,9 @@
 //   delta_rule   per value head, token after token: g = -exp(A_log) softplus(a + dt_bias),
 //                beta = sigmoid(b), S = exp(g) S, S += k (beta (v - S^T k))^T, o = S^T q,
 //                then o = rmsnorm(o) * norm_w * silu(z) in bf16 for out_proj
+//   delta_rule_chunked  the same rule in the chunked (WY / UT) form, for prompts: chunks of 64
+//                tokens solved in parallel, then one pass over a sequence's chunks carrying the
+//                state (backend/cpu/gated_delta.hpp's gated_delta_rule_chunked)
 //
 // A sequence at position 0 starts from a zero state (its slot is not read), so a
 // graph's padding sequences (position 0, the scratch slot) and fresh prompts need no
@@ -66,5 +69,21 @@ void delta_conv(const float* in, int width, const float* w, const LinearShape& s
 void delta_rule(const float* conv, const float* in, int width, int z_col, int b_col, int a_col, const float* neg_a,
                 const float* dt_bias, const bf16_t* norm_w, float eps, const LinearShape& shape, LinearSeqs seqs,
                 int n_seqs, LinearState state, bf16_t* out, cudaStream_t stream);
+
+// The chunked form. A pass's chunks are prepared in parallel (per chunk and value head: the UT system's inverse T,
+// w = T (k beta exp(G)), u = T (v beta), q k^T decayed), then each (32 state columns, value head, sequence) walks
+// its sequence's chunks in order (v_new = u - w S; o = (q exp(G)) S + (q k^T decayed) v_new; S = exp(G_last) S +
+// (k exp(G_last - G))^T v_new), then the gated norm: three kernels whose cost grows linearly in the tokens, with
+// [64, dk] x [dk, 32] products in place of a rank-1 update a token. Same contract as delta_rule, plus
+// `max_tokens` (the most tokens of a sequence in the pass) and `scratch`: [tokens of the pass, Hv, dk + dv + 65]
+// f32, delta_chunk_scratch_floats. Sequences of any length, one token included.
+inline constexpr int kDeltaChunkTokens = 64;
+std::size_t delta_chunk_scratch_floats(const LinearShape& shape, int tokens) noexcept;
+// Whether delta_rule_chunked takes this shape: linear_shape_supported's, and its shared memory fits sm_90's 227 KiB.
+bool delta_chunked_supported(const LinearShape& shape) noexcept;
+void delta_rule_chunked(const float* conv, const float* in, int width, int z_col, int b_col, int a_col,
+                        const float* neg_a, const float* dt_bias, const bf16_t* norm_w, float eps, const LinearShape& shape,
+                        LinearSeqs seqs, int n_seqs, int max_tokens, LinearState state, float* scratch, bf16_t* out,
+                        cudaStream_t stream);
 
 }  // namespace neuron::backend::cuda::kernels
