@@ -487,8 +487,10 @@ TEST_F(CortexGateway, PollsAnswerWithinTheirTimeoutWhileAStreamRunsAndQueuedStre
   const std::string waited = queued.read_until([](const std::string& s) { return s.find(": keep-alive") != std::string::npos; });
   EXPECT_NE(waited.find("200 OK"), std::string::npos) << waited;
   EXPECT_NE(waited.find(": keep-alive"), std::string::npos) << waited;
-  // A comment after 1 s of silence; the slack is for a loaded 2-core CI machine (any proxy's stall timer is far longer).
-  EXPECT_LT(std::chrono::steady_clock::now() - q0, 3s) << daemon_->log().substr(daemon_->log().size() > 3000 ? daemon_->log().size() - 3000 : 0);
+  // A comment after 1 s of silence; the slack is for a loaded 2-core CI machine (any proxy's stall timer is far
+  // longer). 3 s was missed once here with a build beside the suite; without the comments the wait is the running
+  // stream's 16000 tokens.
+  EXPECT_LT(std::chrono::steady_clock::now() - q0, 5s) << daemon_->log().substr(daemon_->log().size() > 3000 ? daemon_->log().size() - 3000 : 0);
   running.close();
   queued.close();
   ASSERT_TRUE(wait_for_idle());
