@@ -9,7 +9,7 @@ foreach(_e2e_script daemon_curl daemon_openai_node daemon_responses_node daemon_
                     daemon_embeddings_node)
   add_test(NAME e2e_${_e2e_script} COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/${_e2e_script}.sh $<TARGET_FILE:neuron>)
   set_tests_properties(e2e_${_e2e_script} PROPERTIES LABELS "e2e;no-sanitize" TIMEOUT 600 SKIP_RETURN_CODE 77
-                       ENVIRONMENT "${NEURON_TEST_ENV}")
+                       ${NEURON_TEST_ENV})
 endforeach()
 set_tests_properties(e2e_daemon_openai_node e2e_daemon_responses_node e2e_daemon_structured_output
                      e2e_daemon_embeddings_node PROPERTIES RESOURCE_LOCK e2e_npm_node)
