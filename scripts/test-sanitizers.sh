@@ -16,7 +16,11 @@ fi
 CC=clang CXX=clang++ cmake -S . -B build-asan "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNEURON_SANITIZE=ON \
   -DNEURON_FUZZ=ON -DNEURON_CUDA=OFF -DNEURON_TESTS=ON \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -gline-tables-only -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -gline-tables-only -DNDEBUG"
+t0=$SECONDS
 cmake --build build-asan -j"$(nproc)"
+echo "test-sanitizers.sh: build $((SECONDS - t0)) s"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 bash scripts/seed-ctest-costs.sh build-asan
+t0=$SECONDS
 (cd build-asan && ctest --output-on-failure -j"$(nproc)" --timeout 1800 -LE no-sanitize)
+echo "test-sanitizers.sh: ctest $((SECONDS - t0)) s"
