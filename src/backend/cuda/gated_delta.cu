@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <string>
+#include <type_traits>
 
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/launch.cuh"
@@ -207,6 +208,19 @@ __global__ void __launch_bounds__(kMaxRuleThreads) delta_rule_kernel(const float
 }
 
 int rows_per_thread_groups(int dk) { return dk <= 32 ? 1 : dk / 32; }  // R
+
+// f(std::integral_constant<int, dk>) for the key head sizes the kernels are built for.
+template <class F>
+void with_key_dim(int dk, const char* what, F&& f) {
+  switch (dk) {
+    case 16: f(std::integral_constant<int, 16>{}); break;
+    case 32: f(std::integral_constant<int, 32>{}); break;
+    case 64: f(std::integral_constant<int, 64>{}); break;
+    case 128: f(std::integral_constant<int, 128>{}); break;
+    case 256: f(std::integral_constant<int, 256>{}); break;
+    default: throw Error(errc::unsupported_arch, std::string(what) + ": linear_key_head_dim " + std::to_string(dk));
+  }
+}
 
 // ---- the chunked form (prefill) ------------------------------------------------------------------------------
 
@@ -537,18 +551,10 @@ void delta_rule(const float* conv, const float* in, int width, int z_col, int b_
   if (n_seqs <= 0) return;
   const dim3 grid(static_cast<unsigned>(shape.value_heads), static_cast<unsigned>(n_seqs));
   const int threads = round_up32(shape.value_dim * rows_per_thread_groups(shape.key_dim));
-  auto go = [&](auto kernel) {
-    launch(kernel, grid, threads, 0, stream, "delta_rule", conv, in, width, z_col, b_col, a_col, neg_a, dt_bias, norm_w,
-           eps, shape, seqs, state, out);
-  };
-  switch (shape.key_dim) {
-    case 16: go(delta_rule_kernel<16>); break;
-    case 32: go(delta_rule_kernel<32>); break;
-    case 64: go(delta_rule_kernel<64>); break;
-    case 128: go(delta_rule_kernel<128>); break;
-    case 256: go(delta_rule_kernel<256>); break;
-    default: throw Error(errc::unsupported_arch, "delta_rule: linear_key_head_dim " + std::to_string(shape.key_dim));
-  }
+  with_key_dim(shape.key_dim, "delta_rule", [&](auto dk) {
+    launch(delta_rule_kernel<decltype(dk)::value>, grid, threads, 0, stream, "delta_rule", conv, in, width, z_col,
+           b_col, a_col, neg_a, dt_bias, norm_w, eps, shape, seqs, state, out);
+  });
 }
 
 std::size_t delta_chunk_scratch_floats(const LinearShape& shape, int tokens) noexcept {
@@ -569,18 +575,10 @@ void delta_rule_chunked(const float* conv, const float* in, int width, int z_col
   if (!delta_chunked_supported(shape))
     throw Error(errc::unsupported_arch, "delta_rule_chunked: linear attention heads of dk " +
                                             std::to_string(shape.key_dim) + ", dv " + std::to_string(shape.value_dim));
-  auto go = [&](auto launcher) {
-    launcher(conv, in, width, z_col, b_col, a_col, neg_a, dt_bias, norm_w, eps, shape, seqs, n_seqs, max_tokens, state,
-             scratch, out, stream);
-  };
-  switch (shape.key_dim) {
-    case 16: go(launch_chunked<16>); break;
-    case 32: go(launch_chunked<32>); break;
-    case 64: go(launch_chunked<64>); break;
-    case 128: go(launch_chunked<128>); break;
-    case 256: go(launch_chunked<256>); break;
-    default: throw Error(errc::unsupported_arch, "delta_rule_chunked: linear_key_head_dim " + std::to_string(shape.key_dim));
-  }
+  with_key_dim(shape.key_dim, "delta_rule_chunked", [&](auto dk) {
+    launch_chunked<decltype(dk)::value>(conv, in, width, z_col, b_col, a_col, neg_a, dt_bias, norm_w, eps, shape, seqs,
+                                        n_seqs, max_tokens, state, scratch, out, stream);
+  });
 }
 
 }  // namespace neuron::backend::cuda::kernels
