@@ -469,8 +469,13 @@ TEST_F(CortexGateway, PollsAnswerWithinTheirTimeoutWhileAStreamRunsAndQueuedStre
   const std::string body = json{{"model", kFolder.id}, {"prompt", "go"}, {"max_tokens", 16000}, {"ignore_eos", true}, {"stream", true}}.dump();
   RawConnection running(daemon_->port());
   running.send(http_post_text("/v1/completions", body, "x-helexa-account-id: a\r\nx-helexa-key-id: k\r\n"));
-  ASSERT_NE(running.read_until([](const std::string& s) { return s.find("data: {") != std::string::npos; }).find("200 OK"),
-            std::string::npos);
+  // Two data frames: a generated token, so the request is running and not still queued behind its first frame
+  // (a poll between the two saw in_flight 0 once, under load).
+  const auto two_frames = [](const std::string& s) {
+    const auto first = s.find("data: {");
+    return first != std::string::npos && s.find("data: {", first + 1) != std::string::npos;
+  };
+  ASSERT_NE(running.read_until(two_frames).find("200 OK"), std::string::npos);
   // poller.rs: one cycle while it generates, every request inside its 5 s (poll_client's timeouts).
   json health;
   const auto models = poll({kFolder}, &health);
