@@ -22,6 +22,19 @@ __device__ __forceinline__ int channels_of(const LinearShape& s) {
   return 2 * s.key_heads * s.key_dim + s.value_heads * s.value_dim;
 }
 
+// A token's log decay g = -exp(A_log) softplus(a + dt_bias) (neg_a = -exp(A_log); torch's softplus threshold)
+// and write strength beta = sigmoid(b), from the in-projection's raw a and b.
+__device__ __forceinline__ float delta_log_decay(float a, float dt_bias, float neg_a) {
+  const float x = a + dt_bias;
+  return neg_a * (x > 20.f ? x : log1pf(expf(x)));
+}
+__device__ __forceinline__ float sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
+
+// An output element of the gated RMSNorm: o / rms * norm_w * silu(z), rms from the head's sum of squares over dv.
+__device__ __forceinline__ bf16_t gated_norm(float o, float sum_sq, int dv, float eps, float norm_w, float z) {
+  return to_bf(o * rsqrtf(sum_sq / static_cast<float>(dv) + eps) * norm_w * (z / (1.f + expf(-z))));
+}
+
 // Sum over the block (blockDim.x a multiple of 32); every thread gets it. Synchronises.
 __device__ float block_total(float v, float* partial /* [32] shared */) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -154,10 +167,8 @@ __global__ void __launch_bounds__(kMaxRuleThreads) delta_rule_kernel(const float
       ks[buf][tid] = x.k;
     }
     if (tid == 0) {
-      const float a = x.a + dt_bias[h];
-      const float softplus = a > 20.f ? a : log1pf(expf(a));  // torch's threshold
-      gb[buf][0] = expf(neg_a[h] * softplus);
-      gb[buf][1] = 1.f / (1.f + expf(-x.b));
+      gb[buf][0] = expf(delta_log_decay(x.a, dt_bias[h], neg_a[h]));
+      gb[buf][1] = sigmoid(x.b);
     }
   };
   float s[RPT];
@@ -192,11 +203,9 @@ __global__ void __launch_bounds__(kMaxRuleThreads) delta_rule_kernel(const float
     // The gated RMSNorm over the head's dv outputs, times silu(z). block_total synchronises: after it no
     // thread reads this token's buffers or the last token's, so the next token's inputs go in.
     const float ss = block_total(active && r == 0 ? o_j * o_j : 0.f, partial);
-    if (active && r == 0) {
-      const float inv = rsqrtf(ss / static_cast<float>(dv) + eps);
+    if (active && r == 0)
       out[static_cast<std::size_t>(q0 + t) * (static_cast<std::size_t>(hv) * dv) + h * dv + j] =
-          to_bf(o_j * inv * w * (cur.z / (1.f + expf(-cur.z))));
-    }
+          gated_norm(o_j, ss, dv, eps, w, cur.z);
     if (t + 1 < n) stage(next, buf ^ 1);
     cur = next;
     __syncthreads();
@@ -230,9 +239,9 @@ constexpr int kTileCols = 32;       // state columns a scan block carries
 constexpr int kTs = kChunk + 4;     // row stride of the [64, 64] tiles (float4 rows)
 constexpr int kOptinSmem = 227 * 1024;
 
-int round_up4(int v) { return (v + 3) / 4 * 4; }
-int key_stride(int dk) { return dk + 4; }                         // [64, dk] tiles: float4 rows, banks spread
-int prep_x_stride(int dk, int dv) { return round_up4(std::max(dk, dv)) + 4; }
+// Row strides of the [64, dk] and [64, max(dk, dv)] tiles: float4 rows, banks spread.
+__host__ __device__ constexpr int key_stride(int dk) { return dk + 4; }
+__host__ __device__ constexpr int prep_x_stride(int dk, int dv) { return ((dk > dv ? dk : dv) + 3) / 4 * 4 + 4; }
 std::size_t prep_smem(int dk, int dv) {
   return sizeof(float) * (static_cast<std::size_t>(kChunk) * (key_stride(dk) + prep_x_stride(dk, dv) + kTs) + 2 * kChunk);
 }
@@ -275,8 +284,8 @@ __global__ void __launch_bounds__(kChunkThreads) delta_chunk_prep_kernel(const f
   const int L = min(kChunk, n - t0), row0 = seqs.q_start[si] + t0;
   const int hk = shape.key_heads, hv = shape.value_heads, dv = shape.value_dim;
   const int C = channels_of(shape), key_dim = hk * DK, kh = h / (hv / hk);
-  constexpr int KS = DK + 4;
-  const int XS = (max(DK, dv) + 3) / 4 * 4 + 4;
+  constexpr int KS = key_stride(DK);
+  const int XS = prep_x_stride(DK, dv);
   float* Ks = reinterpret_cast<float*>(smem4);  // [64, KS] keys, then keys * beta * exp(G)
   float* Xs = Ks + kChunk * KS;                 // [64, XS] queries, then values * beta
   float* Tm = Xs + kChunk * XS;                 // [64, kTs] the UT system, then T
@@ -293,9 +302,8 @@ __global__ void __launch_bounds__(kChunkThreads) delta_chunk_prep_kernel(const f
     float g = 0.f, b = 0.f;
     if (tid < L) {
       const float* x = in + static_cast<std::size_t>(row0 + tid) * width;
-      const float a = x[a_col + h] + dt_bias[h];
-      g = neg_a[h] * (a > 20.f ? a : log1pf(expf(a)));  // torch's softplus threshold
-      b = 1.f / (1.f + expf(-x[b_col + h]));
+      g = delta_log_decay(x[a_col + h], dt_bias[h], neg_a[h]);
+      b = sigmoid(x[b_col + h]);
     }
     G[tid] = g;
     B[tid] = b;
@@ -374,7 +382,7 @@ __global__ void __launch_bounds__(kChunkThreads) delta_chunk_scan_kernel(const f
                                                                           ChunkScratch sc) {
   grid_dependency_wait();
   extern __shared__ float4 smem4[];
-  constexpr int KS = DK + 4;
+  constexpr int KS = key_stride(DK);
   constexpr int RPW = DK / 8;   // state rows a warp updates
   constexpr int RPT = kChunk / 8;  // chunk rows a thread computes (rows warp + 8 e)
   const int h = blockIdx.y, si = blockIdx.z;
@@ -491,9 +499,8 @@ __global__ void delta_chunk_norm_kernel(const float* in, int width, int z_col, c
   const float ss = block_total(o * o, partial);
   if (!active) return;
   const float z = in[static_cast<std::size_t>(row) * width + z_col + h * dv + j];
-  const float inv = rsqrtf(ss / static_cast<float>(dv) + eps);
   out[static_cast<std::size_t>(row) * (static_cast<std::size_t>(hv) * dv) + h * dv + j] =
-      to_bf(o * inv * bf(norm_w[j]) * (z / (1.f + expf(-z))));
+      gated_norm(o, ss, dv, eps, bf(norm_w[j]), z);
 }
 
 template <int DK>
