@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# One device call for issue 27 on the Qwen3.5-27B shape: (1) the chunked delta rule's GPU tests and the hybrid
+# fixtures through the runner; (2) dummy-weight prefill at 2048 / 8192 with `neuron-base` (the binary before a
+# change) and `neuron`, alternating; (3) neuron and llama.cpp (built here in the background from
+# .convert/llama-src.tar.xz) on one random bf16 GGUF of the shape (hybrid_gguf.py, /dev/shm): `neuron generate`
+# at 128 and 8192 prompt tokens, `llama-bench -p 8192 -n 64`, `llama-batched-bench` at 1 and 64, and both servers
+# under `neuron bench-serve` at 1 and 64 streams (prompt 128, gen 64, one request a client). A watchdog ends it
+# at 570 s; what finished by then is in $OUT/r.
+#   bash bench/cuda/bundle_ab.sh .bundle BASE_NEURON build/neuron build/cuda_tests
+#   run: bash bench/cuda/run-27b.sh   (carry .bundle, .convert/llama-src.tar.xz, .convert/gguf-py, .dev/qtok.tar.xz)
+set -uo pipefail
+root=$PWD; R=$OUT/r; mkdir -p $R
+export OUT=$R WORK=/dev/shm/work NEURON="$root/.bundle/run neuron"
+mkdir -p $WORK /work && ln -sfn $root /work/main
+source bench/serve/lib.sh
+main() {
+t0=$(date +%s); say() { echo "$(( $(date +%s) - t0 )) s: $*" | tee -a $R/steps.log; }
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >>$R/steps.log
+( mkdir -p /tmp/llama && cd /tmp/llama && tar xJf $root/.convert/llama-src.tar.xz &&
+  cmake -S . -B b -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+    -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_CURL=OFF -DGGML_NATIVE=ON -DGGML_CUDA_NCCL=OFF -DCMAKE_BUILD_TYPE=Release >$R/llama-cfg.log 2>&1 &&
+  nice -n 19 cmake --build b -j13 --target llama-bench llama-batched-bench llama-server >/tmp/llama-build.log 2>&1; echo "build rc=$?" >>/tmp/llama-build.log ) &
+build=$!
+timeout 150 .bundle/run cuda_tests --gtest_filter='CudaGatedDelta*:CudaHybrid*:Fixtures/CudaHybrid*' >$R/tests.log 2>&1
+say "cuda_tests rc=$? $(grep -E '^\[  (PASSED|FAILED)' $R/tests.log | tr '\n' ' ')"
+grep -E "^\[  FAILED|Failure|Expected|Which is|actual" $R/tests.log | head -40 >>$R/steps.log
+B="bench --dummy-weights --device cuda:0 --json --config qwen3.5-27b --prompt-len 2048,8192 --gen 16"
+for round in 1 2; do
+  for b in neuron-base neuron; do
+    timeout 100 .bundle/run $b $B >>$R/bench-$b.jsonl 2>>$R/bench.err; say "prefill round $round $b rc=$?"
+  done
+done
+tar xJf .dev/qtok.tar.xz -C /tmp
+G=$WORK/q35-27b-bf16.gguf
+PYTHONPATH=$root/.convert/gguf-py python3 bench/cuda/hybrid_gguf.py $G --tokenizer /tmp/qtok --shape qwen3.5-27b --type bf16 >$R/gguf.log 2>&1
+say "gguf rc=$? $(du -b $G | cut -f1)"
+ids() { python3 -c "import random; r=random.Random($2); print(','.join(str(r.randrange(1000,150000)) for _ in range($1)))"; }
+for p in 128 8192; do
+  timeout 120 .bundle/run neuron generate --model $G --device cuda:0 --prompt-ids $(ids $p 5) --max-tokens 65 --ignore-eos \
+    --temperature 0 --repeat 2 --json 2>$R/gen-$p.err | tail -1 | python3 -c "import json,sys; d=json.loads(sys.stdin.read()); print(json.dumps({'prompt': $p, **d['timings']}))" >>$R/neuron-gen.jsonl
+  say "neuron generate prompt $p: $(tail -1 $R/neuron-gen.jsonl)"
+done
+S="--concurrency 1,64 --prompt-len 128 --gen 64 --requests-per-client 1 --warmup 1 --timeout 200"
+start_neuron neuron-27b "$G:device=cuda:0" && bench neuron-27b $S
+stop_server neuron-27b; say "neuron serve done"
+wait $build; tail -3 /tmp/llama-build.log >>$R/steps.log; say "llama build done"
+L=/tmp/llama/b/bin
+timeout 100 $L/llama-bench -m $G -ngl 99 -p 8192 -n 64 -r 1 -o jsonl >$R/llama-bench.jsonl 2>$R/llama-bench.err
+say "llama-bench rc=$? $(cut -c1-400 $R/llama-bench.jsonl | tr '\n' ' ')"
+LLAMA_SERVER=$L/llama-server
+start_llama llama-27b $G 64 16384 -ngl 99 && bench llama-27b $S
+stop_server llama-27b; say "llama serve done"
+timeout 100 $L/llama-batched-bench -m $G -ngl 99 -c 16384 -npp 128 -ntg 32 -npl 1,64 >$R/llama-batched.txt 2>&1
+say "llama-batched-bench rc=$?"; grep -E "^\|" $R/llama-batched.txt | tail -4 >>$R/steps.log
+say "all done"
+}
+main &
+m=$!
+for i in $(seq 570); do kill -0 $m 2>/dev/null || break; sleep 1; done
+stop_servers; pkill -f llama-server; pkill -f "bin/neuron"
+cp /tmp/llama-build.log $R/ 2>/dev/null; rm -rf $WORK /dev/shm/*.gguf
+cat $R/steps.log
