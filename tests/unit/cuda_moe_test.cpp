@@ -1,9 +1,10 @@
 // The device MoE path (backend/cuda/moe_kernels.hpp) against model::MoeRouter
 // and a double-precision reference of the experts: routing (the same experts
 // and weights), grouping (each expert's pairs in pair order, the two maps
-// inverse), and the layer's output over bf16 experts for 1, 3, 37 and 256
-// tokens of Qwen3-30B-A3B's routing (128 experts, 8 a token) and for a small
-// 8-expert top-2. A token whose logits are NaN still gets k distinct experts.
+// inverse), and the layer's output over bf16 experts for 1, 3, 4, 37 and 256
+// tokens of Qwen3-30B-A3B's routing (128 experts, 8 a token), Qwen3-Next's
+// (512, 10) and small ones; moe_down_combine equal to moe_down then
+// moe_combine wherever it applies. A token whose logits are NaN still gets k distinct experts.
 // Block-quantized experts (quant_moe_rows, quant_moe_swiglu: Q8_0, Q6_K)
 // against their dequantized weights, rows taken by token and by slot.
 // Skips without a GPU; compiles to a single skipped test without CUDA.
@@ -89,6 +90,13 @@ class CudaMoe : public test_support::CudaFixture {
     kernels::moe_gate_up(table, dh.data<bf16_t>(), c.n, c.k, c.experts, c.hidden, c.ff, rt.r, act.data<bf16_t>(), s());
     kernels::moe_down(table + E, act.data<bf16_t>(), c.n, c.k, c.experts, c.hidden, c.ff, rt.r, out.data<float>(), s());
     kernels::moe_combine(out.data<float>(), c.n, c.k, c.hidden, rt.r, delta.data<float>(), s());
+    // The two in one launch where the pass allows: the same sums in the same order.
+    std::vector<float> fused;
+    if (kernels::moe_down_combine_supported(c.n, c.k)) {
+      auto delta2 = poisoned(4 * static_cast<std::size_t>(c.n) * c.hidden);
+      kernels::moe_down_combine(table + E, act.data<bf16_t>(), c.n, c.k, c.hidden, c.ff, rt.r, delta2.data<float>(), s());
+      fused = download<float>(delta2, static_cast<std::size_t>(c.n) * c.hidden);
+    }
     const auto words = download<std::int32_t>(rt.buf, 4 * pairs + 2 * (E + 1));
     const std::int32_t* expert = words.data();
     const auto* weight = reinterpret_cast<const float*>(words.data() + pairs);
@@ -166,6 +174,10 @@ class CudaMoe : public test_support::CudaFixture {
         den += ref[static_cast<std::size_t>(o)] * ref[static_cast<std::size_t>(o)];
       }
     }
+    if (!fused.empty()) {
+      for (std::size_t i = 0; i < got.size(); ++i)
+        ASSERT_NEAR(fused[i], got[i], 1e-6 * (1 + std::fabs(got[i]))) << "moe_down_combine, value " << i;
+    }
     // bf16 rounding of the gate and up sums, the SwiGLU and the activations: ~3 bf16 ulps at most.
     EXPECT_LT(std::sqrt(num / den), 1e-2) << "n=" << c.n << " E=" << c.experts;
   }
@@ -176,6 +188,14 @@ TEST_F(CudaMoe, OneToken) {
   run({1, 128, 8, 64, 48, true, true});
 }
 TEST_F(CudaMoe, AFewTokens) { run({3, 128, 8, 256, 32, true, true}); }
+// 30B-A3B's expert width (768: three 16-byte chunks a lane in the down rows), one token and four (the most
+// moe_down_combine takes, routed by one warp: 32 pairs), and Qwen3-Next's 512 experts, 10 a token.
+TEST_F(CudaMoe, DecodeShapes) {
+  run({1, 128, 8, 64, 768, true, true});
+  run({4, 128, 8, 64, 768, true, true});
+  run({2, 512, 10, 64, 512, true, true});
+  run({5, 16, 4, 64, 96, false, true});  // 20 pairs in one warp, moe_down then moe_combine (five tokens)
+}
 TEST_F(CudaMoe, ExpertsWithMoreThanEightTokensTakeSeveralPasses) {
   run({37, 8, 2, 64, 40, true});
   run({37, 8, 2, 64, 40, true, true});

@@ -1155,13 +1155,17 @@ void CudaRunner::moe(std::int64_t li) {
     } else {
       kernels::quant_moe_swiglu(layer.expert_gate_up_type, ptrs, moe_ff_, hidden_, h, n, k, experts, moe_route_, act, s);
     }
-    if (layer.expert_down_type == quant::GgmlType::bf16)
-      kernels::moe_down(reinterpret_cast<const bf16_t* const*>(ptrs + experts), act, n, k, experts, hidden_, moe_ff_,
-                        moe_route_, moe_out_.data<float>(), s);
-    else
-      kernels::quant_moe_rows(layer.expert_down_type, ptrs + experts, hidden_, moe_ff_, act, false, n, k, experts,
-                              moe_route_, moe_out_.data<float>(), s);
-    kernels::moe_combine(moe_out_.data<float>(), n, k, hidden_, moe_route_, delta, s);
+    const auto* down = reinterpret_cast<const bf16_t* const*>(ptrs + experts);
+    if (layer.expert_down_type == quant::GgmlType::bf16 && kernels::moe_down_combine_supported(n, k)) {
+      kernels::moe_down_combine(down, act, n, k, hidden_, moe_ff_, moe_route_, delta, s);
+    } else {
+      if (layer.expert_down_type == quant::GgmlType::bf16)
+        kernels::moe_down(down, act, n, k, experts, hidden_, moe_ff_, moe_route_, moe_out_.data<float>(), s);
+      else
+        kernels::quant_moe_rows(layer.expert_down_type, ptrs + experts, hidden_, moe_ff_, act, false, n, k, experts,
+                                moe_route_, moe_out_.data<float>(), s);
+      kernels::moe_combine(moe_out_.data<float>(), n, k, hidden_, moe_route_, delta, s);
+    }
   } else {
     moe_on_host(layer, n);
   }

@@ -140,6 +140,45 @@ __global__ void __launch_bounds__(kGroupThreads)
   group_pairs(pairs, experts, ids, ids + pairs, ids + pairs + experts, r);
 }
 
+// Passes of at most 32 pairs (n k <= 32: decode steps of a few tokens) in one warp, with no block-wide barrier:
+// the warp routes the tokens one after another, then places the pairs, a pair a lane. The slots, offsets and
+// active list are group_pairs' (a pair's slot counts the pairs of lower experts and the earlier pairs of its
+// own). A 1024-thread block for one token's routing took 11 us of a 30B-A3B layer
+// (bench/cuda/runs/profile-2026-12-07).
+__global__ void __launch_bounds__(32)
+    moe_route_group_warp_kernel(const float* logits, int n, int experts, int k, bool norm_topk, MoeRoute r) {
+  extern __shared__ float warp_smem[];  // probabilities [experts] f32, then the pairs' experts [32]
+  grid_dependency_wait();
+  for (int token = 0; token < n; ++token) route_token(logits, token, experts, k, norm_topk, warp_smem, r);
+  int* ids = reinterpret_cast<int*>(warp_smem + experts);
+  const int lane = static_cast<int>(threadIdx.x), pairs = n * k;
+  const int id = lane < pairs ? r.expert[lane] : INT_MAX;  // route_token's writes are the warp's (__syncwarp)
+  ids[lane] = id;
+  __syncwarp();
+  int slot = 0;
+  bool first = true;  // the first pair of its expert
+  for (int q = 0; q < pairs; ++q) {
+    const int other = ids[q];
+    slot += other < id || (other == id && q < lane);
+    first = first && !(other == id && q < lane);
+  }
+  first = first && lane < pairs;
+  const unsigned firsts = __ballot_sync(0xffffffffu, first);
+  int rank = 0;  // experts in use below this pair's
+  for (int q = 0; q < pairs; ++q) rank += ((firsts >> q) & 1u) && ids[q] < id;
+  if (lane < pairs) {
+    r.slot_pair[slot] = lane;
+    r.pair_slot[lane] = slot;
+    if (first) r.active[1 + rank] = id;
+  }
+  if (lane == 0) r.active[0] = __popc(firsts);
+  for (int e = lane; e <= experts; e += 32) {
+    int below = 0;
+    for (int q = 0; q < pairs; ++q) below += ids[q] < e;
+    r.offsets[e] = below;
+  }
+}
+
 // Block (row tile, a): the a-th expert in use (none: the block returns). Warp w takes row
 // j = tile * kExpertWarps + w of the expert's [rows, cols] weights; for each run of up to kExpertTokens of
 // the expert's slots, every lane holds its 16-byte pieces of the row while it meets each slot's input row,
@@ -256,6 +295,42 @@ __global__ void __launch_bounds__(kCombineThreads)
   delta[static_cast<std::size_t>(t) * hidden + c] = acc;
 }
 
+// Block (row tile, token t), for passes of a few tokens: warp w takes row j of each of t's k experts, in routing
+// order, and writes delta[t][j] itself. A lane forms each expert's partial product over its chunks (c = lane,
+// lane + 32, ...) in the order expert_rows does, with the k experts' loads of a chunk in flight together; the
+// warp sums them and adds them up weighted in routing order, as moe_combine does, so the result is moe_down's
+// then moe_combine's, in one launch and without the [n k, hidden] out buffer. At a decode step's one token the
+// two took 15.6 + 3.7 us of a 30B-A3B layer (a warp's row of 768 is three loads a lane).
+__global__ void __launch_bounds__(32 * kExpertWarps)
+    moe_down_combine_kernel(const bf16_t* const* down, const bf16_t* act, int k, int hidden, int ff, MoeRoute r,
+                            float* delta) {
+  grid_dependency_wait();
+  const int t = blockIdx.y;
+  const int j = blockIdx.x * kExpertWarps + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+  if (j >= hidden) return;
+  const int chunks = ff / 8;
+  const uint4* w[kMoeDownCombineMaxK];
+  const uint4* x[kMoeDownCombineMaxK];
+#pragma unroll
+  for (int q = 0; q < kMoeDownCombineMaxK; ++q) {
+    const int pair = t * k + min(q, k - 1);
+    w[q] = reinterpret_cast<const uint4*>(down[r.expert[pair]] + static_cast<std::size_t>(j) * ff);
+    x[q] = reinterpret_cast<const uint4*>(act + static_cast<std::size_t>(r.pair_slot[pair]) * ff);
+  }
+  float acc[kMoeDownCombineMaxK] = {};
+  for (int c = lane; c < chunks; c += 32) {
+#pragma unroll
+    for (int q = 0; q < kMoeDownCombineMaxK; ++q)
+      if (q < k) acc[q] += dot8(__ldg(w[q] + c), __ldg(x[q] + c));
+  }
+  const float* weight = r.weight + static_cast<std::size_t>(t) * k;
+  float sum = 0.f;
+#pragma unroll
+  for (int q = 0; q < kMoeDownCombineMaxK; ++q)
+    if (q < k) sum += weight[q] * warp_sum(acc[q]);  // k is the same in every lane
+  if (lane == 0) delta[static_cast<std::size_t>(t) * hidden + j] = sum;
+}
+
 unsigned experts_in_use(int n, int k, int experts) {
   return static_cast<unsigned>(std::min<long long>(static_cast<long long>(n) * k, experts));
 }
@@ -289,6 +364,11 @@ void moe_route_group(const float* logits, int n, int experts, int k, bool norm_t
   NEURON_ASSERT(k >= 1 && k <= experts && n * k <= kMoeMaxPairs);
   const std::size_t fused =
       sizeof(int) * ((kGroupThreads / 32) * static_cast<std::size_t>(experts) + n * k + 2 * static_cast<std::size_t>(experts));
+  if (n * k <= 32) {
+    launch(moe_route_group_warp_kernel, dim3(1), 32, sizeof(float) * (static_cast<std::size_t>(experts) + 32), stream,
+           "moe_route_group", logits, n, experts, k, norm_topk, r);
+    return;
+  }
   if (fused <= 48 * 1024) {  // the default shared-memory limit of a block
     launch(moe_route_group_kernel, dim3(1), kGroupThreads, fused, stream, "moe_route_group", logits, n, experts, k,
            norm_topk, r);
@@ -318,6 +398,18 @@ void moe_combine(const float* out, int n, int k, int hidden, const MoeRoute& r, 
   if (n <= 0) return;
   const dim3 grid(static_cast<unsigned>((hidden + kCombineThreads - 1) / kCombineThreads), static_cast<unsigned>(n));
   launch(moe_combine_kernel, grid, kCombineThreads, 0, stream, "moe_combine", out, k, hidden, r, delta);
+}
+
+bool moe_down_combine_supported(int n, int k) noexcept {
+  return n >= 1 && n <= kMoeDownCombineMaxTokens && k >= 1 && k <= kMoeDownCombineMaxK;
+}
+
+void moe_down_combine(const bf16_t* const* down, const bf16_t* act, int n, int k, int hidden, int ff, const MoeRoute& r,
+                      float* delta, cudaStream_t stream) {
+  NEURON_ASSERT(moe_down_combine_supported(n, k) && moe_experts_supported(hidden, ff));
+  const dim3 grid(static_cast<unsigned>((hidden + kExpertWarps - 1) / kExpertWarps), static_cast<unsigned>(n));
+  launch(moe_down_combine_kernel, grid, 32 * kExpertWarps, 0, stream, "moe_down_combine", down, act, k, hidden, ff, r,
+         delta);
 }
 
 }  // namespace neuron::backend::cuda::kernels

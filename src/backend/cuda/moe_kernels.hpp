@@ -15,6 +15,7 @@
 //   moe_down      out[slot] = down_e . act[slot]
 //   moe_combine   delta[token] = sum over its k experts, in routing order,
 //                 of weight * out[slot]
+//   moe_down_combine  the two above in one launch, for a few tokens
 //
 // An expert's products read its weight rows once for up to eight of its
 // tokens (they sit in registers while those tokens' inputs stream past):
@@ -49,7 +50,8 @@ void moe_route(const float* logits, int n, int experts, int k, bool norm_topk, c
                cudaStream_t stream);
 // Needs n k <= kMoeMaxPairs.
 void moe_group(int n, int experts, int k, const MoeRoute& r, cudaStream_t stream);
-// moe_route then moe_group, in one launch where the shared memory allows (E up to ~300 experts).
+// moe_route then moe_group, in one launch where the shared memory allows (E up to ~300 experts); one warp
+// when n k <= 32 (a decode step of a few tokens).
 void moe_route_group(const float* logits, int n, int experts, int k, bool norm_topk, const MoeRoute& r,
                      cudaStream_t stream);
 // gate_up: [E] device pointers, each to an expert's [2 ff, hidden] bf16 (gate rows, then up rows).
@@ -61,5 +63,14 @@ void moe_down(const bf16_t* const* down, const bf16_t* act, int n, int k, int ex
               const MoeRoute& r, float* out, cudaStream_t stream);
 // delta: [n, hidden] f32, overwritten.
 void moe_combine(const float* out, int n, int k, int hidden, const MoeRoute& r, float* delta, cudaStream_t stream);
+
+// moe_down then moe_combine in one launch, for passes of a few tokens (decode steps): each token's k rows of
+// each output row are read for that token (experts two tokens share are read twice), and no out buffer is
+// written. The same sums in the same order as the two.
+constexpr int kMoeDownCombineMaxTokens = 4;
+constexpr int kMoeDownCombineMaxK = 16;
+bool moe_down_combine_supported(int n, int k) noexcept;
+void moe_down_combine(const bf16_t* const* down, const bf16_t* act, int n, int k, int hidden, int ff, const MoeRoute& r,
+                      float* delta, cudaStream_t stream);
 
 }  // namespace neuron::backend::cuda::kernels
