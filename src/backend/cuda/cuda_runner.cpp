@@ -413,6 +413,7 @@ class CudaRunner final : public ModelRunner, private model::BlockOps {
   DeviceBuffer gate_;        // [kMaxPassTokens, hq * hd] bf16 gated attention's output gates (hybrids)
   DeviceBuffer lin_in_;      // [kMaxPassTokens, lin_width_] f32 linear attention's in-projection
   DeviceBuffer lin_conv_;    // [kMaxPassTokens, C] f32 its conv output (q, k normed)
+  DeviceBuffer lin_chunk_;   // [kMaxPassTokens, Hv, dk + dv + 65] f32 the chunked delta rule's scratch (prompts)
   DeviceBuffer lin_out_;     // [kMaxPassTokens, Hv dv] bf16 its gated-normed output
   DeviceBuffer shared_out_;  // [kMaxPassTokens, hidden] f32 a shared expert's output
   DeviceBuffer shared_logit_;  // [kMaxPassTokens] f32 its gate's logits
@@ -576,6 +577,8 @@ CudaRunner::CudaRunner(const model::ModelConfig& cfg, const io::Checkpoint* chec
   if (cfg.linear.hybrid()) {
     lin_in_ = DeviceBuffer(4 * n * static_cast<std::size_t>(lin_width_));
     lin_conv_ = DeviceBuffer(4 * n * static_cast<std::size_t>(lin_.channels()));
+    if (kernels::delta_chunked_supported(lin_))
+      lin_chunk_ = DeviceBuffer(4 * kernels::delta_chunk_scratch_floats(lin_, kMaxPassTokens));
     lin_out_ = DeviceBuffer(2 * n * static_cast<std::size_t>(lin_.value_heads) * lin_.value_dim);
     if (options.state_slots < 0)
       throw Error(errc::invalid_argument, "state_slots " + std::to_string(options.state_slots) + " is negative");
@@ -1035,9 +1038,17 @@ void CudaRunner::linear_attention(std::int64_t li) {
   const int C = lin_.channels(), value = lin_.value_heads * lin_.value_dim;
   kernels::delta_conv(lin_in_.data<float>(), lin_width_, L.conv.data<float>(), lin_, seqs, p.seqs, pass_.max_seq_tokens,
                       L.state, lin_conv_.data<float>(), s);
-  kernels::delta_rule(lin_conv_.data<float>(), lin_in_.data<float>(), lin_width_, C, C + value,
-                      C + value + lin_.value_heads, L.neg_a.data<float>(), L.dt_bias.data<float>(),
-                      w(L.gated_norm), eps_, lin_, seqs, p.seqs, L.state, lin_out_.data<bf16_t>(), s);
+  // Prompts take the chunked form (its cost linear in the tokens, in [64, dk] products); decode steps, and the
+  // graphs, the recurrent kernel.
+  if (pass_.max_seq_tokens >= kernels::kDeltaChunkTokens && lin_chunk_.bytes() > 0)
+    kernels::delta_rule_chunked(lin_conv_.data<float>(), lin_in_.data<float>(), lin_width_, C, C + value,
+                                C + value + lin_.value_heads, L.neg_a.data<float>(), L.dt_bias.data<float>(),
+                                w(L.gated_norm), eps_, lin_, seqs, p.seqs, pass_.max_seq_tokens, L.state,
+                                lin_chunk_.data<float>(), lin_out_.data<bf16_t>(), s);
+  else
+    kernels::delta_rule(lin_conv_.data<float>(), lin_in_.data<float>(), lin_width_, C, C + value,
+                        C + value + lin_.value_heads, L.neg_a.data<float>(), L.dt_bias.data<float>(),
+                        w(L.gated_norm), eps_, lin_, seqs, p.seqs, L.state, lin_out_.data<bf16_t>(), s);
   linear(lin_out_.data<bf16_t>(), n, L.out, delta);
   all_reduce(delta, static_cast<std::size_t>(n) * hidden_);
   pending_ = delta;
