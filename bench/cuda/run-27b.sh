@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call for issue 27 on the Qwen3.5-27B shape: (1) the chunked delta rule's GPU tests and the hybrid
-# fixtures through the runner; (2) dummy-weight prefill at 2048 / 8192 with `neuron-base` (the binary before a
-# change) and `neuron`, alternating; (3) neuron and llama.cpp (built here in the background from
+# fixtures through the runner, and the MoE kernels' (`CudaMoe*`); (2) dummy-weight prefill of the 27B shape at
+# 2048 / 8192 and Qwen3-30B-A3B decode at batch 1 and 4 with `neuron-base` (the binary before a change) and
+# `neuron`, alternating; (3) neuron and llama.cpp (built here in the background from
 # .convert/llama-src.tar.xz) on one random bf16 GGUF of the shape (hybrid_gguf.py, /dev/shm): `neuron generate`
 # at 128 and 8192 prompt tokens, `llama-bench -p 8192 -n 64`, `llama-batched-bench` at 1 and 64, and both servers
 # under `neuron bench-serve` at 1 and 64 streams (prompt 128, gen 64, one request a client). A watchdog ends it
@@ -21,13 +22,21 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >>
     -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_CURL=OFF -DGGML_NATIVE=ON -DGGML_CUDA_NCCL=OFF -DCMAKE_BUILD_TYPE=Release >$R/llama-cfg.log 2>&1 &&
   nice -n 19 cmake --build b -j13 --target llama-bench llama-batched-bench llama-server >/tmp/llama-build.log 2>&1; echo "build rc=$?" >>/tmp/llama-build.log ) &
 build=$!
-timeout 150 .bundle/run cuda_tests --gtest_filter='CudaGatedDelta*:CudaHybrid*:Fixtures/CudaHybrid*' >$R/tests.log 2>&1
+timeout 150 .bundle/run cuda_tests --gtest_filter='CudaGatedDelta*:CudaHybrid*:Fixtures/CudaHybrid*:CudaMoe*:CudaFamily*' >$R/tests.log 2>&1
 say "cuda_tests rc=$? $(grep -E '^\[  (PASSED|FAILED)' $R/tests.log | tr '\n' ' ')"
 grep -E "^\[  FAILED|Failure|Expected|Which is|actual" $R/tests.log | head -40 >>$R/steps.log
 B="bench --dummy-weights --device cuda:0 --json --config qwen3.5-27b --prompt-len 2048,8192 --gen 16"
 for round in 1 2; do
   for b in neuron-base neuron; do
     timeout 100 .bundle/run $b $B >>$R/bench-$b.jsonl 2>>$R/bench.err; say "prefill round $round $b rc=$?"
+  done
+done
+M="bench --dummy-weights --device cuda:0 --json --config qwen3-30b-a3b --prompt-len 128 --gen 128"
+for round in 1 2; do
+  for b in neuron-base neuron; do
+    for batch in 1 4; do
+      timeout 60 .bundle/run $b $M --batch $batch >>$R/moe-$b.jsonl 2>>$R/bench.err; say "30b-a3b round $round $b batch $batch rc=$?"
+    done
   done
 done
 tar xJf .dev/qtok.tar.xz -C /tmp
