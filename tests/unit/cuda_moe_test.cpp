@@ -5,7 +5,7 @@
 // tokens of Qwen3-30B-A3B's routing (128 experts, 8 a token), Qwen3-Next's
 // (512, 10) and small ones; moe_down_combine equal to moe_down then
 // moe_combine wherever it applies. A token whose logits are NaN still gets k distinct experts.
-// Block-quantized experts (quant_moe_rows, quant_moe_swiglu: Q8_0, Q6_K)
+// Block-quantized experts (quant_moe_rows, quant_moe_swiglu: Q8_0, Q6_K, Q4_K)
 // against their dequantized weights, rows taken by token and by slot.
 // Skips without a GPU; compiles to a single skipped test without CUDA.
 #include <gtest/gtest.h>
@@ -241,7 +241,7 @@ TEST_F(CudaMoe, QuantizedExpertRowsMatchTheirDequantizedWeights) {
   const auto words = download<std::int32_t>(rt.buf, 4 * pairs + 2 * (experts + 1));
   const std::int32_t* slot_pair = words.data() + 2 * pairs;
   const std::int32_t* offsets = words.data() + 4 * pairs;
-  for (const quant::GgmlType type : {quant::GgmlType::q8_0, quant::GgmlType::q6_k}) {
+  for (const quant::GgmlType type : {quant::GgmlType::q8_0, quant::GgmlType::q6_k, quant::GgmlType::q4_k}) {
     for (const bool by_token : {true, false}) {
       const std::size_t row_bytes = quant::row_bytes(type, cols);
       std::vector<std::vector<float>> dense(experts);  // [E][rows, cols] the dequantized weights

@@ -1139,7 +1139,7 @@ void CudaRunner::setup_moe_on_device() {
 }
 
 // Passes of up to kMaxGraphBatch tokens route and run on the device (moe_kernels.hpp, quant_moe_rows) when
-// setup_moe_on_device took the experts; longer passes (prefill), and experts it did not take (FP8, Q4_K,
+// setup_moe_on_device took the experts; longer passes (prefill), and experts it did not take (FP8,
 // mixed), route on the host.
 void CudaRunner::moe(std::int64_t li) {
   const Layer& layer = layers_[static_cast<std::size_t>(li)];

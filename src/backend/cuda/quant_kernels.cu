@@ -279,6 +279,35 @@ struct KHeader {
   }
 };
 
+// Q4_K: Q5_K's view without the fifth bit (a unit's 16 quant bytes: the low nibbles are sub-block 2j, the
+// high ones 2j + 1).
+struct GemvQ4_K {
+  static constexpr int kGroup = 2;  // units a lane loads at once
+  static constexpr int kBlock = 256, kUnits = 8, kRuns = 2;
+  struct Raw {
+    uint4 ql;
+    KHeader h;
+  };
+  __device__ static Raw load(const std::uint8_t* row, int u) {
+    const int j = (u & 7) >> 1, l0 = 16 * (u & 1);
+    const std::uint8_t* p = row + static_cast<std::size_t>(u >> 3) * quant::kQ4_KBytes;
+    Raw r;
+    r.h.load(p);
+    r.ql = __ldg(reinterpret_cast<const uint4*>(p + 16 + 32 * j + l0));
+    return r;
+  }
+  __device__ static int col(int u, int r) { return (u >> 3) * 256 + 64 * ((u & 7) >> 1) + 16 * (u & 1) + 32 * r; }
+  __device__ static void run(const Raw& raw, int u, int r, float* q, float& a, float& b) {
+    const int j = (u & 7) >> 1;
+    const unsigned lo[4] = {raw.ql.x, raw.ql.y, raw.ql.z, raw.ql.w};
+    unsigned w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) w[i] = (lo[i] >> (4 * r)) & 0x0F0F0F0Fu;
+    bytes_float(w, q);
+    raw.h.scale(2 * j + r, a, b);
+  }
+};
+
 struct GemvQ5_K {
   static constexpr int kGroup = 2;  // units a lane loads at once
   static constexpr int kBlock = 256, kUnits = 8, kRuns = 2;
@@ -596,11 +625,12 @@ void with_gemv_view(GgmlType type, F&& f) {
   switch (type) {
     case GgmlType::q8_0: return f(GemvQ8_0{});
     case GgmlType::q4_0: return f(GemvQ4_0{});
+    case GgmlType::q4_k: return f(GemvQ4_K{});
     case GgmlType::q5_k: return f(GemvQ5_K{});
     case GgmlType::q6_k: return f(GemvQ6_K{});
     default:
       with_decoder(type, [](auto) {});  // throws, naming the type, where no kernel takes it
-      NEURON_ASSERT(false && "quant_gemv: Q4_K rows are the tensor-core GEMV's");
+      NEURON_ASSERT(false && "with_gemv_view: a decoder without a GEMV view");
   }
 }
 
@@ -671,9 +701,7 @@ void quant_moe_dispatch(GgmlType type, const void* const* w, int rows, int cols,
 
 }  // namespace
 
-bool quant_moe_supported(GgmlType type) noexcept {
-  return type == GgmlType::q8_0 || type == GgmlType::q4_0 || type == GgmlType::q5_k || type == GgmlType::q6_k;
-}
+bool quant_moe_supported(GgmlType type) noexcept { return quant_supported(type); }
 
 void quant_moe_rows(GgmlType type, const void* const* w, int rows, int cols, const bf16_t* x, bool x_by_token, int n,
                     int k, int experts, const MoeRoute& route, float* y, cudaStream_t stream) {

@@ -54,7 +54,7 @@ void dequantize_bf16_split(quant::GgmlType type, const void* w, int rows, int co
 // y[s, :] = W_e x(s) for every slot s of every expert e with a token, W_e [rows, cols] packed at w[e] (device
 // pointers), x(s) = row slot_pair[s] / k of x ([n, cols]) when x_by_token, else row s of x ([n k, cols]).
 // y: [n k, rows]. Each warp reads its rows' blocks once per eight of the expert's slots (the FMA GEMV's
-// views: Q8_0, Q4_0, Q5_K, Q6_K; not Q4_K, whose rows only the tensor-core GEMV decodes).
+// views: every type quant_supported takes).
 bool quant_moe_supported(quant::GgmlType type) noexcept;
 void quant_moe_rows(quant::GgmlType type, const void* const* w, int rows, int cols, const bf16_t* x, bool x_by_token,
                     int n, int k, int experts, const MoeRoute& route, float* y, cudaStream_t stream);
