@@ -49,7 +49,7 @@ say "all done"
 }
 main &
 m=$!
-for i in $(seq 570); do kill -0 $m 2>/dev/null || break; sleep 1; done
+for i in $(seq ${LIMIT:-570}); do kill -0 $m 2>/dev/null || break; sleep 1; done
 stop_servers; pkill -f llama-server; pkill -f "bin/neuron"
 cp /tmp/llama-build.log $R/ 2>/dev/null; rm -rf $WORK
 cat $R/steps.log
