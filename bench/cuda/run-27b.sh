@@ -6,11 +6,11 @@
 # .convert/llama-src.tar.xz) on one random bf16 GGUF of the shape (hybrid_gguf.py, /dev/shm): `neuron generate`
 # at 128 and 8192 prompt tokens, `llama-bench -p 8192 -n 64`, `llama-batched-bench` at 1 and 64, and both servers
 # under `neuron bench-serve` at 1 and 64 streams (prompt 128, gen 64, one request a client). A watchdog ends it
-# at 570 s; what finished by then is in $OUT/r.
+# at LIMIT s (570); what finished by then comes back as $OUT/r.tgz. AB_PREFILL_ROUNDS=0 skips (2).
 #   bash bench/cuda/bundle_ab.sh .bundle BASE_NEURON build/neuron build/cuda_tests
 #   run: bash bench/cuda/run-27b.sh   (carry .bundle, .convert/llama-src.tar.xz, .convert/gguf-py, .dev/qtok.tar.xz)
 set -uo pipefail
-root=$PWD; R=$OUT/r; mkdir -p $R
+root=$PWD; O=$OUT R=$OUT/r; mkdir -p $R
 export OUT=$R WORK=/dev/shm/work NEURON="$root/.bundle/run neuron"
 mkdir -p $WORK /work && ln -sfn $root /work/main
 source bench/serve/lib.sh
@@ -18,7 +18,7 @@ main() {
 t0=$(date +%s); say() { echo "$(( $(date +%s) - t0 )) s: $*" | tee -a $R/steps.log; }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >>$R/steps.log
 ( mkdir -p /tmp/llama && cd /tmp/llama && tar xJf $root/.convert/llama-src.tar.xz &&
-  cmake -S . -B b -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+  cmake -S llama.cpp -B b -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
     -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_CURL=OFF -DGGML_NATIVE=ON -DGGML_CUDA_NCCL=OFF -DCMAKE_BUILD_TYPE=Release >$R/llama-cfg.log 2>&1 &&
   nice -n 19 cmake --build b -j13 --target llama-bench llama-batched-bench llama-server >/tmp/llama-build.log 2>&1; echo "build rc=$?" >>/tmp/llama-build.log ) &
 build=$!
@@ -26,7 +26,7 @@ timeout 150 .bundle/run cuda_tests --gtest_filter='CudaGatedDelta*:CudaHybrid*:F
 say "cuda_tests rc=$? $(grep -E '^\[  (PASSED|FAILED)' $R/tests.log | tr '\n' ' ')"
 grep -E "^\[  FAILED|Failure|Expected|Which is|actual" $R/tests.log | head -40 >>$R/steps.log
 B="bench --dummy-weights --device cuda:0 --json --config qwen3.5-27b --prompt-len 2048,8192 --gen 16"
-for round in 1 2; do
+for round in $(seq ${AB_PREFILL_ROUNDS:-2}); do
   for b in neuron-base neuron; do
     timeout 100 .bundle/run $b $B >>$R/bench-$b.jsonl 2>>$R/bench.err; say "prefill round $round $b rc=$?"
   done
@@ -69,3 +69,4 @@ for i in $(seq ${LIMIT:-570}); do kill -0 $m 2>/dev/null || break; sleep 1; done
 stop_servers; pkill -f llama-server; pkill -f "bin/neuron"
 cp /tmp/llama-build.log $R/ 2>/dev/null; rm -rf $WORK /dev/shm/*.gguf
 cat $R/steps.log
+tar -C $O -czf $O/r.tgz r && rm -rf $R  # one file back (a call returns only a few)

@@ -4,10 +4,10 @@
 # page cache), then on llama-quantize's Q4_K_M of it. `neuron generate` (2048 prompt tokens, 128 decoded,
 # twice: TTFT, decode, and load_ms from the page cache), `neuron serve` and `llama-server -np 64` under
 # `neuron bench-serve` at 1 and 64 streams (prompt 128, gen 64, one request a client), `llama-bench -p 2048
-# -n 128`. A watchdog ends it at 570 s; what finished by then is in $OUT/r.
+# -n 128`. A watchdog ends it at 570 s; what finished by then comes back as $OUT/r.tgz.
 #   run: bash bench/cuda/run-30b.sh   (carry .bundle, .convert/llama-src.tar.xz, .convert/gguf-py, .dev/qtok.tar.xz)
 set -uo pipefail
-root=$PWD; R=$OUT/r; mkdir -p $R
+root=$PWD; O=$OUT R=$OUT/r; mkdir -p $R
 export OUT=$R WORK=/dev/shm/work NEURON="$root/.bundle/run neuron"
 mkdir -p $WORK /work && ln -sfn $root /work/main
 source bench/serve/lib.sh
@@ -15,7 +15,7 @@ main() {
 t0=$(date +%s); say() { echo "$(( $(date +%s) - t0 )) s: $*" | tee -a $R/steps.log; }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >>$R/steps.log
 ( mkdir -p /tmp/llama && cd /tmp/llama && tar xJf $root/.convert/llama-src.tar.xz &&
-  cmake -S . -B b -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+  cmake -S llama.cpp -B b -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
     -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_CURL=OFF -DGGML_NATIVE=ON -DGGML_CUDA_NCCL=OFF -DCMAKE_BUILD_TYPE=Release >$R/llama-cfg.log 2>&1 &&
   nice -n 19 cmake --build b -j13 --target llama-bench llama-server llama-quantize >/tmp/llama-build.log 2>&1; echo "build rc=$?" >>/tmp/llama-build.log ) &
 build=$!
@@ -53,3 +53,4 @@ for i in $(seq ${LIMIT:-570}); do kill -0 $m 2>/dev/null || break; sleep 1; done
 stop_servers; pkill -f llama-server; pkill -f "bin/neuron"
 cp /tmp/llama-build.log $R/ 2>/dev/null; rm -rf $WORK
 cat $R/steps.log
+tar -C $O -czf $O/r.tgz r && rm -rf $R  # one file back (a call returns only a few)

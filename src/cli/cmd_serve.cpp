@@ -61,14 +61,16 @@ std::optional<std::string> find_bundled_model() {
   return std::nullopt;
 }
 
-// A directory named on the command line may live anywhere: allow its parent
-// as a model root (HTTP clients still only reach configured roots).
+// A model named on the command line may live anywhere: a directory's parent,
+// or a .gguf file itself (not its folder), becomes a model root (HTTP clients
+// still only reach configured roots).
 void allow_directory_of(const std::string& model_id, std::vector<fs::path>& roots) {
   std::error_code ec;
   fs::path p(model_id);
-  if (!fs::is_directory(p, ec)) return;
+  const bool directory = fs::is_directory(p, ec);
+  if (!directory && !fs::is_regular_file(p, ec)) return;
   fs::path canonical = fs::canonical(p, ec);
-  if (!ec) roots.push_back(canonical.parent_path());
+  if (!ec) roots.push_back(directory ? canonical.parent_path() : canonical);
 }
 
 // Every client connection is a descriptor: take the whole hard limit (the

@@ -13,6 +13,7 @@
 #include "engine/model_assets.hpp"
 #include "engine/registry.hpp"
 #include "server_daemon.hpp"
+#include "support/gguf_writer.hpp"
 #include "support/memory_test_model.hpp"
 #include "support/temp_dir.hpp"
 #include "util/sanitizers.hpp"
@@ -838,6 +839,24 @@ TEST(ServerDaemonMemory, UnloadGivesTheWeightsAndCacheBack) {
               model_kib);
   EXPECT_LT(after, before + model_kib / 3) << "unload must give the memory back (before " << before << " KiB, loaded "
                                            << loaded << " KiB, after " << after << " KiB, model " << model_kib << " KiB)";
+  EXPECT_EQ(daemon.stop(), 0);
+}
+
+// `neuron serve --model FILE.gguf`: the file named on the command line loads and answers under its path,
+// and only that file becomes reachable: another GGUF beside it stays outside the model roots over HTTP.
+TEST(ServerDaemonGguf, AGgufFileNamedOnTheCommandLineServesAndItsFolderStaysClosed) {
+  test_support::TempDir tmp("neuron-serve-gguf");
+  const auto file = tmp.path() / "tiny-bf16.gguf", other = tmp.path() / "other.gguf";
+  test_support::gguf_from_checkpoint(tiny_model_dir(), quant::GgmlType::bf16).write(file);
+  std::filesystem::copy_file(file, other);
+  Daemon daemon({"--model", file.string() + ":max_context=512"});
+  auto done = daemon.post("/v1/completions", completion_request(file.string(), "hello"));
+  ASSERT_EQ(done->status, 200) << done->body;
+  EXPECT_FALSE(json::parse(done->body)["choices"][0]["text"].get<std::string>().empty());
+  auto refused = daemon.post("/models/load", {{"model_id", other.string()}, {"wait", true}});
+  EXPECT_GE(refused->status, 400) << refused->body;
+  EXPECT_LT(refused->status, 500) << refused->body;
+  EXPECT_NE(refused->body.find("outside the allowed model roots"), std::string::npos) << refused->body;
   EXPECT_EQ(daemon.stop(), 0);
 }
 
