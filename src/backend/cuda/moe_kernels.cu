@@ -140,18 +140,17 @@ __global__ void __launch_bounds__(kGroupThreads)
   group_pairs(pairs, experts, ids, ids + pairs, ids + pairs + experts, r);
 }
 
-// Passes of at most 32 pairs (n k <= 32: decode steps of a few tokens) in one warp, with no block-wide barrier:
-// the warp routes the tokens one after another, then places the pairs, a pair a lane. The slots, offsets and
-// active list are group_pairs' (a pair's slot counts the pairs of lower experts and the earlier pairs of its
-// own). A 1024-thread block for one token's routing took 11 us of a 30B-A3B layer
-// (bench/cuda/runs/profile-2026-12-07).
+// A pass of one token (k <= 32 pairs) in one warp, with no block-wide barrier: the warp routes the token,
+// then places its pairs, a pair a lane. The slots, offsets and active list are group_pairs' (a pair's slot
+// counts the pairs of lower experts and the earlier pairs of its own). A 1024-thread block for one token's
+// routing took 11 us of a 30B-A3B layer (bench/cuda/runs/profile-2026-12-07).
 __global__ void __launch_bounds__(32)
-    moe_route_group_warp_kernel(const float* logits, int n, int experts, int k, bool norm_topk, MoeRoute r) {
+    moe_route_group_warp_kernel(const float* logits, int experts, int k, bool norm_topk, MoeRoute r) {
   extern __shared__ float warp_smem[];  // probabilities [experts] f32, then the pairs' experts [32]
   grid_dependency_wait();
-  for (int token = 0; token < n; ++token) route_token(logits, token, experts, k, norm_topk, warp_smem, r);
+  route_token(logits, 0, experts, k, norm_topk, warp_smem, r);
   int* ids = reinterpret_cast<int*>(warp_smem + experts);
-  const int lane = static_cast<int>(threadIdx.x), pairs = n * k;
+  const int lane = static_cast<int>(threadIdx.x), pairs = k;
   const int id = lane < pairs ? r.expert[lane] : INT_MAX;  // route_token's writes are the warp's (__syncwarp)
   ids[lane] = id;
   __syncwarp();
@@ -364,9 +363,9 @@ void moe_route_group(const float* logits, int n, int experts, int k, bool norm_t
   NEURON_ASSERT(k >= 1 && k <= experts && n * k <= kMoeMaxPairs);
   const std::size_t fused =
       sizeof(int) * ((kGroupThreads / 32) * static_cast<std::size_t>(experts) + n * k + 2 * static_cast<std::size_t>(experts));
-  if (n * k <= 32) {
+  if (n == 1 && k <= 32) {
     launch(moe_route_group_warp_kernel, dim3(1), 32, sizeof(float) * (static_cast<std::size_t>(experts) + 32), stream,
-           "moe_route_group", logits, n, experts, k, norm_topk, r);
+           "moe_route_group", logits, experts, k, norm_topk, r);
     return;
   }
   if (fused <= 48 * 1024) {  // the default shared-memory limit of a block
@@ -400,13 +399,12 @@ void moe_combine(const float* out, int n, int k, int hidden, const MoeRoute& r, 
   launch(moe_combine_kernel, grid, kCombineThreads, 0, stream, "moe_combine", out, k, hidden, r, delta);
 }
 
-bool moe_down_combine_supported(int n, int k) noexcept {
-  return n >= 1 && n <= kMoeDownCombineMaxTokens && k >= 1 && k <= kMoeDownCombineMaxK;
-}
+bool moe_down_combine_supported(int n, int k) noexcept { return n == 1 && k >= 1 && k <= kMoeDownCombineMaxK; }
 
 void moe_down_combine(const bf16_t* const* down, const bf16_t* act, int n, int k, int hidden, int ff, const MoeRoute& r,
                       float* delta, cudaStream_t stream) {
-  NEURON_ASSERT(moe_down_combine_supported(n, k) && moe_experts_supported(hidden, ff));
+  NEURON_ASSERT(n >= 1 && n <= kMoeDownCombineMaxTokens && k >= 1 && k <= kMoeDownCombineMaxK &&
+                moe_experts_supported(hidden, ff));
   const dim3 grid(static_cast<unsigned>((hidden + kExpertWarps - 1) / kExpertWarps), static_cast<unsigned>(n));
   launch(moe_down_combine_kernel, grid, 32 * kExpertWarps, 0, stream, "moe_down_combine", down, act, k, hidden, ff, r,
          delta);
