@@ -246,7 +246,7 @@ Run setup_serve(CLI::App& sub) {
   opt("--host", "Address to listen on (NEURON_HOST; default 127.0.0.1)");
   opt("--port", "Port to listen on, 0 = any free port (NEURON_PORT; default 13131)");
   sub.add_option("--model", flags->models,
-                 "Model to load at startup: a directory or Hugging Face id, optionally 'ID:tp=2,device=cuda', or a ModelSpec JSON "
+                 "Model to load at startup: a directory, a .gguf file or a Hugging Face id, optionally 'ID:tp=2,device=cuda', or a ModelSpec JSON "
                  "object; repeatable (NEURON_MODEL, ';'-separated; default the bundled models/qwen3-tiny-a, unless --models-dir is given)");
   opt("--config", "JSON config file with the same settings (NEURON_CONFIG)");
   opt("--api-key", "Require 'Authorization: Bearer KEY' (or 'x-api-key: KEY') on every route but /health (NEURON_API_KEY)");
