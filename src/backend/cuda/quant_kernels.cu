@@ -279,38 +279,40 @@ struct KHeader {
   }
 };
 
-// Q4_K: Q5_K's view without the fifth bit (a unit's 16 quant bytes: the low nibbles are sub-block 2j, the
-// high ones 2j + 1).
-struct GemvQ4_K {
+// The units of a Q4_K / Q5_K block: unit u is chunk j = (u & 7) / 2 of 64 weights at offset l0 = 16 (u & 1);
+// run r holds sub-block 2j + r (the low nibbles, then the high ones).
+struct KUnits {
   static constexpr int kGroup = 2;  // units a lane loads at once
   static constexpr int kBlock = 256, kUnits = 8, kRuns = 2;
+  __device__ static int chunk(int u) { return (u & 7) >> 1; }
+  __device__ static int offset(int u) { return 16 * (u & 1); }
+  __device__ static int col(int u, int r) { return (u >> 3) * 256 + 64 * chunk(u) + offset(u) + 32 * r; }
+};
+
+// Q4_K: Q5_K's view without the fifth bit.
+struct GemvQ4_K : KUnits {
   struct Raw {
     uint4 ql;
     KHeader h;
   };
   __device__ static Raw load(const std::uint8_t* row, int u) {
-    const int j = (u & 7) >> 1, l0 = 16 * (u & 1);
     const std::uint8_t* p = row + static_cast<std::size_t>(u >> 3) * quant::kQ4_KBytes;
     Raw r;
     r.h.load(p);
-    r.ql = __ldg(reinterpret_cast<const uint4*>(p + 16 + 32 * j + l0));
+    r.ql = __ldg(reinterpret_cast<const uint4*>(p + 16 + 32 * chunk(u) + offset(u)));
     return r;
   }
-  __device__ static int col(int u, int r) { return (u >> 3) * 256 + 64 * ((u & 7) >> 1) + 16 * (u & 1) + 32 * r; }
   __device__ static void run(const Raw& raw, int u, int r, float* q, float& a, float& b) {
-    const int j = (u & 7) >> 1;
     const unsigned lo[4] = {raw.ql.x, raw.ql.y, raw.ql.z, raw.ql.w};
     unsigned w[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) w[i] = (lo[i] >> (4 * r)) & 0x0F0F0F0Fu;
     bytes_float(w, q);
-    raw.h.scale(2 * j + r, a, b);
+    raw.h.scale(2 * chunk(u) + r, a, b);
   }
 };
 
-struct GemvQ5_K {
-  static constexpr int kGroup = 2;  // units a lane loads at once
-  static constexpr int kBlock = 256, kUnits = 8, kRuns = 2;
+struct GemvQ5_K : KUnits {
   struct Raw {
     uint4 ql, qh;
     KHeader h;
@@ -324,7 +326,6 @@ struct GemvQ5_K {
     r.qh = __ldg(reinterpret_cast<const uint4*>(p + 16 + l0));
     return r;
   }
-  __device__ static int col(int u, int r) { return (u >> 3) * 256 + 64 * ((u & 7) >> 1) + 16 * (u & 1) + 32 * r; }
   __device__ static void run(const Raw& raw, int u, int r, float* q, float& a, float& b) {
     const int j = (u & 7) >> 1, bit = 2 * j + r;
     const unsigned lo[4] = {raw.ql.x, raw.ql.y, raw.ql.z, raw.ql.w};
