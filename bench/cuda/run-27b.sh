@@ -10,18 +10,9 @@
 #   bash bench/cuda/bundle_ab.sh .bundle BASE_NEURON build/neuron build/cuda_tests
 #   run: bash bench/cuda/run-27b.sh   (carry .bundle, .convert/llama-src.tar.xz, .convert/gguf-py, .dev/qtok.tar.xz)
 set -uo pipefail
-root=$PWD; O=$OUT R=$OUT/r; mkdir -p $R
-export OUT=$R WORK=/dev/shm/work NEURON="$root/.bundle/run neuron"
-mkdir -p $WORK /work && ln -sfn $root /work/main
-source bench/serve/lib.sh
+source bench/cuda/call_lib.sh
 main() {
-t0=$(date +%s); say() { echo "$(( $(date +%s) - t0 )) s: $*" | tee -a $R/steps.log; }
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >>$R/steps.log
-( mkdir -p /tmp/llama && cd /tmp/llama && tar xJf $root/.convert/llama-src.tar.xz &&
-  cmake -S llama.cpp -B b -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-    -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_CURL=OFF -DGGML_NATIVE=ON -DGGML_CUDA_NCCL=OFF -DCMAKE_BUILD_TYPE=Release >$R/llama-cfg.log 2>&1 &&
-  nice -n 19 cmake --build b -j13 --target llama-bench llama-batched-bench llama-server >/tmp/llama-build.log 2>&1; echo "build rc=$?" >>/tmp/llama-build.log ) &
-build=$!
+build_llama_cuda llama-bench llama-batched-bench llama-server
 timeout 150 .bundle/run cuda_tests --gtest_filter='CudaGatedDelta*:CudaHybrid*:Fixtures/CudaHybrid*:CudaMoe*:CudaFamily*' >$R/tests.log 2>&1
 say "cuda_tests rc=$? $(grep -E '^\[  (PASSED|FAILED)' $R/tests.log | tr '\n' ' ')"
 grep -E "^\[  FAILED|Failure|Expected|Which is|actual" $R/tests.log | head -40 >>$R/steps.log
@@ -63,10 +54,4 @@ timeout 100 $L/llama-batched-bench -m $G -ngl 99 -c 16384 -npp 128 -ntg 32 -npl 
 say "llama-batched-bench rc=$?"; grep -E "^\|" $R/llama-batched.txt | tail -4 >>$R/steps.log
 say "all done"
 }
-main &
-m=$!
-for i in $(seq ${LIMIT:-570}); do kill -0 $m 2>/dev/null || break; sleep 1; done
-stop_servers; pkill -f llama-server; pkill -f "bin/neuron"
-cp /tmp/llama-build.log $R/ 2>/dev/null; rm -rf $WORK /dev/shm/*.gguf
-cat $R/steps.log
-tar -C $O -czf $O/r.tgz r && rm -rf $R  # one file back (a call returns only a few)
+run_watched main

@@ -7,18 +7,9 @@
 # -n 128`. A watchdog ends it at 570 s; what finished by then comes back as $OUT/r.tgz.
 #   run: bash bench/cuda/run-30b.sh   (carry .bundle, .convert/llama-src.tar.xz, .convert/gguf-py, .dev/qtok.tar.xz)
 set -uo pipefail
-root=$PWD; O=$OUT R=$OUT/r; mkdir -p $R
-export OUT=$R WORK=/dev/shm/work NEURON="$root/.bundle/run neuron"
-mkdir -p $WORK /work && ln -sfn $root /work/main
-source bench/serve/lib.sh
+source bench/cuda/call_lib.sh
 main() {
-t0=$(date +%s); say() { echo "$(( $(date +%s) - t0 )) s: $*" | tee -a $R/steps.log; }
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >>$R/steps.log
-( mkdir -p /tmp/llama && cd /tmp/llama && tar xJf $root/.convert/llama-src.tar.xz &&
-  cmake -S llama.cpp -B b -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-    -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_CURL=OFF -DGGML_NATIVE=ON -DGGML_CUDA_NCCL=OFF -DCMAKE_BUILD_TYPE=Release >$R/llama-cfg.log 2>&1 &&
-  nice -n 19 cmake --build b -j13 --target llama-bench llama-server llama-quantize >/tmp/llama-build.log 2>&1; echo "build rc=$?" >>/tmp/llama-build.log ) &
-build=$!
+build_llama_cuda llama-bench llama-server llama-quantize
 tar xJf .dev/qtok.tar.xz -C /tmp
 G=$WORK/q30b-bf16.gguf Q=$WORK/q30b-q4_k_m.gguf
 PYTHONPATH=$root/.convert/gguf-py python3 bench/cuda/moe_gguf.py $G --tokenizer /tmp/qtok --shape qwen3-30b-a3b --type bf16 >$R/gguf.log 2>&1
@@ -47,10 +38,4 @@ timeout 100 $L/llama-bench -m $Q -ngl 99 -p 2048 -n 128 -r 2 -o jsonl >>$R/llama
 say "llama-bench q4_k_m rc=$? $(tail -1 $R/llama-bench.jsonl | cut -c1-300)"
 say "all done"
 }
-main &
-m=$!
-for i in $(seq ${LIMIT:-570}); do kill -0 $m 2>/dev/null || break; sleep 1; done
-stop_servers; pkill -f llama-server; pkill -f "bin/neuron"
-cp /tmp/llama-build.log $R/ 2>/dev/null; rm -rf $WORK
-cat $R/steps.log
-tar -C $O -czf $O/r.tgz r && rm -rf $R  # one file back (a call returns only a few)
+run_watched main

@@ -1,0 +1,36 @@
+# Shared by the device-call scripts run-27b.sh and run-30b.sh (sourced from the repository root on the GPU
+# machine): results under $OUT/r (packed into $OUT/r.tgz by pack_results: a call returns only a few files),
+# scratch in /dev/shm/work, bench/serve/lib.sh's servers and bench-serve, a step log with seconds, and
+# llama.cpp (.convert/llama-src.tar.xz, node-llama-cpp's source under llama.cpp/) built for CUDA in the
+# background.
+root=$PWD; O=$OUT R=$OUT/r; mkdir -p $R
+export OUT=$R WORK=/dev/shm/work NEURON="$root/.bundle/run neuron"
+mkdir -p $WORK /work && { [ -e /work/main ] || ln -s $root /work/main; }  # tests find fixtures by /work/main
+source bench/serve/lib.sh
+t0=$(date +%s)
+say() { echo "$(( $(date +%s) - t0 )) s: $*" | tee -a $R/steps.log; }
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >>$R/steps.log
+
+# build_llama_cuda TARGET...: configures and builds llama.cpp's TARGETs in /tmp/llama/b (nice 19, 13 jobs) in the
+# background; sets build (its pid), binaries in /tmp/llama/b/bin, "build rc=N" last in /tmp/llama-build.log.
+build_llama_cuda() {
+  ( mkdir -p /tmp/llama && cd /tmp/llama && tar xJf $root/.convert/llama-src.tar.xz &&
+    cmake -S llama.cpp -B b -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_BUILD_TESTS=OFF \
+      -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_CURL=OFF -DGGML_NATIVE=ON \
+      -DGGML_CUDA_NCCL=OFF -DCMAKE_BUILD_TYPE=Release >$R/llama-cfg.log 2>&1 &&
+    nice -n 19 cmake --build b -j13 --target "$@" >/tmp/llama-build.log 2>&1; echo "build rc=$?" >>/tmp/llama-build.log ) &
+  build=$!
+}
+
+# run_watched FUNCTION: runs it in the background until it returns or LIMIT seconds (570) pass, stops what is
+# left (servers, neuron, llama.cpp), drops the scratch and packs the results.
+run_watched() {
+  "$1" &
+  local m=$! i
+  for i in $(seq ${LIMIT:-570}); do kill -0 $m 2>/dev/null || break; sleep 1; done
+  kill $m 2>/dev/null; pkill -P $m
+  stop_servers; pkill -f llama-server; pkill -f "bin/neuron"
+  cp /tmp/llama-build.log $R/ 2>/dev/null; rm -rf $WORK
+  cat $R/steps.log
+  tar -C $O -czf $O/r.tgz r && rm -rf $R
+}
