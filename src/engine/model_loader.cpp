@@ -63,6 +63,25 @@ std::uint64_t rank_weight_bytes(const model::ModelConfig& cfg, const model::Shar
 
 }  // namespace
 
+StateSlots plan_state_slots(std::uint64_t per_slot, std::uint64_t room, std::optional<std::int32_t> requested) {
+  NEURON_ASSERT(per_slot > 0);
+  StateSlots out{backend::kDefaultStateSlots, 0};
+  for (std::int32_t slots = kCudaStateSlots; slots >= backend::kDefaultStateSlots; slots /= 2)
+    if (per_slot * static_cast<std::uint64_t>(slots) <= room / 2) {
+      out.slots = slots;
+      break;
+    }
+  if (requested) {
+    out.snapshots = backend::resolve_state_snapshots(requested, out.slots);  // refuses a negative count
+    return out;
+  }
+  const std::uint64_t taken = per_slot * static_cast<std::uint64_t>(out.slots);
+  const std::uint64_t fit = room > taken ? (room - taken) / 4 / per_slot : 0;
+  out.snapshots = static_cast<std::int32_t>(
+      std::min<std::uint64_t>(fit, static_cast<std::uint64_t>(backend::resolve_state_snapshots(std::nullopt, out.slots))));
+  return out;
+}
+
 LoadPlan plan_load(const LoadOptions& options, const model::ModelConfig& cfg) {
   const int n = options.tensor_parallel;
   if (n < 1 || n > kMaxTensorParallel)
@@ -98,9 +117,7 @@ LoadPlan plan_load(const LoadOptions& options, const model::ModelConfig& cfg) {
     budgets.back().ranks_on_device =
         device.is_cuda() ? static_cast<int>(std::count(plan.devices.begin(), plan.devices.end(), device)) : 1;
   }
-  // A hybrid on a GPU serves up to kCudaStateSlots sequences at once where their states (and, unless asked
-  // otherwise, their snapshots) take at most a quarter of what the weights leave; fewer, down to the CPU's
-  // default, where they would not.
+  // A hybrid on a GPU serves up to kCudaStateSlots sequences at once where memory allows (plan_state_slots).
   if (cfg.linear.hybrid() && plan.devices.front().is_cuda()) {
     const std::uint64_t per_slot = backend::state_bytes_per_slot(cfg, shards.front());
     const std::uint64_t room =
@@ -108,12 +125,9 @@ LoadPlan plan_load(const LoadOptions& options, const model::ModelConfig& cfg) {
                                                                 budgets.front(), ro.kv_block_size)) /
         static_cast<std::uint64_t>(ro.kv_block_size) *
         backend::kv_bytes_per_block(cfg, shards.front(), plan.devices.front(), ro.kv_block_size);
-    for (std::int32_t slots = kCudaStateSlots; slots >= backend::kDefaultStateSlots; slots /= 2) {
-      const std::int32_t snaps = backend::resolve_state_snapshots(options.state_snapshots, slots);
-      ro.state_slots = slots;
-      ro.state_snapshots = snaps;
-      if (per_slot * static_cast<std::uint64_t>(slots + snaps) <= room / 4) break;
-    }
+    const StateSlots states = plan_state_slots(per_slot, room, options.state_snapshots);
+    ro.state_slots = states.slots;
+    ro.state_snapshots = states.snapshots;
   }
   // What a device holds besides the KV blocks: the weights, and a hybrid's state slots and snapshots.
   for (int r = 0; r < n; ++r)

@@ -22,6 +22,17 @@ inline constexpr int kMaxTensorParallel = 16;
 // (plan_load); on the CPU backend::kDefaultStateSlots.
 inline constexpr std::int32_t kCudaStateSlots = 64;
 
+// A hybrid's state slots and snapshots on a GPU, from the bytes one slot's state takes and the bytes the KV
+// budget leaves (`room`). The slots bound how many sequences run at once, so they come first: the most of
+// kCudaStateSlots, 32, ..., backend::kDefaultStateSlots whose states take at most half the room (the default
+// where none does). Snapshots are a prefix cache: `requested` when given, else up to
+// backend::kDefaultSnapshotsPerSlot per slot within a quarter of what the slots leave. The rest stays KV
+// (a hybrid's attention layers are a few of its layers, so its positions are cheap).
+struct StateSlots {
+  std::int32_t slots = 0, snapshots = 0;
+};
+StateSlots plan_state_slots(std::uint64_t per_slot, std::uint64_t room, std::optional<std::int32_t> requested);
+
 struct LoadOptions {
   std::filesystem::path model_dir;  // config.json + model.safetensors[.index.json], or a .gguf file
   std::string model_id;             // the shards' key on TP workers; default: the directory name

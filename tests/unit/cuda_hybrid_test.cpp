@@ -273,8 +273,9 @@ TEST_P(CudaHybrid, TwoRanksOnOneGpuMatchOneRank) {
   }
 }
 
-// On a GPU a hybrid gets kCudaStateSlots slots where they and their snapshots fit a quarter of what the
-// weights leave, halved down to the CPU's 16 where they do not; the plan counts them.
+// On a GPU a hybrid gets kCudaStateSlots slots where they fit half of what the weights leave, halved down to
+// the CPU's 16 where they do not, and snapshots within a quarter of the rest (engine::plan_state_slots, whose
+// rule tests/unit/state_plan_test.cpp checks); plan_load applies it to the KV room it computes.
 TEST(CudaHybridPlan, StateSlotsFollowTheMemory) {
   if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
   engine::LoadOptions o;
@@ -284,11 +285,18 @@ TEST(CudaHybridPlan, StateSlotsFollowTheMemory) {
   const engine::LoadPlan roomy = engine::plan_load(o, cfg);
   EXPECT_EQ(roomy.runner.state_slots, engine::kCudaStateSlots);
   EXPECT_EQ(*roomy.runner.state_snapshots, 2 * engine::kCudaStateSlots);
-  // 192 slots of this model's state are ~3.2 MB: a 4 MB KV budget leaves room for 16 (+ 32 snapshots) only.
-  o.kv_budget.bytes = 4u << 20;
+  // 192 slots of this model's state are ~3.2 MB: a 1 MB KV budget holds fewer than 64 slots in its half.
+  o.kv_budget.bytes = 1u << 20;
   const engine::LoadPlan tight = engine::plan_load(o, cfg);
-  EXPECT_EQ(tight.runner.state_slots, backend::kDefaultStateSlots);
-  EXPECT_EQ(*tight.runner.state_snapshots, 2 * backend::kDefaultStateSlots);
+  const auto shard = model::ShardPlan::make(cfg, 0, 1);
+  const std::uint64_t room = static_cast<std::uint64_t>(backend::kv_budget_positions(cfg, shard, o.device, o.kv_budget,
+                                                                                     backend::kDefaultKvBlockSize)) /
+                             backend::kDefaultKvBlockSize *
+                             backend::kv_bytes_per_block(cfg, shard, o.device, backend::kDefaultKvBlockSize);
+  const engine::StateSlots want = engine::plan_state_slots(backend::state_bytes_per_slot(cfg, shard), room, std::nullopt);
+  EXPECT_LT(want.slots, engine::kCudaStateSlots);
+  EXPECT_EQ(tight.runner.state_slots, want.slots);
+  EXPECT_EQ(*tight.runner.state_snapshots, want.snapshots);
   o.state_snapshots = 0;  // asked for: kept
   EXPECT_EQ(*engine::plan_load(o, cfg).runner.state_snapshots, 0);
 }
