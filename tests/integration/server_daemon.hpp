@@ -81,7 +81,12 @@ class Daemon {
       std::smatch m;
       std::string log = read_all(log_path_);
       if (std::regex_search(log, m, listening)) port_ = std::stoi(m[1]);
-      else if (std::chrono::steady_clock::now() > deadline || exited()) throw std::runtime_error("daemon did not start:\n" + log);
+      else if (std::chrono::steady_clock::now() > deadline || exited()) {
+        stop();  // no destructor runs for a constructor that throws: no daemon and no log left behind
+        std::error_code ec;
+        std::filesystem::remove(log_path_, ec);
+        throw std::runtime_error("daemon did not start:\n" + log);  // the log travels in the message
+      }
       else std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     if (wait_loaded) {
