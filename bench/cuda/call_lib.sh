@@ -34,3 +34,32 @@ run_watched() {
   cat $R/steps.log
   tar -C $O -czf $O/r.tgz r && rm -rf $R
 }
+
+# ids N SEED: N random token ids (ordinary Qwen3 tokens), comma-separated.
+ids() { python3 -c "import random; r=random.Random($2); print(','.join(str(r.randrange(1000,150000)) for _ in range($1)))"; }
+
+# neuron_gen LABEL FILE PROMPT GEN: `neuron generate` twice over PROMPT random ids then GEN tokens on the GPU;
+# its timings (prefill, decode, load_ms) as one line {"label", ...} in neuron-gen.jsonl.
+neuron_gen() {
+  timeout 120 .bundle/run neuron generate --model $2 --device cuda:0 --prompt-ids $(ids $3 5) --max-tokens $(($4 + 1)) \
+    --ignore-eos --temperature 0 --repeat 2 --json 2>$R/gen-$1.err | tail -1 |
+    python3 -c "import json,sys; d=json.loads(sys.stdin.read()); print(json.dumps({'label': '$1', **d['timings']}))" >>$R/neuron-gen.jsonl
+  say "neuron generate $1: $(tail -1 $R/neuron-gen.jsonl)"
+}
+
+# The servers at 1 and 64 streams under bench-serve (prompt 128, gen 64, one request a client).
+STREAMS="--concurrency 1,64 --prompt-len 128 --gen 64 --requests-per-client 1 --warmup 1 --timeout 200"
+serve_neuron() {  # serve_neuron NAME FILE
+  start_neuron $1 "$2:device=cuda:0" && bench $1 $STREAMS
+  stop_server $1; say "neuron serve $1 done"
+}
+serve_llama() {  # serve_llama NAME FILE (after wait_llama_build)
+  start_llama $1 $2 64 16384 -ngl 99 && bench $1 $STREAMS
+  stop_server $1; say "llama serve $1 done"
+}
+
+# wait_llama_build: waits for build_llama_cuda; sets L (the binaries) and LLAMA_SERVER.
+wait_llama_build() {
+  wait $build; tail -3 /tmp/llama-build.log >>$R/steps.log; say "llama build done"
+  L=/tmp/llama/b/bin LLAMA_SERVER=/tmp/llama/b/bin/llama-server
+}

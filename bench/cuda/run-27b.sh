@@ -34,22 +34,12 @@ tar xJf .dev/qtok.tar.xz -C /tmp
 G=$WORK/q35-27b-bf16.gguf
 PYTHONPATH=$root/.convert/gguf-py python3 bench/cuda/hybrid_gguf.py $G --tokenizer /tmp/qtok --shape qwen3.5-27b --type bf16 >$R/gguf.log 2>&1
 say "gguf rc=$? $(du -b $G | cut -f1)"
-ids() { python3 -c "import random; r=random.Random($2); print(','.join(str(r.randrange(1000,150000)) for _ in range($1)))"; }
-for p in 128 8192; do
-  timeout 120 .bundle/run neuron generate --model $G --device cuda:0 --prompt-ids $(ids $p 5) --max-tokens 65 --ignore-eos \
-    --temperature 0 --repeat 2 --json 2>$R/gen-$p.err | tail -1 | python3 -c "import json,sys; d=json.loads(sys.stdin.read()); print(json.dumps({'prompt': $p, **d['timings']}))" >>$R/neuron-gen.jsonl
-  say "neuron generate prompt $p: $(tail -1 $R/neuron-gen.jsonl)"
-done
-S="--concurrency 1,64 --prompt-len 128 --gen 64 --requests-per-client 1 --warmup 1 --timeout 200"
-start_neuron neuron-27b "$G:device=cuda:0" && bench neuron-27b $S
-stop_server neuron-27b; say "neuron serve done"
-wait $build; tail -3 /tmp/llama-build.log >>$R/steps.log; say "llama build done"
-L=/tmp/llama/b/bin
+for p in 128 8192; do neuron_gen prompt-$p $G $p 64; done
+serve_neuron neuron-27b $G
+wait_llama_build
 timeout 100 $L/llama-bench -m $G -ngl 99 -p 8192 -n 64 -r 1 -o jsonl >$R/llama-bench.jsonl 2>$R/llama-bench.err
 say "llama-bench rc=$? $(cut -c1-400 $R/llama-bench.jsonl | tr '\n' ' ')"
-LLAMA_SERVER=$L/llama-server
-start_llama llama-27b $G 64 16384 -ngl 99 && bench llama-27b $S
-stop_server llama-27b; say "llama serve done"
+serve_llama llama-27b $G
 timeout 100 $L/llama-batched-bench -m $G -ngl 99 -c 16384 -npp 128 -ntg 32 -npl 1,64 >$R/llama-batched.txt 2>&1
 say "llama-batched-bench rc=$?"; grep -E "^\|" $R/llama-batched.txt | tail -4 >>$R/steps.log
 say "all done"

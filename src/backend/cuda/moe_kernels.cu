@@ -294,7 +294,7 @@ __global__ void __launch_bounds__(kCombineThreads)
   delta[static_cast<std::size_t>(t) * hidden + c] = acc;
 }
 
-// Block (row tile, token t), for passes of a few tokens: warp w takes row j of each of t's k experts, in routing
+// Block (row tile, token t), for up to kMoeDownCombineMaxTokens tokens (the runner sends one): warp w takes row j of each of t's k experts, in routing
 // order, and writes delta[t][j] itself. A lane forms each expert's partial product over its chunks (c = lane,
 // lane + 32, ...) in the order expert_rows does, with the k experts' loads of a chunk in flight together; the
 // warp sums them and adds them up weighted in routing order, as moe_combine does, so the result is moe_down's
@@ -361,13 +361,13 @@ void moe_route_group(const float* logits, int n, int experts, int k, bool norm_t
                      cudaStream_t stream) {
   if (n <= 0) return;
   NEURON_ASSERT(k >= 1 && k <= experts && n * k <= kMoeMaxPairs);
-  const std::size_t fused =
-      sizeof(int) * ((kGroupThreads / 32) * static_cast<std::size_t>(experts) + n * k + 2 * static_cast<std::size_t>(experts));
   if (n == 1 && k <= 32) {
     launch(moe_route_group_warp_kernel, dim3(1), 32, sizeof(float) * (static_cast<std::size_t>(experts) + 32), stream,
            "moe_route_group", logits, experts, k, norm_topk, r);
     return;
   }
+  const std::size_t fused =
+      sizeof(int) * ((kGroupThreads / 32) * static_cast<std::size_t>(experts) + n * k + 2 * static_cast<std::size_t>(experts));
   if (fused <= 48 * 1024) {  // the default shared-memory limit of a block
     launch(moe_route_group_kernel, dim3(1), kGroupThreads, fused, stream, "moe_route_group", logits, n, experts, k,
            norm_topk, r);
