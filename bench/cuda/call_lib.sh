@@ -63,3 +63,47 @@ wait_llama_build() {
   wait $build; tail -3 /tmp/llama-build.log >>$R/steps.log; say "llama build done"
   L=/tmp/llama/b/bin LLAMA_SERVER=/tmp/llama/b/bin/llama-server
 }
+
+# profile_prefill LABEL CONFIG PROMPT: each kernel's device time, summed by name, over `neuron bench
+# --dummy-weights` at PROMPT tokens (bench prefills twice: warm-up and timed; the weights' fill kernels are
+# left out). Nsight Systems where the image has it, else Nsight Compute (slower: every kernel replayed).
+# Table in $R/prof-LABEL.txt, raw in $R/prof-LABEL.*.
+profile_prefill() {
+  local args="bench --dummy-weights --device cuda:0 --config $2 --prompt-len $3 --gen 2"
+  local nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
+  if [ -n "$nsys" ]; then
+    timeout 200 $nsys profile -t cuda --cuda-graph-trace=node -o $WORK/prof-$1 --force-overwrite true \
+      .bundle/run neuron $args >$R/prof-$1.out 2>$R/prof-$1.err
+    say "nsys $1 rc=$?"
+    $nsys stats -r cuda_gpu_kern_sum -f csv -o $R/prof-$1 $WORK/prof-$1.nsys-rep >>$R/prof-$1.err 2>&1
+    python3 - $R/prof-$1_cuda_gpu_kern_sum.csv >$R/prof-$1.txt <<'PY'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+rows = [r for r in rows if "fill_random" not in r["Name"]]
+tot = sum(float(r["Total Time (ns)"]) for r in rows)
+print(f"kernels {sum(int(r['Instances']) for r in rows)}, total {tot/1e6:.1f} ms")
+for r in sorted(rows, key=lambda r: -float(r["Total Time (ns)"]))[:30]:
+    print(f"  {r['Name'][:90]:90s} {int(r['Instances']):6d} {float(r['Total Time (ns)'])/1e6:9.2f} ms")
+PY
+  else
+    local ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    timeout 240 $ncu --clock-control none --graph-profiling node --kernel-name 'regex:^(?!.*fill_random)' \
+      --metrics gpu__time_duration.sum --csv --page raw .bundle/run neuron $args >$R/prof-$1.csv 2>$R/prof-$1.err
+    say "ncu $1 rc=$?"
+    python3 - $R/prof-$1.csv >$R/prof-$1.txt <<'PY'
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 5]
+if not rows: print("no rows"); sys.exit()
+h = rows[0]; ki = h.index("Kernel Name"); ti = h.index("gpu__time_duration.sum")
+agg = collections.defaultdict(lambda: [0, 0.0]); tot = 0.0
+for r in rows[2:]:
+    try: t = float(r[ti].replace(",", ""))
+    except ValueError: continue
+    n = r[ki].split("(")[0][:90]; agg[n][0] += 1; agg[n][1] += t; tot += t
+print(f"kernels {sum(a[0] for a in agg.values())}, total {tot/1e6:.1f} ms (unit {rows[1][ti]})")
+for n, (c, t) in sorted(agg.items(), key=lambda x: -x[1][1])[:30]: print(f"  {n:90s} {c:6d} {t/1e6:9.2f} ms")
+PY
+  fi
+  xz -9 $R/prof-$1*.csv 2>/dev/null
+  cat $R/prof-$1.txt >>$R/steps.log
+}

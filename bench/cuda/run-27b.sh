@@ -6,7 +6,9 @@
 # .convert/llama-src.tar.xz) on one random bf16 GGUF of the shape (hybrid_gguf.py, /dev/shm): `neuron generate`
 # at 128 and 8192 prompt tokens, `llama-bench -p 8192 -n 64`, `llama-batched-bench` at 1 and 64, and both servers
 # under `neuron bench-serve` at 1 and 64 streams (prompt 128, gen 64, one request a client). A watchdog ends it
-# at LIMIT s (570); what finished by then comes back as $OUT/r.tgz. AB_PREFILL_ROUNDS=0 skips (2).
+# at LIMIT s (570); what finished by then comes back as $OUT/r.tgz. AB_PREFILL_ROUNDS=0 skips (2)'s prefill,
+# AB_MOE_ROUNDS=0 its 30B-A3B decode; PROFILE=1 adds each kernel's device time in an 8192-token prefill of the
+# 27B shape (profile_prefill in call_lib.sh: Nsight Systems, or Nsight Compute where nsys is missing).
 #   bash bench/cuda/bundle_ab.sh .bundle BASE_NEURON build/neuron build/cuda_tests
 #   run: bash bench/cuda/run-27b.sh   (carry .bundle, .convert/llama-src.tar.xz, .convert/gguf-py, .dev/qtok.tar.xz)
 set -uo pipefail
@@ -23,13 +25,14 @@ for round in $(seq ${AB_PREFILL_ROUNDS:-2}); do
   done
 done
 M="bench --dummy-weights --device cuda:0 --json --config qwen3-30b-a3b --prompt-len 128 --gen 128"
-for round in 1 2; do
+for round in $(seq ${AB_MOE_ROUNDS:-2}); do
   for b in neuron-base neuron; do
     for batch in 1 4; do
       timeout 60 .bundle/run $b $M --batch $batch >>$R/moe-$b.jsonl 2>>$R/bench.err; say "30b-a3b round $round $b batch $batch rc=$?"
     done
   done
 done
+[ "${PROFILE:-0}" = 1 ] && profile_prefill q27-8192 qwen3.5-27b 8192
 tar xJf .dev/qtok.tar.xz -C /tmp
 G=$WORK/q35-27b-bf16.gguf
 PYTHONPATH=$root/.convert/gguf-py python3 bench/cuda/hybrid_gguf.py $G --tokenizer /tmp/qtok --shape qwen3.5-27b --type bf16 >$R/gguf.log 2>&1
