@@ -87,7 +87,7 @@ for r in sorted(rows, key=lambda r: -float(r["Total Time (ns)"]))[:30]:
 PY
   else
     local ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-    timeout 240 $ncu --clock-control none --graph-profiling node --kernel-name 'regex:^(?!.*fill_random)' \
+    timeout 150 $ncu --clock-control none --graph-profiling node --kernel-name 'regex:^(?!.*fill_random)' \
       --metrics gpu__time_duration.sum --csv --page raw .bundle/run neuron $args >$R/prof-$1.csv 2>$R/prof-$1.err
     say "ncu $1 rc=$?"
     python3 - $R/prof-$1.csv >$R/prof-$1.txt <<'PY'
