@@ -41,10 +41,12 @@ ids() { python3 -c "import random; r=random.Random($2); print(','.join(str(r.ran
 # neuron_gen LABEL FILE PROMPT GEN: `neuron generate` twice over PROMPT random ids then GEN tokens on the GPU;
 # its timings (prefill, decode, load_ms) as one line {"label", ...} in neuron-gen.jsonl.
 neuron_gen() {
-  timeout 120 .bundle/run neuron generate --model $2 --device cuda:0 --prompt-ids $(ids $3 5) --max-tokens $(($4 + 1)) \
+  local line
+  line=$(timeout 120 .bundle/run neuron generate --model $2 --device cuda:0 --prompt-ids $(ids $3 5) --max-tokens $(($4 + 1)) \
     --ignore-eos --temperature 0 --repeat 2 --json 2>$R/gen-$1.err | tail -1 |
-    python3 -c "import json,sys; d=json.loads(sys.stdin.read()); print(json.dumps({'label': '$1', **d['timings']}))" >>$R/neuron-gen.jsonl
-  say "neuron generate $1: $(tail -1 $R/neuron-gen.jsonl)"
+    python3 -c "import json,sys; d=json.loads(sys.stdin.read()); print(json.dumps({'label': '$1', **d['timings']}))" 2>/dev/null)
+  if [ -n "$line" ]; then echo "$line" >>$R/neuron-gen.jsonl; say "neuron generate $1: $line"
+  else say "neuron generate $1 FAILED: $(tail -c 600 $R/gen-$1.err)"; fi
 }
 
 # The servers at 1 and 64 streams under bench-serve (prompt 128, gen 64, one request a client).
@@ -106,4 +108,44 @@ PY
   fi
   xz -9 $R/prof-$1*.csv 2>/dev/null
   cat $R/prof-$1.txt >>$R/steps.log
+}
+
+# the_30b: Qwen3-30B-A3B as one random bf16 GGUF (moe_gguf.py, 61 GB in /dev/shm: the page cache), then
+# llama-quantize's Q4_K_M of it (QUANT_30B=0 skips that half): `neuron generate` at 2048 prompt tokens (TTFT,
+# decode, load_ms from the page cache), both servers at 1 and 64 streams, `llama-bench -p 2048 -n 128`. Needs
+# build_llama_cuda's llama-bench, llama-server (and llama-quantize) and /tmp/qtok.
+the_30b() {
+  local G=$WORK/q30b-bf16.gguf Q=$WORK/q30b-q4_k_m.gguf
+  PYTHONPATH=$root/.convert/gguf-py python3 bench/cuda/moe_gguf.py $G --tokenizer /tmp/qtok --shape qwen3-30b-a3b --type bf16 >>$R/gguf.log 2>&1
+  say "gguf 30b rc=$? $(du -b $G | cut -f1)"
+  neuron_gen 30b-bf16 $G 2048 128
+  serve_neuron neuron-30b $G
+  wait_llama_build
+  timeout 100 $L/llama-bench -m $G -ngl 99 -p 2048 -n 128 -r 2 -o jsonl >>$R/llama-bench.jsonl 2>>$R/llama-bench.err
+  say "llama-bench 30b bf16 rc=$? $(tail -1 $R/llama-bench.jsonl | cut -c1-300)"
+  serve_llama llama-30b $G
+  [ "${QUANT_30B:-1}" = 1 ] || { rm -f $G; return; }
+  timeout 150 $L/llama-quantize $G $Q Q4_K_M 16 >$R/quantize.log 2>&1; say "quantize rc=$? $(du -b $Q | cut -f1)"
+  rm -f $G
+  neuron_gen 30b-q4_k_m $Q 2048 128
+  timeout 100 $L/llama-bench -m $Q -ngl 99 -p 2048 -n 128 -r 2 -o jsonl >>$R/llama-bench.jsonl 2>>$R/llama-bench.err
+  say "llama-bench 30b q4_k_m rc=$? $(tail -1 $R/llama-bench.jsonl | cut -c1-300)"
+  rm -f $Q
+}
+
+# the_35b: the Qwen3.5-35B-A3B shape as one random Q8_0 GGUF (37 GB: bf16 would not fit the card beside its
+# KV), after the 27B's file is gone: `neuron generate` at 128 prompt tokens, both servers at 1 and 64 streams,
+# `llama-bench -n 64` (after wait_llama_build; LLAMA_35B=0: neuron alone).
+the_35b() {
+  local G=$WORK/q35-35b-q8_0.gguf
+  PYTHONPATH=$root/.convert/gguf-py python3 bench/cuda/hybrid_gguf.py $G --tokenizer /tmp/qtok --shape qwen3.5-35b-a3b --type q8_0 >>$R/gguf.log 2>&1
+  say "gguf 35b rc=$? $(du -b $G | cut -f1)"
+  neuron_gen 35b-prompt-128 $G 128 64
+  serve_neuron neuron-35b $G
+  [ "${LLAMA_35B:-1}" = 1 ] || { rm -f $G; return; }
+  wait_llama_build
+  timeout 100 $L/llama-bench -m $G -ngl 99 -p 2048 -n 64 -r 1 -o jsonl >>$R/llama-bench.jsonl 2>>$R/llama-bench.err
+  say "llama-bench 35b rc=$? $(tail -1 $R/llama-bench.jsonl | cut -c1-400)"
+  serve_llama llama-35b $G
+  rm -f $G
 }

@@ -13,19 +13,6 @@
 #   run: bash bench/cuda/run-27b.sh   (carry .bundle, .convert/llama-src.tar.xz, .convert/gguf-py, .dev/qtok.tar.xz)
 set -uo pipefail
 source bench/cuda/call_lib.sh
-# the_35b: the Qwen3.5-35B-A3B shape as one random Q8_0 GGUF (37 GB: bf16 would not fit the card beside its
-# KV), after the 27B's file is gone: `neuron generate` at 128 prompt tokens, both servers at 1 and 64 streams,
-# `llama-bench -n 64`.
-the_35b() {
-  rm -f $G; G=$WORK/q35-35b-q8_0.gguf
-  PYTHONPATH=$root/.convert/gguf-py python3 bench/cuda/hybrid_gguf.py $G --tokenizer /tmp/qtok --shape qwen3.5-35b-a3b --type q8_0 >>$R/gguf.log 2>&1
-  say "gguf 35b rc=$? $(du -b $G | cut -f1)"
-  neuron_gen 35b-prompt-128 $G 128 64
-  serve_neuron neuron-35b $G
-  timeout 100 $L/llama-bench -m $G -ngl 99 -p 2048 -n 64 -r 1 -o jsonl >>$R/llama-bench.jsonl 2>>$R/llama-bench.err
-  say "llama-bench 35b rc=$? $(tail -1 $R/llama-bench.jsonl | cut -c1-400)"
-  serve_llama llama-35b $G
-}
 main() {
 build_llama_cuda llama-bench llama-batched-bench llama-server
 timeout 150 .bundle/run cuda_tests --gtest_filter='CudaGatedDelta*:CudaHybrid*:Fixtures/CudaHybrid*:CudaMoe*:CudaFamily*' >$R/tests.log 2>&1
@@ -58,7 +45,7 @@ say "llama-bench rc=$? $(cut -c1-400 $R/llama-bench.jsonl | tr '\n' ' ')"
 serve_llama llama-27b $G
 timeout 100 $L/llama-batched-bench -m $G -ngl 99 -c 16384 -npp 128 -ntg 32 -npl 1,64 >$R/llama-batched.txt 2>&1
 say "llama-batched-bench rc=$?"; grep -E "^\|" $R/llama-batched.txt | tail -4 >>$R/steps.log
-[ "${WITH_35B:-0}" = 1 ] && the_35b
+[ "${WITH_35B:-0}" = 1 ] && { rm -f $G; the_35b; }
 say "all done"
 }
 run_watched main

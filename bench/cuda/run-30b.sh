@@ -11,20 +11,7 @@ source bench/cuda/call_lib.sh
 main() {
 build_llama_cuda llama-bench llama-server llama-quantize
 tar xJf .dev/qtok.tar.xz -C /tmp
-G=$WORK/q30b-bf16.gguf Q=$WORK/q30b-q4_k_m.gguf
-PYTHONPATH=$root/.convert/gguf-py python3 bench/cuda/moe_gguf.py $G --tokenizer /tmp/qtok --shape qwen3-30b-a3b --type bf16 >$R/gguf.log 2>&1
-say "gguf rc=$? $(du -b $G | cut -f1)"
-neuron_gen bf16 $G 2048 128
-serve_neuron neuron-30b $G
-wait_llama_build
-timeout 100 $L/llama-bench -m $G -ngl 99 -p 2048 -n 128 -r 2 -o jsonl >$R/llama-bench.jsonl 2>$R/llama-bench.err
-say "llama-bench bf16 rc=$? $(cut -c1-300 $R/llama-bench.jsonl | tr '\n' ' ')"
-serve_llama llama-30b $G
-timeout 150 $L/llama-quantize $G $Q Q4_K_M 16 >$R/quantize.log 2>&1; say "quantize rc=$? $(du -b $Q | cut -f1)"
-rm -f $G
-neuron_gen q4_k_m $Q 2048 128
-timeout 100 $L/llama-bench -m $Q -ngl 99 -p 2048 -n 128 -r 2 -o jsonl >>$R/llama-bench.jsonl 2>>$R/llama-bench.err
-say "llama-bench q4_k_m rc=$? $(tail -1 $R/llama-bench.jsonl | cut -c1-300)"
+the_30b
 say "all done"
 }
 run_watched main

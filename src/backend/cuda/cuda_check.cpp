@@ -2,6 +2,7 @@
 
 #include <cublas_v2.h>
 
+#include <cstdio>
 #include <string>
 
 #include "util/error.hpp"
@@ -13,6 +14,23 @@ void throw_cuda_error(cudaError_t status, const char* call, const char* file, in
   (void)cudaGetLastError();
   std::string message = std::string(call) + " failed: " + cudaGetErrorName(status) + " (" +
                         cudaGetErrorString(status) + ") at " + file + ":" + std::to_string(line);
+  if (status == cudaErrorMemoryAllocation) throw Error(errc::out_of_memory, "CUDA out of memory: " + message);
+  throw Error(errc::cuda, message);
+}
+
+void throw_allocation_error(cudaError_t status, std::size_t bytes) {
+  (void)cudaGetLastError();
+  auto gib = [](std::size_t b) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(b) / double(1ull << 30));
+    return std::string(text);
+  };
+  std::size_t free = 0, total = 0;
+  const std::string room = cudaMemGetInfo(&free, &total) == cudaSuccess
+                               ? "; the device has " + gib(free) + " free of " + gib(total)
+                               : std::string();
+  const std::string message = "cudaMalloc of " + std::to_string(bytes) + " bytes (" + gib(bytes) + ") failed: " +
+                              cudaGetErrorName(status) + room;
   if (status == cudaErrorMemoryAllocation) throw Error(errc::out_of_memory, "CUDA out of memory: " + message);
   throw Error(errc::cuda, message);
 }

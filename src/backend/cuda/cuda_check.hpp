@@ -7,11 +7,16 @@
 #include <cublas_api.h>
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
+
 namespace neuron::backend::cuda {
 
 // Throws Error{out_of_memory} for cudaErrorMemoryAllocation, Error{cuda} otherwise.
 [[noreturn]] void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line);
 [[noreturn]] void throw_cublas_error(cublasStatus_t status, const char* call, const char* file, int line);
+// A failed cudaMalloc of `bytes`: throw_cuda_error's kinds, the message naming the size and the device's free
+// memory at the time (an out-of-memory load says how far it was from fitting).
+[[noreturn]] void throw_allocation_error(cudaError_t status, std::size_t bytes);
 
 // Checks the launch just made on this thread (cudaGetLastError).
 void check_launch(const char* kernel);

@@ -16,7 +16,11 @@ class DeviceBuffer {
  public:
   DeviceBuffer() = default;
   explicit DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
-    if (bytes > 0) NEURON_CUDA_CHECK(cudaMalloc(&ptr_, bytes));
+    if (bytes == 0) return;
+    if (const cudaError_t status = cudaMalloc(&ptr_, bytes); status != cudaSuccess) {
+      ptr_ = nullptr;
+      throw_allocation_error(status, bytes);
+    }
   }
   ~DeviceBuffer() { reset(); }
   DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
