@@ -4,7 +4,7 @@
 # llama.cpp (.convert/llama-src.tar.xz, node-llama-cpp's source under llama.cpp/) built for CUDA in the
 # background.
 root=$PWD; O=$OUT R=$OUT/r; mkdir -p $R
-export OUT=$R WORK=/dev/shm/work NEURON="$root/.bundle/run neuron"
+export OUT=$R WORK=/dev/shm/work NEURON="$root/.bundle/run neuron" READY_TIMEOUT=${READY_TIMEOUT:-150}  # a load that fails leaves the daemon up, unready
 mkdir -p $WORK /work && { [ -e /work/main ] || ln -s $root /work/main; }  # tests find fixtures by /work/main
 source bench/serve/lib.sh
 t0=$(date +%s)

@@ -188,9 +188,6 @@ std::unique_ptr<ModelRunner> make_runner(const model::ModelConfig& cfg, const io
   if (options.quantize == quant::GgmlType::fp8_e4m3 && !device.is_cuda())
     fail(errc::unsupported_arch, "quant 'fp8' runs on CUDA devices (compute capability 9.0); on " + device.str() +
                                      " use q8_0, q4_k or q6_k");
-  if (plan.expert_parallel && device.is_cuda())
-    fail(errc::unsupported_arch, "expert_parallel (whole experts per rank) runs on CPU ranks for now, not on " +
-                                     device.str() + "; load without expert_parallel to split every expert instead");
   if (!device.is_cuda()) return cpu::make_cpu_runner(cfg, checkpoint, plan, std::move(comm), options);
 #ifdef NEURON_HAVE_CUDA
   return cuda::make_cuda_runner(cfg, checkpoint, plan, device, std::move(comm), options);

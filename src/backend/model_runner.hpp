@@ -169,10 +169,8 @@ inline constexpr std::uint64_t kDefaultCpuKvBytes = 2ull << 30;
 std::int64_t kv_budget_positions(const model::ModelConfig& cfg, const model::ShardPlan& plan, const Device& device,
                                  const KvBudget& budget, std::int32_t block_size);
 
-// Builds rank plan.rank's shard on `device`. Hybrid models (linear
-// attention) split over CUDA devices (tensor_parallel > 1) and expert-parallel
-// plans (ShardPlan::expert_parallel) on a CUDA device are Error{unsupported_arch}.
-// `checkpoint` null means random
+// Builds rank plan.rank's shard on `device` (CPU or CUDA; any ShardPlan,
+// expert-parallel ones included). `checkpoint` null means random
 // weights (benchmarks); the runner copies what it needs, so the checkpoint may
 // be closed afterwards. The runner shares ownership of `comm`.
 std::unique_ptr<ModelRunner> make_runner(const model::ModelConfig& cfg, const io::Checkpoint* checkpoint,

@@ -89,11 +89,6 @@ LoadPlan plan_load(const LoadOptions& options, const model::ModelConfig& cfg) {
          "tensor_parallel must be in [1, " + std::to_string(kMaxTensorParallel) + "], got " + std::to_string(n));
   LoadPlan plan;
   plan.devices = rank_devices(options);
-  if (options.expert_parallel)  // refused here, before a worker starts (make_runner refuses the same)
-    for (const backend::Device& d : plan.devices)
-      if (d.is_cuda())
-        fail(errc::unsupported_arch, "expert_parallel (whole experts per rank) runs on CPU ranks for now, not on " +
-                                         d.str() + "; load without expert_parallel to split every expert instead");
   backend::RunnerOptions& ro = plan.runner;
   ro.kv_block_size = options.kv_block_size > 0 ? options.kv_block_size : backend::kDefaultKvBlockSize;
   ro.state_slots = cfg.linear.hybrid() ? backend::kDefaultStateSlots : 0;

@@ -38,7 +38,7 @@ struct LoadOptions {
   std::string model_id;             // the shards' key on TP workers; default: the directory name
   int tensor_parallel = 1;
   // A MoE's experts dealt out whole over the ranks (model::ShardPlan::expert_parallel) instead of every
-  // expert split; needs tensor_parallel >= 2 dividing num_experts, CPU ranks for now.
+  // expert split; needs tensor_parallel >= 2 dividing num_experts (CPU or CUDA ranks).
   bool expert_parallel = false;
   backend::Device device;           // every rank's device unless `devices` is given
   std::vector<int> devices;         // CUDA ordinals: one per rank, or one shared by all ranks
@@ -78,8 +78,8 @@ struct LoadPlan {
 };
 // Throws Error{invalid_argument} for a bad device list or max_context,
 // Error{bad_tensor_parallel} for a split the model does not allow (expert_parallel
-// included), Error{unsupported_arch} for expert_parallel on a CUDA device, and
-// Error{out_of_memory} when the KV budget cannot hold one sequence of max_context.
+// included), and Error{out_of_memory} when the KV budget cannot hold one sequence
+// of max_context.
 LoadPlan plan_load(const LoadOptions& options, const model::ModelConfig& cfg);
 
 // Memory admission: the ranks on the CPU together must fit the host's

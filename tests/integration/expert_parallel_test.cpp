@@ -3,7 +3,9 @@
 // model. qwen3_moe-a (8 experts, top 2) at TP = 2 and 4 (4 and 2 whole experts
 // a rank) gives the goldens' greedy tokens and the single rank's logits, from
 // the checkpoint and from its GGUF; each rank holds only its experts; what
-// expert parallelism cannot do is refused before any worker starts, named.
+// expert parallelism cannot do is refused before any worker starts, named,
+// and CUDA ranks are planned as CPU ones are (their runs:
+// tests/unit/cuda_family_test.cpp, cuda_moe_test.cpp).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -173,8 +175,8 @@ TEST(ExpertParallel, EachRankHoldsItsWholeExperts) {
   EXPECT_EQ(ep_plan.rank_bytes, engine::plan_load(o, cfg).rank_bytes);
 }
 
-// A model without experts, one rank, experts that do not divide, a CUDA device:
-// each refused with the option named, before any worker starts.
+// A model without experts, one rank, experts that do not divide: each refused
+// with the option named, before any worker starts.
 TEST(ExpertParallel, WhatItCannotDoIsRefusedNamingWhy) {
   const auto moe = model::load_model_configs(kMoe).model;
   const auto dense = model::load_model_configs(kFamilies / "llama-a").model;
@@ -191,16 +193,12 @@ TEST(ExpertParallel, WhatItCannotDoIsRefusedNamingWhy) {
   // Without expert_parallel the same 6 experts split 4 ways (their intermediate dimension, 16, divides).
   EXPECT_NO_THROW((void)model::ShardPlan::make(six, 3, 4));
 
-  // CUDA ranks: refused by the load plan before a worker starts, and by make_runner itself.
-  engine::LoadOptions cuda = options(kMoe, 2, true);
+  // On CUDA ranks the same refusals, from the load plan.
+  engine::LoadOptions cuda = options(kMoe, 4, true);
   cuda.device = backend::Device::parse("cuda:0");
-  expect_refused(error_of([&] { engine::plan_load(cuda, moe); }), errc::unsupported_arch,
-                 {"expert_parallel", "cuda:0"});
-  expect_refused(error_of([&] {
-                   backend::make_runner(moe, nullptr, model::ShardPlan::make(moe, 0, 2, true),
-                                        backend::Device::parse("cuda:0"), nullptr, {});
-                 }),
-                 errc::unsupported_arch, {"expert_parallel", "cuda:0"});
+  cuda.kv_budget.bytes = 64u << 20;  // a budget of its own: the plan reads no device
+  expect_refused(error_of([&] { engine::plan_load(cuda, six); }), errc::bad_tensor_parallel,
+                 {"expert_parallel", "num_experts 6 is not divisible by 4"});
 
   // Through the registry (what POST /models/load answers 422 for): refused in load() itself, nothing left behind.
   engine::RegistryOptions ro;
@@ -219,6 +217,22 @@ TEST(ExpertParallel, WhatItCannotDoIsRefusedNamingWhy) {
   expect_refused(error_of([&] { registry.load(spec("qwen3_moe-a", 1), false); }), errc::bad_tensor_parallel,
                  {"expert_parallel"});
   EXPECT_TRUE(registry.list().empty());
+}
+
+// CUDA ranks take expert-parallel plans: the load plan (which reads no device given a KV budget of its own)
+// gives every rank on cuda:0 its whole experts' share, the same bytes as the intermediate split, as on the CPU.
+TEST(ExpertParallel, CudaRanksArePlannedLikeCpuRanks) {
+  const auto moe = model::load_model_configs(kMoe).model;
+  for (const int tp : {2, 4}) {
+    engine::LoadOptions o = options(kMoe, tp, true);
+    o.device = backend::Device::parse("cuda:0");
+    o.kv_budget.bytes = 64u << 20;
+    const engine::LoadPlan ep = engine::plan_load(o, moe);
+    ASSERT_EQ(ep.devices.size(), static_cast<std::size_t>(tp));
+    for (const backend::Device& d : ep.devices) EXPECT_TRUE(d.is_cuda()) << d.str();
+    o.expert_parallel = false;
+    EXPECT_EQ(ep.rank_bytes, engine::plan_load(o, moe).rank_bytes) << "tp " << tp;
+  }
 }
 
 }  // namespace

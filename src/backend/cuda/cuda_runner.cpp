@@ -276,7 +276,7 @@ class CudaRunner final : public ModelRunner, private model::BlockOps {
       DeviceMatrix gate_up;   // [2 * moe_ff, hidden]
       DeviceMatrix down;      // [hidden, moe_ff]
     };
-    std::vector<Expert> experts;  // [E] a MoE layer's experts
+    std::vector<Expert> experts;  // [L] a MoE layer's experts of this rank: expert moe_experts().begin + i is [i]
     // A hybrid MoE's shared expert (empty otherwise): x gets sigmoid(n . shared_gate) * shared_expert(n).
     DeviceMatrix shared_gate_up;  // [2 * Fs, hidden]
     DeviceMatrix shared_down;     // [hidden, Fs]
@@ -293,8 +293,8 @@ class CudaRunner final : public ModelRunner, private model::BlockOps {
       kernels::LinearState state;  // where its conv and delta-rule state sit in states_
     };
     std::optional<Linear> linear;
-    // The device MoE path (moe_on_device_): [2, E] device pointers to each expert's gate_up, then each one's
-    // down (bf16, or packed blocks of the types below, the same for every expert of the layer).
+    // The device MoE path (moe_on_device_): [2, L] device pointers to each local expert's gate_up, then each
+    // one's down (bf16, or packed blocks of the types below, the same for every expert of the layer).
     DeviceBuffer expert_ptrs;
     quant::GgmlType expert_gate_up_type = quant::GgmlType::bf16, expert_down_type = quant::GgmlType::bf16;
   };
@@ -338,6 +338,12 @@ class CudaRunner final : public ModelRunner, private model::BlockOps {
   void attention(std::int64_t layer) override;
   void mlp(std::int64_t layer) override;
   void moe(std::int64_t layer) override;
+  // The experts this rank holds of the E the router scores (ShardPlan::expert_begin, experts: L of them, all E
+  // unless the plan is expert parallel). The other ranks' add nothing here; moe's all-reduce sums the ranks.
+  kernels::MoeExperts moe_experts() const {
+    return {static_cast<int>(cfg_.moe.num_experts), static_cast<int>(plan_.expert_begin),
+            static_cast<int>(plan_.experts)};
+  }
   // Picks the device MoE path when each layer's experts are all bf16 or all of one block type its kernels
   // take, of widths they take (NEURON_CUDA_MOE_DEVICE=0: never), and fills its pointer tables and buffers.
   void setup_moe_on_device();
@@ -417,10 +423,11 @@ class CudaRunner final : public ModelRunner, private model::BlockOps {
   DeviceBuffer lin_out_;     // [kMaxPassTokens, Hv dv] bf16 its gated-normed output
   DeviceBuffer shared_out_;  // [kMaxPassTokens, hidden] f32 a shared expert's output
   DeviceBuffer shared_logit_;  // [kMaxPassTokens] f32 its gate's logits
-  // MoE layers (empty when dense; E experts, k of them per token).
+  // MoE layers (empty when dense; E experts, k of them per token, L of them this rank's: moe_experts()).
   DeviceBuffer router_logits_;  // [kMaxPassTokens, E] f32
   PinnedBuffer router_host_;    // [kMaxPassTokens, E] f32: the logits routed on the host (model::MoeRouter)
-  PinnedBuffer moe_host_;       // [2, kMaxPassTokens * k] 4-byte: the chosen experts' token rows (i32), then weights (f32)
+  PinnedBuffer moe_host_;       // [2, kMaxPassTokens * k] 4-byte: the chosen local experts' token rows (i32), then
+                                // weights (f32), each [pairs of local experts]
   DeviceBuffer moe_dev_;        // the same on the device
   DeviceBuffer expert_h_;       // [kMaxPassTokens, hidden] bf16: one expert's tokens' normed inputs
   DeviceBuffer expert_out_;     // [kMaxPassTokens, hidden] f32: its outputs
@@ -678,6 +685,8 @@ void CudaRunner::load_weights(const io::Checkpoint* checkpoint) {
     }
     if (s.moe) {
       l.router = matrix({&s.moe->router}, checkpoint, up, Hold::as_stored);
+      NEURON_ASSERT(s.moe->expert_begin == plan_.expert_begin &&
+                    static_cast<std::int64_t>(s.moe->experts.size()) == plan_.experts);
       for (const model::MlpSpecs& e : s.moe->experts)
         l.experts.push_back({matrix({&e.gate_proj, &e.up_proj}, checkpoint, up, Hold::quantizable),
                              matrix({&e.down_proj}, checkpoint, up, Hold::quantizable)});
@@ -1089,7 +1098,7 @@ void CudaRunner::mlp(std::int64_t li) {
 }
 
 void CudaRunner::setup_moe_on_device() {
-  const auto experts = static_cast<std::size_t>(cfg_.moe.num_experts);
+  const auto experts = static_cast<std::size_t>(plan_.experts);  // L, the rank's
   if (experts == 0 || !env_flag("NEURON_CUDA_MOE_DEVICE", true) || !kernels::moe_experts_supported(hidden_, moe_ff_) ||
       static_cast<std::size_t>(kMaxGraphBatch) * static_cast<std::size_t>(cfg_.moe.experts_per_token) >
           static_cast<std::size_t>(kernels::kMoeMaxPairs))
@@ -1114,7 +1123,7 @@ void CudaRunner::setup_moe_on_device() {
   }
   for (Layer& l : layers_) {
     if (l.experts.empty()) continue;
-    std::vector<const void*> ptrs(2 * experts);  // [2, E]
+    std::vector<const void*> ptrs(2 * experts);  // [2, L]
     for (std::size_t e = 0; e < experts; ++e) {
       const Layer::Expert& ex = l.experts[e];
       ptrs[e] = ex.gate_up.part_data(ex.gate_up.parts[0]);
@@ -1124,7 +1133,7 @@ void CudaRunner::setup_moe_on_device() {
     NEURON_CUDA_CHECK(cudaMemcpy(l.expert_ptrs.data(), ptrs.data(), l.expert_ptrs.bytes(), cudaMemcpyHostToDevice));
   }
   const auto pairs = static_cast<std::size_t>(kMaxGraphBatch) * static_cast<std::size_t>(cfg_.moe.experts_per_token);
-  // i32/f32 words: expert, weight, slot_pair, pair_slot [pairs] each; offsets, active [E + 1] each
+  // i32/f32 words: expert, weight, slot_pair, pair_slot [pairs] each; offsets, active [L + 1] each
   moe_route_buf_ = DeviceBuffer(4 * (4 * pairs + 2 * (experts + 1)));
   auto* words = moe_route_buf_.data<std::int32_t>();
   moe_route_.expert = words;
@@ -1140,7 +1149,8 @@ void CudaRunner::setup_moe_on_device() {
 
 // Passes of up to kMaxGraphBatch tokens route and run on the device (moe_kernels.hpp, quant_moe_rows) when
 // setup_moe_on_device took the experts; longer passes (prefill), and experts it did not take (FP8,
-// mixed), route on the host.
+// mixed), route on the host. Either routes over all E experts and runs this rank's (moe_experts(): all of
+// them unless expert parallel); the all-reduce sums the ranks' parts.
 void CudaRunner::moe(std::int64_t li) {
   const Layer& layer = layers_[static_cast<std::size_t>(li)];
   cudaStream_t s = stream_.get();
@@ -1156,9 +1166,10 @@ void CudaRunner::moe(std::int64_t li) {
   NEURON_CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
   const bool captured = capture == cudaStreamCaptureStatusActive;
   if (moe_on_device_ && n <= kMaxGraphBatch && (captured || n <= kMoeEagerDeviceTokens)) {
-    const int experts = cfg_.moe.num_experts, k = cfg_.moe.experts_per_token;
-    const auto* ptrs = layer.expert_ptrs.data<const void*>();
-    kernels::moe_route_group(router_logits_.data<float>(), n, experts, k, cfg_.moe.norm_topk_prob, moe_route_, s);
+    const kernels::MoeExperts mine = moe_experts();
+    const int experts = mine.count, k = cfg_.moe.experts_per_token;
+    const auto* ptrs = layer.expert_ptrs.data<const void*>();  // [2, L]
+    kernels::moe_route_group(router_logits_.data<float>(), n, mine, k, cfg_.moe.norm_topk_prob, moe_route_, s);
     bf16_t* act = moe_act_.data<bf16_t>();
     if (layer.expert_gate_up_type == quant::GgmlType::bf16) {
       kernels::moe_gate_up(reinterpret_cast<const bf16_t* const*>(ptrs), h, n, k, experts, hidden_, moe_ff_, moe_route_,
@@ -1168,14 +1179,14 @@ void CudaRunner::moe(std::int64_t li) {
     }
     const auto* down = reinterpret_cast<const bf16_t* const*>(ptrs + experts);
     if (layer.expert_down_type == quant::GgmlType::bf16 && kernels::moe_down_combine_supported(n, k)) {
-      kernels::moe_down_combine(down, act, n, k, hidden_, moe_ff_, moe_route_, delta, s);
+      kernels::moe_down_combine(down, act, n, k, hidden_, moe_ff_, mine, moe_route_, delta, s);
     } else {
       if (layer.expert_down_type == quant::GgmlType::bf16)
         kernels::moe_down(down, act, n, k, experts, hidden_, moe_ff_, moe_route_, moe_out_.data<float>(), s);
       else
         kernels::quant_moe_rows(layer.expert_down_type, ptrs + experts, hidden_, moe_ff_, act, false, n, k, experts,
                                 moe_route_, moe_out_.data<float>(), s);
-      kernels::moe_combine(moe_out_.data<float>(), n, k, hidden_, moe_route_, delta, s);
+      kernels::moe_combine(moe_out_.data<float>(), n, k, hidden_, mine, moe_route_, delta, s);
     }
   } else {
     moe_on_host(layer, n);
@@ -1185,34 +1196,41 @@ void CudaRunner::moe(std::int64_t li) {
   pending_ = delta;
 }
 
-// Routed on the host (model::MoeRouter over the router's logits), then each chosen expert over its tokens
-// gathered: SwiGLU, down projection, and its weighted rows added into delta in expert order.
+// Routed on the host (model::MoeRouter over the router's logits, all E experts), then each of this rank's
+// chosen experts over its tokens gathered: SwiGLU, down projection, and its weighted rows added into delta in
+// expert order. The other ranks' experts add nothing here.
 void CudaRunner::moe_on_host(const Layer& layer, int n) {
   cudaStream_t s = stream_.get();
-  const auto experts = static_cast<std::int64_t>(layer.experts.size());
+  const kernels::MoeExperts mine = moe_experts();
+  NEURON_ASSERT(static_cast<int>(layer.experts.size()) == mine.count);
   bf16_t* h = h_.data<bf16_t>();
   float* delta = delta_.data<float>();
-  NEURON_CUDA_CHECK(cudaMemcpyAsync(router_host_.data(), router_logits_.data(), 4 * static_cast<std::size_t>(n) * experts,
+  NEURON_CUDA_CHECK(cudaMemcpyAsync(router_host_.data(), router_logits_.data(),
+                                    4 * static_cast<std::size_t>(n) * static_cast<std::size_t>(mine.total),
                                     cudaMemcpyDeviceToHost, s));
   stream_.synchronize();  // also: no earlier copy still reads moe_host_
   router_.route(router_host_.data<float>(), n, cfg_.moe);
-  const std::size_t routed = static_cast<std::size_t>(n) * static_cast<std::size_t>(cfg_.moe.experts_per_token);
-  auto* rows = moe_host_.data<std::int32_t>();
+  auto tokens_of = [&](int local) -> const std::vector<model::RoutedToken>& {
+    return router_.tokens_of(mine.begin + local);
+  };
+  std::size_t routed = 0;  // the pairs of this rank's experts
+  for (int e = 0; e < mine.count; ++e) routed += tokens_of(e).size();
+  NEURON_CUDA_CHECK(cudaMemsetAsync(delta, 0, 4 * static_cast<std::size_t>(n) * hidden_, s));
+  if (routed == 0) return;
+  auto* rows = moe_host_.data<std::int32_t>();  // [routed] token rows, then [routed] weights
   auto* weights = reinterpret_cast<float*>(rows + routed);
   std::size_t at = 0;
-  for (std::int64_t e = 0; e < experts; ++e)
-    for (const model::RoutedToken& t : router_.tokens_of(e)) {
+  for (int e = 0; e < mine.count; ++e)
+    for (const model::RoutedToken& t : tokens_of(e)) {
       rows[at] = static_cast<std::int32_t>(t.token);
       weights[at++] = t.weight;
     }
-  NEURON_ASSERT(at == routed);
   NEURON_CUDA_CHECK(cudaMemcpyAsync(moe_dev_.data(), moe_host_.data(), 8 * routed, cudaMemcpyHostToDevice, s));
-  NEURON_CUDA_CHECK(cudaMemsetAsync(delta, 0, 4 * static_cast<std::size_t>(n) * hidden_, s));
   const auto* rows_dev = moe_dev_.data<std::int32_t>();
   const auto* weights_dev = reinterpret_cast<const float*>(rows_dev + routed);
   at = 0;
-  for (std::int64_t e = 0; e < experts; ++e) {
-    const auto m = static_cast<int>(router_.tokens_of(e).size());
+  for (int e = 0; e < mine.count; ++e) {
+    const auto m = static_cast<int>(tokens_of(e).size());
     if (m == 0) continue;  // an expert no token chose is never read
     const Layer::Expert& ex = layer.experts[static_cast<std::size_t>(e)];
     kernels::gather_rows(h, rows_dev + at, m, hidden_, expert_h_.data<bf16_t>(), s);

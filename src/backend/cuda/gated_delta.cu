@@ -243,11 +243,11 @@ constexpr int kOptinSmem = 227 * 1024;
 __host__ __device__ constexpr int key_stride(int dk) { return dk + 4; }
 __host__ __device__ constexpr int prep_x_stride(int dk, int dv) { return ((dk > dv ? dk : dv) + 3) / 4 * 4 + 4; }
 std::size_t prep_smem(int dk, int dv) {
-  return sizeof(float) * (static_cast<std::size_t>(kChunk) * (key_stride(dk) + prep_x_stride(dk, dv) + kTs) + 2 * kChunk);
+  return sizeof(float) * (static_cast<std::size_t>(kChunk) * (key_stride(dk) + prep_x_stride(dk, dv) + 2 * kTs) + 2 * kChunk);
 }
 std::size_t scan_smem(int dk) {
   return sizeof(float) * (static_cast<std::size_t>(kChunk) * (2 * key_stride(dk) + kTileCols + kTs) +
-                          static_cast<std::size_t>(dk) * kTileCols + kChunk);
+                          static_cast<std::size_t>(dk) * kTileCols + 3 * kChunk);
 }
 
 // The pass's scratch, a row of `row_floats()` per pass row: per value head the row's w [dk], then u (after the
@@ -288,8 +288,9 @@ __global__ void __launch_bounds__(kChunkThreads) delta_chunk_prep_kernel(const f
   const int XS = prep_x_stride(DK, dv);
   float* Ks = reinterpret_cast<float*>(smem4);  // [64, KS] keys, then keys * beta * exp(G)
   float* Xs = Ks + kChunk * KS;                 // [64, XS] queries, then values * beta
-  float* Tm = Xs + kChunk * XS;                 // [64, kTs] the UT system, then T
-  float* G = Tm + kChunk * kTs;                 // [64] cumulative log decay (0 past L)
+  float* Tm = Xs + kChunk * XS;                 // [64, kTs] the UT system (strictly lower)
+  float* Tn = Tm + kChunk * kTs;                // [64, kTs] T, its inverse with a unit diagonal
+  float* G = Tn + kChunk * kTs;                 // [64] cumulative log decay (0 past L)
   float* B = G + kChunk;                        // [64] beta
   const int tid = static_cast<int>(threadIdx.x);
   for (int e = tid; e < kChunk * DK; e += kChunkThreads) {
@@ -335,19 +336,23 @@ __global__ void __launch_bounds__(kChunkThreads) delta_chunk_prep_kernel(const f
     if (i < L) sc.aqk(row0 + i, h)[j] = qk;
   }
   __syncthreads();
-  // Forward substitution, a row at a time: T[i, j] = Tm[i, j] + sum_{j < m < i} Tm[i, m] T[m, j] (rows above i
-  // final, row i's own entries as they were).
-  for (int i = 1; i < L; ++i) {
-    float v = 0.f;
-    if (tid < i) {
-      v = Tm[i * kTs + tid];
-      for (int m = tid + 1; m < i; ++m) v += Tm[i * kTs + m] * Tm[m * kTs + tid];
+  // Forward substitution by columns: T[i, j] = Tm[i, j] + sum_{j < m < i} Tm[i, m] T[m, j]. Column j of T needs
+  // only Tm and its own rows above i, so four lanes of one warp own it (lanes 4c..4c+3 of warp w: column 8w + c),
+  // each summing every fourth m, and meet by shuffles: no block barrier between rows (the row-at-a-time form
+  // took two a row, with at most i threads busy).
+  {
+    static_assert(kChunkThreads == 4 * kChunk, "four lanes a column of T");
+    const int j = tid >> 2, part = tid & 3;
+    for (int i = 0; i < kChunk; ++i) {
+      float v = 0.f;
+      if (i < L && j < i)
+        for (int m = j + 1 + part; m < i; m += 4) v += Tm[i * kTs + m] * Tn[m * kTs + j];
+      v += __shfl_xor_sync(0xffffffffu, v, 1);
+      v += __shfl_xor_sync(0xffffffffu, v, 2);
+      if (part == 0) Tn[i * kTs + j] = i < L && j < i ? Tm[i * kTs + j] + v : (i == j && i < L ? 1.f : 0.f);
+      __syncwarp();  // the column's row i before any of its lanes reads it
     }
-    __syncthreads();
-    if (tid < i) Tm[i * kTs + tid] = v;
-    __syncthreads();
   }
-  if (tid < kChunk) Tm[tid * kTs + tid] = tid < L ? 1.f : 0.f;
   for (int e = tid; e < kChunk * dv; e += kChunkThreads) {
     const int i = e / dv, d = e % dv;
     Xs[i * XS + d] = i < L ? conv[static_cast<std::size_t>(row0 + i) * C + 2 * key_dim + h * dv + d] * B[i] : 0.f;
@@ -361,13 +366,13 @@ __global__ void __launch_bounds__(kChunkThreads) delta_chunk_prep_kernel(const f
   for (int e = tid; e < L * dv; e += kChunkThreads) {
     const int i = e / dv, d = e % dv;
     float acc = 0.f;
-    for (int m = 0; m <= i; ++m) acc += Tm[i * kTs + m] * Xs[m * XS + d];
+    for (int m = 0; m <= i; ++m) acc += Tn[i * kTs + m] * Xs[m * XS + d];
     sc.u(row0 + i, h)[d] = acc;
   }
   for (int e = tid; e < L * DK; e += kChunkThreads) {
     const int i = e / DK, d = e % DK;
     float acc = 0.f;
-    for (int m = 0; m <= i; ++m) acc += Tm[i * kTs + m] * Ks[m * KS + d];
+    for (int m = 0; m <= i; ++m) acc += Tn[i * kTs + m] * Ks[m * KS + d];
     sc.w(row0 + i, h)[d] = acc;
   }
 }
@@ -377,7 +382,7 @@ __global__ void __launch_bounds__(kChunkThreads) delta_chunk_prep_kernel(const f
 // o = (q exp(G)) S + A_qk v_new (into the scratch's u, for the norm), then S = exp(G_last) S + (k exp(G_last -
 // G))^T v_new; the tile goes back to the slot at the end.
 template <int DK>
-__global__ void __launch_bounds__(kChunkThreads) delta_chunk_scan_kernel(const float* conv, LinearShape shape,
+__global__ void __launch_bounds__(kChunkThreads, 2) delta_chunk_scan_kernel(const float* conv, LinearShape shape,
                                                                           LinearSeqs seqs, LinearState state,
                                                                           ChunkScratch sc) {
   grid_dependency_wait();
@@ -395,6 +400,8 @@ __global__ void __launch_bounds__(kChunkThreads) delta_chunk_scan_kernel(const f
   float* Us = As + kChunk * kTs;                // [64, 32] u, then v_new
   float* Ss = Us + kChunk * kTileCols;          // [DK, 32] the state's tile
   float* Gs = Ss + DK * kTileCols;              // [64] G
+  float* Eq = Gs + kChunk;                      // [64] exp(G)
+  float* Ek = Eq + kChunk;                      // [64] exp(G_last - G)
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   const int col = static_cast<int>(blockIdx.x) * kTileCols + lane;
   const bool active = col < dv;
@@ -408,18 +415,34 @@ __global__ void __launch_bounds__(kChunkThreads) delta_chunk_scan_kernel(const f
   for (int t0 = 0; t0 < n; t0 += kChunk) {
     const int L = min(kChunk, n - t0), row0 = q0 + t0;
     __syncthreads();  // the last chunk's readers are done with every buffer
-    if (tid < kChunk) Gs[tid] = tid < L ? *sc.g(row0 + tid, h) : 0.f;
-    for (int e = tid; e < kChunk * DK; e += kChunkThreads) {
-      const int i = e / DK, d = e % DK;
+    if (tid < kChunk) {
+      const float g = tid < L ? *sc.g(row0 + tid, h) : 0.f, g_end = *sc.g(row0 + L - 1, h);
+      Gs[tid] = g;
+      Eq[tid] = expf(g);
+      Ek[tid] = expf(g_end - g);
+    }
+    __syncthreads();
+    // The chunk's inputs: a thread's loads unrolled eight steps at a time, so they are in flight together (a
+    // load a loop step, each waiting on the one before, made the scan wait on memory most of its time).
+    constexpr int kPerKey = kChunk * DK / kChunkThreads, kPerA = kChunk * kChunk / kChunkThreads;
+    static_assert(kPerKey * kChunkThreads == kChunk * DK && kPerA * kChunkThreads == kChunk * kChunk);
+#pragma unroll 8
+    for (int k = 0; k < kPerKey; ++k) {
+      const int e = tid + k * kChunkThreads, i = e / DK, d = e % DK;
       const bool in_chunk = i < L;
       Ws[i * KS + d] = in_chunk ? sc.w(row0 + i, h)[d] : 0.f;
-      Qs[i * KS + d] = in_chunk ? conv[static_cast<std::size_t>(row0 + i) * C + kh * DK + d] * expf(*sc.g(row0 + i, h)) : 0.f;
+      Qs[i * KS + d] = in_chunk ? conv[static_cast<std::size_t>(row0 + i) * C + kh * DK + d] * Eq[i] : 0.f;
     }
-    for (int e = tid; e < kChunk * kChunk; e += kChunkThreads) {
-      const int i = e / kChunk, m = e % kChunk;
+#pragma unroll 8
+    for (int k = 0; k < kPerA; ++k) {
+      const int e = tid + k * kChunkThreads, i = e / kChunk, m = e % kChunk;
       As[i * kTs + m] = i < L ? sc.aqk(row0 + i, h)[m] : 0.f;
     }
-    for (int i = warp; i < kChunk; i += 8) Us[i * kTileCols + lane] = i < L && active ? sc.u(row0 + i, h)[col] : 0.f;
+#pragma unroll
+    for (int k = 0; k < kChunk / 8; ++k) {
+      const int i = warp + 8 * k;
+      Us[i * kTileCols + lane] = i < L && active ? sc.u(row0 + i, h)[col] : 0.f;
+    }
     __syncthreads();
     // v_new and (q exp(G)) S for rows warp + 8 e of column lane.
     float vn[RPT] = {}, oi[RPT] = {};
@@ -448,10 +471,10 @@ __global__ void __launch_bounds__(kChunkThreads) delta_chunk_scan_kernel(const f
     }
     // Nothing reads Ws after the barrier above: it takes k exp(G_last - G).
     const float g_last = Gs[L - 1];
-    for (int e = tid; e < kChunk * DK; e += kChunkThreads) {
-      const int i = e / DK, d = e % DK;
-      Ws[i * KS + d] =
-          i < L ? conv[static_cast<std::size_t>(row0 + i) * C + key_dim + kh * DK + d] * expf(g_last - Gs[i]) : 0.f;
+#pragma unroll 8
+    for (int k = 0; k < kPerKey; ++k) {
+      const int e = tid + k * kChunkThreads, i = e / DK, d = e % DK;
+      Ws[i * KS + d] = i < L ? conv[static_cast<std::size_t>(row0 + i) * C + key_dim + kh * DK + d] * Ek[i] : 0.f;
     }
     __syncthreads();
     const float decay = expf(g_last);

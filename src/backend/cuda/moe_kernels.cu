@@ -81,13 +81,21 @@ __global__ void __launch_bounds__(32 * kRouteWarps)
   if (token < n) route_token(logits, token, experts, k, norm_topk, probs + warp * experts, r);
 }
 
-// The whole block: count each expert's pairs, their offsets (thread 0; E is small), then each warp places
-// the pairs of its experts in pair order, 32 pairs a ballot. ids: [pairs] shared, the pairs' experts.
-__device__ void group_pairs(int pairs, int experts, int* ids, int* count, int* first, const MoeRoute& r) {
-  for (int p = threadIdx.x; p < pairs; p += blockDim.x) ids[p] = r.expert[p];
+// The whole block, over the rank's `experts` experts from `begin` (local ids): count each one's pairs (a pair
+// of another expert gets no slot), their offsets (thread 0; E is small), then each warp places the pairs of
+// its experts in pair order, 32 pairs a ballot. ids: [pairs] shared, the pairs' local experts (-1: not the
+// rank's); count, first: [experts] shared.
+__device__ void group_pairs(int pairs, int begin, int experts, int* ids, int* count, int* first, const MoeRoute& r) {
+  for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
+    const int e = r.expert[p] - begin;
+    const bool mine = static_cast<unsigned>(e) < static_cast<unsigned>(experts);
+    ids[p] = mine ? e : -1;
+    if (!mine) r.pair_slot[p] = -1;
+  }
   for (int e = threadIdx.x; e < experts; e += blockDim.x) count[e] = 0;
   __syncthreads();
-  for (int p = threadIdx.x; p < pairs; p += blockDim.x) atomicAdd(&count[ids[p]], 1);
+  for (int p = threadIdx.x; p < pairs; p += blockDim.x)
+    if (ids[p] >= 0) atomicAdd(&count[ids[p]], 1);
   __syncthreads();
   if (threadIdx.x == 0) {
     int at = 0, used = 0;
@@ -119,17 +127,19 @@ __device__ void group_pairs(int pairs, int experts, int* ids, int* count, int* f
   }
 }
 
-__global__ void __launch_bounds__(kGroupThreads) moe_group_kernel(int pairs, int experts, MoeRoute r) {
-  extern __shared__ int group_smem[];  // ids [pairs], count [experts], first [experts]
+__global__ void __launch_bounds__(kGroupThreads) moe_group_kernel(int pairs, int begin, int experts, MoeRoute r) {
+  extern __shared__ int group_smem[];  // ids [pairs], count [experts], first [experts] (the rank's experts)
   grid_dependency_wait();
-  group_pairs(pairs, experts, group_smem, group_smem + pairs, group_smem + pairs + experts, r);
+  group_pairs(pairs, begin, experts, group_smem, group_smem + pairs, group_smem + pairs + experts, r);
 }
 
 // Both in one block, for passes whose every warp's probabilities fit in shared memory beside the grouping:
-// its warps route the tokens (token = warp, warp + 32, ...), then the block groups their pairs.
-__global__ void __launch_bounds__(kGroupThreads)
-    moe_route_group_kernel(const float* logits, int n, int experts, int k, bool norm_topk, MoeRoute r) {
-  extern __shared__ int fused_smem[];  // probabilities [32, experts] f32, then ids, count, first
+// its warps route the tokens over all `experts` (token = warp, warp + 32, ...), then the block groups their
+// pairs of the rank's `local` experts from `begin`.
+__global__ void __launch_bounds__(kGroupThreads) moe_route_group_kernel(const float* logits, int n, int experts,
+                                                                        int begin, int local, int k, bool norm_topk,
+                                                                        MoeRoute r) {
+  extern __shared__ int fused_smem[];  // probabilities [32, experts] f32, then ids [n k], count, first [local]
   grid_dependency_wait();
   const int warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   float* probs = reinterpret_cast<float*>(fused_smem) + warp * experts;
@@ -137,21 +147,26 @@ __global__ void __launch_bounds__(kGroupThreads)
   __syncthreads();  // the block's writes of r.expert are visible to the block
   int* ids = fused_smem + warps * experts;
   const int pairs = n * k;
-  group_pairs(pairs, experts, ids, ids + pairs, ids + pairs + experts, r);
+  group_pairs(pairs, begin, local, ids, ids + pairs, ids + pairs + local, r);
 }
 
-// A pass of one token (k <= 32 pairs) in one warp, with no block-wide barrier: the warp routes the token,
-// then places its pairs, a pair a lane. The slots, offsets and active list are group_pairs' (a pair's slot
-// counts the pairs of lower experts and the earlier pairs of its own). A 1024-thread block for one token's
-// routing took 11 us of a 30B-A3B layer (bench/cuda/runs/profile-2026-12-07).
-__global__ void __launch_bounds__(32)
-    moe_route_group_warp_kernel(const float* logits, int experts, int k, bool norm_topk, MoeRoute r) {
-  extern __shared__ float warp_smem[];  // probabilities [experts] f32, then the pairs' experts [32]
+// A pass of one token (k <= 32 pairs) in one warp, with no block-wide barrier: the warp routes the token
+// over all `experts`, then places its pairs of the rank's `local` experts from `begin`, a pair a lane. The
+// slots, offsets and active list are group_pairs' (a pair's slot counts the pairs of lower experts and the
+// earlier pairs of its own). A 1024-thread block for one token's routing took 11 us of a 30B-A3B layer
+// (bench/cuda/runs/profile-2026-12-07).
+__global__ void __launch_bounds__(32) moe_route_group_warp_kernel(const float* logits, int experts, int begin,
+                                                                  int local, int k, bool norm_topk, MoeRoute r) {
+  extern __shared__ float warp_smem[];  // probabilities [experts] f32, then the pairs' local experts [32]
   grid_dependency_wait();
   route_token(logits, 0, experts, k, norm_topk, warp_smem, r);
   int* ids = reinterpret_cast<int*>(warp_smem + experts);
   const int lane = static_cast<int>(threadIdx.x), pairs = k;
-  const int id = lane < pairs ? r.expert[lane] : INT_MAX;  // route_token's writes are the warp's (__syncwarp)
+  // route_token's writes are the warp's (__syncwarp). A lane past the pairs, or a pair of another rank's
+  // expert, takes no slot: INT_MAX sorts after every local expert.
+  const int e = lane < pairs ? r.expert[lane] - begin : -1;
+  const bool mine = static_cast<unsigned>(e) < static_cast<unsigned>(local);
+  const int id = mine ? e : INT_MAX;
   ids[lane] = id;
   __syncwarp();
   int slot = 0;
@@ -161,20 +176,22 @@ __global__ void __launch_bounds__(32)
     slot += other < id || (other == id && q < lane);
     first = first && !(other == id && q < lane);
   }
-  first = first && lane < pairs;
+  first = first && mine;
   const unsigned firsts = __ballot_sync(0xffffffffu, first);
   int rank = 0;  // experts in use below this pair's
   for (int q = 0; q < pairs; ++q) rank += ((firsts >> q) & 1u) && ids[q] < id;
-  if (lane < pairs) {
+  if (mine) {
     r.slot_pair[slot] = lane;
     r.pair_slot[lane] = slot;
     if (first) r.active[1 + rank] = id;
+  } else if (lane < pairs) {
+    r.pair_slot[lane] = -1;
   }
   if (lane == 0) r.active[0] = __popc(firsts);
-  for (int e = lane; e <= experts; e += 32) {
+  for (int le = lane; le <= local; le += 32) {
     int below = 0;
-    for (int q = 0; q < pairs; ++q) below += ids[q] < e;
-    r.offsets[e] = below;
+    for (int q = 0; q < pairs; ++q) below += ids[q] < le;
+    r.offsets[le] = below;
   }
 }
 
@@ -279,8 +296,10 @@ __global__ void __launch_bounds__(32 * kExpertWarps)
 constexpr int kCombineThreads = 256;  // columns a combine block takes
 
 // Block (column tile, token): each thread one column, the token's k experts' rows summed in routing order
-// (deterministic). Tiles of columns rather than one block a token: at a decode step's one token, a single
+// (deterministic). !kWhole: a pair without a slot (another rank's expert) adds nothing; the whole case keeps
+// the loop tuned without expert parallelism. Tiles of columns rather than one block a token: at a decode step's one token, a single
 // block left all but one SM idle and took 16.6 us of a 30B-A3B layer (bench/cuda/runs/profile-2026-12-07).
+template <bool kWhole>
 __global__ void __launch_bounds__(kCombineThreads)
     moe_combine_kernel(const float* out, int k, int hidden, MoeRoute r, float* delta) {
   grid_dependency_wait();
@@ -290,7 +309,8 @@ __global__ void __launch_bounds__(kCombineThreads)
   const int* slot = r.pair_slot + static_cast<std::size_t>(t) * k;
   const float* w = r.weight + static_cast<std::size_t>(t) * k;
   float acc = 0.f;
-  for (int j = 0; j < k; ++j) acc += w[j] * out[static_cast<std::size_t>(slot[j]) * hidden + c];
+  for (int j = 0; j < k; ++j)
+    if (const int s = slot[j]; kWhole || s >= 0) acc += w[j] * out[static_cast<std::size_t>(s) * hidden + c];
   delta[static_cast<std::size_t>(t) * hidden + c] = acc;
 }
 
@@ -300,39 +320,75 @@ __global__ void __launch_bounds__(kCombineThreads)
 // warp sums them and adds them up weighted in routing order, as moe_combine does, so the result is moe_down's
 // then moe_combine's, in one launch and without the [n k, hidden] out buffer. At a decode step's one token the
 // two took 15.6 + 3.7 us of a 30B-A3B layer (a warp's row of 768 is three loads a lane).
+// kWhole: every expert is the rank's (down[] by global id, every pair a slot). Otherwise the token's m pairs
+// with a slot, in routing order, from down[] by local id (the q-th is the token's pair at the q-th set bit of
+// `mine`); a token with none gets zeros. Two instantiations, so that the whole case's code is the one tuned
+// without expert parallelism.
+template <bool kWhole>
 __global__ void __launch_bounds__(32 * kExpertWarps)
-    moe_down_combine_kernel(const bf16_t* const* down, const bf16_t* act, int k, int hidden, int ff, MoeRoute r,
-                            float* delta) {
+    moe_down_combine_kernel(const bf16_t* const* down, const bf16_t* act, int k, int hidden, int ff, int begin,
+                            MoeRoute r, float* delta) {
   grid_dependency_wait();
   const int t = blockIdx.y;
   const int j = blockIdx.x * kExpertWarps + (threadIdx.x >> 5), lane = threadIdx.x & 31;
   if (j >= hidden) return;
   const int chunks = ff / 8;
+  int m = k;          // the pairs summed, the same in every lane
+  unsigned mine = 0;  // !kWhole: bit i, the token's i-th pair has a slot
+  if constexpr (!kWhole) {
+#pragma unroll
+    for (int q = 0; q < kMoeDownCombineMaxK; ++q)
+      if (q < k && r.pair_slot[t * k + q] >= 0) mine |= 1u << q;
+    m = __popc(mine);
+    if (m == 0) {
+      if (lane == 0) delta[static_cast<std::size_t>(t) * hidden + j] = 0.f;
+      return;
+    }
+  }
   const uint4* w[kMoeDownCombineMaxK];
   const uint4* x[kMoeDownCombineMaxK];
+  unsigned rest = mine;
+  int i = 0;  // the q-th summed pair's place among the token's k (past m: the last summed)
 #pragma unroll
   for (int q = 0; q < kMoeDownCombineMaxK; ++q) {
-    const int pair = t * k + min(q, k - 1);
-    w[q] = reinterpret_cast<const uint4*>(down[r.expert[pair]] + static_cast<std::size_t>(j) * ff);
+    if constexpr (kWhole) {
+      i = min(q, k - 1);
+    } else if (rest != 0) {
+      i = __ffs(static_cast<int>(rest)) - 1;
+      rest &= rest - 1;
+    }
+    const int pair = t * k + i;
+    const int e = kWhole ? r.expert[pair] : r.expert[pair] - begin;
+    w[q] = reinterpret_cast<const uint4*>(down[e] + static_cast<std::size_t>(j) * ff);
     x[q] = reinterpret_cast<const uint4*>(act + static_cast<std::size_t>(r.pair_slot[pair]) * ff);
   }
   float acc[kMoeDownCombineMaxK] = {};
   for (int c = lane; c < chunks; c += 32) {
 #pragma unroll
     for (int q = 0; q < kMoeDownCombineMaxK; ++q)
-      if (q < k) acc[q] += dot8(__ldg(w[q] + c), __ldg(x[q] + c));
+      if (q < m) acc[q] += dot8(__ldg(w[q] + c), __ldg(x[q] + c));
   }
   const float* weight = r.weight + static_cast<std::size_t>(t) * k;
   float sum = 0.f;
+  rest = mine;
 #pragma unroll
   for (int q = 0; q < kMoeDownCombineMaxK; ++q)
-    if (q < k) sum += weight[q] * warp_sum(acc[q]);  // k is the same in every lane
+    if (q < m) {  // m is the same in every lane
+      i = q;
+      if constexpr (!kWhole) {
+        i = __ffs(static_cast<int>(rest)) - 1;
+        rest &= rest - 1;
+      }
+      sum += weight[i] * warp_sum(acc[q]);
+    }
   if (lane == 0) delta[static_cast<std::size_t>(t) * hidden + j] = sum;
 }
 
 unsigned experts_in_use(int n, int k, int experts) {
   return static_cast<unsigned>(std::min<long long>(static_cast<long long>(n) * k, experts));
 }
+
+bool valid(MoeExperts mine) { return mine.count >= 1 && mine.begin >= 0 && mine.begin + mine.count <= mine.total; }
 
 }  // namespace
 
@@ -349,32 +405,33 @@ void moe_route(const float* logits, int n, int experts, int k, bool norm_topk, c
          n, experts, k, norm_topk, r);
 }
 
-void moe_group(int n, int experts, int k, const MoeRoute& r, cudaStream_t stream) {
+void moe_group(int n, MoeExperts mine, int k, const MoeRoute& r, cudaStream_t stream) {
   if (n <= 0) return;
   const int pairs = n * k;
-  NEURON_ASSERT(pairs <= kMoeMaxPairs);
-  launch(moe_group_kernel, dim3(1), kGroupThreads, sizeof(int) * (pairs + 2 * static_cast<std::size_t>(experts)),
-         stream, "moe_group", pairs, experts, r);
+  NEURON_ASSERT(pairs <= kMoeMaxPairs && valid(mine));
+  launch(moe_group_kernel, dim3(1), kGroupThreads, sizeof(int) * (pairs + 2 * static_cast<std::size_t>(mine.count)),
+         stream, "moe_group", pairs, mine.begin, mine.count, r);
 }
 
-void moe_route_group(const float* logits, int n, int experts, int k, bool norm_topk, const MoeRoute& r,
+void moe_route_group(const float* logits, int n, MoeExperts mine, int k, bool norm_topk, const MoeRoute& r,
                      cudaStream_t stream) {
   if (n <= 0) return;
-  NEURON_ASSERT(k >= 1 && k <= experts && n * k <= kMoeMaxPairs);
+  const int experts = mine.total;
+  NEURON_ASSERT(k >= 1 && k <= experts && n * k <= kMoeMaxPairs && valid(mine));
   if (n == 1 && k <= 32) {
     launch(moe_route_group_warp_kernel, dim3(1), 32, sizeof(float) * (static_cast<std::size_t>(experts) + 32), stream,
-           "moe_route_group", logits, experts, k, norm_topk, r);
+           "moe_route_group", logits, experts, mine.begin, mine.count, k, norm_topk, r);
     return;
   }
-  const std::size_t fused =
-      sizeof(int) * ((kGroupThreads / 32) * static_cast<std::size_t>(experts) + n * k + 2 * static_cast<std::size_t>(experts));
+  const std::size_t fused = sizeof(int) * ((kGroupThreads / 32) * static_cast<std::size_t>(experts) + n * k +
+                                           2 * static_cast<std::size_t>(mine.count));
   if (fused <= 48 * 1024) {  // the default shared-memory limit of a block
-    launch(moe_route_group_kernel, dim3(1), kGroupThreads, fused, stream, "moe_route_group", logits, n, experts, k,
-           norm_topk, r);
+    launch(moe_route_group_kernel, dim3(1), kGroupThreads, fused, stream, "moe_route_group", logits, n, experts,
+           mine.begin, mine.count, k, norm_topk, r);
     return;
   }
   moe_route(logits, n, experts, k, norm_topk, r, stream);
-  moe_group(n, experts, k, r, stream);
+  moe_group(n, mine, k, r, stream);
 }
 
 void moe_gate_up(const bf16_t* const* gate_up, const bf16_t* h, int n, int k, int experts, int hidden, int ff,
@@ -393,21 +450,30 @@ void moe_down(const bf16_t* const* down, const bf16_t* act, int n, int k, int ex
   launch(moe_down_kernel, grid, 32 * kExpertWarps, 0, stream, "moe_down", down, act, hidden, ff, r, out);
 }
 
-void moe_combine(const float* out, int n, int k, int hidden, const MoeRoute& r, float* delta, cudaStream_t stream) {
+void moe_combine(const float* out, int n, int k, int hidden, MoeExperts mine, const MoeRoute& r, float* delta,
+                 cudaStream_t stream) {
   if (n <= 0) return;
+  NEURON_ASSERT(valid(mine));
   const dim3 grid(static_cast<unsigned>((hidden + kCombineThreads - 1) / kCombineThreads), static_cast<unsigned>(n));
-  launch(moe_combine_kernel, grid, kCombineThreads, 0, stream, "moe_combine", out, k, hidden, r, delta);
+  if (mine.whole())
+    launch(moe_combine_kernel<true>, grid, kCombineThreads, 0, stream, "moe_combine", out, k, hidden, r, delta);
+  else
+    launch(moe_combine_kernel<false>, grid, kCombineThreads, 0, stream, "moe_combine", out, k, hidden, r, delta);
 }
 
 bool moe_down_combine_supported(int n, int k) noexcept { return n == 1 && k >= 1 && k <= kMoeDownCombineMaxK; }
 
-void moe_down_combine(const bf16_t* const* down, const bf16_t* act, int n, int k, int hidden, int ff, const MoeRoute& r,
-                      float* delta, cudaStream_t stream) {
+void moe_down_combine(const bf16_t* const* down, const bf16_t* act, int n, int k, int hidden, int ff, MoeExperts mine,
+                      const MoeRoute& r, float* delta, cudaStream_t stream) {
   NEURON_ASSERT(n >= 1 && n <= kMoeDownCombineMaxTokens && k >= 1 && k <= kMoeDownCombineMaxK &&
-                moe_experts_supported(hidden, ff));
+                moe_experts_supported(hidden, ff) && valid(mine));
   const dim3 grid(static_cast<unsigned>((hidden + kExpertWarps - 1) / kExpertWarps), static_cast<unsigned>(n));
-  launch(moe_down_combine_kernel, grid, 32 * kExpertWarps, 0, stream, "moe_down_combine", down, act, k, hidden, ff, r,
-         delta);
+  if (mine.whole())
+    launch(moe_down_combine_kernel<true>, grid, 32 * kExpertWarps, 0, stream, "moe_down_combine", down, act, k, hidden,
+           ff, 0, r, delta);
+  else
+    launch(moe_down_combine_kernel<false>, grid, 32 * kExpertWarps, 0, stream, "moe_down_combine", down, act, k,
+           hidden, ff, mine.begin, r, delta);
 }
 
 }  // namespace neuron::backend::cuda::kernels

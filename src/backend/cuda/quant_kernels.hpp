@@ -52,7 +52,7 @@ void dequantize_bf16_split(quant::GgmlType type, const void* w, int rows, int co
 
 // A MoE layer's block-quantized experts in use (moe_kernels.hpp's grouping of n tokens, k experts each):
 // y[s, :] = W_e x(s) for every slot s of every expert e with a token, W_e [rows, cols] packed at w[e] (device
-// pointers), x(s) = row slot_pair[s] / k of x ([n, cols]) when x_by_token, else row s of x ([n k, cols]).
+// pointers, [experts]: e is the grouping's local id, `experts` its MoeExperts::count), x(s) = row slot_pair[s] / k of x ([n, cols]) when x_by_token, else row s of x ([n k, cols]).
 // y: [n k, rows]. Each warp reads its rows' blocks once per eight of the expert's slots (the FMA GEMV's
 // views: every type quant_supported takes).
 bool quant_moe_supported(quant::GgmlType type) noexcept;
