@@ -226,9 +226,9 @@ TEST_F(CudaQuant, LinearOverMixedPartsMatchesAtEveryTokenCount) {
     offset = (offset + b.size() + 255) / 256 * 256;
     bytes.push_back(std::move(b));
   }
-  m.data = DeviceBuffer(offset);
+  m.own(DeviceBuffer(offset));
   for (std::size_t i = 0; i < bytes.size(); ++i)
-    NEURON_CUDA_CHECK(cudaMemcpy(m.data.data<std::byte>() + m.parts[i].offset, bytes[i].data(), bytes[i].size(),
+    NEURON_CUDA_CHECK(cudaMemcpy(m.data + m.parts[i].offset, bytes[i].data(), bytes[i].size(),
                                  cudaMemcpyHostToDevice));
   const int max_tokens = 200;
   Linear linear(s(), true, LinearScratch{true, false}, max_tokens, cols);
@@ -323,12 +323,12 @@ DeviceMatrix fp8_matrix(const std::vector<bf16_t>& w, int rows, int cols, cudaSt
   DeviceMatrix m;
   m.rows = rows;
   m.cols = cols;
-  m.data = DeviceBuffer(static_cast<std::size_t>(rows) * cols + 4 * rows + 256);
+  m.own(DeviceBuffer(static_cast<std::size_t>(rows) * cols + 4 * rows + 256));
   m.parts.push_back({GgmlType::fp8_e4m3, rows, 0, (static_cast<std::size_t>(rows) * cols + 255) / 256 * 256});
   DeviceBuffer dw(2 * w.size());
   NEURON_CUDA_CHECK(cudaMemcpyAsync(dw.data(), w.data(), 2 * w.size(), cudaMemcpyHostToDevice, stream));
-  kernels::fp8_quantize_rows(dw.data<bf16_t>(), rows, cols, 0, cols, m.data.data<std::uint8_t>(),
-                             reinterpret_cast<float*>(m.data.data<std::byte>() + m.parts[0].scales), stream);
+  kernels::fp8_quantize_rows(dw.data<bf16_t>(), rows, cols, 0, cols, reinterpret_cast<std::uint8_t*>(m.data),
+                             reinterpret_cast<float*>(m.data + m.parts[0].scales), stream);
   NEURON_CUDA_CHECK(cudaStreamSynchronize(stream));
   return m;
 }
@@ -342,7 +342,7 @@ TEST_F(CudaQuant, Fp8GemvAtEveryBlockShapeAndItsSwigluEpilogueIsTheUnfusedPair) 
   for (int cols : {1024, 2080, 9600}) {
     const auto w = spiky_x(static_cast<std::size_t>(2 * f) * cols);
     DeviceMatrix m = fp8_matrix(w, 2 * f, cols, s());
-    const auto q = download<std::uint8_t>(m.data, static_cast<std::size_t>(2 * f) * cols);
+    const auto q = download<std::uint8_t>(m.owned, static_cast<std::size_t>(2 * f) * cols);
     std::vector<float> scale(2 * f);
     NEURON_CUDA_CHECK(cudaMemcpy(scale.data(), m.part_scales(m.parts[0]), 4 * scale.size(), cudaMemcpyDeviceToHost));
     std::vector<float> wf(q.size());
@@ -380,10 +380,10 @@ TEST_F(CudaQuant, Fp8PrefillOnTheTensorCoresMatchesWithBothScalingPaths) {
   m.cols = cols;
   const auto w = random_x(static_cast<std::size_t>(rows) * cols);
   auto dw = upload(w);
-  m.data = DeviceBuffer(static_cast<std::size_t>(rows) * cols + 4 * rows + 256);
+  m.own(DeviceBuffer(static_cast<std::size_t>(rows) * cols + 4 * rows + 256));
   m.parts.push_back({GgmlType::fp8_e4m3, rows, 0, static_cast<std::size_t>(rows) * cols});
-  kernels::fp8_quantize_rows(dw.data<bf16_t>(), rows, cols, 0, cols, m.data.data<std::uint8_t>(),
-                             reinterpret_cast<float*>(m.data.data<std::byte>() + m.parts[0].scales), s());
+  kernels::fp8_quantize_rows(dw.data<bf16_t>(), rows, cols, 0, cols, reinterpret_cast<std::uint8_t*>(m.data),
+                             reinterpret_cast<float*>(m.data + m.parts[0].scales), s());
   std::vector<float> wf(static_cast<std::size_t>(rows) * cols);
   for (std::size_t i = 0; i < wf.size(); ++i) wf[i] = bf16_to_f32(w[i]);
   const auto x = random_x(static_cast<std::size_t>(n) * cols);

@@ -296,6 +296,7 @@ class CudaRunner final : public ModelRunner, private model::BlockOps {
     // The device MoE path (moe_on_device_): [2, L] device pointers to each local expert's gate_up, then each
     // one's down (bf16, or packed blocks of the types below, the same for every expert of the layer).
     DeviceBuffer expert_ptrs;
+    DeviceBuffer expert_memory;  // every expert's gate_up then down, each 256-byte aligned (load_experts)
     quant::GgmlType expert_gate_up_type = quant::GgmlType::bf16, expert_down_type = quant::GgmlType::bf16;
   };
 
@@ -318,11 +319,30 @@ class CudaRunner final : public ModelRunner, private model::BlockOps {
   // quantize-at-load type (it is 15% of an 8B decode step's bytes; the GGUF
   // types leave it bf16, as the CPU does).
   enum class Hold { bf16, as_stored, quantizable, lm_head };
-  // A matrix of stacked slices, one part per run of a type.
+  // A matrix's layout before its memory: its parts (one per run of a type) and the slices their rows come from.
+  struct MatrixPlan {
+    struct Slice {
+      const model::SliceSpec* spec = nullptr;
+      std::optional<io::TensorView> view;  // when there is a checkpoint
+      bool quantize = false;               // quantize-at-load (from the view, or the stand-in weights)
+    };
+    DeviceMatrix m;                           // parts, rows and cols; no memory yet
+    std::vector<std::vector<Slice>> by_part;  // [part] its slices
+    std::size_t bytes = 0;                    // the device memory it takes
+  };
+  MatrixPlan plan_matrix(std::span<const model::SliceSpec* const> specs, const io::Checkpoint* checkpoint, Hold hold);
+  // The plan's rows uploaded to `dst` (plan.bytes of device memory that outlives the matrix, 256-byte aligned).
+  DeviceMatrix fill_matrix(MatrixPlan plan, std::byte* dst, const io::Checkpoint* checkpoint,
+                           std::optional<Uploader>& up);
+  // A matrix of stacked slices in memory of its own.
   DeviceMatrix matrix(std::initializer_list<const model::SliceSpec*> specs, const io::Checkpoint* checkpoint,
                       std::optional<Uploader>& up, Hold hold);
   DeviceMatrix matrix_of(std::span<const model::SliceSpec* const> specs, const io::Checkpoint* checkpoint,
                          std::optional<Uploader>& up, Hold hold);
+  // A MoE layer's experts (gate_up, down each), all in one allocation, l.expert_memory: cudaMalloc takes whole
+  // 2 MiB pages, and an allocation a matrix cost the Qwen3.5-35B-A3B shape's Q8_0 experts (2.125 and 1.0625 MiB)
+  // ~28 GiB more than their bytes (bench/cuda, 2026-12-07).
+  void load_experts(Layer& l, const model::MoeSpecs& moe, const io::Checkpoint* checkpoint, std::optional<Uploader>& up);
   kernels::PagedKv kv(std::size_t layer) const;
   int decode_splits(int items, int max_len) const;
   // decode_splits rounded down to a power of two: a graph's grid, captured once per bucket.
@@ -687,9 +707,7 @@ void CudaRunner::load_weights(const io::Checkpoint* checkpoint) {
       l.router = matrix({&s.moe->router}, checkpoint, up, Hold::as_stored);
       NEURON_ASSERT(s.moe->expert_begin == plan_.expert_begin &&
                     static_cast<std::int64_t>(s.moe->experts.size()) == plan_.experts);
-      for (const model::MlpSpecs& e : s.moe->experts)
-        l.experts.push_back({matrix({&e.gate_proj, &e.up_proj}, checkpoint, up, Hold::quantizable),
-                             matrix({&e.down_proj}, checkpoint, up, Hold::quantizable)});
+      load_experts(l, *s.moe, checkpoint, up);
       if (const auto& se = s.moe->shared_expert) {
         l.shared_gate_up = matrix({&se->gate_proj, &se->up_proj}, checkpoint, up, Hold::quantizable);
         l.shared_down = matrix({&se->down_proj}, checkpoint, up, Hold::quantizable);
@@ -803,19 +821,19 @@ DeviceMatrix CudaRunner::matrix(std::initializer_list<const model::SliceSpec*> s
   return matrix_of(std::span<const model::SliceSpec* const>(specs.begin(), specs.size()), checkpoint, up, hold);
 }
 
-DeviceMatrix CudaRunner::matrix_of(std::span<const model::SliceSpec* const> specs, const io::Checkpoint* checkpoint,
-                                   std::optional<Uploader>& up, Hold hold) {
+namespace {
+constexpr std::size_t kWeightAlign = 256;  // every matrix, part, and an FP8 part's scales, start here
+std::size_t weight_align(std::size_t b) { return (b + kWeightAlign - 1) / kWeightAlign * kWeightAlign; }
+}  // namespace
+
+CudaRunner::MatrixPlan CudaRunner::plan_matrix(std::span<const model::SliceSpec* const> specs,
+                                               const io::Checkpoint* checkpoint, Hold hold) {
   using quant::GgmlType;
-  constexpr std::size_t kAlign = 256;  // every part, and an FP8 part's scales, start here
-  auto align = [](std::size_t b) { return (b + kAlign - 1) / kAlign * kAlign; };
-  struct Slice {
-    const model::SliceSpec* spec = nullptr;
-    std::optional<io::TensorView> view;  // when there is a checkpoint
-    bool quantize = false;               // quantize-at-load (from the view, or the stand-in weights)
-  };
-  DeviceMatrix m;
+  using Slice = MatrixPlan::Slice;
+  MatrixPlan plan;
+  DeviceMatrix& m = plan.m;
   m.cols = static_cast<int>(specs.front()->cols());
-  std::vector<std::vector<Slice>> by_part;  // [part] its slices
+  std::vector<std::vector<Slice>>& by_part = plan.by_part;
   for (const model::SliceSpec* spec : specs) {
     NEURON_ASSERT(spec->cols() == m.cols);
     Slice sl;
@@ -846,20 +864,72 @@ DeviceMatrix CudaRunner::matrix_of(std::span<const model::SliceSpec* const> spec
   }
   std::size_t end = 0;
   for (DeviceMatrix::Part& p : m.parts) {
-    p.offset = align(end);
+    p.offset = weight_align(end);
     end = p.offset + static_cast<std::size_t>(p.rows) * quant::row_bytes(p.type, m.cols);
     if (p.type == GgmlType::fp8_e4m3) {
-      p.scales = align(end);
+      p.scales = weight_align(end);
       end = p.scales + 4 * static_cast<std::size_t>(p.rows);
     }
   }
-  m.data = DeviceBuffer(end);
-  weight_bytes_ += m.data.bytes();
+  plan.bytes = end;
+  return plan;
+}
+
+DeviceMatrix CudaRunner::matrix_of(std::span<const model::SliceSpec* const> specs, const io::Checkpoint* checkpoint,
+                                   std::optional<Uploader>& up, Hold hold) {
+  MatrixPlan plan = plan_matrix(specs, checkpoint, hold);
+  DeviceBuffer memory(plan.bytes);
+  weight_bytes_ += memory.bytes();
+  std::byte* dst = memory.data<std::byte>();
+  DeviceMatrix m = fill_matrix(std::move(plan), dst, checkpoint, up);
+  m.own(std::move(memory));
+  return m;
+}
+
+void CudaRunner::load_experts(Layer& l, const model::MoeSpecs& moe, const io::Checkpoint* checkpoint,
+                              std::optional<Uploader>& up) {
+  std::vector<MatrixPlan> plans;  // [2 E_local] each expert's gate_up, then its down
+  plans.reserve(2 * moe.experts.size());
+  std::size_t total = 0;
+  for (const model::MlpSpecs& e : moe.experts) {
+    const model::SliceSpec* gate_up[] = {&e.gate_proj, &e.up_proj};
+    const model::SliceSpec* down[] = {&e.down_proj};
+    for (auto specs : {std::span<const model::SliceSpec* const>(gate_up), std::span<const model::SliceSpec* const>(down)}) {
+      plans.push_back(plan_matrix(specs, checkpoint, Hold::quantizable));
+      total = weight_align(total) + plans.back().bytes;
+    }
+  }
+  l.expert_memory = DeviceBuffer(total);
+  weight_bytes_ += l.expert_memory.bytes();
+  std::byte* base = l.expert_memory.data<std::byte>();
+  std::size_t at = 0;
+  l.experts.reserve(moe.experts.size());
+  for (std::size_t i = 0; i < plans.size(); i += 2) {
+    Layer::Expert e;
+    for (DeviceMatrix* m : {&e.gate_up, &e.down}) {
+      MatrixPlan& plan = plans[i + (m == &e.down ? 1 : 0)];
+      at = weight_align(at);
+      const std::size_t bytes = plan.bytes;
+      *m = fill_matrix(std::move(plan), base + at, checkpoint, up);
+      at += bytes;
+    }
+    l.experts.push_back(std::move(e));
+  }
+  NEURON_ASSERT(at == total);
+}
+
+DeviceMatrix CudaRunner::fill_matrix(MatrixPlan plan, std::byte* dst_base, const io::Checkpoint* checkpoint,
+                                     std::optional<Uploader>& up) {
+  using quant::GgmlType;
+  using Slice = MatrixPlan::Slice;
+  DeviceMatrix m = std::move(plan.m);
+  const std::vector<std::vector<Slice>>& by_part = plan.by_part;
+  m.data = dst_base;
 
   std::vector<std::byte> host;  // [packed bytes of one slice] a packed or quantized slice on its way up
   for (std::size_t i = 0; i < m.parts.size(); ++i) {
     const DeviceMatrix::Part& p = m.parts[i];
-    std::byte* dst = m.data.data<std::byte>() + p.offset;
+    std::byte* dst = m.data + p.offset;
     if (p.type == GgmlType::fp8_e4m3) {
       // The part's whole rows in bf16 first (a temporary: a rank holding some
       // columns scales by the whole row, as TP=1 does), then quantized on the device.
@@ -878,7 +948,7 @@ DeviceMatrix CudaRunner::matrix_of(std::span<const model::SliceSpec* const> spec
       if (up) up->finish();  // the copies run on the uploader's stream
       kernels::fp8_quantize_rows(staged.data<bf16_t>(), p.rows, static_cast<int>(full_cols),
                                  static_cast<int>(first.col_begin), m.cols, reinterpret_cast<std::uint8_t*>(dst),
-                                 reinterpret_cast<float*>(m.data.data<std::byte>() + p.scales), stream_.get());
+                                 reinterpret_cast<float*>(m.data + p.scales), stream_.get());
       stream_.synchronize();  // before `staged` goes
       continue;
     }

@@ -33,7 +33,7 @@ bool DeviceMatrix::quantized() const noexcept {
 
 const bf16_t* DeviceMatrix::bf16() const noexcept {
   NEURON_ASSERT(!quantized());
-  return data.data<bf16_t>();
+  return reinterpret_cast<const bf16_t*>(data);
 }
 
 Linear::Linear(cudaStream_t stream, bool use_gemv, LinearScratch scratch, int max_tokens, int max_cols)

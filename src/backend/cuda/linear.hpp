@@ -36,17 +36,22 @@ struct DeviceMatrix {
     std::size_t offset = 0;  // bytes into data
     std::size_t scales = 0;  // fp8_e4m3 parts: bytes into data of the [rows] f32 row scales
   };
-  DeviceBuffer data;        // the parts' rows, part after part
-  std::vector<Part> parts;  // in row order; rows sum to `rows`
+  DeviceBuffer owned;        // the rows when the matrix owns them; empty when they sit in a buffer shared with
+                             // other matrices (a MoE layer's experts: CudaRunner's Layer::expert_memory)
+  std::byte* data = nullptr;  // the parts' rows, part after part: owned's memory or a slice of a shared buffer
+  std::vector<Part> parts;    // in row order; rows sum to `rows`
   int rows = 0, cols = 0;
 
+  // Takes `memory` as the matrix's own and points data at it.
+  void own(DeviceBuffer memory) noexcept {
+    owned = std::move(memory);
+    data = owned.data<std::byte>();
+  }
   bool quantized() const noexcept;  // any part in a block format
   // The whole matrix as bf16 [rows, cols]: only when !quantized().
   const kernels::bf16_t* bf16() const noexcept;
-  const std::byte* part_data(const Part& p) const noexcept { return data.data<std::byte>() + p.offset; }
-  const float* part_scales(const Part& p) const noexcept {
-    return reinterpret_cast<const float*>(data.data<std::byte>() + p.scales);
-  }
+  const std::byte* part_data(const Part& p) const noexcept { return data + p.offset; }
+  const float* part_scales(const Part& p) const noexcept { return reinterpret_cast<const float*>(data + p.scales); }
 };
 
 // Token counts up to which quantized parts use the block-decoding GEMV (in
