@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
-# One device call after a round of kernel changes: (1) the GPU tests of the hybrids and the MoE kernels
-# (`CudaGatedDelta*`, `CudaHybrid*`, `CudaMoe*`, `CudaFamily*`: expert parallelism on ranks sharing the GPU
-# among them); (2) `neuron-base` (the binary before the change) and `neuron` alternating: dummy-weight prefill of
-# the Qwen3.5-27B shape at 2048 / 8192 tokens, Qwen3-30B-A3B decode at batch 1 and 4; (3) the Qwen3.5-35B-A3B
-# shape as a Q8_0 GGUF under neuron alone (the_35b, LLAMA_35B=0); (4) Qwen3-30B-A3B bf16 beside llama.cpp
-# (the_30b without its Q4_K_M half). A watchdog ends it at LIMIT s (570); what finished comes back as $OUT/r.tgz.
+# One device call after a round of kernel changes: (1) the GPU tests of the hybrids, the MoE kernels, the
+# quantized and tiny runners (`CudaGatedDelta*`, `CudaHybrid*`, `CudaMoe*`, `CudaFamily*`, `CudaQuant*`,
+# `CudaRunnerTiny*`: expert parallelism on ranks sharing the GPU among them); (2) `neuron-base` (the binary
+# before the change) and `neuron` alternating: dummy-weight prefill of the Qwen3.5-27B shape at 2048 / 8192
+# tokens, Qwen3-30B-A3B decode at batch 1 and 4; then Qwen3-8B and Llama-3.1-8B (dummy weights) alternating;
+# (3) the Qwen3.5-35B-A3B shape as a Q8_0 GGUF under neuron alone (the_35b, LLAMA_35B=0); (4) Qwen3-30B-A3B
+# bf16 beside llama.cpp (the_30b without its Q4_K_M half). A watchdog ends it at LIMIT s (570); what finished
+# comes back as $OUT/r.tgz.
 #   bash bench/cuda/bundle_ab.sh .bundle BASE_NEURON build/neuron build/cuda_tests
 #   run: LIMIT=490 bash bench/cuda/run-round.sh   (carry .bundle, .convert/llama-src.tar.xz, .convert/gguf-py, .dev/qtok.tar.xz)
 set -uo pipefail
 source bench/cuda/call_lib.sh
 main() {
 build_llama_cuda llama-bench llama-server
-timeout 200 .bundle/run cuda_tests --gtest_filter='CudaGatedDelta*:CudaHybrid*:Fixtures/CudaHybrid*:CudaMoe*:CudaFamily*' >$R/tests.log 2>&1
+timeout 240 .bundle/run cuda_tests --gtest_filter='CudaGatedDelta*:CudaHybrid*:Fixtures/CudaHybrid*:CudaMoe*:CudaFamily*:CudaQuant*:CudaRunnerTiny*' >$R/tests.log 2>&1
 say "cuda_tests rc=$? $(grep -E '^\[  (PASSED|FAILED)' $R/tests.log | tr '\n' ' ')"
 grep -E "^\[  FAILED|Failure|Expected|Which is|actual|worst" $R/tests.log | head -60 >>$R/steps.log
 B="bench --dummy-weights --device cuda:0 --json --config qwen3.5-27b --prompt-len 2048,8192 --gen 16"
@@ -34,6 +36,14 @@ for f in sorted(glob.glob(sys.argv[1] + "/bench-*.jsonl") + glob.glob(sys.argv[1
             print(f.split("/")[-1], d.get("config"), "batch", d.get("batch"), "prompt", r["prompt_len"],
                   "prefill_ms %.1f" % r["prefill_ms"], "decode_tok_s %.1f" % r["decode_tok_s"])
 PY
+# Issue 26: Llama-3.1-8B within 5% of Qwen3-8B (dummy bf16 weights, same binary, alternating).
+for round in 1 2; do
+  for c in qwen3-8b llama-3.1-8b; do
+    timeout 40 .bundle/run neuron bench --dummy-weights --device cuda:0 --json --config $c --prompt-len 128,2048 --gen 64 \
+      >>$R/family-$c.jsonl 2>>$R/bench.err
+    say "family $c round $round rc=$? $(tail -1 $R/family-$c.jsonl | grep -o '"decode_tok_s":[0-9.]*\|"prefill_ms":[0-9.]*' | tr '\n' ' ')"
+  done
+done
 tar xJf .dev/qtok.tar.xz -C /tmp
 LLAMA_35B=0 the_35b
 QUANT_30B=0 the_30b
