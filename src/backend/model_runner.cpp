@@ -8,6 +8,7 @@
 #include "model/sampler.hpp"
 #include "model/shard_weights.hpp"
 #include "quant/quantize.hpp"
+#include "util/byte_size.hpp"
 #include "util/error.hpp"
 
 #ifdef NEURON_HAVE_CUDA
@@ -23,8 +24,6 @@ constexpr std::uint64_t kCudaActivationReserve = 2ull << 30;
 constexpr double kDefaultDeviceFraction = 0.9;
 #endif
 constexpr std::uint64_t kMaxKvBlocks = 1u << 20;
-
-std::string gib(std::uint64_t bytes) { return std::to_string(static_cast<double>(bytes) / (1ull << 30)).substr(0, 5) + " GiB"; }
 }  // namespace
 
 HostFloats ModelRunner::alloc_logits(std::size_t count) const {
@@ -130,7 +129,7 @@ namespace {
 std::pair<std::uint64_t, std::string> kv_budget_bytes(const model::ModelConfig& cfg, const model::ShardPlan& plan,
                                                       const Device& device, const KvBudget& budget) {
   std::uint64_t bytes = budget.bytes;
-  std::string from = "the KV budget of " + gib(bytes);
+  std::string from = "the KV budget of " + util::gib(bytes);
   if (bytes == 0 && device.is_cuda()) {
 #ifdef NEURON_HAVE_CUDA
     const double fraction = budget.device_fraction > 0 ? budget.device_fraction : kDefaultDeviceFraction;
@@ -142,15 +141,15 @@ std::pair<std::uint64_t, std::string> kv_budget_bytes(const model::ModelConfig& 
                                       : static_cast<std::uint64_t>(model::weight_elements(cfg, plan)) * 2;
     const std::uint64_t taken = weights + kCudaActivationReserve;
     bytes = usable > taken ? usable - taken : 0;
-    from = std::to_string(fraction) + " of " + device.str() + "'s " + gib(total) +
-           (sharing > 1 ? " shared by " + std::to_string(sharing) + " ranks" : std::string()) + " less " + gib(weights) +
-           " of weights and " + gib(kCudaActivationReserve) + " for activations";
+    from = std::to_string(fraction) + " of " + device.str() + "'s " + util::gib(total) +
+           (sharing > 1 ? " shared by " + std::to_string(sharing) + " ranks" : std::string()) + " less " + util::gib(weights) +
+           " of weights and " + util::gib(kCudaActivationReserve) + " for activations";
 #else
     fail(errc::invalid_argument, "device " + device.str() + ": this build has no CUDA support");
 #endif
   } else if (bytes == 0) {
     bytes = kDefaultCpuKvBytes;
-    from = "the default CPU KV budget of " + gib(bytes);
+    from = "the default CPU KV budget of " + util::gib(bytes);
   }
   return {bytes, std::move(from)};
 }
@@ -171,8 +170,8 @@ std::int32_t plan_kv_blocks(const model::ModelConfig& cfg, const model::ShardPla
   const std::uint64_t one_sequence = per_block * static_cast<std::uint64_t>((max_context + block_size - 1) / block_size);
   const auto [bytes, from] = kv_budget_bytes(cfg, plan, device, budget);
   if (bytes < one_sequence)
-    fail(errc::out_of_memory, "the KV cache needs " + gib(one_sequence) + " for one sequence of " +
-                                  std::to_string(max_context) + " positions, but " + from + " leaves " + gib(bytes) +
+    fail(errc::out_of_memory, "the KV cache needs " + util::gib(one_sequence) + " for one sequence of " +
+                                  std::to_string(max_context) + " positions, but " + from + " leaves " + util::gib(bytes) +
                                   "; lower max_context or raise the KV budget");
   const std::uint64_t blocks = bytes / per_block;
   // More blocks than 16M positions would only grow the engine's bookkeeping.

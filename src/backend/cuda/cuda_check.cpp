@@ -2,37 +2,35 @@
 
 #include <cublas_v2.h>
 
-#include <cstdio>
 #include <string>
 
+#include "util/byte_size.hpp"
 #include "util/error.hpp"
 
 namespace neuron::backend::cuda {
 
-void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line) {
-  // Clear the sticky-free error state so the next request on this thread starts clean.
+namespace {
+// Error{out_of_memory} for cudaErrorMemoryAllocation, Error{cuda} otherwise; clears the thread's last error so
+// the next request on it starts clean.
+[[noreturn]] void throw_cuda_status(cudaError_t status, const std::string& message) {
   (void)cudaGetLastError();
-  std::string message = std::string(call) + " failed: " + cudaGetErrorName(status) + " (" +
-                        cudaGetErrorString(status) + ") at " + file + ":" + std::to_string(line);
   if (status == cudaErrorMemoryAllocation) throw Error(errc::out_of_memory, "CUDA out of memory: " + message);
   throw Error(errc::cuda, message);
 }
+}  // namespace
+
+void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line) {
+  throw_cuda_status(status, std::string(call) + " failed: " + cudaGetErrorName(status) + " (" +
+                           cudaGetErrorString(status) + ") at " + file + ":" + std::to_string(line));
+}
 
 void throw_allocation_error(cudaError_t status, std::size_t bytes) {
-  (void)cudaGetLastError();
-  auto gib = [](std::size_t b) {
-    char text[32];
-    std::snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(b) / double(1ull << 30));
-    return std::string(text);
-  };
   std::size_t free = 0, total = 0;
   const std::string room = cudaMemGetInfo(&free, &total) == cudaSuccess
-                               ? "; the device has " + gib(free) + " free of " + gib(total)
+                               ? "; the device has " + util::gib(free) + " free of " + util::gib(total)
                                : std::string();
-  const std::string message = "cudaMalloc of " + std::to_string(bytes) + " bytes (" + gib(bytes) + ") failed: " +
-                              cudaGetErrorName(status) + room;
-  if (status == cudaErrorMemoryAllocation) throw Error(errc::out_of_memory, "CUDA out of memory: " + message);
-  throw Error(errc::cuda, message);
+  throw_cuda_status(status, "cudaMalloc of " + std::to_string(bytes) + " bytes (" + util::gib(bytes) + ") failed: " +
+                           cudaGetErrorName(status) + room);
 }
 
 void throw_cublas_error(cublasStatus_t status, const char* call, const char* file, int line) {

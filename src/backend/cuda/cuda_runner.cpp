@@ -888,34 +888,28 @@ DeviceMatrix CudaRunner::matrix_of(std::span<const model::SliceSpec* const> spec
 
 void CudaRunner::load_experts(Layer& l, const model::MoeSpecs& moe, const io::Checkpoint* checkpoint,
                               std::optional<Uploader>& up) {
-  std::vector<MatrixPlan> plans;  // [2 E_local] each expert's gate_up, then its down
-  plans.reserve(2 * moe.experts.size());
+  std::vector<MatrixPlan> plans;    // [2 E_local] each expert's gate_up, then its down
+  std::vector<std::size_t> offset;  // [2 E_local] where each starts in expert_memory
   std::size_t total = 0;
   for (const model::MlpSpecs& e : moe.experts) {
     const model::SliceSpec* gate_up[] = {&e.gate_proj, &e.up_proj};
     const model::SliceSpec* down[] = {&e.down_proj};
-    for (auto specs : {std::span<const model::SliceSpec* const>(gate_up), std::span<const model::SliceSpec* const>(down)}) {
+    using Specs = std::span<const model::SliceSpec* const>;
+    for (Specs specs : {Specs(gate_up), Specs(down)}) {
       plans.push_back(plan_matrix(specs, checkpoint, Hold::quantizable));
-      total = weight_align(total) + plans.back().bytes;
+      offset.push_back(weight_align(total));
+      total = offset.back() + plans.back().bytes;
     }
   }
   l.expert_memory = DeviceBuffer(total);
   weight_bytes_ += l.expert_memory.bytes();
   std::byte* base = l.expert_memory.data<std::byte>();
-  std::size_t at = 0;
+  auto fill = [&](std::size_t i) { return fill_matrix(std::move(plans[i]), base + offset[i], checkpoint, up); };
   l.experts.reserve(moe.experts.size());
   for (std::size_t i = 0; i < plans.size(); i += 2) {
-    Layer::Expert e;
-    for (DeviceMatrix* m : {&e.gate_up, &e.down}) {
-      MatrixPlan& plan = plans[i + (m == &e.down ? 1 : 0)];
-      at = weight_align(at);
-      const std::size_t bytes = plan.bytes;
-      *m = fill_matrix(std::move(plan), base + at, checkpoint, up);
-      at += bytes;
-    }
-    l.experts.push_back(std::move(e));
+    DeviceMatrix gate_up = fill(i);
+    l.experts.push_back({std::move(gate_up), fill(i + 1)});
   }
-  NEURON_ASSERT(at == total);
 }
 
 DeviceMatrix CudaRunner::fill_matrix(MatrixPlan plan, std::byte* dst_base, const io::Checkpoint* checkpoint,
