@@ -6,14 +6,15 @@
 # tokens, Qwen3-30B-A3B decode at batch 1 and 4; then Qwen3-8B and Llama-3.1-8B (dummy weights) alternating;
 # (3) the Qwen3.5-35B-A3B shape as a Q8_0 GGUF under neuron alone (the_35b, LLAMA_35B=0); (4) Qwen3-30B-A3B
 # bf16 beside llama.cpp (the_30b without its Q4_K_M half). A watchdog ends it at LIMIT s (570); what finished
-# comes back as $OUT/r.tgz.
+# comes back as $OUT/r.tgz. Knobs: PROFILE=1 adds profile_prefill of the 27B shape at 8192 tokens after the A/B;
+# LLAMA_35B=1 runs llama.cpp on the 35B-A3B file too; WITH_30B=0 leaves (4) out; TESTS: another gtest filter.
 #   bash bench/cuda/bundle_ab.sh .bundle BASE_NEURON build/neuron build/cuda_tests
 #   run: LIMIT=490 bash bench/cuda/run-round.sh   (carry .bundle, .convert/llama-src.tar.xz, .convert/gguf-py, .dev/qtok.tar.xz)
 set -uo pipefail
 source bench/cuda/call_lib.sh
 main() {
 build_llama_cuda llama-bench llama-server
-timeout 240 .bundle/run cuda_tests --gtest_filter='CudaGatedDelta*:CudaHybrid*:Fixtures/CudaHybrid*:CudaMoe*:CudaFamily*:CudaQuant*:CudaRunnerTiny*' >$R/tests.log 2>&1
+timeout 240 .bundle/run cuda_tests --gtest_filter="${TESTS:-CudaGatedDelta*:CudaHybrid*:Fixtures/CudaHybrid*:CudaMoe*:CudaFamily*:CudaQuant*:CudaRunnerTiny*}" >$R/tests.log 2>&1
 say "cuda_tests rc=$? $(grep -E '^\[  (PASSED|FAILED)' $R/tests.log | tr '\n' ' ')"
 grep -E "^\[  FAILED|Failure|Expected|Which is|actual|worst" $R/tests.log | head -60 >>$R/steps.log
 B="bench --dummy-weights --device cuda:0 --json --config qwen3.5-27b --prompt-len 2048,8192 --gen 16"
@@ -36,6 +37,7 @@ for f in sorted(glob.glob(sys.argv[1] + "/bench-*.jsonl") + glob.glob(sys.argv[1
             print(f.split("/")[-1], d.get("config"), "batch", d.get("batch"), "prompt", r["prompt_len"],
                   "prefill_ms %.1f" % r["prefill_ms"], "decode_tok_s %.1f" % r["decode_tok_s"])
 PY
+[ "${PROFILE:-0}" = 1 ] && profile_prefill q27-8192 qwen3.5-27b 8192
 # Issue 26: Llama-3.1-8B within 5% of Qwen3-8B (dummy bf16 weights, same binary, alternating).
 for round in 1 2; do
   for c in qwen3-8b llama-3.1-8b; do
@@ -45,8 +47,8 @@ for round in 1 2; do
   done
 done
 tar xJf .dev/qtok.tar.xz -C /tmp
-LLAMA_35B=0 the_35b
-QUANT_30B=0 the_30b
+LLAMA_35B=${LLAMA_35B:-0} the_35b
+[ "${WITH_30B:-1}" = 1 ] && QUANT_30B=0 the_30b
 say "all done"
 }
 run_watched main

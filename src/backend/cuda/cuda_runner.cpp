@@ -439,7 +439,7 @@ class CudaRunner final : public ModelRunner, private model::BlockOps {
   DeviceBuffer gate_;        // [kMaxPassTokens, hq * hd] bf16 gated attention's output gates (hybrids)
   DeviceBuffer lin_in_;      // [kMaxPassTokens, lin_width_] f32 linear attention's in-projection
   DeviceBuffer lin_conv_;    // [kMaxPassTokens, C] f32 its conv output (q, k normed)
-  DeviceBuffer lin_chunk_;   // [kMaxPassTokens, Hv, dk + dv + 65] f32 the chunked delta rule's scratch (prompts)
+  DeviceBuffer lin_chunk_;   // [kMaxPassTokens, Hv (dk + dv + 65) rounded up to 4] f32 the chunked delta rule's scratch (prompts)
   DeviceBuffer lin_out_;     // [kMaxPassTokens, Hv dv] bf16 its gated-normed output
   DeviceBuffer shared_out_;  // [kMaxPassTokens, hidden] f32 a shared expert's output
   DeviceBuffer shared_logit_;  // [kMaxPassTokens] f32 its gate's logits

@@ -6,6 +6,7 @@
 
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/launch.cuh"
+#include "backend/cuda/mma.cuh"
 #include "util/error.hpp"
 
 namespace neuron::backend::cuda::kernels {
@@ -235,7 +236,6 @@ void with_key_dim(int dk, const char* what, F&& f) {
 
 constexpr int kChunk = kDeltaChunkTokens;
 constexpr int kChunkThreads = 256;  // 8 warps
-constexpr int kTileCols = 32;       // state columns a scan block carries
 constexpr int kTs = kChunk + 4;     // row stride of the [64, 64] tiles (float4 rows)
 constexpr int kOptinSmem = 227 * 1024;
 
@@ -245,18 +245,27 @@ __host__ __device__ constexpr int prep_x_stride(int dk, int dv) { return ((dk > 
 std::size_t prep_smem(int dk, int dv) {
   return sizeof(float) * (static_cast<std::size_t>(kChunk) * (key_stride(dk) + prep_x_stride(dk, dv) + 2 * kTs) + 2 * kChunk);
 }
+// The scan: state columns a block carries (32 at dk 256, for shared memory), the row stride of its k tile (read
+// transposed: k^T's fragments spread over the banks) and of its [.., cols] tiles (the B operands' rows).
+__host__ __device__ constexpr int scan_cols(int dk) { return dk >= 256 ? 32 : 64; }
+__host__ __device__ constexpr int scan_k_stride(int dk) { return dk + 8; }
+__host__ __device__ constexpr int scan_col_stride(int dk) { return scan_cols(dk) + 8; }
 std::size_t scan_smem(int dk) {
-  return sizeof(float) * (static_cast<std::size_t>(kChunk) * (2 * key_stride(dk) + kTileCols + kTs) +
-                          static_cast<std::size_t>(dk) * kTileCols + 3 * kChunk);
+  return sizeof(float) * (static_cast<std::size_t>(kChunk) * (scan_k_stride(dk) + key_stride(dk) + kTs + scan_col_stride(dk)) +
+                          static_cast<std::size_t>(dk) * scan_col_stride(dk) + kChunk);
 }
 
-// The pass's scratch, a row of `row_floats()` per pass row: per value head the row's w [dk], then u (after the
-// scan: the output before its norm) [dv], then the row's A_qk [64] (q k^T decayed, causal, within its chunk),
-// then G [1] (the cumulative log decay within its chunk).
+// The pass's scratch, a row of `chunk_row_floats` per pass row: per value head the row's w [dk], then u (after
+// the scan: the output before its norm) [dv], then the row's A_qk [64] (q k^T decayed, causal, within its chunk),
+// then G [1] (the cumulative log decay within its chunk); rows padded to 16 bytes, so with dv % 4 == 0 every
+// head's w, u and A_qk start on 16 bytes (the scan copies them in 16-byte pieces).
+__host__ __device__ constexpr std::size_t chunk_row_floats(int hv, int dk, int dv) {
+  return (static_cast<std::size_t>(hv) * static_cast<std::size_t>(dk + dv + kChunk + 1) + 3) / 4 * 4;
+}
 struct ChunkScratch {
   float* base;
   int hv, dk, dv;
-  __device__ std::size_t row_floats() const { return static_cast<std::size_t>(hv) * (dk + dv + kChunk + 1); }
+  __device__ std::size_t row_floats() const { return chunk_row_floats(hv, dk, dv); }
   __device__ float* row(int r) const { return base + static_cast<std::size_t>(r) * row_floats(); }
   __device__ float* w(int r, int h) const { return row(r) + static_cast<std::size_t>(h) * dk; }
   __device__ float* u(int r, int h) const { return row(r) + static_cast<std::size_t>(hv) * dk + static_cast<std::size_t>(h) * dv; }
@@ -377,135 +386,229 @@ __global__ void __launch_bounds__(kChunkThreads) delta_chunk_prep_kernel(const f
   }
 }
 
-// One block per (32 state columns, value head, sequence), walking the sequence's chunks in order with its tile
-// of the state S [dk, 32] in shared memory (the columns of S never mix): per chunk, v_new = u - w S, the output
-// o = (q exp(G)) S + A_qk v_new (into the scratch's u, for the norm), then S = exp(G_last) S + (k exp(G_last -
-// G))^T v_new; the tile goes back to the slot at the end.
+// One block per (state columns [col0, col0 + TC), value head, sequence), walking the sequence's chunks in order
+// with its tile of the state S [dk, TC] in registers (the columns of S never mix), as the accumulators of the
+// update; per chunk, on tensor cores (tf32, m16n8k8):
+//   1. P = [w; q] S ([128, dk] x [dk, TC]; a warp a 16-row tile): v_new = u - w S, into the u tile (3xTF32: it
+//      feeds the state), and (q exp(G)) S in the q warps' registers (one tf32 product: it only reaches the output);
+//   2. the q warps add A_qk v_new (causal: the k steps past their rows are zeros) and store the output over u;
+//   3. S = exp(G_last) S + k^T (exp(G_last - G) v_new) (3xTF32), and S's tile back to shared memory as the next
+//      chunk's B operand.
+// The chunk's w and u are copied in (cp.async) at its start, its k while step 2 runs, the next chunk's q and A_qk
+// while step 3 runs. Rows past a chunk's L are zero-filled, so they add nothing.
 template <int DK>
-__global__ void __launch_bounds__(kChunkThreads, 2) delta_chunk_scan_kernel(const float* conv, LinearShape shape,
+__global__ void __launch_bounds__(kChunkThreads, 1) delta_chunk_scan_kernel(const float* conv, LinearShape shape,
                                                                           LinearSeqs seqs, LinearState state,
                                                                           ChunkScratch sc) {
+  static_assert(kChunkThreads == 256 && kChunk == 64, "8 warps: a 16-row tile each of [w; q]");
   grid_dependency_wait();
   extern __shared__ float4 smem4[];
-  constexpr int KS = key_stride(DK);
-  constexpr int RPW = DK / 8;   // state rows a warp updates
-  constexpr int RPT = kChunk / 8;  // chunk rows a thread computes (rows warp + 8 e)
+  constexpr int TC = scan_cols(DK), NT = TC / 8;
+  constexpr int WS = key_stride(DK), KT = scan_k_stride(DK), CS = scan_col_stride(DK);
+  // The state's [16, 8] tiles, MT x NT of them, over the 8 warps: WM x WN a warp.
+  constexpr int MT = DK / 16;
+  constexpr int WM = MT >= 8 ? MT / 8 : 1;
+  constexpr int WN = MT >= 8 ? NT : NT * MT / 8;
+  static_assert(WM * WN * 8 == MT * NT, "the state's tiles split evenly over the warps");
   const int h = blockIdx.y, si = blockIdx.z;
   const int n = seqs.num_tokens[si], q0 = seqs.q_start[si];
   const int hk = shape.key_heads, hv = shape.value_heads, dv = shape.value_dim;
   const int C = channels_of(shape), key_dim = hk * DK, kh = h / (hv / hk);
-  float* Ws = reinterpret_cast<float*>(smem4);  // [64, KS] w, then k exp(G_last - G)
-  float* Qs = Ws + kChunk * KS;                 // [64, KS] q exp(G)
-  float* As = Qs + kChunk * KS;                 // [64, kTs] A_qk
-  float* Us = As + kChunk * kTs;                // [64, 32] u, then v_new
-  float* Ss = Us + kChunk * kTileCols;          // [DK, 32] the state's tile
-  float* Gs = Ss + DK * kTileCols;              // [64] G
-  float* Eq = Gs + kChunk;                      // [64] exp(G)
-  float* Ek = Eq + kChunk;                      // [64] exp(G_last - G)
-  const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
-  const int col = static_cast<int>(blockIdx.x) * kTileCols + lane;
-  const bool active = col < dv;
+  float* Wk = reinterpret_cast<float*>(smem4);  // [64, WS] w, then [64, KT] k
+  float* Qs = Wk + kChunk * KT;                 // [64, WS] q
+  float* As = Qs + kChunk * WS;                 // [64, kTs] A_qk
+  float* Us = As + kChunk * kTs;                // [64, CS] u, then v_new
+  float* Ss = Us + kChunk * CS;                 // [DK, CS] the state's tile
+  float* Gs = Ss + DK * CS;                     // [64] G (0 past L)
+  const int tid = static_cast<int>(threadIdx.x), warp = tid >> 5, g = (tid & 31) >> 2, t = tid & 3;
+  const int col0 = static_cast<int>(blockIdx.x) * TC;
   const bool fresh = seqs.position[si] == 0;
   float* S = state.base + static_cast<std::size_t>(seqs.state_slot[si]) * state.slot_floats + state.delta_offset +
              static_cast<std::size_t>(h) * DK * dv;
-  for (int k = 0; k < RPW; ++k) {
-    const int r = warp * RPW + k;
-    Ss[r * kTileCols + lane] = fresh || !active ? 0.f : S[static_cast<std::size_t>(r) * dv + col];
-  }
+  const int mt0 = MT >= 8 ? warp * WM : warp / (8 / MT);
+  const int nt0 = MT >= 8 ? 0 : warp % (8 / MT) * WN;
+  // s[a][b]: tile (mt0 + a, nt0 + b) as an m16n8 accumulator (mma.cuh's C layout).
+  float s[WM][WN][4];
+  auto state_at = [&](int a, int b, int q, int& r, int& c) {
+    r = (mt0 + a) * 16 + g + (q >> 1) * 8;
+    c = (nt0 + b) * 8 + 2 * t + (q & 1);
+  };
+#pragma unroll
+  for (int a = 0; a < WM; ++a)
+#pragma unroll
+    for (int b = 0; b < WN; ++b)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        int r, c;
+        state_at(a, b, q, r, c);
+        s[a][b][q] = fresh || col0 + c >= dv ? 0.f : S[static_cast<std::size_t>(r) * dv + col0 + c];
+      }
+  auto store_state = [&] {
+#pragma unroll
+    for (int a = 0; a < WM; ++a)
+#pragma unroll
+      for (int b = 0; b < WN; ++b)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          int r, c;
+          state_at(a, b, q, r, c);
+          Ss[r * CS + c] = s[a][b][q];
+        }
+  };
+  // Rows [row0, row0 + L) of a [.., DK] source into shared rows of stride ld; rows past L zero-filled.
+  constexpr int kPieces = DK / 4;  // 16-byte pieces a row
+  auto copy_keyed = [&](float* dst, int ld, int row0, int L, auto&& src_row) {
+    for (int e = tid; e < kChunk * kPieces; e += kChunkThreads) {
+      const int i = e / kPieces, d = e % kPieces * 4;
+      const bool ok = i < L;
+      cp_async16(dst + i * ld + d, src_row(row0 + (ok ? i : 0)) + d, ok);
+    }
+  };
+  auto load_q_aqk = [&](int row0, int L) {
+    copy_keyed(Qs, WS, row0, L, [&](int r) { return conv + static_cast<std::size_t>(r) * C + kh * DK; });
+    for (int e = tid; e < kChunk * (kChunk / 4); e += kChunkThreads) {
+      const int i = e / (kChunk / 4), m = e % (kChunk / 4) * 4;
+      const bool ok = i < L;
+      cp_async16(As + i * kTs + m, sc.aqk(row0 + (ok ? i : 0), h) + m, ok);
+    }
+    cp_async_commit();
+  };
+  store_state();  // the barrier at the loop's top publishes it
+  if (n > 0) load_q_aqk(q0, min(kChunk, n));
+  float acc[NT][4];  // step 1's product; in the q warps, then their output rows
   for (int t0 = 0; t0 < n; t0 += kChunk) {
     const int L = min(kChunk, n - t0), row0 = q0 + t0;
-    __syncthreads();  // the last chunk's readers are done with every buffer
-    if (tid < kChunk) {
-      const float g = tid < L ? *sc.g(row0 + tid, h) : 0.f, g_end = *sc.g(row0 + L - 1, h);
-      Gs[tid] = g;
-      Eq[tid] = expf(g);
-      Ek[tid] = expf(g_end - g);
+    __syncthreads();  // the last chunk's readers of k, v_new and the state's tile are done
+    copy_keyed(Wk, WS, row0, L, [&](int r) { return static_cast<const float*>(sc.w(r, h)); });
+    for (int e = tid; e < kChunk * (TC / 4); e += kChunkThreads) {
+      const int i = e / (TC / 4), c = e % (TC / 4) * 4;
+      const bool ok = i < L && col0 + c < dv;  // dv % 4 == 0: a piece is all in or all out
+      cp_async16(Us + i * CS + c, ok ? sc.u(row0 + i, h) + col0 + c : sc.u(row0, h), ok);
     }
+    cp_async_commit();
+    if (tid < kChunk) Gs[tid] = tid < L ? *sc.g(row0 + tid, h) : 0.f;
+    cp_async_wait<0>();
     __syncthreads();
-    // The chunk's inputs: a thread's loads unrolled eight steps at a time, so they are in flight together (a
-    // load a loop step, each waiting on the one before, made the scan wait on memory most of its time).
-    constexpr int kPerKey = kChunk * DK / kChunkThreads, kPerA = kChunk * kChunk / kChunkThreads;
-    static_assert(kPerKey * kChunkThreads == kChunk * DK && kPerA * kChunkThreads == kChunk * kChunk);
-#pragma unroll 8
-    for (int k = 0; k < kPerKey; ++k) {
-      const int e = tid + k * kChunkThreads, i = e / DK, d = e % DK;
-      const bool in_chunk = i < L;
-      Ws[i * KS + d] = in_chunk ? sc.w(row0 + i, h)[d] : 0.f;
-      Qs[i * KS + d] = in_chunk ? conv[static_cast<std::size_t>(row0 + i) * C + kh * DK + d] * Eq[i] : 0.f;
-    }
-#pragma unroll 8
-    for (int k = 0; k < kPerA; ++k) {
-      const int e = tid + k * kChunkThreads, i = e / kChunk, m = e % kChunk;
-      As[i * kTs + m] = i < L ? sc.aqk(row0 + i, h)[m] : 0.f;
-    }
+    // 1. [w; q] S.
+    const bool w_warp = warp < 4;
+    const int r0 = (warp & 3) * 16 + g, r1 = r0 + 8;  // this lane's rows of its 16-row tile
+    {
+      const float* Ab = w_warp ? Wk : Qs;
 #pragma unroll
-    for (int k = 0; k < kChunk / 8; ++k) {
-      const int i = warp + 8 * k;
-      Us[i * kTileCols + lane] = i < L && active ? sc.u(row0 + i, h)[col] : 0.f;
-    }
-    __syncthreads();
-    // v_new and (q exp(G)) S for rows warp + 8 e of column lane.
-    float vn[RPT] = {}, oi[RPT] = {};
-    for (int r = 0; r < DK; r += 4) {
-      const float s0 = Ss[r * kTileCols + lane], s1 = Ss[(r + 1) * kTileCols + lane];
-      const float s2 = Ss[(r + 2) * kTileCols + lane], s3 = Ss[(r + 3) * kTileCols + lane];
+      for (int b = 0; b < NT; ++b) acc[b][0] = acc[b][1] = acc[b][2] = acc[b][3] = 0.f;
+#pragma unroll 2
+      for (int k0 = 0; k0 < DK; k0 += 8) {
+        const float af[4] = {Ab[r0 * WS + k0 + t], Ab[r1 * WS + k0 + t], Ab[r0 * WS + k0 + t + 4],
+                             Ab[r1 * WS + k0 + t + 4]};
+        if (w_warp) {
+          unsigned ah[4], al[4];
 #pragma unroll
-      for (int e = 0; e < RPT; ++e) {
-        const int i = warp + 8 * e;
-        const float4 w4 = *reinterpret_cast<const float4*>(Ws + i * KS + r);
-        const float4 q4 = *reinterpret_cast<const float4*>(Qs + i * KS + r);
-        vn[e] += w4.x * s0 + w4.y * s1 + w4.z * s2 + w4.w * s3;
-        oi[e] += q4.x * s0 + q4.y * s1 + q4.z * s2 + q4.w * s3;
+          for (int q = 0; q < 4; ++q) {
+            const Tf32Split p = tf32_split(af[q]);
+            ah[q] = p.hi;
+            al[q] = p.lo;
+          }
+#pragma unroll
+          for (int b = 0; b < NT; ++b)
+            mma_tf32x3(acc[b], ah, al, tf32_split(Ss[(k0 + t) * CS + b * 8 + g]),
+                       tf32_split(Ss[(k0 + t + 4) * CS + b * 8 + g]));
+        } else {
+          const unsigned a[4] = {tf32_of(af[0]), tf32_of(af[1]), tf32_of(af[2]), tf32_of(af[3])};
+#pragma unroll
+          for (int b = 0; b < NT; ++b)
+            mma_tf32(acc[b], a, tf32_of(Ss[(k0 + t) * CS + b * 8 + g]), tf32_of(Ss[(k0 + t + 4) * CS + b * 8 + g]));
+        }
       }
-    }
+      if (w_warp) {
 #pragma unroll
-    for (int e = 0; e < RPT; ++e) Us[(warp + 8 * e) * kTileCols + lane] -= vn[e];  // rows past L stay 0
-    __syncthreads();
-#pragma unroll
-    for (int e = 0; e < RPT; ++e) {
-      const int i = warp + 8 * e;
-      if (i >= L) continue;
-      float acc = oi[e];
-      for (int m = 0; m <= i; ++m) acc += As[i * kTs + m] * Us[m * kTileCols + lane];
-      if (active) sc.u(row0 + i, h)[col] = acc;
-    }
-    // Nothing reads Ws after the barrier above: it takes k exp(G_last - G).
-    const float g_last = Gs[L - 1];
-#pragma unroll 8
-    for (int k = 0; k < kPerKey; ++k) {
-      const int e = tid + k * kChunkThreads, i = e / DK, d = e % DK;
-      Ws[i * KS + d] = i < L ? conv[static_cast<std::size_t>(row0 + i) * C + key_dim + kh * DK + d] * Ek[i] : 0.f;
-    }
-    __syncthreads();
-    const float decay = expf(g_last);
-    float acc[RPW];
-#pragma unroll
-    for (int k = 0; k < RPW; ++k) acc[k] = Ss[(warp * RPW + k) * kTileCols + lane] * decay;
-    for (int i = 0; i < L; ++i) {
-      const float v = Us[i * kTileCols + lane];
-      const float* kr = Ws + i * KS + warp * RPW;
-      if constexpr (RPW % 4 == 0) {
-#pragma unroll
-        for (int k = 0; k < RPW; k += 4) {
-          const float4 k4 = *reinterpret_cast<const float4*>(kr + k);
-          acc[k] += k4.x * v;
-          acc[k + 1] += k4.y * v;
-          acc[k + 2] += k4.z * v;
-          acc[k + 3] += k4.w * v;
+        for (int b = 0; b < NT; ++b) {
+          const int c = b * 8 + 2 * t;
+          Us[r0 * CS + c] -= acc[b][0];
+          Us[r0 * CS + c + 1] -= acc[b][1];
+          Us[r1 * CS + c] -= acc[b][2];
+          Us[r1 * CS + c + 1] -= acc[b][3];
         }
       } else {
+        const float e0 = expf(Gs[r0]), e1 = expf(Gs[r1]);
 #pragma unroll
-        for (int k = 0; k < RPW; ++k) acc[k] += kr[k] * v;
+        for (int b = 0; b < NT; ++b) {
+          acc[b][0] *= e0;
+          acc[b][1] *= e0;
+          acc[b][2] *= e1;
+          acc[b][3] *= e1;
+        }
       }
     }
+    __syncthreads();  // v_new complete; w no longer read
+    copy_keyed(Wk, KT, row0, L, [&](int r) { return conv + static_cast<std::size_t>(r) * C + key_dim + kh * DK; });
+    cp_async_commit();
+    // 2. The output rows: (q exp(G)) S + A_qk v_new.
+    if (!w_warp) {
+      const int ksteps = min(2 * ((warp & 3) + 1), (L + 7) / 8);
+      for (int ks = 0; ks < ksteps; ++ks) {
+        const int k0 = ks * 8;
+        const unsigned a[4] = {tf32_of(As[r0 * kTs + k0 + t]), tf32_of(As[r1 * kTs + k0 + t]),
+                               tf32_of(As[r0 * kTs + k0 + t + 4]), tf32_of(As[r1 * kTs + k0 + t + 4])};
 #pragma unroll
-    for (int k = 0; k < RPW; ++k) Ss[(warp * RPW + k) * kTileCols + lane] = acc[k];
-  }
-  if (active)
-    for (int k = 0; k < RPW; ++k) {
-      const int r = warp * RPW + k;
-      S[static_cast<std::size_t>(r) * dv + col] = Ss[r * kTileCols + lane];
+        for (int b = 0; b < NT; ++b)
+          mma_tf32(acc[b], a, tf32_of(Us[(k0 + t) * CS + b * 8 + g]), tf32_of(Us[(k0 + t + 4) * CS + b * 8 + g]));
+      }
+#pragma unroll
+      for (int b = 0; b < NT; ++b) {
+        const int col = col0 + b * 8 + 2 * t;  // even, and dv % 4 == 0: col + 1 < dv with it
+        if (col >= dv) continue;
+        if (r0 < L) *reinterpret_cast<float2*>(sc.u(row0 + r0, h) + col) = make_float2(acc[b][0], acc[b][1]);
+        if (r1 < L) *reinterpret_cast<float2*>(sc.u(row0 + r1, h) + col) = make_float2(acc[b][2], acc[b][3]);
+      }
     }
+    cp_async_wait<0>();
+    __syncthreads();  // k in place; q and A_qk no longer read
+    if (t0 + kChunk < n) load_q_aqk(row0 + kChunk, min(kChunk, n - t0 - kChunk));
+    // 3. S = exp(G_last) S + k^T (exp(G_last - G) v_new).
+    const float g_last = Gs[L - 1], decay = expf(g_last);
+#pragma unroll
+    for (int a = 0; a < WM; ++a)
+#pragma unroll
+      for (int b = 0; b < WN; ++b)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) s[a][b][q] *= decay;
+    const int ksteps = (L + 7) / 8;
+    for (int ks = 0; ks < ksteps; ++ks) {
+      const int k0 = ks * 8;
+      const float e0 = expf(g_last - Gs[k0 + t]), e1 = expf(g_last - Gs[k0 + t + 4]);
+      unsigned ah[WM][4], al[WM][4];
+#pragma unroll
+      for (int a = 0; a < WM; ++a) {
+        const int r = (mt0 + a) * 16 + g;
+        const float af[4] = {Wk[(k0 + t) * KT + r], Wk[(k0 + t) * KT + r + 8], Wk[(k0 + t + 4) * KT + r],
+                             Wk[(k0 + t + 4) * KT + r + 8]};
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const Tf32Split p = tf32_split(af[q]);
+          ah[a][q] = p.hi;
+          al[a][q] = p.lo;
+        }
+      }
+#pragma unroll
+      for (int b = 0; b < WN; ++b) {
+        const int c = (nt0 + b) * 8 + g;
+        const Tf32Split b0 = tf32_split(e0 * Us[(k0 + t) * CS + c]), b1 = tf32_split(e1 * Us[(k0 + t + 4) * CS + c]);
+#pragma unroll
+        for (int a = 0; a < WM; ++a) mma_tf32x3(s[a][b], ah[a], al[a], b0, b1);
+      }
+    }
+    store_state();
+  }
+#pragma unroll
+  for (int a = 0; a < WM; ++a)
+#pragma unroll
+    for (int b = 0; b < WN; ++b)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        int r, c;
+        state_at(a, b, q, r, c);
+        if (col0 + c < dv) S[static_cast<std::size_t>(r) * dv + col0 + c] = s[a][b][q];
+      }
 }
 
 // One block per (token, value head, sequence): the gated RMSNorm of the scan's output, times silu(z), in bf16.
@@ -544,7 +647,7 @@ void launch_chunked(const float* conv, const float* in, int width, int z_col, in
   launch(delta_chunk_prep_kernel<DK>, dim3(chunks, static_cast<unsigned>(hv), static_cast<unsigned>(n_seqs)),
          kChunkThreads, prep_smem(DK, dv), stream, "delta_chunk_prep", conv, in, width, b_col, a_col, neg_a, dt_bias,
          shape, seqs, sc);
-  const auto tiles = static_cast<unsigned>((dv + kTileCols - 1) / kTileCols);
+  const auto tiles = static_cast<unsigned>((dv + scan_cols(DK) - 1) / scan_cols(DK));
   launch(delta_chunk_scan_kernel<DK>, dim3(tiles, static_cast<unsigned>(hv), static_cast<unsigned>(n_seqs)),
          kChunkThreads, scan_smem(DK), stream, "delta_chunk_scan", conv, shape, seqs, state, sc);
   launch(delta_chunk_norm_kernel, dim3(static_cast<unsigned>(max_tokens), static_cast<unsigned>(hv), static_cast<unsigned>(n_seqs)),
@@ -588,12 +691,11 @@ void delta_rule(const float* conv, const float* in, int width, int z_col, int b_
 }
 
 std::size_t delta_chunk_scratch_floats(const LinearShape& shape, int tokens) noexcept {
-  return static_cast<std::size_t>(tokens) * static_cast<std::size_t>(shape.value_heads) *
-         static_cast<std::size_t>(shape.key_dim + shape.value_dim + kChunk + 1);
+  return static_cast<std::size_t>(tokens) * chunk_row_floats(shape.value_heads, shape.key_dim, shape.value_dim);
 }
 
 bool delta_chunked_supported(const LinearShape& shape) noexcept {
-  return linear_shape_supported(shape) &&
+  return linear_shape_supported(shape) && shape.value_dim % 4 == 0 &&
          std::max(prep_smem(shape.key_dim, shape.value_dim), scan_smem(shape.key_dim)) <= static_cast<std::size_t>(kOptinSmem);
 }
 
@@ -605,6 +707,8 @@ void delta_rule_chunked(const float* conv, const float* in, int width, int z_col
   if (!delta_chunked_supported(shape))
     throw Error(errc::unsupported_arch, "delta_rule_chunked: linear attention heads of dk " +
                                             std::to_string(shape.key_dim) + ", dv " + std::to_string(shape.value_dim));
+  if (reinterpret_cast<std::uintptr_t>(conv) % 16 != 0 || reinterpret_cast<std::uintptr_t>(scratch) % 16 != 0)
+    throw Error(errc::internal, "delta_rule_chunked: conv and scratch must start on 16 bytes (cp.async)");
   with_key_dim(shape.key_dim, "delta_rule_chunked", [&](auto dk) {
     launch_chunked<decltype(dk)::value>(conv, in, width, z_col, b_col, a_col, neg_a, dt_bias, norm_w, eps, shape, seqs,
                                         n_seqs, max_tokens, state, scratch, out, stream);

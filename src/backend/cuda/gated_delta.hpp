@@ -71,15 +71,18 @@ void delta_rule(const float* conv, const float* in, int width, int z_col, int b_
                 int n_seqs, LinearState state, bf16_t* out, cudaStream_t stream);
 
 // The chunked form. A pass's chunks are prepared in parallel (per chunk and value head: the UT system's inverse T,
-// w = T (k beta exp(G)), u = T (v beta), q k^T decayed), then each (32 state columns, value head, sequence) walks
-// its sequence's chunks in order (v_new = u - w S; o = (q exp(G)) S + (q k^T decayed) v_new; S = exp(G_last) S +
+// w = T (k beta exp(G)), u = T (v beta), q k^T decayed), then each (64 state columns (32 at dk 256), value head,
+// sequence) walks its sequence's chunks in order (v_new = u - w S; o = (q exp(G)) S + (q k^T decayed) v_new; S = exp(G_last) S +
 // (k exp(G_last - G))^T v_new), then the gated norm: three kernels whose cost grows linearly in the tokens, with
-// [64, dk] x [dk, 32] products in place of a rank-1 update a token. Same contract as delta_rule, plus
-// `max_tokens` (the most tokens of a sequence in the pass) and `scratch`: [tokens of the pass, Hv, dk + dv + 65]
-// f32, delta_chunk_scratch_floats. Sequences of any length, one token included.
+// [64, dk] x [dk, 64] products on tensor cores (tf32; 3xTF32 where the state depends on them) in place of a
+// rank-1 update a token. Same contract as delta_rule, plus
+// `max_tokens` (the most tokens of a sequence in the pass) and `scratch`: [tokens of the pass, Hv (dk + dv + 65)
+// rounded up to 4] f32, delta_chunk_scratch_floats. conv and scratch start on 16 bytes (device allocations do).
+// Sequences of any length, one token included.
 inline constexpr int kDeltaChunkTokens = 64;
 std::size_t delta_chunk_scratch_floats(const LinearShape& shape, int tokens) noexcept;
-// Whether delta_rule_chunked takes this shape: linear_shape_supported's, and its shared memory fits sm_90's 227 KiB.
+// Whether delta_rule_chunked takes this shape: linear_shape_supported's, dv a multiple of 4, and its shared
+// memory fits sm_90's 227 KiB.
 bool delta_chunked_supported(const LinearShape& shape) noexcept;
 void delta_rule_chunked(const float* conv, const float* in, int width, int z_col, int b_col, int a_col,
                         const float* neg_a, const float* dt_bias, const bf16_t* norm_w, float eps, const LinearShape& shape,

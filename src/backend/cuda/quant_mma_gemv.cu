@@ -30,6 +30,7 @@
 
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/launch.cuh"
+#include "backend/cuda/mma.cuh"
 #include "backend/cuda/quant_mma_gemv.hpp"
 #include "util/error.hpp"
 
@@ -44,13 +45,6 @@ using quant::GgmlType;
 // 512-byte copies): no faster (bench/QUANT.md).
 constexpr int kWarps = 8, kMinBlocks = 2;
 static_assert(kQuantMmaGemvMaxTokens == 32, "token tiles of 8: 1, 2 or 4");
-
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 // Two small integers v (bits 0..6 of each 16-bit half) as bf16x2 v - bias, exactly.
 template <unsigned Bias>
