@@ -7,7 +7,8 @@
 # (3) the Qwen3.5-35B-A3B shape as a Q8_0 GGUF under neuron alone (the_35b, LLAMA_35B=0); (4) Qwen3-30B-A3B
 # bf16 beside llama.cpp (the_30b without its Q4_K_M half). A watchdog ends it at LIMIT s (570); what finished
 # comes back as $OUT/r.tgz. Knobs: PROFILE=1 adds profile_prefill of the 27B shape at 8192 tokens after the A/B;
-# LLAMA_35B=1 runs llama.cpp on the 35B-A3B file too; WITH_30B=0 leaves (4) out; TESTS: another gtest filter.
+# LLAMA_35B=1 runs llama.cpp on the 35B-A3B file too; WITH_35B=0 / WITH_30B=0 leave (3) / (4) out;
+# QUANT_30B=1 adds the 30B's Q4_K_M half; TESTS: another gtest filter.
 #   bash bench/cuda/bundle_ab.sh .bundle BASE_NEURON build/neuron build/cuda_tests
 #   run: LIMIT=490 bash bench/cuda/run-round.sh   (carry .bundle, .convert/llama-src.tar.xz, .convert/gguf-py, .dev/qtok.tar.xz)
 set -uo pipefail
@@ -39,16 +40,18 @@ for f in sorted(glob.glob(sys.argv[1] + "/bench-*.jsonl") + glob.glob(sys.argv[1
 PY
 [ "${PROFILE:-0}" = 1 ] && profile_prefill q27-8192 qwen3.5-27b 8192
 # Issue 26: Llama-3.1-8B within 5% of Qwen3-8B (dummy bf16 weights, same binary, alternating).
+# neuron-base's Qwen3-8B too: head_dim 128's prefill before and after an attention change.
 for round in 1 2; do
-  for c in qwen3-8b llama-3.1-8b; do
-    timeout 40 .bundle/run neuron bench --dummy-weights --device cuda:0 --json --config $c --prompt-len 128,2048 --gen 64 \
-      >>$R/family-$c.jsonl 2>>$R/bench.err
-    say "family $c round $round rc=$? $(tail -1 $R/family-$c.jsonl | grep -o '"decode_tok_s":[0-9.]*\|"prefill_ms":[0-9.]*' | tr '\n' ' ')"
+  for bc in neuron-base:qwen3-8b neuron:qwen3-8b neuron:llama-3.1-8b; do
+    b=${bc%%:*} c=${bc#*:}
+    timeout 40 .bundle/run $b bench --dummy-weights --device cuda:0 --json --config $c --prompt-len 128,2048 --gen 64 \
+      >>$R/family-$b-$c.jsonl 2>>$R/bench.err
+    say "family $b $c round $round rc=$? $(tail -1 $R/family-$b-$c.jsonl | grep -o '"decode_tok_s":[0-9.]*\|"prefill_ms":[0-9.]*' | tr '\n' ' ')"
   done
 done
 tar xJf .dev/qtok.tar.xz -C /tmp
-LLAMA_35B=${LLAMA_35B:-0} the_35b
-[ "${WITH_30B:-1}" = 1 ] && QUANT_30B=0 the_30b
+[ "${WITH_35B:-1}" = 1 ] && LLAMA_35B=${LLAMA_35B:-0} the_35b
+[ "${WITH_30B:-1}" = 1 ] && QUANT_30B=${QUANT_30B:-0} the_30b
 say "all done"
 }
 run_watched main
