@@ -92,19 +92,7 @@ PY
     timeout 150 $ncu --clock-control none --graph-profiling node --kernel-name 'regex:^(?!.*fill_random)' \
       --metrics gpu__time_duration.sum --csv --page raw .bundle/run neuron $args >$R/prof-$1.csv 2>$R/prof-$1.err
     say "ncu $1 rc=$?"
-    python3 - $R/prof-$1.csv >$R/prof-$1.txt <<'PY'
-import csv, sys, collections
-rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 5]
-if not rows: print("no rows"); sys.exit()
-h = rows[0]; ki = h.index("Kernel Name"); ti = h.index("gpu__time_duration.sum")
-agg = collections.defaultdict(lambda: [0, 0.0]); tot = 0.0
-for r in rows[2:]:
-    try: t = float(r[ti].replace(",", ""))
-    except ValueError: continue
-    n = r[ki].split("(")[0][:90]; agg[n][0] += 1; agg[n][1] += t; tot += t
-print(f"kernels {sum(a[0] for a in agg.values())}, total {tot/1e6:.1f} ms (unit {rows[1][ti]})")
-for n, (c, t) in sorted(agg.items(), key=lambda x: -x[1][1])[:30]: print(f"  {n:90s} {c:6d} {t/1e6:9.2f} ms")
-PY
+    python3 bench/cuda/ncu_table.py $R/prof-$1.csv >$R/prof-$1.txt
   fi
   xz -9 $R/prof-$1*.csv 2>/dev/null
   cat $R/prof-$1.txt >>$R/steps.log

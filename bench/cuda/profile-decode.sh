@@ -12,20 +12,7 @@ prof() {  # $1 label, $2 config, $3 skip, $4 count
     --metrics gpu__time_duration.sum --csv --page raw \
     .bundle/run neuron bench --dummy-weights --device cuda:0 --config $2 --prompt-len 16 --gen 24 >$R/ncu-$1.csv 2>$R/ncu-$1.err
   echo "$1 rc=$?" >>$R/prof.log
-  python3 - $R/ncu-$1.csv >>$R/prof.log <<'PY'
-import csv, sys, collections
-rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 5]
-if not rows: print("no rows"); sys.exit()
-h = rows[0]; ki = h.index("Kernel Name"); ti = h.index("gpu__time_duration.sum")
-agg = collections.defaultdict(lambda: [0, 0.0])
-tot = 0.0
-for r in rows[2:]:
-    try: t = float(r[ti].replace(",", ""))
-    except ValueError: continue
-    n = r[ki].split("(")[0][:60]; agg[n][0] += 1; agg[n][1] += t; tot += t
-print(f"kernels {sum(a[0] for a in agg.values())}, total {tot/1e3:.1f} us (unit as ncu gives: {rows[1][ti]})")
-for n, (c, t) in sorted(agg.items(), key=lambda x: -x[1][1])[:25]: print(f"  {n:60s} {c:5d} {t/1e3:9.1f}")
-PY
+  python3 bench/cuda/ncu_table.py $R/ncu-$1.csv --unit us --width 60 --top 25 >>$R/prof.log
 }
 prof moe qwen3-30b-a3b 25000 1200
 [ $SECONDS -lt 120 ] && prof q27 qwen3.5-27b 4000 1200
