@@ -427,34 +427,21 @@ __global__ void __launch_bounds__(kChunkThreads, 1) delta_chunk_scan_kernel(cons
              static_cast<std::size_t>(h) * DK * dv;
   const int mt0 = MT >= 8 ? warp * WM : warp / (8 / MT);
   const int nt0 = MT >= 8 ? 0 : warp % (8 / MT) * WN;
-  // s[a][b]: tile (mt0 + a, nt0 + b) as an m16n8 accumulator (mma.cuh's C layout).
+  // s[a][b]: tile (mt0 + a, nt0 + b) as an m16n8 accumulator (mma.cuh's C layout). each_state(f) calls
+  // f(entry, r, c) for each of this thread's entries: row r, column c of the block's [DK, TC] tile.
   float s[WM][WN][4];
-  auto state_at = [&](int a, int b, int q, int& r, int& c) {
-    r = (mt0 + a) * 16 + g + (q >> 1) * 8;
-    c = (nt0 + b) * 8 + 2 * t + (q & 1);
-  };
-#pragma unroll
-  for (int a = 0; a < WM; ++a)
-#pragma unroll
-    for (int b = 0; b < WN; ++b)
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        int r, c;
-        state_at(a, b, q, r, c);
-        s[a][b][q] = fresh || col0 + c >= dv ? 0.f : S[static_cast<std::size_t>(r) * dv + col0 + c];
-      }
-  auto store_state = [&] {
+  auto each_state = [&](auto&& f) {
 #pragma unroll
     for (int a = 0; a < WM; ++a)
 #pragma unroll
       for (int b = 0; b < WN; ++b)
 #pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          int r, c;
-          state_at(a, b, q, r, c);
-          Ss[r * CS + c] = s[a][b][q];
-        }
+        for (int q = 0; q < 4; ++q) f(s[a][b][q], (mt0 + a) * 16 + g + (q >> 1) * 8, (nt0 + b) * 8 + 2 * t + (q & 1));
   };
+  each_state([&](float& v, int r, int c) {
+    v = fresh || col0 + c >= dv ? 0.f : S[static_cast<std::size_t>(r) * dv + col0 + c];
+  });
+  auto store_state = [&] { each_state([&](float& v, int r, int c) { Ss[r * CS + c] = v; }); };
   // Rows [row0, row0 + L) of a [.., DK] source into shared rows of stride ld; rows past L zero-filled.
   constexpr int kPieces = DK / 4;  // 16-byte pieces a row
   auto copy_keyed = [&](float* dst, int ld, int row0, int L, auto&& src_row) {
@@ -502,12 +489,7 @@ __global__ void __launch_bounds__(kChunkThreads, 1) delta_chunk_scan_kernel(cons
                              Ab[r1 * WS + k0 + t + 4]};
         if (w_warp) {
           unsigned ah[4], al[4];
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            const Tf32Split p = tf32_split(af[q]);
-            ah[q] = p.hi;
-            al[q] = p.lo;
-          }
+          tf32_split(af, ah, al);
 #pragma unroll
           for (int b = 0; b < NT; ++b)
             mma_tf32x3(acc[b], ah, al, tf32_split(Ss[(k0 + t) * CS + b * 8 + g]),
@@ -566,12 +548,7 @@ __global__ void __launch_bounds__(kChunkThreads, 1) delta_chunk_scan_kernel(cons
     if (t0 + kChunk < n) load_q_aqk(row0 + kChunk, min(kChunk, n - t0 - kChunk));
     // 3. S = exp(G_last) S + k^T (exp(G_last - G) v_new).
     const float g_last = Gs[L - 1], decay = expf(g_last);
-#pragma unroll
-    for (int a = 0; a < WM; ++a)
-#pragma unroll
-      for (int b = 0; b < WN; ++b)
-#pragma unroll
-        for (int q = 0; q < 4; ++q) s[a][b][q] *= decay;
+    each_state([&](float& v, int, int) { v *= decay; });
     const int ksteps = (L + 7) / 8;
     for (int ks = 0; ks < ksteps; ++ks) {
       const int k0 = ks * 8;
@@ -582,12 +559,7 @@ __global__ void __launch_bounds__(kChunkThreads, 1) delta_chunk_scan_kernel(cons
         const int r = (mt0 + a) * 16 + g;
         const float af[4] = {Wk[(k0 + t) * KT + r], Wk[(k0 + t) * KT + r + 8], Wk[(k0 + t + 4) * KT + r],
                              Wk[(k0 + t + 4) * KT + r + 8]};
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          const Tf32Split p = tf32_split(af[q]);
-          ah[a][q] = p.hi;
-          al[a][q] = p.lo;
-        }
+        tf32_split(af, ah[a], al[a]);
       }
 #pragma unroll
       for (int b = 0; b < WN; ++b) {
@@ -599,16 +571,9 @@ __global__ void __launch_bounds__(kChunkThreads, 1) delta_chunk_scan_kernel(cons
     }
     store_state();
   }
-#pragma unroll
-  for (int a = 0; a < WM; ++a)
-#pragma unroll
-    for (int b = 0; b < WN; ++b)
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        int r, c;
-        state_at(a, b, q, r, c);
-        if (col0 + c < dv) S[static_cast<std::size_t>(r) * dv + col0 + c] = s[a][b][q];
-      }
+  each_state([&](float& v, int r, int c) {
+    if (col0 + c < dv) S[static_cast<std::size_t>(r) * dv + col0 + c] = v;
+  });
 }
 
 // One block per (token, value head, sequence): the gated RMSNorm of the scan's output, times silu(z), in bf16.

@@ -64,6 +64,15 @@ __device__ __forceinline__ Tf32Split tf32_split(float x) {
   const unsigned hi = tf32_of(x);
   return {hi, tf32_of(x - __uint_as_float(hi))};
 }
+// An A fragment's four values, split.
+__device__ __forceinline__ void tf32_split(const float (&x)[4], unsigned (&hi)[4], unsigned (&lo)[4]) {
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const Tf32Split p = tf32_split(x[q]);
+    hi[q] = p.hi;
+    lo[q] = p.lo;
+  }
+}
 
 // c += a b, tf32 operands, f32 accumulators.
 __device__ __forceinline__ void mma_tf32(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
