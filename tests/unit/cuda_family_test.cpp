@@ -16,6 +16,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <future>
 #include <random>
 #include <span>
@@ -33,6 +34,7 @@
 #include "model/config.hpp"
 #include "model/random_checkpoint.hpp"
 #include "model/shard.hpp"
+#include "quant/ggml_type.hpp"
 #include "support/cosine.hpp"
 #include "support/env_guard.hpp"
 #include "support/temp_dir.hpp"
@@ -45,9 +47,10 @@ using test_support::cosine;
 
 using test_support::argmax;
 
-std::unique_ptr<ModelRunner> open_cuda(const model::ModelConfig& cfg, const io::Checkpoint& ckpt) {
+std::unique_ptr<ModelRunner> open_cuda(const model::ModelConfig& cfg, const io::Checkpoint& ckpt,
+                                       std::optional<quant::GgmlType> quantize = std::nullopt) {
   return make_cuda_runner(cfg, &ckpt, model::ShardPlan::make(cfg, 0, 1), Device{Device::Kind::cuda, 0},
-                          std::make_shared<dist::LocalCommunicator>(), {.max_context = 1024});
+                          std::make_shared<dist::LocalCommunicator>(), {.max_context = 1024, .quantize = quantize});
 }
 
 TEST(CudaFamily, LlamaLogitsMatchGoldenFloat32) {
@@ -110,13 +113,16 @@ model::ModelConfig small_moe() {
   return c;
 }
 
-void moe_matches_the_cpu_runner(std::size_t prompt_len) {
+// Both runners quantize at load when `quantize` says so (the same blocks: quant::quantize_row).
+void moe_matches_the_cpu_runner(std::size_t prompt_len, const model::ModelConfig& shape = small_moe(),
+                                std::optional<quant::GgmlType> quantize = std::nullopt) {
   test_support::TempDir tmp("neuron-cuda-moe");
-  model::write_random_checkpoint(tmp.path(), small_moe(), {.seed = 7});
+  model::write_random_checkpoint(tmp.path(), shape, {.seed = 7});
   const auto cfg = model::load_model_configs(tmp.path()).model;
   const auto ckpt = io::Checkpoint::open_dir(tmp.path());
-  auto cpu = backend::cpu::make_cpu_runner(cfg, &ckpt, model::ShardPlan::make(cfg, 0, 1), nullptr, {.max_context = 1024});
-  auto gpu = open_cuda(cfg, ckpt);
+  auto cpu = backend::cpu::make_cpu_runner(cfg, &ckpt, model::ShardPlan::make(cfg, 0, 1), nullptr,
+                                           {.max_context = 1024, .quantize = quantize});
+  auto gpu = open_cuda(cfg, ckpt, quantize);
   std::mt19937 rng(3);
   std::vector<std::int32_t> prompt(prompt_len);
   for (auto& t : prompt) t = static_cast<std::int32_t>(rng() % 512);
@@ -172,6 +178,26 @@ TEST(CudaFamily, Qwen3MoeMatchesTheCpuRunner) {
 TEST(CudaFamily, Qwen3MoeLongPromptRoutesOnTheHostThenDecodesOnTheDevice) {
   if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
   moe_matches_the_cpu_runner(300);
+}
+
+// Experts quantized at load to Q8_0 and Q4_K, at widths the grouped tensor-core kernels take (hidden and
+// expert intermediate 256): a 600-token prompt runs on the device in two chunks of 512 tokens (16 experts,
+// 8 a token: the grouping's 4096 pairs), then decodes on the device in graphs.
+TEST(CudaFamily, Qwen3MoeQuantizedExpertsPrefillOnTheDeviceInChunks) {
+  if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  model::ModelConfig c = small_moe();
+  c.hidden_size = 256;
+  c.intermediate_size = 512;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 64;
+  c.moe.num_experts = 16;
+  c.moe.experts_per_token = 8;
+  c.moe.intermediate_size = 256;
+  for (const quant::GgmlType type : {quant::GgmlType::q8_0, quant::GgmlType::q4_k}) {
+    SCOPED_TRACE(quant::ggml_type_name(type));
+    moe_matches_the_cpu_runner(600, c, type);
+  }
 }
 
 TEST(CudaFamily, Qwen3MoeRoutedOnTheHostMatchesTheCpuRunner) {

@@ -185,6 +185,13 @@ TEST_F(CudaGatedDelta, ChunkedLongPromptsAcrossChunks) {
 
 TEST_F(CudaGatedDelta, ChunkedWideKeysAndNarrowValues) { run({1, 1, 256, 40, 4}, {{129, 3, 0}, {70, 0, 1}}, Form::chunked); }
 
+// Value heads of 36 (a multiple of 4, not of the tensor cores' 8 columns: the last n8 tile is half past dv) and
+// 100, wider than the keys (the preparation's value rows span more than its key rows).
+TEST_F(CudaGatedDelta, ChunkedValueWidthsOffTheTensorCoreTiles) {
+  run({2, 2, 32, 36, 4}, {{150, 0, 0}, {9, 4, 1}}, Form::chunked);
+  run({1, 2, 64, 100, 4}, {{70, 2, 0}, {64, 0, 1}}, Form::chunked);
+}
+
 TEST(CudaGatedDeltaShapes, Supported) {
   EXPECT_TRUE(kernels::linear_shape_supported({16, 48, 128, 128, 4}));   // Qwen3.5-27B
   EXPECT_TRUE(kernels::linear_shape_supported({16, 32, 128, 128, 4}));   // Qwen3-Next, Qwen3.5-35B-A3B

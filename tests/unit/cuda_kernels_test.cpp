@@ -167,19 +167,22 @@ TEST_F(CudaKernels, GatherRowsCopiesTheListedRows) {
 }
 
 TEST_F(CudaKernels, SwigluMatchesReference) {
-  const int n = 3, f = 1001;
-  auto gu = random_bf16(static_cast<std::size_t>(n) * 2 * f, 4.f);
-  auto dgu = upload(gu);
-  auto dout = poisoned(2 * n * f);
-  kernels::swiglu(dgu.data<bf16_t>(), n, f, dout.data<bf16_t>(), s());
-  auto out = download<bf16_t>(dout, n * f);
-  std::vector<double> ref(static_cast<std::size_t>(n) * f);
-  for (int i = 0; i < n; ++i)
-    for (int c = 0; c < f; ++c) {
-      const double g = bf16_to_f32(gu[i * 2 * f + c]), u = bf16_to_f32(gu[i * 2 * f + f + c]);
-      ref[i * f + c] = g / (1 + std::exp(-g)) * u;
-    }
-  EXPECT_LT(rel_err(out, ref), 8e-3);
+  // 1001: one value a thread; 17408 (Qwen3.5-27B's intermediate size): 16-byte accesses.
+  for (int f : {1001, 17408}) {
+    const int n = 3;
+    auto gu = random_bf16(static_cast<std::size_t>(n) * 2 * f, 4.f);
+    auto dgu = upload(gu);
+    auto dout = poisoned(2 * n * f);
+    kernels::swiglu(dgu.data<bf16_t>(), n, f, dout.data<bf16_t>(), s());
+    auto out = download<bf16_t>(dout, n * f);
+    std::vector<double> ref(static_cast<std::size_t>(n) * f);
+    for (int i = 0; i < n; ++i)
+      for (int c = 0; c < f; ++c) {
+        const double g = bf16_to_f32(gu[i * 2 * f + c]), u = bf16_to_f32(gu[i * 2 * f + f + c]);
+        ref[i * f + c] = g / (1 + std::exp(-g)) * u;
+      }
+    EXPECT_LT(rel_err(out, ref), 8e-3) << "f " << f;
+  }
 }
 
 std::vector<double> matvec_ref(const std::vector<bf16_t>& w, const std::vector<bf16_t>& x, int n, int rows, int cols) {

@@ -32,9 +32,12 @@ __device__ __forceinline__ std::size_t pool_offset(const std::int32_t* table, in
 //
 // A block is 4 warps x 16 query rows of one sequence and one query head; Q
 // stays in registers, K/V tiles of 64 positions stream through shared memory
-// with cp.async (double-buffered), gathered through the block table, and S
-// and P never leave registers: the S accumulator of two adjacent n8 tiles is
-// exactly the A operand of the P V product.
+// with cp.async, gathered through the block table, and S and P never leave
+// registers: the S accumulator of two adjacent n8 tiles is exactly the A
+// operand of the P V product. One K and one V buffer, in FlashAttention-2's
+// order: the next K tile loads while P V runs, the next V tile while Q K^T and
+// the softmax run, so head_dim 256 takes 101 KB of shared memory and two
+// blocks share an SM.
 
 constexpr int kFlashRows = kPrefillTileRows, kFlashKeys = 64, kFlashThreads = 128;
 
@@ -66,6 +69,9 @@ __device__ __forceinline__ void paged_load(bf16_t* dst, const bf16_t* layer, con
 }
 
 template <int D>
+constexpr std::size_t prefill_smem_bytes = sizeof(bf16_t) * (kFlashRows + 2 * kFlashKeys) * (D + 8);
+
+template <int D>
 __global__ void __launch_bounds__(kFlashThreads) prefill_kernel(const bf16_t* q, PagedKv kv, StepSeqs seqs,
                                                                 const std::int32_t* tiles_of_rows, int hq,
                                                                 float scale, bf16_t* out) {
@@ -76,8 +82,8 @@ __global__ void __launch_bounds__(kFlashThreads) prefill_kernel(const bf16_t* q,
   constexpr int DT = D / 8;           // n8 tiles of O
   extern __shared__ __align__(128) unsigned char smem[];
   bf16_t* qs = reinterpret_cast<bf16_t*>(smem);  // [64][LD]
-  bf16_t* ks = qs + kFlashRows * LD;             // [2][64][LD]
-  bf16_t* vs = ks + 2 * kFlashKeys * LD;         // [2][64][LD]
+  bf16_t* ks = qs + kFlashRows * LD;             // [64][LD]
+  bf16_t* vs = ks + kFlashKeys * LD;             // [64][LD]
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
@@ -88,8 +94,10 @@ __global__ void __launch_bounds__(kFlashThreads) prefill_kernel(const bf16_t* q,
   const std::int32_t* table = seqs.block_tables + seqs.block_offset[seq];
   const int kv_end = offset + min(r0 + kFlashRows, n);
 
+  // cp.async groups in flight, in order: (Q, K 0), V 0; then per tile K t+1 after Q K^T, V t+1 after P V.
   flash_load<D, LD>(qs, q + (static_cast<std::size_t>(q0 + r0) * hq + head) * D, hq * D, n - r0);
   paged_load<D, LD>(ks, kv.k, table, 0, kv_end, kv_head, kv.hkv, kv.block_size);
+  cp_async_commit();
   paged_load<D, LD>(vs, kv.v, table, 0, kv_end, kv_head, kv.hkv, kv.block_size);
   cp_async_commit();
 
@@ -105,18 +113,9 @@ __global__ void __launch_bounds__(kFlashThreads) prefill_kernel(const bf16_t* q,
   const int tiles = (kv_end + kFlashKeys - 1) / kFlashKeys;
   for (int tile = 0; tile < tiles; ++tile) {
     const int t0 = tile * kFlashKeys;
-    const int buf = tile & 1;
-    if (tile + 1 < tiles) {
-      const int t1 = t0 + kFlashKeys;
-      paged_load<D, LD>(ks + (buf ^ 1) * kFlashKeys * LD, kv.k, table, t1, kv_end - t1, kv_head, kv.hkv,
-                        kv.block_size);
-      paged_load<D, LD>(vs + (buf ^ 1) * kFlashKeys * LD, kv.v, table, t1, kv_end - t1, kv_head, kv.hkv,
-                        kv.block_size);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
+    const bool more = tile + 1 < tiles;
+    const bool active = t0 <= warp_last;  // otherwise every key of the tile is in this warp's future
+    cp_async_wait<1>();                   // K tile (and Q) landed; V tile may be in flight
     __syncthreads();
     if (tile == 0) {
 #pragma unroll
@@ -125,23 +124,24 @@ __global__ void __launch_bounds__(kFlashThreads) prefill_kernel(const bf16_t* q,
         ldmatrix_x4(qf[kk], qs + row * LD + kk * 16 + (lane >> 4) * 8);
       }
     }
-    const bf16_t* kt = ks + buf * kFlashKeys * LD;
-    const bf16_t* vt = vs + buf * kFlashKeys * LD;
-    if (t0 <= warp_last) {  // otherwise every key of the tile is in this warp's future
-      float s[NT][4];
+    float s[NT][4];
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+    for (int nt = 0; nt < NT; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+    if (active) {
 #pragma unroll
       for (int kk = 0; kk < KS; ++kk) {
 #pragma unroll
         for (int nt = 0; nt < NT; nt += 2) {
           unsigned b[4];
           const int key = (nt + (lane >> 4)) * 8 + (lane & 7);
-          ldmatrix_x4(b, kt + key * LD + kk * 16 + ((lane >> 3) & 1) * 8);
+          ldmatrix_x4(b, ks + key * LD + kk * 16 + ((lane >> 3) & 1) * 8);
           mma_bf16(s[nt], qf[kk], b[0], b[1]);
           mma_bf16(s[nt + 1], qf[kk], b[2], b[3]);
         }
       }
+    }
+    unsigned pf[NT / 2][4];
+    if (active) {
       // Causal mask (only the tiles that reach past this warp's first row need it), then online softmax.
       const bool need_mask = t0 + kFlashKeys - 1 > offset + r0 + warp * 16;
       float mx0 = -INFINITY, mx1 = -INFINITY;
@@ -170,7 +170,6 @@ __global__ void __launch_bounds__(kFlashThreads) prefill_kernel(const bf16_t* q,
       const float alpha0 = exp2f(m0 - mn0), alpha1 = exp2f(m1 - mn1);
       m0 = mn0;
       m1 = mn1;
-      unsigned pf[NT / 2][4];
       float sum0 = 0.f, sum1 = 0.f;
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
@@ -193,19 +192,34 @@ __global__ void __launch_bounds__(kFlashThreads) prefill_kernel(const bf16_t* q,
         o[dt][2] *= alpha1;
         o[dt][3] *= alpha1;
       }
+    }
+    __syncthreads();  // every warp is done with the K buffer
+    if (more) {  // after the softmax: S's registers are free for the loads' addresses
+      paged_load<D, LD>(ks, kv.k, table, t0 + kFlashKeys, kv_end - t0 - kFlashKeys, kv_head, kv.hkv, kv.block_size);
+      cp_async_commit();
+      cp_async_wait<1>();  // the V tile landed; the next K tile may be in flight
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    if (active) {
 #pragma unroll
       for (int kk = 0; kk < NT / 2; ++kk) {
 #pragma unroll
         for (int dt = 0; dt < DT; dt += 2) {
           unsigned b[4];
           const int key = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-          ldmatrix_x4_trans(b, vt + key * LD + (dt + (lane >> 4)) * 8);
+          ldmatrix_x4_trans(b, vs + key * LD + (dt + (lane >> 4)) * 8);
           mma_bf16(o[dt], pf[kk], b[0], b[1]);
           mma_bf16(o[dt + 1], pf[kk], b[2], b[3]);
         }
       }
     }
-    __syncthreads();  // the next prefetch overwrites this buffer
+    __syncthreads();  // every warp is done with the V buffer
+    if (more) {
+      paged_load<D, LD>(vs, kv.v, table, t0 + kFlashKeys, kv_end - t0 - kFlashKeys, kv_head, kv.hkv, kv.block_size);
+      cp_async_commit();
+    }
   }
 
   l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
@@ -229,16 +243,15 @@ __global__ void __launch_bounds__(kFlashThreads) prefill_kernel(const bf16_t* q,
 template <int D>
 void launch_prefill(const bf16_t* q, PagedKv kv, StepSeqs seqs, const std::int32_t* tiles, int n_tiles, int hq,
                     float scale, bf16_t* out, cudaStream_t stream) {
-  constexpr std::size_t bytes = sizeof(bf16_t) * (kFlashRows + 4 * kFlashKeys) * (D + 8);
   static const bool configured = [] {
     NEURON_CUDA_CHECK(cudaFuncSetAttribute(prefill_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(bytes)));
+                                           static_cast<int>(prefill_smem_bytes<D>)));
     return true;
   }();
   (void)configured;
   const dim3 grid(static_cast<unsigned>(n_tiles), static_cast<unsigned>(hq));
-  launch(prefill_kernel<D>, grid, kFlashThreads, bytes, stream, "attention_prefill", q, kv, seqs, tiles, hq, scale,
-         out);
+  launch(prefill_kernel<D>, grid, kFlashThreads, prefill_smem_bytes<D>, stream, "attention_prefill", q, kv, seqs,
+         tiles, hq, scale, out);
 }
 
 // ---- decode --------------------------------------------------------------

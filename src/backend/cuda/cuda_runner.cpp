@@ -56,6 +56,7 @@
 #include "backend/cuda/kernels.hpp"
 #include "backend/cuda/linear.hpp"
 #include "backend/cuda/quant_kernels.hpp"
+#include "backend/cuda/quant_mma_gemv.hpp"
 #include "backend/packed_weights.hpp"
 #include "backend/cuda/step_inputs.hpp"
 #include "tensor/dtype.hpp"
@@ -368,6 +369,11 @@ class CudaRunner final : public ModelRunner, private model::BlockOps {
   // take, of widths they take (NEURON_CUDA_MOE_DEVICE=0: never), and fills its pointer tables and buffers.
   void setup_moe_on_device();
   void moe_on_host(const Layer& layer, int n);
+  // The device path over rows [row0, row0 + n) of the pass (n k <= the route buffers' pairs).
+  void moe_on_device(const Layer& layer, int row0, int n);
+  // Whether a layer's experts are block-quantized of types and widths the grouped tensor-core kernels take
+  // (quant_mma_gemv.hpp): then an eager pass of any length runs on the device, moe_chunk_tokens_ at a time.
+  bool moe_prefill_on_device(const Layer& layer) const;
   void linear_attention(std::int64_t layer) override;
   // delta += sigmoid(h . shared_gate) * shared_expert(h) over the pass's n rows of h_ (a no-op without one).
   void shared_expert(const Layer& layer, int n);
@@ -453,12 +459,14 @@ class CudaRunner final : public ModelRunner, private model::BlockOps {
   DeviceBuffer expert_out_;     // [kMaxPassTokens, hidden] f32: its outputs
   model::MoeRouter router_;
   // The device MoE path (moe_kernels.hpp): passes of up to kMaxGraphBatch tokens over bf16 experts or
-  // block-quantized ones of the types kernels::quant_moe_supported takes.
+  // block-quantized ones of the types kernels::quant_moe_supported takes, and longer eager passes over
+  // quantized experts the tensor-core kernels take (moe_prefill_on_device), in chunks of moe_chunk_tokens_.
   bool moe_on_device_ = false;
-  DeviceBuffer moe_route_buf_;  // the buffers of moe_route_ for kMaxGraphBatch tokens
+  int moe_chunk_tokens_ = 0;    // the most tokens one device MoE launch sequence takes (pairs / k)
+  DeviceBuffer moe_route_buf_;  // the buffers of moe_route_ for moe_chunk_tokens_ tokens
   kernels::MoeRoute moe_route_;
-  DeviceBuffer moe_act_;        // [kMaxGraphBatch k, moe_ff] bf16 by slot
-  DeviceBuffer moe_out_;        // [kMaxGraphBatch k, hidden] f32 by slot
+  DeviceBuffer moe_act_;        // [pairs, moe_ff] bf16 by slot
+  DeviceBuffer moe_out_;        // [pairs, hidden] f32 by slot
   DeviceBuffer decode_scratch_;   // [decode_scratch_floats of the largest split pass] f32 partial softmax states
   DeviceBuffer decode_counters_;  // [decode_counters of the largest split pass] u32, zero between calls
   DeviceBuffer head_rows_;   // [kLogitRows, hidden] bf16 gathered LM-head input rows
@@ -1196,7 +1204,13 @@ void CudaRunner::setup_moe_on_device() {
     l.expert_ptrs = DeviceBuffer(sizeof(const void*) * ptrs.size());
     NEURON_CUDA_CHECK(cudaMemcpy(l.expert_ptrs.data(), ptrs.data(), l.expert_ptrs.bytes(), cudaMemcpyHostToDevice));
   }
-  const auto pairs = static_cast<std::size_t>(kMaxGraphBatch) * static_cast<std::size_t>(cfg_.moe.experts_per_token);
+  // Room for a graph's batch, or for the grouping's most pairs where the prefill runs here too.
+  const int k = cfg_.moe.experts_per_token;
+  const bool prefill_here = std::any_of(layers_.begin(), layers_.end(), [&](const Layer& l) {
+    return !l.experts.empty() && moe_prefill_on_device(l);
+  });
+  moe_chunk_tokens_ = prefill_here ? kernels::kMoeMaxPairs / k : kMaxGraphBatch;
+  const auto pairs = static_cast<std::size_t>(moe_chunk_tokens_) * static_cast<std::size_t>(k);
   // i32/f32 words: expert, weight, slot_pair, pair_slot [pairs] each; offsets, active [L + 1] each
   moe_route_buf_ = DeviceBuffer(4 * (4 * pairs + 2 * (experts + 1)));
   auto* words = moe_route_buf_.data<std::int32_t>();
@@ -1212,8 +1226,9 @@ void CudaRunner::setup_moe_on_device() {
 }
 
 // Passes of up to kMaxGraphBatch tokens route and run on the device (moe_kernels.hpp, quant_moe_rows) when
-// setup_moe_on_device took the experts; longer passes (prefill), and experts it did not take (FP8,
-// mixed), route on the host. Either routes over all E experts and runs this rank's (moe_experts(): all of
+// setup_moe_on_device took the experts, and so do longer passes over block-quantized experts the grouped
+// tensor-core kernels take (moe_prefill_on_device), in chunks; other longer passes (bf16 prefill), and
+// experts setup_moe_on_device did not take (FP8, mixed), route on the host. Either routes over all E experts and runs this rank's (moe_experts(): all of
 // them unless expert parallel); the all-reduce sums the ranks' parts.
 void CudaRunner::moe(std::int64_t li) {
   const Layer& layer = layers_[static_cast<std::size_t>(li)];
@@ -1229,35 +1244,57 @@ void CudaRunner::moe(std::int64_t li) {
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   NEURON_CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
   const bool captured = capture == cudaStreamCaptureStatusActive;
-  if (moe_on_device_ && n <= kMaxGraphBatch && (captured || n <= kMoeEagerDeviceTokens)) {
-    const kernels::MoeExperts mine = moe_experts();
-    const int experts = mine.count, k = cfg_.moe.experts_per_token;
-    const auto* ptrs = layer.expert_ptrs.data<const void*>();  // [2, L]
-    kernels::moe_route_group(router_logits_.data<float>(), n, mine, k, cfg_.moe.norm_topk_prob, moe_route_, s);
-    bf16_t* act = moe_act_.data<bf16_t>();
-    if (layer.expert_gate_up_type == quant::GgmlType::bf16) {
-      kernels::moe_gate_up(reinterpret_cast<const bf16_t* const*>(ptrs), h, n, k, experts, hidden_, moe_ff_, moe_route_,
-                           act, s);
-    } else {
-      kernels::quant_moe_swiglu(layer.expert_gate_up_type, ptrs, moe_ff_, hidden_, h, n, k, experts, moe_route_, act, s);
-    }
-    const auto* down = reinterpret_cast<const bf16_t* const*>(ptrs + experts);
-    if (layer.expert_down_type == quant::GgmlType::bf16 && kernels::moe_down_combine_supported(n, k)) {
-      kernels::moe_down_combine(down, act, n, k, hidden_, moe_ff_, mine, moe_route_, delta, s);
-    } else {
-      if (layer.expert_down_type == quant::GgmlType::bf16)
-        kernels::moe_down(down, act, n, k, experts, hidden_, moe_ff_, moe_route_, moe_out_.data<float>(), s);
-      else
-        kernels::quant_moe_rows(layer.expert_down_type, ptrs + experts, hidden_, moe_ff_, act, false, n, k, experts,
-                                moe_route_, moe_out_.data<float>(), s);
-      kernels::moe_combine(moe_out_.data<float>(), n, k, hidden_, mine, moe_route_, delta, s);
-    }
+  const bool graph_sized = n <= kMaxGraphBatch && (captured || n <= kMoeEagerDeviceTokens);
+  if (moe_on_device_ && graph_sized) {
+    moe_on_device(layer, 0, n);
+  } else if (moe_on_device_ && moe_prefill_on_device(layer)) {
+    for (int r0 = 0; r0 < n; r0 += moe_chunk_tokens_) moe_on_device(layer, r0, std::min(moe_chunk_tokens_, n - r0));
   } else {
     moe_on_host(layer, n);
   }
   shared_expert(layer, n);
   all_reduce(delta, static_cast<std::size_t>(n) * hidden_);
   pending_ = delta;
+}
+
+bool CudaRunner::moe_prefill_on_device(const Layer& layer) const {
+  const auto mma = [](quant::GgmlType type, int cols) {
+    return type != quant::GgmlType::bf16 && kernels::quant_mma_gemv_supported(type, cols);
+  };
+  return mma(layer.expert_gate_up_type, hidden_) && mma(layer.expert_down_type, moe_ff_);
+}
+
+// Rows [row0, row0 + n) of the pass: routed and grouped on the device, the chosen experts' products over their
+// tokens, and the weighted sum into those rows of delta.
+void CudaRunner::moe_on_device(const Layer& layer, int row0, int n) {
+  NEURON_ASSERT(n > 0 && n <= moe_chunk_tokens_);
+  cudaStream_t s = stream_.get();
+  const kernels::MoeExperts mine = moe_experts();
+  const int experts = mine.count, k = cfg_.moe.experts_per_token;
+  const auto* ptrs = layer.expert_ptrs.data<const void*>();  // [2, L]
+  const auto at = static_cast<std::size_t>(row0);
+  const bf16_t* h = h_.data<bf16_t>() + at * static_cast<std::size_t>(hidden_);
+  float* delta = delta_.data<float>() + at * static_cast<std::size_t>(hidden_);
+  kernels::moe_route_group(router_logits_.data<float>() + at * static_cast<std::size_t>(mine.total), n, mine, k,
+                           cfg_.moe.norm_topk_prob, moe_route_, s);
+  bf16_t* act = moe_act_.data<bf16_t>();
+  if (layer.expert_gate_up_type == quant::GgmlType::bf16) {
+    kernels::moe_gate_up(reinterpret_cast<const bf16_t* const*>(ptrs), h, n, k, experts, hidden_, moe_ff_, moe_route_,
+                         act, s);
+  } else {
+    kernels::quant_moe_swiglu(layer.expert_gate_up_type, ptrs, moe_ff_, hidden_, h, n, k, experts, moe_route_, act, s);
+  }
+  const auto* down = reinterpret_cast<const bf16_t* const*>(ptrs + experts);
+  if (layer.expert_down_type == quant::GgmlType::bf16 && kernels::moe_down_combine_supported(n, k)) {
+    kernels::moe_down_combine(down, act, n, k, hidden_, moe_ff_, mine, moe_route_, delta, s);
+    return;
+  }
+  if (layer.expert_down_type == quant::GgmlType::bf16)
+    kernels::moe_down(down, act, n, k, experts, hidden_, moe_ff_, moe_route_, moe_out_.data<float>(), s);
+  else
+    kernels::quant_moe_rows(layer.expert_down_type, ptrs + experts, hidden_, moe_ff_, act, false, n, k, experts,
+                            moe_route_, moe_out_.data<float>(), s);
+  kernels::moe_combine(moe_out_.data<float>(), n, k, hidden_, mine, moe_route_, delta, s);
 }
 
 // Routed on the host (model::MoeRouter over the router's logits, all E experts), then each of this rank's

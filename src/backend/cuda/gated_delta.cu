@@ -243,7 +243,7 @@ constexpr int kOptinSmem = 227 * 1024;
 __host__ __device__ constexpr int key_stride(int dk) { return dk + 4; }
 __host__ __device__ constexpr int prep_x_stride(int dk, int dv) { return ((dk > dv ? dk : dv) + 3) / 4 * 4 + 4; }
 std::size_t prep_smem(int dk, int dv) {
-  return sizeof(float) * (static_cast<std::size_t>(kChunk) * (key_stride(dk) + prep_x_stride(dk, dv) + 2 * kTs) + 2 * kChunk);
+  return sizeof(float) * (static_cast<std::size_t>(kChunk) * (key_stride(dk) + prep_x_stride(dk, dv) + 2 * kTs) + 3 * kChunk);
 }
 // The scan: state columns a block carries (32 at dk 256, for shared memory), the row stride of its k tile (read
 // transposed: k^T's fragments spread over the banks) and of its [.., cols] tiles (the B operands' rows).
@@ -275,16 +275,17 @@ struct ChunkScratch {
   __device__ float* g(int r, int h) const { return row(r) + static_cast<std::size_t>(hv) * (dk + dv + kChunk) + h; }
 };
 
-__device__ __forceinline__ float dot4(float4 a, float4 b) { return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w; }
-
 // One block per (chunk, value head, sequence): the chunk's gates and G, T = (I + strictly-lower(beta k k^T
 // decayed))^-1 by forward substitution (unit diagonal), u = T (v beta), w = T (k beta exp(G)), and A_qk, into
-// the scratch (gated_delta_rule_chunked's first half, backend/cpu/gated_delta.cpp).
+// the scratch (gated_delta_rule_chunked's first half, backend/cpu/gated_delta.cpp). The products run on tensor
+// cores (tf32 m16n8k8): k k^T and the two T products in 3xTF32 (they feed the state), q k^T in one tf32 product
+// (it only reaches the output). k and q come in by cp.async while the gates are read; v while T is solved.
 template <int DK>
 __global__ void __launch_bounds__(kChunkThreads) delta_chunk_prep_kernel(const float* conv, const float* in, int width,
                                                                           int b_col, int a_col, const float* neg_a,
                                                                           const float* dt_bias, LinearShape shape,
                                                                           LinearSeqs seqs, ChunkScratch sc) {
+  static_assert(kChunkThreads == 256 && kChunk == 64, "8 warps over the [64, 64] and [64, d] products");
   grid_dependency_wait();
   extern __shared__ float4 smem4[];
   const int c = blockIdx.x, h = blockIdx.y, si = blockIdx.z;
@@ -295,56 +296,92 @@ __global__ void __launch_bounds__(kChunkThreads) delta_chunk_prep_kernel(const f
   const int C = channels_of(shape), key_dim = hk * DK, kh = h / (hv / hk);
   constexpr int KS = key_stride(DK);
   const int XS = prep_x_stride(DK, dv);
-  float* Ks = reinterpret_cast<float*>(smem4);  // [64, KS] keys, then keys * beta * exp(G)
-  float* Xs = Ks + kChunk * KS;                 // [64, XS] queries, then values * beta
+  float* Ks = reinterpret_cast<float*>(smem4);  // [64, KS] keys
+  float* Xs = Ks + kChunk * KS;                 // [64, XS] queries, then values
   float* Tm = Xs + kChunk * XS;                 // [64, kTs] the UT system (strictly lower)
   float* Tn = Tm + kChunk * kTs;                // [64, kTs] T, its inverse with a unit diagonal
   float* G = Tn + kChunk * kTs;                 // [64] cumulative log decay (0 past L)
-  float* B = G + kChunk;                        // [64] beta
-  const int tid = static_cast<int>(threadIdx.x);
-  for (int e = tid; e < kChunk * DK; e += kChunkThreads) {
-    const int i = e / DK, d = e % DK;
-    const std::size_t row = static_cast<std::size_t>(row0 + i) * C;
-    Ks[i * KS + d] = i < L ? conv[row + key_dim + kh * DK + d] : 0.f;
-    Xs[i * XS + d] = i < L ? conv[row + kh * DK + d] : 0.f;
-  }
+  float* B = G + kChunk;                        // [64] beta (0 past L)
+  float* BE = B + kChunk;                       // [64] beta exp(G)
+  const int tid = static_cast<int>(threadIdx.x), warp = tid >> 5, g = (tid & 31) >> 2, t = tid & 3;
+  // Rows [0, 64) of the chunk's `width` floats at column col0 of conv into shared rows of stride ld; rows past L
+  // zero-filled (read nothing).
+  auto copy_rows = [&](float* dst, int ld, int col0, int cols) {
+    const int pieces = cols / 4;
+    for (int e = tid; e < kChunk * pieces; e += kChunkThreads) {
+      const int i = e / pieces, d = e % pieces * 4;
+      const bool ok = i < L;
+      cp_async16(dst + i * ld + d, conv + static_cast<std::size_t>(row0 + (ok ? i : 0)) * C + col0 + d, ok);
+    }
+  };
+  copy_rows(Ks, KS, key_dim + kh * DK, DK);
+  copy_rows(Xs, XS, kh * DK, DK);
+  cp_async_commit();
   if (tid < kChunk) {
-    float g = 0.f, b = 0.f;
+    float gv = 0.f, b = 0.f;
     if (tid < L) {
       const float* x = in + static_cast<std::size_t>(row0 + tid) * width;
-      g = delta_log_decay(x[a_col + h], dt_bias[h], neg_a[h]);
+      gv = delta_log_decay(x[a_col + h], dt_bias[h], neg_a[h]);
       b = sigmoid(x[b_col + h]);
     }
-    G[tid] = g;
+    G[tid] = gv;
     B[tid] = b;
   }
   __syncthreads();
   if (tid == 0)
     for (int i = 1; i < L; ++i) G[i] += G[i - 1];
   __syncthreads();
+  if (tid < kChunk) BE[tid] = B[tid] * expf(G[tid]);
   if (tid < L) *sc.g(row0 + tid, h) = G[tid];
-  // Tm[i, j] = -beta_i (k_i . k_j) exp(G_i - G_j) for j < i; A_qk[i, j] = (q_i . k_j) exp(G_i - G_j) for j <= i.
-  for (int e = tid; e < kChunk * kChunk; e += kChunkThreads) {
-    const int i = e / kChunk, j = e % kChunk;
-    float kk = 0.f, qk = 0.f;
-    if (i < L && j <= i) {
-      const auto* ki = reinterpret_cast<const float4*>(Ks + i * KS);
-      const auto* kj = reinterpret_cast<const float4*>(Ks + j * KS);
-      const auto* qi = reinterpret_cast<const float4*>(Xs + i * XS);
-#pragma unroll 8
-      for (int d = 0; d < DK / 4; ++d) {
-        const float4 k4 = kj[d];
-        kk += dot4(ki[d], k4);
-        qk += dot4(qi[d], k4);
-      }
-      const float decay = expf(G[i] - G[j]);
-      kk = j < i ? -B[i] * kk * decay : 0.f;
-      qk *= decay;
-    }
-    Tm[i * kTs + j] = kk;
-    if (i < L) sc.aqk(row0 + i, h)[j] = qk;
-  }
+  cp_async_wait<0>();
   __syncthreads();
+  // Tm[i, j] = -beta_i (k_i . k_j) exp(G_i - G_j) for j < i; A_qk[i, j] = (q_i . k_j) exp(G_i - G_j) for j <= i,
+  // rows past L left out. A warp: 16 rows (mi) x 32 columns (four n8 tiles from nb); tiles wholly above the
+  // diagonal are zeros and skip the products.
+  {
+    const int mi = warp >> 1, nb = (warp & 1) * 4;
+    const int r0 = mi * 16 + g, r1 = r0 + 8;
+    float kk[4][4] = {}, qk[4][4] = {};
+    const auto live = [&](int b) { return (nb + b) * 8 <= mi * 16 + 15; };
+#pragma unroll 2
+    for (int k0 = 0; k0 < DK; k0 += 8) {
+      const float ka[4] = {Ks[r0 * KS + k0 + t], Ks[r1 * KS + k0 + t], Ks[r0 * KS + k0 + t + 4],
+                           Ks[r1 * KS + k0 + t + 4]};
+      const unsigned qa[4] = {tf32_of(Xs[r0 * XS + k0 + t]), tf32_of(Xs[r1 * XS + k0 + t]),
+                              tf32_of(Xs[r0 * XS + k0 + t + 4]), tf32_of(Xs[r1 * XS + k0 + t + 4])};
+      unsigned ah[4], al[4];
+      tf32_split(ka, ah, al);
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        if (!live(b)) continue;
+        const int j = (nb + b) * 8 + g;
+        const Tf32Split b0 = tf32_split(Ks[j * KS + k0 + t]), b1 = tf32_split(Ks[j * KS + k0 + t + 4]);
+        mma_tf32x3(kk[b], ah, al, b0, b1);
+        mma_tf32(qk[b], qa, b0.hi, b1.hi);
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int i = half ? r1 : r0, j = (nb + b) * 8 + 2 * t;
+        float tv[2], av[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const bool lower = i < L && j + e <= i;
+          const float decay = lower ? expf(G[i] - G[j + e]) : 0.f;
+          tv[e] = lower && j + e < i ? -B[i] * kk[b][half * 2 + e] * decay : 0.f;
+          av[e] = lower ? qk[b][half * 2 + e] * decay : 0.f;
+        }
+        Tm[i * kTs + j] = tv[0];
+        Tm[i * kTs + j + 1] = tv[1];
+        if (i < L) *reinterpret_cast<float2*>(sc.aqk(row0 + i, h) + j) = make_float2(av[0], av[1]);
+      }
+    }
+  }
+  __syncthreads();  // Tm complete; q no longer read
+  copy_rows(Xs, XS, 2 * key_dim + h * dv, dv);
+  cp_async_commit();
   // Forward substitution by columns: T[i, j] = Tm[i, j] + sum_{j < m < i} Tm[i, m] T[m, j]. Column j of T needs
   // only Tm and its own rows above i, so four lanes of one warp own it (lanes 4c..4c+3 of warp w: column 8w + c),
   // each summing every fourth m, and meet by shuffles: no block barrier between rows (the row-at-a-time form
@@ -362,28 +399,40 @@ __global__ void __launch_bounds__(kChunkThreads) delta_chunk_prep_kernel(const f
       __syncwarp();  // the column's row i before any of its lanes reads it
     }
   }
-  for (int e = tid; e < kChunk * dv; e += kChunkThreads) {
-    const int i = e / dv, d = e % dv;
-    Xs[i * XS + d] = i < L ? conv[static_cast<std::size_t>(row0 + i) * C + 2 * key_dim + h * dv + d] * B[i] : 0.f;
-  }
-  for (int e = tid; e < kChunk * DK; e += kChunkThreads) {
-    const int i = e / DK;
-    Ks[e / DK * KS + e % DK] *= B[i] * expf(G[i]);
-  }
-  __syncthreads();
-  // u = T (v beta) [L, dv]; w = T (k beta exp(G)) [L, dk]. T is lower triangular: m runs to i.
-  for (int e = tid; e < L * dv; e += kChunkThreads) {
-    const int i = e / dv, d = e % dv;
-    float acc = 0.f;
-    for (int m = 0; m <= i; ++m) acc += Tn[i * kTs + m] * Xs[m * XS + d];
-    sc.u(row0 + i, h)[d] = acc;
-  }
-  for (int e = tid; e < L * DK; e += kChunkThreads) {
-    const int i = e / DK, d = e % DK;
-    float acc = 0.f;
-    for (int m = 0; m <= i; ++m) acc += Tn[i * kTs + m] * Ks[m * KS + d];
-    sc.w(row0 + i, h)[d] = acc;
-  }
+  cp_async_wait<0>();
+  __syncthreads();  // T and v in place
+  // out[i, :cols] = sum_m T[i, m] scale[m] X[m, :cols] for rows i < L (T lower triangular: a 16-row tile's k steps
+  // end at its last row): u = T (v beta), w = T (k beta exp(G)). A warp: 16 rows (mi) x groups of four n8 tiles.
+  const auto t_product = [&](const float* X, int ld, int cols, const float* scale, auto&& out_row) {
+    const int mi = warp & 3, r0 = mi * 16 + g, r1 = r0 + 8;
+    const int ksteps = min(2 * (mi + 1), (L + 7) / 8), tiles = (cols + 7) / 8;
+    for (int nb = (warp >> 2) * 4; nb < tiles; nb += 8) {
+      float acc[4][4] = {};
+      for (int ks = 0; ks < ksteps; ++ks) {
+        const int k0 = ks * 8;
+        const float s0 = scale[k0 + t], s1 = scale[k0 + t + 4];
+        const float af[4] = {Tn[r0 * kTs + k0 + t] * s0, Tn[r1 * kTs + k0 + t] * s0, Tn[r0 * kTs + k0 + t + 4] * s1,
+                             Tn[r1 * kTs + k0 + t + 4] * s1};
+        unsigned ah[4], al[4];
+        tf32_split(af, ah, al);
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+          if (nb + b >= tiles) break;
+          const int col = (nb + b) * 8 + g;
+          mma_tf32x3(acc[b], ah, al, tf32_split(X[(k0 + t) * ld + col]), tf32_split(X[(k0 + t + 4) * ld + col]));
+        }
+      }
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        const int col = (nb + b) * 8 + 2 * t;  // even, and cols % 4 == 0: col + 1 < cols with it
+        if (col >= cols) continue;
+        if (r0 < L) *reinterpret_cast<float2*>(out_row(row0 + r0) + col) = make_float2(acc[b][0], acc[b][1]);
+        if (r1 < L) *reinterpret_cast<float2*>(out_row(row0 + r1) + col) = make_float2(acc[b][2], acc[b][3]);
+      }
+    }
+  };
+  t_product(Xs, XS, dv, B, [&](int r) { return sc.u(r, h); });
+  t_product(Ks, KS, DK, BE, [&](int r) { return sc.w(r, h); });
 }
 
 // One block per (state columns [col0, col0 + TC), value head, sequence), walking the sequence's chunks in order

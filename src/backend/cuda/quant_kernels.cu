@@ -642,6 +642,11 @@ void check_shape(GgmlType type, const void* w, int cols) {
   NEURON_ASSERT(reinterpret_cast<std::uintptr_t>(w) % align == 0);
 }
 
+// The token count from which the tensor-core GEMV is the faster (H200,
+// bench/QUANT.md): Q4_K at one; Q5_K and Q6_K at two; Q8_0 at four. Below
+// that the FMA path streams the rows faster, its loads covering whole rows.
+int mma_from_tokens(GgmlType type) { return type == GgmlType::q4_k ? 1 : type == GgmlType::q8_0 ? 4 : 2; }
+
 template <class OutT, bool Accumulate>
 void gemv_dispatch(GgmlType type, const void* w, int rows, int cols, const bf16_t* x, int n, OutT* y, int ldy,
                    cudaStream_t stream) {
@@ -649,11 +654,7 @@ void gemv_dispatch(GgmlType type, const void* w, int rows, int cols, const bf16_
   check_shape(type, w, cols);
   NEURON_ASSERT(n <= kQuantGemvMaxTokens && cols % 8 == 0 && reinterpret_cast<std::uintptr_t>(x) % 16 == 0);
   const std::size_t row_bytes = quant::row_bytes(type, cols);
-  // The tensor-core GEMV from the token count where it is the faster (H200,
-  // bench/QUANT.md): Q4_K at one; Q5_K and Q6_K at two; Q8_0 at four. Below
-  // that the FMA path streams the rows faster, its loads covering whole rows.
-  const int mma_from = type == GgmlType::q4_k ? 1 : type == GgmlType::q8_0 ? 4 : 2;
-  if (n >= mma_from && quant_mma_gemv_supported(type, cols)) {
+  if (n >= mma_from_tokens(type) && quant_mma_gemv_supported(type, cols)) {
     if constexpr (std::is_same_v<OutT, float>)
       quant_mma_gemv(type, w, row_bytes, rows, cols, x, n, y, ldy, Accumulate, stream);
     else
@@ -690,6 +691,15 @@ void quant_moe_dispatch(GgmlType type, const void* const* w, int rows, int cols,
   if (rows <= 0 || n <= 0) return;
   NEURON_ASSERT(quant_moe_supported(type) && cols > 0 && cols % quant::traits(type).block_size == 0 && cols % 8 == 0);
   const std::size_t row_bytes = quant::row_bytes(type, cols);
+  // The tensor cores from the pass's token count where the GEMV takes them (a pass of n tokens puts up to n
+  // slots on an expert).
+  if (n >= mma_from_tokens(type) && quant_mma_gemv_supported(type, cols)) {
+    if constexpr (Swiglu)
+      quant_mma_moe_swiglu(type, w, row_bytes, rows, cols, x, n, k, experts, route, y, stream);
+    else
+      quant_mma_moe_rows(type, w, row_bytes, rows, cols, x, x_by_token, n, k, experts, route, y, stream);
+    return;
+  }
   const int rows_per_block = Swiglu ? kGemvWarps : kGemvWarps * kGemvRowsPerWarp;
   const dim3 grid(static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block),
                   static_cast<unsigned>(std::min<long long>(static_cast<long long>(n) * k, experts)));

@@ -53,8 +53,9 @@ void dequantize_bf16_split(quant::GgmlType type, const void* w, int rows, int co
 // A MoE layer's block-quantized experts in use (moe_kernels.hpp's grouping of n tokens, k experts each):
 // y[s, :] = W_e x(s) for every slot s of every expert e with a token, W_e [rows, cols] packed at w[e] (device
 // pointers, [experts]: e is the grouping's local id, `experts` its MoeExperts::count), x(s) = row slot_pair[s] / k of x ([n, cols]) when x_by_token, else row s of x ([n k, cols]).
-// y: [n k, rows]. Each warp reads its rows' blocks once per eight of the expert's slots (the FMA GEMV's
-// views: every type quant_supported takes).
+// y: [n k, rows]. From the token counts where quant_gemv takes the tensor cores, and for the types and widths
+// they take, quant_mma_gemv.hpp's grouped kernel (an expert's rows read once per 8 to 32 of its slots); else the FMA
+// GEMV's views (every type quant_supported takes), a warp reading its rows' blocks once per eight slots.
 bool quant_moe_supported(quant::GgmlType type) noexcept;
 void quant_moe_rows(quant::GgmlType type, const void* const* w, int rows, int cols, const bf16_t* x, bool x_by_token,
                     int n, int k, int experts, const MoeRoute& route, float* y, cudaStream_t stream);

@@ -26,6 +26,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "backend/cuda/device_math.cuh"
@@ -279,49 +280,60 @@ __device__ __forceinline__ void for_groups(F&& f) {
   }
 }
 
-// acc[T] (rows g, g + 8 x tokens 8T + 2t, 8T + 2t + 1: the D layout of token
-// tile T) += a unit's product: rows g, g + 8 of it in r0, r1; xu the unit's
-// first column of token g, tile T's token g at xu + T * tile_stride (read
-// only where that token exists). The quants become A fragments once for all
-// the tiles.
-template <class V, int Tiles>
-__device__ __forceinline__ void multiply_unit(const typename V::Raw& r0, const typename V::Raw& r1, const bf16_t* xu,
-                                              std::size_t tile_stride, int tokens_from_g, int t,
-                                              float (&acc)[Tiles][4]) {
+// acc[p][T] (rows g, g + 8 of row pair p x tokens 8T + 2t, 8T + 2t + 1: the
+// D layout of token tile T) += a unit's product: rows g, g + 8 of pair p in
+// r[p][0], r[p][1]; xs[T] this lane's token of tile T (token 8T + g) at the
+// unit's first column, read only where that token exists (8T < tokens_from_g).
+// The quants become A fragments once for all the tiles, and the tokens' B
+// fragments (and their sums) serve every pair.
+template <class V, int Tiles, int P>
+__device__ __forceinline__ void multiply_unit(const typename V::Raw (&r)[P][2], const bf16_t* const (&xs)[Tiles],
+                                              int tokens_from_g, int t, float (&acc)[P][Tiles][4]) {
   constexpr unsigned kOnes = 0x3F803F80u;  // bf16 1.0, 1.0
   for_groups<0, V::kGroups>([&](auto gc) {
     constexpr int G = decltype(gc)::value;
-    float s[Tiles][4] = {};
+    float s[P][Tiles][4] = {};
     [[maybe_unused]] float sx[Tiles][4] = {};
     for_groups<0, V::kMmas>([&](auto mc) {
       constexpr int M = decltype(mc)::value;
-      const unsigned a[4] = {V::template a_pair<G, M, 0>(r0), V::template a_pair<G, M, 0>(r1),
-                             V::template a_pair<G, M, 1>(r0), V::template a_pair<G, M, 1>(r1)};
+      unsigned a[P][4];
+#pragma unroll
+      for (int p = 0; p < P; ++p) {
+        a[p][0] = V::template a_pair<G, M, 0>(r[p][0]);
+        a[p][1] = V::template a_pair<G, M, 0>(r[p][1]);
+        a[p][2] = V::template a_pair<G, M, 1>(r[p][0]);
+        a[p][3] = V::template a_pair<G, M, 1>(r[p][1]);
+      }
 #pragma unroll
       for (int T = 0; T < Tiles; ++T) {
         unsigned b0 = 0, b1 = 0;
-        if (8 * T < tokens_from_g) V::template x_pair<G, M>(xu + T * tile_stride, t, b0, b1);
-        mma_bf16(s[T], a, b0, b1);
+        if (8 * T < tokens_from_g) V::template x_pair<G, M>(xs[T], t, b0, b1);
+#pragma unroll
+        for (int p = 0; p < P; ++p) mma_bf16(s[p][T], a[p], b0, b1);
         if constexpr (V::kOffset) {
           const unsigned ones[4] = {kOnes, kOnes, kOnes, kOnes};
           mma_bf16(sx[T], ones, b0, b1);
         }
       }
     });
-    float a0, o0, a1, o1;
-    V::template scale<G>(r0, a0, o0);
-    V::template scale<G>(r1, a1, o1);
 #pragma unroll
-    for (int T = 0; T < Tiles; ++T) {
-      acc[T][0] = fmaf(a0, s[T][0], acc[T][0]);
-      acc[T][1] = fmaf(a0, s[T][1], acc[T][1]);
-      acc[T][2] = fmaf(a1, s[T][2], acc[T][2]);
-      acc[T][3] = fmaf(a1, s[T][3], acc[T][3]);
-      if constexpr (V::kOffset) {
-        acc[T][0] = fmaf(o0, sx[T][0], acc[T][0]);
-        acc[T][1] = fmaf(o0, sx[T][1], acc[T][1]);
-        acc[T][2] = fmaf(o1, sx[T][0], acc[T][2]);
-        acc[T][3] = fmaf(o1, sx[T][1], acc[T][3]);
+    for (int p = 0; p < P; ++p) {
+      float a0, o0, a1, o1;
+      V::template scale<G>(r[p][0], a0, o0);
+      V::template scale<G>(r[p][1], a1, o1);
+#pragma unroll
+      for (int T = 0; T < Tiles; ++T) {
+        float(&c)[4] = acc[p][T];
+        c[0] = fmaf(a0, s[p][T][0], c[0]);
+        c[1] = fmaf(a0, s[p][T][1], c[1]);
+        c[2] = fmaf(a1, s[p][T][2], c[2]);
+        c[3] = fmaf(a1, s[p][T][3], c[3]);
+        if constexpr (V::kOffset) {
+          c[0] = fmaf(o0, sx[T][0], c[0]);
+          c[1] = fmaf(o0, sx[T][1], c[1]);
+          c[2] = fmaf(o1, sx[T][0], c[2]);
+          c[3] = fmaf(o1, sx[T][1], c[3]);
+        }
       }
     }
   });
@@ -350,25 +362,28 @@ __global__ void __launch_bounds__(kWarps * 32, Tiles < 4 ? kMinBlocks : 1)  // 4
     r0 = V::load(w0, u, t);
     r1 = V::load(w1, u, t);
   };
-  float acc[Tiles][4] = {};
+  float acc[1][Tiles][4] = {};
   int u = warp;
-  typename V::Raw c0, c1, n0, n1;
-  if (u < units) load(u, c0, c1);
-  if (u + kWarps < units) load(u + kWarps, n0, n1);
+  typename V::Raw c[1][2], nx[1][2];
+  if (u < units) load(u, c[0][0], c[0][1]);
+  if (u + kWarps < units) load(u + kWarps, nx[0][0], nx[0][1]);
   grid_dependency_wait();
   while (u < units) {
-    multiply_unit<V, Tiles>(c0, c1, xt + static_cast<std::size_t>(u) * V::kUnitCols, tile_stride, n - g, t, acc);
+    const bf16_t* xs[Tiles];
+#pragma unroll
+    for (int T = 0; T < Tiles; ++T) xs[T] = xt + T * tile_stride + static_cast<std::size_t>(u) * V::kUnitCols;
+    multiply_unit<V, Tiles, 1>(c, xs, n - g, t, acc);
     u += kWarps;
-    c0 = n0;
-    c1 = n1;
-    if (u + kWarps < units) load(u + kWarps, n0, n1);
+    c[0][0] = nx[0][0];
+    c[0][1] = nx[0][1];
+    if (u + kWarps < units) load(u + kWarps, nx[0][0], nx[0][1]);
   }
 #pragma unroll
   for (int T = 0; T < Tiles; ++T) {
-    part[warp][g][8 * T + 2 * t] = acc[T][0];
-    part[warp][g][8 * T + 2 * t + 1] = acc[T][1];
-    part[warp][g + 8][8 * T + 2 * t] = acc[T][2];
-    part[warp][g + 8][8 * T + 2 * t + 1] = acc[T][3];
+    part[warp][g][8 * T + 2 * t] = acc[0][T][0];
+    part[warp][g][8 * T + 2 * t + 1] = acc[0][T][1];
+    part[warp][g + 8][8 * T + 2 * t] = acc[0][T][2];
+    part[warp][g + 8][8 * T + 2 * t + 1] = acc[0][T][3];
   }
   __syncthreads();
   for (int i = threadIdx.x; i < 16 * n; i += kWarps * 32) {
@@ -378,6 +393,104 @@ __global__ void __launch_bounds__(kWarps * 32, Tiles < 4 ? kMinBlocks : 1)  // 4
 #pragma unroll
     for (int k = 0; k < kWarps; ++k) v += part[k][r][tok];
     emit(y, static_cast<std::size_t>(tok) * ldy + row0 + r, v, Accumulate);
+  }
+}
+
+// quant_mma_moe: a block per (up to kMoeWarps 16-row tiles of an expert, expert in use blockIdx.y), over
+// the expert's slots 8 Tiles at a time (Tiles tiles of 8 tokens, each lane gathering its tokens' rows; the
+// host picks Tiles from the slots an expert has on average, so a decode step's one or two do not pay for
+// four tiles' registers). Rows with
+// few units (a down projection over a narrow intermediate) put several tiles in a block, kMoeWarps / units
+// of them, so no warp idles; a tile's warps split its units. P = 2 (Swiglu): the gate rows and the up rows
+// of the tile (rows r and rows + r of gate_up) share the tokens' fragments, and the block stores
+// silu(gate . x) * (up . x) as swiglu_kernel rounds it. y: [slots, rows] (f32, or bf16 act).
+constexpr int kMoeWarps = 4;
+__host__ __device__ constexpr int moe_tiles_per_block(int units) { return kMoeWarps / (units < kMoeWarps ? units : kMoeWarps); }
+
+template <class V, int Tiles, bool Swiglu, class OutT>
+__global__ void __launch_bounds__(kMoeWarps * 32)
+    mma_moe_kernel(const std::uint8_t* const* w, std::size_t row_bytes, int rows, int cols, const bf16_t* x, int k,
+                   bool x_by_token, MoeRoute route, OutT* y) {
+  constexpr int kMoeSlots = 8 * Tiles, P = Swiglu ? 2 : 1;  // slots a pass over the expert's rows
+  __shared__ float part[P][kMoeWarps][16][kMoeSlots];  // [pair][warp][row][slot]
+  grid_dependency_wait();
+  if (static_cast<int>(blockIdx.y) >= route.active[0]) return;
+  const int e = route.active[1 + blockIdx.y];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int units = cols / V::kUnitCols;
+  const int per_block = moe_tiles_per_block(units), wp = kMoeWarps / per_block;  // tiles a block, warps a tile
+  const int row0 = (static_cast<int>(blockIdx.x) * per_block + warp / wp) * 16;
+  const bool live = row0 < rows;
+  const std::uint8_t* wr[P][2];
+#pragma unroll
+  for (int p = 0; p < P; ++p)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      wr[p][h] = w[e] + static_cast<std::size_t>(p * rows + min(row0 + g + 8 * h, rows - 1)) * row_bytes;
+  using Raw = typename V::Raw;
+  auto load = [&](int u, Raw (&r)[P][2]) {
+#pragma unroll
+    for (int p = 0; p < P; ++p)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) r[p][h] = V::load(wr[p][h], u, t);
+  };
+  const int end = route.offsets[e + 1];
+  for (int s0 = route.offsets[e]; s0 < end; s0 += kMoeSlots) {
+    const int m = min(kMoeSlots, end - s0);
+    float acc[P][Tiles][4] = {};
+    if (live) {
+      const bf16_t* xt[Tiles];  // this lane's token of each tile (the last slot's where past m: never read)
+#pragma unroll
+      for (int T = 0; T < Tiles; ++T) {
+        const int s = s0 + min(8 * T + g, m - 1);
+        xt[T] = x + static_cast<std::size_t>(x_by_token ? route.slot_pair[s] / k : s) * cols;
+      }
+      int u = warp % wp;
+      Raw c[P][2], nx[P][2];
+      if (u < units) load(u, c);
+      if (u + wp < units) load(u + wp, nx);
+      while (u < units) {
+        const bf16_t* xs[Tiles];
+#pragma unroll
+        for (int T = 0; T < Tiles; ++T) xs[T] = xt[T] + static_cast<std::size_t>(u) * V::kUnitCols;
+        multiply_unit<V, Tiles, P>(c, xs, m - g, t, acc);
+        u += wp;
+#pragma unroll
+        for (int p = 0; p < P; ++p) {
+          c[p][0] = nx[p][0];
+          c[p][1] = nx[p][1];
+        }
+        if (u + wp < units) load(u + wp, nx);
+      }
+    }
+#pragma unroll
+    for (int p = 0; p < P; ++p)
+#pragma unroll
+      for (int T = 0; T < Tiles; ++T) {
+        part[p][warp][g][8 * T + 2 * t] = acc[p][T][0];
+        part[p][warp][g][8 * T + 2 * t + 1] = acc[p][T][1];
+        part[p][warp][g + 8][8 * T + 2 * t] = acc[p][T][2];
+        part[p][warp][g + 8][8 * T + 2 * t + 1] = acc[p][T][3];
+      }
+    __syncthreads();
+    // A thread per (row, slot), rows fastest: each tile's warps summed in order.
+    for (int i = threadIdx.x; i < per_block * 16 * m; i += kMoeWarps * 32) {
+      const int r = i & 15, tile = (i >> 4) % per_block, slot = (i >> 4) / per_block;
+      const int row = (static_cast<int>(blockIdx.x) * per_block + tile) * 16 + r;
+      if (row >= rows) continue;
+      float v[P] = {};
+#pragma unroll
+      for (int p = 0; p < P; ++p)
+        for (int q = tile * wp; q < (tile + 1) * wp; ++q) v[p] += part[p][q][r][slot];
+      const std::size_t at = static_cast<std::size_t>(s0 + slot) * rows + row;
+      if constexpr (Swiglu) {
+        const float gv = bf(to_bf(v[0])), uv = bf(to_bf(v[1]));
+        emit(y, at, bf(to_bf(gv / (1.f + __expf(-gv)))) * uv, false);
+      } else {
+        emit(y, at, v[0], false);
+      }
+    }
+    __syncthreads();  // part is the next pass's
   }
 }
 
@@ -437,6 +550,46 @@ void quant_mma_gemv(GgmlType type, const void* w, std::size_t row_bytes, int row
 void quant_mma_gemv(GgmlType type, const void* w, std::size_t row_bytes, int rows, int cols, const bf16_t* x, int n,
                     bf16_t* y, int ldy, cudaStream_t stream) {
   dispatch<bf16_t, false>(type, w, row_bytes, rows, cols, x, n, y, ldy, stream);
+}
+
+namespace {
+template <bool Swiglu, class OutT>
+void moe_dispatch(GgmlType type, const void* const* w, std::size_t row_bytes, int rows, int cols, const bf16_t* x,
+                  bool x_by_token, int n, int k, int experts, const MoeRoute& route, OutT* y, cudaStream_t stream) {
+  if (rows <= 0 || n <= 0 || experts <= 0) return;
+  NEURON_ASSERT(quant_mma_gemv_supported(type, cols) && reinterpret_cast<std::uintptr_t>(x) % 16 == 0);
+  with_view(type, [&](auto v) {
+    using V = decltype(v);
+    const int per_block = moe_tiles_per_block(cols / V::kUnitCols);
+    const int tiles = (rows + 15) / 16;
+    const long long pairs = static_cast<long long>(n) * k;
+    const dim3 grid(static_cast<unsigned>((tiles + per_block - 1) / per_block),
+                    static_cast<unsigned>(std::min<long long>(pairs, experts)));
+    auto go = [&](auto kernel) {
+      launch(kernel, grid, kMoeWarps * 32, 0, stream, "quant_mma_moe", reinterpret_cast<const std::uint8_t* const*>(w),
+             row_bytes, rows, cols, x, k, x_by_token, route, y);
+    };
+    const long long per_expert = (pairs + experts - 1) / experts;  // slots an expert has on average (rounded up)
+    if (per_expert <= 8)
+      go(mma_moe_kernel<V, 1, Swiglu, OutT>);
+    else if (per_expert <= 16)
+      go(mma_moe_kernel<V, 2, Swiglu, OutT>);
+    else
+      go(mma_moe_kernel<V, 4, Swiglu, OutT>);
+  });
+}
+}  // namespace
+
+void quant_mma_moe_rows(GgmlType type, const void* const* w, std::size_t row_bytes, int rows, int cols,
+                        const bf16_t* x, bool x_by_token, int n, int k, int experts, const MoeRoute& route, float* y,
+                        cudaStream_t stream) {
+  moe_dispatch<false>(type, w, row_bytes, rows, cols, x, x_by_token, n, k, experts, route, y, stream);
+}
+
+void quant_mma_moe_swiglu(GgmlType type, const void* const* gate_up, std::size_t row_bytes, int ff, int cols,
+                          const bf16_t* h, int n, int k, int experts, const MoeRoute& route, bf16_t* act,
+                          cudaStream_t stream) {
+  moe_dispatch<true>(type, gate_up, row_bytes, ff, cols, h, true, n, k, experts, route, act, stream);
 }
 
 }  // namespace neuron::backend::cuda::kernels

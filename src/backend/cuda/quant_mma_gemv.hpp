@@ -16,6 +16,7 @@
 #include <cstddef>
 
 #include "backend/cuda/kernels.hpp"
+#include "backend/cuda/moe_kernels.hpp"
 #include "quant/ggml_type.hpp"
 
 namespace neuron::backend::cuda::kernels {
@@ -30,5 +31,16 @@ void quant_mma_gemv(quant::GgmlType type, const void* w, std::size_t row_bytes, 
                     int n, float* y, int ldy, bool accumulate, cudaStream_t stream);
 void quant_mma_gemv(quant::GgmlType type, const void* w, std::size_t row_bytes, int rows, int cols, const bf16_t* x,
                     int n, bf16_t* y, int ldy, cudaStream_t stream);
+
+// The grouped products of a MoE layer's block-quantized experts (quant_kernels.hpp's quant_moe_rows and
+// quant_moe_swiglu, same arguments and results, for the types and widths quant_mma_gemv_supported takes):
+// an expert's rows are read once per 8, 16 or 32 of its slots (by the slots an expert has on average), each
+// slot's tokens gathered by the lanes.
+void quant_mma_moe_rows(quant::GgmlType type, const void* const* w, std::size_t row_bytes, int rows, int cols,
+                        const bf16_t* x, bool x_by_token, int n, int k, int experts, const MoeRoute& route, float* y,
+                        cudaStream_t stream);
+void quant_mma_moe_swiglu(quant::GgmlType type, const void* const* gate_up, std::size_t row_bytes, int ff, int cols,
+                          const bf16_t* h, int n, int k, int experts, const MoeRoute& route, bf16_t* act,
+                          cudaStream_t stream);
 
 }  // namespace neuron::backend::cuda::kernels
