@@ -35,6 +35,21 @@ run_watched() {
   tar -C $O -czf $O/r.tgz r && rm -rf $R
 }
 
+# bench_table: every run in $R/bench-*.jsonl and $R/moe-*.jsonl (`neuron bench --json` lines), one line each, into
+# steps.log.
+bench_table() {
+python3 - $R >>$R/steps.log <<'PY'
+import json, sys, glob
+for f in sorted(glob.glob(sys.argv[1] + "/bench-*.jsonl") + glob.glob(sys.argv[1] + "/moe-*.jsonl")):
+    for line in open(f):
+        try: d = json.loads(line)
+        except ValueError: continue
+        for r in d.get("runs", []):
+            print(f.split("/")[-1], d.get("config"), "batch", d.get("batch"), "prompt", r["prompt_len"],
+                  "prefill_ms %.1f" % r["prefill_ms"], "decode_tok_s %.1f" % r["decode_tok_s"])
+PY
+}
+
 # ids N SEED: N random token ids (ordinary Qwen3 tokens), comma-separated.
 ids() { python3 -c "import random; r=random.Random($2); print(','.join(str(r.randrange(1000,150000)) for _ in range($1)))"; }
 

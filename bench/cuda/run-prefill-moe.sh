@@ -28,21 +28,9 @@ round() {
   bench_ab 35b-q8-b1 120 --config qwen3.5-35b-a3b --quant q8_0 --batch 1 --prompt-len 128 --gen 64
   bench_ab 30b-q4k-b64 120 --config qwen3-30b-a3b --quant q4_k --batch 64 --prompt-len 128 --gen 32
 }
-table() {
-python3 - $R >>$R/steps.log <<'PY'
-import json, sys, glob
-for f in sorted(glob.glob(sys.argv[1] + "/bench-*.jsonl")):
-    for line in open(f):
-        try: d = json.loads(line)
-        except ValueError: continue
-        for r in d.get("runs", []):
-            print(f.split("/")[-1], d.get("config"), "batch", d.get("batch"), "prompt", r["prompt_len"],
-                  "prefill_ms %.1f" % r["prefill_ms"], "decode_tok_s %.1f" % r["decode_tok_s"])
-PY
-}
-round 1; table
+round 1; bench_table
 [ "${PROFILE:-1}" = 1 ] && profile_prefill q27-8192 qwen3.5-27b 8192
-round 2; table
+round 2; bench_table
 say "all done"
 }
 run_watched main

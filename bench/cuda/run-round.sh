@@ -28,16 +28,7 @@ for round in $(seq ${AB_ROUNDS:-1}); do
     done
   done
 done
-python3 - $R >>$R/steps.log <<'PY'
-import json, sys, glob
-for f in sorted(glob.glob(sys.argv[1] + "/bench-*.jsonl") + glob.glob(sys.argv[1] + "/moe-*.jsonl")):
-    for line in open(f):
-        try: d = json.loads(line)
-        except ValueError: continue
-        for r in d.get("runs", []):
-            print(f.split("/")[-1], d.get("config"), "batch", d.get("batch"), "prompt", r["prompt_len"],
-                  "prefill_ms %.1f" % r["prefill_ms"], "decode_tok_s %.1f" % r["decode_tok_s"])
-PY
+bench_table
 [ "${PROFILE:-0}" = 1 ] && profile_prefill q27-8192 qwen3.5-27b 8192
 # Issue 26: Llama-3.1-8B within 5% of Qwen3-8B (dummy bf16 weights, same binary, alternating).
 # neuron-base's Qwen3-8B too: head_dim 128's prefill before and after an attention change.
