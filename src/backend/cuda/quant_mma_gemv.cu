@@ -282,13 +282,13 @@ __device__ __forceinline__ void for_groups(F&& f) {
 
 // acc[p][T] (rows g, g + 8 of row pair p x tokens 8T + 2t, 8T + 2t + 1: the
 // D layout of token tile T) += a unit's product: rows g, g + 8 of pair p in
-// r[p][0], r[p][1]; xs[T] this lane's token of tile T (token 8T + g) at the
+// r[p][0], r[p][1]; x_of(T) this lane's token of tile T (token 8T + g) at the
 // unit's first column, read only where that token exists (8T < tokens_from_g).
 // The quants become A fragments once for all the tiles, and the tokens' B
 // fragments (and their sums) serve every pair.
-template <class V, int Tiles, int P>
-__device__ __forceinline__ void multiply_unit(const typename V::Raw (&r)[P][2], const bf16_t* const (&xs)[Tiles],
-                                              int tokens_from_g, int t, float (&acc)[P][Tiles][4]) {
+template <class V, int Tiles, int P, class XOf>
+__device__ __forceinline__ void multiply_unit(const typename V::Raw (&r)[P][2], XOf&& x_of, int tokens_from_g, int t,
+                                              float (&acc)[P][Tiles][4]) {
   constexpr unsigned kOnes = 0x3F803F80u;  // bf16 1.0, 1.0
   for_groups<0, V::kGroups>([&](auto gc) {
     constexpr int G = decltype(gc)::value;
@@ -307,7 +307,7 @@ __device__ __forceinline__ void multiply_unit(const typename V::Raw (&r)[P][2], 
 #pragma unroll
       for (int T = 0; T < Tiles; ++T) {
         unsigned b0 = 0, b1 = 0;
-        if (8 * T < tokens_from_g) V::template x_pair<G, M>(xs[T], t, b0, b1);
+        if (8 * T < tokens_from_g) V::template x_pair<G, M>(x_of(T), t, b0, b1);
 #pragma unroll
         for (int p = 0; p < P; ++p) mma_bf16(s[p][T], a[p], b0, b1);
         if constexpr (V::kOffset) {
@@ -369,10 +369,8 @@ __global__ void __launch_bounds__(kWarps * 32, Tiles < 4 ? kMinBlocks : 1)  // 4
   if (u + kWarps < units) load(u + kWarps, nx[0][0], nx[0][1]);
   grid_dependency_wait();
   while (u < units) {
-    const bf16_t* xs[Tiles];
-#pragma unroll
-    for (int T = 0; T < Tiles; ++T) xs[T] = xt + T * tile_stride + static_cast<std::size_t>(u) * V::kUnitCols;
-    multiply_unit<V, Tiles, 1>(c, xs, n - g, t, acc);
+    const bf16_t* xu = xt + static_cast<std::size_t>(u) * V::kUnitCols;
+    multiply_unit<V, Tiles, 1>(c, [&](int T) { return xu + T * tile_stride; }, n - g, t, acc);
     u += kWarps;
     c[0][0] = nx[0][0];
     c[0][1] = nx[0][1];
@@ -450,10 +448,8 @@ __global__ void __launch_bounds__(kMoeWarps * 32)
       if (u < units) load(u, c);
       if (u + wp < units) load(u + wp, nx);
       while (u < units) {
-        const bf16_t* xs[Tiles];
-#pragma unroll
-        for (int T = 0; T < Tiles; ++T) xs[T] = xt[T] + static_cast<std::size_t>(u) * V::kUnitCols;
-        multiply_unit<V, Tiles, P>(c, xs, m - g, t, acc);
+        const std::size_t col = static_cast<std::size_t>(u) * V::kUnitCols;
+        multiply_unit<V, Tiles, P>(c, [&](int T) { return xt[T] + col; }, m - g, t, acc);
         u += wp;
 #pragma unroll
         for (int p = 0; p < P; ++p) {
