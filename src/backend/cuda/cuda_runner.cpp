@@ -1228,8 +1228,8 @@ void CudaRunner::setup_moe_on_device() {
 // Passes of up to kMaxGraphBatch tokens route and run on the device (moe_kernels.hpp, quant_moe_rows) when
 // setup_moe_on_device took the experts, and so do longer passes over block-quantized experts the grouped
 // tensor-core kernels take (moe_prefill_on_device), in chunks; other longer passes (bf16 prefill), and
-// experts setup_moe_on_device did not take (FP8, mixed), route on the host. Either routes over all E experts and runs this rank's (moe_experts(): all of
-// them unless expert parallel); the all-reduce sums the ranks' parts.
+// experts setup_moe_on_device did not take (FP8, mixed), route on the host. Either routes over all E experts
+// and runs this rank's (moe_experts(): all of them unless expert parallel); the all-reduce sums the ranks' parts.
 void CudaRunner::moe(std::int64_t li) {
   const Layer& layer = layers_[static_cast<std::size_t>(li)];
   cudaStream_t s = stream_.get();

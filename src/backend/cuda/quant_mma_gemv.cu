@@ -28,6 +28,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/launch.cuh"
@@ -501,6 +502,17 @@ void with_view(GgmlType type, F&& f) {
   }
 }
 
+// f(std::integral_constant<int, T>) with the token tiles of 8 (1, 2 or 4) that `tokens` tokens need.
+template <class F>
+void with_tiles(long long tokens, F&& f) {
+  if (tokens <= 8)
+    f(std::integral_constant<int, 1>{});
+  else if (tokens <= 16)
+    f(std::integral_constant<int, 2>{});
+  else
+    f(std::integral_constant<int, 4>{});
+}
+
 template <class OutT, bool Accumulate>
 void dispatch(GgmlType type, const void* w, std::size_t row_bytes, int rows, int cols, const bf16_t* x, int n,
               OutT* y, int ldy, cudaStream_t stream) {
@@ -513,12 +525,28 @@ void dispatch(GgmlType type, const void* w, std::size_t row_bytes, int rows, int
       launch(kernel, dim3(static_cast<unsigned>((rows + 15) / 16)), kWarps * 32, 0, stream, "quant_mma_gemv",
              static_cast<const std::uint8_t*>(w), row_bytes, rows, cols, x, n, y, ldy);
     };
-    if (n <= 8)
-      go(mma_gemv_kernel<V, 1, OutT, Accumulate>);
-    else if (n <= 16)
-      go(mma_gemv_kernel<V, 2, OutT, Accumulate>);
-    else
-      go(mma_gemv_kernel<V, 4, OutT, Accumulate>);
+    with_tiles(n, [&](auto tiles) { go(mma_gemv_kernel<V, decltype(tiles)::value, OutT, Accumulate>); });
+  });
+}
+
+template <bool Swiglu, class OutT>
+void moe_dispatch(GgmlType type, const void* const* w, std::size_t row_bytes, int rows, int cols, const bf16_t* x,
+                  bool x_by_token, int n, int k, int experts, const MoeRoute& route, OutT* y, cudaStream_t stream) {
+  if (rows <= 0 || n <= 0 || experts <= 0) return;
+  NEURON_ASSERT(quant_mma_gemv_supported(type, cols) && reinterpret_cast<std::uintptr_t>(x) % 16 == 0);
+  with_view(type, [&](auto v) {
+    using V = decltype(v);
+    const int per_block = moe_tiles_per_block(cols / V::kUnitCols);
+    const int tiles = (rows + 15) / 16;
+    const long long pairs = static_cast<long long>(n) * k;
+    const dim3 grid(static_cast<unsigned>((tiles + per_block - 1) / per_block),
+                    static_cast<unsigned>(std::min<long long>(pairs, experts)));
+    // Token tiles by the slots an expert has on average (rounded up).
+    with_tiles((pairs + experts - 1) / experts, [&](auto token_tiles) {
+      launch(mma_moe_kernel<V, decltype(token_tiles)::value, Swiglu, OutT>, grid, kMoeWarps * 32, 0, stream,
+             "quant_mma_moe", reinterpret_cast<const std::uint8_t* const*>(w), row_bytes, rows, cols, x, k, x_by_token,
+             route, y);
+    });
   });
 }
 
@@ -547,34 +575,6 @@ void quant_mma_gemv(GgmlType type, const void* w, std::size_t row_bytes, int row
                     bf16_t* y, int ldy, cudaStream_t stream) {
   dispatch<bf16_t, false>(type, w, row_bytes, rows, cols, x, n, y, ldy, stream);
 }
-
-namespace {
-template <bool Swiglu, class OutT>
-void moe_dispatch(GgmlType type, const void* const* w, std::size_t row_bytes, int rows, int cols, const bf16_t* x,
-                  bool x_by_token, int n, int k, int experts, const MoeRoute& route, OutT* y, cudaStream_t stream) {
-  if (rows <= 0 || n <= 0 || experts <= 0) return;
-  NEURON_ASSERT(quant_mma_gemv_supported(type, cols) && reinterpret_cast<std::uintptr_t>(x) % 16 == 0);
-  with_view(type, [&](auto v) {
-    using V = decltype(v);
-    const int per_block = moe_tiles_per_block(cols / V::kUnitCols);
-    const int tiles = (rows + 15) / 16;
-    const long long pairs = static_cast<long long>(n) * k;
-    const dim3 grid(static_cast<unsigned>((tiles + per_block - 1) / per_block),
-                    static_cast<unsigned>(std::min<long long>(pairs, experts)));
-    auto go = [&](auto kernel) {
-      launch(kernel, grid, kMoeWarps * 32, 0, stream, "quant_mma_moe", reinterpret_cast<const std::uint8_t* const*>(w),
-             row_bytes, rows, cols, x, k, x_by_token, route, y);
-    };
-    const long long per_expert = (pairs + experts - 1) / experts;  // slots an expert has on average (rounded up)
-    if (per_expert <= 8)
-      go(mma_moe_kernel<V, 1, Swiglu, OutT>);
-    else if (per_expert <= 16)
-      go(mma_moe_kernel<V, 2, Swiglu, OutT>);
-    else
-      go(mma_moe_kernel<V, 4, Swiglu, OutT>);
-  });
-}
-}  // namespace
 
 void quant_mma_moe_rows(GgmlType type, const void* const* w, std::size_t row_bytes, int rows, int cols,
                         const bf16_t* x, bool x_by_token, int n, int k, int experts, const MoeRoute& route, float* y,
