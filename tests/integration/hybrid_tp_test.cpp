@@ -4,7 +4,7 @@
 // channels and recurrent state), full attention by query heads, the MLP, the
 // experts and the shared expert by intermediate rows. TP = 2 over CPU ranks
 // (worker processes meeting over Gloo) must give the goldens' greedy tokens
-// and the single rank's logits (1e-5 of a row's largest), from the checkpoint and from its bf16
+// and the single rank's logits (test_support::kAcrossProcesses), from the checkpoint and from its bf16
 // GGUF, across a 64-token chunk and in decode, through batched steps with
 // state slots and through state snapshots. The fixtures have 2 key heads, so
 // TP = 4 runs on generated checkpoints of the same families with 4.
@@ -41,6 +41,7 @@
 #include "tp/tp_runner.hpp"
 #include "util/error.hpp"
 #include "support/argmax.hpp"
+#include "support/batch_driver.hpp"
 #include "support/model_paths.hpp"
 #include "support/family_golden.hpp"
 
@@ -54,20 +55,9 @@ using Prompt = test_support::GoldenPrompt;
 
 using test_support::argmax;
 
-// Largest |a - b| over a logits row, relative to the row's largest |b|: the dense TP tests' measure
-// (tp_equivalence_test.cpp), 1e-5 there too.
-double rel_diff(std::span<const float> a, std::span<const float> b) {
-  EXPECT_EQ(a.size(), b.size());
-  double worst = 0, scale = 0;
-  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    worst = std::max(worst, std::abs(double(a[i]) - b[i]));
-    scale = std::max(scale, std::abs(double(b[i])));
-  }
-  return worst / scale;
-}
-
-// TP against one rank on the same steps: the dense TP tests' 1e-5 (the fixtures' worst measured here: 2.1e-6).
-constexpr double kTolerance = 1e-5;
+// TP against one rank on the same steps: the dense TP tests' bound (the fixtures' worst measured here: 2.1e-6
+// with the same kernels in every process).
+constexpr double kTolerance = test_support::kAcrossProcesses;
 // Against one rank on other steps (a sequence batched with others against it alone: 7.5e-6 measured) or on
 // generated weights (larger activations: up to 3.4e-5 measured): the hybrids' own chunking tolerance
 // (family_golden_test.cpp).
@@ -117,7 +107,7 @@ void expect_same_logits(const Greedy& got, const Greedy& want, const std::string
   EXPECT_EQ(got.tokens, want.tokens) << what;
   ASSERT_EQ(got.logits.size(), want.logits.size()) << what;
   for (std::size_t i = 0; i < want.logits.size(); ++i)
-    EXPECT_LE(rel_diff(got.logits[i], want.logits[i]), tolerance) << what << " step " << i;
+    EXPECT_LE(test_support::relative_error(got.logits[i], want.logits[i]), tolerance) << what << " step " << i;
 }
 
 // (family fixture, "safetensors" or "gguf")
@@ -180,7 +170,7 @@ TEST_P(HybridTp, ChunkedPrefillEqualsOneRankInOneStep) {
     at += len;
   }
   seq.forward(ids.subspan(at), static_cast<std::int32_t>(at), chunked);
-  EXPECT_LE(rel_diff(chunked, whole), kTolerance);
+  EXPECT_LE(test_support::relative_error(chunked, whole), kTolerance);
   EXPECT_EQ(argmax(chunked), g.greedy.front());
 }
 
@@ -216,7 +206,7 @@ TEST_P(HybridTp, BatchedStateSlotsEqualEachAloneOnOneRank) {
   fox_then.push_back(fox_next[0]);
   const std::array<std::vector<float>, 3> expected{alone(chat.ids), alone(fox_then), alone(longp.ids)};
   for (std::size_t i = 0; i < 3; ++i)
-    EXPECT_LE(rel_diff(std::span<const float>(rows.data() + i * vocab(), vocab()), expected[i]), kLooseTolerance)
+    EXPECT_LE(test_support::relative_error(std::span<const float>(rows.data() + i * vocab(), vocab()), expected[i]), kLooseTolerance)
         << "sequence " << i;
   // A slot outside the pool is refused alike on every rank, and the group stays usable.
   backend::Batch bad;
@@ -255,7 +245,7 @@ TEST_P(HybridTp, ASnapshotRestoredIntoAnotherSlotEqualsTheColdRun) {
   std::vector<float> restored(vocab()), cold(vocab());
   run(ids.subspan(static_cast<std::size_t>(cut)), cut, 3, restored);
   backend::SingleSequence(*single_).forward(ids, 0, cold);
-  EXPECT_LE(rel_diff(restored, cold), kTolerance);
+  EXPECT_LE(test_support::relative_error(restored, cold), kTolerance);
   EXPECT_EQ(argmax(restored), g.greedy.front());
   // Indices outside the pools are refused on the leader before any rank copies; the group stays usable.
   EXPECT_THROW(tp_->save_state(kSlots, 0), Error);

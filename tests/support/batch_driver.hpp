@@ -42,6 +42,16 @@ inline double relative_error(std::span<const float> got, std::span<const float> 
   return scale > 0 ? diff / scale : diff;
 }
 
+// How far (relative_error) TP = N's logits may be from one rank's. Every
+// process times its own one-token kernels (backend/cpu/decode_kernel.hpp): on
+// an AVX-512 BF16 CPU one rank may multiply in f32 and another with x in two
+// bf16 terms, each within 1e-5 of the f32 product and not bit-equal to each
+// other; through the layers that reached 1.06e-5 (Qwen3 fixture at TP = 2, a
+// Zen 4 guest, 2026-12-08; ~7e-6 with the kinds forced apart), where the same
+// kernels everywhere stay under 1e-6. A shard or a reduction gone wrong moves
+// logits by 1e-2 and more.
+inline constexpr double kAcrossProcesses = 1e-4;
+
 // `n` token ids in [0, vocab), the same for the same seed.
 inline std::vector<std::int32_t> random_prompt(std::size_t n, std::int64_t vocab, std::uint32_t seed) {
   std::mt19937 rng(seed);
