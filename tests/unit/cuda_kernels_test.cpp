@@ -399,7 +399,9 @@ TEST_F(CudaPagedAttention, MixedPrefillAndDecodeMatchReference) {
   // block sizes that are and are not powers of two.
   for (Shape sh : {Shape{8, 2, 128, 16}, Shape{4, 4, 64, 16}, Shape{16, 2, 128, 16}, Shape{4, 2, 16, 7},
                    Shape{4, 2, 256, 32}, Shape{10, 2, 128, 16}, Shape{32, 2, 64, 8}, Shape{2, 1, 128, 1}}) {
-    const std::vector<S> seqs = {S{1, 0}, S{70, 0}, S{1, 37}, S{5, 130}, S{1, 1000}, S{130, 77}, S{64, 16}, S{1, 15}};
+    // S{300, 0}: five KV tiles behind its last query tile (the single K and V buffers refilled four times).
+    const std::vector<S> seqs = {S{1, 0}, S{70, 0}, S{1, 37}, S{5, 130}, S{1, 1000}, S{130, 77}, S{64, 16}, S{1, 15},
+                                 S{300, 0}};
     const PagedCase c = make_paged(rng_, sh.hq, sh.hkv, sh.d, sh.bs, seqs);
     const PagedDevice dev = to_device(c);
     std::vector<std::int32_t> items, tiles;
@@ -421,6 +423,16 @@ TEST_F(CudaPagedAttention, MixedPrefillAndDecodeMatchReference) {
       auto out = download<bf16_t>(dout, c.q.size());
       EXPECT_LT(rel_err(out, ref), 1.5e-2) << "hq " << sh.hq << " hkv " << sh.hkv << " d " << sh.d << " bs " << sh.bs
                                            << " splits " << splits;
+      // Every prefill tile alone (64 query rows of a sequence), so one tile's error (a K or V tile read before it
+      // landed, say) cannot hide in the whole output's norm.
+      for (std::size_t t = 0; t < tiles.size(); t += 2) {
+        const std::int32_t i = tiles[t], r0 = tiles[t + 1], rows = std::min(64, c.num_tokens[i] - r0);
+        const std::size_t row = static_cast<std::size_t>(c.q_start[i] + r0) * sh.hq * sh.d;
+        const std::size_t len = static_cast<std::size_t>(rows) * sh.hq * sh.d;
+        std::vector<bf16_t> got(out.begin() + row, out.begin() + row + len);
+        std::vector<double> want(ref.begin() + row, ref.begin() + row + len);
+        EXPECT_LT(rel_err(got, want), 1.5e-2) << "prefill sequence " << i << " rows from " << r0 << " d " << sh.d;
+      }
       // Every decode row alone, so a prefill-dominated error cannot hide a decode one.
       for (std::int32_t i : items) {
         const std::size_t row = static_cast<std::size_t>(c.q_start[i]) * sh.hq * sh.d;
