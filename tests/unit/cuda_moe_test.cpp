@@ -349,14 +349,18 @@ TEST_F(CudaMoe, NanLogitsStillPickDistinctExperts) {
 // experts, of 16 over a half), 150 (~37 slots an expert: passes of 32). Rows 40 and ff 20: the last 16-row
 // tile is partial.
 TEST_F(CudaMoe, QuantizedExpertRowsMatchTheirDequantizedWeights) {
-  for (const int n : {1, 20, 150}) {
-    const int experts = 16, k = 4, rows = 40, cols = 512;
+  // cols 256, 512, 768: Q4_K / Q5_K rows of one, two and three 256-column units, so the mma kernel's four warps
+  // take four row tiles, two, or one with a warp idle (moe_tiles_per_block); Q6_K rows of 630 bytes start half a
+  // word off.
+  const std::initializer_list<std::pair<int, int>> cases{{1, 512}, {20, 512}, {150, 512}, {20, 256}, {150, 768}, {3, 768}};
+  for (const auto& [n, cols] : cases) {  // tokens, cols
+    const int experts = 16, k = 4, rows = 40;
     const auto pairs = static_cast<std::size_t>(n) * k;
     auto logits = upload(random_f32(static_cast<std::size_t>(n) * experts, 3.f));
     for (const kernels::MoeExperts mine : {kernels::MoeExperts::all(experts), kernels::MoeExperts{experts, 0, experts / 2},
                                            kernels::MoeExperts{experts, experts / 2, experts / 2}}) {
       const std::string range = " experts [" + std::to_string(mine.begin) + ", " + std::to_string(mine.begin + mine.count) +
-                                "), " + std::to_string(n) + " tokens";
+                                "), " + std::to_string(n) + " tokens, cols " + std::to_string(cols);
       Routing rt = routing(n, k, mine.count);
       kernels::moe_route(logits.data<float>(), n, experts, k, true, rt.r, s());
       kernels::moe_group(n, mine, k, rt.r, s());
@@ -364,7 +368,8 @@ TEST_F(CudaMoe, QuantizedExpertRowsMatchTheirDequantizedWeights) {
       const std::int32_t* slot_pair = words.data() + 2 * pairs;
       const std::int32_t* offsets = words.data() + 4 * pairs;
       if (offsets[mine.count] == 0) continue;  // one token's 4 experts may all be the other half's
-      for (const quant::GgmlType type : {quant::GgmlType::q8_0, quant::GgmlType::q6_k, quant::GgmlType::q4_k}) {
+      for (const quant::GgmlType type :
+           {quant::GgmlType::q8_0, quant::GgmlType::q6_k, quant::GgmlType::q4_k, quant::GgmlType::q5_k}) {
         for (const bool by_token : {true, false}) {
           const std::string what = std::string(quant::ggml_type_name(type)) + range;
           const std::size_t row_bytes = quant::row_bytes(type, cols);
