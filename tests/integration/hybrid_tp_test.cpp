@@ -55,8 +55,8 @@ using Prompt = test_support::GoldenPrompt;
 
 using test_support::argmax;
 
-// TP against one rank on the same steps: the dense TP tests' bound (the fixtures' worst measured here: 2.1e-6
-// with the same kernels in every process).
+// TP against one rank on the same steps: the dense TP tests' bound (the fixtures' worst measured when this test
+// was written: 2.1e-6).
 constexpr double kTolerance = test_support::kAcrossProcesses;
 // Against one rank on other steps (a sequence batched with others against it alone: 7.5e-6 measured) or on
 // generated weights (larger activations: up to 3.4e-5 measured): the hybrids' own chunking tolerance
