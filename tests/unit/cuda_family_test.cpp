@@ -188,9 +188,7 @@ TEST(CudaFamily, Qwen3MoeQuantizedExpertsPrefillOnTheDeviceInChunks) {
   model::ModelConfig c = small_moe();
   c.hidden_size = 256;
   c.intermediate_size = 512;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 64;
+  c.head_dim = 64;  // small_moe's 4 query and 2 KV heads
   c.moe.num_experts = 16;
   c.moe.experts_per_token = 8;
   c.moe.intermediate_size = 256;
